@@ -1,0 +1,38 @@
+"""Errors a user can cause. Every one is a :class:`DistnetError`; the CLI prints its message
+(on every rank) and exits non-zero instead of showing a traceback."""
+
+
+class DistnetError(Exception):
+    """Base class of errors caused by input: configuration, data, topology, checkpoints."""
+
+
+class ConfigError(DistnetError):
+    """A problem in an experiment file. ``where`` is ``"file:line"`` when known."""
+
+    def __init__(self, message, where=None, key=None):
+        self.where = where
+        self.key = key
+        self.bare_message = message
+        prefix = f"{where}: " if where else ""
+        keypart = f"key '{key}': " if key else ""
+        super().__init__(f"{prefix}{keypart}{message}")
+
+
+class GeometryError(DistnetError):
+    """A layer geometry that cannot work: an empty output, a tile that owns nothing, ..."""
+
+
+class TopologyError(DistnetError):
+    """A process grid that does not match the launcher's size or cannot cut the images."""
+
+
+class DataError(DistnetError):
+    """Missing, truncated or inconsistent data files and shards."""
+
+
+class CheckpointError(DistnetError):
+    """A checkpoint that cannot be read or does not fit the experiment."""
+
+
+class TrainingError(DistnetError):
+    """Training cannot go on (e.g. the loss became NaN or infinite)."""
