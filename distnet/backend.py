@@ -74,3 +74,7 @@ def get_array_module(*arrays):
             import sys
             return sys.modules["cupy"]
     return np
+
+
+class CPU(Backend):
+    """``distnet.backends.CPU``: numpy on the CPU (same keys as :class:`Backend`)."""

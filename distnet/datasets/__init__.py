@@ -1,1 +1,20 @@
+"""Datasets: MNIST, CIFAR-10 and a generic HDF5 layout, cut into per-rank n-rants and cached.
 
+No MPI here: the caller passes the rank's tile (a :class:`~distnet.geometry.partition.Box` from
+:func:`~distnet.geometry.partition.tile_of`), rank, size and grid to ``Dataset.load``, which
+returns ``{'train': (x, y), 'test': (x, y)}`` with ``x`` ``(N, C, h, w)`` and ``y`` ``(N,)`` int64.
+See :mod:`.base` (keys, ``sample_pct``), :mod:`.cache` (``serialized_path``),
+:mod:`.safe_pickle` (pickles that cannot run code) and :mod:`.sample` (the MNIST sample).
+"""
+from .base import Dataset, sample_indices
+from .cache import fill_placeholders
+from .cifar10 import CIFAR10
+from .hdf5 import HDF5Dataset
+from .mnist import MNIST
+from .sample import write_mnist_sample
+
+#: YAML name -> class.
+DATASETS = {"MNIST": MNIST, "CIFAR10": CIFAR10, "HDF5Dataset": HDF5Dataset}
+
+__all__ = ["CIFAR10", "DATASETS", "Dataset", "HDF5Dataset", "MNIST", "fill_placeholders",
+           "sample_indices", "write_mnist_sample"]

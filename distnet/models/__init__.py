@@ -1,1 +1,5 @@
+"""Models sequence layers: fit, predict, error rates (no MPI of their own beyond gradient sums)."""
+from .convnet import Convnet, ConvnetDist
+from .mlp import MLP
 
+__all__ = ["MLP", "Convnet", "ConvnetDist"]

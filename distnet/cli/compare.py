@@ -1,0 +1,88 @@
+"""``distnet compare``: run one experiment on one process and another on N ranks, then print
+their per-epoch costs and error rates side by side with the largest difference."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def mpiexec_path():
+    """The launcher beside this Python (the pip ``mpich`` package installs it there), else PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return local if os.path.exists(local) else shutil.which("mpiexec")
+
+
+def run_experiment(path, nranks, metrics, extra_args=(), timeout=None):
+    """Run ``distnet run path`` on ``nranks`` processes (1 = no launcher); returns the exit code."""
+    cmd = [sys.executable, "-m", "distnet", "run", path, "--metrics", metrics, *extra_args]
+    if nranks > 1:
+        launcher = mpiexec_path()
+        if launcher is None:
+            raise FileNotFoundError("mpiexec not found: pip install mpich (or load your MPI)")
+        cmd = [launcher, "-n", str(nranks), *cmd]
+    return subprocess.run(cmd, timeout=timeout).returncode
+
+
+def read_metrics(path):
+    """``(epoch costs, final record)`` from a ``--metrics`` JSON-lines file."""
+    costs, final = [], {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("final"):
+                final = rec
+            else:
+                costs.append(rec["cost"])
+    return costs, final
+
+
+def compare_runs(a, b):
+    """Rows for the side-by-side table and the largest absolute differences."""
+    (ca, fa), (cb, fb) = a, b
+    rows, max_cost, max_rate = [], 0.0, 0.0
+    for e in range(max(len(ca), len(cb))):
+        x = ca[e] if e < len(ca) else None
+        y = cb[e] if e < len(cb) else None
+        d = abs(x - y) if x is not None and y is not None else float("inf")
+        max_cost = max(max_cost, d)
+        rows.append((f"epoch {e} cost", x, y, d))
+    for key in ("train_misclass", "test_misclass"):
+        x, y = fa.get(key), fb.get(key)
+        if x is None and y is None:
+            continue
+        d = abs(x - y) if x is not None and y is not None else float("inf")
+        max_rate = max(max_rate, d)
+        rows.append((key.replace("_", " ") + " %", x, y, d))
+    return rows, max_cost, max_rate
+
+
+def format_table(rows, name_a, name_b):
+    def f(v):
+        return "-" if v is None else f"{v:.6f}"
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':<{width}}  {name_a:>14}  {name_b:>14}  {'|diff|':>10}"]
+    lines += [f"{r[0]:<{width}}  {f(r[1]):>14}  {f(r[2]):>14}  {r[3]:>10.2e}" for r in rows]
+    return "\n".join(lines)
+
+
+def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print):
+    """Run both, print the table; returns True when they agree within the tolerances."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
+        out(f"== {path_a} on 1 process")
+        if run_experiment(path_a, 1, ma) != 0:
+            out(f"distnet: error: {path_a} failed")
+            return False
+        out(f"== {path_b} on {nranks} ranks")
+        if run_experiment(path_b, nranks, mb) != 0:
+            out(f"distnet: error: {path_b} failed")
+            return False
+        rows, max_cost, max_rate = compare_runs(read_metrics(ma), read_metrics(mb))
+    out("")
+    out(format_table(rows, "1 process", f"{nranks} ranks"))
+    ok = max_cost <= cost_tol and max_rate <= rate_tol
+    out(f"\nlargest difference: cost {max_cost:.2e} (tolerance {cost_tol:g}), error rate "
+        f"{max_rate:.2e} points (tolerance {rate_tol:g}) -> {'AGREE' if ok else 'DIFFER'}")
+    return ok

@@ -1,0 +1,114 @@
+"""Failure handling for multi-rank runs: one rank's error must end the whole run, never leave the
+other ranks waiting forever in a collective.
+
+* :func:`install_abort_hook`: an uncaught exception on any rank prints ``[rank R] Type: message``
+  and calls ``comm.Abort(1)``, which ends every rank (idea: chainermn's ``global_except_hook``).
+* :func:`run_collectively`: run a step that may fail on some ranks only (reading a file, checking a
+  config) and make every rank agree on the outcome, so they either all go on or all raise.
+"""
+import os
+import sys
+import threading
+import traceback
+
+from ..errors import DistnetError
+
+_state = {"comm": None, "orig": None, "orig_thread": None}
+
+
+def _debug():
+    return os.environ.get("DISTNET_DEBUG", "") not in ("", "0")
+
+
+def _report_and_abort(comm, exc_type, exc, tb, where=""):
+    rank = comm.Get_rank()
+    try:
+        if _debug():
+            sys.stderr.write("".join(traceback.format_exception(exc_type, exc, tb)))
+        sys.stderr.write(f"[rank {rank}] {exc_type.__name__}: {exc}{where}\n")
+        sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
+                         f"{'' if _debug() else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
+        sys.stderr.flush()
+    finally:
+        comm.Abort(1)
+
+
+def _hook(exc_type, exc, tb):
+    comm = _state["comm"]
+    if comm is None or comm.Get_size() == 1 or issubclass(exc_type, KeyboardInterrupt):
+        (_state["orig"] or sys.__excepthook__)(exc_type, exc, tb)
+        return
+    _report_and_abort(comm, exc_type, exc, tb)
+
+
+def _thread_hook(args):
+    comm = _state["comm"]
+    if comm is None or comm.Get_size() == 1 or args.exc_type is SystemExit:
+        (_state["orig_thread"] or threading.__excepthook__)(args)
+        return
+    name = getattr(args.thread, "name", "?")
+    _report_and_abort(comm, args.exc_type, args.exc_value, args.exc_traceback,
+                      where=f" (in thread {name})")
+
+
+def install_abort_hook(comm):
+    """Make an uncaught exception on this rank abort every rank of ``comm``'s job.
+
+    comm : the world communicator (mpi4py ``Comm`` or ``SerialComm``). With size 1 the usual
+        traceback is printed and nothing is aborted. Calling again replaces the communicator.
+    Covers the main thread (``sys.excepthook``) and other threads (``threading.excepthook``).
+    """
+    if _state["orig"] is None:
+        _state["orig"] = sys.excepthook
+        _state["orig_thread"] = threading.excepthook
+    _state["comm"] = comm
+    sys.excepthook = _hook
+    threading.excepthook = _thread_hook
+
+
+def uninstall_abort_hook():
+    """Restore the hooks that were in place before :func:`install_abort_hook`."""
+    if _state["orig"] is not None:
+        sys.excepthook = _state["orig"]
+        threading.excepthook = _state["orig_thread"]
+    _state.update(comm=None, orig=None, orig_thread=None)
+
+
+class RemoteError(DistnetError):
+    """Raised on the ranks where a collectively-run step succeeded while other ranks failed.
+
+    ``failures``: list of ``(rank, "Type: message")`` of the ranks that failed.
+    """
+
+    def __init__(self, failures):
+        self.failures = failures
+        text = "; ".join(f"rank {r}: {m}" for r, m in failures)
+        super().__init__(f"failed on {len(failures)} other rank(s): {text}")
+
+
+def run_collectively(fn, comm, *args, **kwargs):
+    """``fn(*args, **kwargs)`` on every rank of ``comm``, with one agreed outcome.
+
+    If every rank succeeds, returns this rank's result. If any rank raises, every rank raises:
+    the failing ranks re-raise their own exception, the others :class:`RemoteError` naming the
+    failed ranks and their messages. Collective over ``comm`` (one ``allgather`` of a small
+    object). ``fn`` itself must not call collectives that a failing rank could skip: use this for
+    local steps (reading files, validating input) whose failure would otherwise desynchronise
+    the ranks.
+    """
+    try:
+        result, error = fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+        result, error = None, e
+    if comm.Get_size() == 1:
+        if error is not None:
+            raise error
+        return result
+    mine = None if error is None else f"{type(error).__name__}: {error}"
+    outcomes = comm.allgather(mine)
+    failures = [(r, m) for r, m in enumerate(outcomes) if m is not None]
+    if error is not None:
+        raise error
+    if failures:
+        raise RemoteError(failures)
+    return result

@@ -1,0 +1,170 @@
+"""``GlobalArray``: the halo object of one spatial layer (neon's name), carrying out a
+:class:`~distnet.geometry.HaloPlan` with nonblocking point-to-point messages.
+
+* :meth:`GlobalArray.exchange` (= ``get_fprop_view``), PETSc ``globalToLocal``: my input tile
+  ``(B, C, h, w)`` -> my chunk ``(B, C, Hc, Wc)``: own part copied, ghost parts received from
+  their owners, zeros outside the image.
+* :meth:`GlobalArray.exchange_adjoint` (= ``get_bprop_view``), PETSc ``localToGlobal(ADD_VALUES)``:
+  a chunk gradient -> my tile's gradient: the ghost parts go back to their owners and are added
+  there, the interior part is added, padding is dropped.
+
+Summed over the ranks, ``<exchange(x), y> == <x, exchange_adjoint(y)>``.
+
+Messages: one per peer and direction per call (each plan ``Transfer`` is one box), packed into a
+contiguous buffer; all receives are posted before any send, then ``Waitall``. No barriers. The
+forward uses tag ``2*tag``, the adjoint ``2*tag + 1``: with one tag per layer no message of one
+exchange can match a receive of another, even when ranks run ahead. Message buffers are allocated
+once per ``(B, C, dtype, array module)`` and reused.
+
+This module never imports mpi4py: requests come from the communicator, and ``Waitall`` is reached
+through the request's class.
+"""
+from ..backend import get_array_module
+
+
+def _to_mpi_buffer(a):
+    """The object handed to ``Isend`` / ``Irecv`` for a contiguous array ``a``.
+
+    numpy: ``a`` itself (mpi4py reads the buffer protocol). cupy (the GPU seam): MPI must not
+    touch device memory before the kernels that wrote it have finished, so the current stream is
+    synchronised; a CUDA-aware MPI then reads ``__cuda_array_interface__``. An MPI without CUDA
+    support would need host staging here, which is not implemented.
+    """
+    xp = get_array_module(a)
+    if xp.__name__ != "numpy":
+        xp.cuda.get_current_stream().synchronize()
+    return a
+
+
+def _waitall(requests):
+    if requests:
+        type(requests[0]).Waitall(requests)
+
+
+class GlobalArray:
+    """Halo exchange of one layer on the spatial communicator.
+
+    plan : HaloPlan of this rank (``plan.coords`` must be my coordinates in ``comm``).
+    comm : the spatial 2-D Cartesian communicator (``Topology.spatial``) or a
+        :class:`~distnet.comm.serial.SerialComm`. Every call below is collective over the ranks of
+        ``comm`` that appear in my plan (point-to-point only, no global synchronisation).
+    tag : this layer's tag; distinct layers sharing ``comm`` should use distinct tags.
+    """
+
+    def __init__(self, plan, comm, tag=0):
+        self.plan = plan
+        self.comm = comm
+        self.tag = int(tag)
+        dims = tuple(comm.Get_topo()[0])
+        if dims != tuple(plan.grid):
+            raise ValueError(f"halo plan for a {plan.grid} grid used on a {dims} communicator")
+        mine = tuple(comm.Get_coords(comm.Get_rank()))
+        if mine != tuple(plan.coords):
+            raise ValueError(f"halo plan of rank {plan.coords} used on rank {mine}")
+        # Peer ranks, resolved once. recv_peers[i] owns plan.recvs[i]; send_peers[i] needs plan.sends[i].
+        self._recv_peers = [comm.Get_cart_rank(t.peer) for t in plan.recvs]
+        self._send_peers = [comm.Get_cart_rank(t.peer) for t in plan.sends]
+        self._buffers = {}  # (B, C, dtype, xp name) -> (ghost_bufs, share_bufs)
+
+    # -- shapes ---------------------------------------------------------------------------------
+    @property
+    def local_shape(self):
+        """``(h, w)`` of my input tile (``plan.own``)."""
+        return self.plan.own.shape
+
+    @property
+    def chunk_shape(self):
+        """``(Hc, Wc)`` of my chunk (``plan.chunk``)."""
+        return self.plan.chunk.shape
+
+    @property
+    def out_shape(self):
+        """``(ho, wo)`` of my output tile (``plan.out_tile``)."""
+        return self.plan.out_tile.shape
+
+    def _check(self, a, expect, what):
+        if a.ndim != 4 or tuple(a.shape[2:]) != tuple(expect):
+            raise ValueError(f"{what} must have shape (B, C, {expect[0]}, {expect[1]}) on rank "
+                             f"{self.plan.coords}, got {tuple(a.shape)}")
+
+    def _bufs(self, a):
+        """``(ghost, share)`` message buffers for arrays like ``a``: ``ghost[i]`` has the shape of
+        ``plan.recvs[i].box``, ``share[i]`` of ``plan.sends[i].box`` (both ``(B, C, bh, bw)``)."""
+        xp = get_array_module(a)
+        B, C = a.shape[:2]
+        key = (B, C, a.dtype.str, xp.__name__)
+        if key not in self._buffers:
+            def make(transfers):
+                return [xp.empty((B, C) + t.box.shape, dtype=a.dtype) for t in transfers]
+            self._buffers[key] = (make(self.plan.recvs), make(self.plan.sends))
+        return self._buffers[key]
+
+    # -- forward: globalToLocal -------------------------------------------------------------------
+    def exchange(self, x_local):
+        """Fill my chunk from my tile and my peers' tiles.
+
+        x_local : ``(B, C, h, w)``, my input tile (``plan.own``).
+        Returns a new ``(B, C, Hc, Wc)`` array (``plan.chunk``), zero where it lies outside the image.
+        Collective over my peers in ``comm``.
+        """
+        plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
+        self._check(x_local, own.shape, "x_local")
+        xp = get_array_module(x_local)
+        ghost, share = self._bufs(x_local)
+        tag = 2 * self.tag
+        reqs = [self.comm.Irecv(_to_mpi_buffer(buf), source=src, tag=tag)
+                for buf, src in zip(ghost, self._recv_peers)]
+        for buf, t in zip(share, plan.sends):
+            buf[...] = x_local[(Ellipsis,) + t.box.relative_to(own)]
+        reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
+                 for buf, dst in zip(share, self._send_peers)]
+        # While the messages fly: zeros (padding and not-yet-received ghosts) and my own part.
+        chunk = xp.zeros(x_local.shape[:2] + chunk_box.shape, dtype=x_local.dtype)
+        interior = plan.interior
+        if not interior.is_empty():
+            chunk[(Ellipsis,) + interior.relative_to(chunk_box)] = \
+                x_local[(Ellipsis,) + interior.relative_to(own)]
+        _waitall(reqs)
+        for buf, t in zip(ghost, plan.recvs):
+            chunk[(Ellipsis,) + t.box.relative_to(chunk_box)] = buf
+        return chunk
+
+    get_fprop_view = exchange
+
+    # -- backward: localToGlobal(ADD_VALUES) --------------------------------------------------------
+    def exchange_adjoint(self, g_chunk):
+        """Sum chunk gradients into their owners' tiles (the adjoint of :meth:`exchange`).
+
+        g_chunk : ``(B, C, Hc, Wc)``, the gradient with respect to my chunk.
+        Returns a new ``(B, C, h, w)`` array: my interior part of ``g_chunk`` plus, for every peer
+        whose chunk overlaps my tile, its gradient there (added in peer rank order, so the result
+        is deterministic). Padding positions are dropped. Collective over my peers in ``comm``.
+        """
+        plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
+        self._check(g_chunk, chunk_box.shape, "g_chunk")
+        xp = get_array_module(g_chunk)
+        ghost, share = self._bufs(g_chunk)
+        tag = 2 * self.tag + 1
+        # What I sent forward comes back (share), what I received goes back to its owner (ghost).
+        reqs = [self.comm.Irecv(_to_mpi_buffer(buf), source=src, tag=tag)
+                for buf, src in zip(share, self._send_peers)]
+        for buf, t in zip(ghost, plan.recvs):
+            buf[...] = g_chunk[(Ellipsis,) + t.box.relative_to(chunk_box)]
+        reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
+                 for buf, dst in zip(ghost, self._recv_peers)]
+        g_local = xp.zeros(g_chunk.shape[:2] + own.shape, dtype=g_chunk.dtype)
+        interior = plan.interior
+        if not interior.is_empty():
+            g_local[(Ellipsis,) + interior.relative_to(own)] = \
+                g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]
+        _waitall(reqs)
+        for buf, t in zip(share, plan.sends):
+            g_local[(Ellipsis,) + t.box.relative_to(own)] += buf
+        return g_local
+
+    get_bprop_view = exchange_adjoint
+
+    def __repr__(self):
+        p = self.plan
+        return (f"GlobalArray(rank {p.coords} of {p.grid}, own {p.own.shape}, chunk {p.chunk.shape}, "
+                f"{len(p.recvs)} recvs, {len(p.sends)} sends, tag {self.tag})")

@@ -1,0 +1,156 @@
+"""Turn the :class:`ObjSpec` tree into objects: look each class up in the registry, check keys
+and types against the class's constructor, and construct children before parents in document
+order (the order matters for nothing random here, but it is neon's).
+
+A class describes its YAML keys through its ``__init__`` signature (required = no default) and
+an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), where spec is one of
+``int``, ``float``, ``bool``, ``str``, ``dict``, ``list``, ``"shape2"`` (an int or a pair of ints),
+``("obj", kind)`` or ``("list", ("obj", kind))``. ``config_ignored`` names neon keys that are
+accepted and dropped (with a note in the docs of that class).
+"""
+import inspect
+
+from ..errors import ConfigError, DistnetError
+from . import registry
+from .yaml_loader import ObjSpec
+
+_KIND_WORD = {"experiment": "an experiment", "backend": "a backend", "dataset": "a dataset",
+              "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost"}
+
+
+def _types_of(cls):
+    types = {}
+    for klass in reversed(cls.__mro__):
+        types.update(getattr(klass, "config_types", {}) or {})
+    return types
+
+
+def _ignored_of(cls):
+    out = set()
+    for klass in cls.__mro__:
+        out |= set(getattr(klass, "config_ignored", ()) or ())
+    return out
+
+
+def _describe(value):
+    if isinstance(value, ObjSpec):
+        return f"!obj:{value.path}"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def coerce(spec, value, kind_of):
+    """Check ``value`` against ``spec``; returns the (possibly normalised) value or raises
+    ``ValueError`` with a sentence saying what was expected."""
+    if value is None:
+        return None
+    if spec is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {_describe(value)}")
+        return value
+    if spec is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number, got {_describe(value)}")
+        return float(value)
+    if spec is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected True or False, got {_describe(value)}")
+        return value
+    if spec in (str, dict, list):
+        if not isinstance(value, spec):
+            raise ValueError(f"expected a {spec.__name__}, got {_describe(value)}")
+        return value
+    if spec == "shape2":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value, value)
+        if (isinstance(value, (list, tuple)) and len(value) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            return tuple(value)
+        raise ValueError(f"expected an integer or a pair [rows, cols] of integers, got {_describe(value)}")
+    if isinstance(spec, tuple) and spec[0] == "obj":
+        kind = kind_of(value)
+        if kind != spec[1]:
+            raise ValueError(f"expected {_KIND_WORD[spec[1]]} (!obj:...), got {_describe(value)}")
+        return value
+    if isinstance(spec, tuple) and spec[0] == "list":
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list, got {_describe(value)}")
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(coerce(spec[1], v, kind_of))
+            except ValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return out
+    raise AssertionError(f"unknown config type spec {spec!r}")
+
+
+class Builder:
+    """Builds objects from a parsed experiment; aliased nodes become one object."""
+
+    def __init__(self):
+        self._memo = {}
+        self._kinds = {}
+
+    def kind_of(self, value):
+        return self._kinds.get(id(value))
+
+    def build(self, value):
+        if isinstance(value, ObjSpec):
+            if id(value) not in self._memo:
+                self._memo[id(value)] = self._build_obj(value)
+            return self._memo[id(value)]
+        if isinstance(value, list):
+            return [self.build(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.build(v) for k, v in value.items()}
+        return value
+
+    def _build_obj(self, spec):
+        cls, kind = registry.resolve(spec.path, spec.where)
+        params = inspect.signature(cls.__init__).parameters
+        accepted = {n for n, p in params.items() if n != "self" and p.kind in
+                    (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        required = {n for n in accepted if params[n].default is inspect.Parameter.empty}
+        ignored = _ignored_of(cls)
+        types = _types_of(cls)
+        kwargs = {}
+        for key, raw in spec.kwargs.items():
+            where = spec.where_of(key)
+            if key in ignored:
+                continue
+            if key not in accepted:
+                valid = ", ".join(sorted(accepted))
+                raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
+            value = self.build(raw)
+            if key in types:
+                try:
+                    value = coerce(types[key], value, self.kind_of)
+                except ValueError as e:
+                    raise ConfigError(str(e), where, key) from None
+            kwargs[key] = value
+        missing = sorted(required - set(kwargs))
+        if missing:
+            raise ConfigError(f"{cls.__name__} needs key(s) {', '.join(missing)}", spec.where)
+        try:
+            obj = cls(**kwargs)
+        except ConfigError as e:
+            if e.where:
+                raise
+            raise ConfigError(e.bare_message, spec.where_of(e.key) if e.key else spec.where, e.key) from None
+        except DistnetError as e:
+            raise ConfigError(str(e), spec.where) from None
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"cannot build {cls.__name__}: {e}", spec.where) from None
+        try:
+            obj.config_spec = spec
+        except AttributeError:
+            pass
+        self._kinds[id(obj)] = kind
+        return obj
+
+
+def config_error(obj, message, key=None):
+    """A :class:`ConfigError` pointing at ``obj``'s YAML line (or ``key``'s line)."""
+    spec = getattr(obj, "config_spec", None)
+    where = (spec.where_of(key) if key else spec.where) if spec is not None else None
+    return ConfigError(message, where, key)

@@ -1,0 +1,79 @@
+"""Parse neon-style YAML into a tree of :class:`ObjSpec` nodes (no object is built here).
+
+``!obj:dotted.Name {key: value, ...}`` becomes an :class:`ObjSpec` that remembers the class path,
+its keyword arguments and the file/line of every key, so later errors can point at the YAML.
+Anchors and aliases work as in YAML: an aliased ``!obj:`` node is the *same* ObjSpec (and so
+becomes the same Python object).
+"""
+import yaml
+
+from ..errors import ConfigError
+
+
+class ObjSpec:
+    """One ``!obj:`` node: ``path`` (the dotted class name as written), ``kwargs`` (built values,
+    nested ObjSpecs inside), ``where`` ("file:line" of the tag) and ``key_where`` (per key)."""
+
+    def __init__(self, path, kwargs, where, key_where):
+        self.path = path
+        self.kwargs = kwargs
+        self.where = where
+        self.key_where = key_where
+
+    def where_of(self, key):
+        return self.key_where.get(key, self.where)
+
+    def __repr__(self):
+        return f"ObjSpec({self.path!r} at {self.where})"
+
+
+def _make_loader(filename):
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_obj(loader, tag_suffix, node):
+        where = f"{filename}:{node.start_mark.line + 1}"
+        if not isinstance(node, yaml.MappingNode):
+            if isinstance(node, yaml.ScalarNode) and node.value == "":
+                return ObjSpec(tag_suffix, {}, where, {})
+            raise ConfigError(f"!obj:{tag_suffix} must be followed by a mapping of keyword arguments", where)
+        kwargs, key_where = {}, {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise ConfigError(f"keys of !obj:{tag_suffix} must be strings, got {key!r}",
+                                  f"{filename}:{key_node.start_mark.line + 1}")
+            if key in kwargs:
+                raise ConfigError("duplicate key", f"{filename}:{key_node.start_mark.line + 1}", key)
+            kwargs[key] = loader.construct_object(value_node, deep=True)
+            key_where[key] = f"{filename}:{key_node.start_mark.line + 1}"
+        return ObjSpec(tag_suffix, kwargs, where, key_where)
+
+    Loader.add_multi_constructor("!obj:", construct_obj)
+    return Loader
+
+
+def parse_yaml(text, filename="<string>"):
+    """YAML text -> python values with :class:`ObjSpec` for every ``!obj:`` node.
+
+    Raises :class:`ConfigError` naming the file and line for malformed YAML or unknown tags.
+    """
+    try:
+        return yaml.load(text, Loader=_make_loader(filename))  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        what = " ".join(p for p in (e.context, e.problem) if p)
+        raise ConfigError(f"malformed YAML: {what}", where) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"malformed YAML: {e}", filename) from None
+
+
+def parse_file(path):
+    """Read and parse an experiment file (see :func:`parse_yaml`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read experiment file: {e.strerror}", str(path)) from None
+    return parse_yaml(text, str(path))

@@ -1,0 +1,224 @@
+"""The dataset base class: YAML keys, ``sample_pct``, n-rant cutting and caching.
+
+A dataset yields, per rank, ``{'train': (x, y), 'test': (x, y)}`` where ``x`` is the rank's
+*n-rant* — its tile of every image, ``(N, C, h, w)`` — and ``y`` all ``N`` labels (labels are
+never split). The tile is a :class:`~distnet.geometry.partition.Box` computed by the caller with
+:func:`~distnet.geometry.partition.tile_of`, the function that also drives the model's geometry
+(DESIGN §5). This package never talks to MPI: rank, size and grid arrive as arguments.
+
+``sample_pct`` — one meaning for every dataset
+----------------------------------------------
+A percentage in (0, 100] of the training images to keep; the test split is always complete.
+
+* ``100`` (the default): all ``N`` training images in file order.
+* otherwise ``n = floor(N * sample_pct / 100)`` (at least 1; the product is computed exactly from
+  the decimal value written, so ``N = 60000, sample_pct = 0.3`` keeps 180), and the images kept
+  are ``idx[:n]`` where ``idx = np.arange(N)`` shuffled by ``np.random.RandomState(seed).shuffle``
+  — in that **shuffled order**, which is also the order every epoch starts from. Labels are
+  selected with the same indices.
+
+Differences from neon v0.4.0 (NEON.md §5.3):
+
+* neon's MNIST divided ``sample_pct >= 1`` by 100 but took smaller values as fractions, so ``1``
+  meant 1 % while ``0.5`` meant 50 %. Here ``0.5`` means 0.5 %.
+* neon's CIFAR10 truncated ``sample_pct`` with ``int()`` (``0.5`` kept no image, ``2.7`` meant 2 %).
+  Here fractional percentages count.
+* neon shuffled with the *global* numpy RNG after the backend had seeded it and the model had
+  drawn its weights, so the subset depended on the layers before it. distnet uses a fresh
+  ``RandomState(seed)``; for the same seed the shuffle is neon's shuffle of a freshly seeded RNG.
+
+Values and dtypes: MNIST and CIFAR-10 pixels are divided by 255 (in ``dtype``, as neon did),
+HDF5 values are cast to ``dtype`` as stored; labels are int64 class indices (neon's one-hot
+targets are the model's business).
+"""
+import math
+import os
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from ..geometry.partition import Box
+from . import cache
+
+SPLITS = cache.SPLITS
+
+
+def sample_indices(n_total, sample_pct, seed):
+    """Indices of the training images kept by ``sample_pct`` (module docstring), shape ``(n,)``."""
+    if sample_pct == 100:
+        return np.arange(n_total)
+    n = max(1, math.floor(n_total * Fraction(str(sample_pct)) / 100))
+    idx = np.arange(n_total)
+    np.random.RandomState(seed).shuffle(idx)
+    return idx[:n]
+
+
+def check_path(value, key, required):
+    if value is None:
+        if required:
+            raise ConfigError("is required: give a path", key=key)
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ConfigError(f"expected a path (string), got {value!r}", key=key)
+    return os.path.expanduser(os.fspath(value))
+
+
+class Dataset:
+    """Base of :class:`~distnet.datasets.MNIST`, :class:`~distnet.datasets.CIFAR10` and
+    :class:`~distnet.datasets.HDF5Dataset`.
+
+    Parameters (YAML keys, all keyword)
+    -----------------------------------
+    repo_path : str
+        Data root (``~`` expanded). Required by MNIST and CIFAR10.
+    sample_pct : number in (0, 100], default 100
+        Percentage of training images kept (module docstring).
+    serialized_path : str or None
+        Per-rank cache file (``.h5``, ``.hdf5`` or ``.pkl``) with ``{rank}``/``{size}`` or
+        ``<rank>``/``<size>`` placeholders (:mod:`~distnet.datasets.cache`).
+    dist_flag : bool, default False
+        Kept for neon files; the experiment decides the tile and passes it to :meth:`load`.
+    backend : object or None
+        Kept (neon let a dataset name its backend); not used here.
+
+    Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
+    :meth:`source_files` and :meth:`_read`.
+    """
+
+    #: YAML key types for the config builder.
+    config_types = {"repo_path": str, "sample_pct": float, "serialized_path": str,
+                    "dist_flag": bool, "backend": ("obj", "backend")}
+    #: Whether pixels are divided by 255 when converted to the float dtype.
+    scale_255 = True
+    repo_required = True
+
+    def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
+                 backend=None):
+        self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
+        if sample_pct is None:
+            sample_pct = 100
+        if (isinstance(sample_pct, bool) or not isinstance(sample_pct, (int, float))
+                or not 0 < sample_pct <= 100):
+            raise ConfigError(f"must be a percentage in (0, 100], got {sample_pct!r}",
+                              key="sample_pct")
+        self.sample_pct = sample_pct
+        self.serialized_path = check_path(serialized_path, "serialized_path", False)
+        if self.serialized_path is not None:
+            cache.check_cache_path(self.serialized_path)
+        if not isinstance(dist_flag, bool):
+            raise ConfigError(f"expected True or False, got {dist_flag!r}", key="dist_flag")
+        self.dist_flag = dist_flag
+        self.backend = backend
+
+    # -- what subclasses provide -------------------------------------------------------------
+
+    #: Number of classes (labels are ``0 .. nclasses-1``).
+    nclasses = None
+    #: ``(C, H, W)`` of one image.
+    image_shape = None
+
+    def source_files(self):
+        """Paths of the files the data is read from; :class:`DataError` if any is missing."""
+        raise NotImplementedError
+
+    def _read(self, tile):
+        """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:
+        ``(N, C, h, w)`` in the stored dtype (uint8 for MNIST and CIFAR), ``y`` ``(N,)`` int64."""
+        raise NotImplementedError
+
+    # -- public --------------------------------------------------------------------------------
+
+    @property
+    def plane(self):
+        """``(H, W)``: the plane that tiles are cut from."""
+        return tuple(self.image_shape[1:])
+
+    def full_tile(self):
+        """The :class:`Box` of the whole image."""
+        H, W = self.plane
+        return Box(0, H, 0, W)
+
+    def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
+        """Read (or fetch from the cache) this rank's n-rant of both splits.
+
+        Parameters
+        ----------
+        tile : Box or None
+            The part ``[y0, y1) x [x0, x1)`` of the ``H x W`` plane this rank owns; None = all.
+        seed : int
+            Seed of the training subsample (``sample_pct < 100``).
+        dtype : numpy dtype or name
+            Floating dtype of ``x``.
+        rank, size, grid :
+            This process's rank, the number of processes and the spatial grid ``(Py, Px)``; used
+            only to fill ``serialized_path`` placeholders and for the cache metadata.
+
+        Returns
+        -------
+        dict
+            ``{'train': (x, y), 'test': (x, y)}``: ``x`` ``(N, C, h, w)`` of ``dtype`` with
+            ``(h, w) = tile.shape``, ``y`` ``(N,)`` int64. Train holds the ``sample_pct`` subset
+            in its shuffled order; test holds every image in file order.
+        """
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
+        tile = self._check_tile(tile)
+        if self.serialized_path is None:
+            return self._build(tile, seed, dtype)
+        path = cache.fill_placeholders(self.serialized_path, rank, size)
+        meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+        return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype))
+
+    def cache_metadata(self, tile, seed, dtype, rank, size, grid):
+        """The metadata a cache must carry to be used for this call of :meth:`load`."""
+        return {
+            "format_version": cache.CACHE_FORMAT_VERSION,
+            "dataset": type(self).__name__,
+            "sources": [cache.file_fingerprint(p) for p in self.source_files()],
+            "sample_pct": float(self.sample_pct),
+            "seed": int(seed),
+            "dtype": np.dtype(dtype).name,
+            "tile": [tile.y0, tile.y1, tile.x0, tile.x1],
+            "grid": None if grid is None else [int(g) for g in grid],
+            "plane": list(self.plane),
+            "rank": int(rank),
+            "size": int(size),
+        }
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _check_tile(self, tile):
+        H, W = self.plane
+        if tile is None:
+            return self.full_tile()
+        if not isinstance(tile, Box):
+            raise TypeError(f"tile must be a Box, got {tile!r}")
+        if tile.is_empty() or tile.y0 < 0 or tile.x0 < 0 or tile.y1 > H or tile.x1 > W:
+            raise DataError(f"tile {tile} is not a non-empty part of the {H}x{W} images of "
+                            f"{type(self).__name__}")
+        return tile
+
+    def _build(self, tile, seed, dtype):
+        raw = self._read(tile)
+        out = {}
+        for split in SPLITS:
+            x, y = raw[split]
+            if split == "train" and self.sample_pct != 100:
+                keep = sample_indices(len(y), self.sample_pct, seed)
+                x, y = x[keep], y[keep]
+            x = x.astype(dtype)
+            if self.scale_255:
+                x /= 255
+            out[split] = (x, np.asarray(y, dtype=np.int64))
+        return out
+
+    @staticmethod
+    def cut(x, tile):
+        """``x[:, :, y0:y1, x0:x1]`` for ``x`` ``(N, C, H, W)`` (a view)."""
+        return x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(repo_path={self.repo_path!r}, sample_pct={self.sample_pct!r}, "
+                f"serialized_path={self.serialized_path!r})")

@@ -1,0 +1,229 @@
+"""Per-rank dataset caches at ``serialized_path`` (DESIGN §5, NEON.md §2.2 and §5.5).
+
+neon pickled each rank's loaded dataset and trusted the pickle blindly: a file written for
+another grid, sample or seed was silently used. Here a cache carries metadata and is used only
+when that metadata equals what the current run would build; otherwise it is rebuilt.
+
+Path placeholders (:func:`fill_placeholders`): ``{rank}`` / ``{size}`` (neon's str.format style,
+format specs such as ``{rank:03d}`` allowed, ``{{``/``}}`` for literal braces) and ``<rank>`` /
+``<size>``. With more than one process the path must contain a rank placeholder, since otherwise
+every rank would write the same file.
+
+Formats, by extension:
+
+* ``.h5`` / ``.hdf5`` (preferred): datasets ``train/x``, ``train/y``, ``test/x``, ``test/y`` — the
+  layout :class:`~distnet.datasets.hdf5.HDF5Dataset` reads — and one attribute per metadata field,
+  ``distnet_cache.<field>``, holding the value as JSON text.
+* ``.pkl`` (neon-style): a pickled dict ``{'distnet_cache': metadata, 'train': {'x': x, 'y': y},
+  'test': {...}}``, read back only through :mod:`~distnet.datasets.safe_pickle`.
+
+Metadata fields (all JSON values; see :meth:`Dataset.cache_metadata
+<distnet.datasets.base.Dataset.cache_metadata>`): ``format_version``, ``dataset`` (class name),
+``sources`` (list of ``{path, size, mtime_ns}`` of the resolved source files), ``sample_pct``,
+``seed``, ``dtype``, ``tile`` (``[y0, y1, x0, x1]``), ``grid`` (``[Py, Px]`` or null),
+``plane`` (``[H, W]``), ``rank``, ``size``.
+
+Cache use (:func:`load_or_build`): missing file → build and write; metadata differs → log a
+warning naming each differing field, build and overwrite; unreadable or inconsistent file → log a
+warning, build and overwrite. Files are written to a temporary name and moved into place with
+:func:`os.replace`, so a crash never leaves a half-written cache.
+"""
+import json
+import logging
+import os
+import pickle
+import string
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from . import safe_pickle
+from .atomic import atomic_target
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT_VERSION = 1
+H5_EXTENSIONS = (".h5", ".hdf5")
+PKL_EXTENSIONS = (".pkl",)
+_ATTR = "distnet_cache."
+_PKL_KEY = "distnet_cache"
+SPLITS = ("train", "test")
+
+
+# ----------------------------------------------------------------------------- placeholders
+
+def _format_fields(path):
+    """Names of the ``{...}`` fields of ``path``; ConfigError if it is not a valid format string."""
+    try:
+        return [field for _, field, _, _ in string.Formatter().parse(path) if field is not None]
+    except ValueError as e:
+        raise ConfigError(f"bad placeholder in {path!r}: {e} (write {{{{ and }}}} for literal braces)",
+                          key="serialized_path") from None
+
+
+def has_rank_placeholder(path):
+    """Whether ``path`` contains ``{rank}`` (with or without a format spec) or ``<rank>``."""
+    return "<rank>" in path or "rank" in _format_fields(path)
+
+
+def fill_placeholders(path, rank, size):
+    """``path`` with ``{rank}``, ``{size}``, ``<rank>`` and ``<size>`` replaced by ``rank``/``size``.
+
+    ``{...}`` fields follow :meth:`str.format` (so ``{rank:02d}`` works and ``{{`` is a literal
+    brace); any field other than ``rank`` or ``size`` is a :class:`ConfigError`. With
+    ``size > 1`` a path without a rank placeholder is a :class:`ConfigError`: every rank would
+    write the same file.
+    """
+    path = os.fspath(path)
+    fields = _format_fields(path)
+    bad = [f for f in fields if f not in ("rank", "size")]
+    if bad:
+        raise ConfigError(f"unknown placeholder {{{bad[0]}}} in {path!r}; only {{rank}}, {{size}}, "
+                          f"<rank> and <size> are filled", key="serialized_path")
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is not in [0, {size})")
+    if size > 1 and not has_rank_placeholder(path):
+        raise ConfigError(f"{path!r} has no rank placeholder but the run has {size} processes, which "
+                          f"would all write the same file: add {{rank}} (e.g. 'cache/mnist_{{rank}}of"
+                          f"{{size}}.h5')", key="serialized_path")
+    try:
+        path = path.format(rank=rank, size=size)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"bad placeholder in {path!r}: {e}", key="serialized_path") from None
+    return path.replace("<rank>", str(rank)).replace("<size>", str(size))
+
+
+def check_cache_path(path):
+    """ConfigError unless ``path`` ends in one of the cache extensions."""
+    if not str(path).lower().endswith(H5_EXTENSIONS + PKL_EXTENSIONS):
+        raise ConfigError(f"{path!r} must end in .h5 or .hdf5 (HDF5 cache) or .pkl (pickle cache)",
+                          key="serialized_path")
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def normalize(meta):
+    """``meta`` as it reads back from a file (tuples become lists, and so on)."""
+    return json.loads(json.dumps(meta))
+
+
+def file_fingerprint(path):
+    """``{'path', 'size', 'mtime_ns'}`` of a source file, with its absolute path."""
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _describe_sources(cached, current):
+    old = {s["path"]: s for s in cached or []} if isinstance(cached, list) else {}
+    new = {s["path"]: s for s in current or []}
+    parts = [f"{p} is new" for p in new if p not in old]
+    parts += [f"{p} is no longer used" for p in old if p not in new]
+    for p in new:
+        if p in old and old[p] != new[p]:
+            parts.append(f"{p} changed (size {old[p].get('size')} -> {new[p]['size']}, "
+                         f"mtime_ns {old[p].get('mtime_ns')} -> {new[p]['mtime_ns']})")
+    return "sources: " + ("; ".join(parts) or f"cached {cached!r}, now {current!r}")
+
+
+def differences(cached, current):
+    """One sentence per metadata field whose cached value differs from the current one."""
+    out = []
+    for key in current:
+        if key not in cached:
+            out.append(f"{key}: absent from the cache, now {current[key]!r}")
+        elif cached[key] != current[key]:
+            if key == "sources":
+                out.append(_describe_sources(cached[key], current[key]))
+            else:
+                out.append(f"{key}: cached {cached[key]!r}, now {current[key]!r}")
+    out += [f"{key}: cached {cached[key]!r}, not used any more" for key in cached if key not in current]
+    return out
+
+
+# ----------------------------------------------------------------------------- read / write
+
+def _is_h5(path):
+    return str(path).lower().endswith(H5_EXTENSIONS)
+
+
+def read_cache(path):
+    """``(metadata, data)`` of a cache file; ``data`` maps split -> ``(x, y)``.
+
+    Raises :class:`DataError` if the file cannot be read or is not a complete distnet cache.
+    """
+    try:
+        if _is_h5(path):
+            import h5py
+            with h5py.File(path, "r") as f:
+                meta = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+                data = {s: (f[s]["x"][()], f[s]["y"][()]) for s in SPLITS}
+        else:
+            obj = safe_pickle.load(path)
+            meta = obj[_PKL_KEY]
+            data = {s: (obj[s]["x"], obj[s]["y"]) for s in SPLITS}
+    except DataError:
+        raise
+    except Exception as e:  # h5py/json/KeyError/TypeError: all mean "not a usable cache"
+        raise DataError(f"cannot read dataset cache {path}: {type(e).__name__}: {e}") from None
+    if not isinstance(meta, dict) or not meta:
+        raise DataError(f"{path} has no distnet cache metadata")
+    return meta, data
+
+
+def _check_data(path, meta, data):
+    """DataError unless the arrays agree with the metadata (dtype, tile shape, N of x and y)."""
+    y0, y1, x0, x1 = meta["tile"]
+    for split, (x, y) in data.items():
+        ok = (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.ndim == 4
+              and y.ndim == 1 and x.shape[0] == y.shape[0] and x.shape[2:] == (y1 - y0, x1 - x0)
+              and x.dtype == np.dtype(meta["dtype"]) and y.dtype == np.int64)
+        if not ok:
+            raise DataError(f"{path}: the {split} arrays do not match the cache metadata")
+
+
+def write_cache(path, meta, data):
+    """Write ``data`` (split -> ``(x, y)``) and ``meta`` to ``path`` atomically."""
+    with atomic_target(path) as tmp:
+        if _is_h5(path):
+            import h5py
+            with h5py.File(tmp, "w") as f:
+                for key, value in meta.items():
+                    f.attrs[_ATTR + key] = json.dumps(value)
+                for split, (x, y) in data.items():
+                    group = f.create_group(split)
+                    group.create_dataset("x", data=x)
+                    group.create_dataset("y", data=y)
+        else:
+            obj = {_PKL_KEY: meta}
+            obj.update({split: {"x": x, "y": y} for split, (x, y) in data.items()})
+            with open(tmp, "wb") as f:
+                pickle.dump(obj, f, protocol=4)
+
+
+def load_or_build(path, meta, build):
+    """The data cached at ``path`` if its metadata equals ``meta``, else ``build()`` (cached).
+
+    ``meta`` is a dict of JSON values; ``build()`` returns split -> ``(x, y)``. A stale or
+    unreadable cache is reported with a warning on this module's logger and overwritten. If the
+    new cache cannot be written, a warning says so and the built data is returned anyway.
+    """
+    meta = normalize(meta)
+    if os.path.exists(path):
+        try:
+            cached_meta, data = read_cache(path)
+            diffs = differences(cached_meta, meta)
+            if not diffs:
+                _check_data(path, meta, data)
+                log.info("loaded dataset cache %s", path)
+                return data
+            log.warning("dataset cache %s was written for another run (%s); rebuilding it",
+                        path, "; ".join(diffs))
+        except DataError as e:
+            log.warning("dataset cache %s is unusable (%s); rebuilding it", path, e)
+    data = build()
+    try:
+        write_cache(path, meta, data)
+        log.info("wrote dataset cache %s", path)
+    except (OSError, ValueError, TypeError) as e:
+        log.warning("could not write dataset cache %s (%s); continuing without it", path, e)
+    return data

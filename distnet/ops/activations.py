@@ -1,0 +1,85 @@
+"""Activation functions (NEON.md §3.10): ``fprop(z) -> y`` and ``bprop(z, y, dy) -> dz``.
+
+``z`` is the pre-activation, ``y = fprop(z)`` its value (passed back in so that no function is
+evaluated twice), ``dy`` = dL/dy and ``dz`` = dL/dz, all of the same shape. Element-wise
+activations accept any shape; :class:`Softmax` needs ``(B, F)``. The constructors take no
+arguments (the config layer maps YAML keys to classes); ``name`` is a short lower-case tag.
+Outputs keep the dtype of the inputs.
+"""
+from ..backend import get_array_module
+
+
+class Identity:
+    """``y = z``; ``dz = dy``."""
+
+    name = "identity"
+
+    def fprop(self, z):
+        return z
+
+    def bprop(self, z, y, dy):
+        return dy
+
+
+class Logistic:
+    """``y = 1 / (1 + exp(-z))``; ``dz = dy * y * (1 - y)``.
+
+    Evaluated as ``exp(-|z|)`` based branches so that no ``exp`` overflows for large ``|z|``.
+    """
+
+    name = "logistic"
+
+    def fprop(self, z):
+        xp = get_array_module(z)
+        e = xp.exp(-xp.abs(z))                       # in (0, 1]: never overflows
+        r = 1 / (1 + e)
+        return xp.where(z >= 0, r, e * r)            # e/(1+e) = 1/(1+exp(-z)) for z < 0
+
+    def bprop(self, z, y, dy):
+        return dy * y * (1 - y)
+
+
+class RectLin:
+    """``y = max(z, 0)`` (``z * [z > 0]``); ``dz = dy * [z > 0]``: the derivative is 0 at ``z == 0``."""
+
+    name = "rectlin"
+
+    def fprop(self, z):
+        xp = get_array_module(z)
+        return xp.where(z > 0, z, 0)
+
+    def bprop(self, z, y, dy):
+        xp = get_array_module(z, dy)
+        return xp.where(z > 0, dy, 0)
+
+
+class Tanh:
+    """``y = tanh(z)``; ``dz = dy * (1 - y**2)``. (neon v0.4.0 could not use it as a layer
+    activation; distnet can.)"""
+
+    name = "tanh"
+
+    def fprop(self, z):
+        return get_array_module(z).tanh(z)
+
+    def bprop(self, z, y, dy):
+        return dy * (1 - y * y)
+
+
+class Softmax:
+    """Softmax over axis 1 of ``z (B, F)``: ``y[b, k] = exp(z[b, k]) / sum_j exp(z[b, j])``.
+
+    The row maximum is subtracted first (same result, no overflow). Backward is the
+    Jacobian-vector product ``dz = y * (dy - sum_k dy[:, k] * y[:, k])``.
+    """
+
+    name = "softmax"
+
+    def fprop(self, z):
+        xp = get_array_module(z)
+        e = xp.exp(z - z.max(axis=1, keepdims=True))
+        e /= e.sum(axis=1, keepdims=True)
+        return e
+
+    def bprop(self, z, y, dy):
+        return y * (dy - (dy * y).sum(axis=1, keepdims=True))

@@ -1,0 +1,68 @@
+"""Costs (NEON.md §3.11) and the misclassification count.
+
+``y`` is the network output and ``t`` the target, both ``(B, K)``. ``loss(y, t)`` returns a Python
+float: the SUM over the batch of the per-sample loss. ``grad(y, t)`` is d loss / d y, the gradient of
+that sum, shaped like ``y`` (the model divides by the batch size). Gradients keep ``y``'s dtype;
+the loss is accumulated in float64.
+"""
+import numpy as np
+
+from ..backend import get_array_module
+
+#: float32 machine epsilon, 2**-23: neon's clip bound, used for every dtype.
+EPS = float(np.finfo(np.float32).eps)
+
+
+class CrossEntropy:
+    """Binary cross-entropy summed over the K outputs (neon's ``CrossEntropy``).
+
+    Per sample ``-sum_k [t ln clip(y) + (1-t) ln clip(1-y)]``, clip to ``[EPS, 1-EPS]``.
+    ``grad = (y - t) / clip(y (1 - y), EPS, 1 - EPS)`` exactly as neon (so with a Logistic output
+    ``dz = y - t`` except where ``y(1-y) < EPS``).
+
+    Note: neon logged the MEAN over all ``B*K`` elements; distnet's ``loss`` is the sum over the
+    batch of the per-sample sum over ``K`` (the quantity whose gradient ``grad`` is), so its value
+    is ``B*K`` times neon's, and the model's per-sample average is ``K`` times neon's number.
+    """
+
+    name = "cross_entropy"
+
+    def loss(self, y, t):
+        xp = get_array_module(y, t)
+        t = xp.asarray(t, dtype=y.dtype)
+        yc = xp.clip(y, EPS, 1 - EPS)
+        nc = xp.clip(1 - y, EPS, 1 - EPS)
+        return -float(xp.sum(t * xp.log(yc) + (1 - t) * xp.log(nc), dtype="float64"))
+
+    def grad(self, y, t):
+        xp = get_array_module(y, t)
+        t = xp.asarray(t, dtype=y.dtype)
+        return (y - t) / xp.clip(y * (1 - y), EPS, 1 - EPS)
+
+
+class SumSquaredDiffs:
+    """``loss = 1/2 sum (y - t)**2`` over all elements; ``grad = y - t``."""
+
+    name = "sum_squared_diffs"
+
+    def loss(self, y, t):
+        xp = get_array_module(y, t)
+        d = y - xp.asarray(t, dtype=y.dtype)
+        return 0.5 * float(xp.sum(d * d, dtype="float64"))
+
+    def grad(self, y, t):
+        xp = get_array_module(y, t)
+        return y - xp.asarray(t, dtype=y.dtype)
+
+
+def misclassified(y, labels):
+    """Number of rows of ``y (B, K)`` whose argmax over axis 1 differs from the label.
+
+    ``labels`` are class indices ``(B,)``, or one-hot / score rows ``(B, K)`` (their argmax is
+    taken). Ties in ``y`` go to the first maximum (numpy ``argmax``).
+    """
+    xp = get_array_module(y, labels)
+    labels = xp.asarray(labels)
+    if labels.ndim == 2:
+        labels = labels.argmax(axis=1)
+    return int(xp.count_nonzero(y.argmax(axis=1) != labels.reshape(-1)))

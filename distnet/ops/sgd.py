@@ -1,0 +1,72 @@
+"""Stochastic gradient descent with momentum, and the momentum schedules of neon's YAML.
+
+Update (every layer with weights, a distnet change: neon v0.4 applied momentum only in
+``Layer``): ``v <- mu(e) * v - lr * G``; then ``W <- W + v`` (classical momentum) or
+``W <- W + mu(e) * v - lr * G`` (nesterov). With ``mu = 0`` both are plain ``W <- W - lr * G``.
+"""
+from ..errors import ConfigError
+
+_TYPES = ("constant", "linear_monotone", "nesterov")
+_KEYS = {"type", "coef", "initial_coef", "saturated_coef", "start_epoch", "saturate_epoch"}
+
+
+class MomentumSchedule:
+    """The coefficient ``mu(e)`` for 0-based epoch ``e``.
+
+    * ``constant``: ``coef`` (default 0).
+    * ``linear_monotone``: ``initial_coef`` until ``start_epoch``, then a linear ramp reaching
+      ``saturated_coef`` at ``saturate_epoch``, then ``saturated_coef`` (both coefs default to
+      ``coef``, whose default is 0). This is what the name says; neon v0.4 ran the ramp backwards
+      (from ``saturated_coef`` to ``initial_coef``, NEON.md §2.2). With neon's example values
+      ``{0.99 -> 0.90, epochs 5..5}`` both give 0.90 from epoch 5 on, but distnet gives 0.99 before.
+    * ``nesterov``: like ``constant`` but with the Nesterov update (neon raised
+      NotImplementedError).
+    """
+
+    def __init__(self, config=None):
+        config = dict(config or {"type": "constant", "coef": 0.0})
+        unknown = set(config) - _KEYS
+        if unknown:
+            raise ConfigError(f"unknown momentum key(s) {sorted(unknown)}; valid: {sorted(_KEYS)}", key="momentum")
+        kind = config.get("type")
+        if kind not in _TYPES:
+            raise ConfigError(f"momentum type must be one of {', '.join(_TYPES)}, got {kind!r}", key="momentum")
+        self.kind = kind
+        self.nesterov = kind == "nesterov"
+        try:
+            coef = float(config.get("coef", 0.0))
+            self.initial = float(config.get("initial_coef", coef))
+            self.saturated = float(config.get("saturated_coef", coef))
+            self.coef = coef
+            self.start = config.get("start_epoch")
+            self.end = config.get("saturate_epoch")
+        except (TypeError, ValueError):
+            raise ConfigError(f"momentum coefficients must be numbers: {config}", key="momentum") from None
+        if kind == "linear_monotone" and self.start is not None and self.end is not None and self.end < self.start:
+            raise ConfigError("momentum saturate_epoch must be >= start_epoch", key="momentum")
+
+    def __call__(self, epoch):
+        if self.kind != "linear_monotone":
+            return self.coef
+        if self.start is None or epoch < self.start:
+            return self.initial
+        if self.end is None or epoch >= self.end:
+            return self.saturated if self.end is not None else self.initial
+        p = (epoch - self.start) / (self.end - self.start)
+        return (1 - p) * self.initial + p * self.saturated
+
+
+def sgd_update(w, g, v, lr, mu, nesterov=False):
+    """In-place SGD step on ``w`` with gradient ``g`` and velocity ``v`` (all the same shape).
+
+    ``v`` is None while no momentum was ever used (plain SGD needs no velocity buffer).
+    """
+    if v is None:
+        w -= lr * g
+        return
+    v *= mu
+    v -= lr * g
+    if nesterov:
+        w += mu * v - lr * g
+    else:
+        w += v

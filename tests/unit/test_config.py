@@ -1,0 +1,119 @@
+"""Experiment files: construction through the registry, and errors that name file, line and key."""
+import pytest
+
+from distnet.config import load_experiment, load_experiment_text
+from distnet.config.registry import known_classes
+from distnet.errors import ConfigError
+
+HEADER = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: &be !obj:distnet.backends.Numpy {rng_seed: 0},
+  datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere}],
+  model: !obj:distnet.models.MLP {
+    num_epochs: 1,
+    learning_rate: 0.1,
+    layers: [
+"""
+FOOTER = """    ],
+  },
+}
+"""
+CONV = "      !obj:distnet.layers.ConvLayer {nofm: 4, fshape: 5, weight_init: {type: uniform, low: -0.1, high: 0.1}},\n"
+POOL = "      !obj:distnet.layers.MaxPoolingLayer {fshape: 2},\n"
+FC = "      !obj:distnet.layers.LayerWithNoBias {nout: 10, weight_init: {type: uniform}},\n"
+
+
+def build(*layers):
+    return load_experiment_text(HEADER + "".join(layers) + FOOTER, "exp.yaml")
+
+
+def error_of(*layers):
+    with pytest.raises(ConfigError) as e:
+        exp = build(*layers)
+        exp.model.infer_shapes(exp.dataset.image_shape)
+    return e.value
+
+
+def test_builds_objects_and_derives_shapes():
+    exp = build(CONV, POOL, FC)
+    assert exp.model.infer_shapes((1, 28, 28)) == (10,)
+    conv, pool, fc = exp.model.layers
+    assert conv.out_shape == (4, 24, 24) and pool.out_shape == (4, 12, 12)
+    assert fc.nfeat == 4 * 12 * 12
+
+
+def test_aliases_are_the_same_object():
+    exp = build(CONV, FC)
+    assert exp.backend.rng_seed == 0
+    text = HEADER.replace("model: !obj:distnet.models.MLP {", "model: !obj:distnet.models.MLP {\n    cost: &c !obj:distnet.costs.CrossEntropy {},") + FC + FOOTER
+    exp = load_experiment_text(text, "x.yaml")
+    assert type(exp.model.cost).__name__ == "CrossEntropy"
+
+
+def test_neon_class_paths_are_aliases():
+    exp = load_experiment("experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml")
+    assert [type(l).__name__ for l in exp.model.layers] == [
+        "ConvLayer", "MaxPoolingLayer", "ConvLayer", "MaxPoolingLayer", "LayerWithNoBias", "LayerWithNoBias"]
+    assert exp.model.infer_shapes((1, 28, 28)) == (10,)
+
+
+def test_unknown_class_names_line_and_suggests():
+    e = error_of(CONV.replace("ConvLayer", "ConvLayr"))
+    assert "exp.yaml:8" in str(e) and "ConvLayer" in str(e)
+
+
+def test_arbitrary_python_paths_are_never_imported():
+    e = error_of("      !obj:os.system {command: 'echo hi'},\n")
+    assert "unknown class !obj:os.system" in str(e)
+
+
+def test_unknown_key_names_key_line_and_valid_keys():
+    e = error_of(CONV, "      !obj:distnet.layers.MaxPoolingLayer {\n        fshape: 2,\n        strid: 2},\n", FC)
+    assert e.where == "exp.yaml:11" and e.key == "strid"
+    assert "stride" in str(e)
+
+
+def test_missing_required_key():
+    e = error_of("      !obj:distnet.layers.ConvLayer {fshape: 5, weight_init: {type: uniform}},\n")
+    assert "nofm" in str(e) and "exp.yaml:8" in str(e)
+
+
+def test_wrong_type():
+    e = error_of(CONV.replace("nofm: 4", "nofm: four"))
+    assert e.key == "nofm" and "integer" in str(e)
+
+
+def test_inconsistent_declared_shape_names_key():
+    e = error_of(CONV, POOL.replace("{fshape: 2}", "{fshape: 2, nifm: 5}"), FC)
+    assert e.key == "nifm" and "exp.yaml:9" in str(e) and "4 maps" in str(e)
+
+
+def test_inconsistent_nin():
+    e = error_of(CONV, POOL, FC.replace("{nout: 10", "{nin: 100, nout: 10"))
+    assert e.key == "nin" and "576" in str(e)
+
+
+def test_bad_weight_init():
+    e = error_of(CONV.replace("type: uniform, low", "type: unifrom, low"))
+    assert e.key == "weight_init" and "uniform" in str(e)
+
+
+def test_malformed_yaml_names_line():
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text("!obj:distnet.experiments.FitExperiment {\n  model: [1, 2\n", "bad.yaml")
+    assert "bad.yaml:" in str(e.value) and "malformed YAML" in str(e.value)
+
+
+def test_root_must_be_an_experiment():
+    with pytest.raises(ConfigError, match="root"):
+        load_experiment_text("!obj:distnet.backends.Numpy {}", "r.yaml")
+
+
+def test_window_too_large_for_input():
+    e = error_of(CONV.replace("fshape: 5", "fshape: 40"), FC)
+    assert e.key == "fshape" and "larger than the input" in str(e)
+
+
+def test_registry_lists_neon_paths():
+    names = {n: p for n, _, _, p in known_classes()}
+    assert names["ConvLayerDist"] == "neon.models.layer.ConvLayerDist"
+    assert names["MLP"] == "neon.models.mlp.MLP"

@@ -1,0 +1,184 @@
+"""distnet.ops.pooling: max / average / L2 pooling against naive loops and central differences."""
+import numpy as np
+import pytest
+
+from distnet.errors import GeometryError
+from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
+                                 maxpool_bprop, maxpool_fprop)
+from tests.numgrad import check_grad
+
+CASES = [  # (x shape (B,C,H,W), fshape, stride)
+    ((1, 1, 4, 4), (2, 2), (2, 2)),
+    ((2, 3, 7, 8), (3, 2), (2, 2)),
+    ((2, 2, 8, 6), (2, 3), (2, 1)),
+    ((3, 2, 10, 9), (4, 2), (3, 2)),   # windows do not tile the input exactly
+    ((1, 2, 6, 7), (3, 3), (1, 1)),    # heavy overlap
+]
+
+
+def windows(x, fshape, stride):
+    """Yield (b, c, i, j, window (fh, fw)) for every output position, naively."""
+    B, C, H, W = x.shape
+    (fh, fw), (sy, sx) = fshape, stride
+    for b in range(B):
+        for c in range(C):
+            for i in range((H - fh) // sy + 1):
+                for j in range((W - fw) // sx + 1):
+                    yield b, c, i, j, x[b, c, i * sy:i * sy + fh, j * sx:j * sx + fw]
+
+
+def out_shape(shape, fshape, stride):
+    return shape[:2] + ((shape[2] - fshape[0]) // stride[0] + 1, (shape[3] - fshape[1]) // stride[1] + 1)
+
+
+def naive(x, fshape, stride, reduce):
+    y = np.zeros(out_shape(x.shape, fshape, stride))
+    for b, c, i, j, win in windows(x, fshape, stride):
+        y[b, c, i, j] = reduce(win)
+    return y
+
+
+def check_pool_grad(fprop, bprop, x, fshape, stride, seed=1):
+    dy = np.random.default_rng(seed).standard_normal(out_shape(x.shape, fshape, stride))
+    dx = bprop(dy)
+    assert dx.shape == x.shape
+    check_grad(lambda: float(np.vdot(fprop(x), dy)), x, dx)
+
+
+# ----------------------------------------------------------------------------------------- max
+
+@pytest.mark.parametrize("shape,fshape,stride", CASES)
+def test_maxpool_forward_and_argmax(shape, fshape, stride):
+    x = np.random.default_rng(0).standard_normal(shape)
+    y, arg = maxpool_fprop(x, fshape, stride)
+    np.testing.assert_array_equal(y, naive(x, fshape, stride, np.max))
+    np.testing.assert_array_equal(arg, naive(x, fshape, stride, lambda w: np.argmax(w)))
+    assert np.issubdtype(arg.dtype, np.integer) and arg.dtype.itemsize <= 4
+
+
+@pytest.mark.parametrize("shape,fshape,stride", CASES)
+def test_maxpool_backward(shape, fshape, stride):
+    x = np.random.default_rng(0).standard_normal(shape)   # distinct values: differentiable
+    _, arg = maxpool_fprop(x, fshape, stride)
+    check_pool_grad(lambda a: maxpool_fprop(a, fshape, stride)[0],
+                    lambda dy: maxpool_bprop(dy, arg, x.shape, fshape, stride), x, fshape, stride)
+
+
+def test_maxpool_ties_first_max_wins():
+    # Integer values in a tiny range: many ties inside every window.
+    x = np.random.default_rng(2).integers(0, 3, size=(2, 2, 7, 8)).astype(float)
+    fshape, stride = (3, 2), (2, 1)
+    y, arg = maxpool_fprop(x, fshape, stride)
+    np.testing.assert_array_equal(arg, naive(x, fshape, stride, lambda w: np.argmax(w)))
+    # Backward sends dy to the first maximum only; overlapping windows add up.
+    dy = np.random.default_rng(3).standard_normal(y.shape)
+    expected = np.zeros_like(x)
+    for b, c, i, j, win in windows(x, fshape, stride):
+        u, v = np.unravel_index(np.argmax(win), fshape)
+        expected[b, c, i * stride[0] + u, j * stride[1] + v] += dy[b, c, i, j]
+    np.testing.assert_allclose(maxpool_bprop(dy, arg, x.shape, fshape, stride), expected, rtol=1e-12)
+
+
+def test_maxpool_all_equal_window_and_negative_values():
+    x = np.full((1, 1, 2, 2), -1.0)
+    y, arg = maxpool_fprop(x, (2, 2), (1, 1))
+    assert y[0, 0, 0, 0] == -1 and arg[0, 0, 0, 0] == 0
+    dx = maxpool_bprop(np.ones((1, 1, 1, 1)), arg, x.shape, (2, 2), (1, 1))
+    np.testing.assert_array_equal(dx[0, 0], [[1, 0], [0, 0]])
+
+
+def test_maxpool_large_window_index_dtype():
+    x = np.random.default_rng(4).standard_normal((1, 1, 20, 20))
+    y, arg = maxpool_fprop(x, (20, 20), (1, 1))
+    assert int(arg[0, 0, 0, 0]) == int(np.argmax(x)) and y[0, 0, 0, 0] == x.max()
+
+
+# ------------------------------------------------------------------------------------- average
+
+@pytest.mark.parametrize("shape,fshape,stride", CASES)
+def test_avgpool(shape, fshape, stride):
+    x = np.random.default_rng(0).standard_normal(shape)
+    np.testing.assert_allclose(avgpool_fprop(x, fshape, stride), naive(x, fshape, stride, np.mean),
+                               rtol=1e-12, atol=1e-14)
+    check_pool_grad(lambda a: avgpool_fprop(a, fshape, stride),
+                    lambda dy: avgpool_bprop(dy, x.shape, fshape, stride), x, fshape, stride)
+
+
+def test_avgpool_zero_padding_counts():
+    x = np.zeros((1, 1, 3, 3))
+    x[0, 0, 1, 1] = 9.0                    # as if a 1x1 image were padded by 1
+    assert avgpool_fprop(x, (3, 3), (1, 1))[0, 0, 0, 0] == 1.0
+
+
+# ------------------------------------------------------------------------------------------ L2
+
+@pytest.mark.parametrize("shape,fshape,stride", CASES)
+def test_l2pool(shape, fshape, stride):
+    x = np.random.default_rng(0).standard_normal(shape)
+    y = l2pool_fprop(x, fshape, stride)
+    np.testing.assert_allclose(y, naive(x, fshape, stride, lambda w: np.sqrt(np.sum(w * w))),
+                               rtol=1e-12)
+    check_pool_grad(lambda a: l2pool_fprop(a, fshape, stride),
+                    lambda dy: l2pool_bprop(x, y, dy, fshape, stride), x, fshape, stride)
+
+
+def test_l2pool_zero_windows():
+    # Zero rows/cols give all-zero windows (y == 0 exactly); others are mixed.
+    x = np.random.default_rng(5).standard_normal((2, 2, 8, 7))
+    x[:, :, :4, :] = 0
+    x[1, 1] = 0
+    fshape, stride = (2, 3), (2, 2)
+    y = l2pool_fprop(x, fshape, stride)
+    assert (y == 0).any()
+    dy = np.random.default_rng(6).standard_normal(y.shape)
+    dx = l2pool_bprop(x, y, dy, fshape, stride)
+    assert np.isfinite(dx).all()
+    expected = np.zeros_like(x)            # the NEON.md §3.5 rule, written out
+    for b, c, i, j, win in windows(x, fshape, stride):
+        yhat = y[b, c, i, j] if y[b, c, i, j] != 0 else 1.0
+        expected[b, c, i * 2:i * 2 + 2, j * 2:j * 2 + 3] += dy[b, c, i, j] * win / yhat
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-15)
+    # sqrt(sum x^2) at an all-zero window has symmetric central differences (0): still matches.
+    check_grad(lambda: float(np.vdot(l2pool_fprop(x, fshape, stride), dy)), x, dx)
+
+
+# -------------------------------------------------------------------------------------- common
+
+@pytest.mark.parametrize("fn", ["max", "avg", "l2"])
+def test_float32_stays_float32(fn):
+    x = np.random.default_rng(0).standard_normal((2, 2, 6, 6)).astype(np.float32)
+    fs, st = (2, 2), (2, 2)
+    if fn == "max":
+        y, arg = maxpool_fprop(x, fs, st)
+        dx = maxpool_bprop(y, arg, x.shape, fs, st)
+    elif fn == "avg":
+        y = avgpool_fprop(x, fs, st)
+        dx = avgpool_bprop(y, x.shape, fs, st)
+    else:
+        y = l2pool_fprop(x, fs, st)
+        dx = l2pool_bprop(x, y, y, fs, st)
+    assert y.dtype == dx.dtype == np.float32
+
+
+def test_bad_geometry_raises():
+    with pytest.raises(GeometryError):
+        maxpool_fprop(np.zeros((1, 1, 2, 2)), (3, 3), (1, 1))
+
+
+def test_layouts_do_not_matter():
+    # Non-contiguous input, and an argmax re-laid out by the caller: same results.
+    base = np.random.default_rng(7).standard_normal((3, 4, 9, 8))
+    x = base[:, ::2]                                   # (3, 2, 9, 8) view
+    fs, st = (3, 2), (2, 2)
+    y, arg = maxpool_fprop(x, fs, st)
+    assert y.flags.c_contiguous
+    np.testing.assert_array_equal(y, naive(x, fs, st, np.max))
+    dy = np.random.default_rng(8).standard_normal(y.shape)
+    np.testing.assert_array_equal(maxpool_bprop(dy, arg, x.shape, fs, st),
+                                  maxpool_bprop(dy, np.ascontiguousarray(arg), x.shape, fs, st))
+    for f, ref in ((avgpool_fprop, np.mean), (l2pool_fprop, lambda w: np.sqrt(np.sum(w * w)))):
+        r = f(x, fs, st)
+        assert r.flags.c_contiguous
+        np.testing.assert_allclose(r, naive(x, fs, st, ref), rtol=1e-12)
+    for dx in (avgpool_bprop(dy, x.shape, fs, st), l2pool_bprop(x, y, dy, fs, st)):
+        assert dx.flags.c_contiguous and dx.shape == x.shape
