@@ -2,16 +2,11 @@
 their per-epoch costs and error rates side by side with the largest difference."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
-
-def mpiexec_path():
-    """The launcher beside this Python (the pip ``mpich`` package installs it there), else PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return local if os.path.exists(local) else shutil.which("mpiexec")
+from ..comm.launcher import launch_env, mpiexec_path
 
 
 def run_experiment(path, nranks, metrics, extra_args=(), timeout=None):
@@ -22,7 +17,7 @@ def run_experiment(path, nranks, metrics, extra_args=(), timeout=None):
         if launcher is None:
             raise FileNotFoundError("mpiexec not found: pip install mpich (or load your MPI)")
         cmd = [launcher, "-n", str(nranks), *cmd]
-    return subprocess.run(cmd, timeout=timeout).returncode
+    return subprocess.run(cmd, timeout=timeout, env=launch_env(nranks)).returncode
 
 
 def read_metrics(path):

@@ -34,6 +34,10 @@ _add("distnet.layers", "layer", [
     "ConvLayer", "ConvLayerDist", "MaxPoolingLayer", "MaxPoolingLayerDist", "AveragePoolingLayer",
     "AveragePoolingLayerDist", "L2PoolingLayer", "L2PoolingLayerDist", "LayerWithNoBias",
     "LayerWithNoBiasDist", "Layer", "LayerDist"], "distnet.layers", "neon.models.layer")
+_add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist", "LCNLayer", "LCNLayerDist"],
+     "distnet.layers", "neon.models.layer")
+_add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
+_add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")
 _add("distnet.ops.activations", "activation", ["RectLin"], "distnet.activations", "neon.transforms.rectified")
 _add("distnet.ops.activations", "activation", ["Identity"], "distnet.activations", "neon.transforms.linear")

@@ -7,9 +7,12 @@ from .base import REPLICATED, SPATIAL, BaseLayer, LayerContext
 from .dist import (AveragePoolingLayerDist, ConvLayerDist, L2PoolingLayerDist, LayerDist,
                    LayerWithNoBiasDist, MaxPoolingLayerDist)
 from .fc import Layer, LayerWithNoBias
+from .lcn import LCNLayer, LCNLayerDist
+from .local import LocalFilteringLayer, LocalFilteringLayerDist
 from .spatial import AveragePoolingLayer, ConvLayer, L2PoolingLayer, MaxPoolingLayer, WindowLayer
 
 __all__ = ["AveragePoolingLayer", "AveragePoolingLayerDist", "BaseLayer", "ConvLayer", "ConvLayerDist",
            "L2PoolingLayer", "L2PoolingLayerDist", "Layer", "LayerContext", "LayerDist",
            "LayerWithNoBias", "LayerWithNoBiasDist", "MaxPoolingLayer", "MaxPoolingLayerDist",
            "REPLICATED", "SPATIAL", "WindowLayer"]
+__all__ += ["LCNLayer", "LCNLayerDist", "LocalFilteringLayer", "LocalFilteringLayerDist"]

@@ -6,6 +6,8 @@ What it provides
 ----------------
 * fixture ``comm``: ``MPI.COMM_WORLD``, for the test's own communication.
 * fixture ``mpi``: :class:`MPIHelper` with collective-safe ``skip_unless`` / ``assert_all``.
+* marker ``mpi_size(n, ...)``: the test (or one ``pytest.param``) runs only at those world sizes;
+  others are deselected at collection (free, unlike a skip, which costs a round of messages).
 * Lockstep outcomes: after setup, call and teardown of every test, the ranks agree (on a private
   duplicate of COMM_WORLD, so the harness never matches a test's messages) on one outcome: a test
   fails everywhere if it failed anywhere, and rank 0's report shows the other ranks' failures.
@@ -101,6 +103,7 @@ def pytest_ignore_collect(collection_path, config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
+    config.addinivalue_line("markers", "mpi_size(n, ...): run only when the world size is one of n, ...")
     if not _active(config):
         return
     world = _world()
@@ -120,6 +123,21 @@ def _silence_terminal(config):
         return
     pm.unregister(old)
     pm.register(TerminalReporter(config, open(os.devnull, "w")), "terminalreporter")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect tests marked ``mpi_size(n, ...)`` whose sizes exclude this run's world size
+    (decided at collection, identically on every rank, so the ranks stay in step for free)."""
+    if not _active(config):
+        return
+    size = _world().Get_size()
+    keep, drop = [], []
+    for item in items:
+        marks = list(item.iter_markers("mpi_size"))
+        (keep if all(size in m.args for m in marks) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_internalerror(excrepr, excinfo):

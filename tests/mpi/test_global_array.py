@@ -67,7 +67,13 @@ def _own(x, plan):
     return np.ascontiguousarray(x[(Ellipsis,) + plan.own.relative_to(IMAGE)])
 
 
-cases = pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
+def _grids(grids):
+    """``grid`` parameters, each marked to run only at world size ``Py * Px``."""
+    return [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1]))
+            for g in grids]
+
+
+cases = pytest.mark.parametrize("grid", _grids(GRIDS))
 windows = pytest.mark.parametrize("window", list(WINDOWS))
 
 
@@ -114,7 +120,7 @@ def test_adjoint_equals_global_scatter_add(mpi, topologies, grid, window):
     np.testing.assert_allclose(got, expect, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("grid", [g for g in GRIDS if g[0] * g[1] > 1], ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("grid", _grids(g for g in GRIDS if g[0] * g[1] > 1))
 def test_wide_halo_reaches_non_neighbours(mpi, topologies, grid):
     """With halos wider than a tile, some rank receives from a rank two tiles away (the case neon
     could not do); the chunk is still the exact global slice (checked above)."""
@@ -129,7 +135,7 @@ def _lor():
     return MPI.LOR
 
 
-@pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
+@cases
 def test_buffers_reused_across_calls_and_batch_sizes(mpi, topologies, grid):
     topo, plan, ga = _setup(mpi, topologies, grid, "3x3s1p1")
     for step, batch in enumerate([2, 2, 5, 2]):
@@ -139,7 +145,7 @@ def test_buffers_reused_across_calls_and_batch_sizes(mpi, topologies, grid):
     assert len(ga._buffers) == 2  # one buffer set per (B, C, dtype): B=2 and B=5
 
 
-@pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
+@cases
 def test_two_layers_interleaved_with_skewed_ranks(mpi, topologies, grid):
     """Two layers on one communicator (distinct tags); rank 0 lags so that the others post the next
     layer's messages early. Forward A, forward B, adjoint B, adjoint A all match their oracles."""

@@ -1,0 +1,72 @@
+"""neon's ``LCNLayer``: local contrast normalisation, "same" size, stride 1 (NEON.md §3.7, §6.4).
+
+One Gaussian filter ``w (C, fh, fw)`` (:func:`~distnet.ops.lcn.lcn_filter`, odd sizes) spans all
+C maps. Forward in two stages, each reading a chunk = tile + (fh-1)/2 rows and (fw-1)/2 columns
+around it::
+
+    m = w * chunk(x);  s = x - m;  d = sqrt(w * chunk(s)^2), 1 where 0;  y = s / d
+
+On one process ``chunk`` is zero padding; :class:`LCNLayerDist` swaps it for the halo exchange of
+its GlobalArray, which fills ghosts from the neighbours and zeros only outside the image (the
+chunk box of a same-padded window includes the padding), so the result is the non-dist one. The
+input plane, the output plane and their tiles are the same, so the one plan (and GlobalArray)
+serves both exchanges (x, then s). Backward: the exact gradient (neon v0.4 dropped the direct
+term ``e/d`` where ``s == 0``; distnet does not reproduce that, see :mod:`distnet.ops.lcn`),
+with the two adjoint exchanges in reverse order. No parameters.
+"""
+from ..ops.lcn import (lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter, lcn_fprop_divisive,
+                       lcn_fprop_subtractive)
+from .dist import HaloMixin
+from .spatial import WindowLayer, _pair
+
+
+class LCNLayer(WindowLayer):
+    """Keys: ``fshape`` (odd; int or [fh, fw], rectangular allowed), ``stride`` (must be 1),
+    ``nifm``/``ifmshape`` (optional, checked). The padding is always "same" (no ``padding``
+    key). Output ``(B, C, H, W)``, the input's shape."""
+
+    def __init__(self, fshape, stride=1, nifm=None, ifmshape=None, name=None, pos=None, batch_size=None):
+        fh, fw = _pair(fshape)
+        super().__init__((fh, fw), stride, ((fh - 1) // 2, (fw - 1) // 2), nifm, ifmshape, name, pos,
+                         batch_size)
+        if self.stride != (1, 1):
+            raise self.error(f"LCN works at stride 1 only (its output has its input's size), got "
+                             f"stride {list(self.stride)}", "stride")
+        if fh < 1 or fw < 1 or fh % 2 == 0 or fw % 2 == 0:
+            raise self.error(f"LCN filter sizes must be odd and positive (the window is centred on "
+                             f"its pixel), got fshape {[fh, fw]}", "fshape")
+        self.w = None
+
+    def infer_shape(self, in_shape):
+        out = super().infer_shape(in_shape)
+        self._w_host = lcn_filter(in_shape[0], self.fshape)   # float64, cast in configure
+        return out
+
+    def configure(self, layout, ctx):
+        out = super().configure(layout, ctx)
+        self.w = self.xp.asarray(self._w_host.astype(self.dtype))
+        return out
+
+    def fprop(self, x):
+        """``x (B, C, h, w)`` on my tile -> ``y`` of the same shape. Dist: two exchanges."""
+        xc = self._chunk(x)
+        self._xc_shape = xc.shape
+        self._s = lcn_fprop_subtractive(x, xc, self.w)
+        self._sc = self._chunk(self._s)
+        y, self._d = lcn_fprop_divisive(self._s, self._sc, self.w)
+        return y
+
+    def bprop(self, delta, need_input_grad=True):
+        """``delta (B, C, h, w)`` -> the exact gradient on my tile (or None). Dist: two adjoint
+        exchanges (the s-chunk gradient, then the x-chunk gradient)."""
+        if not need_input_grad:
+            return None
+        gs_direct, gs_chunk = lcn_bprop_divisive(delta, self._s, self._sc, self._d, self.w)
+        gs = gs_direct + self._input_grad(gs_chunk)
+        gx_direct, gx_chunk = lcn_bprop_subtractive(gs, self._xc_shape, self.w)
+        return gx_direct + self._input_grad(gx_chunk)
+
+
+class LCNLayerDist(HaloMixin, LCNLayer):
+    """:class:`LCNLayer` on a tile: ghosts from the neighbours, zero padding only at the global
+    border. Every fprop/bprop is collective over ``Topology.spatial`` (point-to-point halos)."""

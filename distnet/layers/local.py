@@ -1,0 +1,184 @@
+"""neon's ``LocalFilteringLayer`` (locally connected, untied filters), its decoder and its sparse
+autoencoder pretraining step (NEON.md §3.8, §3.9, §4.3, §6.4).
+
+Weights ``W (K, ho, wo, F)`` hold the filters of this rank's output tile, F = C*fh*fw in
+``(c, u, v)`` order; neon's global ``(K*Ho*Wo, F)`` array reshaped to ``(K, Ho, Wo, F)`` and sliced
+``[:, y0:y1, x0:x1, :]`` (the output tile; the whole plane on one process). Every filter is
+independent, so a Dist layer needs no weight communication at all; its gradient is complete on
+this rank (``OVER_DATA``: only data replicas would sum it). Every update is followed by the row
+normalisation N (unit L2 norm per filter).
+
+The pretraining step is written once for both layers: it only uses the seam of
+:class:`~distnet.layers.spatial.WindowLayer` (``_chunk``: tile -> chunk, zero padding on one
+process, halo exchange when distributed; ``_input_grad``: its adjoint). So the Dist step is the
+non-dist one with the padding maps swapped for the exchanges, and gives the same numbers.
+"""
+import numpy as np
+
+from ..comm.reduce import allreduce_sum
+from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
+from .dist import HaloMixin
+from .params import OVER_DATA, Param, check_weight_init, gen_weights
+from .spatial import WindowLayer
+
+
+class LocalDeFilteringLayer:
+    """The decoder of a LocalFilteringLayer (built by ``pretrain_mode``; not a YAML class).
+
+    ``V (K, ho, wo, F)`` has W's shape and slice: with tied weights it **is** ``W`` (same
+    storage), otherwise it is a copy of ``W`` taken when pretraining starts. Its forward is the
+    adjoint of the encoder (NEON.md §3.9); ``learning_rate`` is the encoder's
+    ``pretrain_learning_rate``. Works on chunks; no communication.
+    """
+
+    def __init__(self, V, fshape, stride, learning_rate, name):
+        self.V, self.fshape, self.stride, self.learning_rate = V, fshape, stride, learning_rate
+        self.param = Param(f"{name}.V", V, None, OVER_DATA, sharded=True)
+
+    def fprop(self, h, chunk_shape):
+        """``h (B, K, ho, wo)`` -> this rank's contributions ``(B, C, Hc, Wc)`` to the
+        reconstruction of its chunk (ghost parts belong to other ranks' tiles)."""
+        return local_defprop(h, self.V, chunk_shape, self.fshape, self.stride)
+
+    def bprop(self, h, eps_chunk):
+        """``eps_chunk = dJ/dxhat`` on the chunk -> ``dJ/dh (B, K, ho, wo)``; sets ``param.grad``
+        (``(K, ho, wo, F)``, a batch sum)."""
+        gh, self.param.grad = local_debprop(h, self.V, eps_chunk, self.fshape, self.stride)
+        return gh
+
+    def update(self):
+        """``V <- N(V - lr * G_V)`` in place."""
+        self.V -= self.learning_rate * self.param.grad
+        normalize_rows(self.V)
+
+
+class LocalFilteringLayer(WindowLayer):
+    """Locally connected layer: ``y[b,k,i,j] = sum_f W[k,i,j,f] * patch(x)[b,i,j,f]``, no bias,
+    no activation; output ``(B, K, ho, wo)`` on the output tile.
+
+    Keys: ``nofm`` (K), ``fshape``, ``stride``, ``padding`` (distnet addition), ``weight_init``,
+    ``learning_rate``, ``nifm``/``ifmshape`` (optional, checked), and neon's pretraining keys:
+    ``pretraining`` (bool, default False: GB pretrains the LF layers that set it),
+    ``pretrain_learning_rate``, ``sparsity`` (lambda; both required when ``pretraining``),
+    ``tied_weights`` (bool, default True: the decoder shares W's storage).
+    """
+
+    config_types = {"nofm": int, "weight_init": dict, "learning_rate": float, "pretraining": bool,
+                    "pretrain_learning_rate": float, "sparsity": float, "tied_weights": bool}
+
+    def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0,
+                 pretraining=False, pretrain_learning_rate=None, sparsity=None, tied_weights=True,
+                 nifm=None, ifmshape=None, name=None, pos=None, batch_size=None):
+        super().__init__(fshape, stride, padding, nifm, ifmshape, name, pos, batch_size)
+        self.nofm = nofm
+        self.weight_init = check_weight_init(weight_init)
+        self.learning_rate = learning_rate
+        self.pretraining = pretraining
+        self.pretrain_learning_rate = pretrain_learning_rate
+        self.sparsity = sparsity
+        self.tied_weights = tied_weights
+        if pretraining:
+            for key in ("pretrain_learning_rate", "sparsity"):
+                if getattr(self, key) is None:
+                    raise self.error(f"pretraining is True but {key} is not given", key)
+        self.W = self.decoder = self.pooling = None
+        self._fresh = False
+
+    def out_channels(self, nifm):
+        return self.nofm
+
+    # -- weights -------------------------------------------------------------------------------
+    def init_params(self, rng):
+        """Draw neon's global ``(K*Ho*Wo, F)`` array, normalise its rows, keep my output tile's
+        filters ``(K, ho, wo, F)`` (every rank draws the same global array)."""
+        C, (fh, fw) = self.in_shape[0], self.fshape
+        K, Ho, Wo = self.out_shape
+        w = gen_weights(rng, (K * Ho * Wo, C * fh * fw), self.weight_init, self.dtype)
+        w = normalize_rows(w.reshape(K, Ho, Wo, C * fh * fw))
+        t = self.plan.out_tile
+        self.W = self.xp.asarray(np.ascontiguousarray(w[:, t.y0:t.y1, t.x0:t.x1, :]))
+        sharded = tuple(self.plan.grid) != (1, 1)
+        self._param = Param(f"{self.name}.W", self.W, self.xp.zeros_like(self.W), OVER_DATA, sharded)
+
+    def params(self):
+        return [self._param]
+
+    def after_update(self):
+        """Renormalise the rows of W if it was just updated (a layer left out of an update, e.g.
+        below the top layer in GB's first epochs, is not touched)."""
+        if self._fresh:
+            normalize_rows(self.W)
+            self._fresh = False
+
+    # -- supervised forward / backward ------------------------------------------------------------
+    def fprop(self, x):
+        """``x (B, C, h, w)`` on my input tile -> ``(B, K, ho, wo)`` on my output tile."""
+        self._xc = self._chunk(x)
+        return local_fprop(self._xc, self.W, self.fshape, self.stride)
+
+    def bprop(self, delta, need_input_grad=True):
+        """``delta (B, K, ho, wo)`` -> gradient on my input tile (or None); sets ``W``'s grad."""
+        dxc, dw = local_bprop(self._xc, self.W, delta, self.fshape, self.stride, need_dx=need_input_grad)
+        self._param.grad[...] = dw
+        self._fresh = True
+        return self._input_grad(dxc) if need_input_grad else None
+
+    # -- pretraining ------------------------------------------------------------------------------
+    def pretrain_mode(self, pooling):
+        """Start pretraining with ``pooling`` (the next layer, any pooling layer) as the sparsity
+        pool: learning rate := ``pretrain_learning_rate``; build the decoder (tied: V is W)."""
+        self.pooling = pooling
+        self._train_lr = self.learning_rate
+        self.learning_rate = self.pretrain_learning_rate
+        V = self.W if self.tied_weights else self.W.copy()
+        self.decoder = LocalDeFilteringLayer(V, self.fshape, self.stride, self.pretrain_learning_rate,
+                                             self.name)
+
+    def train_mode(self):
+        """End pretraining: learning rate := ``learning_rate``."""
+        self.learning_rate = self._train_lr
+
+    def pretrain_step(self, x):
+        """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile; NEON.md §4.3).
+
+        J = (1/b) [1/2 ||xhat - x||^2 + lambda * sum(pool(h))], h = LF_W(x), xhat = DeF_V(h)
+        cropped to the image; the decoder gradient and the encoder gradient are both taken at
+        the pre-step weights, then V <- N(V - lr G_V) and W <- N(W - lr G_W) (in that order, so
+        with tied weights W <- N(N(W - lr G_V) - lr G_W)).
+
+        Distributed: my reconstruction contributions over my chunk are summed into their owners'
+        tiles (adjoint exchange), so every rank holds the complete xhat on its tile; the error
+        on the tile is exchanged back to a consistent chunk (zero on padding), because my filters
+        read halo pixels. The pooling layer exchanges h itself and returns its gradient on my
+        output tile. Collective over ``Topology.spatial`` (the exchanges of this layer and of
+        the pooling layer) and, if there are data replicas, ``Topology.data`` (gradient sum).
+
+        Returns ``(rcost, spcost)``, this rank's partial sums (python floats): 1/2 sum of the
+        squared error over my input tile and the batch, lambda * sum of my pooled outputs. Their
+        sums over the spatial ranks are the global costs (each pixel, each pooled unit once).
+        """
+        xp, b, lam = self.xp, x.shape[0], self.sparsity
+        xc = self._chunk(x)                                                  # (B, C, Hc, Wc)
+        h = local_fprop(xc, self.W, self.fshape, self.stride)                # (B, K, ho, wo)
+        diff = self._input_grad(self.decoder.fprop(h, xc.shape)) - x         # xhat - x on my tile
+        rcost = 0.5 * float(xp.sum(diff * diff, dtype="float64"))
+        gh = self.decoder.bprop(h, self._chunk(diff) / b)                    # decoder, eps on chunk
+        p = self.pooling.fprop(h)
+        spcost = lam * float(xp.sum(p, dtype="float64"))
+        gh += self.pooling.bprop(xp.full(p.shape, lam / b, dtype=p.dtype))   # sparsity, dJ/dh
+        self._param.grad[...] = local_bprop(xc, self.W, gh, self.fshape, self.stride, need_dx=False)[1]
+        data = self.ctx.topology.data
+        if data.Get_size() > 1:   # data replicas: sum the (sharded) gradients as MLP does
+            allreduce_sum([self.decoder.param.grad, self._param.grad], data)
+        self.decoder.update()
+        self.W -= self.learning_rate * self._param.grad
+        normalize_rows(self.W)
+        return rcost, spcost
+
+    def describe(self):
+        return f"{super().describe()}  nofm={self.nofm}"
+
+
+class LocalFilteringLayerDist(HaloMixin, LocalFilteringLayer):
+    """:class:`LocalFilteringLayer` on a tile: the input chunk comes from the halo exchange, the
+    filters of my output tile are mine alone (no weight communication)."""

@@ -1,0 +1,170 @@
+"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (NEON.md §4.3, §4.4, §6.6).
+
+``GB`` is an :class:`~distnet.models.mlp.MLP` with two additions:
+
+* greedy layer-wise **pretraining** of its LocalFilteringLayers (those with ``pretraining:
+  True``), bottom-up, each as a sparse autoencoder whose sparsity pool is the layer right after
+  it (which must be a pooling layer); the layers below are frozen and only run forward;
+* a supervised phase whose first ``num_initial_epochs`` epochs update only the top layer
+  (neon's ``bprop_last``), then full backpropagation.
+
+Any layer sequence the layers support works (not only neon's [LF, L2, LCN] x k, FC pattern), and
+the same class runs distributed: ``GBDist`` only names it. Pretraining costs are summed over
+``Topology.spatial`` once per epoch, so every rank logs and returns the non-dist numbers.
+"""
+import contextlib
+import math
+
+import numpy as np
+
+from ..comm.reduce import allreduce_scalars
+from ..errors import ConfigError, TrainingError
+from ..layers.local import LocalFilteringLayer
+from ..layers.spatial import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
+from ..ops.costs import SumSquaredDiffs
+from .mlp import MLP
+
+_POOLING = (L2PoolingLayer, MaxPoolingLayer, AveragePoolingLayer)
+
+
+class GB(MLP):
+    """Keys: :class:`MLP`'s, plus ``num_pretrain_epochs`` (int, default 0), ``num_initial_epochs``
+    (int, default 0: top-layer-only epochs), ``pretraining`` (bool, default False),
+    ``pretrain_cost`` (SumSquaredDiffs, the only reconstruction cost neon had), ``visualize``
+    and ``spot_check`` (accepted for neon files; only False: not supported), and neon's anchor
+    carriers ``sparsity``, ``pretrain_learning_rate``, ``tied_weights`` (accepted and unused: the
+    LocalFilteringLayers read their own keys)."""
+
+    config_types = {"num_pretrain_epochs": int, "num_initial_epochs": int, "pretraining": bool,
+                    "pretrain_cost": ("obj", "cost"), "visualize": bool, "spot_check": bool,
+                    "sparsity": float, "pretrain_learning_rate": float, "tied_weights": bool}
+
+    def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
+                 learning_rate=None, shuffle=False, serialized_path=None, num_pretrain_epochs=0,
+                 num_initial_epochs=0, pretraining=False, pretrain_cost=None, visualize=False,
+                 spot_check=False, sparsity=None, pretrain_learning_rate=None, tied_weights=None):
+        super().__init__(layers, num_epochs, cost, batch_size, momentum, learning_rate, shuffle,
+                         serialized_path)
+        for key, value in (("visualize", visualize), ("spot_check", spot_check)):
+            if value:
+                raise ConfigError(f"{key}: True is not supported by distnet (neon's {key} was not "
+                                  "dist-aware); set it to False", key=key)
+        if pretrain_cost is not None and not isinstance(pretrain_cost, SumSquaredDiffs):
+            raise ConfigError(f"pretrain_cost must be SumSquaredDiffs (the sparse autoencoder's "
+                              f"reconstruction cost), got {type(pretrain_cost).__name__}",
+                              key="pretrain_cost")
+        for key, value in (("num_pretrain_epochs", num_pretrain_epochs),
+                           ("num_initial_epochs", num_initial_epochs)):
+            if value < 0:
+                raise ConfigError(f"{key} must be >= 0, got {value}", key=key)
+        self.num_pretrain_epochs = num_pretrain_epochs
+        self.num_initial_epochs = num_initial_epochs
+        self.pretraining = pretraining
+        self.pretrain_cost = pretrain_cost or SumSquaredDiffs()
+        self._top_only = False
+        self.pretrain_costs = []
+
+    # -- building ------------------------------------------------------------------------------
+    def pretrained_layers(self):
+        """Indices of the LocalFilteringLayers that are pretrained (``pretraining: True``)."""
+        return [i for i, layer in enumerate(self.layers)
+                if isinstance(layer, LocalFilteringLayer) and layer.pretraining]
+
+    def infer_shapes(self, input_shape):
+        """MLP's shape check, then: each pretrained LF layer is followed by a pooling layer."""
+        shape = super().infer_shapes(input_shape)
+        if self.pretraining:
+            found = self.pretrained_layers()
+            if not found:
+                raise self.error("pretraining is True but no LocalFilteringLayer has pretraining: True",
+                                 "pretraining")
+            for i in found:
+                nxt = self.layers[i + 1]
+                if not isinstance(nxt, _POOLING):
+                    raise self.layers[i].error(
+                        f"is pretrained with the pooling layer after it as the sparsity pool, but "
+                        f"the next layer '{nxt.name}' is a {type(nxt).__name__}", "pretraining")
+        return shape
+
+    # -- pretraining (NEON.md §4.3) -------------------------------------------------------------
+    def pretrain(self, x):
+        """Greedy layer-wise pretraining on ``x (N, C, h, w)`` (this rank's tiles). For each
+        pretrained LF layer bottom-up: ``num_pretrain_epochs`` epochs over all batches (in order,
+        or reshuffled per epoch if ``shuffle``), each batch run forward through the frozen layers
+        below and then one :meth:`LocalFilteringLayer.pretrain_step`. Logs and records (in
+        ``pretrain_costs``) per layer and epoch the mean costs per batch, summed over
+        ``Topology.spatial`` (collective over it once per epoch)."""
+        xp = self.backend.xp
+        shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
+        for i in self.pretrained_layers():
+            layer = self.layers[i]
+            layer.pretrain_mode(self.layers[i + 1])
+            self.log.info("pretraining layer %d (%s)", i, layer.name)
+            for epoch in range(self.num_pretrain_epochs):
+                rsum = ssum = 0.0
+                batches = self.batches(x.shape[0], shuffle_rng)
+                for idx in batches:
+                    h = xp.asarray(x[idx])
+                    for below in self.layers[:i]:
+                        h = below.fprop(h)
+                    r, s = layer.pretrain_step(h)
+                    rsum += r
+                    ssum += s
+                rsum, ssum = allreduce_scalars([rsum, ssum], self.topology.spatial)
+                nb = len(batches)
+                r, s = rsum / nb, ssum / nb
+                if not math.isfinite(r + s):
+                    raise TrainingError(f"the pretraining cost of layer '{layer.name}' became {r + s} "
+                                        f"in epoch {epoch}; lower pretrain_learning_rate")
+                self.pretrain_costs.append((layer.name, epoch, r, s))
+                self.log.info("epoch: %d, cost: %.5f + %.5f = %.5f", epoch, r, s, r + s)
+            layer.train_mode()
+
+    # -- supervised phase (NEON.md §4.4) --------------------------------------------------------
+    def fit(self, x, labels, nclasses, on_epoch=None):
+        """Pretrain (if ``pretraining``), then MLP's training loop for ``num_epochs``; returns
+        the supervised per-epoch mean costs."""
+        if self.pretraining and self.num_pretrain_epochs > 0:
+            self.pretrain(x)
+        return super().fit(x, labels, nclasses, on_epoch=on_epoch)
+
+    def train_step(self, x, t, epoch):
+        """MLP's step; in epochs ``< num_initial_epochs`` only the top layer learns."""
+        self._top_only = epoch < self.num_initial_epochs
+        try:
+            return super().train_step(x, t, epoch)
+        finally:
+            self._top_only = False
+
+    def bprop(self, delta):
+        if self._top_only:
+            self.layers[-1].bprop(delta, need_input_grad=False)
+        else:
+            super().bprop(delta)
+
+    def reduce_gradients(self):
+        with self._only_top():
+            super().reduce_gradients()
+
+    def update(self, epoch):
+        with self._only_top():
+            super().update(epoch)
+
+    @contextlib.contextmanager
+    def _only_top(self):
+        """While ``_top_only``: MLP's gradient sums and update see the top layer's parameters
+        only (the other layers computed no gradient; LF's ``after_update`` leaves them alone)."""
+        if not self._top_only:
+            yield
+            return
+        full = self._params
+        self._params = [(layer, p) for layer, p in full if layer is self.layers[-1]]
+        try:
+            yield
+        finally:
+            self._params = full
+
+
+class GBDist(GB):
+    """neon's ``GBDist``: the model of a spatially distributed GB experiment (same keys as
+    :class:`GB`). What is split is decided by the ``*Dist`` layers."""

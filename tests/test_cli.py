@@ -1,0 +1,126 @@
+"""The distnet command end to end: run, check, distribute, compare (through mpiexec), info,
+and the errors a user sees (file:line, non-zero exit, on every rank)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.comm.launcher import launch_env, mpiexec_path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 240
+
+EXPERIMENT = """# a tiny CNN on synthetic 12x10 images
+!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: !obj:distnet.backends.Numpy64 {rng_seed: 5},
+  datasets: [!obj:distnet.datasets.HDF5Dataset {path: DATA, serialized_path: SHARD}],
+  model: !obj:distnet.models.Convnet {
+    num_epochs: 2, batch_size: 8, shuffle: True, learning_rate: 0.1,
+    momentum: {type: nesterov, coef: 0.5},
+    layers: [
+      !obj:distnet.layers.ConvLayer {nofm: 3, fshape: 3, padding: 1, weight_init: {type: uniform, low: -0.3, high: 0.3}},
+      !obj:distnet.layers.MaxPoolingLayer {fshape: 2},
+      !obj:distnet.layers.Layer {nout: 3, weight_init: {type: normal, scale: 0.1},
+                                 activation: !obj:distnet.activations.Logistic {}},
+    ],
+  },
+}
+"""
+
+
+def distnet(*args, n=1, cwd=None, check=False):
+    cmd = [sys.executable, "-m", "distnet", *args]
+    if n > 1:
+        cmd = [mpiexec_path(), "-n", str(n), *cmd]
+    proc = subprocess.run(["timeout", str(TIMEOUT), *cmd], cwd=cwd or ROOT, env=launch_env(n),
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    rng = np.random.RandomState(0)
+    with h5py.File(d / "data.h5", "w") as f:
+        for split, n in (("train", 30), ("test", 10)):
+            y = rng.randint(0, 3, n)
+            x = rng.standard_normal((n, 1, 12, 10)) * 0.3
+            x[:, 0, :4, :4] += (y == 0)[:, None, None]  # learnable: class 0 is bright top-left
+            f[f"{split}/x"], f[f"{split}/y"] = x, y
+        f.attrs["nclasses"] = 3
+    exp = d / "tiny.yaml"
+    exp.write_text(EXPERIMENT.replace("DATA", str(d / "data.h5")).replace("SHARD", str(d / "cache.h5")))
+    return d, exp
+
+
+def test_run_writes_metrics(tiny):
+    d, exp = tiny
+    proc = distnet("run", str(exp), "--metrics", str(d / "m.jsonl"), check=True)
+    assert "epoch: 1, total training error" in proc.stderr and "test set misclass rate" in proc.stderr
+    recs = [json.loads(l) for l in (d / "m.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in recs[:-1]] == [0, 1] and recs[-1]["final"]
+
+
+def test_distribute_then_compare_agree(tiny):
+    d, exp = tiny
+    dist = d / "tiny_dist.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    text = dist.read_text()
+    assert text.startswith("# a tiny CNN") and "ConvLayerDist" in text and "LayerDist" in text
+    assert "dist_flag: True" in text and "cache-{rank}of{size}.h5" in text
+    proc = distnet("compare", str(exp), str(dist), "-n", "3", "--cost-tol", "1e-9", "--rate-tol", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AGREE" in proc.stdout and "epoch 1 cost" in proc.stdout
+    assert len(list(d.glob("cache-*of3.h5"))) == 3  # one shard per rank
+
+
+def test_check_all_shipped_experiments():
+    for exp in sorted((ROOT / "experiments").glob("*.yaml")):
+        proc = distnet("check", str(exp))
+        assert proc.returncode == 0, f"{exp.name}: {proc.stderr}"
+
+
+def test_config_error_names_file_line_and_key(tiny, tmp_path):
+    _, exp = tiny
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(exp.read_text().replace("fshape: 2}", "fshape: 2, strid: 2}"))
+    proc = distnet("run", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}:10: key 'strid': unknown key for MaxPoolingLayer" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_error_on_every_rank(tiny, tmp_path):
+    _, exp = tiny
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(exp.read_text().replace("nofm: 3", "nofm: three"))
+    proc = distnet("run", str(bad), n=2)
+    assert proc.returncode != 0
+    assert proc.stderr.count("key 'nofm': expected an integer") == 2
+
+
+def test_non_dist_experiment_under_mpiexec_is_refused(tiny):
+    _, exp = tiny
+    proc = distnet("run", str(exp), n=2)
+    assert proc.returncode != 0 and "dist_flag: False but was launched on 2 ranks" in proc.stderr
+
+
+def test_grid_that_does_not_fit_is_refused(tiny, tmp_path):
+    d, exp = tiny
+    dist = tmp_path / "g.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    dist.write_text(dist.read_text().replace("dist_flag: True,", "dist_flag: True, grid: [1, 3],", 1))
+    proc = distnet("run", str(dist), n=2)
+    assert proc.returncode != 0 and "grid 1x3" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_info_lists_the_stack():
+    out = distnet("info", check=True).stdout
+    for word in ("distnet", "numpy", "mpi", "h5py", "gpu"):
+        assert word in out

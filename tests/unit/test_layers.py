@@ -1,0 +1,112 @@
+"""Single-process layers and model plumbing in float64: parameter and input gradients of a whole
+network (padding, strides, every layer kind) against central differences, neon's weight layout,
+and the SGD/momentum rules."""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, Layer, LayerWithNoBias,
+                            MaxPoolingLayer)
+from distnet.models import MLP
+from distnet.ops.activations import Logistic, Softmax, Tanh
+from distnet.ops.costs import CrossEntropy, SumSquaredDiffs
+from distnet.ops.sgd import MomentumSchedule, sgd_update
+from tests.numgrad import numerical_grad
+
+WI = {"type": "uniform", "low": -0.5, "high": 0.5}
+
+
+def build(layers, shape, cost=None):
+    model = MLP(layers=layers, num_epochs=1, cost=cost or SumSquaredDiffs(), learning_rate=0.1)
+    model.infer_shapes(shape)
+    model.configure(Numpy64(rng_seed=1), Topology.serial())
+    model.init_params()
+    return model
+
+
+def loss_of(model, x, t):
+    return model.cost.loss(model.fprop(x), t)
+
+
+@pytest.mark.parametrize("layers", [
+    lambda: [ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI), MaxPoolingLayer(fshape=2),
+             ConvLayer(nofm=3, fshape=[2, 3], stride=[1, 2], weight_init=WI),
+             LayerWithNoBias(nout=4, weight_init=WI, activation=Tanh())],
+    lambda: [ConvLayer(nofm=2, fshape=3, stride=2, padding=2, weight_init=WI),
+             L2PoolingLayer(fshape=2, stride=1), AveragePoolingLayer(fshape=2, stride=1, padding=1),
+             Layer(nout=3, weight_init=dict(WI, bias_init=0.2), activation=Logistic())],
+], ids=["conv-pad-max-rect", "stride-l2-avgpad-bias"])
+def test_network_gradients_match_central_differences(layers):
+    rng = np.random.RandomState(0)
+    model = build(layers(), (2, 7, 8))
+    x = rng.standard_normal((3, 2, 7, 8))
+    t = rng.uniform(0, 1, (3, model.layers[-1].nout))
+    y = model.fprop(x)
+    model.bprop(model.cost.grad(y, t))
+    for layer in model.layers:
+        for p in layer.params():
+            num = numerical_grad(lambda: loss_of(model, x, t), p.value)
+            np.testing.assert_allclose(p.grad, num, rtol=1e-6, atol=1e-8, err_msg=p.name)
+    # input gradient of the first layer (normally skipped at pos 0)
+    y = model.fprop(x)
+    delta = model.cost.grad(y, t)
+    for layer in reversed(model.layers):
+        delta = layer.bprop(delta, need_input_grad=True)
+    np.testing.assert_allclose(delta, numerical_grad(lambda: loss_of(model, x, t), x), rtol=1e-6, atol=1e-8)
+
+
+def test_softmax_cross_entropy_gradients():
+    rng = np.random.RandomState(1)
+    model = build([LayerWithNoBias(nout=4, weight_init=WI, activation=Softmax())], (5,), CrossEntropy())
+    x, t = rng.standard_normal((3, 5)), np.eye(4)[[0, 2, 3]]
+    model.bprop(model.cost.grad(model.fprop(x), t))
+    p = model.layers[0].params()[0]
+    np.testing.assert_allclose(p.grad, numerical_grad(lambda: loss_of(model, x, t), p.value), rtol=1e-6, atol=1e-8)
+
+
+def test_conv_weights_follow_neon_layout():
+    """neon draws W as (C*fh*fw, K) with rows f = (c*fh + u)*fw + v; W4[k,c,u,v] = W[f, k]."""
+    model = build([ConvLayer(nofm=3, fshape=[2, 3], weight_init=WI), LayerWithNoBias(nout=2, weight_init=WI)],
+                  (2, 4, 5))
+    w = np.random.RandomState(1).uniform(-0.5, 0.5, (2 * 2 * 3, 3))
+    conv = model.layers[0]
+    for k in range(3):
+        for c in range(2):
+            for u in range(2):
+                for v in range(3):
+                    assert conv.W[k, c, u, v] == w[(c * 2 + u) * 3 + v, k]
+
+
+def test_bias_init_sets_last_column():
+    model = build([Layer(nout=3, weight_init=dict(WI, bias_init=0.25))], (4,))
+    assert (model.layers[0].b == 0.25).all() and model.layers[0].W.shape == (3, 4)
+
+
+def test_partial_last_batch_trains():
+    rng = np.random.RandomState(2)
+    model = build([LayerWithNoBias(nout=3, weight_init=WI, activation=Logistic())], (1, 3, 3), CrossEntropy())
+    model.batch_size = 4
+    assert [len(b) for b in model.batches(10)] == [4, 4, 2]
+    costs = model.fit(rng.standard_normal((10, 1, 3, 3)), rng.randint(0, 3, 10), 3)
+    assert len(costs) == 1 and np.isfinite(costs[0])
+
+
+def test_momentum_schedules():
+    lm = MomentumSchedule({"type": "linear_monotone", "initial_coef": 0.5, "saturated_coef": 0.9,
+                           "start_epoch": 2, "saturate_epoch": 6})
+    assert [lm(e) for e in (0, 2, 4, 6, 9)] == pytest.approx([0.5, 0.5, 0.7, 0.9, 0.9])
+    assert MomentumSchedule({"type": "constant", "coef": 0.3})(7) == 0.3
+    assert MomentumSchedule(None)(0) == 0.0
+
+
+def test_sgd_update_rules():
+    w, g = np.ones(3), np.full(3, 2.0)
+    sgd_update(w, g, None, 0.1, 0.0)
+    np.testing.assert_allclose(w, 0.8)
+    w, v = np.ones(3), np.full(3, 0.5)
+    sgd_update(w, g, v, 0.1, 0.9)  # v = 0.45 - 0.2 = 0.25; w = 1.25
+    np.testing.assert_allclose(v, 0.25) and np.testing.assert_allclose(w, 1.25)
+    w, v = np.ones(3), np.full(3, 0.5)
+    sgd_update(w, g, v, 0.1, 0.9, nesterov=True)  # w += 0.9*0.25 - 0.2
+    np.testing.assert_allclose(w, 1.025)
