@@ -28,6 +28,7 @@ class Backend:
     """
 
     name = "numpy"
+    config_types = {"rng_seed": int, "dtype": str, "seterr_handling": dict}
 
     def __init__(self, rng_seed=0, dtype="float32", seterr_handling=None):
         if dtype not in _DTYPES:

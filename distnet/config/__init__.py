@@ -3,9 +3,11 @@ from .builder import Builder, config_error
 from .yaml_loader import ObjSpec, parse_file, parse_yaml
 
 
-def load_experiment(path):
-    """Parse and build the experiment in ``path``; raises ConfigError with file:line on problems."""
-    tree = parse_file(path)
+def load_experiment(path, overrides=()):
+    """Parse and build the experiment in ``path``, after applying ``key.path=value`` overrides;
+    raises ConfigError with file:line on problems."""
+    from .overrides import apply_overrides
+    tree = apply_overrides(parse_file(path), overrides)
     return _build_root(tree, str(path))
 
 

@@ -40,15 +40,17 @@ def launcher_size():
 class FitExperiment:
     """Keys: ``model``, ``datasets`` (a list with one dataset), ``backend`` (default numpy
     float32, seed 0), ``dist_flag`` (bool: split every image over the ranks), ``grid``
-    ([Py, Px]; default: the most square grid that fits), ``logging`` (neon's
+    ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
+    replicas, default 1: ``world size = data x Py x Px``; replicas train on disjoint slices of
+    every global minibatch and sum their gradients), ``logging`` (neon's
     ``logging.basicConfig`` mapping: ``level``, ``format``, ``filename``)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": "shape2"}
+                    "grid": "shape2", "data": int}
     report_errors = False
 
-    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None):
+    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -59,21 +61,26 @@ class FitExperiment:
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
+        if data < 1:
+            raise ConfigError(f"data (the number of data-parallel replicas) must be >= 1, got {data}", key="data")
+        self.data = data
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
 
     def make_topology(self):
-        """The run's process grid: serial unless ``dist_flag`` (then from MPI's world)."""
+        """The run's topology ``world = data x Py x Px``: serial for a plain one-process run,
+        else from MPI's world (``grid`` is 1x1 unless ``dist_flag``)."""
         from ..comm.topology import Topology
-        if not self.dist_flag:
+        if not self.dist_flag and self.data == 1:
             n = launcher_size()
             if n > 1:
                 raise TopologyError(f"this experiment has dist_flag: False but was launched on {n} "
                                     "ranks; run it without mpiexec, or distribute it "
-                                    "(`distnet distribute`)")
+                                    "(`distnet distribute`), or add data replicas (`data: N`)")
             return Topology.serial()
-        return Topology.from_world(grid=self.grid, planes=self.model.planes())
+        grid = self.grid if self.dist_flag else (1, 1)
+        return Topology.from_world(grid=grid, data=self.data, planes=self.model.planes())
 
     def setup(self, topology=None):
         """Shapes, topology, layer plans and weights; returns the topology."""

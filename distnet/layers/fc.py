@@ -77,7 +77,7 @@ class LayerWithNoBias(BaseLayer):
 
     def fprop(self, x):
         self._in_shape_local = x.shape
-        self._x2d = x.reshape(x.shape[0], -1)
+        self._x2d = x.reshape(x.shape[0], int(np.prod(x.shape[1:])))  # -1 fails on an empty batch
         self._z = self._preactivation(self._x2d)
         self._y = self.activation.fprop(self._z)
         return self._y

@@ -138,7 +138,7 @@ class LocalFilteringLayer(WindowLayer):
         """End pretraining: learning rate := ``learning_rate``."""
         self.learning_rate = self._train_lr
 
-    def pretrain_step(self, x):
+    def pretrain_step(self, x, batch_size=None):
         """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile; NEON.md §4.3).
 
         J = (1/b) [1/2 ||xhat - x||^2 + lambda * sum(pool(h))], h = LF_W(x), xhat = DeF_V(h)
@@ -153,11 +153,16 @@ class LocalFilteringLayer(WindowLayer):
         output tile. Collective over ``Topology.spatial`` (the exchanges of this layer and of
         the pooling layer) and, if there are data replicas, ``Topology.data`` (gradient sum).
 
+        ``b = batch_size``, the global minibatch size (default ``B``; with data replicas each
+        holds some rows of the batch and the gradients are summed over ``Topology.data``).
+
         Returns ``(rcost, spcost)``, this rank's partial sums (python floats): 1/2 sum of the
         squared error over my input tile and the batch, lambda * sum of my pooled outputs. Their
-        sums over the spatial ranks are the global costs (each pixel, each pooled unit once).
+        sums over the spatial ranks (and data replicas) are the global costs (each pixel, each
+        pooled unit once).
         """
-        xp, b, lam = self.xp, x.shape[0], self.sparsity
+        xp, lam = self.xp, self.sparsity
+        b = x.shape[0] if batch_size is None else batch_size
         xc = self._chunk(x)                                                  # (B, C, Hc, Wc)
         h = local_fprop(xc, self.W, self.fshape, self.stride)                # (B, K, ho, wo)
         diff = self._input_grad(self.decoder.fprop(h, xc.shape)) - x         # xhat - x on my tile

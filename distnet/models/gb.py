@@ -10,7 +10,7 @@
 
 Any layer sequence the layers support works (not only neon's [LF, L2, LCN] x k, FC pattern), and
 the same class runs distributed: ``GBDist`` only names it. Pretraining costs are summed over
-``Topology.spatial`` once per epoch, so every rank logs and returns the non-dist numbers.
+``Topology.grad`` (spatial x data) once per epoch, so every rank logs and returns the non-dist numbers.
 """
 import contextlib
 import math
@@ -92,8 +92,9 @@ class GB(MLP):
         pretrained LF layer bottom-up: ``num_pretrain_epochs`` epochs over all batches (in order,
         or reshuffled per epoch if ``shuffle``), each batch run forward through the frozen layers
         below and then one :meth:`LocalFilteringLayer.pretrain_step`. Logs and records (in
-        ``pretrain_costs``) per layer and epoch the mean costs per batch, summed over
-        ``Topology.spatial`` (collective over it once per epoch)."""
+        ``pretrain_costs``) per layer and epoch the mean costs per batch, summed over the
+        spatial ranks (each pixel once) and data replicas (each sample once): collective over
+        ``Topology.grad`` once per epoch. A data replica trains on its rows of every batch."""
         xp = self.backend.xp
         shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
         for i in self.pretrained_layers():
@@ -104,13 +105,13 @@ class GB(MLP):
                 rsum = ssum = 0.0
                 batches = self.batches(x.shape[0], shuffle_rng)
                 for idx in batches:
-                    h = xp.asarray(x[idx])
+                    h = xp.asarray(x[self.replica_rows(idx)])
                     for below in self.layers[:i]:
                         h = below.fprop(h)
-                    r, s = layer.pretrain_step(h)
+                    r, s = layer.pretrain_step(h, len(idx))
                     rsum += r
                     ssum += s
-                rsum, ssum = allreduce_scalars([rsum, ssum], self.topology.spatial)
+                rsum, ssum = allreduce_scalars([rsum, ssum], self.topology.grad)
                 nb = len(batches)
                 r, s = rsum / nb, ssum / nb
                 if not math.isfinite(r + s):
@@ -128,11 +129,11 @@ class GB(MLP):
             self.pretrain(x)
         return super().fit(x, labels, nclasses, on_epoch=on_epoch)
 
-    def train_step(self, x, t, epoch):
+    def train_step(self, x, t, epoch, batch_size=None):
         """MLP's step; in epochs ``< num_initial_epochs`` only the top layer learns."""
         self._top_only = epoch < self.num_initial_epochs
         try:
-            return super().train_step(x, t, epoch)
+            return super().train_step(x, t, epoch, batch_size)
         finally:
             self._top_only = False
 
@@ -142,9 +143,9 @@ class GB(MLP):
         else:
             super().bprop(delta)
 
-    def reduce_gradients(self):
+    def reduce_gradients(self, *args, **kwargs):
         with self._only_top():
-            super().reduce_gradients()
+            super().reduce_gradients(*args, **kwargs)
 
     def update(self, epoch):
         with self._only_top():

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..comm.reduce import allreduce_sum
+from ..comm.reduce import allreduce_scalars, allreduce_sum
 from ..config.builder import config_error
 from ..errors import TrainingError
 from ..layers.base import REPLICATED, SPATIAL, LayerContext
@@ -99,15 +99,19 @@ class MLP:
         for i in range(len(self.layers) - 1, -1, -1):
             delta = self.layers[i].bprop(delta, need_input_grad=i > 0)
 
-    def reduce_gradients(self):
-        """Sum partial gradients: one flat Allreduce per sub-communicator that has any."""
-        buckets = {}
+    def reduce_gradients(self, extra=()):
+        """Sum partial gradients: one flat Allreduce per sub-communicator that has any.
+
+        ``extra`` arrays ride along in the ``data`` bucket (the batch loss, so every replica
+        sees the global value without another collective).
+        """
+        buckets = {"data": list(extra)}
         for _, p in self._params:
             buckets.setdefault(p.reduce_over, []).append(p.grad)
-        for over, grads in buckets.items():
+        for over, arrays in buckets.items():
             comm = getattr(self.topology, over)
-            if comm.Get_size() > 1:
-                allreduce_sum(grads, comm)
+            if arrays and comm.Get_size() > 1:
+                allreduce_sum(arrays, comm)
 
     def update(self, epoch):
         mu = self.momentum(epoch)
@@ -118,25 +122,37 @@ class MLP:
         for layer in self.layers:
             layer.after_update()
 
-    def train_step(self, x, t, epoch):
-        """One minibatch: forward, cost, backward, gradient sums, update. Returns the batch's
-        summed loss (identical on every rank)."""
+    def replica_rows(self, idx):
+        """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
+        blocks in replica order (the first ``len(idx) % D`` replicas get one more; a replica may
+        get none of a short last batch)."""
+        nd = self.topology.ndata
+        return idx if nd == 1 else np.array_split(idx, nd)[self.topology.data_index]
+
+    def train_step(self, x, t, epoch, batch_size=None):
+        """One minibatch: forward, cost, backward, gradient sums, update.
+
+        ``x``, ``t``: this replica's rows of the global minibatch of ``batch_size`` rows
+        (default: ``len(x)``, one replica). The gradient is divided by the global size, so D
+        replicas equal one process. Returns the global batch's summed loss, identical on every rank.
+        """
+        batch_size = len(x) if batch_size is None else batch_size
         y = self.fprop(x)
-        loss = float(self.cost.loss(y, t))
-        self.bprop(self.cost.grad(y, t) / x.shape[0])
-        self.reduce_gradients()
+        loss = self.backend.xp.asarray([self.cost.loss(y, t)], dtype=np.float64)
+        self.bprop(self.cost.grad(y, t) / batch_size)
+        self.reduce_gradients(extra=[loss])
         self.update(epoch)
-        return loss
+        return float(loss[0])
 
     def batches(self, n, rng=None):
-        """Index arrays of the minibatches of one epoch (the last may be short)."""
+        """Index arrays of the global minibatches of one epoch (the last may be short)."""
         order = rng.permutation(n) if rng is not None else np.arange(n)
         bs = self.batch_size or n
         return [order[i:i + bs] for i in range(0, n, bs)]
 
     def fit(self, x, labels, nclasses, on_epoch=None):
-        """Train on ``x (N, C, h, w)`` (this rank's tiles) and ``labels (N,)`` for
-        ``num_epochs``; logs neon's line per epoch and returns the per-epoch mean costs."""
+        """Train on ``x (N, C, h, w)`` (this rank's tiles of all N images) and ``labels (N,)``
+        for ``num_epochs``; logs neon's line per epoch and returns the per-epoch mean costs."""
         xp = self.backend.xp
         targets = _one_hot(labels, nclasses, self.backend.dtype)
         shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
@@ -144,7 +160,8 @@ class MLP:
         for epoch in range(self.num_epochs):
             total = 0.0
             for b, idx in enumerate(self.batches(x.shape[0], shuffle_rng)):
-                loss = self.train_step(xp.asarray(x[idx]), xp.asarray(targets[idx]), epoch)
+                rows = self.replica_rows(idx)
+                loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))
                 if not math.isfinite(loss):
                     raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
                                         "lower the learning rate or check the data")
@@ -157,15 +174,22 @@ class MLP:
         return costs
 
     def predict(self, x):
-        """Outputs ``(N, K)`` for ``x`` in batches of ``batch_size`` (replicated on every rank)."""
+        """Outputs ``(n, K)`` for this data replica's rows of every batch of ``x`` (all rows
+        when there is one replica), in order; replicated over the spatial ranks."""
         xp = self.backend.xp
         bs = self.batch_size or x.shape[0]
-        outs = [self.backend.to_host(self.fprop(xp.asarray(x[i:i + bs]))) for i in range(0, x.shape[0], bs)]
+        outs = [self.backend.to_host(self.fprop(xp.asarray(x[self.replica_rows(np.arange(i, min(i + bs, len(x))))])))
+                for i in range(0, x.shape[0], bs)]
         return np.concatenate(outs)
 
     def misclass_rate(self, x, labels):
-        """Percentage of ``labels`` whose output argmax differs."""
-        return 100.0 * misclassified(self.predict(x), labels) / len(labels)
+        """Percentage of ``labels`` whose output argmax differs (summed over data replicas)."""
+        bs = self.batch_size or x.shape[0]
+        mine = np.concatenate([self.replica_rows(np.arange(i, min(i + bs, len(x))))
+                               for i in range(0, len(x), bs)])
+        wrong = misclassified(self.predict(x), labels[mine])
+        wrong = allreduce_scalars([wrong], self.topology.data)[0]
+        return 100.0 * wrong / len(labels)
 
     def error(self, message, key=None):
         return config_error(self, message, key)

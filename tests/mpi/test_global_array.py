@@ -27,6 +27,7 @@ WINDOWS = {
     "3x5_rect": (Window(3, 1, 1, 1), Window(5, 2, 2, 1)),
     "4x4_same": (Window(4, 1, *same_padding(4)), Window(4, 1, *same_padding(4))),
     "2x2s3_gaps": (Window(2, 3), Window(2, 3)),  # chunks skip input rows/cols
+    "2x2p3": (Window(2, 1, 3, 3), Window(2, 1, 3, 3)),  # padding wider than the window
 }
 IMAGE = Box(0, PLANE[0], 0, PLANE[1])
 MARGIN = 8  # zero border of the padded oracle, wider than any padding above
@@ -170,6 +171,28 @@ def test_two_layers_interleaved_with_skewed_ranks(mpi, topologies, grid):
         lhs = mpi.comm.allreduce(float(np.vdot(layer.exchange(x_local), y)))
         rhs = mpi.comm.allreduce(float(np.vdot(x_local, g)))
         assert abs(lhs - rhs) <= 1e-12 * max(abs(lhs), 1.0)
+
+
+@pytest.mark.parametrize("grid", _grids([(1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (3, 2), (3, 3)]))
+def test_chunks_entirely_in_padding(mpi, topologies, grid):
+    """On a 5x7 plane a 1x1 window with padding 3 gives border ranks chunks made only of padding
+    (no interior, no receives) while their own tile still goes to others."""
+    plane, w = (5, 7), Window(1, 1, 3, 3)
+    topo = topologies(grid)
+    plans = {c: plan_halo(plane, w, w, grid, c) for c in grid_coords(grid)}
+    plan = plans[topo.coords]
+    ga = GlobalArray(plan, topo.spatial, tag=3)
+    x = _global(5, shape=(B, C) + plane)
+    image = Box(0, plane[0], 0, plane[1])
+    chunk = ga.exchange(np.ascontiguousarray(x[(Ellipsis,) + plan.own.relative_to(image)]))
+    np.testing.assert_array_equal(chunk, _crop(_padded(x), plan.chunk))
+    total = _padded(np.zeros((B, C) + plane))
+    for r, c in enumerate(grid_coords(grid)):
+        g = np.random.RandomState(50 + r).standard_normal((B, C) + plans[c].chunk.shape)
+        _crop(total, plans[c].chunk)[...] += g
+        if c == topo.coords:
+            mine = g
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), _crop(total, plan.own), rtol=1e-13, atol=1e-13)
 
 
 def test_topology_coords_match_tiles(comm):

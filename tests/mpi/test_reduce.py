@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from distnet.comm import SerialComm, Topology, allreduce_scalars, allreduce_sum
+from distnet.errors import TopologyError
 
 MPI_SIZES = (1, 2, 3, 4)
 
@@ -71,5 +72,31 @@ def test_grad_comm_of_topology(comm):
         allreduce_sum([a], topo.grad)
         stage = [r for r in range(comm.size) if (r // topo.nspatial) % pipe == topo.pipe_index]
         assert a[0] == sum(stage)
+    finally:
+        topo.free()
+
+
+@pytest.mark.parametrize("data,pipe", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_topology_subcommunicators(comm, data, pipe):
+    """Each sub-communicator holds exactly the world ranks the layout formula says, in order."""
+    if comm.size % (data * pipe):
+        with pytest.raises(TopologyError, match="does not divide"):
+            Topology.from_world(data=data, pipe=pipe, world=comm)
+        return
+    topo = Topology.from_world(data=data, pipe=pipe, world=comm)
+    try:
+        S = topo.nspatial
+        d, p = topo.data_index, topo.pipe_index
+        s = topo.coords[0] * topo.grid[1] + topo.coords[1]
+        assert comm.rank == (d * pipe + p) * S + s
+        assert topo.spatial.Get_topo()[0] == list(topo.grid) and topo.spatial.Get_rank() == s
+
+        def members(c):
+            return c.allgather(comm.rank)
+
+        assert members(topo.spatial) == [(d * pipe + p) * S + i for i in range(S)]
+        assert members(topo.data) == [(k * pipe + p) * S + s for k in range(data)]
+        assert members(topo.pipe) == [(d * pipe + k) * S + s for k in range(pipe)]
+        assert members(topo.grad) == [(k * pipe + p) * S + i for k in range(data) for i in range(S)]
     finally:
         topo.free()

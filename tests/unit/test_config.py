@@ -117,3 +117,12 @@ def test_registry_lists_neon_paths():
     names = {n: p for n, _, _, p in known_classes()}
     assert names["ConvLayerDist"] == "neon.models.layer.ConvLayerDist"
     assert names["MLP"] == "neon.models.mlp.MLP"
+
+
+def test_yaml_reference_is_up_to_date():
+    """docs/yaml.md is generated (`distnet check --reference > docs/yaml.md`)."""
+    from pathlib import Path
+
+    from distnet.config.reference import reference_markdown
+    doc = Path(__file__).resolve().parents[2] / "docs" / "yaml.md"
+    assert doc.read_text() == reference_markdown(), "regenerate: distnet check --reference > docs/yaml.md"

@@ -1,0 +1,62 @@
+"""Command-line overrides ``key.path=value`` (``distnet run EXP --set model.num_epochs=1``).
+
+The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
+items by index (``model.layers.0.nofm=8``). The value is YAML (``1``, ``0.5``, ``[2, 3]``,
+``float64``). An override may add a key the file does not set; the result is validated like
+the file itself.
+"""
+import yaml
+
+from ..errors import ConfigError
+from .yaml_loader import ObjSpec
+
+
+def parse_override(text):
+    """``"a.b=1"`` -> ``(["a", "b"], 1)``."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value", "command line")
+    path, _, raw = text.partition("=")
+    keys = [k for k in path.strip().split(".") if k]
+    if not keys:
+        raise ConfigError(f"override {text!r} has no key path", "command line")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({e})", "command line") from None
+    return keys, value
+
+
+def apply_overrides(tree, overrides):
+    """Apply ``["a.b=1", ...]`` to a parsed experiment tree (in place); returns the tree."""
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = tree
+        for depth, key in enumerate(keys):
+            last = depth == len(keys) - 1
+            here = ".".join(keys[:depth]) or "the experiment"
+            if isinstance(node, ObjSpec):
+                if last:
+                    node.kwargs[key] = value
+                    node.key_where[key] = f"command line --set {text}"
+                elif key in node.kwargs:
+                    node = node.kwargs[key]
+                else:
+                    raise ConfigError(f"override {text!r}: {here} ({node.path}) has no key '{key}'", node.where)
+            elif isinstance(node, dict):
+                if last:
+                    node[key] = value
+                elif key in node:
+                    node = node[key]
+                else:
+                    raise ConfigError(f"override {text!r}: {here} has no key '{key}'", "command line")
+            elif isinstance(node, list):
+                if not key.isdigit() or int(key) >= len(node):
+                    raise ConfigError(f"override {text!r}: {here} is a list of {len(node)} items; "
+                                      f"'{key}' is not an index", "command line")
+                if last:
+                    node[int(key)] = value
+                else:
+                    node = node[int(key)]
+            else:
+                raise ConfigError(f"override {text!r}: {here} is a value, not a mapping or list", "command line")
+    return tree

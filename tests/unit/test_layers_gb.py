@@ -1,0 +1,298 @@
+"""GB layers (LocalFiltering, LCN) against the ops and central differences through the whole layer
+(padding included), the LF pretraining step against an independent float64 oracle written from
+NEON.md §4.3, config errors, and the GB model's phases (NEON.md §4.3, §4.4)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm.topology import Topology, valid_grids
+from distnet.config import load_experiment
+from distnet.errors import ConfigError
+from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, LayerWithNoBias, LCNLayer,
+                            LocalFilteringLayer)
+from distnet.layers.params import gen_weights
+from distnet.models.gb import GB
+from distnet.ops.activations import Logistic
+from distnet.ops.costs import CrossEntropy
+from distnet.ops.lcn import lcn_bprop, lcn_filter, lcn_fprop
+from distnet.ops.local import local_fprop
+from tests.numgrad import numerical_grad
+
+ROOT = Path(__file__).resolve().parents[2]
+WI = {"type": "uniform", "low": -0.1, "high": 0.1}
+
+
+def ready(layer, in_shape, seed=0, backend=None):
+    """Shapes, a serial 1x1 plan and weights, as MLP.configure / init_params do."""
+    layer.infer_shape(in_shape)
+    ctx = LayerContext(backend or Numpy64(), Topology.serial(), 0)
+    layer.bind(ctx)
+    layer.configure(SPATIAL, ctx)
+    layer.init_params(np.random.RandomState(seed))
+    return layer
+
+
+def lf(**kw):
+    args = dict(nofm=3, fshape=3, weight_init=WI, learning_rate=0.1)
+    args.update(kw)
+    return LocalFilteringLayer(**args)
+
+
+def pad(x, py, px):
+    return np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)))
+
+
+# -- LocalFilteringLayer ---------------------------------------------------------------------------
+
+GEOMS = [dict(fshape=3), dict(fshape=[3, 2], stride=[2, 1], padding=[1, 2]), dict(fshape=4, padding=1)]
+
+
+@pytest.mark.parametrize("geom", GEOMS)
+def test_lf_weights_are_neon_global_draw_normalised(geom):
+    layer = ready(lf(**geom), (2, 7, 8), seed=3)
+    K, Ho, Wo = layer.out_shape
+    F = 2 * layer.fshape[0] * layer.fshape[1]
+    w = gen_weights(np.random.RandomState(3), (K * Ho * Wo, F), WI, np.float64)
+    w /= np.sqrt((w * w).sum(axis=1, keepdims=True))
+    np.testing.assert_array_equal(layer.W, w.reshape(K, Ho, Wo, F))
+    assert layer.params()[0].reduce_over == "data" and not layer.params()[0].sharded
+
+
+@pytest.mark.parametrize("geom", GEOMS)
+def test_lf_fprop_bprop_match_ops_and_central_differences(geom):
+    layer = ready(lf(**geom), (2, 7, 8))
+    (py, px) = layer.padding
+    rng = np.random.RandomState(1)
+    x = rng.standard_normal((2, 2, 7, 8))
+    y = layer.fprop(x)
+    np.testing.assert_allclose(y, local_fprop(pad(x, py, px), layer.W, layer.fshape, layer.stride),
+                               rtol=1e-13, atol=1e-13)
+    R = rng.standard_normal(y.shape)
+    dx = layer.bprop(R)
+    gw = layer.params()[0].grad.copy()
+    W = layer.W
+
+    def J():
+        return float((layer.fprop(x) * R).sum())
+    np.testing.assert_allclose(dx, numerical_grad(J, x), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(gw, numerical_grad(J, W), rtol=1e-7, atol=1e-9)
+    assert layer.bprop(R, need_input_grad=False) is None
+
+
+def test_lf_after_update_renormalises_only_updated_weights():
+    layer = ready(lf(), (1, 6, 6))
+    layer.W *= 2.0
+    layer.after_update()                      # no bprop since: untouched
+    np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 2.0)
+    layer.fprop(np.ones((1, 1, 6, 6)))
+    layer.bprop(np.ones((1, 3, 4, 4)))
+    layer.after_update()
+    np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 1.0, rtol=1e-14)
+
+
+def test_lf_requires_pretraining_keys():
+    with pytest.raises(ConfigError) as e:
+        lf(pretraining=True, sparsity=0.1)
+    assert e.value.key == "pretrain_learning_rate"
+
+
+# -- LCNLayer --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fshape", [3, [3, 5], [5, 1], 1])
+def test_lcn_matches_ops_and_central_differences(fshape):
+    layer = ready(LCNLayer(fshape=fshape), (3, 6, 7))
+    assert layer.out_shape == (3, 6, 7)
+    rng = np.random.RandomState(2)
+    x = rng.standard_normal((2, 3, 6, 7))
+    w = lcn_filter(3, layer.fshape)
+    y = layer.fprop(x)
+    y_op, cache = lcn_fprop(x, w)
+    np.testing.assert_allclose(y, y_op, rtol=1e-13, atol=1e-13)
+    R = rng.standard_normal(y.shape)
+    dx = layer.bprop(R)
+    np.testing.assert_allclose(dx, lcn_bprop(R, cache, w), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dx, numerical_grad(lambda: float((layer.fprop(x) * R).sum()), x),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_lcn_exact_gradient_where_s_is_zero():
+    """A constant region has s == 0: the gradient there is e/d (neon v0.4 gave 0)."""
+    layer = ready(LCNLayer(fshape=3), (1, 7, 7))
+    x = np.zeros((1, 1, 7, 7))
+    x[0, 0, :, 4:] = np.random.RandomState(0).standard_normal((7, 3))
+    x[0, 0, :, :3] = 1.0                      # s is exactly 0 at interior columns 1
+    y = layer.fprop(x)
+    R = np.random.RandomState(1).standard_normal(y.shape)
+    dx = layer.bprop(R)
+    num = numerical_grad(lambda: float((layer.fprop(x) * R).sum()), x, eps=1e-7)
+    np.testing.assert_allclose(dx[..., 1:6, 1], num[..., 1:6, 1], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kw,key", [(dict(fshape=4), "fshape"), (dict(fshape=[3, 2]), "fshape"),
+                                    (dict(fshape=3, stride=2), "stride"),
+                                    (dict(fshape=3, stride=[1, 2]), "stride")])
+def test_lcn_config_errors_name_the_key(kw, key):
+    with pytest.raises(ConfigError) as e:
+        LCNLayer(**kw)
+    assert e.value.key == key and key in str(e.value)
+
+
+def test_lcn_rejects_padding_key_in_yaml(tmp_path):
+    text = (ROOT / "experiments" / "mnist_gb.yaml").read_text()
+    bad = text.replace("LCNLayer {name: lcn1,", "LCNLayer {name: lcn1, padding: 1,", 1)
+    assert bad != text
+    p = tmp_path / "bad.yaml"
+    p.write_text(bad)
+    with pytest.raises(ConfigError, match="padding"):
+        load_experiment(p)
+
+
+# -- the pretraining step against an oracle ---------------------------------------------------------
+
+def oracle_step(x, W4, V4, fshape, stride, padding, pool_f, lam, lr, tied):
+    """NEON.md §4.3 with neon's 2-D weights, explicit index maps and loops; float64."""
+    B, C, H, Wd = x.shape
+    (fh, fw), (sy, sx), (py, px) = fshape, stride, padding
+    K, Ho, Wo, F = W4.shape
+    W, V = W4.reshape(-1, F).copy(), V4.reshape(-1, F).copy()
+    Hp, Wp = H + 2 * py, Wd + 2 * px
+    pix = np.zeros((K * Ho * Wo, F), dtype=int)         # o, f -> flat index in the padded input
+    for k in range(K):
+        for i in range(Ho):
+            for j in range(Wo):
+                for c in range(C):
+                    for u in range(fh):
+                        for v in range(fw):
+                            pix[(k * Ho + i) * Wo + j, (c * fh + u) * fw + v] = \
+                                (c * Hp + i * sy + u) * Wp + j * sx + v
+    xp = pad(x, py, px).reshape(B, -1)
+    h = np.einsum("of,bof->bo", W, xp[:, pix])
+    xhat_p = np.zeros_like(xp)
+    for b in range(B):
+        np.add.at(xhat_p[b], pix, h[b][:, None] * V)
+    xhat = xhat_p.reshape(B, C, Hp, Wp)[:, :, py:py + H, px:px + Wd]
+    eps = pad((xhat - x) / B, py, px).reshape(B, -1)
+    gh_rec = np.einsum("bof,of->bo", eps[:, pix], V)
+    GV = np.einsum("bo,bof->of", h, eps[:, pix])
+    h4 = h.reshape(B, K, Ho, Wo)
+    Po, Qo = Ho - pool_f + 1, Wo - pool_f + 1
+    p = np.zeros((B, K, Po, Qo))
+    gh_sp = np.zeros_like(h4)
+    for i in range(Po):
+        for j in range(Qo):
+            win = h4[:, :, i:i + pool_f, j:j + pool_f]
+            p[:, :, i, j] = np.sqrt((win ** 2).sum(axis=(2, 3)))
+            ph = np.where(p[:, :, i, j] == 0, 1, p[:, :, i, j])[:, :, None, None]
+            gh_sp[:, :, i:i + pool_f, j:j + pool_f] += (lam / B) * win / ph
+    delta = gh_rec + gh_sp.reshape(B, -1)
+    GW = np.einsum("bo,bof->of", delta, xp[:, pix])
+
+    def N(a):
+        return a / np.sqrt((a * a).sum(axis=1, keepdims=True))
+    V_new = N(V - lr * GV)
+    W_new = N((V_new if tied else W) - lr * GW)
+    rcost = 0.5 * ((xhat - x) ** 2).sum()
+    return W_new.reshape(W4.shape), V_new.reshape(W4.shape), rcost, lam * p.sum()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("geom", [dict(fshape=3), dict(fshape=[2, 3], stride=[1, 2], padding=[1, 1])])
+def test_pretrain_step_matches_oracle(tied, geom):
+    layer = ready(lf(nofm=2, pretraining=True, pretrain_learning_rate=0.05, sparsity=0.3,
+                     tied_weights=tied, **geom), (2, 7, 8))
+    pool = ready(L2PoolingLayer(fshape=2), layer.out_shape)
+    x = np.random.RandomState(5).rand(3, 2, 7, 8)
+    W0 = layer.W.copy()
+    layer.pretrain_mode(pool)
+    assert layer.learning_rate == 0.05 and (layer.decoder.V is layer.W) == tied
+    if not tied:   # an untied decoder starts as a copy of W; make it differ to test both paths
+        layer.decoder.V[...] = np.random.RandomState(9).standard_normal(W0.shape)
+    V0 = layer.decoder.V.copy()
+    r, s = layer.pretrain_step(x)
+    W1, V1, r_o, s_o = oracle_step(x, W0, V0, layer.fshape, layer.stride, layer.padding, 2, 0.3,
+                                   0.05, tied)
+    np.testing.assert_allclose([r, s], [r_o, s_o], rtol=1e-12)
+    np.testing.assert_allclose(layer.W, W1, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(layer.decoder.V, W1 if tied else V1, rtol=1e-11, atol=1e-13)
+    layer.train_mode()
+    assert layer.learning_rate == 0.1
+
+
+# -- the GB model ----------------------------------------------------------------------------------
+
+def gb_layers(pretraining=True):
+    kw = dict(pretraining=pretraining, pretrain_learning_rate=0.01, sparsity=0.1)
+    return [lf(nofm=2, **kw), L2PoolingLayer(fshape=3), LCNLayer(fshape=3),
+            lf(nofm=2, padding=1, tied_weights=False, **kw), L2PoolingLayer(fshape=3), LCNLayer(fshape=3),
+            LayerWithNoBias(nout=3, weight_init=WI, activation=Logistic())]
+
+
+def gb_model(layers=None, **kw):
+    args = dict(num_epochs=2, batch_size=4, learning_rate=0.1, num_pretrain_epochs=1,
+                num_initial_epochs=1, pretraining=True)
+    args.update(kw)
+    m = GB(layers or gb_layers(), **args)
+    m.infer_shapes((1, 12, 12))
+    m.configure(Numpy64(), Topology.serial())
+    m.init_params()
+    return m
+
+
+@pytest.mark.parametrize("kw,key", [(dict(visualize=True), "visualize"),
+                                    (dict(spot_check=True), "spot_check"),
+                                    (dict(pretrain_cost=CrossEntropy()), "pretrain_cost"),
+                                    (dict(num_initial_epochs=-1), "num_initial_epochs")])
+def test_gb_config_errors(kw, key):
+    with pytest.raises(ConfigError) as e:
+        GB(gb_layers(), num_epochs=1, **kw)
+    assert e.value.key == key
+
+
+def test_gb_needs_a_pooling_layer_after_a_pretrained_lf():
+    layers = gb_layers()
+    layers[1], layers[2] = layers[2], layers[1]
+    with pytest.raises(ConfigError, match="next layer .* LCNLayer"):
+        gb_model(layers)
+    with pytest.raises(ConfigError, match="no LocalFilteringLayer has pretraining"):
+        gb_model(gb_layers(pretraining=False))
+
+
+def test_gb_initial_epochs_update_only_the_top_layer():
+    m = gb_model()
+    rng = np.random.RandomState(0)
+    x, t = rng.rand(4, 1, 12, 12), np.eye(3)[rng.randint(0, 3, 4)]
+    before = [p.value.copy() for _, p in m._params]
+    m.train_step(x, t, epoch=0)
+    after = [p.value.copy() for _, p in m._params]
+    assert all(np.array_equal(a, b) for a, b in zip(before[:-1], after[:-1]))
+    assert not np.array_equal(before[-1], after[-1])
+    m.train_step(x, t, epoch=1)
+    assert all(not np.array_equal(a, p.value) for a, (_, p) in zip(after, m._params))
+    for layer in (m.layers[0], m.layers[3]):
+        np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 1.0, rtol=1e-13)
+
+
+def test_gb_fit_pretrains_then_trains():
+    m = gb_model(num_pretrain_epochs=2)
+    rng = np.random.RandomState(0)
+    x, labels = rng.rand(8, 1, 12, 12), rng.randint(0, 3, 8)
+    costs = m.fit(x, labels, 3)
+    assert [(n, e) for n, e, _, _ in m.pretrain_costs] == [
+        ("LocalFilteringLayer0", 0), ("LocalFilteringLayer0", 1), ("LocalFilteringLayer3", 0),
+        ("LocalFilteringLayer3", 1)]
+    assert m.pretrain_costs[1][2] < m.pretrain_costs[0][2]   # reconstruction improves
+    assert len(costs) == 2 and all(np.isfinite(costs))
+    assert m.layers[0].learning_rate == 0.1 and m.layers[3].learning_rate == 0.1
+
+
+# -- shipped experiments ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mnist_gb", "mnist_gb_dist", "cifar10_gb", "cifar10_gb_dist"])
+def test_shipped_experiments_build(name):
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    assert exp.model.infer_shapes(exp.dataset.image_shape) == (10,)
+    assert type(exp.model).__name__ == ("GBDist" if name.endswith("dist") else "GB")
+    if name.startswith("cifar10"):
+        assert (4, 4) in valid_grids(16, exp.model.planes())
