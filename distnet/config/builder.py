@@ -84,6 +84,25 @@ def coerce(spec, value, kind_of):
     raise AssertionError(f"unknown config type spec {spec!r}")
 
 
+def constructor_keys(cls):
+    """``(accepted, required)`` key sets of ``cls``: its ``__init__`` parameters and, when that
+    ends in ``**kwargs`` (passed on to the parent), the parent's too, up the MRO."""
+    accepted, required = set(), set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        for n, p in params.items():
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                accepted.add(n)
+                if p.default is inspect.Parameter.empty:
+                    required.add(n)
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return accepted, required
+
+
 class Builder:
     """Builds objects from a parsed experiment; aliased nodes become one object."""
 
@@ -107,10 +126,7 @@ class Builder:
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
-        params = inspect.signature(cls.__init__).parameters
-        accepted = {n for n, p in params.items() if n != "self" and p.kind in
-                    (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        required = {n for n in accepted if params[n].default is inspect.Parameter.empty}
+        accepted, required = constructor_keys(cls)
         ignored = _ignored_of(cls)
         types = _types_of(cls)
         kwargs = {}

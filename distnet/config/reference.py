@@ -27,14 +27,21 @@ def _type_name(spec):
 
 
 def _keys(cls):
-    params = inspect.signature(cls.__init__).parameters
     types = _types_of(cls)
-    rows = []
-    for name, p in params.items():
-        if name == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+    rows, seen = [], set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
             continue
-        default = "**required**" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
-        rows.append((name, _type_name(types.get(name)), default))
+        params = inspect.signature(init).parameters
+        for name, p in params.items():
+            if name == "self" or name in seen or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                continue
+            seen.add(name)
+            default = "**required**" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
+            rows.append((name, _type_name(types.get(name)), default))
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
     return rows
 
 

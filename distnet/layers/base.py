@@ -38,20 +38,22 @@ class LayerContext:
 class BaseLayer:
     """Keys every layer accepts: ``name`` (str), ``pos`` (int: must equal the list index if given,
     neon used it to find the previous layer), ``batch_size`` (accepted for neon files; the model's
-    batch size is used). neon's per-layer ``backend`` key is accepted and ignored: the experiment's
-    backend is used everywhere."""
+    batch size is used), ``stage`` (int: the pipeline stage that runs this layer, when the
+    experiment has ``pipe > 1``; default: from the model's ``stages``). neon's per-layer
+    ``backend`` key is accepted and ignored: the experiment's backend is used everywhere."""
 
-    config_types = {"name": str, "pos": int, "batch_size": int}
+    config_types = {"name": str, "pos": int, "batch_size": int, "stage": int}
     config_ignored = ("backend",)
     #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
     is_dist = False
     #: ``learning_rate`` is None for layers without weights.
     learning_rate = None
 
-    def __init__(self, name=None, pos=None, batch_size=None):
+    def __init__(self, name=None, pos=None, batch_size=None, stage=None):
         self.name = name
         self.pos = pos
         self.batch_size = batch_size
+        self.stage = stage
         self.in_shape = self.out_shape = None
 
     def bind(self, ctx):

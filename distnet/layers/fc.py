@@ -19,9 +19,8 @@ class LayerWithNoBias(BaseLayer):
     #: neon's ``Layer`` counts the bias in ``nin``.
     has_bias = False
 
-    def __init__(self, nout, weight_init, learning_rate=None, activation=None, nin=None, name=None,
-                 pos=None, batch_size=None):
-        super().__init__(name=name, pos=pos, batch_size=batch_size)
+    def __init__(self, nout, weight_init, learning_rate=None, activation=None, nin=None, **common):
+        super().__init__(**common)
         self.nout = nout
         self.nin = nin
         self.activation = activation if activation is not None else Identity()

@@ -22,13 +22,15 @@ from .spatial import WindowLayer, _pair
 
 class LCNLayer(WindowLayer):
     """Keys: ``fshape`` (odd; int or [fh, fw], rectangular allowed), ``stride`` (must be 1),
-    ``nifm``/``ifmshape`` (optional, checked). The padding is always "same" (no ``padding``
-    key). Output ``(B, C, H, W)``, the input's shape."""
+    ``nifm``/``ifmshape`` (optional, checked). The padding is always "same" (a ``padding``
+    key is refused). Output ``(B, C, H, W)``, the input's shape."""
 
-    def __init__(self, fshape, stride=1, nifm=None, ifmshape=None, name=None, pos=None, batch_size=None):
+    def __init__(self, fshape, stride=1, nifm=None, ifmshape=None, padding=None, **common):
         fh, fw = _pair(fshape)
-        super().__init__((fh, fw), stride, ((fh - 1) // 2, (fw - 1) // 2), nifm, ifmshape, name, pos,
-                         batch_size)
+        super().__init__((fh, fw), stride, ((fh - 1) // 2, (fw - 1) // 2), nifm, ifmshape, **common)
+        if padding is not None:
+            raise self.error("LCN pads itself to keep its input's size ('same' padding, zeros only "
+                             "at the image border); remove the padding key", "padding")
         if self.stride != (1, 1):
             raise self.error(f"LCN works at stride 1 only (its output has its input's size), got "
                              f"stride {list(self.stride)}", "stride")

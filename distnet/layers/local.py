@@ -68,8 +68,8 @@ class LocalFilteringLayer(WindowLayer):
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0,
                  pretraining=False, pretrain_learning_rate=None, sparsity=None, tied_weights=True,
-                 nifm=None, ifmshape=None, name=None, pos=None, batch_size=None):
-        super().__init__(fshape, stride, padding, nifm, ifmshape, name, pos, batch_size)
+                 nifm=None, ifmshape=None, **common):
+        super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
         self.nofm = nofm
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate

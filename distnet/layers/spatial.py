@@ -24,9 +24,8 @@ class WindowLayer(BaseLayer):
     config_types = {"nifm": int, "ifmshape": "shape2", "fshape": "shape2", "stride": "shape2",
                     "padding": "shape2"}
 
-    def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, name=None, pos=None,
-                 batch_size=None):
-        super().__init__(name=name, pos=pos, batch_size=batch_size)
+    def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
+        super().__init__(**common)
         self.fshape = _pair(fshape)
         self.stride = _pair(stride)
         self.padding = _pair(padding)
@@ -99,8 +98,8 @@ class ConvLayer(WindowLayer):
     config_types = {"nofm": int, "weight_init": dict, "learning_rate": float}
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, nifm=None,
-                 ifmshape=None, name=None, pos=None, batch_size=None):
-        super().__init__(fshape, stride, padding, nifm, ifmshape, name, pos, batch_size)
+                 ifmshape=None, **common):
+        super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
         self.nofm = nofm
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
@@ -132,10 +131,8 @@ class MaxPoolingLayer(WindowLayer):
     """Max over each window of each map (first maximum in row-major order wins ties); the
     gradient goes to that element. ``stride`` defaults to ``fshape``."""
 
-    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, name=None, pos=None,
-                 batch_size=None):
-        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, name,
-                         pos, batch_size)
+    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, **common):
+        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
 
     def fprop(self, x):
         xc = self._chunk(x)
@@ -154,10 +151,8 @@ class AveragePoolingLayer(WindowLayer):
     """Mean over each window (zero padding counts: always divided by fh*fw). neon v0.4's
     backward raised; this one is the exact gradient. ``stride`` defaults to ``fshape``."""
 
-    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, name=None, pos=None,
-                 batch_size=None):
-        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, name,
-                         pos, batch_size)
+    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, **common):
+        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
 
     def fprop(self, x):
         xc = self._chunk(x)
@@ -174,9 +169,8 @@ class L2PoolingLayer(WindowLayer):
     """``sqrt(sum of squares)`` over each window (no epsilon, no averaging; NEON.md §3.5).
     ``stride`` defaults to 1 (neon's GB examples pool 3x3 windows with stride 1)."""
 
-    def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, name=None, pos=None,
-                 batch_size=None):
-        super().__init__(fshape, stride, padding, nifm, ifmshape, name, pos, batch_size)
+    def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
+        super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
 
     def fprop(self, x):
         self._xc = self._chunk(x)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..comm.reduce import allreduce_scalars, allreduce_sum
 from ..config.builder import config_error
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
 from ..layers.base import REPLICATED, SPATIAL, LayerContext
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
@@ -23,18 +23,22 @@ class MLP:
     images), ``cost`` (default CrossEntropy), ``momentum`` (schedule dict, default none),
     ``learning_rate`` (default for layers that give none; neon stored it unused), ``shuffle``
     (bool, default False: neon's fixed order; True reshuffles every epoch from the backend seed),
-    ``serialized_path`` (accepted; model files are not written yet).
+    ``serialized_path`` (accepted; model files are not written yet), and for pipelined runs
+    (experiment ``pipe > 1``) ``stages`` (list of the layer indices where stages 1, 2, ... begin,
+    like PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
+    micro-batches per minibatch, default 1).
 
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
 
     config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": int, "batch_size": int,
                     "cost": ("obj", "cost"), "momentum": dict, "learning_rate": float,
-                    "shuffle": bool, "serialized_path": str}
+                    "shuffle": bool, "serialized_path": str, "stages": ("list", int),
+                    "micro_batches": int}
     config_ignored = ("backend", "temp_dtype")
 
     def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
-                 learning_rate=None, shuffle=False, serialized_path=None):
+                 learning_rate=None, shuffle=False, serialized_path=None, stages=None, micro_batches=1):
         if not layers:
             raise ValueError("layers must list at least one layer")
         self.layers = layers
@@ -45,6 +49,10 @@ class MLP:
         self.learning_rate = learning_rate
         self.shuffle = shuffle
         self.serialized_path = serialized_path
+        self.stages = stages
+        if micro_batches < 1:
+            raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}", key="micro_batches")
+        self.micro_batches = micro_batches
         self.log = get_logger()
         for i, layer in enumerate(layers):
             if layer.name is None:

@@ -145,7 +145,7 @@ def test_lcn_rejects_padding_key_in_yaml(tmp_path):
     assert bad != text
     p = tmp_path / "bad.yaml"
     p.write_text(bad)
-    with pytest.raises(ConfigError, match="padding"):
+    with pytest.raises(ConfigError, match="key 'padding': LCN pads itself"):
         load_experiment(p)
 
 
