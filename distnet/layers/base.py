@@ -85,6 +85,20 @@ class BaseLayer:
     def params(self):
         return []
 
+    def release_params(self):
+        """Drop this layer's parameters: another pipeline stage owns the layer. Every rank draws
+        every layer's weights (one RNG stream, DESIGN §4) and then releases the layers it does not
+        run; afterwards ``params()`` is ``[]`` and the arrays (values, gradients, optimiser state)
+        are no longer referenced by the layer."""
+        held = self.params()
+        arrays = {id(a) for p in held for a in (p, p.value, p.grad, p.velocity) if a is not None}
+        for name, value in list(vars(self).items()):
+            if id(value) in arrays:
+                setattr(self, name, None)
+            elif isinstance(value, list) and any(id(v) in arrays for v in value):
+                setattr(self, name, [])
+        self.params = _no_params  # instance attribute: shadows the class's params()
+
     def after_update(self):
         """Hook run after the optimiser step (LocalFiltering renormalises its rows)."""
 
@@ -97,3 +111,8 @@ class BaseLayer:
     def describe(self):
         """One line for logs and ``distnet show``."""
         return f"{self.name or type(self).__name__}: {self.in_shape} -> {self.out_shape}"
+
+
+def _no_params():
+    """``params()`` of a released layer (module level, so a released layer still pickles)."""
+    return []

@@ -12,7 +12,6 @@ Any layer sequence the layers support works (not only neon's [LF, L2, LCN] x k, 
 the same class runs distributed: ``GBDist`` only names it. Pretraining costs are summed over
 ``Topology.grad`` (spatial x data) once per epoch, so every rank logs and returns the non-dist numbers.
 """
-import contextlib
 import math
 
 import numpy as np
@@ -39,12 +38,10 @@ class GB(MLP):
                     "pretrain_cost": ("obj", "cost"), "visualize": bool, "spot_check": bool,
                     "sparsity": float, "pretrain_learning_rate": float, "tied_weights": bool}
 
-    def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
-                 learning_rate=None, shuffle=False, serialized_path=None, num_pretrain_epochs=0,
-                 num_initial_epochs=0, pretraining=False, pretrain_cost=None, visualize=False,
-                 spot_check=False, sparsity=None, pretrain_learning_rate=None, tied_weights=None):
-        super().__init__(layers, num_epochs, cost, batch_size, momentum, learning_rate, shuffle,
-                         serialized_path)
+    def __init__(self, layers, num_epochs, num_pretrain_epochs=0, num_initial_epochs=0,
+                 pretraining=False, pretrain_cost=None, visualize=False, spot_check=False,
+                 sparsity=None, pretrain_learning_rate=None, tied_weights=None, **mlp_keys):
+        super().__init__(layers, num_epochs, **mlp_keys)
         for key, value in (("visualize", visualize), ("spot_check", spot_check)):
             if value:
                 raise ConfigError(f"{key}: True is not supported by distnet (neon's {key} was not "
@@ -61,7 +58,6 @@ class GB(MLP):
         self.num_initial_epochs = num_initial_epochs
         self.pretraining = pretraining
         self.pretrain_cost = pretrain_cost or SumSquaredDiffs()
-        self._top_only = False
         self.pretrain_costs = []
 
     # -- building ------------------------------------------------------------------------------
@@ -85,6 +81,14 @@ class GB(MLP):
                         f"is pretrained with the pooling layer after it as the sparsity pool, but "
                         f"the next layer '{nxt.name}' is a {type(nxt).__name__}", "pretraining")
         return shape
+
+    def configure(self, backend, topology):
+        """MLP's planning; GB runs on one pipeline stage (its pretraining runs the layers below
+        the pretrained one directly), so ``pipe > 1`` is refused."""
+        if getattr(topology, "npipe", 1) > 1:
+            raise self.error(f"{type(self).__name__} does not support pipeline stages (the run has "
+                             f"pipe = {topology.npipe}); use spatial and data parallelism")
+        super().configure(backend, topology)
 
     # -- pretraining (NEON.md §4.3) -------------------------------------------------------------
     def pretrain(self, x):
@@ -129,41 +133,10 @@ class GB(MLP):
             self.pretrain(x)
         return super().fit(x, labels, nclasses, on_epoch=on_epoch)
 
-    def train_step(self, x, t, epoch, batch_size=None):
-        """MLP's step; in epochs ``< num_initial_epochs`` only the top layer learns."""
-        self._top_only = epoch < self.num_initial_epochs
-        try:
-            return super().train_step(x, t, epoch, batch_size)
-        finally:
-            self._top_only = False
-
-    def bprop(self, delta):
-        if self._top_only:
-            self.layers[-1].bprop(delta, need_input_grad=False)
-        else:
-            super().bprop(delta)
-
-    def reduce_gradients(self, *args, **kwargs):
-        with self._only_top():
-            super().reduce_gradients(*args, **kwargs)
-
-    def update(self, epoch):
-        with self._only_top():
-            super().update(epoch)
-
-    @contextlib.contextmanager
-    def _only_top(self):
-        """While ``_top_only``: MLP's gradient sums and update see the top layer's parameters
-        only (the other layers computed no gradient; LF's ``after_update`` leaves them alone)."""
-        if not self._top_only:
-            yield
-            return
-        full = self._params
-        self._params = [(layer, p) for layer, p in full if layer is self.layers[-1]]
-        try:
-            yield
-        finally:
-            self._params = full
+    def lowest_trained_layer(self, epoch):
+        """In epochs ``< num_initial_epochs`` only the top layer learns (neon's ``bprop_last``);
+        LF's ``after_update`` is not called for the frozen layers, so they stay bit-for-bit."""
+        return len(self.layers) - 1 if epoch < self.num_initial_epochs else 0
 
 
 class GBDist(GB):

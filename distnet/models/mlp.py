@@ -96,6 +96,7 @@ class MLP:
         for layer in self.layers:
             layer.init_params(self.backend.rng)
         self._params = [(layer, p) for layer in self.layers for p in layer.params()]
+        self._index = {id(layer): i for i, layer in enumerate(self.layers)}
 
     # -- training ------------------------------------------------------------------------------
     def fprop(self, x):
@@ -103,31 +104,42 @@ class MLP:
             x = layer.fprop(x)
         return x
 
-    def bprop(self, delta):
-        for i in range(len(self.layers) - 1, -1, -1):
-            delta = self.layers[i].bprop(delta, need_input_grad=i > 0)
+    def lowest_trained_layer(self, epoch):
+        """Index of the lowest layer that learns in ``epoch`` (0: all; GB trains only the top
+        layer in its first epochs). Backprop stops there and only layers from it up update."""
+        return 0
 
-    def reduce_gradients(self, extra=()):
-        """Sum partial gradients: one flat Allreduce per sub-communicator that has any.
+    def bprop(self, delta, lowest=0):
+        for i in range(len(self.layers) - 1, lowest - 1, -1):
+            delta = self.layers[i].bprop(delta, need_input_grad=i > lowest)
+
+    def trained_params(self, lowest=0):
+        """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
+        return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
+
+    def reduce_gradients(self, params, extra=()):
+        """Sum partial gradients of ``params`` (``[(layer, Param)]``): one flat Allreduce per
+        sub-communicator that has any (``Param.reduce_over``: ``Topology.grad`` or ``.data``).
 
         ``extra`` arrays ride along in the ``data`` bucket (the batch loss, so every replica
         sees the global value without another collective).
         """
         buckets = {"data": list(extra)}
-        for _, p in self._params:
+        for _, p in params:
             buckets.setdefault(p.reduce_over, []).append(p.grad)
         for over, arrays in buckets.items():
             comm = getattr(self.topology, over)
             if arrays and comm.Get_size() > 1:
                 allreduce_sum(arrays, comm)
 
-    def update(self, epoch):
+    def update(self, params, epoch):
+        """SGD step (with the epoch's momentum) on ``params``, then the layers' post-update hooks."""
         mu = self.momentum(epoch)
-        for layer, p in self._params:
+        for layer, p in params:
             if mu != 0.0 and p.velocity is None:
                 p.velocity = self.backend.xp.zeros_like(p.value)
             sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, self.momentum.nesterov)
-        for layer in self.layers:
+        for layer in {id(layer): layer for layer, _ in params}.values():
             layer.after_update()
 
     def replica_rows(self, idx):
@@ -147,9 +159,11 @@ class MLP:
         batch_size = len(x) if batch_size is None else batch_size
         y = self.fprop(x)
         loss = self.backend.xp.asarray([self.cost.loss(y, t)], dtype=np.float64)
-        self.bprop(self.cost.grad(y, t) / batch_size)
-        self.reduce_gradients(extra=[loss])
-        self.update(epoch)
+        lowest = self.lowest_trained_layer(epoch)
+        self.bprop(self.cost.grad(y, t) / batch_size, lowest)
+        params = self.trained_params(lowest)
+        self.reduce_gradients(params, extra=[loss])
+        self.update(params, epoch)
         return float(loss[0])
 
     def batches(self, n, rng=None):
@@ -158,16 +172,35 @@ class MLP:
         bs = self.batch_size or n
         return [order[i:i + bs] for i in range(0, n, bs)]
 
+    #: Set before :meth:`fit` to continue an interrupted run: ``{"epoch": first epoch to train,
+    #: "shuffle_rng": RandomState state or None}`` (``distnet.models.checkpoint`` sets it).
+    resume = None
+    #: Optional ``callable(epoch, batch, nbatches)`` run before every training step of
+    #: :meth:`fit` (progress display, fault injection); every rank calls it.
+    on_batch = None
+
+    def start_fit(self):
+        """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
+        first epoch to train: 0, or the epoch after a restored checkpoint (``resume``, used once)."""
+        self.shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
+        resume, self.resume = self.resume or {}, None
+        if self.shuffle_rng is not None and resume.get("shuffle_rng") is not None:
+            self.shuffle_rng.set_state(resume["shuffle_rng"])
+        return int(resume.get("epoch", 0))
+
     def fit(self, x, labels, nclasses, on_epoch=None):
         """Train on ``x (N, C, h, w)`` (this rank's tiles of all N images) and ``labels (N,)``
         for ``num_epochs``; logs neon's line per epoch and returns the per-epoch mean costs."""
         xp = self.backend.xp
         targets = _one_hot(labels, nclasses, self.backend.dtype)
-        shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
+        first = self.start_fit()
         costs = []
-        for epoch in range(self.num_epochs):
+        for epoch in range(first, self.num_epochs):
             total = 0.0
-            for b, idx in enumerate(self.batches(x.shape[0], shuffle_rng)):
+            batches = self.batches(x.shape[0], self.shuffle_rng)
+            for b, idx in enumerate(batches):
+                if self.on_batch is not None:
+                    self.on_batch(epoch, b, len(batches))
                 rows = self.replica_rows(idx)
                 loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))
                 if not math.isfinite(loss):

@@ -145,7 +145,7 @@ def test_lcn_rejects_padding_key_in_yaml(tmp_path):
     assert bad != text
     p = tmp_path / "bad.yaml"
     p.write_text(bad)
-    with pytest.raises(ConfigError, match="key 'padding': LCN pads itself"):
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: key 'padding': layer 'lcn1': LCN pads itself"):
         load_experiment(p)
 
 
@@ -257,6 +257,15 @@ def test_gb_needs_a_pooling_layer_after_a_pretrained_lf():
         gb_model(layers)
     with pytest.raises(ConfigError, match="no LocalFilteringLayer has pretraining"):
         gb_model(gb_layers(pretraining=False))
+
+
+def test_gb_refuses_pipeline_stages():
+    topo = Topology.serial()
+    topo.npipe = 2
+    m = GB(gb_layers(), num_epochs=1, learning_rate=0.1)
+    m.infer_shapes((1, 12, 12))
+    with pytest.raises(ConfigError, match="pipeline"):
+        m.configure(Numpy64(), topo)
 
 
 def test_gb_initial_epochs_update_only_the_top_layer():

@@ -1,0 +1,326 @@
+"""Model checkpoints: one HDF5 file with every weight in its *global* layout, so a checkpoint
+taken on one process grid resumes on any other grid, with data replicas, or on one process.
+
+Saving (:func:`save_checkpoint`, collective over the run's world) gathers every sharded
+parameter over ``Topology.spatial`` (each rank's slice goes to its place in the global tensor,
+replicated parameters are taken from the first rank; only data replica 0 takes part, the
+replicas hold identical copies), and world rank 0 writes the file atomically: into a
+temporary file next to it, flushed to disk, then ``os.replace``. A crash mid-write leaves the
+previous checkpoint as it was. Restoring (:func:`restore_checkpoint`) slices the global
+tensors exactly as ``init_params`` slices its draws.
+
+File layout (``FORMAT``, ``VERSION`` 1)::
+
+    /                 attrs: format, version, epoch (last completed, 0-based), model (class),
+                             dtype, grid [Py, Px], size, data, created (ISO time),
+                             distnet_version, history (JSON list of the per-epoch records)
+    /params/NNN       one group per parameter in model order (NNN = 000, 001, ...);
+                      attrs: name, layer, sharded
+        value         the global tensor                        attr crc32
+        velocity      the momentum velocity (absent if none)   attr crc32
+    /rng/shuffle      uint32[624] state of the shuffle RNG (absent when not shuffling);
+                      attrs: kind ('MT19937'), pos, has_gauss, cached_gaussian
+    /config           attrs: yaml (the experiment file's text), resolved (with the
+                      command-line overrides applied), overrides (JSON list), source (path)
+
+Every dataset carries the CRC-32 of its bytes; damaged, truncated or mismatched files raise
+:class:`~distnet.errors.CheckpointError` naming the file and what is wrong.
+"""
+import datetime
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CheckpointError
+
+FORMAT = "distnet-checkpoint"
+VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a parameter's local value sits in its global tensor
+# ---------------------------------------------------------------------------------------------
+
+def model_params(model):
+    """``[(layer, Param)]`` of every layer, in model order (the checkpoint's order)."""
+    return [(layer, p) for layer in model.layers for p in layer.params()]
+
+
+def param_layout(layer, p):
+    """``(global shape, index)`` of parameter ``p`` of ``layer``: ``G[index]`` is ``p.value``.
+
+    Replicated parameters are their own global tensor (index ``...``). Sharded ones: the weight
+    columns ``layer.cols`` of an FC layer after a spatial layer, or the output-tile filters of a
+    locally connected layer. A layer with another sharding declares it with a method
+    ``param_layout(p) -> (global shape, index)``.
+    """
+    own = getattr(layer, "param_layout", None)
+    if callable(own):
+        return own(p)
+    shape = tuple(p.value.shape)
+    if not p.sharded:
+        return shape, Ellipsis
+    cols = getattr(layer, "cols", None)
+    if cols is not None and len(shape) == 2 and shape[1] == len(cols):
+        return (shape[0], int(layer.nfeat)), (slice(None), np.asarray(cols))
+    plan = getattr(layer, "plan", None)
+    if plan is not None and len(shape) == 4:  # locally connected W (K, ho, wo, F) of my output tile
+        t = plan.out_tile
+        return ((shape[0], *plan.out_plane, shape[3]),
+                (slice(None), slice(t.y0, t.y1), slice(t.x0, t.x1), slice(None)))
+    raise CheckpointError(f"parameter {p.name} of layer {layer.name!r} is sharded, but its global "
+                          "layout is unknown (the layer needs a param_layout method)")
+
+
+def _host(a):
+    return None if a is None else np.array(a, copy=True)
+
+
+def gather_params(model, topology):
+    """Every parameter as a global numpy tensor, with its velocity: a list of dicts
+    ``{name, layer, sharded, value, velocity}`` on world rank 0, None elsewhere.
+
+    Collective over ``topology.spatial`` for the ranks of data replica 0 and pipeline stage 0
+    (the other replicas hold the same values and do nothing).
+    """
+    t = topology
+    if t.data_index != 0 or t.pipe_index != 0:
+        return None
+    comm = t.spatial
+    root = comm.Get_rank() == 0
+    out = []
+    for layer, p in model_params(model):
+        gshape, index = param_layout(layer, p)
+        entry = {"name": p.name, "layer": layer.name, "sharded": bool(p.sharded)}
+        if p.sharded:
+            parts = comm.gather((index, _host(p.value), _host(p.velocity)), root=0)
+            if root:
+                value = np.zeros(gshape, dtype=parts[0][1].dtype)
+                velocity = None if parts[0][2] is None else np.zeros(gshape, dtype=parts[0][2].dtype)
+                for idx, v, vel in parts:
+                    value[idx] = v
+                    if velocity is not None:
+                        velocity[idx] = vel
+                entry.update(value=value, velocity=velocity)
+        else:
+            value = _host(p.value)
+            entry.update(value=value.reshape(gshape) if value.shape != gshape else value,
+                         velocity=_host(p.velocity))
+        out.append(entry)
+    return out if t.rank == 0 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+def _crc(a):
+    return int(zlib.crc32(np.ascontiguousarray(a).tobytes()))
+
+
+def _dataset(group, name, a):
+    d = group.create_dataset(name, data=a)
+    d.attrs["crc32"] = _crc(a)
+    return d
+
+
+def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=()):
+    """Write a checkpoint file atomically (one process). ``entries`` as :func:`gather_params`
+    returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
+    dict with ``yaml``, ``resolved``, ``overrides`` (list), ``source``; ``history`` a list of
+    JSON-serialisable per-epoch records."""
+    import h5py
+    from .. import __version__
+    from ..datasets.atomic import atomic_target
+    meta = dict(meta or {})
+    try:
+        with atomic_target(path) as tmp:
+            with h5py.File(tmp, "w") as f:
+                f.attrs["format"] = FORMAT
+                f.attrs["version"] = VERSION
+                f.attrs["epoch"] = int(epoch)
+                f.attrs["created"] = datetime.datetime.now().isoformat(timespec="seconds")
+                f.attrs["distnet_version"] = __version__
+                f.attrs["history"] = json.dumps(list(history))
+                for key, value in meta.items():
+                    f.attrs[key] = value
+                params = f.create_group("params")
+                for i, e in enumerate(entries):
+                    g = params.create_group(f"{i:03d}")
+                    g.attrs["name"], g.attrs["layer"], g.attrs["sharded"] = e["name"], str(e["layer"]), e["sharded"]
+                    _dataset(g, "value", e["value"])
+                    if e.get("velocity") is not None:
+                        _dataset(g, "velocity", e["velocity"])
+                if shuffle_state is not None:
+                    kind, keys, pos, has_gauss, cached = shuffle_state
+                    d = _dataset(f.require_group("rng"), "shuffle", np.asarray(keys, dtype=np.uint32))
+                    d.attrs["kind"], d.attrs["pos"] = str(kind), int(pos)
+                    d.attrs["has_gauss"], d.attrs["cached_gaussian"] = int(has_gauss), float(cached)
+                c = f.create_group("config")
+                config = dict(config or {})
+                for key in ("yaml", "resolved", "source"):
+                    c.attrs[key] = str(config.get(key) or "")
+                c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
+            with open(tmp, "rb+") as fh:  # on disk before it takes the real name
+                os.fsync(fh.fileno())
+    except OSError as e:
+        raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
+
+
+def save_checkpoint(path, model, topology, epoch, config=None, history=()):
+    """Gather the model's state and write it to ``path`` on world rank 0 (collective over the
+    run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch."""
+    from ..comm.abort import run_collectively
+    entries = gather_params(model, topology)
+    rng = getattr(model, "shuffle_rng", None)
+    state = rng.get_state() if rng is not None else None
+    meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
+            "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata)}
+
+    def write():
+        if topology.rank == 0:
+            write_checkpoint(path, entries, epoch, meta, state, config, history)
+
+    run_collectively(write, topology.world)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read into memory (numpy arrays in their global layout)."""
+
+    path: str
+    epoch: int
+    params: list                      # dicts: name, layer, sharded, value, velocity
+    shuffle_state: tuple = None
+    config: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+
+def _fail(path, what):
+    return CheckpointError(f"checkpoint {path}: {what}")
+
+
+def _read_dataset(path, d, label):
+    a = d[()]
+    want = d.attrs.get("crc32")
+    if want is None:
+        raise _fail(path, f"{label} has no crc32 attribute (not written by distnet?)")
+    if _crc(a) != int(want):
+        raise _fail(path, f"{label} is damaged (CRC-32 mismatch); the file is corrupt")
+    return a
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def read_checkpoint(path):
+    """Read and verify a checkpoint file; returns a :class:`Checkpoint`.
+
+    Raises :class:`CheckpointError` naming ``path`` for a missing, unreadable, truncated,
+    damaged or foreign file, or one written by a newer format version.
+    """
+    import h5py
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise _fail(path, "no such file")
+    if os.path.isdir(path):
+        raise _fail(path, "is a directory, not a checkpoint file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise _fail(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    try:
+        with f:
+            if _text(f.attrs.get("format", "")) != FORMAT:
+                raise _fail(path, f"not a distnet checkpoint (no format attribute {FORMAT!r})")
+            version = int(f.attrs.get("version", -1))
+            if version != VERSION:
+                raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
+            meta = {k: (_text(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
+            if "params" not in f:
+                raise _fail(path, "has no /params group (incomplete file)")
+            params = []
+            for key in sorted(f["params"]):
+                g = f["params"][key]
+                label = f"parameter {key} ({_text(g.attrs.get('name', '?'))})"
+                if "value" not in g:
+                    raise _fail(path, f"{label} has no value")
+                params.append({"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),
+                               "sharded": bool(g.attrs.get("sharded", False)),
+                               "value": _read_dataset(path, g["value"], f"{label} value"),
+                               "velocity": (_read_dataset(path, g["velocity"], f"{label} velocity")
+                                            if "velocity" in g else None)})
+            state = None
+            if "rng" in f and "shuffle" in f["rng"]:
+                d = f["rng"]["shuffle"]
+                keys = _read_dataset(path, d, "the shuffle RNG state")
+                if keys.shape != (624,):
+                    raise _fail(path, f"the shuffle RNG state has shape {keys.shape}, expected (624,)")
+                state = (_text(d.attrs["kind"]), keys.astype(np.uint32), int(d.attrs["pos"]),
+                         int(d.attrs["has_gauss"]), float(d.attrs["cached_gaussian"]))
+            config = {}
+            if "config" in f:
+                c = f["config"].attrs
+                config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source")}
+                config["overrides"] = json.loads(_text(c.get("overrides", "[]")))
+            history = json.loads(meta.pop("history", "[]") or "[]")
+            return Checkpoint(path, int(meta["epoch"]), params, state, config, history, meta)
+    except CheckpointError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise _fail(path, f"unreadable or incomplete ({type(e).__name__}: {e})") from None
+
+
+def apply_checkpoint(model, ck, log=None):
+    """Put the checkpoint's weights and velocities into a configured model (this rank's slices)
+    and arrange for :meth:`MLP.fit` to continue after epoch ``ck.epoch`` with the saved shuffle
+    RNG state. Raises :class:`CheckpointError` if the model's parameters do not match."""
+    mine = model_params(model)
+    if len(mine) != len(ck.params):
+        raise _fail(ck.path, f"holds {len(ck.params)} parameters ({_names(ck.params)}) but the experiment's "
+                             f"model has {len(mine)} ({', '.join(p.name for _, p in mine)})")
+    xp = model.backend.xp
+    dtype = np.dtype(model.backend.dtype)
+    for (layer, p), e in zip(mine, ck.params):
+        gshape, index = param_layout(layer, p)
+        if tuple(e["value"].shape) != tuple(gshape):
+            raise _fail(ck.path, f"parameter {e['name']} has shape {tuple(e['value'].shape)} but the "
+                                 f"experiment's {p.name} has global shape {tuple(gshape)}; the checkpoint "
+                                 "belongs to another model")
+        if e["value"].dtype != dtype and log is not None:
+            log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
+                        e["value"].dtype, dtype)
+        p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
+        p.velocity = (None if e["velocity"] is None else
+                      xp.asarray(np.array(e["velocity"][index], dtype=dtype).reshape(p.value.shape)))
+    model.resume = {"epoch": ck.epoch + 1, "shuffle_rng": ck.shuffle_state}
+    if getattr(model, "num_pretrain_epochs", 0):
+        # GB: pretraining happened before the first supervised epoch that the checkpoint closes.
+        model.num_pretrain_epochs = 0
+
+
+def _names(entries):
+    return ", ".join(e["name"] for e in entries)
+
+
+def restore_checkpoint(model, path, topology, log=None):
+    """Read ``path`` on every rank and load this rank's part into ``model`` (collective over the
+    run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
+    :class:`Checkpoint`."""
+    from ..comm.abort import run_collectively
+
+    def load():
+        ck = read_checkpoint(path)
+        apply_checkpoint(model, ck, log)
+        return ck
+
+    return run_collectively(load, topology.world)

@@ -1,0 +1,44 @@
+"""``MLPDist``: neon's vector-parallel (``vecpar``) MLP — every fully connected layer sharded over
+the ranks by blocks of its input features.
+
+Every rank holds the whole input (whole images: the dataset's ``dist_mode: vecpar``) and every
+layer's whole (replicated) output. Layer ``l`` with ``F`` input features views them as a
+``1 x F`` plane cut by the ``1 x P`` process grid (:func:`~distnet.geometry.tile_of`, contiguous
+blocks, the first ``F % P`` one longer), so rank ``j`` holds the columns ``W[:, o_j : o_j + n_j]``:
+
+* forward: ``z = sum_j x[:, block_j] W_j^T`` — my partial product, then ONE Allreduce over
+  ``Topology.spatial`` (all ranks of a replica / stage); every rank adds the bias and applies the
+  activation itself (no root, no bcast);
+* backward: ``dz`` is replicated, so ``G_j = dz^T x[:, block_j]`` is complete on rank ``j`` (no
+  weight communication; data replicas sum it); the input gradient ``dz W`` is assembled from the
+  blocks with one Allreduce over ``Topology.spatial`` (skipped for the first layer).
+
+The numbers equal the single-process MLP's up to the summation order of ``z``. Composes with
+data replicas (``data: D``: ``world = D x 1 x P``) and pipeline stages (each stage shards its
+layers over its own spatial communicator).
+"""
+from ..layers.base import REPLICATED
+from ..layers.dist import FCDistMixin
+from .mlp import MLP
+
+
+class MLPDist(MLP):
+    """neon's ``MLPDist`` (see :class:`MLP` for the keys): only fully connected Dist layers
+    (``LayerDist``, ``LayerWithNoBiasDist``), each sharded by input-feature blocks. Its data is
+    whole images on every rank (``dist_mode: vecpar``); the process grid is ``1 x P``."""
+
+    #: Every rank takes the whole input (not a spatial tile).
+    input_layout = REPLICATED
+
+    def configure(self, backend, topology):
+        for layer in self.layers:
+            if not isinstance(layer, FCDistMixin):
+                raise layer.error(f"MLPDist shards fully connected layers by input features (vecpar): "
+                                  f"use LayerDist or LayerWithNoBiasDist, not {type(layer).__name__}")
+            layer.vecpar = True
+        super().configure(backend, topology)
+
+    def planes(self):
+        """Each FC layer's input features as a ``1 x F`` plane: the grid that fits them all is
+        ``1 x P`` with ``P <= min F`` (every rank holds at least one feature of every layer)."""
+        return [(1, layer.nfeat) for layer in self.layers]
