@@ -1,6 +1,7 @@
 """The ``distnet`` command line (thin: every command calls into the package)."""
 import json
 import logging
+import os
 import sys
 import time
 
@@ -42,25 +43,97 @@ def main():
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False),
-              help="Write per-epoch costs and final error rates as JSON lines (rank 0).")
+              help="Also write per-epoch costs and final error rates as JSON lines here (rank 0).")
 @click.option("-v", "--verbose", is_flag=True, help="Log per-layer plans and debug lines.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value of the experiment, e.g. --set model.num_epochs=1 (repeatable).")
-def run(experiment, metrics_path, verbose, quiet, overrides):
-    """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command."""
+@click.option("--resume", type=click.Path(dir_okay=False), metavar="CHECKPOINT",
+              help="Continue from a checkpoint (written on any grid or number of ranks); --set "
+                   "applies to the experiment, e.g. --set model.num_epochs=20 to train longer.")
+@click.option("--run-dir", type=click.Path(file_okay=False),
+              help="Record the run here (default: runs/<experiment>-<time>, or under $DISTNET_RUNS_DIR).")
+@click.option("--no-run-dir", is_flag=True, help="Do not write a run directory.")
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False),
+              help="Checkpoint file (default: the experiment's checkpoint.path, else checkpoint.h5 "
+                   "in the run directory).")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
+              help="Also write the checkpoint every N epochs (0: only at the end).")
+@click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on rank 0 (default: when stderr is a terminal and not --quiet).")
+def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
+        checkpoint_path, checkpoint_every, no_checkpoint, progress):
+    """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
+
+    Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
+    (with the --set overrides), run.json (command, topology, versions, timings, status),
+    metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
+    --checkpoint-every N epochs)."""
     from ..config import load_experiment
+    from ..experiments.rundir import RunDir, experiment_config
+    from ..log import get_logger
+    from ..progress import ProgressBar
+    if _launched_on_many():
+        _install_abort_hook()  # before anything can fail on one rank only
+    rank0 = _world_rank() in (None, 0)
+    record = None
+    hooks = None
     try:
         exp = load_experiment(experiment, overrides)
         if verbose or quiet:
             exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
-        writer = _MetricsWriter(metrics_path)
-        if exp.dist_flag:
-            _install_abort_hook()
-        result = exp.run(on_epoch=writer.epoch)
-        writer.final(result, exp)
+        exp.check()  # shapes and data headers: a broken experiment leaves no run directory behind
+        exp.config_record = experiment_config(experiment, overrides)
+        if checkpoint_every is not None:
+            exp.checkpoint_every = checkpoint_every
+        if checkpoint_path:
+            exp.checkpoint_path = checkpoint_path
+        if not no_run_dir and rank0:
+            record = RunDir.create(run_dir, experiment)
+        where = _bcast(record.path if record is not None else None)
+        if no_checkpoint:
+            exp.checkpoint_path, exp.checkpoint_every = None, 0
+        elif exp.checkpoint_path is None and where is not None:
+            exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
+        if record is not None:
+            record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
+        show_bar = rank0 and not quiet and progress is not False
+        hooks = _CliHooks(record, metrics_path if rank0 else None,
+                          ProgressBar(enabled=None if progress is None else True) if show_bar else None)
+        result = exp.run(hooks=hooks, resume=resume)
+        hooks.close()
+        if record is not None:
+            record.finish("finished", timings=result.timings)
+            get_logger().info("run directory: %s", record.path)
     except DistnetError as e:
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
+    except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        raise
+
+
+def _close_quietly(hooks, record, error):
+    if hooks is not None:
+        hooks.close()
+    if record is not None:
+        try:
+            record.finish("failed", error=error)
+        except OSError:
+            pass
+
+
+def _launched_on_many():
+    from ..experiments.fit import launcher_size
+    return launcher_size() > 1
+
+
+def _bcast(value):
+    """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
+    if _world_rank() is None:
+        return value
+    return sys.modules["mpi4py.MPI"].COMM_WORLD.bcast(value, root=0)
 
 
 def _config_error_type():
@@ -70,34 +143,47 @@ def _config_error_type():
 
 def _install_abort_hook():
     from ..comm.abort import install_abort_hook
-    from ..experiments.fit import launcher_size
-    if launcher_size() > 1:
-        from mpi4py import MPI
-        install_abort_hook(MPI.COMM_WORLD)
+    from mpi4py import MPI
+    install_abort_hook(MPI.COMM_WORLD)
 
 
-class _MetricsWriter:
-    """JSON lines on rank 0: one per epoch, then one with the final rates."""
+class _CliHooks:
+    """The run's hooks for the command line: run directory, --metrics file, progress bar, all
+    on rank 0 (the other ranks get no files and no bar)."""
 
-    def __init__(self, path):
-        self.path = path
-        self.rank0 = _world_rank() in (None, 0)
-        if path and self.rank0:
-            open(path, "w").close()
+    def __init__(self, record, metrics_path, bar):
+        self.record, self.bar = record, bar
+        self.metrics_path = metrics_path
+        if metrics_path:
+            open(metrics_path, "w").close()
+
+    def started(self, experiment, topology):
+        if self.record is not None:
+            from ..experiments.rundir import versions
+            self.record.topology(topology, versions())
+
+    def batch(self, epoch, b, n):
+        if self.bar is not None:
+            self.bar.batch(epoch, b, n)
 
     def _write(self, rec):
-        if self.path and self.rank0:
-            with open(self.path, "a") as f:
+        if self.record is not None:
+            self.record.metrics(rec)
+        if self.metrics_path:
+            with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
-    def epoch(self, epoch, cost):
-        self.rank0 = _world_rank() in (None, 0)
-        self._write({"epoch": epoch, "cost": cost})
+    def epoch(self, record):
+        self._write(record)
 
-    def final(self, result, exp):
+    def finished(self, result):
         self._write({"final": True, "train_misclass": result.train_misclass,
                      "test_misclass": result.test_misclass, "size": result.size,
-                     "grid": list(result.grid)})
+                     "grid": list(result.grid), "start_epoch": result.start_epoch})
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 @main.command()
@@ -186,13 +272,60 @@ def distribute(source, output):
               help="Largest accepted |difference| of an error rate, in percentage points.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
-def compare(single, distributed, nranks, cost_tol, rate_tol, overrides):
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png",
+              help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
+def compare(single, distributed, nranks, cost_tol, rate_tol, overrides, plot_path):
     """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs and error
     rates side by side. Exit status 1 if they differ beyond the tolerances: the cost tolerance
     is relative (|a - b| / |a|), the error-rate one in percentage points."""
     from .compare import compare as run_compare
-    ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo, overrides=overrides)
+    if plot_path:
+        from .plot import _figure
+        try:
+            _figure()  # fail before the runs, not after
+        except DistnetError as e:
+            _fail(str(e), 1)
+    try:
+        ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
+                         overrides=overrides, plot=plot_path)
+    except DistnetError as e:
+        _fail(str(e), 1)
     sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True), metavar="RUN_DIR...")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="distnet-plot.png",
+              show_default=True, help="The PNG file to write.")
+@click.option("--title", help="A title over both panels.")
+def plot(runs, output, title):
+    """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
+    JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    from .plot import plot_runs
+    try:
+        plot_runs(list(runs), output, title)
+    except DistnetError as e:
+        _fail(str(e), 1)
+    click.echo(output)
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of ranks (world size) to plan for.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
+def show(experiment, nranks, overrides):
+    """Show how EXPERIMENT is cut over N ranks, from geometry alone (no MPI, no data): per layer
+    the global and local shapes (rank 0 and the largest tile), the halo widths, the parameters
+    (total and per rank) and the activation memory per rank."""
+    from ..config import load_experiment
+    from .show import format_show
+    try:
+        exp = load_experiment(experiment, overrides)
+        text = format_show(exp, experiment, nranks)
+    except DistnetError as e:
+        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+    click.echo(text)
 
 
 if __name__ == "__main__":

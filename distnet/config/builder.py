@@ -84,23 +84,30 @@ def coerce(spec, value, kind_of):
     raise AssertionError(f"unknown config type spec {spec!r}")
 
 
-def constructor_keys(cls):
-    """``(accepted, required)`` key sets of ``cls``: its ``__init__`` parameters and, when that
-    ends in ``**kwargs`` (passed on to the parent), the parent's too, up the MRO."""
-    accepted, required = set(), set()
+def constructor_params(cls):
+    """The YAML keys of ``cls`` as ``inspect.Parameter`` objects, in order: its ``__init__``
+    parameters and, when that ends in ``**kwargs`` (passed on to the parent), the parent's too,
+    up the MRO."""
+    out, seen = [], set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         params = inspect.signature(init).parameters
         for n, p in params.items():
-            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                accepted.add(n)
-                if p.default is inspect.Parameter.empty:
-                    required.add(n)
+            if n != "self" and n not in seen and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                seen.add(n)
+                out.append(p)
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
-    return accepted, required
+    return out
+
+
+def constructor_keys(cls):
+    """``(accepted, required)`` key sets of ``cls`` (see :func:`constructor_params`)."""
+    params = constructor_params(cls)
+    return ({p.name for p in params},
+            {p.name for p in params if p.default is inspect.Parameter.empty})
 
 
 class Builder:

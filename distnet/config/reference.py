@@ -4,7 +4,7 @@ module's output (``distnet check --reference``), and a test keeps the two in ste
 import inspect
 
 from . import registry
-from .builder import _ignored_of, _types_of
+from .builder import _ignored_of, _types_of, constructor_params
 
 _KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost"]
 _KIND_TITLE = {"experiment": "Experiments (the root object)", "backend": "Backends", "dataset": "Datasets",
@@ -28,21 +28,9 @@ def _type_name(spec):
 
 def _keys(cls):
     types = _types_of(cls)
-    rows, seen = [], set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        for name, p in params.items():
-            if name == "self" or name in seen or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                continue
-            seen.add(name)
-            default = "**required**" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
-            rows.append((name, _type_name(types.get(name)), default))
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return rows
+    return [(p.name, _type_name(types.get(p.name)),
+             "**required**" if p.default is inspect.Parameter.empty else f"`{p.default!r}`")
+            for p in constructor_params(cls)]
 
 
 def reference_markdown():

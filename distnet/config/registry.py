@@ -30,6 +30,7 @@ _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
 _add("distnet.models.mlp", "model", ["MLP"], "distnet.models", "neon.models.mlp")
 _add("distnet.models.convnet", "model", ["Convnet"], "distnet.models")
 _add("distnet.models.convnet", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
+_add("distnet.models.mlp_dist", "model", ["MLPDist"], "distnet.models", "neon.models.mlp_dist")
 _add("distnet.layers", "layer", [
     "ConvLayer", "ConvLayerDist", "MaxPoolingLayer", "MaxPoolingLayerDist", "AveragePoolingLayer",
     "AveragePoolingLayerDist", "L2PoolingLayer", "L2PoolingLayerDist", "LayerWithNoBias",

@@ -38,10 +38,27 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..geometry.partition import Box
+from ..geometry.partition import Box, tile_of
 from . import cache
 
 SPLITS = cache.SPLITS
+
+#: The values of the ``dist_mode`` key; the integer spellings 0, 1, 2 are these, in this order
+#: (distnet's numbering: neon 0.4 did not document integer values).
+DIST_MODES = ("halopar", "vecpar", "datapar")
+
+
+def normalize_dist_mode(value):
+    """``dist_mode`` as one of :data:`DIST_MODES` (None stays None); accepts the names (any case)
+    and the integers 0 (halopar), 1 (vecpar), 2 (datapar). Raises :class:`ConfigError`."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(DIST_MODES):
+        return DIST_MODES[value]
+    if isinstance(value, str) and value.strip().lower() in DIST_MODES:
+        return value.strip().lower()
+    raise ConfigError(f"must be one of halopar, vecpar, datapar (or 0, 1, 2), got {value!r}",
+                      key="dist_mode")
 
 
 def sample_indices(n_total, sample_pct, seed):
@@ -79,6 +96,14 @@ class Dataset:
         ``<rank>``/``<size>`` placeholders (:mod:`~distnet.datasets.cache`).
     dist_flag : bool, default False
         Kept for neon files; the experiment decides the tile and passes it to :meth:`load`.
+    dist_mode : 'halopar' | 'vecpar' | 'datapar' (or 0 | 1 | 2), default 'halopar'
+        How a distributed run (``dist_flag: True``) spreads the data (:meth:`rank_tile`):
+        ``halopar`` — every rank loads its spatial tile of every image (Dist layers exchange
+        halos); ``vecpar`` — every rank loads whole images and the model (``MLPDist``) shards its
+        fully connected layers by input features over a ``1 x P`` grid; ``datapar`` — every rank
+        loads whole images and the ranks are data replicas (grid ``1 x 1``, ``data`` = the
+        ranks per pipeline stage). The integers are distnet's numbering (neon 0.4 had the names
+        and did not document numbers). Only with ``dist_flag: True``.
     backend : object or None
         Kept (neon let a dataset name its backend); not used here.
 
@@ -94,7 +119,7 @@ class Dataset:
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None):
+                 backend=None, dist_mode=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -109,6 +134,11 @@ class Dataset:
         if not isinstance(dist_flag, bool):
             raise ConfigError(f"expected True or False, got {dist_flag!r}", key="dist_flag")
         self.dist_flag = dist_flag
+        mode = normalize_dist_mode(dist_mode)
+        if mode is not None and not dist_flag:
+            raise ConfigError(f"dist_mode {mode} describes a distributed run: set dist_flag: True "
+                              "(here and on the experiment), or remove dist_mode", key="dist_mode")
+        self.dist_mode = mode or ("halopar" if dist_flag else None)
         self.backend = backend
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -138,6 +168,14 @@ class Dataset:
         """The :class:`Box` of the whole image."""
         H, W = self.plane
         return Box(0, H, 0, W)
+
+    def rank_tile(self, grid, coords):
+        """The part of every image the rank at ``coords`` of the spatial ``grid`` loads, as the
+        ``tile`` argument of :meth:`load`: its :func:`~distnet.geometry.tile_of` box for
+        ``halopar``, None (whole images) for ``vecpar``, ``datapar`` and non-distributed runs."""
+        if self.dist_mode != "halopar":
+            return None
+        return tile_of(self.plane, grid, coords)
 
     def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
         """Read (or fetch from the cache) this rank's n-rant of both splits.

@@ -1,12 +1,15 @@
 """Experiments: the YAML root. ``FitExperiment`` trains; ``FitPredictErrorExperiment`` also
 reports the misclassification rates of the training and test sets (NEON.md §4.2).
 
-``run()`` is the whole life of a job on one rank: topology, model planning, weights, data
-(this rank's tile of every image), training, metrics. It returns a :class:`RunResult`, identical
-on every rank; only rank 0 logs.
+``run()`` is the whole life of a job on one rank: topology, model planning, weights (or a
+checkpoint to resume from), data (this rank's tile of every image), training with periodic
+checkpoints, metrics. It returns a :class:`RunResult`, identical on every rank; only rank 0 logs.
+Callers follow the run through a :class:`RunHooks` object (the CLI writes its run directory and
+draws its progress bar that way).
 """
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
@@ -16,17 +19,43 @@ from ..log import get_logger, setup_logging
 
 # Environment variables by which MPI launchers announce the world size.
 _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
+_CHECKPOINT_KEYS = {"every", "path", "at_end"}
 
 
 @dataclass
 class RunResult:
-    """What a run measured: per-epoch mean training cost and the final error rates (percent)."""
+    """What a run measured: per-epoch mean training cost (from epoch 0, also for a resumed run:
+    the earlier epochs come from the checkpoint) and the final error rates (percent)."""
 
     epoch_costs: list = field(default_factory=list)
     train_misclass: float = None
     test_misclass: float = None
     grid: tuple = (1, 1)
     size: int = 1
+    #: First epoch trained by this run (> 0 when resumed).
+    start_epoch: int = 0
+    #: Path of the last checkpoint written (None if none).
+    checkpoint: str = None
+    #: Wall seconds: setup, restore, data, train, eval, total.
+    timings: dict = field(default_factory=dict)
+
+
+class RunHooks:
+    """What :meth:`FitExperiment.run` reports while it runs (no-ops here; override what you
+    need). Every rank calls every hook at the same points."""
+
+    def started(self, experiment, topology):
+        """After setup: the topology is known, the weights are drawn."""
+
+    def batch(self, epoch, batch, nbatches):
+        """Before every training step."""
+
+    def epoch(self, record):
+        """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
+        ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
+
+    def finished(self, result):
+        """After the final error rates, with the :class:`RunResult`."""
 
 
 def launcher_size():
@@ -37,20 +66,46 @@ def launcher_size():
     return 1
 
 
+def _check_checkpoint_key(value):
+    if value is None:
+        return {}
+    unknown = set(value) - _CHECKPOINT_KEYS
+    if unknown:
+        raise ConfigError(f"unknown checkpoint key(s) {sorted(unknown)}; valid: {sorted(_CHECKPOINT_KEYS)}",
+                          key="checkpoint")
+    every = value.get("every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(f"checkpoint every must be an integer >= 0 (0: only at the end), got {every!r}",
+                          key="checkpoint")
+    path = value.get("path")
+    if path is not None and (not isinstance(path, str) or not path):
+        raise ConfigError(f"checkpoint path must be a file name, got {path!r}", key="checkpoint")
+    at_end = value.get("at_end", True)
+    if not isinstance(at_end, bool):
+        raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
+    return dict(value)
+
+
 class FitExperiment:
     """Keys: ``model``, ``datasets`` (a list with one dataset), ``backend`` (default numpy
     float32, seed 0), ``dist_flag`` (bool: split every image over the ranks), ``grid``
     ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
-    replicas, default 1: ``world size = data x Py x Px``; replicas train on disjoint slices of
-    every global minibatch and sum their gradients), ``logging`` (neon's
-    ``logging.basicConfig`` mapping: ``level``, ``format``, ``filename``)."""
+    replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
+    slices of every global minibatch and sum their gradients), ``pipe`` (pipeline stages,
+    default 1; larger values are not supported yet), ``logging`` (neon's ``logging.basicConfig``
+    mapping: ``level``, ``format``, ``filename``), ``checkpoint`` (mapping: ``every`` N epochs,
+    default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
+    ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
+    rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
+    with the epoch's metrics; default 0 = only at the end)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": "shape2", "data": int}
+                    "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int}
     report_errors = False
 
-    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1):
+    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
+                 pipe=1, checkpoint=None, eval_every=0):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -64,15 +119,31 @@ class FitExperiment:
         if data < 1:
             raise ConfigError(f"data (the number of data-parallel replicas) must be >= 1, got {data}", key="data")
         self.data = data
+        if pipe < 1:
+            raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
+        if pipe > 1:
+            raise ConfigError("pipe > 1 needs pipeline stages, not supported yet", key="pipe")
+        self.pipe = pipe
+        ck = _check_checkpoint_key(checkpoint)
+        #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
+        self.checkpoint_every = ck.get("every", 0)
+        #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
+        self.checkpoint_path = ck.get("path")
+        self.checkpoint_at_end = ck.get("at_end", True)
+        if eval_every < 0:
+            raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
+        self.eval_every = eval_every
+        #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
+        self.config_record = None
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
 
     def make_topology(self):
-        """The run's topology ``world = data x Py x Px``: serial for a plain one-process run,
-        else from MPI's world (``grid`` is 1x1 unless ``dist_flag``)."""
+        """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
+        run, else from MPI's world (``grid`` is 1x1 unless ``dist_flag``)."""
         from ..comm.topology import Topology
-        if not self.dist_flag and self.data == 1:
+        if not self.dist_flag and self.data == 1 and self.pipe == 1:
             n = launcher_size()
             if n > 1:
                 raise TopologyError(f"this experiment has dist_flag: False but was launched on {n} "
@@ -80,16 +151,20 @@ class FitExperiment:
                                     "(`distnet distribute`), or add data replicas (`data: N`)")
             return Topology.serial()
         grid = self.grid if self.dist_flag else (1, 1)
-        return Topology.from_world(grid=grid, data=self.data, planes=self.model.planes())
+        return Topology.from_world(grid=grid, data=self.data, pipe=self.pipe, planes=self.model.planes())
 
-    def setup(self, topology=None):
-        """Shapes, topology, layer plans and weights; returns the topology."""
-        image_shape = self.dataset.image_shape
-        self.model.infer_shapes(image_shape)
+    def check(self):
+        """The checks that need no MPI and no pixels: every layer's shapes against the dataset's
+        image shape, and the last layer's outputs against its classes (ConfigError)."""
+        self.model.infer_shapes(self.dataset.image_shape)
         nout = self.model.layers[-1].out_shape[0]
         if nout != self.dataset.nclasses:
             raise self.model.layers[-1].error(
                 f"gives {nout} outputs but the dataset has {self.dataset.nclasses} classes", "nout")
+
+    def setup(self, topology=None):
+        """Shapes, topology, layer plans and weights; returns the topology."""
+        self.check()
         self.topology = topology or self.make_topology()
         lc = dict(self.logging)
         setup_logging(self.topology.rank, self.topology.size, lc.get("level", logging.INFO),
@@ -99,28 +174,120 @@ class FitExperiment:
         return self.topology
 
     def load_data(self):
+        """This rank's tiles of both splits. Collective: if any rank fails (a missing shard,
+        a truncated file), every rank raises, naming the rank and its error."""
+        from ..comm.abort import run_collectively
         t = self.topology
         tile = tile_of(self.dataset.image_shape[1:], t.grid, t.coords) if self.dist_flag else None
-        return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
-                                 rank=t.rank, size=t.size, grid=t.grid)
 
-    def run(self, topology=None, on_epoch=None):
-        """Train (and for FitPredictErrorExperiment, evaluate); returns a :class:`RunResult`."""
+        def load():
+            return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
+                                     rank=t.rank, size=t.size, grid=t.grid)
+
+        return run_collectively(load, t.world)
+
+    def save_checkpoint(self, path, epoch, history=()):
+        """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
+        from ..models.checkpoint import save_checkpoint
+        save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
+
+    def _evaluate(self, data, record, splits):
+        for split in splits:
+            if split in data:
+                record[f"{split}_misclass"] = self.model.misclass_rate(*data[split])
+
+    def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
+        """Train (and for FitPredictErrorExperiment, evaluate); returns a :class:`RunResult`.
+
+        topology : a :class:`~distnet.comm.Topology` (default: :meth:`make_topology`).
+        on_epoch : ``callable(epoch, mean cost)`` after every epoch (kept for callers of old).
+        hooks : a :class:`RunHooks`.
+        resume : path of a checkpoint to continue from (any grid, any number of ranks).
+        """
+        from ..faults import fault_hook
+        hooks = hooks or RunHooks()
+        clock = time.perf_counter
+        t_start = clock()
         t = self.setup(topology)
+        timings = {"setup": clock() - t_start}
         log = get_logger()
-        log.info("distnet: %d rank(s), grid %dx%d, backend %s", t.size, t.grid[0], t.grid[1], self.backend)
+        log.info("distnet: %d rank(s), grid %dx%d%s, backend %s", t.size, t.grid[0], t.grid[1],
+                 f", data {t.ndata}" if t.ndata > 1 else "", self.backend)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
-        data = self.load_data()
-        x, y = data["train"]
+        hooks.started(self, t)
+        history = []
         result = RunResult(grid=tuple(t.grid), size=t.size)
-        result.epoch_costs = self.model.fit(x, y, self.dataset.nclasses, on_epoch=on_epoch)
+        if resume:
+            from ..models.checkpoint import restore_checkpoint
+            t0 = clock()
+            ck = restore_checkpoint(self.model, resume, t, log)
+            timings["restore"] = clock() - t0
+            history = [r for r in ck.history if r.get("epoch", -1) <= ck.epoch]
+            result.start_epoch = ck.epoch + 1
+            for r in history:  # the run's records start at epoch 0, as an uninterrupted run's
+                hooks.epoch(dict(r, from_checkpoint=True))
+            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); training epochs "
+                     "%d to %d", resume, ck.epoch, ck.meta.get("size", "?"),
+                     "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
+                     ck.epoch + 1, self.model.num_epochs - 1)
+        t0 = clock()
+        data = self.load_data()
+        timings["data"] = clock() - t0
+        x, y = data["train"]
+        eval_splits = ("train", "test") if self.report_errors else ("test",)
+        fault = fault_hook(t.rank)
+        epoch_start = {}
+
+        def on_batch(epoch, b, n):
+            if b == 0:
+                epoch_start[epoch] = clock()
+            if fault is not None:
+                fault(epoch, b, n)
+            hooks.batch(epoch, b, n)
+
+        def epoch_done(epoch, mean):
+            record = {"epoch": epoch, "cost": mean, "seconds": clock() - epoch_start.get(epoch, clock())}
+            if self.eval_every and (epoch + 1) % self.eval_every == 0:
+                t1 = clock()
+                self._evaluate(data, record, eval_splits)
+                record["eval_seconds"] = clock() - t1
+                log.info("epoch: %d, %s", epoch, ", ".join(
+                    f"{s} misclass {record[f'{s}_misclass']:.3f}%" for s in eval_splits if f"{s}_misclass" in record))
+            history.append(record)
+            last = epoch == self.model.num_epochs - 1
+            if (self.checkpoint_path and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0
+                    and not (last and self.checkpoint_at_end)):
+                t1 = clock()
+                self.save_checkpoint(self.checkpoint_path, epoch, history)
+                record["checkpoint_seconds"] = clock() - t1
+                result.checkpoint = self.checkpoint_path
+            if on_epoch is not None:
+                on_epoch(epoch, mean)
+            hooks.epoch(record)
+
+        self.model.on_batch = on_batch
+        t0 = clock()
+        try:
+            costs = self.model.fit(x, y, self.dataset.nclasses, on_epoch=epoch_done)
+        finally:
+            self.model.on_batch = None
+        timings["train"] = clock() - t0
+        result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
+        if self.checkpoint_path and self.checkpoint_at_end and history:
+            self.save_checkpoint(self.checkpoint_path, history[-1]["epoch"], history)
+            result.checkpoint = self.checkpoint_path
         if self.report_errors:
+            t0 = clock()
             for split in ("train", "test"):
                 if split in data:
                     rate = self.model.misclass_rate(*data[split])
                     setattr(result, f"{split}_misclass", rate)
                     log.info("%s set misclass rate: %.5f%%", split, rate)
+            timings["eval"] = clock() - t0
+        timings["total"] = clock() - t_start
+        result.timings = timings
+        hooks.finished(result)
         return result
 
 

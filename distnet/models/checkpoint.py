@@ -166,8 +166,16 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                 c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
             with open(tmp, "rb+") as fh:  # on disk before it takes the real name
                 os.fsync(fh.fileno())
+            _umask_mode(tmp)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
+
+
+def _umask_mode(path):
+    """Give a temporary file (created 0600) the mode a plain ``open`` would have given it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):
@@ -218,6 +226,15 @@ def _read_dataset(path, d, label):
     return a
 
 
+def _plain(v):
+    """An HDF5 attribute as a plain Python value (str, int, float, list)."""
+    if isinstance(v, (bytes, str)):
+        return _text(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -245,7 +262,7 @@ def read_checkpoint(path):
             version = int(f.attrs.get("version", -1))
             if version != VERSION:
                 raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
-            meta = {k: (_text(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
+            meta = {k: _plain(v) for k, v in f.attrs.items()}
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
             params = []

@@ -16,6 +16,7 @@ from ..layers.base import REPLICATED, SPATIAL, LayerContext
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule, sgd_update
+from .pipeline import Pipeline, StagePlanError, assign_stages
 
 
 class MLP:
@@ -36,6 +37,10 @@ class MLP:
                     "shuffle": bool, "serialized_path": str, "stages": ("list", int),
                     "micro_batches": int}
     config_ignored = ("backend", "temp_dtype")
+    #: Layout of the model's input: each rank's spatial tile (MLPDist: whole images).
+    input_layout = SPATIAL
+    #: The :class:`~distnet.models.pipeline.Pipeline` running stages / micro-batches (configure).
+    pipeline = None
 
     def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
                  learning_rate=None, shuffle=False, serialized_path=None, stages=None, micro_batches=1):
@@ -77,11 +82,13 @@ class MLP:
     def configure(self, backend, topology):
         """Plan every layer on ``topology`` (halo plans, weight slices)."""
         self.backend, self.topology = backend, topology
-        layout = SPATIAL
+        layout = self.input_layout
+        self.layouts = []  # every layer's output layout (the pipeline's message shapes)
         for i, layer in enumerate(self.layers):
             ctx = LayerContext(backend, topology, i)
             layer.bind(ctx)
             layout = layer.configure(layout, ctx)
+            self.layouts.append(layout)
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
         for layer in self.layers:
@@ -89,17 +96,42 @@ class MLP:
                 if self.learning_rate is None:
                     raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
                 layer.learning_rate = self.learning_rate
+        self._plan_stages(topology)
+
+    def _plan_stages(self, topology):
+        """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
+        (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
+        has one stage and one micro-batch: the plain loop below)."""
+        npipe = getattr(topology, "npipe", 1)
+        try:
+            self.stage_of = assign_stages(len(self.layers), [layer.stage for layer in self.layers],
+                                          self.stages, npipe)
+        except StagePlanError as e:
+            where = self.layers[e.layer] if e.layer is not None else self
+            raise config_error(where, str(e) if e.layer is None else
+                               f"layer '{where.name}': {e}", e.key) from None
+        mine = getattr(topology, "pipe_index", 0)
+        self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
+        self.pipeline = (Pipeline(self, self.stage_of, self.layouts, self.micro_batches)
+                         if npipe > 1 or self.micro_batches > 1 else None)
 
     def init_params(self):
-        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4)."""
+        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4); with
+        pipeline stages every rank draws them all, then releases the other stages' layers."""
         self.backend.reseed()
         for layer in self.layers:
             layer.init_params(self.backend.rng)
-        self._params = [(layer, p) for layer in self.layers for p in layer.params()]
+        local = {id(layer) for layer in self.local_layers}
+        for layer in self.layers:
+            if id(layer) not in local:
+                layer.release_params()
+        self._params = [(layer, p) for layer in self.local_layers for p in layer.params()]
         self._index = {id(layer): i for i, layer in enumerate(self.layers)}
 
     # -- training ------------------------------------------------------------------------------
     def fprop(self, x):
+        if self.pipeline is not None:
+            return self.pipeline.fprop(x)
         for layer in self.layers:
             x = layer.fprop(x)
         return x
@@ -157,10 +189,13 @@ class MLP:
         replicas equal one process. Returns the global batch's summed loss, identical on every rank.
         """
         batch_size = len(x) if batch_size is None else batch_size
-        y = self.fprop(x)
-        loss = self.backend.xp.asarray([self.cost.loss(y, t)], dtype=np.float64)
         lowest = self.lowest_trained_layer(epoch)
-        self.bprop(self.cost.grad(y, t) / batch_size, lowest)
+        if self.pipeline is not None:  # stages and/or micro-batches (loss shared over the pipe)
+            loss = self.pipeline.forward_backward(x, t, batch_size, lowest)
+        else:
+            y = self.fprop(x)
+            loss = self.backend.xp.asarray([self.cost.loss(y, t)], dtype=np.float64)
+            self.bprop(self.cost.grad(y, t) / batch_size, lowest)
         params = self.trained_params(lowest)
         self.reduce_gradients(params, extra=[loss])
         self.update(params, epoch)

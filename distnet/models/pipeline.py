@@ -229,13 +229,16 @@ class Pipeline:
         return self._share_over_pipe(y)
 
     # -- training -----------------------------------------------------------------------------
-    def forward_backward(self, x, t, batch_size):
+    def forward_backward(self, x, t, batch_size, lowest=0):
         """One minibatch's forward and backward with micro-batches (module docstring).
 
         x : this rank's input part of this replica's rows ``(b, ...)``; t : targets ``(b, K)``;
-        batch_size : rows of the global minibatch (the cost gradient is divided by it).
-        Leaves in every parameter of this stage's layers the gradient of the whole ``b`` rows
-        (partial over spatial ranks / data replicas as for one process: the model sums those).
+        batch_size : rows of the global minibatch (the cost gradient is divided by it);
+        lowest : backprop stops at this layer (the model's ``lowest_trained_layer``): layers
+        below it, and segments wholly below it, run no backward and exchange no gradients.
+        Leaves in every parameter of this stage's layers from ``lowest`` up the gradient of the
+        whole ``b`` rows (partial over spatial ranks / data replicas exactly as without a
+        pipeline: the model sums those).
         Returns ``xp.array([loss], float64)``: the summed loss of the ``b`` rows, on every stage.
         Collective over ``Topology.pipe`` and each stage's spatial communicator.
         """
@@ -263,11 +266,13 @@ class Pipeline:
                     loss += model.cost.loss(y, t[s])
                     deltas[m] = model.cost.grad(y, t[s]) / batch_size
 
-        own = {k: [p for i in range(segs[k].start, segs[k].stop) for p in self.layers[i].params()]
-               for k in mine}
+        mine = [k for k in mine if segs[k].stop > lowest]  # segments that run a backward
+        own = {k: [p for i in range(max(segs[k].start, lowest), segs[k].stop)
+                   for p in self.layers[i].params()] for k in mine}
         acc = {k: [xp.zeros_like(p.grad) for p in own[k]] for k in mine} if len(micro) > 1 else None
         for k in reversed(mine):                           # backward: segments and micro-batches reversed
             seg = segs[k]
+            send_back = k > 0 and seg.start > lowest
             order = list(reversed(range(len(micro))))
             if k < last:
                 posted = {m: self._send[k].backward(self._in_shape(k + 1, micro[m].stop - micro[m].start),
@@ -277,9 +282,9 @@ class Pipeline:
                 if cached.get(k) != m:                     # re-materialise this micro-batch's forward
                     self._run(seg, inputs[k][m])
                 cached[k] = None
-                for i in range(seg.stop - 1, seg.start - 1, -1):
-                    d = self.layers[i].bprop(d, need_input_grad=i > 0)
-                if k > 0:
+                for i in range(seg.stop - 1, max(seg.start, lowest) - 1, -1):
+                    d = self.layers[i].bprop(d, need_input_grad=i > lowest)
+                if send_back:
                     self._recv[k].backward(d)
                 if acc is not None:
                     for a, p in zip(acc[k], own[k]):

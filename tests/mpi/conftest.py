@@ -248,3 +248,14 @@ def comm():
 def mpi(comm):
     """:class:`MPIHelper` over ``comm``."""
     return MPIHelper(comm)
+
+
+@pytest.fixture(scope="module")
+def topologies(comm):
+    """``grid -> Topology`` over ``comm``, made once per grid and module (collective: every rank
+    asks for the same grids in the same order); freed at the end of the module."""
+    from distnet.comm import Topology
+    made = {}
+    yield lambda grid: made.setdefault(tuple(grid), Topology.from_world(grid=tuple(grid), world=comm))
+    for topo in made.values():
+        topo.free()

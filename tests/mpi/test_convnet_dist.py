@@ -53,14 +53,6 @@ def data():
     return rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
 
 
-@pytest.fixture(scope="module")
-def topologies(comm):
-    made = {}
-    yield lambda grid: made.setdefault(grid, Topology.from_world(grid=grid, world=comm))
-    for topo in made.values():
-        topo.free()
-
-
 def train(layers, model_cls, topo, x, labels, epochs=2):
     model = model_cls(layers=layers, num_epochs=epochs, batch_size=5, shuffle=True,
                       momentum={"type": "constant", "coef": 0.5})

@@ -33,15 +33,6 @@ def _grids():
         pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in GRIDS])
 
 
-@pytest.fixture(scope="module")
-def topologies(comm):
-    """grid -> Topology over COMM_WORLD, made once per grid (collective)."""
-    made = {}
-    yield lambda grid: made.setdefault(grid, Topology.from_world(grid=grid, world=comm))
-    for topo in made.values():
-        topo.free()
-
-
 def ready(layer, in_shape, topo, index, seed=0):
     """infer_shape, bind, configure and init_params as MLP does (``index`` = message tag)."""
     layer.infer_shape(in_shape)

@@ -33,15 +33,6 @@ IMAGE = Box(0, PLANE[0], 0, PLANE[1])
 MARGIN = 8  # zero border of the padded oracle, wider than any padding above
 
 
-@pytest.fixture(scope="module")
-def topologies(comm):
-    """grid -> Topology over COMM_WORLD, made once per grid (collective: every rank, same order)."""
-    made = {}
-    yield lambda grid: made.setdefault(grid, Topology.from_world(grid=grid, world=comm))
-    for topo in made.values():
-        topo.free()
-
-
 def _setup(mpi, topologies, grid, window):
     mpi.skip_unless(grid[0] * grid[1] == mpi.size, f"grid {grid} needs {grid[0] * grid[1]} ranks")
     topo = topologies(grid)

@@ -89,11 +89,13 @@ def test_check_grid_errors():
 def test_from_world_size_errors():
     with pytest.raises(TopologyError, match="grid 3x3 needs 9 ranks, but the run has 4"):
         Topology.from_world(grid=(3, 3), world=FakeWorld(4))
-    with pytest.raises(TopologyError, match="grid 2x2 x 2 data/pipe replicas needs 8 ranks, but the run has 6"):
+    with pytest.raises(TopologyError,
+                       match="grid 2x2 x 2 data/pipe replicas needs 8 ranks, but the run has 6"):
         Topology.from_world(grid=(2, 2), data=2, world=FakeWorld(6))
     with pytest.raises(TopologyError, match="6 ranks, which data=4 x pipe=1 does not divide"):
         Topology.from_world(data=4, world=FakeWorld(6))
-    with pytest.raises(TopologyError, match=r"14 ranks = data 2 x pipe 1 x 7 spatial.*World sizes that work: 2, 4, 6"):
+    with pytest.raises(TopologyError,
+                       match=r"14 ranks = data 2 x pipe 1 x 7 spatial.*World sizes that work: 2, 4, 6"):
         Topology.from_world(data=2, planes=[(5, 5)], world=FakeWorld(14))
     with pytest.raises(TopologyError, match="pipe must be a positive integer"):
         Topology.from_world(pipe=0, world=FakeWorld(2))
@@ -178,7 +180,8 @@ def test_serial_comm_abort_exits_with_code():
 
 # -- comm operations on one process ---------------------------------------------------------------
 
-@pytest.mark.parametrize("wy,wx", [(Window(3, 1, 1, 1), Window(3, 1, 1, 1)), (Window(2, 2), Window(3, 2, 0, 1)),
+@pytest.mark.parametrize("wy,wx", [(Window(3, 1, 1, 1), Window(3, 1, 1, 1)),
+                                   (Window(2, 2), Window(3, 2, 0, 1)),
                                    (Window(1, 1, 2, 3), Window(5))])
 def test_global_array_serial_is_zero_padding(wy, wx):
     plan = plan_halo((7, 9), wy, wx, (1, 1), (0, 0))

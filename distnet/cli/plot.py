@@ -1,0 +1,71 @@
+"""``distnet plot``: cost and misclassification curves of one or more runs in one PNG
+(matplotlib, an optional dependency: ``pip install 'distnet[plot]'``).
+
+Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON-lines file
+(``distnet run --metrics``). Left: the mean training cost per epoch. Right: the error rates
+measured during training (``eval_every``; test solid, train dashed) and the final ones (a star
+for test, a triangle for train, at the last epoch). Runs that agree (dist vs non-dist) draw on
+top of each other; every run has its own marker and dash pattern, so each stays visible.
+"""
+from ..errors import DistnetError
+from ..experiments.rundir import read_run
+
+_MARKERS = ("o", "x", "s", "^", "v", "D", "+", "*")
+_DASHES = ("-", "--", ":", "-.")
+
+
+def _figure():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise DistnetError("plotting needs matplotlib, which is not installed: "
+                           "pip install 'distnet[plot]' (or pip install matplotlib)") from None
+    return Figure
+
+
+def plot_runs(runs, out, title=None):
+    """Draw ``runs`` (dicts from :func:`~distnet.experiments.rundir.read_run`, or paths) to the
+    PNG file ``out``. Returns ``out``."""
+    Figure = _figure()
+    runs = [read_run(r) if isinstance(r, str) else r for r in runs]
+    fig = Figure(figsize=(11, 4.2), dpi=100)
+    cost_ax, err_ax = fig.subplots(1, 2)
+    any_err = False
+    for i, run in enumerate(runs):
+        recs = run["epochs"]
+        epochs = [r["epoch"] for r in recs]
+        marker, dash = _MARKERS[i % len(_MARKERS)], _DASHES[i % len(_DASHES)]
+        (line,) = cost_ax.plot(epochs, [r["cost"] for r in recs], linestyle=dash, marker=marker, ms=4,
+                               label=run["label"])
+        color = line.get_color()
+        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^")):
+            pts = [(r["epoch"], r[f"{split}_misclass"]) for r in recs if f"{split}_misclass" in r]
+            if pts:
+                any_err = True
+                err_ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=4, color=color,
+                            label=f"{run['label']}: {split}")
+            final = run["final"].get(f"{split}_misclass")
+            if final is not None:
+                any_err = True
+                x = epochs[-1] if epochs else 0
+                label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
+                err_ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
+                            markerfacecolor="none", label=label)
+    cost_ax.set(title="training cost", xlabel="epoch", ylabel="mean cost per image")
+    err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
+    from matplotlib.ticker import MaxNLocator
+    for ax in (cost_ax, err_ax):
+        ax.grid(True, alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax is cost_ax or any_err:
+            ax.legend(fontsize=7)
+    if not any_err:
+        err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png")
+    except OSError as e:
+        raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
+    return out

@@ -1,0 +1,26 @@
+"""Test-session settings shared by every test module (also under mpiexec).
+
+``distnet run`` records every run in a run directory, by default under ``./runs``; tests that
+run the command without ``--run-dir`` get theirs in a temporary folder (``DISTNET_RUNS_DIR``),
+removed at the end, instead of the checkout's ``runs/``.
+"""
+import os
+import shutil
+import tempfile
+
+_made = []
+
+
+def pytest_configure(config):
+    if not os.environ.get("DISTNET_RUNS_DIR"):
+        path = tempfile.mkdtemp(prefix="distnet-test-runs-")
+        os.environ["DISTNET_RUNS_DIR"] = path
+        _made.append(path)
+
+
+def pytest_unconfigure(config):
+    for path in _made:
+        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("DISTNET_RUNS_DIR") == path:
+            del os.environ["DISTNET_RUNS_DIR"]
+    _made.clear()

@@ -1,0 +1,250 @@
+"""``distnet run`` when things go wrong, and the everyday commands, end to end through the CLI:
+run directories, --resume composed with --set, checkpoints kept safe, one rank's failure ending
+the whole job (never a hang), bad inputs tried deliberately (each a clear message on every rank
+and a non-zero exit), ``distnet show``, ``distnet plot`` and ``compare --plot``.
+
+Every command runs under ``timeout``; the multi-rank ones use 2 or 3 ranks."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.comm.launcher import launch_env, mpiexec_path
+from distnet.models.checkpoint import read_checkpoint
+from tests.tiny import CNN, experiment, write_data
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+def distnet(*args, n=1, env=None, cwd=None):
+    cmd = [sys.executable, "-m", "distnet", *args]
+    if n > 1:
+        cmd = [mpiexec_path(), "-n", str(n), *cmd]
+    full_env = launch_env(n)
+    full_env.update(env or {})
+    return subprocess.run(["timeout", "-k", "5", str(TIMEOUT), *cmd], cwd=cwd or ROOT, env=full_env,
+                          capture_output=True, text=True)
+
+
+def ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rel")
+    data = write_data(d / "data.h5")
+    for name, dist in (("cnn", False), ("cnn_dist", True)):
+        (d / f"{name}.yaml").write_text(experiment(CNN, data, dist))
+    return d
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+# -- run directories, checkpoints, resume ------------------------------------------------------
+
+def test_run_directory_then_resume_with_overrides(env):
+    a, b, c = env / "run-a", env / "run-b", env / "run-c"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=2", "--run-dir", str(a),
+               "--checkpoint-every", "1"))
+    assert sorted(os.listdir(a)) == ["checkpoint.h5", "experiment.yaml", "metrics.jsonl", "resolved.yaml",
+                                     "run.json"]
+    info = json.loads((a / "run.json").read_text())
+    assert info["status"] == "finished" and info["overrides"] == ["model.num_epochs=2"]
+    assert info["topology"] == {"size": 1, "grid": [1, 1], "data": 1, "pipe": 1}
+    assert {"distnet", "numpy", "mpi", "h5py"} <= set(info["versions"])
+    assert {"setup", "data", "train", "total"} <= set(info["timings"])
+    recs = metrics(a)
+    assert [r.get("epoch") for r in recs] == [0, 1, None] and recs[-1]["final"]
+    assert all(r["seconds"] >= 0 for r in recs[:2]) and "checkpoint_seconds" in recs[0]
+    assert (a / "experiment.yaml").read_text() == (env / "cnn.yaml").read_text()
+    assert "num_epochs: 2" in (a / "resolved.yaml").read_text()
+    saved = (a / "checkpoint.h5").read_bytes()
+
+    ok(distnet("run", str(env / "cnn.yaml"), "--resume", str(a / "checkpoint.h5"),
+               "--set", "model.num_epochs=4", "--run-dir", str(b)))
+    proc = ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=4", "--run-dir", str(c)))
+    assert "run directory: " + str(c) in proc.stderr
+    kb, kc = read_checkpoint(b / "checkpoint.h5"), read_checkpoint(c / "checkpoint.h5")
+    assert kb.epoch == kc.epoch == 3
+    for pb, pc in zip(kb.params, kc.params):
+        np.testing.assert_array_equal(pb["value"], pc["value"])
+        np.testing.assert_array_equal(pb["velocity"], pc["velocity"])
+    rb, rc = metrics(b), metrics(c)
+    assert [r["cost"] for r in rb[:-1]] == [r["cost"] for r in rc[:-1]]
+    assert [r.get("from_checkpoint", False) for r in rb[:-1]] == [True, True, False, False]
+    assert rb[-1]["test_misclass"] == rc[-1]["test_misclass"] and rb[-1]["start_epoch"] == 2
+    assert json.loads((b / "run.json").read_text())["resume"] == str(a / "checkpoint.h5")
+    assert (a / "checkpoint.h5").read_bytes() == saved      # the source is never touched
+
+
+def test_default_run_directory_and_no_run_dir(env, tmp_path):
+    runs = tmp_path / "runs"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "-q",
+               env={"DISTNET_RUNS_DIR": str(runs)}))
+    (made,) = runs.iterdir()
+    assert made.name.startswith("cnn-") and (made / "checkpoint.h5").exists()
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--no-run-dir", "-q",
+               env={"DISTNET_RUNS_DIR": str(runs)}))
+    assert len(list(runs.iterdir())) == 1
+
+
+def test_a_run_directory_holding_a_run_is_not_overwritten(env):
+    d = env / "run-twice"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(d), "-q"))
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    proc = distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(d))
+    assert proc.returncode == 1 and "already holds a run" in proc.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_nan_loss_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path):
+    bad = tmp_path / "nan.yaml"
+    bad.write_text(experiment(CNN, write_data(tmp_path / "nan.h5", nan_at=9), dist=True))
+    ck = tmp_path / "ck.h5"
+    ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--checkpoint", str(ck),
+               "--no-run-dir", "-q", n=2))
+    saved = ck.read_bytes()
+    # image 9 is in batch 1 (batch size 8) when not shuffled
+    proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck),
+                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), n=2)
+    assert proc.returncode == 1, proc.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] distnet: error: the cost became nan in epoch 0, batch 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert ck.read_bytes() == saved
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert info["status"] == "failed" and "the cost became nan in epoch 0, batch 1" in info["error"]
+
+
+# -- no hangs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["grid", "data replicas"])
+def test_a_failure_on_one_rank_ends_the_whole_job(env, tmp_path, kind):
+    """Rank 1 raises (a bug, not a DistnetError) while rank 0 waits in that step's collectives."""
+    if kind == "grid":
+        exp = env / "cnn_dist.yaml"
+    else:  # not dist_flag: the abort hook must be there too
+        exp = tmp_path / "dp.yaml"
+        exp.write_text(experiment(CNN, env / "data.h5").replace("Experiment {", "Experiment { data: 2,", 1))
+    start = time.monotonic()
+    proc = distnet("run", str(exp), "--no-run-dir", n=2, env={"DISTNET_FAULT_INJECT": "1:1"})
+    assert proc.returncode not in (0, 124, 137), f"exit {proc.returncode}: {proc.stderr}"
+    assert "[rank 1] InjectedFault: fault injected by DISTNET_FAULT_INJECT=1:1 on rank 1 before epoch 1" \
+        in proc.stderr
+    assert "aborting all 2 ranks" in proc.stderr and "epoch: 0, total training error" in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+BAD_CONFIGS = {
+    "malformed YAML": (lambda t: t.replace(".h5}],", ".h5}]],"), ":3: malformed YAML: while parsing a flow mapping"),
+    "python tag": (lambda t: t.replace("rng_seed: 5", "rng_seed: !!python/object/apply:os.getpid []"),
+                   ":2: malformed YAML: could not determine a constructor for the tag"),
+    "unknown class": (lambda t: t.replace("layers.MaxPoolingLayer", "layers.MaxPool"),
+                      ":10: unknown class !obj:distnet.layers.MaxPool; did you mean"),
+    "pipe": (lambda t: t.replace("Experiment {", "Experiment { pipe: 2,", 1),
+             ":1: key 'pipe': pipe > 1 needs pipeline stages, not supported yet"),
+    "inconsistent shape": (lambda t: t.replace("name: hidden, nout: 5,", "name: hidden, nout: 5, nin: 7,"),
+                           "key 'nin': layer 'hidden': nin is 7 but its input has 90 features"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_experiment_files(env, tmp_path, case):
+    change, words = BAD_CONFIGS[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(change((env / "cnn.yaml").read_text()))
+    proc = distnet("run", str(bad), "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2 and f"distnet: error: {bad}" in proc.stderr and words in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()   # nothing written
+
+
+def test_launch_size_not_matching_the_topology(env, tmp_path):
+    exp = tmp_path / "d2.yaml"
+    exp.write_text((env / "cnn_dist.yaml").read_text().replace("dist_flag: True,", "dist_flag: True, data: 2,", 1))
+    proc = distnet("run", str(exp), "--no-run-dir", n=3)
+    assert proc.returncode != 0
+    assert proc.stderr.count("the run has 3 ranks, which data=2 x pipe=1 does not divide") == 3, proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_missing_or_truncated_data_file(env, tmp_path, damage):
+    data = tmp_path / "data.h5"
+    if damage == "truncated":
+        blob = (env / "data.h5").read_bytes()
+        data.write_bytes(blob[: len(blob) // 3])
+    exp = tmp_path / "e.yaml"
+    exp.write_text(experiment(CNN, data))
+    proc = distnet("run", str(exp), "--no-run-dir")
+    words = "does not exist" if damage == "missing" else "cannot open HDF5 file"
+    assert proc.returncode == 1 and str(data) in proc.stderr and words in proc.stderr, proc.stderr
+
+
+def test_missing_mnist_files_are_listed(tmp_path):
+    exp = tmp_path / "m.yaml"
+    exp.write_text((ROOT / "experiments" / "mnist_cnn.yaml").read_text().replace("./datasets", str(tmp_path)))
+    proc = distnet("run", str(exp), "--no-run-dir")
+    assert proc.returncode == 1 and "train-images-idx3-ubyte" in proc.stderr, proc.stderr
+
+
+def test_a_corrupted_shard_is_rebuilt_on_its_rank(env, tmp_path):
+    exp = tmp_path / "cached.yaml"
+    exp.write_text((env / "cnn_dist.yaml").read_text().replace(
+        "HDF5Dataset {", f"HDF5Dataset {{serialized_path: '{tmp_path}/cache-{{rank}}of{{size}}.h5', "))
+    ok(distnet("run", str(exp), "--metrics", str(tmp_path / "a.jsonl"), "--no-run-dir", n=2))
+    shard = tmp_path / "cache-1of2.h5"
+    shard.write_bytes(shard.read_bytes()[:500])
+    proc = ok(distnet("run", str(exp), "--metrics", str(tmp_path / "b.jsonl"), "--no-run-dir", n=2))
+    assert "[rank 1]" in proc.stderr and "rebuilding" in proc.stderr
+    costs = [[json.loads(line).get("cost") for line in (tmp_path / f).read_text().splitlines()]
+             for f in ("a.jsonl", "b.jsonl")]
+    assert costs[0] == costs[1] and len(costs[0]) == 5
+    with h5py.File(shard, "r"):
+        pass   # rebuilt whole
+
+
+def test_a_corrupted_checkpoint_is_refused_on_every_rank(env, tmp_path):
+    bad = tmp_path / "ck.h5"
+    bad.write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(2000))
+    proc = distnet("run", str(env / "cnn_dist.yaml"), "--resume", str(bad), "--run-dir", str(tmp_path / "r"), n=2)
+    assert proc.returncode == 1
+    assert proc.stderr.count(f"distnet: error: checkpoint {bad}: not a readable HDF5 file") == 2, proc.stderr
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "failed"
+
+
+# -- show, plot, compare --plot -----------------------------------------------------------------
+
+def test_show(env):
+    out = ok(distnet("show", str(env / "cnn_dist.yaml"), "-n", "4")).stdout
+    assert "4 rank(s) = data 1 x pipe 1 x grid 2x2" in out
+    # hidden: 5 x 90 weights (3 maps of 6x5); rank 0 holds the columns of its 3x3 tile: 5 x 27
+    assert " 450 " in out and "135 (shard)" in out
+    proc = distnet("show", str(env / "cnn_dist.yaml"), "-n", "200")
+    assert proc.returncode == 1 and "no process grid of 200 spatial ranks" in proc.stderr
+
+
+def test_plot_and_compare_plot(env, tmp_path):
+    pytest.importorskip("matplotlib")
+    a, b = tmp_path / "a", tmp_path / "b"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "eval_every=1", "--run-dir", str(a), "-q"))
+    ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "eval_every=2", "--run-dir", str(b), "-q", n=2))
+    assert "test_misclass" in metrics(a)[0] and "test_misclass" in metrics(b)[1]
+    out = tmp_path / "ab.png"
+    ok(distnet("plot", str(a), str(b), "-o", str(out)))
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    cmp = tmp_path / "cmp.png"
+    proc = ok(distnet("compare", str(env / "cnn.yaml"), str(env / "cnn_dist.yaml"), "-n", "2",
+                      "--cost-tol", "1e-9", "--plot", str(cmp), "--set", "model.num_epochs=2"))
+    assert "AGREE" in proc.stdout and cmp.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,71 @@
+"""Tiny experiments for the reliability tests: synthetic HDF5 data (12x10 images, 3 classes)
+and YAML texts of a CNN and of a GB model, non-dist or distributed, in float64."""
+import re
+
+import h5py
+import numpy as np
+
+CNN = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: !obj:distnet.backends.Numpy64 {rng_seed: 5},
+  datasets: [!obj:distnet.datasets.HDF5Dataset {path: DATA}],
+  model: !obj:distnet.models.Convnet {
+    num_epochs: 4, batch_size: 8, shuffle: True, learning_rate: 0.1,
+    momentum: {type: nesterov, coef: 0.5},
+    layers: [
+      !obj:distnet.layers.ConvLayer {name: conv, nofm: 3, fshape: 3, padding: 1,
+                                     weight_init: {type: uniform, low: -0.3, high: 0.3}},
+      !obj:distnet.layers.MaxPoolingLayer {name: pool, fshape: 2},
+      !obj:distnet.layers.LayerWithNoBias {name: hidden, nout: 5, weight_init: {type: normal, scale: 0.1},
+                                           activation: !obj:distnet.activations.Tanh {}},
+      !obj:distnet.layers.Layer {name: out, nout: 3, weight_init: {type: normal, scale: 0.1},
+                                 activation: !obj:distnet.activations.Logistic {}},
+    ],
+  },
+}
+"""
+
+GB = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: !obj:distnet.backends.Numpy64 {rng_seed: 2},
+  datasets: [!obj:distnet.datasets.HDF5Dataset {path: DATA}],
+  model: !obj:distnet.models.GB {
+    num_epochs: 4, num_pretrain_epochs: 1, num_initial_epochs: 1, pretraining: True,
+    batch_size: 10, shuffle: True, learning_rate: 0.1, momentum: {type: constant, coef: 0.5},
+    layers: [
+      !obj:distnet.layers.LocalFilteringLayer {name: lf, nofm: 2, fshape: 3, pretraining: True,
+        pretrain_learning_rate: 0.01, sparsity: 0.1, weight_init: {type: uniform, low: -0.1, high: 0.1}},
+      !obj:distnet.layers.L2PoolingLayer {name: l2, fshape: 3, stride: 1},
+      !obj:distnet.layers.LayerWithNoBias {name: out, nout: 3, weight_init: {type: uniform, low: -0.1, high: 0.1},
+                                           activation: !obj:distnet.activations.Logistic {}},
+    ],
+  },
+}
+"""
+
+_DIST_CLASSES = r"\b(ConvLayer|MaxPoolingLayer|LayerWithNoBias|Layer|LocalFilteringLayer|L2PoolingLayer)\b"
+
+
+def experiment(template, data_path, dist=False):
+    """The YAML text of ``template`` reading ``data_path``; ``dist``: neon's recipe applied."""
+    text = template.replace("DATA", str(data_path))
+    if dist:
+        text = text.replace("FitPredictErrorExperiment {", "FitPredictErrorExperiment { dist_flag: True,", 1)
+        text = text.replace("HDF5Dataset {", "HDF5Dataset {dist_flag: True, ")
+        text = re.sub(_DIST_CLASSES + r"(?= \{)", r"\1Dist", text)
+        text = text.replace("models.Convnet {", "models.ConvnetDist {").replace("models.GB {", "models.GBDist {")
+    return text
+
+
+def write_data(path, n_train=30, n_test=10, seed=0, nan_at=None):
+    """Synthetic images ``(N, 1, 12, 10)``; class 0 is bright top-left. ``nan_at``: a training
+    image index whose pixel [0, 0, 0] becomes NaN."""
+    rng = np.random.RandomState(seed)
+    with h5py.File(path, "w") as f:
+        for split, n in (("train", n_train), ("test", n_test)):
+            y = rng.randint(0, 3, n)
+            x = rng.standard_normal((n, 1, 12, 10)) * 0.3
+            x[:, 0, :4, :4] += (y == 0)[:, None, None]
+            if split == "train" and nan_at is not None:
+                x[nan_at, 0, 0, 0] = np.nan
+            f[f"{split}/x"], f[f"{split}/y"] = x, y
+        f.attrs["nclasses"] = 3
+    return path

@@ -1,0 +1,225 @@
+"""Checkpoints on one process: resuming reaches the same weights as an uninterrupted run
+(float64, bitwise), the file holds what it claims, writes are atomic, and damaged, foreign or
+mismatched files raise CheckpointError naming the file and the problem."""
+import logging
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.config import load_experiment
+from distnet.errors import CheckpointError, ConfigError
+from distnet.experiments.rundir import experiment_config
+from distnet.models import checkpoint as ckmod
+from distnet.models.checkpoint import read_checkpoint
+from distnet.log import LOGGER_NAME
+from tests.tiny import CNN, GB, experiment, write_data
+
+
+@pytest.fixture(autouse=True)
+def restore_logger():
+    """exp.run() configures the distnet logger; give the other tests theirs back."""
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
+    yield
+    logger.handlers[:], logger.filters[:] = saved[0], saved[3]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ck")
+    data = write_data(d / "data.h5")
+    out = {}
+    for name, template in (("cnn", CNN), ("gb", GB)):
+        out[name] = d / f"{name}.yaml"
+        out[name].write_text(experiment(template, data))
+    return out
+
+
+def run(path, overrides=(), checkpoint=None, every=0, resume=None):
+    exp = load_experiment(str(path), list(overrides))
+    exp.config_record = experiment_config(str(path), list(overrides))
+    exp.checkpoint_path, exp.checkpoint_every = (str(checkpoint) if checkpoint else None), every
+    return exp, exp.run(resume=str(resume) if resume else None)
+
+
+def assert_same_state(a, b, exact=True):
+    ca, cb = read_checkpoint(a), read_checkpoint(b)
+    assert ca.epoch == cb.epoch
+    for pa, pb in zip(ca.params, cb.params):
+        for key in ("value", "velocity"):
+            if exact:
+                np.testing.assert_array_equal(pa[key], pb[key], err_msg=f"{pa['name']} {key}")
+            else:
+                np.testing.assert_allclose(pa[key], pb[key], rtol=1e-12, err_msg=f"{pa['name']} {key}")
+    assert (ca.shuffle_state is None) == (cb.shuffle_state is None)
+    if ca.shuffle_state is not None:
+        np.testing.assert_array_equal(ca.shuffle_state[1], cb.shuffle_state[1])
+        assert ca.shuffle_state[2] == cb.shuffle_state[2]
+
+
+@pytest.mark.parametrize("model", ["cnn", "gb"])
+def test_resume_reaches_the_uninterrupted_weights(files, tmp_path, model):
+    full, part, resumed = tmp_path / "full.h5", tmp_path / "part.h5", tmp_path / "resumed.h5"
+    _, ref = run(files[model], checkpoint=full)
+    _, first = run(files[model], ["model.num_epochs=2"], checkpoint=part)
+    assert read_checkpoint(part).epoch == 1
+    _, rest = run(files[model], checkpoint=resumed, resume=part)
+    assert rest.start_epoch == 2
+    assert rest.epoch_costs == ref.epoch_costs and first.epoch_costs == ref.epoch_costs[:2]
+    assert (rest.train_misclass, rest.test_misclass) == (ref.train_misclass, ref.test_misclass)
+    assert_same_state(full, resumed)
+
+
+def test_checkpoint_contents(files, tmp_path):
+    path = tmp_path / "ck.h5"
+    exp, result = run(files["cnn"], ["model.num_epochs=3"], checkpoint=path, every=2)
+    ck = read_checkpoint(path)
+    assert ck.epoch == 2 and [r["epoch"] for r in ck.history] == [0, 1, 2]
+    assert [r["cost"] for r in ck.history] == result.epoch_costs
+    assert [p["name"] for p in ck.params] == ["conv.W", "hidden.W", "out.W", "out.b"]
+    for (layer, p), e in zip(ckmod.model_params(exp.model), ck.params):
+        np.testing.assert_array_equal(e["value"], p.value)
+        np.testing.assert_array_equal(e["velocity"], p.velocity)   # momentum: velocities saved
+    state = exp.model.shuffle_rng.get_state()
+    assert ck.shuffle_state[0] == "MT19937" and ck.shuffle_state[2] == state[2]
+    np.testing.assert_array_equal(ck.shuffle_state[1], state[1])
+    assert ck.config["yaml"] == files["cnn"].read_text()
+    assert ck.config["overrides"] == ["model.num_epochs=3"]
+    assert ck.meta["model"] == "Convnet" and ck.meta["dtype"] == "float64" and ck.meta["grid"] == [1, 1]
+    # the resolved experiment builds the experiment that ran
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(ck.config["resolved"])
+    assert load_experiment(str(resolved)).model.num_epochs == 3
+
+
+def test_checkpoint_every_n_epochs(files, tmp_path, monkeypatch):
+    written = []
+    real = ckmod.write_checkpoint
+    monkeypatch.setattr(ckmod, "write_checkpoint", lambda path, entries, epoch, *a, **k:
+                        (written.append(epoch), real(path, entries, epoch, *a, **k)))
+    run(files["cnn"], ["model.num_epochs=5"], checkpoint=tmp_path / "ck.h5", every=2)
+    assert written == [1, 3, 4]   # every 2 epochs, and at the end
+
+
+def test_a_crash_while_writing_keeps_the_previous_checkpoint(files, tmp_path, monkeypatch):
+    path = tmp_path / "ck.h5"
+    run(files["cnn"], ["model.num_epochs=1"], checkpoint=path)
+    before = path.read_bytes()
+
+    def broken(group, name, a):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckmod, "_dataset", broken)
+    with pytest.raises(CheckpointError, match=f"cannot write checkpoint {path}: No space left"):
+        run(files["cnn"], ["model.num_epochs=2"], checkpoint=path)
+    assert path.read_bytes() == before and read_checkpoint(path).epoch == 0
+    assert os.listdir(tmp_path) == ["ck.h5"]   # no temporary file left behind
+
+
+@pytest.fixture(scope="module")
+def good(files, tmp_path_factory):
+    path = tmp_path_factory.mktemp("good") / "ck.h5"
+    run(files["cnn"], ["model.num_epochs=1"], checkpoint=path)
+    return path
+
+
+def _flip_a_weight_byte(path):
+    with h5py.File(path, "r") as f:
+        offset = f["params/001/value"].id.get_offset()
+    with open(path, "r+b") as f:
+        f.seek(offset + 3)
+        b = f.read(1)
+        f.seek(offset + 3)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+def _set_attr(key, value):
+    def damage(path):
+        with h5py.File(path, "a") as f:
+            f.attrs[key] = value
+    return damage
+
+
+def _drop_attr(key):
+    def damage(path):
+        with h5py.File(path, "a") as f:
+            del f.attrs[key]
+    return damage
+
+
+def _drop(name):
+    def damage(path):
+        with h5py.File(path, "a") as f:
+            del f[name]
+    return damage
+
+
+DAMAGE = {
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+                  "not a readable HDF5 file"),
+    "garbage": (lambda p: p.write_bytes(os.urandom(4096)), "not a readable HDF5 file"),
+    "empty": (lambda p: p.write_bytes(b""), "not a readable HDF5 file"),
+    "bit flip": (_flip_a_weight_byte, "parameter 001 (hidden.W) value is damaged (CRC-32 mismatch)"),
+    "foreign HDF5": (_set_attr("format", "something else"), "not a distnet checkpoint"),
+    "newer version": (_set_attr("version", 99), "format version 99; this distnet reads version 1"),
+    "no params": (_drop("params"), "has no /params group"),
+    "no epoch": (_drop_attr("epoch"), "unreadable or incomplete (KeyError"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_checkpoint_names_file_and_problem(good, tmp_path, kind):
+    path = tmp_path / "bad.h5"
+    path.write_bytes(good.read_bytes())
+    damage, words = DAMAGE[kind]
+    damage(path)
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(path)
+    assert str(e.value).startswith(f"checkpoint {path}: ") and words in str(e.value)
+
+
+def test_missing_or_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        read_checkpoint(tmp_path / "nope.h5")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        read_checkpoint(tmp_path)
+
+
+def test_resume_refuses_another_model(files, good):
+    with pytest.raises(CheckpointError, match=r"checkpoint .*ck.h5: parameter conv.W has shape \(3, 1, 3, 3\) "
+                                              r"but the experiment's conv.W has global shape \(4, 1, 3, 3\)"):
+        run(files["cnn"], ["model.layers.0.nofm=4"], resume=good)
+    with pytest.raises(CheckpointError, match=r"holds 4 parameters \(conv.W, .*\) but the experiment's model has 2"):
+        run(files["gb"], resume=good)
+
+
+def test_resume_after_the_last_epoch_trains_nothing(files, good):
+    _, result = run(files["cnn"], ["model.num_epochs=1"], resume=good)
+    assert result.start_epoch == 1 and len(result.epoch_costs) == 1
+    assert result.test_misclass is not None
+
+
+def test_checkpoint_key_is_validated(files, tmp_path):
+    for bad, words in (("checkpoint={evry: 2}", "unknown checkpoint key"),
+                       ("checkpoint={every: -1}", "integer >= 0"),
+                       ("checkpoint={path: 3}", "must be a file name"),
+                       ("pipe=2", "pipe > 1 needs pipeline stages, not supported yet")):
+        with pytest.raises(ConfigError, match=words):
+            load_experiment(str(files["cnn"]), [bad])
+    exp = load_experiment(str(files["cnn"]), [f"checkpoint={{every: 2, path: {tmp_path / 'k.h5'}}}"])
+    assert (exp.checkpoint_every, exp.checkpoint_path) == (2, str(tmp_path / "k.h5"))
+
+
+def test_dtype_change_is_cast_with_a_warning(files, good, caplog):
+    exp = load_experiment(str(files["cnn"]), ["backend.dtype=float32", "model.num_epochs=2"])
+    exp.setup()
+    ck = read_checkpoint(good)
+    log = logging.getLogger("test-ck")
+    with caplog.at_level(logging.WARNING, logger="test-ck"):
+        ckmod.apply_checkpoint(exp.model, ck, log)
+    assert "the run uses float32 (cast)" in caplog.text
+    assert exp.model.layers[0].W.dtype == np.float32 and exp.model.resume["epoch"] == 1

@@ -1,0 +1,216 @@
+"""Everyday tools without MPI: the resolved experiment (YAML dump of the parse tree), run
+directories, ``distnet show``'s geometry, the PNG plot, the progress bar, fault-injection specs."""
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distnet.comm import Topology
+from distnet.config import load_experiment, parse_file, parse_yaml
+from distnet.config.builder import Builder
+from distnet.errors import ConfigError, DistnetError, TopologyError
+from distnet.experiments.rundir import RunDir, RunDirError, default_run_dir, dump_tree, read_run
+from distnet.faults import InjectedFault, fault_hook, parse_fault
+from distnet.log import get_logger
+from distnet.progress import ProgressBar
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = [ROOT / "experiments" / name for name in
+               ("mnist_cnn.yaml", "mnist_cnn_dist.yaml", "mnist_gb_dist.yaml", "cifar10_gb.yaml")]
+
+
+# -- resolved experiments ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+def test_dumped_tree_builds_the_same_experiment(path):
+    tree = parse_file(str(path))
+    again = parse_yaml(dump_tree(tree), "dumped.yaml")
+    a, b = Builder().build(tree), Builder().build(again)
+    assert type(a.model) is type(b.model) and a.model.num_epochs == b.model.num_epochs
+    assert [type(x) for x in a.model.layers] == [type(x) for x in b.model.layers]
+    assert [x.__dict__.get("weight_init") for x in a.model.layers] == \
+        [x.__dict__.get("weight_init") for x in b.model.layers]
+    assert a.dist_flag == b.dist_flag and a.backend.rng_seed == b.backend.rng_seed
+
+
+def test_aliased_objects_stay_one_object():
+    text = """!obj:distnet.experiments.FitExperiment {
+      backend: &be !obj:distnet.backends.Numpy64 {rng_seed: 3},
+      datasets: [!obj:distnet.datasets.MNIST {repo_path: ., backend: *be}],
+      model: !obj:distnet.models.MLP {num_epochs: 1, learning_rate: 0.1,
+        layers: [!obj:distnet.layers.Layer {nout: 10, weight_init: {type: normal}}]}}"""
+    dumped = dump_tree(parse_yaml(text))
+    assert "&" in dumped and "*" in dumped
+    exp = Builder().build(parse_yaml(dumped))
+    assert exp.dataset.backend is exp.backend
+
+
+# -- run directories ---------------------------------------------------------------------------
+
+def test_default_run_dir_names(tmp_path, monkeypatch):
+    import datetime
+    now = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    assert default_run_dir("x/mnist_cnn.yaml", base="runs", now=now) == "runs/mnist_cnn-20250102-030405"
+    monkeypatch.setenv("DISTNET_RUNS_DIR", str(tmp_path))
+    assert default_run_dir("a.yaml", now=now) == str(tmp_path / "a-20250102-030405")
+    first, second = RunDir.create(None, "a.yaml"), RunDir.create(None, "a.yaml")
+    assert first.path != second.path and Path(first.path).is_dir() and Path(second.path).is_dir()
+
+
+def test_a_run_directory_holding_a_run_is_refused(tmp_path):
+    rd = RunDir.create(str(tmp_path / "r"))
+    rd.start({"yaml": "x", "resolved": "y", "overrides": [], "source": "e.yaml"}, command=["distnet"])
+    before = (tmp_path / "r" / "run.json").read_text()
+    with pytest.raises(RunDirError, match="already holds a run"):
+        RunDir.create(str(tmp_path / "r"))
+    assert (tmp_path / "r" / "run.json").read_text() == before
+
+
+def test_read_run_from_dir_and_metrics_file(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text('{"epoch": 0, "cost": 2.0}\n{"epoch": 1, "cost": 1.0, "test_misclass": 50}\n'
+                                     '{"final": true, "test_misclass": 40.0}\n')
+    (d / "run.json").write_text(json.dumps({"topology": {"size": 4, "grid": [2, 2], "data": 1}}))
+    run = read_run(str(d))
+    assert run["label"] == "run (4 ranks, grid 2x2)" and [r["cost"] for r in run["epochs"]] == [2.0, 1.0]
+    assert run["final"]["test_misclass"] == 40.0
+    assert read_run(str(d / "metrics.jsonl"))["label"] == "metrics.jsonl"
+    (d / "metrics.jsonl").write_text("{oops\n")
+    with pytest.raises(DistnetError, match=r"metrics.jsonl:1: not a JSON line"):
+        read_run(str(d))
+    with pytest.raises(DistnetError, match="no such run directory"):
+        read_run(str(tmp_path / "nothing"))
+
+
+# -- distnet show ------------------------------------------------------------------------------
+
+def test_show_mnist_cnn_on_4_ranks():
+    from distnet.cli.show import format_show, layer_rows
+    exp = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"))
+    text = format_show(exp, "mnist_cnn_dist.yaml", 4)
+    assert "4 rank(s) = data 1 x pipe 1 x grid 2x2" in text
+    rows = {r.name: r for r in layer_rows(exp, (2, 2), 50)}
+    assert rows["conv1"].global_shape == (20, 24, 24) and rows["conv1"].rank0_shape == (20, 12, 12)
+    assert rows["conv1"].chunk_shape == (1, 16, 16) and rows["conv1"].halo == (2, 2, 2, 2)
+    assert rows["pool1"].halo == (0, 0, 0, 0)
+    assert (rows["fc1"].params_global, rows["fc1"].params_rank, rows["fc1"].sharded) == (400000, 100000, True)
+    assert rows["conv2"].params_rank == 25000 and rows["output"].params_rank == 5000
+    # uneven tiles: rank 0 holds the largest one (block sizes differ by at most one)
+    rows3 = {r.name: r for r in layer_rows(exp, (1, 3), 1)}
+    assert rows3["conv1"].rank0_shape == (20, 24, 8) and rows3["pool2"].rank0_shape == (50, 4, 2)
+
+
+@pytest.mark.parametrize("name", ["mnist_cnn.yaml", "mnist_gb.yaml"])
+def test_show_parameter_counts_equal_the_built_model(name):
+    from distnet.cli.show import layer_rows
+    exp = load_experiment(str(ROOT / "experiments" / name))
+    exp.model.infer_shapes(exp.dataset.image_shape)
+    rows = layer_rows(exp, (1, 1), 1)
+    exp.model.configure(exp.backend, Topology.serial())
+    exp.model.init_params()
+    for row, layer in zip(rows, exp.model.layers):
+        assert row.params_global == sum(int(np.prod(p.value.shape)) for p in layer.params()), layer.name
+
+
+def test_show_refuses_sizes_that_cannot_work():
+    from distnet.cli.show import format_show
+    dist = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"))
+    with pytest.raises(TopologyError, match="Rank counts that work: 1, 2, 3, 4, 6"):
+        format_show(dist, "x", 7)
+    single = load_experiment(str(ROOT / "experiments/mnist_cnn.yaml"))
+    with pytest.raises(TopologyError, match="dist_flag: False"):
+        format_show(single, "x", 2)
+    grid = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"), ["grid=[1, 3]"])
+    with pytest.raises(TopologyError, match="grid 1x3 needs 3 ranks, but the run has 4"):
+        format_show(grid, "x", 4)
+
+
+# -- distnet plot ------------------------------------------------------------------------------
+
+def _run_dir(path, costs, final):
+    path.mkdir()
+    lines = [json.dumps({"epoch": e, "cost": c, "test_misclass": 10.0 * c}) for e, c in enumerate(costs)]
+    lines.append(json.dumps({"final": True, **final}))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import plot_runs
+    a = _run_dir(tmp_path / "a", [2.0, 1.5, 1.2], {"train_misclass": 5.0, "test_misclass": 7.0})
+    b = _run_dir(tmp_path / "b", [2.0, 1.5, 1.2], {"train_misclass": 5.0, "test_misclass": 7.0})
+    out = plot_runs([a, b], str(tmp_path / "out.png"), title="a vs b")
+    data = Path(out).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
+    from distnet.cli.plot import plot_runs
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # import fails
+    with pytest.raises(DistnetError, match=r"pip install 'distnet\[plot\]'"):
+        plot_runs([_run_dir(tmp_path / "a", [1.0], {})], str(tmp_path / "x.png"))
+    assert not (tmp_path / "x.png").exists()
+
+
+# -- progress bar ------------------------------------------------------------------------------
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_after_a_delay_and_clears_for_log_lines():
+    t = [0.0]
+    stream = _Tty()
+    bar = ProgressBar(stream=stream, clock=lambda: t[0], delay=1.0, interval=0.2)
+    logger = get_logger()
+    handler = logging.StreamHandler(io.StringIO())
+    logger.addHandler(handler)
+    try:
+        bar.batch(0, 0, 10)
+        t[0] = 0.5
+        bar.batch(0, 1, 10)
+        assert stream.getvalue() == ""                   # short so far: nothing drawn
+        t[0] = 2.0
+        bar.batch(0, 4, 10)
+        shown = stream.getvalue()
+        assert shown.startswith("\repoch 0  [") and "4/10 batches" in shown and "~3s left" in shown
+        logger.warning("a log line")                     # erases the bar first
+        assert stream.getvalue().endswith("\r" + " " * (len(shown) - 1) + "\r")
+    finally:
+        bar.close()
+        logger.removeHandler(handler)
+    assert not handler.filters
+
+
+def test_progress_bar_is_off_when_not_a_terminal():
+    stream = io.StringIO()
+    bar = ProgressBar(stream=stream, clock=lambda: 100.0, delay=0)
+    assert not bar.enabled
+    bar.batch(0, 5, 10)
+    bar.close()
+    assert stream.getvalue() == ""
+
+
+# -- fault injection ---------------------------------------------------------------------------
+
+def test_fault_specs():
+    assert parse_fault("1:2") == (1, 2, 0) and parse_fault("0:0:3") == (0, 0, 3)
+    for bad in ("1", "a:b", "1:2:3:4", "-1:0"):
+        with pytest.raises(ConfigError, match="DISTNET_FAULT_INJECT"):
+            parse_fault(bad)
+    assert fault_hook(0, {}) is None and fault_hook(0, {"DISTNET_FAULT_INJECT": "1:0"}) is None
+    hook = fault_hook(1, {"DISTNET_FAULT_INJECT": "1:2:5"})
+    hook(2, 4, 10)
+    hook(1, 5, 10)
+    with pytest.raises(InjectedFault, match="on rank 1 before epoch 2, batch 5"):
+        hook(2, 5, 10)
+    short = fault_hook(0, {"DISTNET_FAULT_INJECT": "0:0:99"})
+    with pytest.raises(InjectedFault):           # past the last batch: the last one
+        short(0, 2, 3)
