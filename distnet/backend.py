@@ -52,6 +52,10 @@ class Backend:
         """A numpy copy (or view) of an ``xp`` array, for I/O and printing."""
         return np.asarray(a)
 
+    def bind_device(self, local_rank):
+        """Pick this rank's device (GPU backends); ``local_rank`` = rank among the ranks of
+        this node. Nothing to do on the CPU."""
+
     def __repr__(self):
         return f"{type(self).__name__}(rng_seed={self.rng_seed}, dtype={self.dtype.name})"
 
@@ -65,6 +69,59 @@ class Numpy64(Backend):
 
     def __init__(self, rng_seed=0, dtype="float64", seterr_handling=None):
         super().__init__(rng_seed=rng_seed, dtype=dtype, seterr_handling=seterr_handling)
+
+
+def _import_cupy():
+    """cupy, or a ConfigError saying why it cannot be used (cupy is imported only here)."""
+    try:
+        import cupy
+    except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library failing to load
+        raise ConfigError("the GPU backend needs cupy, which cannot be imported here "
+                          f"({type(e).__name__}: {e}); install the wheel for your CUDA, e.g. "
+                          "`pip install cupy-cuda12x`, or use distnet.backends.Numpy", key="backend") from None
+    try:
+        ndev = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, driver missing, ...
+        raise ConfigError(f"the GPU backend found no usable CUDA device ({type(e).__name__}: {e})",
+                          key="backend") from None
+    if ndev < 1:
+        raise ConfigError("the GPU backend found no CUDA device", key="backend")
+    return cupy
+
+
+class GPU(Backend):
+    """cupy on an NVIDIA GPU: the same math through ``xp = cupy``; weights are drawn on the host
+    with the same RNG stream as on the CPU, then copied, so CPU and GPU runs start equal.
+
+    Keys: those of :class:`Backend`, plus ``device`` (int; default: the rank's index among the
+    ranks of its node, modulo the node's device count, so ranks on one node use distinct GPUs)
+    and ``cuda_aware_mpi`` (bool, default False: halo and gradient messages are staged through
+    host buffers; True hands device buffers straight to a CUDA-aware MPI). Asking for it where
+    cupy or a GPU is missing is a ConfigError that says so.
+    """
+
+    name = "cupy"
+    config_types = {"device": int, "cuda_aware_mpi": bool}
+
+    def __init__(self, device=None, cuda_aware_mpi=False, **common):
+        super().__init__(**common)
+        self.cupy = _import_cupy()
+        self.xp = self.cupy
+        self.device = device
+        self.cuda_aware_mpi = cuda_aware_mpi
+        if device is not None:
+            self.cupy.cuda.Device(device).use()
+
+    def bind_device(self, local_rank):
+        if self.device is None:
+            self.cupy.cuda.Device(local_rank % self.cupy.cuda.runtime.getDeviceCount()).use()
+
+    def to_host(self, a):
+        return self.cupy.asnumpy(a)
+
+    def __repr__(self):
+        dev = self.cupy.cuda.Device().id
+        return f"GPU(device={dev}, rng_seed={self.rng_seed}, dtype={self.dtype.name})"
 
 
 def get_array_module(*arrays):

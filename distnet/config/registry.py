@@ -24,6 +24,7 @@ _add("distnet.experiments.fit", "experiment", ["FitPredictErrorExperiment"], "di
      "neon.experiments.fit_predict_err")
 _add("distnet.backend", "backend", ["Numpy", "Numpy64"], "distnet.backends", "neon.backends._numpy")
 _add("distnet.backend", "backend", ["CPU"], "distnet.backends")
+_add("distnet.backend", "backend", ["GPU"], "distnet.backends", "neon.backends.gpu")
 _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.datasets.mnist")
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
@@ -48,6 +49,10 @@ _add("distnet.ops.costs", "cost", ["CrossEntropy"], "distnet.costs", "neon.trans
 _add("distnet.ops.costs", "cost", ["SumSquaredDiffs"], "distnet.costs", "neon.transforms.sum_squared")
 
 
+# Further spellings of a class (bare name -> paths).
+_EXTRA_PATHS = {"GPU": ["neon.backends.cudanet.GPU"]}
+
+
 def register(name, module, kind, distnet_pkg, neon_module=None):
     """Add a class to the table (used by packages that define more classes, e.g. GB layers)."""
     _add(module, kind, [name], distnet_pkg, neon_module)
@@ -56,7 +61,7 @@ def register(name, module, kind, distnet_pkg, neon_module=None):
 def _index():
     idx = {}
     for name, (module, kind, dpath, npath) in _CLASSES.items():
-        for p in (name, dpath, npath):
+        for p in (name, dpath, npath, *_EXTRA_PATHS.get(name, ())):
             if p:
                 idx[p] = name
     return idx

@@ -1,0 +1,38 @@
+"""Backends: numpy float32/float64, and the GPU backend's clear refusal where cupy or a GPU is
+missing (the CUDA code paths themselves only run where a GPU is present)."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from distnet.backend import GPU, Numpy, Numpy64, get_array_module
+from distnet.config import load_experiment_text
+from distnet.errors import ConfigError
+
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def test_numpy_backends():
+    assert Numpy().dtype == np.float32 and Numpy64().dtype == np.float64
+    assert Numpy(dtype="float64").dtype == np.float64
+    with pytest.raises(ConfigError, match="dtype"):
+        Numpy(dtype="float16")
+    assert get_array_module(np.zeros(2)) is np
+
+
+def test_weight_rng_is_neons_legacy_stream():
+    a = Numpy(rng_seed=0).rng.uniform(-0.1, 0.1, (3, 2))
+    np.random.seed(0)
+    np.testing.assert_array_equal(a, np.random.uniform(-0.1, 0.1, (3, 2)))
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="cupy is installed here")
+def test_gpu_backend_without_cupy_is_a_clear_config_error():
+    with pytest.raises(ConfigError, match="needs cupy"):
+        GPU()
+    text = ("!obj:distnet.experiments.FitExperiment {\n"
+            "  backend: !obj:neon.backends.gpu.GPU {rng_seed: 1},\n"
+            "  datasets: [], model: !obj:distnet.models.MLP {layers: [], num_epochs: 1}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "gpu.yaml")
+    assert "gpu.yaml:2" in str(e.value) and "pip install cupy" in str(e.value)
