@@ -154,8 +154,8 @@ BAD_CONFIGS = {
                    ":2: malformed YAML: could not determine a constructor for the tag"),
     "unknown class": (lambda t: t.replace("layers.MaxPoolingLayer", "layers.MaxPool"),
                       ":10: unknown class !obj:distnet.layers.MaxPool; did you mean"),
-    "pipe": (lambda t: t.replace("Experiment {", "Experiment { pipe: 2,", 1),
-             ":1: key 'pipe': pipe > 1 needs pipeline stages, not supported yet"),
+    "stages": (lambda t: t.replace("num_epochs: 4,", "num_epochs: 4, stages: [9],", 1),
+               ":5: key 'stages': stages[0] = 9 is out of range: a stage must begin at a layer index 1 .. 3"),
     "inconsistent shape": (lambda t: t.replace("name: hidden, nout: 5,", "name: hidden, nout: 5, nin: 7,"),
                            "key 'nin': layer 'hidden': nin is 7 but its input has 90 features"),
 }

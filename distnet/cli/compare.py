@@ -9,11 +9,10 @@ import tempfile
 from ..comm.launcher import launch_env, mpiexec_path
 
 
-def run_experiment(path, nranks, metrics, overrides=(), timeout=None, run_dir=None):
-    """Run ``distnet run path`` on ``nranks`` processes (1 = no launcher); returns the exit code.
-    The run directory goes to ``run_dir`` (default: none), with no checkpoint."""
-    cmd = [sys.executable, "-m", "distnet", "run", path, "--metrics", metrics]
-    cmd += ["--run-dir", run_dir, "--no-checkpoint"] if run_dir else ["--no-run-dir"]
+def run_experiment(path, nranks, metrics, overrides=(), timeout=None):
+    """Run ``distnet run path`` on ``nranks`` processes (1 = no launcher) with no run directory;
+    returns the exit code."""
+    cmd = [sys.executable, "-m", "distnet", "run", path, "--metrics", metrics, "--no-run-dir"]
     for o in overrides:
         cmd += ["--set", o]
     if nranks > 1:
@@ -74,20 +73,19 @@ def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(),
     ``plot``: also draw both runs' curves into this PNG file (:mod:`distnet.cli.plot`)."""
     with tempfile.TemporaryDirectory() as tmp:
         ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
-        ra, rb = (os.path.join(tmp, "a"), os.path.join(tmp, "b")) if plot else (None, None)
         out(f"== {path_a} on 1 process")
-        if run_experiment(path_a, 1, ma, overrides, run_dir=ra) != 0:
+        if run_experiment(path_a, 1, ma, overrides) != 0:
             out(f"distnet: error: {path_a} failed")
             return False
         out(f"== {path_b} on {nranks} ranks")
-        if run_experiment(path_b, nranks, mb, overrides, run_dir=rb) != 0:
+        if run_experiment(path_b, nranks, mb, overrides) != 0:
             out(f"distnet: error: {path_b} failed")
             return False
         rows, max_cost, max_rate = compare_runs(read_metrics(ma), read_metrics(mb))
         if plot:
             from ..experiments.rundir import read_run
             from .plot import plot_runs
-            runs = [read_run(ra), read_run(rb)]
+            runs = [read_run(ma), read_run(mb)]
             runs[0]["label"] = f"{os.path.basename(path_a)} (1 process)"
             runs[1]["label"] = f"{os.path.basename(path_b)} ({nranks} ranks)"
             plot_runs(runs, plot, title=f"{os.path.basename(path_a)} vs {os.path.basename(path_b)}")

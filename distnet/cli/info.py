@@ -38,6 +38,18 @@ def _mpi():
         return f"not available ({type(e).__name__}: {e})"
 
 
+def _mpi_metadata():
+    """The MPI packages' versions from their installed metadata, without initialising MPI."""
+    from importlib import metadata
+    parts = []
+    for dist in ("mpi4py", "mpich", "openmpi"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return "; ".join(parts + ["(MPI not initialised)"])
+
+
 def _gpu():
     try:
         import cupy
@@ -50,14 +62,19 @@ def _gpu():
         return f"cupy installed, no usable GPU ({type(e).__name__})"
 
 
-def stack_info():
-    """``[(name, version string)]`` for distnet, Python, numpy + BLAS, MPI, h5py, cupy/GPU."""
+def stack_info(init_mpi=True):
+    """``[(name, version string)]`` for distnet, Python, numpy + BLAS, MPI, h5py, cupy/GPU.
+
+    ``init_mpi=False`` reads the MPI versions from package metadata unless MPI is already
+    running (a one-process run should not start MPI just to report it)."""
+    mpi_mod = sys.modules.get("mpi4py.MPI")
+    running = mpi_mod is not None and mpi_mod.Is_initialized()
     import distnet
     return [("distnet", distnet.__version__),
             ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
             ("numpy", _version("numpy")),
             ("blas", _blas()),
-            ("mpi", _mpi()),
+            ("mpi", _mpi() if init_mpi or running else _mpi_metadata()),
             ("h5py", _version("h5py")),
             ("pyyaml", _version("yaml")),
             ("click", _version("click")),

@@ -110,6 +110,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
     except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
+        # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
         raise
 

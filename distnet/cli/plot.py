@@ -29,7 +29,7 @@ def plot_runs(runs, out, title=None):
     Figure = _figure()
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
     fig = Figure(figsize=(11, 4.2), dpi=100)
-    cost_ax, err_ax = fig.subplots(1, 2)
+    cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
     any_err = False
     for i, run in enumerate(runs):
         recs = run["epochs"]

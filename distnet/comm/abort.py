@@ -9,6 +9,7 @@ other ranks waiting forever in a collective.
 import os
 import sys
 import threading
+import time
 import traceback
 
 from ..errors import DistnetError
@@ -29,6 +30,8 @@ def _report_and_abort(comm, exc_type, exc, tb, where=""):
         sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
                          f"{'' if _debug() else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
         sys.stderr.flush()
+        # Give the launcher a moment to forward this message before Abort kills the job.
+        time.sleep(0.5)
     finally:
         comm.Abort(1)
 

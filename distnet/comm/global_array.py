@@ -20,6 +20,7 @@ This module never imports mpi4py: requests come from the communicator, and ``Wai
 through the request's class.
 """
 from ..backend import get_array_module
+from .traffic import TRAFFIC
 
 
 def _to_mpi_buffer(a):
@@ -100,12 +101,15 @@ class GlobalArray:
         return self._buffers[key]
 
     # -- forward: globalToLocal -------------------------------------------------------------------
-    def exchange(self, x_local):
+    def exchange(self, x_local, out=None):
         """Fill my chunk from my tile and my peers' tiles.
 
         x_local : ``(B, C, h, w)``, my input tile (``plan.own``).
-        Returns a new ``(B, C, Hc, Wc)`` array (``plan.chunk``), zero where it lies outside the image.
-        Collective over my peers in ``comm``.
+        out : optional ``(B, C, Hc, Wc)`` array to fill (a buffer the caller reuses every step).
+            It must be zero outside the image (allocate it with zeros once): those positions are
+            never written, so it stays so.
+        Returns a new ``(B, C, Hc, Wc)`` array (``plan.chunk``), zero where it lies outside the
+        image, or ``out``. Collective over my peers in ``comm``.
         """
         plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
         self._check(x_local, own.shape, "x_local")
@@ -118,8 +122,15 @@ class GlobalArray:
             buf[...] = x_local[(Ellipsis,) + t.box.relative_to(own)]
         reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
                  for buf, dst in zip(share, self._send_peers)]
+        if TRAFFIC.enabled and share:
+            TRAFFIC.record("halo_fwd", sum(b.nbytes for b in share), len(share), self.tag)
         # While the messages fly: zeros (padding and not-yet-received ghosts) and my own part.
-        chunk = xp.zeros(x_local.shape[:2] + chunk_box.shape, dtype=x_local.dtype)
+        shape = x_local.shape[:2] + chunk_box.shape
+        if out is None:
+            chunk = xp.zeros(shape, dtype=x_local.dtype)
+        else:
+            self._check(out, chunk_box.shape, "out")
+            chunk = out
         interior = plan.interior
         if not interior.is_empty():
             chunk[(Ellipsis,) + interior.relative_to(chunk_box)] = \
@@ -132,13 +143,14 @@ class GlobalArray:
     get_fprop_view = exchange
 
     # -- backward: localToGlobal(ADD_VALUES) --------------------------------------------------------
-    def exchange_adjoint(self, g_chunk):
+    def exchange_adjoint(self, g_chunk, out=None):
         """Sum chunk gradients into their owners' tiles (the adjoint of :meth:`exchange`).
 
         g_chunk : ``(B, C, Hc, Wc)``, the gradient with respect to my chunk.
         Returns a new ``(B, C, h, w)`` array: my interior part of ``g_chunk`` plus, for every peer
         whose chunk overlaps my tile, its gradient there (added in peer rank order, so the result
-        is deterministic). Padding positions are dropped. Collective over my peers in ``comm``.
+        is deterministic). Padding positions are dropped. ``out``: an optional ``(B, C, h, w)``
+        array to write the result into (and return). Collective over my peers in ``comm``.
         """
         plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
         self._check(g_chunk, chunk_box.shape, "g_chunk")
@@ -152,8 +164,16 @@ class GlobalArray:
             buf[...] = g_chunk[(Ellipsis,) + t.box.relative_to(chunk_box)]
         reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
                  for buf, dst in zip(ghost, self._recv_peers)]
-        g_local = xp.zeros(g_chunk.shape[:2] + own.shape, dtype=g_chunk.dtype)
+        if TRAFFIC.enabled and ghost:
+            TRAFFIC.record("halo_bwd", sum(b.nbytes for b in ghost), len(ghost), self.tag)
         interior = plan.interior
+        if out is None:
+            g_local = xp.zeros(g_chunk.shape[:2] + own.shape, dtype=g_chunk.dtype)
+        else:
+            self._check(out, own.shape, "out")
+            g_local = out
+            if interior.shape != own.shape or interior.is_empty():
+                g_local[...] = 0
         if not interior.is_empty():
             g_local[(Ellipsis,) + interior.relative_to(own)] = \
                 g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]

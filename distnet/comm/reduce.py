@@ -5,6 +5,20 @@ import numpy as np
 from ..backend import get_array_module
 from .global_array import _to_mpi_buffer
 from .serial import in_place
+from .traffic import TRAFFIC, allreduce_kind
+
+# Flat reduction buffers, one per (size, dtype, array module): planned by the first call, reused.
+_FLAT = {}
+
+
+def _flat_buffer(xp, size, dtype):
+    key = (int(size), str(dtype), xp.__name__)
+    buf = _FLAT.get(key)
+    if buf is None:
+        if len(_FLAT) > 64:  # many bucket shapes (tests): do not grow without bound
+            _FLAT.clear()
+        buf = _FLAT[key] = xp.empty(int(size), dtype=dtype)
+    return buf
 
 
 def allreduce_sum(arrays, comm):
@@ -15,8 +29,9 @@ def allreduce_sum(arrays, comm):
     comm : communicator whose ranks hold the partial sums (``Topology.grad`` for replicated
         weights); collective over all of its ranks. Size 1: no communication at all.
 
-    The arrays are packed into one flat buffer, reduced in place, and unpacked back into the same
-    array objects, which are also returned (as a list).
+    The arrays are packed into one flat buffer (allocated once per bucket size and reused),
+    reduced in place, and unpacked back into the same array objects, which are also returned
+    (as a list). A bucket of one contiguous array is reduced in place without packing.
     """
     arrays = list(arrays)
     if not arrays or comm.Get_size() == 1:
@@ -25,7 +40,16 @@ def allreduce_sum(arrays, comm):
     if len(dtypes) != 1:
         raise ValueError(f"allreduce_sum needs one dtype per bucket, got {sorted(map(str, dtypes))}")
     xp = get_array_module(*arrays)
-    flat = xp.concatenate([a.reshape(-1) for a in arrays])
+    if TRAFFIC.enabled:
+        TRAFFIC.record(allreduce_kind(), sum(a.nbytes for a in arrays))
+    if len(arrays) == 1 and arrays[0].flags.c_contiguous:
+        comm.Allreduce(in_place(comm), _to_mpi_buffer(arrays[0]))
+        return arrays
+    flat = _flat_buffer(xp, sum(a.size for a in arrays), arrays[0].dtype)
+    offset = 0
+    for a in arrays:
+        flat[offset:offset + a.size].reshape(a.shape)[...] = a
+        offset += a.size
     comm.Allreduce(in_place(comm), _to_mpi_buffer(flat))  # mpi4py: op defaults to SUM
     offset = 0
     for a in arrays:

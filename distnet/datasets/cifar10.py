@@ -61,9 +61,9 @@ class CIFAR10(Dataset):
     image_shape = (3, 32, 32)
 
     def __init__(self, *, repo_path, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None):
-        super().__init__(repo_path=repo_path, sample_pct=sample_pct,
-                         serialized_path=serialized_path, dist_flag=dist_flag, backend=backend)
+                 backend=None, dist_mode=None):
+        super().__init__(repo_path=repo_path, sample_pct=sample_pct, serialized_path=serialized_path,
+                         dist_flag=dist_flag, backend=backend, dist_mode=dist_mode)
 
     @property
     def folder(self):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..backend import Numpy
 from ..errors import ConfigError, TopologyError
-from ..geometry import tile_of
+from ..layers.base import REPLICATED
 from ..log import get_logger, setup_logging
 
 # Environment variables by which MPI launchers announce the world size.
@@ -88,11 +88,15 @@ def _check_checkpoint_key(value):
 
 class FitExperiment:
     """Keys: ``model``, ``datasets`` (a list with one dataset), ``backend`` (default numpy
-    float32, seed 0), ``dist_flag`` (bool: split every image over the ranks), ``grid``
+    float32, seed 0), ``dist_flag`` (bool: distribute the run as the dataset's ``dist_mode``
+    says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
+    gives every rank whole images and an ``MLPDist`` model shards its FC layers over a ``1 x P``
+    grid, ``datapar`` gives every rank whole images and makes the ranks data replicas), ``grid``
     ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
-    slices of every global minibatch and sum their gradients), ``pipe`` (pipeline stages,
-    default 1; larger values are not supported yet), ``logging`` (neon's ``logging.basicConfig``
+    slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
+    default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
+    ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level``, ``format``, ``filename``), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
     ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
@@ -121,8 +125,6 @@ class FitExperiment:
         self.data = data
         if pipe < 1:
             raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
-        if pipe > 1:
-            raise ConfigError("pipe > 1 needs pipeline stages, not supported yet", key="pipe")
         self.pipe = pipe
         ck = _check_checkpoint_key(checkpoint)
         #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
@@ -138,6 +140,23 @@ class FitExperiment:
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
+        self._check_dist_mode()
+
+    def _check_dist_mode(self):
+        """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
+        sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""
+        mode = getattr(self.dataset, "dist_mode", None) if self.dist_flag else None
+        whole = getattr(self.model, "input_layout", None) == REPLICATED
+        if mode == "vecpar" and not whole:
+            raise ConfigError(f"dist_mode vecpar shards fully connected layers by input features: use "
+                              f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "
+                              f"{type(self.model).__name__}", key="model")
+        if mode == "halopar" and whole:
+            raise ConfigError(f"{type(self.model).__name__} takes whole images on every rank: give its "
+                              "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
+        if mode == "datapar" and self.grid is not None:
+            raise ConfigError("dist_mode datapar uses no spatial grid (every rank holds whole images); "
+                              "remove grid", key="grid")
 
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
@@ -150,6 +169,10 @@ class FitExperiment:
                                     "ranks; run it without mpiexec, or distribute it "
                                     "(`distnet distribute`), or add data replicas (`data: N`)")
             return Topology.serial()
+        if self.dist_flag and self.dataset.dist_mode == "datapar":
+            # whole images; every rank of a pipeline stage is a replica (unless data is given)
+            data = self.data if self.data > 1 else max(1, launcher_size() // self.pipe)
+            return Topology.from_world(grid=(1, 1), data=data, pipe=self.pipe)
         grid = self.grid if self.dist_flag else (1, 1)
         return Topology.from_world(grid=grid, data=self.data, pipe=self.pipe, planes=self.model.planes())
 
@@ -178,7 +201,7 @@ class FitExperiment:
         a truncated file), every rank raises, naming the rank and its error."""
         from ..comm.abort import run_collectively
         t = self.topology
-        tile = tile_of(self.dataset.image_shape[1:], t.grid, t.coords) if self.dist_flag else None
+        tile = self.dataset.rank_tile(t.grid, t.coords) if self.dist_flag else None
 
         def load():
             return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
@@ -211,8 +234,9 @@ class FitExperiment:
         t = self.setup(topology)
         timings = {"setup": clock() - t_start}
         log = get_logger()
-        log.info("distnet: %d rank(s), grid %dx%d%s, backend %s", t.size, t.grid[0], t.grid[1],
-                 f", data {t.ndata}" if t.ndata > 1 else "", self.backend)
+        log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s", t.size, t.grid[0], t.grid[1],
+                 f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
+                 f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
         hooks.started(self, t)

@@ -77,31 +77,9 @@ def experiment_config(path, overrides=()):
 # ---------------------------------------------------------------------------------------------
 
 def versions():
-    """``distnet info``'s stack as a dict. In a one-process run MPI is not initialised for it
-    (the mpi4py / MPI package versions are read from the installed metadata instead)."""
+    """``distnet info``'s stack as a dict, without starting MPI in a one-process run."""
     from ..cli import info
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized():
-        return dict(info.stack_info())
-    out = {}
-    real_mpi = info._mpi
-    try:
-        info._mpi = _mpi_metadata
-        out = dict(info.stack_info())
-    finally:
-        info._mpi = real_mpi
-    return out
-
-
-def _mpi_metadata():
-    from importlib import metadata
-    parts = []
-    for dist in ("mpi4py", "mpich", "openmpi"):
-        try:
-            parts.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            pass
-    return "; ".join(parts + ["(not initialised: one-process run)"])
+    return dict(info.stack_info(init_mpi=False))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ class BaseLayer:
         run; afterwards ``params()`` is ``[]`` and the arrays (values, gradients, optimiser state)
         are no longer referenced by the layer."""
         held = self.params()
+        #: Names of the parameters another stage holds (checkpoints count and match them).
+        self.released_param_names = [p.name for p in held]
         arrays = {id(a) for p in held for a in (p, p.value, p.grad, p.velocity) if a is not None}
         for name, value in list(vars(self).items()):
             if id(value) in arrays:

@@ -8,10 +8,14 @@ exchange and its adjoint, and nothing else.
 """
 import numpy as np
 
+from ..backend import get_array_module
 from ..errors import GeometryError
 from ..geometry import Window, output_plane, plan_halo
 from ..ops import conv, pooling
+from ..ops.activations import RectLin
+from ..ops.parallel import parallel_map, shares
 from ..ops.padding import crop_from_chunk, pad_to_chunk
+from ..ops.workspace import Workspace
 from .base import SPATIAL, BaseLayer
 from .params import OVER_GRAD, Param, check_weight_init, gen_weights
 
@@ -23,6 +27,13 @@ class WindowLayer(BaseLayer):
 
     config_types = {"nifm": int, "ifmshape": "shape2", "fshape": "shape2", "stride": "shape2",
                     "padding": "shape2"}
+    #: When True, the arrays ``fprop`` / ``bprop`` return are this layer's own buffers, reused
+    #: (overwritten) by its next ``fprop`` / ``bprop``: no large allocation per training step.
+    #: Off by default because a caller that keeps an output across calls (a nonblocking send
+    #: of micro-batch m while m+1 runs, a test comparing two outputs) would see it change.
+    #: Scratch memory that never leaves the layer (padded chunks, im2col tiles, argmax) is
+    #: always planned once, in :attr:`work`.
+    reuse_buffers = False
 
     def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
         super().__init__(**common)
@@ -84,25 +95,89 @@ class WindowLayer(BaseLayer):
         """Adjoint of :meth:`_chunk`: chunk gradient -> gradient on my input tile."""
         return crop_from_chunk(g_chunk, self.plan.own, self.plan.chunk)
 
+    # -- planned buffers ----------------------------------------------------------------------
+    @property
+    def work(self):
+        """This layer's :class:`~distnet.ops.workspace.Workspace` (scratch planned once)."""
+        ws = self.__dict__.get("_ws")
+        if ws is None:
+            ws = self._ws = Workspace()
+        return ws
+
+    def _out(self, name, shape, dtype, like):
+        """An array the layer returns: its own reused buffer under :attr:`reuse_buffers`, else new."""
+        if self.reuse_buffers:
+            return self.work.get(name, shape, dtype, like=like)
+        return get_array_module(like).empty(shape, dtype=dtype)
+
+    def _chunk_planned(self, x, name="chunk"):
+        """:meth:`_chunk` into a buffer of :attr:`work` (valid until the next call): the halo
+        exchange of a Dist layer's GlobalArray (``self.input``) fills it; on one process the
+        tile is copied into it, its zero padding border being written once, at allocation."""
+        plan = self.plan
+        ga = getattr(self, "input", None)
+        shape = tuple(x.shape[:2]) + plan.chunk.shape
+        if ga is not None:
+            return ga.exchange(x, out=self.work.get(name, shape, x.dtype, like=x, zeroed=True))
+        if plan.own == plan.chunk:
+            return x
+        if plan.interior != plan.own:        # the chunk drops part of my tile: general path
+            return self._chunk(x)
+        buf = self.work.get(name, shape, x.dtype, like=x, zeroed=True)
+        buf[(Ellipsis,) + plan.own.relative_to(plan.chunk)] = x
+        return buf
+
+    def _grad_planned(self, g_chunk):
+        """:meth:`_input_grad` of a chunk gradient held in :attr:`work`; the result is a new
+        array or (:attr:`reuse_buffers`) this layer's ``dx`` buffer, never ``g_chunk`` itself."""
+        plan = self.plan
+        ga = getattr(self, "input", None)
+        shape = tuple(g_chunk.shape[:2]) + plan.own.shape
+        out = self.work.get("dx", shape, g_chunk.dtype, like=g_chunk) if self.reuse_buffers else None
+        if ga is not None:
+            return ga.exchange_adjoint(g_chunk, out=out)
+        if plan.own == plan.chunk:    # g_chunk is a buffer of this layer: hand it out, or copy
+            return g_chunk if self.reuse_buffers else g_chunk.copy()
+        g = crop_from_chunk(g_chunk, plan.own, plan.chunk)
+        if out is None:
+            return g
+        out[...] = g
+        return out
+
+    def _own_crop(self):
+        """``((top, bottom), (left, right))``: rows / cols of my chunk around my own tile, or None
+        if the tile is not inside the chunk or the layer is distributed (the whole chunk
+        gradient is then needed for the adjoint exchange)."""
+        if getattr(self, "input", None) is not None:
+            return None
+        own, ch = self.plan.own, self.plan.chunk
+        crop = ((own.y0 - ch.y0, ch.y1 - own.y1), (own.x0 - ch.x0, ch.x1 - own.x1))
+        return crop if min(min(p) for p in crop) >= 0 else None
+
     def describe(self):
         return (f"{super().describe()}  f={self.fshape[0]}x{self.fshape[1]} "
                 f"s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]}")
 
 
 class ConvLayer(WindowLayer):
-    """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, fh, fw)``, no bias, no
-    activation. ``W`` has shape ``(nofm, C, fh, fw)``, drawn as neon's ``(C*fh*fw, nofm)`` array and
-    transposed (NEON.md §3.3), so the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
-    ``learning_rate`` and the window keys. Conv weights are replicated in Dist runs."""
+    """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, fh, fw)``, no bias. ``W``
+    has shape ``(nofm, C, fh, fw)``, drawn as neon's ``(C*fh*fw, nofm)`` array and transposed
+    (NEON.md §3.3), so the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
+    ``learning_rate``, the window keys, and ``activation`` (a distnet addition: an activation
+    object such as ``!obj:distnet.activations.RectLin {}`` applied to the conv output; default
+    none, neon's behaviour; a RectLin is fused into the conv's output write). Conv weights are
+    replicated in Dist runs."""
 
-    config_types = {"nofm": int, "weight_init": dict, "learning_rate": float}
+    config_types = {"nofm": int, "weight_init": dict, "learning_rate": float,
+                    "activation": ("obj", "activation")}
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, nifm=None,
-                 ifmshape=None, **common):
+                 ifmshape=None, activation=None, **common):
         super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
         self.nofm = nofm
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
+        self.activation = activation
         self.W = None
 
     def out_channels(self, nifm):
@@ -117,14 +192,59 @@ class ConvLayer(WindowLayer):
     def params(self):
         return [self._param]
 
+    def _fused_relu(self):
+        return type(self.activation) is RectLin
+
     def fprop(self, x):
-        self._xc = self._chunk(x)
-        return conv.conv2d_fprop(self._xc, self.W, self.stride)
+        """``x (B, C, h, w)`` on my input tile -> ``(B, K, ho, wo)`` on my output tile (after the
+        activation, if any)."""
+        # One process, tile inside its chunk: the conv pads one image at a time (no padded copy).
+        self._pad = self._own_crop()
+        self._xc = xc = x if self._pad is not None else self._chunk_planned(x)
+        shape = (x.shape[0], self.nofm) + self.plan.out_tile.shape
+        act, relu = self.activation, self._fused_relu()
+        z = conv.conv2d_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad,
+                              out=self._out("y", shape, xc.dtype, xc) if act is None or relu
+                              else self.work.get("z", shape, xc.dtype, like=xc))
+        if act is None or relu:
+            self._y = z
+            return z
+        self._z, self._y = z, act.fprop(z)
+        return self._y
 
     def bprop(self, delta, need_input_grad=True):
-        dxc, dw = conv.conv2d_bprop(self._xc, self.W, delta, self.stride, need_dx=need_input_grad)
+        """``delta`` = dL/d(output) -> gradient on my input tile (or None); sets ``W``'s grad."""
+        xp, act, ws = get_array_module(delta), self.activation, self.work
+        if self._fused_relu():        # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
+            mask = ws.get("mask", delta.shape, "bool", like=delta)
+            # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
+            dz = delta if self.reuse_buffers else ws.get("dz", delta.shape, delta.dtype, like=delta)
+            y = self._y
+
+            def relu_grad(share):
+                b = slice(share[1].start, share[1].stop)
+                xp.multiply(delta[b], xp.greater(y[b], 0, out=mask[b]), out=dz[b])
+            parallel_map(relu_grad, shares(delta.shape[0], xp), xp)
+        elif act is not None:
+            dz = act.bprop(self._z, self._y, delta)
+        else:
+            dz = delta
+        if self._pad is not None:     # one process: the gradient of my tile only
+            dx_shape = tuple(self._xc.shape[:2]) + self.plan.own.shape
+            dx, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
+                                       pad=self._pad, work=ws,
+                                       dx_out=self._out("dx", dx_shape, dz.dtype, dz) if need_input_grad else None)
+            self._param.grad[...] = dw
+            return dx
+        dxc, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
+                                    work=ws, dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
+                                    if need_input_grad else None)
         self._param.grad[...] = dw
-        return self._input_grad(dxc) if need_input_grad else None
+        return self._grad_planned(dxc) if need_input_grad else None
+
+    def describe(self):
+        act = f"  activation={self.activation.name}" if self.activation is not None else ""
+        return f"{super().describe()}{act}"
 
 
 class MaxPoolingLayer(WindowLayer):
@@ -135,16 +255,20 @@ class MaxPoolingLayer(WindowLayer):
         super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
 
     def fprop(self, x):
-        xc = self._chunk(x)
+        xc = self._chunk_planned(x)
         self._xc_shape = xc.shape
-        y, self._argmax = pooling.maxpool_fprop(xc, self.fshape, self.stride)
+        shape = tuple(x.shape[:2]) + self.plan.out_tile.shape
+        y, self._argmax = pooling.maxpool_fprop(xc, self.fshape, self.stride, work=self.work,
+                                                out=self._out("y", shape, xc.dtype, xc))
         return y
 
     def bprop(self, delta, need_input_grad=True):
         if not need_input_grad:
             return None
-        dxc = pooling.maxpool_bprop(delta, self._argmax, self._xc_shape, self.fshape, self.stride)
-        return self._input_grad(dxc)
+        dxc = pooling.maxpool_bprop(delta, self._argmax, self._xc_shape, self.fshape, self.stride,
+                                    out=self.work.get("dxc", self._xc_shape, delta.dtype, like=delta),
+                                    work=self.work)
+        return self._grad_planned(dxc)
 
 
 class AveragePoolingLayer(WindowLayer):

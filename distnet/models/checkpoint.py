@@ -4,7 +4,8 @@ taken on one process grid resumes on any other grid, with data replicas, or on o
 Saving (:func:`save_checkpoint`, collective over the run's world) gathers every sharded
 parameter over ``Topology.spatial`` (each rank's slice goes to its place in the global tensor,
 replicated parameters are taken from the first rank; only data replica 0 takes part, the
-replicas hold identical copies), and world rank 0 writes the file atomically: into a
+replicas hold identical copies; with pipeline stages each stage gathers its own layers and
+sends them to world rank 0 over ``Topology.pipe``), and world rank 0 writes the file atomically: into a
 temporary file next to it, flushed to disk, then ``os.replace``. A crash mid-write leaves the
 previous checkpoint as it was. Restoring (:func:`restore_checkpoint`) slices the global
 tensors exactly as ``init_params`` slices its draws.
@@ -45,8 +46,20 @@ VERSION = 1
 # ---------------------------------------------------------------------------------------------
 
 def model_params(model):
-    """``[(layer, Param)]`` of every layer, in model order (the checkpoint's order)."""
+    """``[(layer, Param)]`` of every layer this rank holds, in model order (the checkpoint's
+    order; with pipeline stages, the layers of the other stages hold none here)."""
     return [(layer, p) for layer in model.layers for p in layer.params()]
+
+
+def param_slots(model):
+    """``[(layer, first index in the checkpoint, parameter names)]`` of every layer, including
+    the layers another pipeline stage holds (``released_param_names``)."""
+    out, offset = [], 0
+    for layer in model.layers:
+        names = [p.name for p in layer.params()] + list(getattr(layer, "released_param_names", None) or [])
+        out.append((layer, offset, names))
+        offset += len(names)
+    return out
 
 
 def param_layout(layer, p):
@@ -79,38 +92,58 @@ def _host(a):
     return None if a is None else np.array(a, copy=True)
 
 
+def _global_entry(layer, p, comm):
+    """One parameter as a global tensor on ``comm``'s rank 0 (None elsewhere); collective over
+    ``comm`` (the spatial grid) when the parameter is sharded."""
+    gshape, index = param_layout(layer, p)
+    entry = {"name": p.name, "layer": layer.name, "sharded": bool(p.sharded)}
+    if not p.sharded:
+        value = _host(p.value)
+        entry.update(value=value.reshape(gshape) if value.shape != gshape else value,
+                     velocity=_host(p.velocity))
+        return entry if comm.Get_rank() == 0 else None
+    parts = comm.gather((index, _host(p.value), _host(p.velocity)), root=0)
+    if comm.Get_rank() != 0:
+        return None
+    value = np.zeros(gshape, dtype=parts[0][1].dtype)
+    velocity = None if parts[0][2] is None else np.zeros(gshape, dtype=parts[0][2].dtype)
+    for idx, v, vel in parts:
+        value[idx] = v
+        if velocity is not None:
+            velocity[idx] = vel
+    entry.update(value=value, velocity=velocity)
+    return entry
+
+
 def gather_params(model, topology):
     """Every parameter as a global numpy tensor, with its velocity: a list of dicts
-    ``{name, layer, sharded, value, velocity}`` on world rank 0, None elsewhere.
+    ``{name, layer, sharded, value, velocity}`` in model order on world rank 0, None elsewhere.
 
-    Collective over ``topology.spatial`` for the ranks of data replica 0 and pipeline stage 0
-    (the other replicas hold the same values and do nothing).
+    Only data replica 0 takes part (the replicas hold the same values). Each pipeline stage
+    gathers its layers' parameters over its spatial grid (collective over ``topology.spatial``),
+    and the stages send them to world rank 0 (one gather over ``topology.pipe``).
     """
     t = topology
-    if t.data_index != 0 or t.pipe_index != 0:
+    if t.data_index != 0:
         return None
-    comm = t.spatial
-    root = comm.Get_rank() == 0
-    out = []
-    for layer, p in model_params(model):
-        gshape, index = param_layout(layer, p)
-        entry = {"name": p.name, "layer": layer.name, "sharded": bool(p.sharded)}
-        if p.sharded:
-            parts = comm.gather((index, _host(p.value), _host(p.velocity)), root=0)
-            if root:
-                value = np.zeros(gshape, dtype=parts[0][1].dtype)
-                velocity = None if parts[0][2] is None else np.zeros(gshape, dtype=parts[0][2].dtype)
-                for idx, v, vel in parts:
-                    value[idx] = v
-                    if velocity is not None:
-                        velocity[idx] = vel
-                entry.update(value=value, velocity=velocity)
-        else:
-            value = _host(p.value)
-            entry.update(value=value.reshape(gshape) if value.shape != gshape else value,
-                         velocity=_host(p.velocity))
-        out.append(entry)
-    return out if t.rank == 0 else None
+    mine = []
+    for layer, offset, _ in param_slots(model):
+        for j, p in enumerate(layer.params()):
+            entry = _global_entry(layer, p, t.spatial)
+            if entry is not None:
+                mine.append((offset + j, entry))
+    if t.spatial.Get_rank() != 0:
+        mine = None
+    stages = t.pipe.gather(mine, root=0) if getattr(t, "npipe", 1) > 1 else [mine]
+    if t.rank != 0:
+        return None
+    slots = param_slots(model)
+    total = sum(len(names) for _, _, names in slots)
+    found = dict(item for stage in stages for item in (stage or []))
+    missing = [i for i in range(total) if i not in found]
+    if missing:
+        raise CheckpointError(f"parameters {missing} of the model were held by no rank")
+    return [found[i] for i in range(total)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,13 +215,18 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     """Gather the model's state and write it to ``path`` on world rank 0 (collective over the
     run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch."""
     from ..comm.abort import run_collectively
-    entries = gather_params(model, topology)
+    try:
+        entries, error = gather_params(model, topology), None
+    except CheckpointError as e:  # raised on every rank below, not here on some ranks only
+        entries, error = None, e
     rng = getattr(model, "shuffle_rng", None)
     state = rng.get_state() if rng is not None else None
     meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
             "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata)}
 
     def write():
+        if error is not None:
+            raise error
         if topology.rank == 0:
             write_checkpoint(path, entries, epoch, meta, state, config, history)
 
@@ -298,27 +336,31 @@ def read_checkpoint(path):
 
 
 def apply_checkpoint(model, ck, log=None):
-    """Put the checkpoint's weights and velocities into a configured model (this rank's slices)
-    and arrange for :meth:`MLP.fit` to continue after epoch ``ck.epoch`` with the saved shuffle
-    RNG state. Raises :class:`CheckpointError` if the model's parameters do not match."""
-    mine = model_params(model)
-    if len(mine) != len(ck.params):
+    """Put the checkpoint's weights and velocities into a configured model (this rank's slices
+    of the layers it holds) and arrange for :meth:`MLP.fit` to continue after epoch
+    ``ck.epoch`` with the saved shuffle RNG state. Raises :class:`CheckpointError` if the
+    model's parameters do not match (count or global shapes)."""
+    slots = param_slots(model)
+    names = [n for _, _, layer_names in slots for n in layer_names]
+    if len(names) != len(ck.params):
         raise _fail(ck.path, f"holds {len(ck.params)} parameters ({_names(ck.params)}) but the experiment's "
-                             f"model has {len(mine)} ({', '.join(p.name for _, p in mine)})")
+                             f"model has {len(names)} ({', '.join(names)})")
     xp = model.backend.xp
     dtype = np.dtype(model.backend.dtype)
-    for (layer, p), e in zip(mine, ck.params):
-        gshape, index = param_layout(layer, p)
-        if tuple(e["value"].shape) != tuple(gshape):
-            raise _fail(ck.path, f"parameter {e['name']} has shape {tuple(e['value'].shape)} but the "
-                                 f"experiment's {p.name} has global shape {tuple(gshape)}; the checkpoint "
-                                 "belongs to another model")
-        if e["value"].dtype != dtype and log is not None:
-            log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
-                        e["value"].dtype, dtype)
-        p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
-        p.velocity = (None if e["velocity"] is None else
-                      xp.asarray(np.array(e["velocity"][index], dtype=dtype).reshape(p.value.shape)))
+    for layer, offset, _ in slots:
+        for j, p in enumerate(layer.params()):
+            e = ck.params[offset + j]
+            gshape, index = param_layout(layer, p)
+            if tuple(e["value"].shape) != tuple(gshape):
+                raise _fail(ck.path, f"parameter {e['name']} has shape {tuple(e['value'].shape)} but the "
+                                     f"experiment's {p.name} has global shape {tuple(gshape)}; the "
+                                     "checkpoint belongs to another model")
+            if e["value"].dtype != dtype and log is not None:
+                log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
+                            e["value"].dtype, dtype)
+            p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
+            p.velocity = (None if e["velocity"] is None else
+                          xp.asarray(np.array(e["velocity"][index], dtype=dtype).reshape(p.value.shape)))
     model.resume = {"epoch": ck.epoch + 1, "shuffle_rng": ck.shuffle_state}
     if getattr(model, "num_pretrain_epochs", 0):
         # GB: pretraining happened before the first supervised epoch that the checkpoint closes.

@@ -62,6 +62,7 @@ class MLP:
         for i, layer in enumerate(layers):
             if layer.name is None:
                 layer.name = f"{type(layer).__name__}{i}"
+        self._assign_stages(1)  # the placement's own errors now (``distnet check``); pipe's in configure
 
     # -- building ------------------------------------------------------------------------------
     def infer_shapes(self, input_shape):
@@ -103,17 +104,21 @@ class MLP:
         (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
         has one stage and one micro-batch: the plain loop below)."""
         npipe = getattr(topology, "npipe", 1)
-        try:
-            self.stage_of = assign_stages(len(self.layers), [layer.stage for layer in self.layers],
-                                          self.stages, npipe)
-        except StagePlanError as e:
-            where = self.layers[e.layer] if e.layer is not None else self
-            raise config_error(where, str(e) if e.layer is None else
-                               f"layer '{where.name}': {e}", e.key) from None
+        self.stage_of = self._assign_stages(npipe)
         mine = getattr(topology, "pipe_index", 0)
         self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
         self.pipeline = (Pipeline(self, self.stage_of, self.layouts, self.micro_batches)
                          if npipe > 1 or self.micro_batches > 1 else None)
+
+    def _assign_stages(self, npipe):
+        """:func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
+        point at the layer's (or the model's) YAML."""
+        try:
+            return assign_stages(len(self.layers), [layer.stage for layer in self.layers], self.stages, npipe)
+        except StagePlanError as e:
+            where = self.layers[e.layer] if e.layer is not None else self
+            raise config_error(where, str(e) if e.layer is None else
+                               f"layer '{where.name}': {e}", e.key) from None
 
     def init_params(self):
         """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4); with
@@ -153,13 +158,16 @@ class MLP:
         """Sum partial gradients of ``params`` (``[(layer, Param)]``): one flat Allreduce per
         sub-communicator that has any (``Param.reduce_over``: ``Topology.grad`` or ``.data``).
 
-        ``extra`` arrays ride along in the ``data`` bucket (the batch loss, so every replica
-        sees the global value without another collective).
+        ``extra`` arrays ride along in the ``data`` bucket of their dtype (the float64 batch
+        loss: in a float64 run it shares the parameters' Allreduce; in a float32 run it is one
+        more small Allreduce over ``Topology.data``, never cast to float32).
         """
-        buckets = {"data": list(extra)}
+        buckets = {}  # (communicator name, dtype) -> arrays: one Allreduce each
+        for a in extra:
+            buckets.setdefault(("data", a.dtype.str), []).append(a)
         for _, p in params:
-            buckets.setdefault(p.reduce_over, []).append(p.grad)
-        for over, arrays in buckets.items():
+            buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
+        for (over, _), arrays in buckets.items():
             comm = getattr(self.topology, over)
             if arrays and comm.Get_size() > 1:
                 allreduce_sum(arrays, comm)

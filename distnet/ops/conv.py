@@ -1,34 +1,94 @@
 """2-D convolution (cross-correlation, no flip, no bias) on an already padded NCHW chunk.
 
-Both directions are one im2col copy plus one large GEMM per product:
+Two kernels compute the same numbers; :func:`conv2d_fprop` / :func:`conv2d_bprop` pick one.
 
-* the patch matrix ``cols`` has shape ``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is
-  the patch element (NEON.md §3.0), column ``(i*Wo + j)*B + b`` the output position;
-* ``w (K, C, fh, fw)`` is read as the matrix ``w2 (K, C*fh*fw)`` without a copy;
-* fprop ``y2 = w2 @ cols``; bprop ``dw2 = dy2 @ cols.T`` and ``dcols = w2.T @ dy2``, folded back.
+**Flat-shift tiles** (numpy, stride 1, images wide enough that a row is worth a GEMM column
+block): image ``b`` is read as the matrix ``xf = x[b] (C, H*W)``. For filter tap ``(u, v)`` the
+slice ``xf[:, (i0+u)*W + v : ... + L]`` holds that tap's input for ``L`` consecutive output
+positions of a *wide* output grid ``Ho x W`` (the last ``fw - 1`` columns of every row are
+garbage and dropped). So the im2col matrix of a tile of ``n`` output rows is ``fh*fw`` plain
+contiguous row copies (no transposes, no gathers) into a buffer of ``C*fh*fw x n*W`` sized to
+stay in a core's L2 cache (:data:`TILE_BYTES`), followed by one GEMM ``w2 @ cols``. Backward:
+``dw += dy_wide @ cols.T`` per tile (garbage columns of ``dy_wide`` held at zero), and ``dx`` is
+the same forward kernel applied to ``dy`` padded by ``f - 1`` with the filters flipped and
+transposed (a "full" correlation), cropped for free by padding ``dy`` less. Nothing is larger
+than one tile except the output; a ReLU can be applied as the tile is written (``relu=True``).
 
-Why batch-innermost columns ("CHWN", as cuda-convnet and neon's GPU kernels): the im2col copy
-and the fold then move runs of ``Wo*B`` (stride 1) or ``B`` contiguous elements instead of
-``Wo``, which on numpy is 2-3x faster than NCHW-ordered columns; the price is two small
-transposes of x / dy / y, each a fraction of the im2col copy. One GEMM covers the whole batch
-(numpy's batched matmul over B small matrices is slower). Only ``xp`` functions are used, so the
-same code runs on numpy and cupy; the input dtype is kept (float32 stays float32).
+**Batch im2col** (small images, strides, cupy): the patch matrix ``cols`` has shape
+``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is the patch element (NEON.md §3.0), column
+``(i*Wo + j)*B + b`` the output position; fprop ``y2 = w2 @ cols``; bprop ``dw2 = dy2 @ cols.T``
+and ``dcols = w2.T @ dy2``, folded back. Batch-innermost columns ("CHWN", as cuda-convnet and
+neon's GPU kernels) make the im2col copy and the fold move runs of ``Wo*B`` or ``B`` contiguous
+elements; one GEMM covers the whole batch.
+
+``w (K, C, fh, fw)`` is read as ``w2 (K, C*fh*fw)`` without a copy. Only ``xp`` functions are
+used; the input dtype is kept (float32 stays float32). Scratch memory comes from an optional
+:class:`~distnet.ops.workspace.Workspace` (``work``), so a training loop allocates it once.
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .parallel import parallel_map, shares
 from .windows import fold, output_shape, patches
+from .workspace import scratch
+
+#: Bytes of one im2col tile of the flat-shift kernel (a core's L2 is 1-2 MiB on current x86).
+TILE_BYTES = 1 << 20
+#: The flat-shift kernel is used when an image row is at least this wide (padded) and the
+#: wasted columns (``fw - 1`` per row) are at most :data:`FLAT_MAX_WASTE` of the work.
+FLAT_MIN_WIDTH = 64
+FLAT_MAX_WASTE = 0.2
 
 
-def _check(x, w, stride):
+def _check(x, w, stride, pad=None):
     """Validate the shapes of a conv call; return ``(Ho, Wo)``."""
     if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
         raise GeometryError(f"conv2d: x {x.shape} (B,C,H,W) and w {w.shape} (K,C,fh,fw) do not match")
-    Ho, Wo = output_shape(x.shape[2:], w.shape[2:], stride)
+    hw = _padded_hw(x.shape, pad)
+    Ho, Wo = output_shape(hw, w.shape[2:], stride)
     if Ho < 1 or Wo < 1 or min(stride) < 1:
         raise GeometryError(f"conv2d: filter {tuple(w.shape[2:])} with stride {tuple(stride)} "
-                            f"gives no output on an input of {tuple(x.shape[2:])}")
+                            f"gives no output on an input of {tuple(hw)}")
     return Ho, Wo
 
+
+def _norm_pad(pad):
+    if pad is None:
+        return None
+    pad = tuple(tuple(int(v) for v in p) for p in pad)
+    return None if pad == ((0, 0), (0, 0)) else pad
+
+
+def _padded_hw(x_shape, pad):
+    if pad is None:
+        return tuple(x_shape[2:])
+    (pt, pb), (pl, pr) = pad
+    return (x_shape[2] + pt + pb, x_shape[3] + pl + pr)
+
+
+def _pad_all(x, pad):
+    return get_array_module(x).pad(x, ((0, 0), (0, 0)) + tuple(pad))
+
+
+def use_flat(x_shape, w_shape, stride, xp=None):
+    """Whether :func:`conv2d_fprop` takes the flat-shift kernel for these shapes (numpy only)."""
+    if xp is not None and xp.__name__ != "numpy":
+        return False
+    W, fw = x_shape[3], w_shape[3]
+    return tuple(stride) == (1, 1) and W >= FLAT_MIN_WIDTH and (fw - 1) <= FLAT_MAX_WASTE * W
+
+
+def _method(method, x, w, stride, pad=None):
+    if method is None:
+        shape = tuple(x.shape[:2]) + _padded_hw(x.shape, pad)
+        return "flat" if use_flat(shape, w.shape, stride, get_array_module(x)) else "im2col"
+    if method == "flat" and tuple(stride) != (1, 1):
+        raise GeometryError("the flat-shift conv kernel needs stride 1")
+    if method not in ("flat", "im2col"):
+        raise ValueError(f"conv2d method must be 'flat' or 'im2col', got {method!r}")
+    return method
+
+
+# ------------------------------------------------------------------------ batch im2col kernel
 
 def im2col(x, fshape, stride):
     """Contiguous patch matrix ``(C*fh*fw, Ho*Wo*B)`` of ``x (B, C, H, W)`` (valid windows).
@@ -45,50 +105,261 @@ def im2col(x, fshape, stride):
     return cols.reshape(C * fh * fw, Ho * Wo * B)
 
 
-def conv2d_fprop(x, w, stride, out=None):
-    """Valid cross-correlation of ``x (B, C, H, W)`` with ``w (K, C, fh, fw)``.
-
-    ``y[b, k, i, j] = sum_{c,u,v} w[k, c, u, v] * x[b, c, i*sy + u, j*sx + v]``, shape
-    ``(B, K, Ho, Wo)`` with ``Ho = (H - fh)//sy + 1``, ``Wo = (W - fw)//sx + 1``; ``stride`` is
-    ``(sy, sx)``. If ``out`` (``(B, K, Ho, Wo)``) is given the result is written there and returned.
-    """
+def _im2col_fprop(x, w, stride, Ho, Wo):
     xp = get_array_module(x, w)
-    Ho, Wo = _check(x, w, stride)
     B, K = x.shape[0], w.shape[0]
     cols = im2col(x, w.shape[2:], stride)                # (CF, P*B)
     y2 = xp.matmul(w.reshape(K, -1), cols)               # (K, P*B): one GEMM for the whole batch
-    y = y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2)   # NCHW-indexed view
-    if out is None:
-        return xp.ascontiguousarray(y)
-    out[...] = y
-    return out
+    return y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2)   # NCHW-indexed view
 
 
-def conv2d_bprop(x, w, dy, stride, need_dx=True):
-    """Gradients of :func:`conv2d_fprop` given ``dy (B, K, Ho, Wo)`` = dL/dy.
-
-    Returns ``(dx, dw)``: ``dx (B, C, H, W)`` (``None`` if ``need_dx`` is false; pixels that no
-    window reads get 0; overlapping windows add up) and ``dw (K, C, fh, fw)`` =
-    ``sum_{b,i,j} dy[b, k, i, j] * x[b, c, i*sy + u, j*sx + v]``: a plain sum over batch and
-    positions (the caller scales it).
-    """
+def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo):
     xp = get_array_module(x, w, dy)
-    Ho, Wo = _check(x, w, stride)
     B, C, H, W = x.shape
     K, _, fh, fw = w.shape
-    if dy.shape != (B, K, Ho, Wo):
-        raise GeometryError(f"conv2d_bprop: dy {dy.shape} should be {(B, K, Ho, Wo)}")
     cols = im2col(x, (fh, fw), stride)                   # (CF, P*B); recomputed, not cached
     dy2 = xp.ascontiguousarray(dy.transpose(1, 2, 3, 0)).reshape(K, Ho * Wo * B)
     # (CF, K) then a tiny transpose copy: measured faster than dy2 @ cols.T on OpenBLAS.
     dw = xp.matmul(cols, dy2.T).T.reshape(w.shape)
     if not need_dx:
         return None, dw
-    # (CF, P*B), written over cols (dead after dw): saves allocating and page-faulting a
-    # second array as large as the im2col matrix.
+    # (CF, P*B), written over cols (dead after dw).
     dcols = xp.matmul(w.reshape(K, -1).T, dy2, out=cols)
     cols6 = dcols.reshape(C, fh, fw, Ho, Wo, B).transpose(5, 0, 3, 4, 1, 2)  # (B,C,Ho,Wo,fh,fw)
     # Fold into (C, H, W, B) memory so the adds walk both operands in long contiguous runs.
     dxn = xp.empty((C, H, W, B), dtype=dcols.dtype).transpose(3, 0, 1, 2)
     fold(cols6, (B, C, H, W), stride, out=dxn)
-    return xp.ascontiguousarray(dxn), dw
+    return dxn, dw
+
+
+# ------------------------------------------------------------------------ flat-shift kernel
+
+def _tile_rows(C, fh, fw, W, Ho, itemsize):
+    """Output rows per tile: the im2col tile ``(C*fh*fw, rows*W)`` fits :data:`TILE_BYTES`."""
+    return max(1, min(Ho, TILE_BYTES // (itemsize * C * fh * fw * W)))
+
+
+def _fill_cols(cols, xf, i0, L, fh, fw, W):
+    """Tile im2col: ``cols[c, u*fw + v, :L] = xf[c, (i0+u)*W + v : ... + L]``."""
+    for u in range(fh):
+        base = (i0 + u) * W
+        for v in range(fw):
+            cols[:, u * fw + v, :L] = xf[:, base + v:base + v + L]
+
+
+def _flat_image(xf, w2, fh, fw, W, Ho, Wo, out_b, cols, yw, relu):
+    """One image: ``out_b (K, Ho, Wo)`` (any strides) = stride-1 valid correlation of
+    ``xf (C, H*W)`` with ``w2 (K, C*fh*fw)``; ``cols (C, fh*fw, n*W)`` and ``yw (K, n*W)`` are
+    the tile buffers (``n`` output rows per tile)."""
+    xp = get_array_module(xf)
+    K = w2.shape[0]
+    n = yw.shape[1] // W
+    cols2 = cols.reshape(-1, n * W)
+    for i0 in range(0, Ho, n):
+        m = min(n, Ho - i0)
+        L = m * W - (fw - 1)              # the last row's garbage columns would read past the end
+        _fill_cols(cols, xf, i0, L, fh, fw, W)
+        xp.matmul(w2, cols2[:, :L], out=yw[:, :L])
+        src = yw[:, :m * W].reshape(K, m, W)[:, :, :Wo]
+        dst = out_b[:, i0:i0 + m, :]
+        if relu:
+            xp.maximum(src, 0, out=dst)
+        else:
+            dst[...] = src
+
+
+class _Images:
+    """Image ``b`` of ``x`` as the flat matrix ``(C, H*W)`` of its zero-padded plane: a view if
+    ``pad`` is None, else copied into one padded image buffer (border zeroed once)."""
+
+    def __init__(self, x, pad, work, name="xpad"):
+        xp = get_array_module(x)
+        self.x, self.pad = (xp.ascontiguousarray(x) if pad is None else x), pad
+        B, C = x.shape[:2]
+        self.H, self.W = _padded_hw(x.shape, pad)
+        if pad is not None:
+            self.buf = scratch(work, name, (C, self.H, self.W), x.dtype, like=x, zeroed=True)
+
+    def __getitem__(self, b):
+        C = self.x.shape[1]
+        if self.pad is None:
+            return self.x[b].reshape(C, self.H * self.W)
+        (pt, _), (pl, _) = self.pad
+        h, w = self.x.shape[2:]
+        self.buf[:, pt:pt + h, pl:pl + w] = self.x[b]
+        return self.buf.reshape(C, self.H * self.W)
+
+
+def _flat_conv(x, w2, fh, fw, out, work, relu=False, pad=None):
+    """``out (B, K, Ho, Wo)`` = stride-1 valid correlation of ``x (B, C, H, W)`` zero-padded
+    by ``pad`` (applied one image at a time). The images are shared out over the kernel
+    threads (:mod:`distnet.ops.parallel`), each with its own tile buffers."""
+    xp = get_array_module(x)
+    B, C = x.shape[:2]
+    H, W = _padded_hw(x.shape, pad)
+    K = w2.shape[0]
+    Ho, Wo = H - fh + 1, W - fw + 1
+    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
+    x = xp.ascontiguousarray(x) if pad is None else x
+
+    def run(share):
+        s, images = share
+        imgs = _Images(x, pad, work, f"xpad{s}")
+        cols = scratch(work, f"cols{s}", (C, fh * fw, n * W), x.dtype, like=x)
+        yw = scratch(work, f"ywide{s}", (K, n * W), x.dtype, like=x)
+        for b in images:
+            _flat_image(imgs[b], w2, fh, fw, W, Ho, Wo, out[b], cols, yw, relu)
+
+    parallel_map(run, shares(B, xp), xp)
+    return out
+
+
+def _flat_dw(x, dy, fh, fw, work, pad=None):
+    """``dw (K, C*fh*fw) = sum_b sum_tiles dy_wide @ cols.T`` (stride 1); images shared out over
+    the kernel threads, the per-thread sums added in thread order (deterministic)."""
+    xp = get_array_module(x, dy)
+    B, C = x.shape[:2]
+    H, W = _padded_hw(x.shape, pad)
+    K, Ho, Wo = dy.shape[1:]
+    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
+    x = xp.ascontiguousarray(x) if pad is None else x
+
+    def run(share):
+        s, images = share
+        imgs = _Images(x, pad, work, f"xpad{s}")
+        cols = scratch(work, f"cols{s}", (C, fh * fw, n * W), x.dtype, like=x)
+        cols2 = cols.reshape(-1, n * W)
+        # Wide dy tile: columns Wo..W-1 of every row are never written, so they stay zero and
+        # the garbage columns of cols contribute nothing.
+        dyw = scratch(work, f"dywide{s}", (K, n, W), dy.dtype, like=dy, zeroed=True)
+        dyw2 = dyw.reshape(K, n * W)
+        dw = scratch(work, f"dw{s}", (K, C * fh * fw), x.dtype, like=x)
+        dw[...] = 0
+        part = scratch(work, f"dwpart{s}", (K, C * fh * fw), x.dtype, like=x)
+        for b in images:
+            xf = imgs[b]
+            for i0 in range(0, Ho, n):
+                m = min(n, Ho - i0)
+                L = m * W - (fw - 1)
+                _fill_cols(cols, xf, i0, L, fh, fw, W)
+                dyw[:, :m, :Wo] = dy[b, :, i0:i0 + m, :]
+                xp.matmul(dyw2[:, :L], cols2[:, :L].T, out=part)
+                dw += part
+        return dw
+
+    parts = parallel_map(run, shares(B, xp), xp)
+    total = parts[0].copy()
+    for p in parts[1:]:
+        total += p
+    return total
+
+
+def _flat_dx(w, dy, x_shape, crop, work, out=None):
+    """``dx`` of the chunk rows/cols kept by ``crop = ((top, bottom), (left, right))``: the full
+    correlation of ``dy`` with the flipped, transposed filters, i.e. the flat kernel on ``dy``
+    zero-padded by ``f - 1 - crop`` on each side (needs ``crop <= f - 1``)."""
+    xp = get_array_module(w, dy)
+    B, C, H, W = x_shape
+    K, _, fh, fw = w.shape
+    Ho, Wo = dy.shape[2:]
+    (ct, cb), (cl, cr) = crop
+    pt, pb, pl, pr = fh - 1 - ct, fh - 1 - cb, fw - 1 - cl, fw - 1 - cr
+    Hd, Wd = Ho + pt + pb, Wo + pl + pr                  # padded dy plane
+    hx, wx = H - ct - cb, W - cl - cr                     # dx plane kept
+    wf = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(C, K * fh * fw)
+    if out is None:
+        out = xp.empty((B, C, hx, wx), dtype=dy.dtype)
+    n = _tile_rows(K, fh, fw, Wd, hx, dy.dtype.itemsize)
+
+    def run(share):
+        s, images = share
+        cols = scratch(work, f"dxcols{s}", (K, fh * fw, n * Wd), dy.dtype, like=dy)
+        yw = scratch(work, f"dxwide{s}", (C, n * Wd), dy.dtype, like=dy)
+        # One padded image of dy at a time; only its interior is ever written, the border stays 0.
+        dyp = scratch(work, f"dypad{s}", (K, Hd, Wd), dy.dtype, like=dy, zeroed=True)
+        for b in images:
+            dyp[:, pt:pt + Ho, pl:pl + Wo] = dy[b]
+            _flat_image(dyp.reshape(K, Hd * Wd), wf, fh, fw, Wd, hx, wx, out[b], cols, yw, False)
+
+    parallel_map(run, shares(B, xp), xp)
+    return out
+
+
+# ------------------------------------------------------------------------ public entry points
+
+def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad=None):
+    """Valid cross-correlation of ``x (B, C, H, W)`` with ``w (K, C, fh, fw)``.
+
+    ``y[b, k, i, j] = sum_{c,u,v} w[k, c, u, v] * x[b, c, i*sy + u, j*sx + v]``, shape
+    ``(B, K, Ho, Wo)`` with ``Ho = (H - fh)//sy + 1``, ``Wo = (W - fw)//sx + 1``; ``stride`` is
+    ``(sy, sx)``. If ``out`` (``(B, K, Ho, Wo)``) is given the result is written there and
+    returned. ``relu``: return ``max(y, 0)`` instead (fused into the write). ``work``: a
+    :class:`~distnet.ops.workspace.Workspace` for the scratch tiles. ``method``: ``"flat"`` or
+    ``"im2col"`` to force a kernel (default: :func:`use_flat`). ``pad = ((top, bottom), (left,
+    right))``: zero padding of ``x`` done here (the flat kernel pads one image at a time, so no
+    padded copy of the batch is made); ``H, W`` above are then the padded sizes.
+    """
+    xp = get_array_module(x, w)
+    pad = _norm_pad(pad)
+    Ho, Wo = _check(x, w, stride, pad)
+    B, K = x.shape[0], w.shape[0]
+    if _method(method, x, w, stride, pad) == "flat":
+        if out is None:
+            out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
+        return _flat_conv(x, w.reshape(K, -1), w.shape[2], w.shape[3], out, work, relu, pad)
+    if pad is not None:
+        x = _pad_all(x, pad)
+    y = _im2col_fprop(x, w, stride, Ho, Wo)
+    if relu:
+        y = xp.maximum(y, 0)
+    if out is None:
+        return xp.ascontiguousarray(y)
+    out[...] = y
+    return out
+
+
+def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=None, method=None,
+                 pad=None):
+    """Gradients of :func:`conv2d_fprop` given ``dy (B, K, Ho, Wo)`` = dL/dy.
+
+    Returns ``(dx, dw)``: ``dx (B, C, H, W)`` (``None`` if ``need_dx`` is false; pixels that no
+    window reads get 0; overlapping windows add up) and ``dw (K, C, fh, fw)`` =
+    ``sum_{b,i,j} dy[b, k, i, j] * x[b, c, i*sy + u, j*sx + v]``: a plain sum over batch and
+    positions (the caller scales it).
+
+    ``crop = ((top, bottom), (left, right))``: return only ``dx[:, :, top:H-bottom,
+    left:W-right]`` (a layer's own tile inside its zero-padded chunk), C-contiguous; the flat
+    kernel computes just that part. ``dx_out``: write ``dx`` there (its shape after the crop).
+    ``pad``: ``x`` is unpadded and was padded by :func:`conv2d_fprop`; ``dx`` is then the
+    gradient of the unpadded ``x`` (``crop`` defaults to ``pad``).
+    """
+    xp = get_array_module(x, w, dy)
+    pad = _norm_pad(pad)
+    Ho, Wo = _check(x, w, stride, pad)
+    B, C = x.shape[:2]
+    H, W = _padded_hw(x.shape, pad)
+    K, _, fh, fw = w.shape
+    if dy.shape != (B, K, Ho, Wo):
+        raise GeometryError(f"conv2d_bprop: dy {dy.shape} should be {(B, K, Ho, Wo)}")
+    if crop is None:
+        crop = pad if pad is not None else ((0, 0), (0, 0))
+    crop = tuple(tuple(int(c) for c in p) for p in crop)
+    if _method(method, x, w, stride, pad) == "flat":
+        dw = _flat_dw(x, dy, fh, fw, work, pad).reshape(w.shape)
+        if not need_dx:
+            return None, dw
+        if max(crop[0]) <= fh - 1 and max(crop[1]) <= fw - 1:
+            return _flat_dx(w, dy, (B, C, H, W), crop, work, out=dx_out), dw
+        dx = _flat_dx(w, dy, (B, C, H, W), ((0, 0), (0, 0)), work)
+    else:
+        if pad is not None:
+            x = _pad_all(x, pad)
+        dx, dw = _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo)
+        if not need_dx:
+            return None, dw
+    (ct, cb), (cl, cr) = crop
+    dx = dx[:, :, ct:H - cb, cl:W - cr]
+    if dx_out is None:
+        return xp.ascontiguousarray(dx), dw
+    dx_out[...] = dx
+    return dx_out, dw

@@ -13,7 +13,19 @@ loops 2-8x faster for a small transpose copy in and out.
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .parallel import parallel_map, shares
 from .windows import fold, output_shape
+from .workspace import scratch
+
+#: Max pooling over planes of at least this many pixels with non-overlapping windows works in
+#: NCHW directly (strided views, no transposes of a large activation); smaller planes use CHWN.
+NCHW_MIN_PLANE = 1024
+
+
+def _nchw_maxpool_ok(x_shape, fshape, stride):
+    fh, fw = fshape
+    return (x_shape[2] * x_shape[3] >= NCHW_MIN_PLANE and tuple(stride) == (fh, fw)
+            and fh * fw <= 256)
 
 
 def _chwn(a):
@@ -58,16 +70,20 @@ def _spread(g, x_shape, fshape, stride):
 
 # ----------------------------------------------------------------------------------- max pooling
 
-def maxpool_fprop(x, fshape, stride):
+def maxpool_fprop(x, fshape, stride, out=None, work=None):
     """Max over each window of ``x (B, C, H, W)``.
 
     Returns ``(y, argmax)``, both ``(B, C, Ho, Wo)``; ``y`` is C-contiguous. ``argmax`` is the
     row-major index ``u*fw + v`` of the FIRST maximum of the window (numpy ``argmax`` semantics
     for non-NaN values), ``uint8`` when ``fh*fw <= 256`` else ``int32``, in whatever memory
     layout suits :func:`maxpool_bprop` (index it as ``(B, C, Ho, Wo)``; do not rely on strides).
+    ``out``: write ``y`` there. ``work``: a Workspace for ``argmax`` and the masks (then
+    ``argmax`` is reused by the next call: valid until then).
     """
     xp = get_array_module(x)
     fh, fw = fshape
+    if _nchw_maxpool_ok(x.shape, fshape, stride):
+        return _maxpool_fprop_nchw(x, fshape, stride, out, work)
     idx_dtype = "uint8" if fh * fw <= 256 else "int32"
     xn = _chwn(x)
     y = argmax = d = None
@@ -86,13 +102,70 @@ def maxpool_fprop(x, fshape, stride):
         xp.subtract(k, argmax, out=d)
         d *= m
         argmax += d
-    return _nchw(y), argmax
+    y = _nchw(y)
+    if out is not None:
+        out[...] = y
+        y = out
+    return y, argmax
 
 
-def maxpool_bprop(dy, argmax, x_shape, fshape, stride):
-    """Gradient of :func:`maxpool_fprop`: ``dy (B, C, Ho, Wo)`` goes to each window's argmax
-    pixel; overlapping windows add up; other pixels get 0. Returns ``dx`` of ``x_shape`` (NCHW)."""
+def _maxpool_fprop_nchw(x, fshape, stride, out, work):
+    """Non-overlapping windows on a large plane: one strided NCHW view per window offset; the
+    batch is shared out over the kernel threads (:mod:`distnet.ops.parallel`)."""
+    xp = get_array_module(x)
+    B, C = x.shape[:2]
+    Ho, Wo = _out_hw(x.shape, fshape, stride)
+    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
+    argmax = scratch(work, "argmax", (B, C, Ho, Wo), "uint8", like=x)
+    mask = scratch(work, "mask", (B, C, Ho, Wo), "bool", like=x)
+
+    def run(share):
+        _, r = share
+        b = slice(r.start, r.stop)
+        yb, ab, mb = y[b], argmax[b], mask[b]
+        for k, rows, cols in _offsets(x.shape, fshape, stride):
+            s = x[b, :, rows, cols]
+            if k == 0:
+                yb[...] = s
+                ab[...] = 0
+                continue
+            xp.greater(s, yb, out=mb)        # strictly: a later equal value is not a new maximum
+            xp.maximum(yb, s, out=yb)
+            xp.copyto(ab, k, where=mb)
+
+    parallel_map(run, shares(B, xp), xp)
+    return y, argmax
+
+
+def _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work):
+    """Adjoint of :func:`_maxpool_fprop_nchw`: every covered pixel is written exactly once."""
     xp = get_array_module(dy)
+    Ho, Wo = dy.shape[2:]
+    (fh, fw), (sy, sx) = fshape, stride
+    dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
+    mask = scratch(work, "mask", dy.shape, "bool", like=dy)
+
+    def run(share):
+        _, r = share
+        b = slice(r.start, r.stop)
+        if x_shape[2] != sy * Ho or x_shape[3] != sx * Wo:   # rows / cols no window reads
+            dx[b, :, sy * Ho:, :] = 0
+            dx[b, :, :, sx * Wo:] = 0
+        for k, rows, cols in _offsets(x_shape, fshape, stride):
+            xp.equal(argmax[b], k, out=mask[b])
+            xp.multiply(dy[b], mask[b], out=dx[b, :, rows, cols])
+
+    parallel_map(run, shares(dy.shape[0], xp), xp)
+    return dx
+
+
+def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
+    """Gradient of :func:`maxpool_fprop`: ``dy (B, C, Ho, Wo)`` goes to each window's argmax
+    pixel; overlapping windows add up; other pixels get 0. Returns ``dx`` of ``x_shape`` (NCHW),
+    written into ``out`` if given."""
+    xp = get_array_module(dy)
+    if _nchw_maxpool_ok(x_shape, fshape, stride):
+        return _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work)
     dyn, argn = _chwn(dy), _chwn(argmax)
     B, C, H, W = x_shape
     dxn = xp.zeros((C, H, W, B), dtype=dy.dtype).transpose(3, 0, 1, 2)
@@ -100,6 +173,9 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride):
     for k, rows, cols in _offsets(x_shape, fshape, stride):
         xp.multiply(dyn, argn == k, out=t)
         dxn[:, :, rows, cols] += t
+    if out is not None:
+        out[...] = dxn
+        return out
     return _nchw(dxn)
 
 

@@ -111,13 +111,26 @@ def configured(layers, topology, **keys):
 
 def test_model_errors_point_at_the_layer_or_the_key():
     layers = net()
-    layers[2].stage = 3
-    with pytest.raises(ConfigError, match="layer 'ConvLayer2': stage 3 is out of range"):
+    layers[1].stage, layers[2].stage = 1, 2
+    with pytest.raises(ConfigError, match="layer 'ConvLayer2': stage 2 is out of range: stages are 0 .. 1"):
         configured(layers, fake_topology(2, 0))
     with pytest.raises(ConfigError, match="model has 2 pipeline stage.* pipe = 3"):
         configured(net(), fake_topology(3, 0), stages=[2])
     with pytest.raises(ConfigError, match="model has 1 pipeline stage"):
         configured(net(), fake_topology(2, 0))
+
+
+def test_placement_errors_are_found_when_the_model_is_built():
+    """Errors that no pipe size can fix are raised by the constructor (so `distnet check` sees them)."""
+    layers = net()
+    layers[2].stage = 2
+    with pytest.raises(ConfigError, match=r"stage\(s\) \[1\] run no layer"):
+        MLP(layers=layers, num_epochs=1)
+    with pytest.raises(ConfigError, match="stages must be strictly increasing") as e:
+        MLP(layers=net(), num_epochs=1, stages=[3, 2])
+    assert e.value.key == "stages"
+    with pytest.raises(ConfigError, match=r"stages\[0\] = 5 is out of range"):
+        MLP(layers=net(), num_epochs=1, stages=[5])
 
 
 @pytest.mark.parametrize("stage", [0, 1])

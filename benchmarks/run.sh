@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One command for every benchmark (see benchmarks/README.md). Installs the benchmark-only
+# packages (torch CPU, threadpoolctl) into .venv if missing, unsets OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE (they slow a current numpy; tests and CI leave them alone), writes the MNIST
+# sample if ./datasets lacks it, then runs benchmarks/run.py with the given arguments.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+py="$root/.venv/bin/python"
+if [ ! -x "$py" ]; then py="$("$root/bin/bootstrap")/bin/python"; fi
+"$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q "torch==2.13.0"
+"$py" -c "import threadpoolctl" 2>/dev/null || "$py" -m pip install -q threadpoolctl
+[ -f datasets/MNIST/train-images-idx3-ubyte ] || "$py" -m distnet data mnist-sample datasets
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+exec "$py" "$root/benchmarks/run.py" "$@"

@@ -1,0 +1,277 @@
+"""The benchmark workloads: distnet models from YAML, their data, one training step, and the
+same network in PyTorch (weights copied from distnet, so both start from the same point and
+the first-step losses can be compared).
+
+Workloads (float32, NCHW):
+
+* ``mnist_cnn``: neon's MNIST CNN 20-50-500-10 (experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml),
+  batch 100, on the MNIST sample (./datasets);
+* ``bigimage``: 3x256x256, batch 16, conv3x3(32)+ReLU, conv3x3(32)+ReLU, maxpool 2,
+  conv3x3(64)+ReLU, maxpool 2, FC 10 (benchmarks/experiments/bigimage.yaml), synthetic data;
+* ``gb_pretrain`` / ``gb_train``: neon's MNIST GB network (experiments/mnist_gb.yaml), batch 100:
+  one sparse-autoencoder pretraining step of its first LF layer, and one supervised step of the
+  whole network (all layers trained);
+* ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
+  backward (weight gradient) and update with row normalisation.
+"""
+import os
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXP = {
+    "mnist_cnn": ("experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml", "benchmarks/experiments/neon_mnist_cnn_dist.yaml"),
+    "bigimage": ("benchmarks/experiments/bigimage.yaml", "benchmarks/experiments/bigimage_dist.yaml"),
+    "gb_pretrain": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
+    "gb_train": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
+    "local": ("benchmarks/experiments/local.yaml", "benchmarks/experiments/local_dist.yaml"),
+}
+MNIST_SHAPE = (1, 28, 28)
+SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
+          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE}
+BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100}
+
+
+def experiment_path(workload, dist=False):
+    single, distributed = EXP[workload]
+    return os.path.join(ROOT, distributed if dist else single)
+
+
+def global_data(workload, nbatches=2):
+    """``(x, labels)`` for ``nbatches`` minibatches: float32 ``(N, C, H, W)``, int ``(N,)``.
+    MNIST workloads read the sample in ./datasets (written by ``distnet data mnist-sample``)."""
+    B = BATCH[workload]
+    n = B * nbatches
+    if workload == "bigimage":
+        rng = np.random.RandomState(0)
+        x = rng.uniform(0, 1, (n,) + SHAPES[workload]).astype(np.float32)
+        return x, rng.randint(0, 10, n)
+    from distnet.datasets import MNIST
+    data = MNIST(repo_path=os.path.join(ROOT, "datasets")).load(dtype=np.float32)
+    x, y = data["train"]
+    return np.ascontiguousarray(x[:n]), np.asarray(y[:n])
+
+
+# ------------------------------------------------------------------------------------ distnet
+
+class DistnetRun:
+    """A configured distnet model and its step function on this rank."""
+
+    def __init__(self, workload, topology, dist=False, reuse_buffers=True):
+        from distnet.config import load_experiment
+        from distnet.geometry import tile_of
+        self.workload = workload
+        exp = load_experiment(experiment_path(workload, dist))
+        model = self.model = exp.model
+        model.batch_size = BATCH[workload]
+        model.infer_shapes(SHAPES[workload])
+        model.configure(exp.backend, topology)
+        model.init_params()
+        for layer in model.layers:
+            layer.reuse_buffers = reuse_buffers
+        x, labels = global_data(workload)
+        t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
+        self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
+        self.t = np.zeros((len(labels), 10), np.float32)
+        self.t[np.arange(len(labels)), labels] = 1
+        self.B = BATCH[workload]
+        self.i = 0
+        if workload == "gb_pretrain":
+            model.layers[0].pretrain_mode(model.layers[1])
+        if workload == "local":
+            rng = np.random.RandomState(1)
+            lf = model.layers[0]
+            self.dy = rng.standard_normal((self.B, lf.nofm) + lf.plan.out_tile.shape).astype(np.float32)
+        self.epoch = getattr(model, "num_initial_epochs", 0)   # GB: every layer learns
+
+    def batch(self):
+        s = slice(self.i * self.B, (self.i + 1) * self.B)
+        self.i = (self.i + 1) % (len(self.x) // self.B)
+        return self.x[s], self.t[s]
+
+    def step(self):
+        """One training step; returns the loss (this rank's, for the pretraining step)."""
+        x, t = self.batch()
+        m = self.model
+        if self.workload == "gb_pretrain":
+            r, s = m.layers[0].pretrain_step(x)
+            return r + s
+        if self.workload == "local":
+            lf = m.layers[0]
+            y = lf.fprop(x)
+            lf.bprop(self.dy, need_input_grad=False)
+            m.update([(lf, p) for p in lf.params()], 0)
+            return float(np.vdot(y, self.dy))
+        return m.train_step(x, t, self.epoch)
+
+    def held_bytes(self):
+        """Bytes of the arrays the layers hold (outputs, chunks, workspaces, parameters)."""
+        seen, total = set(), 0
+
+        def add(a):
+            nonlocal total
+            base = a
+            while getattr(base, "base", None) is not None:
+                base = base.base
+            if isinstance(base, np.ndarray) and id(base) not in seen:
+                seen.add(id(base))
+                total += base.nbytes
+
+        for layer in self.model.layers:
+            for v in vars(layer).values():
+                if isinstance(v, np.ndarray):
+                    add(v)
+            ws = vars(layer).get("_ws")
+            if ws is not None:
+                for a in ws._bufs.values():
+                    add(a)
+            for p in layer.params():
+                for a in (p.value, p.grad, p.velocity):
+                    if isinstance(a, np.ndarray):
+                        add(a)
+        return total
+
+
+# ------------------------------------------------------------------------------------ torch
+
+def torch_twin(workload):
+    """``(step function, first-step loss getter)`` of the same network in PyTorch, weights copied
+    from a single-process distnet model."""
+    import torch
+    import torch.nn.functional as F
+    from distnet.comm import Topology
+    from distnet.layers import (ConvLayer, L2PoolingLayer, LayerWithNoBias, LCNLayer,
+                                LocalFilteringLayer, MaxPoolingLayer)
+
+    run = DistnetRun(workload, Topology.serial(), reuse_buffers=False)
+    model = run.model
+    acts = {"logistic": torch.sigmoid, "rectlin": torch.relu, "tanh": torch.tanh,
+            "identity": lambda z: z}
+    T = lambda a: torch.from_numpy(np.array(a, dtype=np.float32))   # noqa: E731
+
+    class LF(torch.nn.Module):
+        """Locally connected layer by unfold + batched matmul over positions."""
+
+        def __init__(self, layer):
+            super().__init__()
+            K, Ho, Wo, Fs = layer.W.shape
+            self.k, self.hw, self.f, self.s = K, (Ho, Wo), layer.fshape, layer.stride
+            self.weight = torch.nn.Parameter(T(layer.W.reshape(K, Ho * Wo, Fs).transpose(1, 0, 2)))
+
+        def forward(self, x):
+            cols = F.unfold(x, self.f, stride=self.s).permute(2, 1, 0)          # (P, F, B)
+            y = torch.bmm(self.weight, cols)                                    # (P, K, B)
+            return y.permute(2, 1, 0).reshape(x.shape[0], self.k, *self.hw)
+
+        def decode(self, h, out_hw):
+            hp = h.reshape(h.shape[0], self.k, -1).permute(2, 1, 0)             # (P, K, B)
+            d = torch.bmm(self.weight.transpose(1, 2), hp).permute(2, 1, 0)     # (B, F, P)
+            return F.fold(d, out_hw, self.f, stride=self.s)
+
+        def normalize(self):
+            with torch.no_grad():
+                self.weight /= self.weight.norm(dim=2, keepdim=True)
+
+    def l2pool(layer):
+        (fh, fw), s, p = layer.fshape, layer.stride, layer.padding
+        return lambda x: torch.sqrt((F.avg_pool2d(x * x, (fh, fw), s, p) * (fh * fw)).clamp_min(1e-30))
+
+    def lcn(layer):
+        w = T(layer.w)[None]                                                    # (1, C, fh, fw)
+        (pt, pb), (pl, pr) = ((layer.padding[0],) * 2, (layer.padding[1],) * 2)
+
+        def f(x):
+            m = F.conv2d(F.pad(x, (pl, pr, pt, pb)), w)
+            s = x - m
+            d = torch.sqrt(F.conv2d(F.pad(s * s, (pl, pr, pt, pb)), w))
+            return s / torch.where(d == 0, torch.ones_like(d), d)
+        return f
+
+    mods, fns, groups = torch.nn.ModuleList(), [], []
+    for layer in model.layers:
+        if isinstance(layer, ConvLayer):
+            c = torch.nn.Conv2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
+                                layer.padding, bias=False)
+            c.weight.data = T(layer.W)
+            a = acts[layer.activation.name] if layer.activation is not None else acts["identity"]
+            mods.append(c)
+            fns.append(lambda x, c=c, a=a: a(c(x)))
+            groups.append({"params": list(c.parameters()), "lr": layer.learning_rate})
+        elif isinstance(layer, MaxPoolingLayer):
+            fns.append(lambda x, l=layer: F.max_pool2d(x, l.fshape, l.stride, l.padding))
+        elif isinstance(layer, L2PoolingLayer):
+            fns.append(l2pool(layer))
+        elif isinstance(layer, LCNLayer):
+            fns.append(lcn(layer))
+        elif isinstance(layer, LocalFilteringLayer):
+            m = LF(layer)
+            mods.append(m)
+            fns.append(m)
+            groups.append({"params": list(m.parameters()), "lr": layer.learning_rate})
+        elif isinstance(layer, LayerWithNoBias):
+            lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias)
+            lin.weight.data = T(layer.W)
+            if layer.has_bias:
+                lin.bias.data = T(layer.b)
+            a = acts[layer.activation.name]
+            mods.append(lin)
+            fns.append(lambda x, lin=lin, a=a: a(lin(x.reshape(x.shape[0], -1))))
+            groups.append({"params": list(lin.parameters()), "lr": layer.learning_rate})
+        else:
+            raise TypeError(f"no torch twin for {type(layer).__name__}")
+    mu = float(model.momentum(run.epoch)) if hasattr(model, "momentum") else 0.0
+    x_all, t_all = torch.from_numpy(run.x), torch.from_numpy(run.t)
+    B = run.B
+    state = {"i": 0}
+
+    def batch():
+        i = state["i"]
+        state["i"] = (i + 1) % (len(x_all) // B)
+        return x_all[i * B:(i + 1) * B], t_all[i * B:(i + 1) * B]
+
+    if workload == "gb_pretrain":
+        lf, layer0, pool = mods[0], model.layers[0], fns[1]
+        lr, lam = layer0.pretrain_learning_rate, layer0.sparsity
+
+        def step():
+            x, _ = batch()
+            h = lf(x)
+            xhat = lf.decode(h, tuple(x.shape[2:]))
+            loss = (0.5 * ((xhat - x) ** 2).sum() + lam * pool(h).sum()) / x.shape[0]
+            lf.weight.grad = None
+            loss.backward()
+            with torch.no_grad():
+                lf.weight -= lr * lf.weight.grad
+            lf.normalize()
+            return float(loss.detach()) * x.shape[0]
+        return step
+
+    opt = torch.optim.SGD(groups, lr=0.01, momentum=mu)
+    if workload == "local":
+        lf = mods[0]
+        dy = torch.from_numpy(run.dy)
+
+        def step():
+            x, _ = batch()
+            opt.zero_grad()
+            y = lf(x)
+            y.backward(dy)
+            opt.step()
+            lf.normalize()
+            return float((y.detach() * dy).sum())
+        return step
+
+    def step():
+        x, t = batch()
+        opt.zero_grad()
+        h = x
+        for f in fns:
+            h = f(h)
+        loss = F.binary_cross_entropy(h, t, reduction="sum")
+        (loss / x.shape[0]).backward()
+        opt.step()
+        for m in mods:
+            if isinstance(m, LF):
+                m.normalize()
+        return float(loss.detach())
+    return step

@@ -1,0 +1,99 @@
+"""Thread-level parallelism for the numpy kernels whose work splits over images.
+
+numpy runs copies and element-wise loops on one thread and only its BLAS calls use several.
+A kernel that loops over images (the flat-shift conv, NCHW max pooling) can instead give each
+of ``T`` Python threads a share of the images (numpy releases the GIL inside its loops and BLAS
+calls), with BLAS itself held to one thread meanwhile so the two kinds of threads do not fight
+over the cores. ``T`` is the BLAS thread count the process was started with
+(``OPENBLAS_NUM_THREADS`` etc.), read once through OpenBLAS's own ``*_get_num_threads``.
+
+When the BLAS is not an OpenBLAS that can be found (another BLAS, cupy), or ``T == 1``,
+:func:`parallel_map` simply runs the work on the calling thread. ``DISTNET_KERNEL_THREADS``
+overrides ``T`` (``1`` turns the threading off).
+"""
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+_state = {"probed": False, "get": None, "set": None, "threads": 1, "pool": None}
+_lock = threading.Lock()
+
+
+def _probe():
+    """Find OpenBLAS's get/set_num_threads in the loaded libraries (numpy's bundled one has a
+    ``scipy_`` prefix and a ``64_`` suffix); remember the thread count."""
+    if _state["probed"]:
+        return
+    _state["probed"] = True
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        paths = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for pre, suf in (("scipy_", "64_"), ("", ""), ("", "64_"), ("scipy_", "")):
+            get = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
+            put = getattr(lib, f"{pre}openblas_set_num_threads{suf}", None)
+            if get is not None and put is not None:
+                get.restype = ctypes.c_int
+                put.argtypes = [ctypes.c_int]
+                _state.update(get=get, set=put, threads=max(1, int(get())))
+                break
+        if _state["get"] is not None:
+            break
+    env = os.environ.get("DISTNET_KERNEL_THREADS")
+    if env and env.isdigit() and int(env) >= 1:
+        _state["threads"] = int(env) if _state["set"] is not None else 1
+
+
+def kernel_threads():
+    """Number of threads :func:`parallel_map` uses (1: no threading)."""
+    _probe()
+    return _state["threads"]
+
+
+@contextmanager
+def _one_blas_thread():
+    put, get = _state["set"], _state["get"]
+    before = get()
+    put(1)
+    try:
+        yield
+    finally:
+        put(before)
+
+
+def parallel_map(fn, items, xp=None):
+    """``[fn(i) for i in items]`` spread over :func:`kernel_threads` threads (contiguous shares,
+    in order), BLAS on one thread meanwhile. ``fn`` must be safe to run concurrently on
+    different items (its own scratch buffers per share: see :func:`shares`). numpy only."""
+    items = list(items)
+    T = kernel_threads()
+    if T <= 1 or len(items) <= 1 or (xp is not None and xp.__name__ != "numpy"):
+        return [fn(i) for i in items]
+    with _lock:
+        if _state["pool"] is None:
+            _state["pool"] = ThreadPoolExecutor(max_workers=T, thread_name_prefix="distnet-kernel")
+        pool = _state["pool"]
+    with _one_blas_thread():
+        return list(pool.map(fn, items))
+
+
+def shares(n, xp=None):
+    """``[(share index, range)]``: ``range(n)`` cut into :func:`kernel_threads` contiguous shares
+    (one share when threading is off)."""
+    T = kernel_threads() if xp is None or xp.__name__ == "numpy" else 1
+    T = max(1, min(T, n))
+    base, extra = divmod(n, T)
+    out, start = [], 0
+    for s in range(T):
+        size = base + (1 if s < extra else 0)
+        out.append((s, range(start, start + size)))
+        start += size
+    return out

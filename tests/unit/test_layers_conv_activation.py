@@ -1,0 +1,150 @@
+"""ConvLayer's ``activation`` key (float64 gradients against central differences), the
+flat-shift conv kernel against the batch-im2col one, the NCHW max-pooling path, and layers that
+reuse their buffers (``reuse_buffers``) giving the same numbers as layers that do not."""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.config import load_experiment_text
+from distnet.layers import ConvLayer, LayerWithNoBias, MaxPoolingLayer
+from distnet.models import MLP
+from distnet.ops import conv, pooling
+from distnet.ops.activations import Logistic, RectLin, Tanh
+from distnet.ops.costs import SumSquaredDiffs
+from distnet.ops.workspace import Workspace
+from tests.numgrad import numerical_grad
+
+WI = {"type": "uniform", "low": -0.5, "high": 0.5}
+
+
+@pytest.fixture(autouse=True)
+def small_flat_threshold(monkeypatch):
+    """Width 30 takes the flat-shift conv kernel, width 8 the batch-im2col one."""
+    monkeypatch.setattr(conv, "FLAT_MIN_WIDTH", 16)
+
+
+def build(layers, shape):
+    model = MLP(layers=layers, num_epochs=1, cost=SumSquaredDiffs(), learning_rate=0.1)
+    model.infer_shapes(shape)
+    model.configure(Numpy64(rng_seed=1), Topology.serial())
+    model.init_params()
+    return model
+
+
+def loss_of(model, x, t):
+    return model.cost.loss(model.fprop(x), t)
+
+
+@pytest.mark.parametrize("act", [RectLin, Tanh, Logistic])
+@pytest.mark.parametrize("width", [8, 30], ids=["im2col", "flat"])
+def test_conv_activation_gradients(act, width):
+    rng = np.random.RandomState(0)
+    model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=act()),
+                   MaxPoolingLayer(fshape=2),
+                   ConvLayer(nofm=2, fshape=[2, 3], weight_init=WI, activation=act()),
+                   LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width))
+    x = rng.standard_normal((2, 2, 6, width))
+    t = rng.uniform(0, 1, (2, 3))
+    y = model.fprop(x)
+    model.bprop(model.cost.grad(y, t))
+    for layer in model.layers:
+        for p in layer.params():
+            num = numerical_grad(lambda: loss_of(model, x, t), p.value)
+            np.testing.assert_allclose(p.grad, num, rtol=1e-6, atol=1e-8, err_msg=p.name)
+    y = model.fprop(x)
+    delta = model.cost.grad(y, t)
+    for layer in reversed(model.layers):
+        delta = layer.bprop(delta, need_input_grad=True)
+    np.testing.assert_allclose(delta, numerical_grad(lambda: loss_of(model, x, t), x), rtol=1e-6, atol=1e-8)
+
+
+def test_conv_activation_values_and_default():
+    rng = np.random.RandomState(2)
+    plain = build([ConvLayer(nofm=2, fshape=3, weight_init=WI), LayerWithNoBias(nout=2, weight_init=WI)],
+                  (1, 5, 5))
+    relu = build([ConvLayer(nofm=2, fshape=3, weight_init=WI, activation=RectLin()),
+                  LayerWithNoBias(nout=2, weight_init=WI)], (1, 5, 5))
+    x = rng.standard_normal((3, 1, 5, 5))
+    z = plain.layers[0].fprop(x)
+    np.testing.assert_array_equal(relu.layers[0].fprop(x), np.maximum(z, 0))
+    assert plain.layers[0].activation is None
+    assert "activation=rectlin" in relu.layers[0].describe()
+
+
+def test_conv_activation_yaml_key():
+    text = """!obj:distnet.experiments.FitExperiment {
+      datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere}],
+      model: !obj:distnet.models.Convnet {num_epochs: 1, learning_rate: 0.1, layers: [
+        !obj:distnet.layers.ConvLayer {nofm: 2, fshape: 3, weight_init: {type: uniform},
+                                       activation: !obj:distnet.activations.RectLin {}},
+        !obj:distnet.layers.LayerWithNoBias {nout: 10, weight_init: {type: uniform}}]}}"""
+    exp = load_experiment_text(text)
+    assert isinstance(exp.model.layers[0].activation, RectLin)
+
+
+CONV_CASES = [  # (B, C, H, W, K, fh, fw)
+    (2, 3, 9, 30, 4, 3, 3), (3, 2, 7, 26, 5, 5, 4), (1, 1, 5, 25, 2, 1, 1), (2, 2, 6, 40, 3, 2, 5)]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("tile_bytes", [200, 1 << 20])
+def test_flat_kernel_matches_im2col(case, tile_bytes, monkeypatch):
+    monkeypatch.setattr(conv, "TILE_BYTES", tile_bytes)   # 200: one output row per tile
+    B, C, H, W, K, fh, fw = case
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((B, C, H, W)), rng.standard_normal((K, C, fh, fw))
+    ws = Workspace()
+    for _ in range(2):   # the second pass reuses the workspace buffers
+        y = conv.conv2d_fprop(x, w, (1, 1), method="im2col")
+        np.testing.assert_allclose(conv.conv2d_fprop(x, w, (1, 1), method="flat", work=ws), y, atol=1e-12)
+        np.testing.assert_allclose(conv.conv2d_fprop(x, w, (1, 1), method="flat", relu=True),
+                                   np.maximum(y, 0), atol=1e-12)
+        dy = rng.standard_normal(y.shape)
+        for crop in [None, ((1, 0), (0, min(2, fw - 1))), ((fh - 1, fh - 1), (fw - 1, fw - 1)), ((fh, 0), (0, 0))]:
+            if crop is not None and (sum(crop[0]) >= H or sum(crop[1]) >= W):
+                continue
+            a = conv.conv2d_bprop(x, w, dy, (1, 1), crop=crop, method="im2col")
+            b = conv.conv2d_bprop(x, w, dy, (1, 1), crop=crop, method="flat", work=ws)
+            np.testing.assert_allclose(b[0], a[0], atol=1e-12)
+            np.testing.assert_allclose(b[1], a[1], atol=1e-12)
+            assert b[0].flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape,f", [((2, 3, 32, 34), 2), ((1, 2, 33, 35), 2), ((2, 1, 36, 30), 3)])
+def test_nchw_maxpool_matches_chwn(shape, f, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.standard_normal(shape), 0)     # many ties at 0: first maximum must win
+    dy = None
+    for threshold in (10 ** 9, 0):                    # CHWN path, then NCHW path
+        monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", threshold)
+        y, arg = pooling.maxpool_fprop(x, (f, f), (f, f), work=Workspace())
+        dy = rng.standard_normal(y.shape) if dy is None else dy
+        dx = pooling.maxpool_bprop(dy, arg, x.shape, (f, f), (f, f), work=Workspace())
+        if threshold:
+            ref = (y.copy(), np.asarray(arg).copy(), dx.copy())
+        else:
+            np.testing.assert_array_equal(y, ref[0])
+            np.testing.assert_array_equal(np.asarray(arg), ref[1])
+            np.testing.assert_array_equal(dx, ref[2])
+
+
+@pytest.mark.parametrize("width", [8, 30])
+def test_reuse_buffers_gives_the_same_training(width):
+    rng = np.random.RandomState(4)
+    x = rng.standard_normal((3, 2, 6, width))
+    t = rng.uniform(0, 1, (3, 3))
+
+    def run(reuse):
+        model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
+                       MaxPoolingLayer(fshape=2), ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI),
+                       LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width))
+        for layer in model.layers:
+            layer.reuse_buffers = reuse
+        losses = [model.train_step(x, t, 0) for _ in range(3)]
+        return losses, [p.value.copy() for _, p in model._params]
+
+    (la, wa), (lb, wb) = run(False), run(True)
+    np.testing.assert_allclose(la, lb, rtol=1e-12)
+    for a, b in zip(wa, wb):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
