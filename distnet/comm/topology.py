@@ -45,14 +45,16 @@ def _grid_order(grid):
 
 def grid_failure(grid, planes):
     """``None`` if ``grid`` cuts every plane into non-empty tiles, else a phrase saying which
-    plane fails and why (e.g. ``"plane 5x28: 5 rows < 6"``)."""
+    plane fails and why (e.g. ``"plane 5x28: 5 rows < 6"``). A plane may carry a label as a
+    third item (``(H, W, "the output of layer 'conv2'")``), which the phrase then names."""
     py, px = grid
     for plane in planes or ():
-        h, w = plane
+        h, w = plane[:2]
+        what = f"plane {h}x{w}" + (f" ({plane[2]})" if len(plane) > 2 else "")
         if h < py:
-            return f"plane {h}x{w}: {h} row{'s' * (h != 1)} < {py}"
+            return f"{what}: {h} row{'s' * (h != 1)} < {py}"
         if w < px:
-            return f"plane {h}x{w}: {w} column{'s' * (w != 1)} < {px}"
+            return f"{what}: {w} column{'s' * (w != 1)} < {px}"
     return None
 
 

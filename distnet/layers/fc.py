@@ -3,6 +3,7 @@ flattened row-major, neon's order ``(c*H + r)*W + q``)."""
 import numpy as np
 
 from ..ops.activations import Identity
+from ..ops.parallel import matmul as pmatmul
 from .base import REPLICATED, BaseLayer
 from .params import OVER_DATA, Param, check_weight_init, gen_weights
 
@@ -71,7 +72,7 @@ class LayerWithNoBias(BaseLayer):
 
     def _preactivation(self, x2d):
         """``z = x W^T (+ b)`` for the full feature vector (Dist: summed over the shards)."""
-        z = x2d @ self.W.T
+        z = pmatmul(x2d, self.W.T)
         return z + self.b if self.has_bias else z
 
     def fprop(self, x):
@@ -83,12 +84,12 @@ class LayerWithNoBias(BaseLayer):
 
     def bprop(self, delta, need_input_grad=True):
         dz = self.activation.bprop(self._z, self._y, delta)
-        self._params[0].grad[...] = dz.T @ self._x2d
+        pmatmul(dz.T, self._x2d, out=self._params[0].grad)
         if self.has_bias:
             self._params[1].grad[...] = dz.sum(axis=0)
         if not need_input_grad:
             return None
-        return (dz @ self.W).reshape(self._in_shape_local)
+        return pmatmul(dz, self.W).reshape(self._in_shape_local)
 
 
 class Layer(LayerWithNoBias):

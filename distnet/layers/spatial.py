@@ -68,8 +68,11 @@ class WindowLayer(BaseLayer):
         return self.out_shape
 
     def planes(self):
-        """The input and output planes the process grid must cut into non-empty tiles."""
-        return [self.in_shape[1:], self.out_shape[1:]]
+        """The input and output planes the process grid must cut into non-empty tiles, as
+        ``(H, W, label)``."""
+        name = self.name or type(self).__name__
+        return [(*self.in_shape[1:], f"the input of layer '{name}'"),
+                (*self.out_shape[1:], f"the output of layer '{name}'")]
 
     def configure(self, layout, ctx):
         grid, coords = ctx.topology.grid, ctx.topology.coords

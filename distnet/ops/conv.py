@@ -27,7 +27,9 @@ used; the input dtype is kept (float32 stays float32). Scratch memory comes from
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
-from .parallel import parallel_map, shares
+from .parallel import matmul as pmatmul
+from .parallel import copyto as pcopyto
+from .parallel import parallel_map, run_split, shares
 from .windows import fold, output_shape, patches
 from .workspace import scratch
 
@@ -90,6 +92,15 @@ def _method(method, x, w, stride, pad=None):
 
 # ------------------------------------------------------------------------ batch im2col kernel
 
+def _to_chwn(x):
+    """``x (B, C, H, W)`` copied into (C, H, W, B) memory, still indexed as (B, C, H, W)."""
+    xp = get_array_module(x)
+    B, C, H, W = x.shape
+    xn = xp.empty((C, H, W, B), dtype=x.dtype)
+    pcopyto(xn, x.transpose(1, 2, 3, 0))
+    return xn.transpose(3, 0, 1, 2)
+
+
 def im2col(x, fshape, stride):
     """Contiguous patch matrix ``(C*fh*fw, Ho*Wo*B)`` of ``x (B, C, H, W)`` (valid windows).
 
@@ -97,11 +108,11 @@ def im2col(x, fshape, stride):
     """
     xp = get_array_module(x)
     # x in (C, H, W, B) memory order, still indexed as (B, C, H, W): patches() only needs strides.
-    xn = xp.ascontiguousarray(x.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+    xn = _to_chwn(x)
     p = patches(xn, fshape, stride)                      # (B, C, Ho, Wo, fh, fw) view, no copy
     B, C, Ho, Wo, fh, fw = p.shape
     cols = xp.empty((C, fh, fw, Ho, Wo, B), dtype=x.dtype)
-    xp.copyto(cols, p.transpose(1, 4, 5, 2, 3, 0))       # the im2col copy
+    pcopyto(cols, p.transpose(1, 4, 5, 2, 3, 0))         # the im2col copy
     return cols.reshape(C * fh * fw, Ho * Wo * B)
 
 
@@ -109,7 +120,7 @@ def _im2col_fprop(x, w, stride, Ho, Wo):
     xp = get_array_module(x, w)
     B, K = x.shape[0], w.shape[0]
     cols = im2col(x, w.shape[2:], stride)                # (CF, P*B)
-    y2 = xp.matmul(w.reshape(K, -1), cols)               # (K, P*B): one GEMM for the whole batch
+    y2 = pmatmul(w.reshape(K, -1), cols)                 # (K, P*B): one GEMM for the whole batch
     return y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2)   # NCHW-indexed view
 
 
@@ -118,17 +129,20 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo):
     B, C, H, W = x.shape
     K, _, fh, fw = w.shape
     cols = im2col(x, (fh, fw), stride)                   # (CF, P*B); recomputed, not cached
-    dy2 = xp.ascontiguousarray(dy.transpose(1, 2, 3, 0)).reshape(K, Ho * Wo * B)
+    dy2 = _to_chwn(dy).transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
     # (CF, K) then a tiny transpose copy: measured faster than dy2 @ cols.T on OpenBLAS.
-    dw = xp.matmul(cols, dy2.T).T.reshape(w.shape)
+    dw = pmatmul(cols, dy2.T).T.reshape(w.shape)
     if not need_dx:
         return None, dw
     # (CF, P*B), written over cols (dead after dw).
-    dcols = xp.matmul(w.reshape(K, -1).T, dy2, out=cols)
+    dcols = pmatmul(w.reshape(K, -1).T, dy2, out=cols)
     cols6 = dcols.reshape(C, fh, fw, Ho, Wo, B).transpose(5, 0, 3, 4, 1, 2)  # (B,C,Ho,Wo,fh,fw)
     # Fold into (C, H, W, B) memory so the adds walk both operands in long contiguous runs.
     dxn = xp.empty((C, H, W, B), dtype=dcols.dtype).transpose(3, 0, 1, 2)
-    fold(cols6, (B, C, H, W), stride, out=dxn)
+
+    def fold_share(c):
+        fold(cols6[:, c], (B, c.stop - c.start, H, W), stride, out=dxn[:, c])
+    run_split(fold_share, C, xp, size=cols6.size)
     return dxn, dw
 
 
@@ -310,11 +324,12 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
     if pad is not None:
         x = _pad_all(x, pad)
     y = _im2col_fprop(x, w, stride, Ho, Wo)
-    if relu:
-        y = xp.maximum(y, 0)
     if out is None:
-        return xp.ascontiguousarray(y)
-    out[...] = y
+        out = xp.empty(y.shape, dtype=y.dtype)
+    if relu:
+        run_split(lambda k: xp.maximum(y[:, k], 0, out=out[:, k]), K, xp, size=y.size)
+    else:
+        pcopyto(out, y, axis=1)
     return out
 
 
@@ -360,6 +375,6 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     (ct, cb), (cl, cr) = crop
     dx = dx[:, :, ct:H - cb, cl:W - cr]
     if dx_out is None:
-        return xp.ascontiguousarray(dx), dw
-    dx_out[...] = dx
+        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
+    pcopyto(dx_out, dx, axis=1)
     return dx_out, dw

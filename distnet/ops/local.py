@@ -19,6 +19,7 @@ Pure math: no parameters owned, no communication; numpy or cupy through ``get_ar
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .parallel import matmul as pmatmul
 from .windows import fold, output_shape, patches
 
 
@@ -109,7 +110,7 @@ def local_fprop(x, w, fshape, stride):
     """
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
     cols = _cols(x, fshape, stride)                     # (P, F, B)
-    return _from_pkb(_wmat(w) @ cols, Ho, Wo)           # (P, K, F) @ (P, F, B) -> (P, K, B)
+    return _from_pkb(pmatmul(_wmat(w), cols), Ho, Wo)           # (P, K, F) @ (P, F, B) -> (P, K, B)
 
 
 def local_bprop(x, w, dy, fshape, stride, need_dx=True):
@@ -125,10 +126,10 @@ def local_bprop(x, w, dy, fshape, stride, need_dx=True):
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
     cols = _cols(x, fshape, stride)                     # (P, F, B)
     dyt = _pkb(dy)                                      # (P, K, B)
-    dw = _from_pkf(dyt @ cols.transpose(0, 2, 1), Ho, Wo)   # (P, K, B) @ (P, B, F)
+    dw = _from_pkf(pmatmul(dyt, cols.transpose(0, 2, 1)), Ho, Wo)   # (P, K, B) @ (P, B, F)
     dx = None
     if need_dx:
-        dcols = _wmat(w).transpose(0, 2, 1) @ dyt       # (P, F, K) @ (P, K, B) -> (P, F, B)
+        dcols = pmatmul(_wmat(w).transpose(0, 2, 1), dyt)      # (P, F, K) @ (P, K, B) -> (P, F, B)
         dx = _fold_cols(dcols, x.shape, fshape, stride, Ho, Wo)
     return dx, dw
 
@@ -157,7 +158,7 @@ def local_defprop(h, v, x_shape, fshape, stride):
       xhat[b,c,i*sy+u,j*sx+v] += sum_k h[b,k,i,j] * v[k,i,j,(c,u,v)]
     """
     Ho, Wo = _geometry(x_shape, v.shape, fshape, stride)
-    dcols = _wmat(v).transpose(0, 2, 1) @ _pkb(h)       # (P, F, K) @ (P, K, B) -> (P, F, B)
+    dcols = pmatmul(_wmat(v).transpose(0, 2, 1), _pkb(h))      # (P, F, K) @ (P, K, B) -> (P, F, B)
     return _fold_cols(dcols, tuple(x_shape), fshape, stride, Ho, Wo)
 
 
@@ -171,6 +172,6 @@ def local_debprop(h, v, eps, fshape, stride):
     """
     Ho, Wo = _geometry(eps.shape, v.shape, fshape, stride)
     cols = _cols(eps, fshape, stride)                   # (P, F, B)
-    gh = _from_pkb(_wmat(v) @ cols, Ho, Wo)             # (P, K, F) @ (P, F, B)
-    gv = _from_pkf(_pkb(h) @ cols.transpose(0, 2, 1), Ho, Wo)  # (P, K, B) @ (P, B, F)
+    gh = _from_pkb(pmatmul(_wmat(v), cols), Ho, Wo)             # (P, K, F) @ (P, F, B)
+    gv = _from_pkf(pmatmul(_pkb(h), cols.transpose(0, 2, 1)), Ho, Wo)  # (P, K, B) @ (P, B, F)
     return gh, gv

@@ -97,3 +97,79 @@ def shares(n, xp=None):
         out.append((s, range(start, start + size)))
         start += size
     return out
+
+
+#: GEMMs smaller than this many multiply-adds run on the calling thread.
+MIN_PARALLEL_MACS = 1 << 20
+
+
+def matmul(a, b, out=None):
+    """``a @ b`` (2-D, or stacks of matrices with equal leading shapes) with the work cut into
+    :func:`kernel_threads` shares of rows of ``a`` (or of columns of ``b`` when ``a`` has fewer
+    rows than threads, or of the stack), each a one-thread BLAS call on its own Python thread.
+    Same result as ``xp.matmul`` up to BLAS blocking; small products are not split."""
+    from ..backend import get_array_module
+    xp = get_array_module(a, b)
+    T = kernel_threads() if xp.__name__ == "numpy" else 1
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    stack = a.shape[:-2]
+    macs = M * K * N * (int(__import__("numpy").prod(stack)) if stack else 1)
+    if T <= 1 or macs < MIN_PARALLEL_MACS:
+        return xp.matmul(a, b, out=out)
+    if out is None:
+        out = xp.empty(stack + (M, N), dtype=xp.result_type(a.dtype, b.dtype))
+    if stack:
+        n = a.shape[0]
+        parts = shares(n, xp)
+
+        def run(share):
+            r = slice(share[1].start, share[1].stop)
+            xp.matmul(a[r], b[r], out=out[r])
+    elif M >= N or M >= 4 * T:
+        parts = shares(M, xp)
+
+        def run(share):
+            r = slice(share[1].start, share[1].stop)
+            xp.matmul(a[r], b, out=out[r])
+    else:
+        parts = shares(N, xp)
+
+        def run(share):
+            r = slice(share[1].start, share[1].stop)
+            xp.matmul(a, b[:, r], out=out[:, r])
+    parallel_map(run, [p for p in parts if len(p[1])], xp)
+    return out
+
+
+#: Copies smaller than this many elements run on the calling thread.
+MIN_PARALLEL_ELEMENTS = 1 << 17
+
+
+def _split_axis(n, xp):
+    return [slice(r.start, r.stop) for _, r in shares(n, xp) if len(r)]
+
+
+def copyto(dst, src, axis=0):
+    """``dst[...] = src`` (same shapes) cut along ``axis`` into kernel-thread shares."""
+    from ..backend import get_array_module
+    xp = get_array_module(dst, src)
+    if kernel_threads() <= 1 or dst.size < MIN_PARALLEL_ELEMENTS or xp.__name__ != "numpy":
+        xp.copyto(dst, src)
+        return dst
+    idx = (slice(None),) * axis
+
+    def run(sl):
+        xp.copyto(dst[idx + (sl,)], src[idx + (sl,)])
+    parallel_map(run, _split_axis(dst.shape[axis], xp), xp)
+    return dst
+
+
+def run_split(fn, n, xp=None, size=None):
+    """``fn(slice)`` for kernel-thread shares of ``range(n)`` (one call on the calling thread
+    when threading is off or ``size`` elements is small)."""
+    if kernel_threads() <= 1 or (size is not None and size < MIN_PARALLEL_ELEMENTS) or \
+            (xp is not None and xp.__name__ != "numpy"):
+        fn(slice(0, n))
+        return
+    parallel_map(fn, _split_axis(n, xp), xp)
