@@ -229,6 +229,18 @@ class Topology:
         return cls(world, spatial, data_comm, pipe_comm, grad, grid, coords, data_index=d,
                    pipe_index=p, ndata=data, npipe=pipe)
 
+    def local_rank(self):
+        """This rank's index among the ranks on its node (a shared-memory split of ``world``,
+        collective over ``world``); 0 in a serial run. GPU backends pick their device by it."""
+        if isinstance(self.world, SerialComm):
+            return 0
+        from mpi4py import MPI
+        node = self.world.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return node.Get_rank()
+        finally:
+            node.Free()
+
     def free(self):
         """Free the sub-communicators (not ``world``). Collective over each of them."""
         for name in ("spatial", "data", "pipe", "grad"):

@@ -189,6 +189,8 @@ class FitExperiment:
         """Shapes, topology, layer plans and weights; returns the topology."""
         self.check()
         self.topology = topology or self.make_topology()
+        if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
+            self.backend.bind_device(self.topology.local_rank())
         lc = dict(self.logging)
         setup_logging(self.topology.rank, self.topology.size, lc.get("level", logging.INFO),
                       lc.get("format"), lc.get("filename"))

@@ -100,3 +100,14 @@ def test_topology_subcommunicators(comm, data, pipe):
         assert members(topo.grad) == [(k * pipe + p) * S + i for k in range(data) for i in range(S)]
     finally:
         topo.free()
+
+
+def test_local_rank_counts_ranks_on_this_node(comm):
+    """All ranks of these tests run on one machine: local ranks are 0..size-1 (GPU choice)."""
+    from distnet.comm import Topology
+    topo = Topology.from_world(world=comm)
+    try:
+        assert sorted(comm.allgather(topo.local_rank())) == list(range(comm.Get_size()))
+    finally:
+        topo.free()
+    assert Topology.serial().local_rank() == 0
