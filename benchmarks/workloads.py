@@ -57,24 +57,24 @@ def global_data(workload, nbatches=2):
 class DistnetRun:
     """A configured distnet model and its step function on this rank."""
 
-    def __init__(self, workload, topology, dist=False, reuse_buffers=True):
+    def __init__(self, workload, topology, dist=False, reuse_buffers=True, batch=None):
         from distnet.config import load_experiment
         from distnet.geometry import tile_of
         self.workload = workload
         exp = load_experiment(experiment_path(workload, dist))
         model = self.model = exp.model
-        model.batch_size = BATCH[workload]
+        B = self.B = batch or BATCH[workload]
+        model.batch_size = B
         model.infer_shapes(SHAPES[workload])
         model.configure(exp.backend, topology)
         model.init_params()
         for layer in model.layers:
             layer.reuse_buffers = reuse_buffers
-        x, labels = global_data(workload)
+        x, labels = global_data(workload, nbatches=max(2, -(-2 * BATCH[workload] // B)))
         t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
         self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
         self.t = np.zeros((len(labels), 10), np.float32)
         self.t[np.arange(len(labels)), labels] = 1
-        self.B = BATCH[workload]
         self.i = 0
         if workload == "gb_pretrain":
             model.layers[0].pretrain_mode(model.layers[1])
@@ -174,7 +174,11 @@ def torch_twin(workload):
 
     def l2pool(layer):
         (fh, fw), s, p = layer.fshape, layer.stride, layer.padding
-        return lambda x: torch.sqrt((F.avg_pool2d(x * x, (fh, fw), s, p) * (fh * fw)).clamp_min(1e-30))
+        def f(x):   # sqrt of the window sums of squares; 0 (and no NaN gradient) where all are 0
+            v = F.avg_pool2d(x * x, (fh, fw), s, p) * (fh * fw)
+            pos = v > 0
+            return torch.where(pos, torch.sqrt(torch.where(pos, v, torch.ones_like(v))), torch.zeros_like(v))
+        return f
 
     def lcn(layer):
         w = T(layer.w)[None]                                                    # (1, C, fh, fw)

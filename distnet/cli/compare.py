@@ -68,9 +68,19 @@ def format_table(rows, name_a, name_b):
     return "\n".join(lines)
 
 
-def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(), plot=None):
-    """Run both, print the table; returns True when they agree within the tolerances.
-    ``plot``: also draw both runs' curves into this PNG file (:mod:`distnet.cli.plot`)."""
+def costs_agree(rows, rtol, atol):
+    """Every epoch's costs satisfy ``|a - b| <= atol + rtol * |a|`` (numpy's allclose rule)."""
+    return all(r[3] <= atol + rtol * abs(r[1]) for r in rows
+               if r[0].endswith(" cost") and r[1] is not None and r[2] is not None) and \
+        all(r[1] is not None and r[2] is not None for r in rows if r[0].endswith(" cost"))
+
+
+def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(), plot=None,
+            cost_atol=0.0):
+    """Run both, print the table; returns True when they agree within the tolerances: every
+    epoch's cost within ``cost_atol + cost_tol * |cost|`` and every error rate within
+    ``rate_tol`` points. ``plot``: also draw both runs' curves into this PNG file
+    (:mod:`distnet.cli.plot`)."""
     with tempfile.TemporaryDirectory() as tmp:
         ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
         out(f"== {path_a} on 1 process")
@@ -92,7 +102,8 @@ def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(),
             out(f"plot: {plot}")
     out("")
     out(format_table(rows, "1 process", f"{nranks} ranks"))
-    ok = max_cost <= cost_tol and max_rate <= rate_tol
-    out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}), error rate "
-        f"{max_rate:.2e} points (tolerance {rate_tol:g}) -> {'AGREE' if ok else 'DIFFER'}")
+    ok = costs_agree(rows, cost_tol, cost_atol) and max_rate <= rate_tol
+    atol = f" + {cost_atol:g} absolute" if cost_atol else ""
+    out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}{atol}), error "
+        f"rate {max_rate:.2e} points (tolerance {rate_tol:g}) -> {'AGREE' if ok else 'DIFFER'}")
     return ok

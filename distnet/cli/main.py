@@ -268,17 +268,20 @@ def distribute(source, output):
 @click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
 @click.option("--cost-tol", type=float, default=0.05, show_default=True,
-              help="Largest accepted relative difference of a per-epoch mean cost.")
+              help="Accepted relative difference of a per-epoch mean cost.")
+@click.option("--cost-atol", type=float, default=0.0, show_default=True,
+              help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
+                   "one (|a - b| <= atol + tol * |a|).")
 @click.option("--rate-tol", type=float, default=0.5, show_default=True,
               help="Largest accepted |difference| of an error rate, in percentage points.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png",
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
-def compare(single, distributed, nranks, cost_tol, rate_tol, overrides, plot_path):
+def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, plot_path):
     """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs and error
-    rates side by side. Exit status 1 if they differ beyond the tolerances: the cost tolerance
-    is relative (|a - b| / |a|), the error-rate one in percentage points."""
+    rates side by side. Exit status 1 if they differ beyond the tolerances: costs must satisfy
+    |a - b| <= cost-atol + cost-tol * |a|, error rates differ by at most rate-tol points."""
     from .compare import compare as run_compare
     if plot_path:
         from .plot import _figure
@@ -288,7 +291,7 @@ def compare(single, distributed, nranks, cost_tol, rate_tol, overrides, plot_pat
             _fail(str(e), 1)
     try:
         ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
-                         overrides=overrides, plot=plot_path)
+                         overrides=overrides, plot=plot_path, cost_atol=cost_atol)
     except DistnetError as e:
         _fail(str(e), 1)
     sys.exit(0 if ok else 1)

@@ -37,6 +37,18 @@ def _to_mpi_buffer(a):
     return a
 
 
+def _data_pointer(a):
+    ai = getattr(a, "__array_interface__", None)
+    if ai is not None:
+        return ai["data"][0]
+    return a.data.ptr   # cupy
+
+
+def _same_view(a, b):
+    """True if ``a`` and ``b`` are the same elements of the same memory (shape and strides)."""
+    return a.shape == b.shape and a.strides == b.strides and _data_pointer(a) == _data_pointer(b)
+
+
 def _waitall(requests):
     if requests:
         type(requests[0]).Waitall(requests)
@@ -150,7 +162,8 @@ class GlobalArray:
         Returns a new ``(B, C, h, w)`` array: my interior part of ``g_chunk`` plus, for every peer
         whose chunk overlaps my tile, its gradient there (added in peer rank order, so the result
         is deterministic). Padding positions are dropped. ``out``: an optional ``(B, C, h, w)``
-        array to write the result into (and return). Collective over my peers in ``comm``.
+        array to write the result into (and return); it may be the view of ``g_chunk`` on my
+        tile (the result is then formed in place). Collective over my peers in ``comm``.
         """
         plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
         self._check(g_chunk, chunk_box.shape, "g_chunk")
@@ -175,8 +188,10 @@ class GlobalArray:
             if interior.shape != own.shape or interior.is_empty():
                 g_local[...] = 0
         if not interior.is_empty():
-            g_local[(Ellipsis,) + interior.relative_to(own)] = \
-                g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]
+            dst = g_local[(Ellipsis,) + interior.relative_to(own)]
+            src = g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]
+            if not _same_view(dst, src):   # out may be g_chunk's own-tile view: nothing to copy
+                dst[...] = src
         _waitall(reqs)
         for buf, t in zip(share, plan.sends):
             g_local[(Ellipsis,) + t.box.relative_to(own)] += buf

@@ -113,17 +113,25 @@ class WindowLayer(BaseLayer):
             return self.work.get(name, shape, dtype, like=like)
         return get_array_module(like).empty(shape, dtype=dtype)
 
+    def _no_halo(self):
+        """True when my chunk is exactly my tile and no rank exchanges anything with me for
+        this layer (e.g. non-overlapping pooling whose windows the tiles cut evenly): the
+        exchange and its adjoint are then identities and nothing is copied."""
+        plan = self.plan
+        return plan.own == plan.chunk and not plan.recvs and not plan.sends
+
     def _chunk_planned(self, x, name="chunk"):
         """:meth:`_chunk` into a buffer of :attr:`work` (valid until the next call): the halo
         exchange of a Dist layer's GlobalArray (``self.input``) fills it; on one process the
-        tile is copied into it, its zero padding border being written once, at allocation."""
+        tile is copied into it, its zero padding border being written once, at allocation.
+        Without any halo, ``x`` itself."""
         plan = self.plan
+        if self._no_halo():
+            return x
         ga = getattr(self, "input", None)
         shape = tuple(x.shape[:2]) + plan.chunk.shape
         if ga is not None:
             return ga.exchange(x, out=self.work.get(name, shape, x.dtype, like=x, zeroed=True))
-        if plan.own == plan.chunk:
-            return x
         if plan.interior != plan.own:        # the chunk drops part of my tile: general path
             return self._chunk(x)
         buf = self.work.get(name, shape, x.dtype, like=x, zeroed=True)
@@ -132,15 +140,20 @@ class WindowLayer(BaseLayer):
 
     def _grad_planned(self, g_chunk):
         """:meth:`_input_grad` of a chunk gradient held in :attr:`work`; the result is a new
-        array or (:attr:`reuse_buffers`) this layer's ``dx`` buffer, never ``g_chunk`` itself."""
+        array or (:attr:`reuse_buffers`) this layer's own buffer (``g_chunk`` itself when
+        there is no halo)."""
         plan = self.plan
+        if self._no_halo():
+            return g_chunk if self.reuse_buffers else g_chunk.copy()
         ga = getattr(self, "input", None)
         shape = tuple(g_chunk.shape[:2]) + plan.own.shape
-        out = self.work.get("dx", shape, g_chunk.dtype, like=g_chunk) if self.reuse_buffers else None
         if ga is not None:
+            out = None
+            if self.reuse_buffers:   # in place: my tile's part of the chunk gradient (a view)
+                out = (g_chunk[(Ellipsis,) + plan.own.relative_to(plan.chunk)]
+                       if plan.interior == plan.own else self.work.get("dx", shape, g_chunk.dtype, like=g_chunk))
             return ga.exchange_adjoint(g_chunk, out=out)
-        if plan.own == plan.chunk:    # g_chunk is a buffer of this layer: hand it out, or copy
-            return g_chunk if self.reuse_buffers else g_chunk.copy()
+        out = self.work.get("dx", shape, g_chunk.dtype, like=g_chunk) if self.reuse_buffers else None
         g = crop_from_chunk(g_chunk, plan.own, plan.chunk)
         if out is None:
             return g
@@ -219,14 +232,15 @@ class ConvLayer(WindowLayer):
         """``delta`` = dL/d(output) -> gradient on my input tile (or None); sets ``W``'s grad."""
         xp, act, ws = get_array_module(delta), self.activation, self.work
         if self._fused_relu():        # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
-            mask = ws.get("mask", delta.shape, "bool", like=delta)
             # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
             dz = delta if self.reuse_buffers else ws.get("dz", delta.shape, delta.dtype, like=delta)
             y = self._y
 
-            def relu_grad(share):
-                b = slice(share[1].start, share[1].stop)
-                xp.multiply(delta[b], xp.greater(y[b], 0, out=mask[b]), out=dz[b])
+            def relu_grad(share):    # one image at a time: the mask is one image's size
+                s, images = share
+                mask = ws.get(f"mask{s}", delta.shape[1:], "bool", like=delta)
+                for b in images:
+                    xp.multiply(delta[b], xp.greater(y[b], 0, out=mask), out=dz[b])
             parallel_map(relu_grad, shares(delta.shape[0], xp), xp)
         elif act is not None:
             dz = act.bprop(self._z, self._y, delta)

@@ -103,3 +103,36 @@ def test_plan_matches_measured_bytes_and_tiles(name, comm, mpi, topologies):
                   for layer in model.layers if isinstance(layer, WindowLayer))
         mpi.assert_all(max(comm.allgather(act)) <= tot["act_bytes_max"] <= 1.5 * max(comm.allgather(act)) + 2 ** 16,
                        f"{where}: activation memory {tot['act_bytes_max']} vs measured {act}")
+
+
+def test_planned_buffers_train_like_one_process(comm, mpi, topologies):
+    """Layers that reuse their buffers (``reuse_buffers``: in-place adjoint exchanges, chunk
+    buffers filled by the halo exchange) train on a grid exactly as one process does."""
+    from distnet.backend import Numpy64
+    from distnet.comm import Topology
+    shape, nout = (2, 19, 17), 5
+    rng = np.random.RandomState(1)
+    x = rng.uniform(0, 1, (3 * B,) + shape)
+    t = np.eye(nout)[rng.randint(0, nout, 3 * B)]
+
+    def train(topo, reuse):
+        model = strided_net()
+        model.infer_shapes(shape)
+        model.configure(Numpy64(rng_seed=0), topo)
+        model.init_params()
+        for layer in model.layers:
+            layer.reuse_buffers = reuse
+        tile = tile_of(shape[1:], topo.grid, topo.coords)
+        xt = np.ascontiguousarray(x[:, :, tile.y0:tile.y1, tile.x0:tile.x1])
+        losses = [model.train_step(xt[i * B:(i + 1) * B], t[i * B:(i + 1) * B], 0) for i in range(3)]
+        return losses, model
+    ref_losses, ref = train(Topology.serial(), False)
+    probe = strided_net()
+    probe.infer_shapes(shape)
+    for grid in grids_for(comm.Get_size(), probe.planes()):
+        topo = topologies(grid)
+        losses, model = train(topo, True)
+        mpi.assert_all(np.allclose(losses, ref_losses, rtol=1e-10), f"grid {grid}: {losses} != {ref_losses}")
+        for a, b in zip(model.layers, ref.layers):
+            if hasattr(a, "W") and a.W is not None and a.W.shape == b.W.shape:
+                mpi.assert_all(np.allclose(a.W, b.W, rtol=1e-9, atol=1e-12), f"grid {grid}: {a.name}")
