@@ -332,5 +332,10 @@ def show(experiment, nranks, overrides):
     click.echo(text)
 
 
+from .plan import plan  # noqa: E402 - a command defined in its own module
+
+main.add_command(plan)
+
+
 if __name__ == "__main__":
     main()
