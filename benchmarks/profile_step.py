@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/profile_step.py mnist_cnn [--steps 20]
 
-Per-step Python overhead is measured as the *fixed cost per step*: the intercept of the step
-time fitted against the batch size (the array work grows with the batch, the interpreter's work
-and numpy's per-call dispatch do not), as a fraction of the step at the workload's batch. A
-cProfile split is printed too (its "Python frames" include inline array operators such as
-``a += b``, which cProfile cannot separate, so it over-counts). Memory: what the layers hold
+Per-step Python overhead: py-spy (``pip install py-spy``; run.sh installs it) samples the
+process with and without ``--gil``; the fraction of the main thread's samples inside training
+steps that hold the GIL is the time spent interpreting Python and dispatching numpy calls
+(numpy and BLAS release the GIL for their kernels): an upper bound of the Python overhead.
+Also printed: the *fixed cost per step*, the intercept of the step time fitted against the
+batch size (it also contains weight-sized work: weight gradients, the SGD update), and a
+cProfile split (its "Python frames" include inline array operators such as ``a += b``). Memory: what the layers hold
 after a step, and the tracemalloc peak *above* the steady state during one step (everything
 allocated and freed inside the step; numpy reports its buffers to tracemalloc).
 """
@@ -86,19 +88,68 @@ def profile(workload, steps=20, warmup=3, batches=None):
             "held_bytes": run.held_bytes(), "transient_peak_bytes": max(0, peak - base)}
 
 
+def loop(workload, seconds):
+    """Train steps for ``seconds`` (the target process of :func:`gil_fraction`)."""
+    from benchmarks.workloads import DistnetRun
+    from distnet.comm import Topology
+    run = DistnetRun(workload, Topology.serial())
+    for _ in range(3):
+        run.step()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        run.step()
+
+
+def gil_fraction(workload, seconds=15, rate=200):
+    """Fraction of the main thread's samples, inside training steps, that hold the GIL (py-spy
+    ``--gil``): Python bytecode plus numpy's dispatch of small operations; the time spent in
+    numpy/BLAS kernels (GIL released) and waiting for the kernel threads is excluded. An upper
+    bound of the per-step Python overhead. None if py-spy is not installed."""
+    import shutil
+    import subprocess
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        return None
+    counts = {}
+    for mode in ("all", "gil"):
+        out = f"/tmp/distnet-pyspy-{os.getpid()}-{mode}.txt"
+        cmd = [spy, "record", "--idle", "--threads", "--format", "raw", "-r", str(rate), "-o", out]
+        cmd += (["--gil"] if mode == "gil" else []) + ["--", sys.executable, os.path.abspath(__file__),
+                                                       workload, "--loop", str(seconds)]
+        subprocess.run(cmd, capture_output=True, timeout=seconds * 4 + 60)
+        n = 0
+        with open(out) as f:
+            for line in f:
+                line = line.rstrip()
+                if line and "MainThread" in line.split(";")[0] and ".step (" in line:
+                    n += int(line.rsplit(" ", 1)[1])
+        os.remove(out)
+        counts[mode] = n
+    return counts["gil"] / counts["all"] if counts["all"] else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workload")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--loop", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--no-spy", action="store_true", help="skip the py-spy GIL measurement")
     a = ap.parse_args()
+    if a.loop:
+        loop(a.workload, a.loop)
+        return
     r = profile(a.workload, a.steps)
+    r["gil_fraction"] = None if a.no_spy else gil_fraction(a.workload)
     if a.json:
         print("RESULT " + json.dumps(r))
         return
     print(f"{a.workload} (batch {r['batch']}): {r['step_s'] * 1e3:.1f} ms/step; fixed cost per step "
           f"(intercept over batches {sorted(r['step_by_batch'])}) {r['fixed_s'] * 1e3:.1f} ms = "
           f"{100 * r['fixed_fraction']:.1f}% of the step; {r['per_image_s'] * 1e3:.3f} ms per image")
+    g = r["gil_fraction"]
+    print("py-spy: main thread holds the GIL (Python bytecode + numpy dispatch) during "
+          + (f"{100 * g:.1f}% of the step time" if g is not None else "? (py-spy not installed)"))
     print(f"cProfile: Python frames {r['cprofile_python_s'] * 1e3:.1f} ms (includes inline array "
           f"operators), C-level calls {r['cprofile_c_s'] * 1e3:.1f} ms; top Python frames:")
     for t in r["top_python"]:

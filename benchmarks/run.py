@@ -195,6 +195,7 @@ def main():
     ap.add_argument("--extra-dist", default="mnist_cnn:2x2,gb_train:2x2,gb_pretrain:2x2",
                     help="workload:grid pairs run once for bytes and memory")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--no-profile", action="store_true", help="skip benchmarks/profile_step.py")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
@@ -218,6 +219,15 @@ def main():
         # the plan models the supervised step: no check for GB's pretraining step
         check = plan_check(w, g, res) if "error" not in res and w != "gb_pretrain" else None
         report["extra_dist"][pair] = {"result": res, "plan_check": check}
+    report["profile"] = {}
+    for w, extra in (("mnist_cnn", []), ("bigimage", ["--steps", "2", "--no-spy"])):
+        if w not in report["single"] or a.no_profile:
+            continue
+        p = subprocess.run([sys.executable, os.path.join(HERE, "profile_step.py"), w, "--json"] + extra,
+                           cwd=ROOT, env=_env(a.threads), capture_output=True, text=True, timeout=1800)
+        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+        report["profile"][w] = json.loads(line[7:]) if line else {"error": p.stderr[-1500:]}
+        log(f"  profile {w}: " + ("ok" if line else p.stderr[-300:]))
     report["machine"]["loadavg_end"] = os.getloadavg()
     blas = next((r for v in report["single"].values() for r in v["raw"]["distnet"] if "blas" in r), {})
     report["blas"] = blas.get("blas")
@@ -276,6 +286,17 @@ def tables(rep):
             cell = lambda k: f"{kib(c[k]['measured'])} / {kib(c[k]['plan'])}"  # noqa: E731
             lines.append(f"| {name} | {cell('halo_fwd_max')} | {cell('halo_bwd_max')} | {cell('halo_total')} | "
                          f"{cell('allreduce_grad')} | {cell('allreduce_act')} |")
+    prof = {w: p for w, p in (rep.get("profile") or {}).items() if "error" not in p}
+    if prof:
+        lines += ["", f"Per-step overhead and allocations (benchmarks/profile_step.py, distnet, {rep['threads']} threads):", "",
+                  "| workload | step | main thread holding the GIL (py-spy) | fixed cost per step (batch-size intercept) | "
+                  "held by the layers | allocated and freed inside a step |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for w, p in prof.items():
+            g = p.get("gil_fraction")
+            lines.append(f"| {w} | {p['step_s'] * 1e3:.1f} ms | {'-' if g is None else f'{100 * g:.1f}%'} | "
+                         f"{p['fixed_s'] * 1e3:.1f} ms ({100 * p['fixed_fraction']:.0f}%) | {mib(p['held_bytes'])} | "
+                         f"{p['transient_peak_bytes'] / 2**20:.1f} MiB |")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ py="$root/.venv/bin/python"
 if [ ! -x "$py" ]; then py="$("$root/bin/bootstrap")/bin/python"; fi
 "$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q "torch==2.13.0"
 "$py" -c "import threadpoolctl" 2>/dev/null || "$py" -m pip install -q threadpoolctl
+[ -x "$root/.venv/bin/py-spy" ] || "$py" -m pip install -q py-spy || true
 [ -f datasets/MNIST/train-images-idx3-ubyte ] || "$py" -m distnet data mnist-sample datasets
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 exec "$py" "$root/benchmarks/run.py" "$@"

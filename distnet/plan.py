@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .comm.topology import choose_grid, check_grid
-from .geometry import Window, block_partition, tile_of
+from .geometry import block_partition
 from .layers.fc import LayerWithNoBias
 from .layers.lcn import LCNLayer
 from .layers.local import LocalFilteringLayer
@@ -323,4 +323,4 @@ def format_plan(plan):
     return "\n".join(lines)
 
 
-__all__ = ["LayerPlan", "Machine", "Plan", "format_plan", "plan_model", "Window", "tile_of"]
+__all__ = ["LayerPlan", "Machine", "Plan", "format_plan", "plan_model"]

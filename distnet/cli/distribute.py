@@ -46,13 +46,26 @@ def distribute_text(text, filename="<string>"):
     layer_dist = _dist_names()
     edits = []  # (start, end, replacement), applied from the end
 
+    paths = {n: (d, p) for n, _, d, p in known_classes()}
+
     def retag(node, mapping):
+        """Swap the class for its Dist class, written the way the file wrote it (neon path,
+        distnet path or bare name)."""
         tag = node.tag[len("!obj:"):]
-        prefix, _, name = tag.rpartition(".")
+        name = tag.rpartition(".")[2]
         new = mapping.get(name)
-        if new:
-            start = text.index("!obj:" + tag, node.start_mark.index)
-            edits.append((start, start + len("!obj:" + tag), "!obj:" + (prefix + "." if prefix else "") + new))
+        if not new:
+            return
+        dpath, npath = paths[name]
+        new_d, new_n = paths[new]
+        if tag == npath and new_n:
+            path = new_n
+        elif tag in (dpath, npath):
+            path = new_d
+        else:
+            path = new
+        start = text.index("!obj:" + tag, node.start_mark.index)
+        edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
 
     def set_flag(node):
         old = _get(node, "dist_flag")

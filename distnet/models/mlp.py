@@ -98,6 +98,12 @@ class MLP:
                     raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
                 layer.learning_rate = self.learning_rate
         self._plan_stages(topology)
+        # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
+        # next call, so window layers may hand out their own reused buffers (no large
+        # allocation per step); the pipeline keeps several micro-batches alive.
+        for layer in self.layers:
+            if hasattr(layer, "reuse_buffers"):
+                layer.reuse_buffers = self.pipeline is None
 
     def _plan_stages(self, topology):
         """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``

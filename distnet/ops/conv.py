@@ -29,7 +29,7 @@ from ..backend import get_array_module
 from ..errors import GeometryError
 from .parallel import matmul as pmatmul
 from .parallel import copyto as pcopyto
-from .parallel import parallel_map, run_split, shares
+from .parallel import kernel_threads, parallel_map, run_split, shares, sub_workspace
 from .windows import fold, output_shape, patches
 from .workspace import scratch
 
@@ -92,44 +92,43 @@ def _method(method, x, w, stride, pad=None):
 
 # ------------------------------------------------------------------------ batch im2col kernel
 
-def _to_chwn(x):
+def _to_chwn(x, work=None, name="chwn"):
     """``x (B, C, H, W)`` copied into (C, H, W, B) memory, still indexed as (B, C, H, W)."""
-    xp = get_array_module(x)
     B, C, H, W = x.shape
-    xn = xp.empty((C, H, W, B), dtype=x.dtype)
+    xn = scratch(work, name, (C, H, W, B), x.dtype, like=x)
     pcopyto(xn, x.transpose(1, 2, 3, 0))
     return xn.transpose(3, 0, 1, 2)
 
 
-def im2col(x, fshape, stride):
+def im2col(x, fshape, stride, work=None):
     """Contiguous patch matrix ``(C*fh*fw, Ho*Wo*B)`` of ``x (B, C, H, W)`` (valid windows).
 
-    ``cols[(c*fh + u)*fw + v, (i*Wo + j)*B + b] == x[b, c, i*sy + u, j*sx + v]``.
+    ``cols[(c*fh + u)*fw + v, (i*Wo + j)*B + b] == x[b, c, i*sy + u, j*sx + v]``. With a
+    ``work`` space the matrix is its buffer (reused by the next call).
     """
-    xp = get_array_module(x)
     # x in (C, H, W, B) memory order, still indexed as (B, C, H, W): patches() only needs strides.
-    xn = _to_chwn(x)
+    xn = _to_chwn(x, work)
     p = patches(xn, fshape, stride)                      # (B, C, Ho, Wo, fh, fw) view, no copy
     B, C, Ho, Wo, fh, fw = p.shape
-    cols = xp.empty((C, fh, fw, Ho, Wo, B), dtype=x.dtype)
+    cols = scratch(work, "im2col", (C, fh, fw, Ho, Wo, B), x.dtype, like=x)
     pcopyto(cols, p.transpose(1, 4, 5, 2, 3, 0))         # the im2col copy
     return cols.reshape(C * fh * fw, Ho * Wo * B)
 
 
-def _im2col_fprop(x, w, stride, Ho, Wo):
-    xp = get_array_module(x, w)
+def _im2col_fprop(x, w, stride, Ho, Wo, work=None):
     B, K = x.shape[0], w.shape[0]
-    cols = im2col(x, w.shape[2:], stride)                # (CF, P*B)
-    y2 = pmatmul(w.reshape(K, -1), cols)                 # (K, P*B): one GEMM for the whole batch
+    cols = im2col(x, w.shape[2:], stride, work)          # (CF, P*B)
+    y2 = scratch(work, "y2", (K, Ho * Wo * B), x.dtype, like=x)
+    pmatmul(w.reshape(K, -1), cols, out=y2)              # (K, P*B): one GEMM for the whole batch
     return y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2)   # NCHW-indexed view
 
 
-def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo):
+def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, work=None):
     xp = get_array_module(x, w, dy)
     B, C, H, W = x.shape
     K, _, fh, fw = w.shape
-    cols = im2col(x, (fh, fw), stride)                   # (CF, P*B); recomputed, not cached
-    dy2 = _to_chwn(dy).transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
+    cols = im2col(x, (fh, fw), stride, work)             # (CF, P*B); recomputed, not cached
+    dy2 = _to_chwn(dy, work, "dy2").transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
     # (CF, K) then a tiny transpose copy: measured faster than dy2 @ cols.T on OpenBLAS.
     dw = pmatmul(cols, dy2.T).T.reshape(w.shape)
     if not need_dx:
@@ -138,7 +137,7 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo):
     dcols = pmatmul(w.reshape(K, -1).T, dy2, out=cols)
     cols6 = dcols.reshape(C, fh, fw, Ho, Wo, B).transpose(5, 0, 3, 4, 1, 2)  # (B,C,Ho,Wo,fh,fw)
     # Fold into (C, H, W, B) memory so the adds walk both operands in long contiguous runs.
-    dxn = xp.empty((C, H, W, B), dtype=dcols.dtype).transpose(3, 0, 1, 2)
+    dxn = scratch(work, "dxn", (C, H, W, B), dcols.dtype, like=dcols).transpose(3, 0, 1, 2)
 
     def fold_share(c):
         fold(cols6[:, c], (B, c.stop - c.start, H, W), stride, out=dxn[:, c])
@@ -301,6 +300,12 @@ def _flat_dx(w, dy, x_shape, crop, work, out=None):
 
 # ------------------------------------------------------------------------ public entry points
 
+def _batch_shares(B, xp):
+    """Shares of the batch for the im2col kernel: one per kernel thread when every share gets
+    at least 8 images (small batches: one share, the GEMMs are threaded instead)."""
+    return shares(B, xp) if B >= 8 * kernel_threads() else [(0, range(B))]
+
+
 def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad=None):
     """Valid cross-correlation of ``x (B, C, H, W)`` with ``w (K, C, fh, fw)``.
 
@@ -323,13 +328,18 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
         return _flat_conv(x, w.reshape(K, -1), w.shape[2], w.shape[3], out, work, relu, pad)
     if pad is not None:
         x = _pad_all(x, pad)
-    y = _im2col_fprop(x, w, stride, Ho, Wo)
     if out is None:
-        out = xp.empty(y.shape, dtype=y.dtype)
-    if relu:
-        run_split(lambda k: xp.maximum(y[:, k], 0, out=out[:, k]), K, xp, size=y.size)
-    else:
-        pcopyto(out, y, axis=1)
+        out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
+
+    def run(share):   # the batch im2col kernel on a share of the images (own scratch space)
+        s, r = share
+        b = slice(r.start, r.stop)
+        y = _im2col_fprop(x[b], w, stride, Ho, Wo, sub_workspace(work, f"s{s}."))
+        if relu:
+            xp.maximum(y, 0, out=out[b])
+        else:
+            out[b] = y
+    parallel_map(run, _batch_shares(B, xp), xp)
     return out
 
 
@@ -369,7 +379,23 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     else:
         if pad is not None:
             x = _pad_all(x, pad)
-        dx, dw = _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo)
+        parts = _batch_shares(B, xp)
+        dx = xp.empty((B, C, H, W), dtype=dy.dtype) if need_dx and len(parts) > 1 else None
+
+        def run(share):   # each share: its images' dx, and its part of dw
+            s, r = share
+            b = slice(r.start, r.stop)
+            dxs, dws = _im2col_bprop(x[b], w, dy[b], stride, need_dx, Ho, Wo, sub_workspace(work, f"s{s}."))
+            if dx is not None:
+                dx[b] = dxs
+                dxs = None
+            return dxs, dws
+        res = parallel_map(run, parts, xp)
+        dw = res[0][1]
+        for _, d in res[1:]:
+            dw = dw + d
+        if dx is None:
+            dx = res[0][0]
         if not need_dx:
             return None, dw
     (ct, cb), (cl, cr) = crop

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 _state = {"probed": False, "get": None, "set": None, "threads": 1, "pool": None}
 _lock = threading.Lock()
+_local = threading.local()   # .inside: this thread is running a share (no nested threading)
 
 
 def _probe():
@@ -53,9 +54,9 @@ def _probe():
 
 
 def kernel_threads():
-    """Number of threads :func:`parallel_map` uses (1: no threading)."""
+    """Number of threads :func:`parallel_map` uses (1: no threading, and inside a share)."""
     _probe()
-    return _state["threads"]
+    return 1 if getattr(_local, "inside", False) else _state["threads"]
 
 
 @contextmanager
@@ -81,13 +82,20 @@ def parallel_map(fn, items, xp=None):
         if _state["pool"] is None:
             _state["pool"] = ThreadPoolExecutor(max_workers=T, thread_name_prefix="distnet-kernel")
         pool = _state["pool"]
+    def share(item):
+        _local.inside = True
+        try:
+            return fn(item)
+        finally:
+            _local.inside = False
+
     with _one_blas_thread():
-        return list(pool.map(fn, items))
+        return list(pool.map(share, items))
 
 
 def shares(n, xp=None):
     """``[(share index, range)]``: ``range(n)`` cut into :func:`kernel_threads` contiguous shares
-    (one share when threading is off)."""
+    (one share when threading is off or inside a share)."""
     T = kernel_threads() if xp is None or xp.__name__ == "numpy" else 1
     T = max(1, min(T, n))
     base, extra = divmod(n, T)
@@ -105,9 +113,12 @@ MIN_PARALLEL_MACS = 1 << 20
 
 def matmul(a, b, out=None):
     """``a @ b`` (2-D, or stacks of matrices with equal leading shapes) with the work cut into
-    :func:`kernel_threads` shares of rows of ``a`` (or of columns of ``b`` when ``a`` has fewer
-    rows than threads, or of the stack), each a one-thread BLAS call on its own Python thread.
-    Same result as ``xp.matmul`` up to BLAS blocking; small products are not split."""
+    :func:`kernel_threads` shares, each a one-thread BLAS call on its own Python thread: a stack
+    by its matrices; a 2-D product by the columns of ``b`` or the rows of ``a`` (whichever
+    operand is larger is then read once in total), or, when both output sides are small and the
+    inner dimension long (a weight gradient), by the inner dimension, the partial products being
+    added in share order. Same result as ``xp.matmul`` up to summation order; small products
+    are not split."""
     from ..backend import get_array_module
     xp = get_array_module(a, b)
     T = kernel_threads() if xp.__name__ == "numpy" else 1
@@ -115,30 +126,42 @@ def matmul(a, b, out=None):
     N = b.shape[-1]
     stack = a.shape[:-2]
     macs = M * K * N * (int(__import__("numpy").prod(stack)) if stack else 1)
-    if T <= 1 or macs < MIN_PARALLEL_MACS:
+    if T <= 1:
         return xp.matmul(a, b, out=out)
+    if macs < MIN_PARALLEL_MACS:
+        # One BLAS thread here too: a multi-threaded call would leave OpenBLAS's workers
+        # spinning on the cores the kernel threads need next.
+        with _one_blas_thread():
+            return xp.matmul(a, b, out=out)
     if out is None:
         out = xp.empty(stack + (M, N), dtype=xp.result_type(a.dtype, b.dtype))
     if stack:
-        n = a.shape[0]
-        parts = shares(n, xp)
+        parts = _split_axis(a.shape[0], xp)
 
-        def run(share):
-            r = slice(share[1].start, share[1].stop)
+        def run(r):
             xp.matmul(a[r], b[r], out=out[r])
-    elif M >= N or M >= 4 * T:
-        parts = shares(M, xp)
+    elif max(M, N) < 8 * T and K >= 64 * max(M, N):
+        parts = _split_axis(K, xp)
+        partial = [None] * len(parts)
 
-        def run(share):
-            r = slice(share[1].start, share[1].stop)
-            xp.matmul(a[r], b, out=out[r])
-    else:
-        parts = shares(N, xp)
+        def run(r):
+            partial[parts.index(r)] = xp.matmul(a[:, r], b[r])
+        parallel_map(run, parts, xp)
+        out[...] = partial[0]
+        for p in partial[1:]:
+            out += p
+        return out
+    elif N >= M:
+        parts = _split_axis(N, xp)
 
-        def run(share):
-            r = slice(share[1].start, share[1].stop)
+        def run(r):
             xp.matmul(a, b[:, r], out=out[:, r])
-    parallel_map(run, [p for p in parts if len(p[1])], xp)
+    else:
+        parts = _split_axis(M, xp)
+
+        def run(r):
+            xp.matmul(a[r], b, out=out[r])
+    parallel_map(run, parts, xp)
     return out
 
 
@@ -173,3 +196,17 @@ def run_split(fn, n, xp=None, size=None):
         fn(slice(0, n))
         return
     parallel_map(fn, _split_axis(n, xp), xp)
+
+
+class SubWorkspace:
+    """The names of ``work`` with a prefix: the scratch space of one share of a parallel loop."""
+
+    def __init__(self, work, prefix):
+        self.work, self.prefix = work, prefix
+
+    def get(self, name, *args, **kwargs):
+        return self.work.get(self.prefix + name, *args, **kwargs)
+
+
+def sub_workspace(work, prefix):
+    return None if work is None else SubWorkspace(work, prefix)

@@ -13,7 +13,7 @@ loops 2-8x faster for a small transpose copy in and out.
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
-from .parallel import parallel_map, shares
+from .parallel import kernel_threads, parallel_map, shares, sub_workspace
 from .windows import fold, output_shape
 from .workspace import scratch
 
@@ -28,11 +28,16 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
             and fh * fw <= 256)
 
 
-def _chwn(a):
+def _chwn(a, work=None, name="chwn"):
     """``a (B, C, H, W)`` re-laid out in (C, H, W, B) memory order, still indexed as (B, C, H, W)
-    (no copy if it already is)."""
+    (no copy if it already is; into the workspace buffer ``name`` if ``work`` is given)."""
     xp = get_array_module(a)
-    return xp.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+    t = a.transpose(1, 2, 3, 0)
+    if work is None or t.flags.c_contiguous:
+        return xp.ascontiguousarray(t).transpose(3, 0, 1, 2)
+    buf = work.get(name, t.shape, a.dtype, like=a)
+    buf[...] = t
+    return buf.transpose(3, 0, 1, 2)
 
 
 def _nchw(a):
@@ -81,18 +86,50 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None):
     ``argmax`` is reused by the next call: valid until then).
     """
     xp = get_array_module(x)
-    fh, fw = fshape
     if _nchw_maxpool_ok(x.shape, fshape, stride):
         return _maxpool_fprop_nchw(x, fshape, stride, out, work)
-    idx_dtype = "uint8" if fh * fw <= 256 else "int32"
-    xn = _chwn(x)
+    parts = _batch_shares(x.shape[0], xp)
+    if len(parts) == 1:
+        return _maxpool_fprop_chwn(x, fshape, stride, out, work)
+    # a share of the images per kernel thread, each in its own CHWN scratch
+    B, C = x.shape[:2]
+    Ho, Wo = _out_hw(x.shape, fshape, stride)
+    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
+    argmax = scratch(work, "argmax_all", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
+
+    def run(share):
+        s, r = share
+        b = slice(r.start, r.stop)
+        _, argmax[b] = _maxpool_fprop_chwn(x[b], fshape, stride, y[b], sub_workspace(work, f"s{s}."))
+    parallel_map(run, parts, xp)
+    return y, argmax
+
+
+def _idx_dtype(fshape):
+    return "uint8" if fshape[0] * fshape[1] <= 256 else "int32"
+
+
+def _batch_shares(B, xp):
+    """One share of the batch per kernel thread when each gets at least 8 images."""
+    return shares(B, xp) if B >= 8 * kernel_threads() else [(0, range(B))]
+
+
+def _maxpool_fprop_chwn(x, fshape, stride, out, work):
+    """Small planes: every array in batch-innermost (CHWN) memory."""
+    xp = get_array_module(x)
+    idx_dtype = _idx_dtype(fshape)
+    xn = _chwn(x, work)
     y = argmax = d = None
+    B, C = x.shape[:2]
+    Ho, Wo = _out_hw(x.shape, fshape, stride)
     for k, rows, cols in _offsets(x.shape, fshape, stride):
         s = xn[:, :, rows, cols]
-        if y is None:
-            y = s.copy(order="K")
-            argmax = xp.zeros_like(y, dtype=idx_dtype)
-            d = xp.empty_like(argmax)
+        if y is None:   # (C, Ho, Wo, B) memory, indexed (B, C, Ho, Wo)
+            y = scratch(work, "ychwn", (C, Ho, Wo, B), x.dtype, like=x).transpose(3, 0, 1, 2)
+            y[...] = s
+            argmax = scratch(work, "argmax", (C, Ho, Wo, B), idx_dtype, like=x).transpose(3, 0, 1, 2)
+            argmax[...] = 0
+            d = scratch(work, "d", (C, Ho, Wo, B), idx_dtype, like=x).transpose(3, 0, 1, 2)
             continue
         # Strictly greater, so a later equal value does not replace the first maximum.
         m = xp.greater(s, y)
@@ -102,11 +139,10 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None):
         xp.subtract(k, argmax, out=d)
         d *= m
         argmax += d
-    y = _nchw(y)
     if out is not None:
         out[...] = y
-        y = out
-    return y, argmax
+        return out, argmax
+    return _nchw(y), argmax
 
 
 def _maxpool_fprop_nchw(x, fshape, stride, out, work):
@@ -141,7 +177,7 @@ def _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work):
     """Adjoint of :func:`_maxpool_fprop_nchw`: every covered pixel is written exactly once."""
     xp = get_array_module(dy)
     Ho, Wo = dy.shape[2:]
-    (fh, fw), (sy, sx) = fshape, stride
+    sy, sx = stride
     dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
     mask = scratch(work, "mask", dy.shape, "bool", like=dy)
 
@@ -166,10 +202,27 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
     xp = get_array_module(dy)
     if _nchw_maxpool_ok(x_shape, fshape, stride):
         return _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work)
-    dyn, argn = _chwn(dy), _chwn(argmax)
+    parts = _batch_shares(dy.shape[0], xp)
+    if len(parts) == 1:
+        return _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work)
+    dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
+
+    def run(share):
+        s, r = share
+        b = slice(r.start, r.stop)
+        _maxpool_bprop_chwn(dy[b], argmax[b], (r.stop - r.start,) + tuple(x_shape[1:]), fshape, stride,
+                            dx[b], sub_workspace(work, f"s{s}."))
+    parallel_map(run, parts, xp)
+    return dx
+
+
+def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
+    xp = get_array_module(dy)
+    dyn, argn = _chwn(dy, work, "dychwn"), _chwn(argmax, work, "argchwn")
     B, C, H, W = x_shape
-    dxn = xp.zeros((C, H, W, B), dtype=dy.dtype).transpose(3, 0, 1, 2)
-    t = xp.empty_like(dyn)
+    dxn = scratch(work, "dxchwn", (C, H, W, B), dy.dtype, like=dy).transpose(3, 0, 1, 2)
+    dxn[...] = 0
+    t = scratch(work, "t", (C,) + tuple(dy.shape[2:]) + (B,), dy.dtype, like=dy).transpose(3, 0, 1, 2)
     for k, rows, cols in _offsets(x_shape, fshape, stride):
         xp.multiply(dyn, argn == k, out=t)
         dxn[:, :, rows, cols] += t

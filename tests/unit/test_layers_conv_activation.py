@@ -148,3 +148,64 @@ def test_reuse_buffers_gives_the_same_training(width):
     np.testing.assert_allclose(la, lb, rtol=1e-12)
     for a, b in zip(wa, wb):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """Set the kernel thread count (needs numpy's OpenBLAS; else the threaded paths are off)."""
+    from distnet.ops import parallel
+    parallel.kernel_threads()
+
+    def set_threads(n):
+        if n > 1 and parallel._state["set"] is None:
+            pytest.skip("no OpenBLAS found: kernel threading is off")
+        monkeypatch.setitem(parallel._state, "threads", n)
+    return set_threads
+
+
+@pytest.mark.parametrize("method,width", [("im2col", 9), ("flat", 30)])
+def test_threaded_kernels_match_one_thread(method, width, threads):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((19, 3, 7, width))          # 19 images: uneven shares
+    w = rng.standard_normal((4, 3, 3, 3))
+    dy = rng.standard_normal((19, 4, 7, width))
+    pad = ((1, 1), (1, 1))
+    res = []
+    for n in (1, 2, 3):
+        threads(n)
+        ws = Workspace()
+        y = conv.conv2d_fprop(x, w, (1, 1), pad=pad, method=method, work=ws, relu=True)
+        dx, dw = conv.conv2d_bprop(x, w, dy, (1, 1), pad=pad, method=method, work=ws)
+        res.append((y.copy(), dx.copy(), dw.copy()))
+    for r in res[1:]:
+        for a, b in zip(r, res[0]):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (5, 300), (300, 5), (6, 6)])
+def test_threaded_matmul_splits(shape, threads, monkeypatch):
+    from distnet.ops import parallel
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 0)
+    rng = np.random.default_rng(6)
+    M, N = shape
+    K = 700 if max(M, N) < 10 else 40
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    threads(2)
+    np.testing.assert_allclose(parallel.matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
+    s = rng.standard_normal((5, M, K))
+    np.testing.assert_allclose(parallel.matmul(s, rng.standard_normal((5, K, N))).shape, (5, M, N))
+
+
+@pytest.mark.parametrize("nchw,B", [(True, 5), (False, 21)], ids=["nchw", "chwn-batch-shares"])
+def test_threaded_maxpool_matches(nchw, B, threads, monkeypatch):
+    monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0 if nchw else 10 ** 9)
+    rng = np.random.default_rng(7)
+    x = np.maximum(rng.standard_normal((B, 3, 8, 10)), 0)
+    dy = rng.standard_normal((B, 3, 4, 5))
+    out = []
+    for n in (1, 2):
+        threads(n)
+        y, arg = pooling.maxpool_fprop(x, (2, 2), (2, 2), work=Workspace())
+        out.append((y.copy(), pooling.maxpool_bprop(dy, arg, x.shape, (2, 2), (2, 2), work=Workspace()).copy()))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])

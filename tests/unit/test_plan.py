@@ -4,7 +4,6 @@ FC / conv Allreduce payloads, the alpha-beta time model, and the command's outpu
 are checked against a real multi-rank run in tests/mpi/test_halo_bytes.py."""
 import json
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
