@@ -59,14 +59,20 @@ class MomentumSchedule:
 def sgd_update(w, g, v, lr, mu, nesterov=False):
     """In-place SGD step on ``w`` with gradient ``g`` and velocity ``v`` (all the same shape).
 
-    ``v`` is None while no momentum was ever used (plain SGD needs no velocity buffer).
+    ``v`` is None while no momentum was ever used (plain SGD needs no velocity buffer). ``g`` is
+    used as scratch space and holds no gradient afterwards: the step allocates nothing (a
+    ``lr * g`` temporary would be as large as the weights, every step).
     """
+    g *= lr                      # g := lr * G
     if v is None:
-        w -= lr * g
+        w -= g
         return
     v *= mu
-    v -= lr * g
+    v -= g                       # v := mu * v - lr * G
     if nesterov:
-        w += mu * v - lr * g
+        w -= g
+        g[...] = v
+        g *= mu
+        w += g                   # w += mu * v - lr * G
     else:
         w += v

@@ -101,12 +101,14 @@ def test_momentum_schedules():
 
 
 def test_sgd_update_rules():
-    w, g = np.ones(3), np.full(3, 2.0)
-    sgd_update(w, g, None, 0.1, 0.0)
+    w = np.ones(3)
+    sgd_update(w, np.full(3, 2.0), None, 0.1, 0.0)
     np.testing.assert_allclose(w, 0.8)
     w, v = np.ones(3), np.full(3, 0.5)
-    sgd_update(w, g, v, 0.1, 0.9)  # v = 0.45 - 0.2 = 0.25; w = 1.25
-    np.testing.assert_allclose(v, 0.25) and np.testing.assert_allclose(w, 1.25)
+    sgd_update(w, np.full(3, 2.0), v, 0.1, 0.9)  # v = 0.45 - 0.2 = 0.25; w = 1.25
+    np.testing.assert_allclose(v, 0.25)
+    np.testing.assert_allclose(w, 1.25)
     w, v = np.ones(3), np.full(3, 0.5)
-    sgd_update(w, g, v, 0.1, 0.9, nesterov=True)  # w += 0.9*0.25 - 0.2
+    sgd_update(w, np.full(3, 2.0), v, 0.1, 0.9, nesterov=True)  # w += 0.9*0.25 - 0.2
     np.testing.assert_allclose(w, 1.025)
+    np.testing.assert_allclose(v, 0.25)
