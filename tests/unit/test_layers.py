@@ -29,6 +29,23 @@ def loss_of(model, x, t):
     return model.cost.loss(model.fprop(x), t)
 
 
+def assert_network_gradients(model, x, t):
+    """Every parameter gradient and the input gradient of ``model`` at ``(x, t)`` equal central
+    differences of its loss."""
+    y = model.fprop(x)
+    model.bprop(model.cost.grad(y, t))
+    for layer in model.layers:
+        for p in layer.params():
+            num = numerical_grad(lambda: loss_of(model, x, t), p.value)
+            np.testing.assert_allclose(p.grad, num, rtol=1e-6, atol=1e-8, err_msg=p.name)
+    # input gradient of the first layer (normally skipped at pos 0)
+    y = model.fprop(x)
+    delta = model.cost.grad(y, t)
+    for layer in reversed(model.layers):
+        delta = layer.bprop(delta, need_input_grad=True)
+    np.testing.assert_allclose(delta, numerical_grad(lambda: loss_of(model, x, t), x), rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("layers", [
     lambda: [ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI), MaxPoolingLayer(fshape=2),
              ConvLayer(nofm=3, fshape=[2, 3], stride=[1, 2], weight_init=WI),
@@ -42,18 +59,7 @@ def test_network_gradients_match_central_differences(layers):
     model = build(layers(), (2, 7, 8))
     x = rng.standard_normal((3, 2, 7, 8))
     t = rng.uniform(0, 1, (3, model.layers[-1].nout))
-    y = model.fprop(x)
-    model.bprop(model.cost.grad(y, t))
-    for layer in model.layers:
-        for p in layer.params():
-            num = numerical_grad(lambda: loss_of(model, x, t), p.value)
-            np.testing.assert_allclose(p.grad, num, rtol=1e-6, atol=1e-8, err_msg=p.name)
-    # input gradient of the first layer (normally skipped at pos 0)
-    y = model.fprop(x)
-    delta = model.cost.grad(y, t)
-    for layer in reversed(model.layers):
-        delta = layer.bprop(delta, need_input_grad=True)
-    np.testing.assert_allclose(delta, numerical_grad(lambda: loss_of(model, x, t), x), rtol=1e-6, atol=1e-8)
+    assert_network_gradients(model, x, t)
 
 
 def test_softmax_cross_entropy_gradients():

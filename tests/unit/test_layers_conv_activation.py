@@ -4,16 +4,12 @@ reuse their buffers (``reuse_buffers``) giving the same numbers as layers that d
 import numpy as np
 import pytest
 
-from distnet.backend import Numpy64
-from distnet.comm import Topology
 from distnet.config import load_experiment_text
 from distnet.layers import ConvLayer, LayerWithNoBias, MaxPoolingLayer
-from distnet.models import MLP
 from distnet.ops import conv, pooling
 from distnet.ops.activations import Logistic, RectLin, Tanh
-from distnet.ops.costs import SumSquaredDiffs
 from distnet.ops.workspace import Workspace
-from tests.numgrad import numerical_grad
+from tests.unit.test_layers import assert_network_gradients, build
 
 WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 
@@ -22,18 +18,6 @@ WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 def small_flat_threshold(monkeypatch):
     """Width 30 takes the flat-shift conv kernel, width 8 the batch-im2col one."""
     monkeypatch.setattr(conv, "FLAT_MIN_WIDTH", 16)
-
-
-def build(layers, shape):
-    model = MLP(layers=layers, num_epochs=1, cost=SumSquaredDiffs(), learning_rate=0.1)
-    model.infer_shapes(shape)
-    model.configure(Numpy64(rng_seed=1), Topology.serial())
-    model.init_params()
-    return model
-
-
-def loss_of(model, x, t):
-    return model.cost.loss(model.fprop(x), t)
 
 
 @pytest.mark.parametrize("act", [RectLin, Tanh, Logistic])
@@ -46,17 +30,7 @@ def test_conv_activation_gradients(act, width):
                    LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width))
     x = rng.standard_normal((2, 2, 6, width))
     t = rng.uniform(0, 1, (2, 3))
-    y = model.fprop(x)
-    model.bprop(model.cost.grad(y, t))
-    for layer in model.layers:
-        for p in layer.params():
-            num = numerical_grad(lambda: loss_of(model, x, t), p.value)
-            np.testing.assert_allclose(p.grad, num, rtol=1e-6, atol=1e-8, err_msg=p.name)
-    y = model.fprop(x)
-    delta = model.cost.grad(y, t)
-    for layer in reversed(model.layers):
-        delta = layer.bprop(delta, need_input_grad=True)
-    np.testing.assert_allclose(delta, numerical_grad(lambda: loss_of(model, x, t), x), rtol=1e-6, atol=1e-8)
+    assert_network_gradients(model, x, t)
 
 
 def test_conv_activation_values_and_default():
