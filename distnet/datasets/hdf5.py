@@ -49,10 +49,8 @@ class HDF5Dataset(Dataset):
     scale_255 = False
     repo_required = False
 
-    def __init__(self, *, path, repo_path=None, sample_pct=100, serialized_path=None,
-                 dist_flag=False, backend=None, dist_mode=None):
-        super().__init__(repo_path=repo_path, sample_pct=sample_pct, serialized_path=serialized_path,
-                         dist_flag=dist_flag, backend=backend, dist_mode=dist_mode)
+    def __init__(self, *, path, **common):
+        super().__init__(**common)
         path = check_path(path, "path", True)
         if self.repo_path is not None and not os.path.isabs(path):
             path = os.path.join(self.repo_path, path)

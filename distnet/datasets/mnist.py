@@ -33,10 +33,8 @@ class MNIST(Dataset):
     nclasses = 10
     image_shape = (1, 28, 28)
 
-    def __init__(self, *, repo_path, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None):
-        super().__init__(repo_path=repo_path, sample_pct=sample_pct, serialized_path=serialized_path,
-                         dist_flag=dist_flag, backend=backend, dist_mode=dist_mode)
+    def __init__(self, *, repo_path, **common):
+        super().__init__(repo_path=repo_path, **common)
 
     @property
     def folder(self):
