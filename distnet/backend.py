@@ -56,6 +56,13 @@ class Backend:
         """Pick this rank's device (GPU backends); ``local_rank`` = rank among the ranks of
         this node. Nothing to do on the CPU."""
 
+    @property
+    def host_staging(self):
+        """True when MPI must get host copies of this backend's arrays: device arrays and an MPI
+        that is not CUDA-aware (``cuda_aware_mpi`` False). Message buffers are then staged
+        through pinned host mirrors (:mod:`distnet.comm.staging`)."""
+        return self.xp is not np and not getattr(self, "cuda_aware_mpi", False)
+
     def __repr__(self):
         return f"{type(self).__name__}(rng_seed={self.rng_seed}, dtype={self.dtype.name})"
 
@@ -95,9 +102,11 @@ class GPU(Backend):
 
     Keys: those of :class:`Backend`, plus ``device`` (int; default: the rank's index among the
     ranks of its node, modulo the node's device count, so ranks on one node use distinct GPUs)
-    and ``cuda_aware_mpi`` (bool, default False: halo and gradient messages are staged through
-    host buffers; True hands device buffers straight to a CUDA-aware MPI). Asking for it where
-    cupy or a GPU is missing is a ConfigError that says so.
+    and ``cuda_aware_mpi`` (bool, default False: halo, gradient and pipeline messages are copied
+    through pinned host buffers, which any MPI can send; True hands device buffers straight to
+    a CUDA-aware MPI, e.g. Open MPI with UCX or MVAPICH2-GDR: no copies, but an MPI without CUDA
+    support then crashes or sends garbage). Asking for it where cupy or a GPU is missing is a
+    ConfigError that says so.
     """
 
     name = "cupy"
@@ -124,13 +133,20 @@ class GPU(Backend):
         return f"GPU(device={dev}, rng_seed={self.rng_seed}, dtype={self.dtype.name})"
 
 
+# Top-level modules whose array types are device arrays with cupy's API. cupy is the one distnet
+# ships for; tests add a numpy-backed stand-in (tests/devicelike.py) to run the device code
+# paths (strict host/device separation, staging) on machines without a GPU.
+DEVICE_ARRAY_MODULES = {"cupy"}
+
+
 def get_array_module(*arrays):
-    """``numpy`` or ``cupy``, whichever the arrays belong to (cupy is never imported here: an
-    array is recognised by its type's module, so CPU machines never touch cupy)."""
+    """``numpy`` or the device array module (cupy), whichever the arrays belong to. cupy is never
+    imported here: an array is recognised by its type's module, so CPU machines never touch it."""
     for a in arrays:
-        if type(a).__module__.split(".")[0] == "cupy":
+        top = type(a).__module__.split(".")[0]
+        if top in DEVICE_ARRAY_MODULES:
             import sys
-            return sys.modules["cupy"]
+            return sys.modules[top]
     return np
 
 

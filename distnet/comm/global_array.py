@@ -14,34 +14,20 @@ Messages: one per peer and direction per call (each plan ``Transfer`` is one box
 contiguous buffer; all receives are posted before any send, then ``Waitall``. No barriers. The
 forward uses tag ``2*tag``, the adjoint ``2*tag + 1``: with one tag per layer no message of one
 exchange can match a receive of another, even when ranks run ahead. Message buffers are allocated
-once per ``(B, C, dtype, array module)`` and reused.
+once per ``(B, C, dtype, array module)`` and reused; device buffers go to MPI directly or staged
+through pinned host mirrors (:mod:`distnet.comm.staging`).
 
 This module never imports mpi4py: requests come from the communicator, and ``Waitall`` is reached
 through the request's class.
 """
 from ..backend import get_array_module
+from .staging import MessageBuffers
 from .traffic import TRAFFIC
 
 
-def _to_mpi_buffer(a):
-    """The object handed to ``Isend`` / ``Irecv`` for a contiguous array ``a``.
-
-    numpy: ``a`` itself (mpi4py reads the buffer protocol). cupy (the GPU seam): MPI must not
-    touch device memory before the kernels that wrote it have finished, so the current stream is
-    synchronised; a CUDA-aware MPI then reads ``__cuda_array_interface__``. An MPI without CUDA
-    support would need host staging here, which is not implemented.
-    """
-    xp = get_array_module(a)
-    if xp.__name__ != "numpy":
-        xp.cuda.get_current_stream().synchronize()
-    return a
-
-
 def _data_pointer(a):
-    ai = getattr(a, "__array_interface__", None)
-    if ai is not None:
-        return ai["data"][0]
-    return a.data.ptr   # cupy
+    ai = getattr(a, "__array_interface__", None)   # numpy; device arrays: the CUDA interface
+    return (ai if ai is not None else a.__cuda_array_interface__)["data"][0]
 
 
 def _same_view(a, b):
@@ -62,12 +48,15 @@ class GlobalArray:
         :class:`~distnet.comm.serial.SerialComm`. Every call below is collective over the ranks of
         ``comm`` that appear in my plan (point-to-point only, no global synchronisation).
     tag : this layer's tag; distinct layers sharing ``comm`` should use distinct tags.
+    host_staging : True to hand MPI host mirrors of the message buffers (device arrays with an MPI that
+        is not CUDA-aware: ``Backend.host_staging``); False hands the buffers themselves.
     """
 
-    def __init__(self, plan, comm, tag=0):
+    def __init__(self, plan, comm, tag=0, host_staging=False):
         self.plan = plan
         self.comm = comm
         self.tag = int(tag)
+        self.host_staging = bool(host_staging)
         dims = tuple(comm.Get_topo()[0])
         if dims != tuple(plan.grid):
             raise ValueError(f"halo plan for a {plan.grid} grid used on a {dims} communicator")
@@ -77,7 +66,7 @@ class GlobalArray:
         # Peer ranks, resolved once. recv_peers[i] owns plan.recvs[i]; send_peers[i] needs plan.sends[i].
         self._recv_peers = [comm.Get_cart_rank(t.peer) for t in plan.recvs]
         self._send_peers = [comm.Get_cart_rank(t.peer) for t in plan.sends]
-        self._buffers = {}  # (B, C, dtype, xp name) -> (ghost_bufs, share_bufs)
+        self._buffers = {}  # (B, C, dtype, xp name) -> (ghost, share) MessageBuffers
 
     # -- shapes ---------------------------------------------------------------------------------
     @property
@@ -101,14 +90,16 @@ class GlobalArray:
                              f"{self.plan.coords}, got {tuple(a.shape)}")
 
     def _bufs(self, a):
-        """``(ghost, share)`` message buffers for arrays like ``a``: ``ghost[i]`` has the shape of
-        ``plan.recvs[i].box``, ``share[i]`` of ``plan.sends[i].box`` (both ``(B, C, bh, bw)``)."""
+        """``(ghost, share)`` :class:`MessageBuffers` for arrays like ``a``: ``ghost.arrays[i]``
+        has the shape of ``plan.recvs[i].box``, ``share.arrays[i]`` of ``plan.sends[i].box``
+        (both ``(B, C, bh, bw)``)."""
         xp = get_array_module(a)
         B, C = a.shape[:2]
         key = (B, C, a.dtype.str, xp.__name__)
         if key not in self._buffers:
             def make(transfers):
-                return [xp.empty((B, C) + t.box.shape, dtype=a.dtype) for t in transfers]
+                return MessageBuffers([xp.empty((B, C) + t.box.shape, dtype=a.dtype)
+                                       for t in transfers], self.host_staging)
             self._buffers[key] = (make(self.plan.recvs), make(self.plan.sends))
         return self._buffers[key]
 
@@ -128,14 +119,14 @@ class GlobalArray:
         xp = get_array_module(x_local)
         ghost, share = self._bufs(x_local)
         tag = 2 * self.tag
-        reqs = [self.comm.Irecv(_to_mpi_buffer(buf), source=src, tag=tag)
-                for buf, src in zip(ghost, self._recv_peers)]
-        for buf, t in zip(share, plan.sends):
+        reqs = [self.comm.Irecv(buf, source=src, tag=tag)
+                for buf, src in zip(ghost.incoming(), self._recv_peers)]
+        for buf, t in zip(share.arrays, plan.sends):
             buf[...] = x_local[(Ellipsis,) + t.box.relative_to(own)]
-        reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
-                 for buf, dst in zip(share, self._send_peers)]
-        if TRAFFIC.enabled and share:
-            TRAFFIC.record("halo_fwd", sum(b.nbytes for b in share), len(share), self.tag)
+        reqs += [self.comm.Isend(buf, dest=dst, tag=tag)
+                 for buf, dst in zip(share.outgoing(), self._send_peers)]
+        if TRAFFIC.enabled and share.arrays:
+            TRAFFIC.record("halo_fwd", sum(b.nbytes for b in share.arrays), len(share.arrays), self.tag)
         # While the messages fly: zeros (padding and not-yet-received ghosts) and my own part.
         shape = x_local.shape[:2] + chunk_box.shape
         if out is None:
@@ -148,7 +139,7 @@ class GlobalArray:
             chunk[(Ellipsis,) + interior.relative_to(chunk_box)] = \
                 x_local[(Ellipsis,) + interior.relative_to(own)]
         _waitall(reqs)
-        for buf, t in zip(ghost, plan.recvs):
+        for buf, t in zip(ghost.arrived(), plan.recvs):
             chunk[(Ellipsis,) + t.box.relative_to(chunk_box)] = buf
         return chunk
 
@@ -171,14 +162,14 @@ class GlobalArray:
         ghost, share = self._bufs(g_chunk)
         tag = 2 * self.tag + 1
         # What I sent forward comes back (share), what I received goes back to its owner (ghost).
-        reqs = [self.comm.Irecv(_to_mpi_buffer(buf), source=src, tag=tag)
-                for buf, src in zip(share, self._send_peers)]
-        for buf, t in zip(ghost, plan.recvs):
+        reqs = [self.comm.Irecv(buf, source=src, tag=tag)
+                for buf, src in zip(share.incoming(), self._send_peers)]
+        for buf, t in zip(ghost.arrays, plan.recvs):
             buf[...] = g_chunk[(Ellipsis,) + t.box.relative_to(chunk_box)]
-        reqs += [self.comm.Isend(_to_mpi_buffer(buf), dest=dst, tag=tag)
-                 for buf, dst in zip(ghost, self._recv_peers)]
-        if TRAFFIC.enabled and ghost:
-            TRAFFIC.record("halo_bwd", sum(b.nbytes for b in ghost), len(ghost), self.tag)
+        reqs += [self.comm.Isend(buf, dest=dst, tag=tag)
+                 for buf, dst in zip(ghost.outgoing(), self._recv_peers)]
+        if TRAFFIC.enabled and ghost.arrays:
+            TRAFFIC.record("halo_bwd", sum(b.nbytes for b in ghost.arrays), len(ghost.arrays), self.tag)
         interior = plan.interior
         if out is None:
             g_local = xp.zeros(g_chunk.shape[:2] + own.shape, dtype=g_chunk.dtype)
@@ -193,7 +184,7 @@ class GlobalArray:
             if not _same_view(dst, src):   # out may be g_chunk's own-tile view: nothing to copy
                 dst[...] = src
         _waitall(reqs)
-        for buf, t in zip(share, plan.sends):
+        for buf, t in zip(share.arrived(), plan.sends):
             g_local[(Ellipsis,) + t.box.relative_to(own)] += buf
         return g_local
 

@@ -21,21 +21,24 @@ rule), so every rank must post them in the same micro-batch order as its peer.
 This module never imports mpi4py: requests come from the communicator.
 """
 from ..backend import get_array_module
-from .global_array import _to_mpi_buffer, _waitall
+from .global_array import _waitall
+from .staging import MessageBuffers
 
 
 class Incoming:
     """A posted receive. ``wait()`` blocks until the array has arrived and returns it
     (later calls return it at once)."""
 
-    def __init__(self, request, buf):
+    def __init__(self, request, message):
         self._request = request
-        self.buf = buf
+        self._message = message   # MessageBuffers of one array
+        self.buf = message.arrays[0]
 
     def wait(self):
         if self._request is not None:
             self._request.Wait()
             self._request = None
+            self._message.arrived()
         return self.buf
 
 
@@ -45,22 +48,25 @@ class PipeChannel:
     comm : ``Topology.pipe`` (mpi4py communicator; rank ``s`` runs stage ``s``). Each call is
         point-to-point between this rank and one peer stage, never collective. Not used when the
         run has one stage (a :class:`~distnet.comm.serial.SerialComm` has no point-to-point).
+    host_staging : True to send and receive pinned host mirrors of device arrays (an MPI that is not
+        CUDA-aware: ``Backend.host_staging``).
     """
 
-    def __init__(self, comm):
+    def __init__(self, comm, host_staging=False):
         self.comm = comm
-        self._sends = []  # (request, buffer): the buffer must live until the request completes
+        self.host_staging = bool(host_staging)
+        self._sends = []  # (request, buffers): they must live until the request completes
 
     def isend(self, a, stage, tag):
         """Start sending array ``a`` (any shape; copied if not C-contiguous) to ``stage``."""
         xp = get_array_module(a)
-        buf = xp.ascontiguousarray(a)
-        self._sends.append((self.comm.Isend(_to_mpi_buffer(buf), dest=stage, tag=tag), buf))
+        message = MessageBuffers([xp.ascontiguousarray(a)], self.host_staging)
+        self._sends.append((self.comm.Isend(message.outgoing()[0], dest=stage, tag=tag), message))
 
     def irecv(self, shape, dtype, xp, stage, tag):
         """Post a receive of a ``shape`` array of ``dtype`` (``xp`` array) from ``stage``."""
-        buf = xp.empty(shape, dtype=dtype)
-        return Incoming(self.comm.Irecv(_to_mpi_buffer(buf), source=stage, tag=tag), buf)
+        message = MessageBuffers([xp.empty(shape, dtype=dtype)], self.host_staging)
+        return Incoming(self.comm.Irecv(message.incoming()[0], source=stage, tag=tag), message)
 
     def wait_sends(self):
         """Complete every send started so far (then their buffers may be reused)."""

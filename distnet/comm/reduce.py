@@ -3,35 +3,39 @@
 import numpy as np
 
 from ..backend import get_array_module
-from .global_array import _to_mpi_buffer
 from .serial import in_place
+from .staging import MessageBuffers
 from .traffic import TRAFFIC, allreduce_kind
 
-# Flat reduction buffers, one per (size, dtype, array module): planned by the first call, reused.
+# Flat reduction buffers, one per (size, dtype, array module, host staging): planned by the first
+# call, reused (as MessageBuffers, so staged ones keep their pinned host mirror).
 _FLAT = {}
 
 
-def _flat_buffer(xp, size, dtype):
-    key = (int(size), str(dtype), xp.__name__)
+def _flat_buffer(xp, size, dtype, host_staging):
+    key = (int(size), str(dtype), xp.__name__, bool(host_staging))
     buf = _FLAT.get(key)
     if buf is None:
         if len(_FLAT) > 64:  # many bucket shapes (tests): do not grow without bound
             _FLAT.clear()
-        buf = _FLAT[key] = xp.empty(int(size), dtype=dtype)
+        buf = _FLAT[key] = MessageBuffers([xp.empty(int(size), dtype=dtype)], host_staging)
     return buf
 
 
-def allreduce_sum(arrays, comm):
+def allreduce_sum(arrays, comm, host_staging=False):
     """Sum each array of ``arrays`` over the ranks of ``comm``, in place, with ONE Allreduce.
 
     arrays : list of ``xp`` arrays of one dtype (any shapes, e.g. the gradients of a bucket);
         every rank passes the same shapes in the same order.
     comm : communicator whose ranks hold the partial sums (``Topology.grad`` for replicated
         weights); collective over all of its ranks. Size 1: no communication at all.
+    host_staging : True to reduce a pinned host mirror of the device buffer (an MPI that is not
+        CUDA-aware: ``Backend.host_staging``); False reduces the buffer itself.
 
     The arrays are packed into one flat buffer (allocated once per bucket size and reused),
     reduced in place, and unpacked back into the same array objects, which are also returned
-    (as a list). A bucket of one contiguous array is reduced in place without packing.
+    (as a list). A bucket of one contiguous array is reduced in place without packing (unless
+    staged: the flat buffer then carries the planned host mirror).
     """
     arrays = list(arrays)
     if not arrays or comm.Get_size() == 1:
@@ -42,18 +46,20 @@ def allreduce_sum(arrays, comm):
     xp = get_array_module(*arrays)
     if TRAFFIC.enabled:
         TRAFFIC.record(allreduce_kind(), sum(a.nbytes for a in arrays))
-    if len(arrays) == 1 and arrays[0].flags.c_contiguous:
-        comm.Allreduce(in_place(comm), _to_mpi_buffer(arrays[0]))
+    if len(arrays) == 1 and arrays[0].flags.c_contiguous and not host_staging:
+        comm.Allreduce(in_place(comm), MessageBuffers(arrays, False).outgoing()[0])
         return arrays
-    flat = _flat_buffer(xp, sum(a.size for a in arrays), arrays[0].dtype)
+    flat = _flat_buffer(xp, sum(a.size for a in arrays), arrays[0].dtype, host_staging)
+    packed = flat.arrays[0]
     offset = 0
     for a in arrays:
-        flat[offset:offset + a.size].reshape(a.shape)[...] = a
+        packed[offset:offset + a.size].reshape(a.shape)[...] = a
         offset += a.size
-    comm.Allreduce(in_place(comm), _to_mpi_buffer(flat))  # mpi4py: op defaults to SUM
+    comm.Allreduce(in_place(comm), flat.outgoing()[0])  # mpi4py: op defaults to SUM
+    flat.arrived()
     offset = 0
     for a in arrays:
-        a[...] = flat[offset:offset + a.size].reshape(a.shape)
+        a[...] = packed[offset:offset + a.size].reshape(a.shape)
         offset += a.size
     return arrays
 

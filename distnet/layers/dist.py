@@ -38,7 +38,8 @@ class HaloMixin:
     is_dist = True
 
     def _setup_exchange(self, ctx):
-        self.input = GlobalArray(self.plan, ctx.topology.spatial, tag=ctx.index)
+        self.input = GlobalArray(self.plan, ctx.topology.spatial, tag=ctx.index,
+                                 host_staging=ctx.backend.host_staging)
 
     def _chunk(self, x):
         return self.input.get_fprop_view(x)
@@ -73,6 +74,7 @@ class FCDistMixin:
 
     def configure(self, layout, ctx):
         self._spatial_comm = None
+        self._host_staging = ctx.backend.host_staging
         self._block = None
         topo = ctx.topology
         if layout == SPATIAL and len(self.in_shape) == 3 and tuple(topo.grid) != (1, 1):
@@ -111,13 +113,13 @@ class FCDistMixin:
             return g
         dx = self.xp.zeros((g.shape[0], self.nfeat), dtype=g.dtype)
         dx[:, self._block] = g
-        allreduce_sum([dx], self._spatial_comm)
+        allreduce_sum([dx], self._spatial_comm, self._host_staging)
         return dx.reshape(self._x_shape)
 
     def _preactivation(self, x2d):
         z = x2d @ self.W.T
         if self._spatial_comm is not None:
-            allreduce_sum([z], self._spatial_comm)
+            allreduce_sum([z], self._spatial_comm, self._host_staging)
         return z + self.b if self.has_bias else z
 
 

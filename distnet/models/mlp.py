@@ -176,7 +176,7 @@ class MLP:
         for (over, _), arrays in buckets.items():
             comm = getattr(self.topology, over)
             if arrays and comm.Get_size() > 1:
-                allreduce_sum(arrays, comm)
+                allreduce_sum(arrays, comm, self.backend.host_staging)
 
     def update(self, params, epoch):
         """SGD step (with the epoch's momentum) on ``params``, then the layers' post-update hooks."""

@@ -172,7 +172,7 @@ class Pipeline:
         self.micro_batches = micro_batches
         self.segments = segments(stage_of)
         self.layouts = layouts
-        self.channel = PipeChannel(topo.pipe) if topo.npipe > 1 else None
+        self.channel = PipeChannel(topo.pipe, model.backend.host_staging) if topo.npipe > 1 else None
         nseg = len(self.segments)
         # The two ends of every boundary this rank touches: _send[k] ends my segment k,
         # _recv[k] starts my segment k (k > 0).
@@ -200,7 +200,7 @@ class Pipeline:
         """Sum ``a`` over ``Topology.pipe`` (in place; zeros on all stages but one): every stage
         gets the value of the stage that holds the last layer."""
         if self.topology.npipe > 1:
-            allreduce_sum([a], self.topology.pipe)
+            allreduce_sum([a], self.topology.pipe, self.model.backend.host_staging)
         return a
 
     def _finish(self):

@@ -14,11 +14,15 @@ def _parts(rank, dtype):
     return [rng.standard_normal(s).astype(dtype) for s in [(3, 4), (5,), (2, 3, 2), (1,)]]
 
 
+staging = pytest.mark.parametrize("host_staging", [False, True], ids=["direct", "staged"])
+
+
+@staging
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_allreduce_sum_matches_global_sum(comm, dtype):
+def test_allreduce_sum_matches_global_sum(comm, dtype, host_staging):
     arrays = _parts(comm.rank, dtype)
     ids = [id(a) for a in arrays]
-    out = allreduce_sum(arrays, comm)
+    out = allreduce_sum(arrays, comm, host_staging)
     expect = [sum(parts) for parts in zip(*(_parts(r, dtype) for r in range(comm.size)))]
     assert [id(a) for a in out] == ids  # reduced in place, same objects
     tol = 1e-12 if dtype == np.float64 else 1e-5
@@ -27,18 +31,20 @@ def test_allreduce_sum_matches_global_sum(comm, dtype):
         np.testing.assert_allclose(a, e, rtol=tol, atol=tol)
 
 
-def test_allreduce_sum_identical_on_every_rank(comm):
+@staging
+def test_allreduce_sum_identical_on_every_rank(comm, host_staging):
     a = _parts(comm.rank, np.float64)[0]
-    allreduce_sum([a], comm)
+    allreduce_sum([a], comm, host_staging)
     everyone = comm.allgather(a)
     for other in everyone:
         np.testing.assert_array_equal(other, everyone[0])
 
 
-def test_allreduce_sum_non_contiguous_and_empty(comm):
+@staging
+def test_allreduce_sum_non_contiguous_and_empty(comm, host_staging):
     base = np.arange(24, dtype=np.float64).reshape(4, 6) * (comm.rank + 1)
     view = base[:, ::2]  # non-contiguous view: written back through the view
-    allreduce_sum([view], comm)
+    allreduce_sum([view], comm, host_staging)
     tri = comm.size * (comm.size + 1) // 2
     np.testing.assert_array_equal(view, np.arange(24.0).reshape(4, 6)[:, ::2] * tri)
     np.testing.assert_array_equal(base[:, 1::2], np.arange(24.0).reshape(4, 6)[:, 1::2] * (comm.rank + 1))
