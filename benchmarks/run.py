@@ -6,6 +6,11 @@ Every measurement is a fresh process (one "job": warm-up steps, then timed steps
 of one comparison run interleaved, round after round (distnet, torch, distnet, torch, ...), so
 both see the same machine load; a ratio is the median over rounds of the per-round ratio of
 median step times. Images/s = batch / median step time (forward + backward + update).
+
+``--backend gpu`` runs the same comparisons on an NVIDIA GPU: distnet with
+``distnet.backends.GPU`` (cupy), PyTorch on ``cuda``, every step timed between device
+synchronisations; it stops at once with one line (exit 1) where cupy, a GPU or a CUDA build of
+PyTorch is missing. Results go to ``results-<date>-gpu.json`` and ``latest-gpu.md``.
 """
 import argparse
 import datetime
@@ -39,11 +44,12 @@ def _env(threads):
     return env
 
 
-def job(framework, workload, threads=1, grid=None, steps=None, timeout=900):
+def job(framework, workload, threads=1, grid=None, steps=None, timeout=900, backend="cpu"):
     """Run one worker; returns its RESULT dict (or {"error": ...})."""
     warm, n = steps or STEPS.get(workload, DEFAULT_STEPS)
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--framework", framework, "--workload",
-           workload, "--threads", str(threads), "--warmup", str(warm), "--steps", str(n)]
+           workload, "--threads", str(threads), "--warmup", str(warm), "--steps", str(n),
+           "--backend", backend]
     if grid:
         py, px = (int(v) for v in grid.split("x"))
         from distnet.comm.launcher import mpiexec_path
@@ -72,6 +78,7 @@ def summarize(results, workload):
     return {"images_per_s": BATCH[workload] / med if med == med else float("nan"),
             "median_step_s": med, "steps": len(times),
             "peak_rss_max": max((max(r["peak_rss"]) for r in ok), default=0),
+            "device_bytes_max": max((max(b or 0 for b in r.get("device_bytes") or [0]) for r in ok), default=0),
             "errors": [r["error"] for r in results if "error" in r]}
 
 
@@ -90,13 +97,13 @@ def kib(n):
     return f"{n / 1024:.1f} KiB"
 
 
-def compare_single(workloads, threads, rounds, log):
+def compare_single(workloads, threads, rounds, log, backend="cpu"):
     out = {}
     for w in workloads:
         runs = {"distnet": [], "torch": []}
         for r in range(rounds):
             for fw in ("distnet", "torch"):
-                res = job(fw, w, threads)
+                res = job(fw, w, threads, backend=backend)
                 runs[fw].append(res)
                 log(f"  {w:12s} round {r + 1}/{rounds} {fw:7s} "
                     + (f"median step {median(res['step_times']) * 1e3:8.1f} ms" if "error" not in res
@@ -111,12 +118,12 @@ def compare_single(workloads, threads, rounds, log):
     return out
 
 
-def scaling(workload, grids, rounds, log):
+def scaling(workload, grids, rounds, log, backend="cpu"):
     """distnet at 1 thread per rank on each grid, interleaved per round."""
     runs = {g: [] for g in grids}
     for r in range(rounds):
         for g in grids:
-            res = job("distnet", workload, 1, grid=None if g == "1x1" else g)
+            res = job("distnet", workload, 1, grid=None if g == "1x1" else g, backend=backend)
             runs[g].append(res)
             log(f"  {workload:12s} round {r + 1}/{rounds} grid {g:5s} "
                 + (f"median step {median(res['step_times']) * 1e3:8.1f} ms" if "error" not in res
@@ -131,6 +138,7 @@ def scaling(workload, grids, rounds, log):
             r0 = ok[0]
             s["peak_rss_per_rank"] = r0["peak_rss"]
             s["held_bytes_per_rank"] = r0["held_bytes"]
+            s["device_bytes_per_rank"] = r0.get("device_bytes")
             s["bytes_per_step"] = r0["bytes_per_step"]
             s["by_tag_per_step"] = r0["by_tag_per_step"]
         s["raw"] = runs[g]
@@ -185,8 +193,33 @@ def machine_info():
     return info
 
 
+def gpu_unavailable(check_torch=True):
+    """Why ``--backend gpu`` cannot run here (one line), or None: distnet's GPU backend must
+    build (cupy importable, a CUDA device) and PyTorch must see CUDA."""
+    from distnet.errors import ConfigError
+    from benchmarks.workloads import gpu_backend
+    from distnet.backend import Backend
+    try:
+        gpu_backend(Backend())
+    except ConfigError as e:
+        return e.bare_message
+    if check_torch:
+        try:
+            import torch
+        except Exception as e:  # noqa: BLE001
+            return f"the PyTorch baseline needs torch ({type(e).__name__}: {e})"
+        if not torch.cuda.is_available():
+            return (f"PyTorch {torch.__version__} sees no CUDA device (a CPU-only build?); install "
+                    "a CUDA build of torch for the baseline (https://pytorch.org/get-started/locally/)")
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
+                    help="gpu: distnet on distnet.backends.GPU (cupy) and PyTorch on cuda")
+    ap.add_argument("--preflight", action="store_true",
+                    help="only check that the backend can run (distnet's side) and exit")
     ap.add_argument("--threads", type=int, default=2, help="threads for the single-process comparison")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workloads", default=",".join(SINGLE))
@@ -197,31 +230,43 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--no-profile", action="store_true", help="skip benchmarks/profile_step.py")
     a = ap.parse_args()
+    gpu = a.backend == "gpu"
+    if gpu:
+        why = gpu_unavailable(check_torch=not a.preflight)
+        if why:
+            sys.exit(f"benchmarks: --backend gpu cannot run here: {why}")
+    if a.preflight:
+        return
     os.makedirs(a.out, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
     info = machine_info()
-    log(f"distnet benchmarks {info['date']} on {info['cpu']} ({info['cores']} cores), load {info.get('loadavg_start')}")
-    report = {"machine": info, "threads": a.threads, "rounds": a.rounds}
-    log(f"single process, {a.threads} thread(s) each (OPENBLAS/OMP/MKL_NUM_THREADS, torch.set_num_threads):")
-    report["single"] = compare_single([w for w in a.workloads.split(",") if w], a.threads, a.rounds, log)
+    log(f"distnet benchmarks {info['date']} on {info['cpu']} ({info['cores']} cores), load {info.get('loadavg_start')}"
+        + (", backend gpu" if gpu else ""))
+    report = {"machine": info, "threads": a.threads, "rounds": a.rounds, "backend": a.backend}
+    log(f"single process, {a.threads} thread(s) each (OPENBLAS/OMP/MKL_NUM_THREADS, torch.set_num_threads)"
+        + (", distnet on distnet.backends.GPU, PyTorch on cuda:" if gpu else ":"))
+    report["single"] = compare_single([w for w in a.workloads.split(",") if w], a.threads, a.rounds, log,
+                                      backend=a.backend)
     if not a.no_scaling:
         grids = a.grids.split(",")
-        log("spatial scaling of bigimage, 1 thread per rank:")
-        report["scaling"] = scaling("bigimage", grids, a.rounds, log)
+        log("spatial scaling of bigimage, 1 thread per rank" + (", one GPU per rank (shared if fewer):" if gpu else ":"))
+        report["scaling"] = scaling("bigimage", grids, a.rounds, log, backend=a.backend)
         report["plan_check"] = [c for c in (plan_check("bigimage", g, report["scaling"][g])
                                             for g in grids if g != "1x1") if c is not None]
     report["extra_dist"] = {}
     for pair in filter(None, a.extra_dist.split(",")):
         w, g = pair.split(":")
-        res = job("distnet", w, 1, grid=g)
+        res = job("distnet", w, 1, grid=g, backend=a.backend)
         log(f"  {w:12s} grid {g}: " + (f"median step {median(res['step_times']) * 1e3:.1f} ms"
                                        if "error" not in res else res["error"][:300]))
         # the plan models the supervised step: no check for GB's pretraining step
         check = plan_check(w, g, res) if "error" not in res and w != "gb_pretrain" else None
         report["extra_dist"][pair] = {"result": res, "plan_check": check}
     report["profile"] = {}
+    if gpu and not a.no_profile:
+        log("  profile_step.py measures the CPU backend (py-spy, tracemalloc): skipped with --backend gpu")
     for w, extra in (("mnist_cnn", []), ("bigimage", ["--steps", "2", "--no-spy"])):
-        if w not in report["single"] or a.no_profile:
+        if w not in report["single"] or a.no_profile or gpu:
             continue
         p = subprocess.run([sys.executable, os.path.join(HERE, "profile_step.py"), w, "--json"] + extra,
                            cwd=ROOT, env=_env(a.threads), capture_output=True, text=True, timeout=1800)
@@ -233,38 +278,70 @@ def main():
     report["blas"] = blas.get("blas")
     text = tables(report)
     print(text)
-    stamp = info["date"].replace(":", "")
+    stamp = info["date"].replace(":", "") + ("-gpu" if gpu else "")
+    latest = "latest-gpu.md" if gpu else "latest.md"
     with open(os.path.join(a.out, f"results-{stamp}.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
-    with open(os.path.join(a.out, "latest.md"), "w") as f:
+    with open(os.path.join(a.out, latest), "w") as f:
         f.write(text + "\n")
-    log(f"wrote {a.out}/results-{stamp}.json and {a.out}/latest.md")
+    log(f"wrote {a.out}/results-{stamp}.json and {a.out}/{latest}")
+
+
+def gpu_line(rep):
+    """The devices and GPU software versions the workers reported (``--backend gpu``)."""
+    seen = {}
+    for v in rep["single"].values():
+        for fw in ("distnet", "torch"):
+            for r in v["raw"][fw]:
+                if "device" in r:
+                    seen.setdefault(fw, r)
+    parts = []
+    for fw, r in seen.items():
+        dv = r.get("device_versions") or {}
+        if fw == "distnet":
+            cu = lambda k: f"{dv[k] // 1000}.{dv[k] % 1000 // 10}" if dv.get(k) else "?"  # noqa: E731
+            parts.append(f"distnet on {r['device']} (cupy {dv.get('cupy')}, CUDA runtime {cu('cuda_runtime')}, "
+                         f"driver {cu('cuda_driver')})")
+        else:
+            parts.append(f"PyTorch {r.get('torch')} on {r['device']} (CUDA {dv.get('torch_cuda')})")
+    return "; ".join(parts) or "no GPU job succeeded"
 
 
 def tables(rep):
     m = rep["machine"]
+    gpu = rep.get("backend") == "gpu"
     blas = [b for b in (rep.get("blas") or []) if b.get("user_api") == "blas"]
     bl = ", ".join(f"{b['internal_api']} {b.get('version')} kernel {b.get('architecture')} "
                    f"{b.get('num_threads')} thread(s)" for b in blas) or "unknown"
     lines = [f"Date {m['date']}; {m['cpu']}, {m['cores']} cores; load average {m.get('loadavg_start')} -> "
              f"{m.get('loadavg_end')}; numpy {m['numpy']} ({bl}); OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset.",
-             "",
-             f"Single process, {rep['threads']} thread(s) each, {rep['rounds']} interleaved rounds "
-             "(images/s = batch / median step; ratio = median over rounds of the per-round ratio):",
-             "",
-             "| workload | batch | distnet img/s | PyTorch img/s | distnet / PyTorch | distnet peak RSS | PyTorch peak RSS | first-step loss distnet / torch |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             ""]
+    if gpu:
+        lines += [f"Backend gpu: {gpu_line(rep)}. Steps timed between device synchronisations; "
+                  "device memory: cupy's memory pool / torch.cuda.max_memory_reserved.", ""]
+    dev_head = " distnet device mem | PyTorch device mem |" if gpu else ""
+    lines += [f"Single process, {rep['threads']} thread(s) each, {rep['rounds']} interleaved rounds "
+              "(images/s = batch / median step; ratio = median over rounds of the per-round ratio):",
+              "",
+              "| workload | batch | distnet img/s | PyTorch img/s | distnet / PyTorch | distnet peak RSS | "
+              f"PyTorch peak RSS |{dev_head} first-step loss distnet / torch |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if gpu else "") + " --- |"]
     for w, r in rep["single"].items():
         fl = r["first_loss"]
         loss = (f"{fl['distnet']:.4f} / {fl['torch']:.4f}" if fl["distnet"] is not None and fl["torch"] is not None
                 else "-")
+        dev = (f" {mib(r['distnet'].get('device_bytes_max', 0))} | {mib(r['torch'].get('device_bytes_max', 0))} |"
+               if gpu else "")
         lines.append(f"| {w} | {BATCH[w]} | {r['distnet']['images_per_s']:.1f} | {r['torch']['images_per_s']:.1f} | "
-                     f"{r['ratio']:.2f}x | {mib(r['distnet']['peak_rss_max'])} | {mib(r['torch']['peak_rss_max'])} | {loss} |")
+                     f"{r['ratio']:.2f}x | {mib(r['distnet']['peak_rss_max'])} | {mib(r['torch']['peak_rss_max'])} |"
+                     f"{dev} {loss} |")
     if "scaling" in rep:
-        lines += ["", "Spatial scaling, bigimage (batch 16), distnet, 1 thread per rank:", "",
+        lines += ["", "Spatial scaling, bigimage (batch 16), distnet, 1 thread per rank"
+                  + (", one GPU per rank (ranks share the GPUs when there are fewer)" if gpu else "") + ":", "",
                   "| ranks (grid) | img/s | speedup vs 1 rank | peak RSS per rank (max) | vs 1 rank | "
-                  "halo sent/step/rank (max) | grad allreduce/step/rank | FC allreduce/step/rank |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "halo sent/step/rank (max) | grad allreduce/step/rank | FC allreduce/step/rank |"
+                  + (" device mem per rank (max) |" if gpu else ""),
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gpu else "")]
         for g, s in rep["scaling"].items():
             py, px = (int(v) for v in g.split("x"))
             bps = s.get("bytes_per_step") or [{}]
@@ -272,7 +349,8 @@ def tables(rep):
             lines.append(f"| {py * px} ({g}) | {s['images_per_s']:.2f} | {s['speedup']:.2f}x | "
                          f"{mib(max(s.get('peak_rss_per_rank', [0])))} | {s['peak_rss_ratio']:.2f} | {kib(halo)} | "
                          f"{kib(max(b.get('allreduce_grad', 0) for b in bps))} | "
-                         f"{kib(max(b.get('allreduce_act', 0) for b in bps))} |")
+                         f"{kib(max(b.get('allreduce_act', 0) for b in bps))} |"
+                         + (f" {mib(max(d or 0 for d in s.get('device_bytes_per_rank') or [0]))} |" if gpu else ""))
     checks = list(rep.get("plan_check") or []) + [v["plan_check"] for v in rep.get("extra_dist", {}).values()
                                                   if v.get("plan_check")]
     names = [f"bigimage {c['grid']}" for c in rep.get("plan_check") or []] + \

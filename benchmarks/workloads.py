@@ -13,6 +13,12 @@ Workloads (float32, NCHW):
   whole network (all layers trained);
 * ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
   backward (weight gradient) and update with row normalisation.
+
+Backends: ``cpu`` (the YAML's numpy backend; PyTorch on the CPU) or ``gpu`` (distnet with
+``distnet.backends.GPU``, same seed and dtype as the YAML's backend, one GPU per rank chosen by
+the node-local rank; PyTorch on ``cuda``). On the GPU both keep their data set on the device
+(no host -> device copy inside a step), and weights start equal (both copied from the host
+weights distnet draws).
 """
 import os
 
@@ -30,6 +36,26 @@ MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
           "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE}
 BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100}
+BACKENDS = ("cpu", "gpu")
+
+
+def gpu_backend(like):
+    """``distnet.backends.GPU`` with the seed and dtype of backend ``like`` (ConfigError without
+    cupy or a GPU)."""
+    from distnet.backend import GPU
+    return GPU(rng_seed=like.rng_seed, dtype=like.dtype.name)
+
+
+def synchronizer(framework, backend):
+    """A function that waits until the device has finished the queued work (no-op on the CPU):
+    timings must not stop while kernels still run."""
+    if backend != "gpu":
+        return lambda: None
+    if framework == "torch":
+        import torch
+        return torch.cuda.synchronize
+    import cupy
+    return lambda: cupy.cuda.get_current_stream().synchronize()
 
 
 def experiment_path(workload, dist=False):
@@ -57,16 +83,19 @@ def global_data(workload, nbatches=2):
 class DistnetRun:
     """A configured distnet model and its step function on this rank."""
 
-    def __init__(self, workload, topology, dist=False, reuse_buffers=True, batch=None):
+    def __init__(self, workload, topology, dist=False, reuse_buffers=True, batch=None, backend="cpu"):
         from distnet.config import load_experiment
         from distnet.geometry import tile_of
         self.workload = workload
         exp = load_experiment(experiment_path(workload, dist))
+        be = self.backend = exp.backend if backend == "cpu" else gpu_backend(exp.backend)
+        if backend == "gpu":
+            be.bind_device(topology.local_rank())   # as FitExperiment.setup: one GPU per rank
         model = self.model = exp.model
         B = self.B = batch or BATCH[workload]
         model.batch_size = B
         model.infer_shapes(SHAPES[workload])
-        model.configure(exp.backend, topology)
+        model.configure(be, topology)
         model.init_params()
         for layer in model.layers:
             layer.reuse_buffers = reuse_buffers
@@ -82,6 +111,10 @@ class DistnetRun:
             rng = np.random.RandomState(1)
             lf = model.layers[0]
             self.dy = rng.standard_normal((self.B, lf.nofm) + lf.plan.out_tile.shape).astype(np.float32)
+        if be.xp is not np:   # the data set lives on the device, as PyTorch's on cuda
+            self.x, self.t = be.asarray(self.x), be.asarray(self.t)
+            if workload == "local":
+                self.dy = be.asarray(self.dy)
         self.epoch = getattr(model, "num_initial_epochs", 0)   # GB: every layer learns
 
     def batch(self):
@@ -105,21 +138,23 @@ class DistnetRun:
         return m.train_step(x, t, self.epoch)
 
     def held_bytes(self):
-        """Bytes of the arrays the layers hold (outputs, chunks, workspaces, parameters)."""
+        """Bytes of the arrays the layers hold (outputs, chunks, workspaces, parameters), host
+        and device arrays together."""
         seen, total = set(), 0
+        kinds = (np.ndarray,) if self.backend.xp is np else (np.ndarray, self.backend.xp.ndarray)
 
         def add(a):
             nonlocal total
             base = a
-            while getattr(base, "base", None) is not None:
+            while isinstance(getattr(base, "base", None), kinds):
                 base = base.base
-            if isinstance(base, np.ndarray) and id(base) not in seen:
+            if isinstance(base, kinds) and id(base) not in seen:
                 seen.add(id(base))
                 total += base.nbytes
 
         for layer in self.model.layers:
             for v in vars(layer).values():
-                if isinstance(v, np.ndarray):
+                if isinstance(v, kinds):
                     add(v)
             ws = vars(layer).get("_ws")
             if ws is not None:
@@ -127,27 +162,32 @@ class DistnetRun:
                     add(a)
             for p in layer.params():
                 for a in (p.value, p.grad, p.velocity):
-                    if isinstance(a, np.ndarray):
+                    if isinstance(a, kinds):
                         add(a)
         return total
 
 
 # ------------------------------------------------------------------------------------ torch
 
-def torch_twin(workload):
-    """``(step function, first-step loss getter)`` of the same network in PyTorch, weights copied
-    from a single-process distnet model."""
+def torch_twin(workload, device="cpu"):
+    """The step function (returns the loss) of the same network in PyTorch on ``device``
+    (``cpu`` or ``cuda``), weights copied from a single-process distnet model on the CPU."""
     import torch
     import torch.nn.functional as F
     from distnet.comm import Topology
     from distnet.layers import (ConvLayer, L2PoolingLayer, LayerWithNoBias, LCNLayer,
                                 LocalFilteringLayer, MaxPoolingLayer)
 
+    if str(device).startswith("cuda"):
+        # full float32 as distnet's cupy kernels (cupy leaves TF32 off unless CUPY_TF32=1);
+        # PyTorch's cuDNN convolutions would otherwise use TF32 on Ampere and newer GPUs
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     run = DistnetRun(workload, Topology.serial(), reuse_buffers=False)
     model = run.model
     acts = {"logistic": torch.sigmoid, "rectlin": torch.relu, "tanh": torch.tanh,
             "identity": lambda z: z}
-    T = lambda a: torch.from_numpy(np.array(a, dtype=np.float32))   # noqa: E731
+    T = lambda a: torch.from_numpy(np.array(a, dtype=np.float32)).to(device)   # noqa: E731
 
     class LF(torch.nn.Module):
         """Locally connected layer by unfold + batched matmul over positions."""
@@ -195,7 +235,7 @@ def torch_twin(workload):
     for layer in model.layers:
         if isinstance(layer, ConvLayer):
             c = torch.nn.Conv2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
-                                layer.padding, bias=False)
+                                layer.padding, bias=False, device=device)
             c.weight.data = T(layer.W)
             a = acts[layer.activation.name] if layer.activation is not None else acts["identity"]
             mods.append(c)
@@ -213,7 +253,7 @@ def torch_twin(workload):
             fns.append(m)
             groups.append({"params": list(m.parameters()), "lr": layer.learning_rate})
         elif isinstance(layer, LayerWithNoBias):
-            lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias)
+            lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
             lin.weight.data = T(layer.W)
             if layer.has_bias:
                 lin.bias.data = T(layer.b)
@@ -224,7 +264,7 @@ def torch_twin(workload):
         else:
             raise TypeError(f"no torch twin for {type(layer).__name__}")
     mu = float(model.momentum(run.epoch)) if hasattr(model, "momentum") else 0.0
-    x_all, t_all = torch.from_numpy(run.x), torch.from_numpy(run.t)
+    x_all, t_all = torch.from_numpy(run.x).to(device), torch.from_numpy(run.t).to(device)
     B = run.B
     state = {"i": 0}
 
@@ -253,7 +293,7 @@ def torch_twin(workload):
     opt = torch.optim.SGD(groups, lr=0.01, momentum=mu)
     if workload == "local":
         lf = mods[0]
-        dy = torch.from_numpy(run.dy)
+        dy = torch.from_numpy(run.dy).to(device)
 
         def step():
             x, _ = batch()

@@ -84,8 +84,9 @@ def _import_cupy():
         import cupy
     except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library failing to load
         raise ConfigError("the GPU backend needs cupy, which cannot be imported here "
-                          f"({type(e).__name__}: {e}); install the wheel for your CUDA, e.g. "
-                          "`pip install cupy-cuda12x`, or use distnet.backends.Numpy", key="backend") from None
+                          f"({type(e).__name__}: {e}); install it with `pip install 'distnet[gpu]'` "
+                          "(CUDA 12; other CUDA versions: the matching cupy-cudaXXx wheel), or use "
+                          "distnet.backends.Numpy", key="backend") from None
     try:
         ndev = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, driver missing, ...

@@ -24,3 +24,17 @@ def pytest_unconfigure(config):
         if os.environ.get("DISTNET_RUNS_DIR") == path:
             del os.environ["DISTNET_RUNS_DIR"]
     _made.clear()
+
+
+# ---------------------------------------------------------------------------------- backends
+
+import pytest  # noqa: E402
+
+from tests.backends import BACKENDS  # noqa: E402
+
+
+@pytest.fixture(params=BACKENDS, ids=list(BACKENDS))
+def backend_name(request):
+    """Each array backend in turn: numpy, devicelike (numpy data with cupy's strictness), cupy
+    (skipped by :func:`tests.backends.make_backend` where there is no GPU)."""
+    return request.param

@@ -1,6 +1,7 @@
 """The distnet command end to end: run, check, distribute, compare (through mpiexec), info,
 and the errors a user sees (file:line, non-zero exit, on every rank)."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,9 +81,24 @@ def test_distribute_then_compare_agree(tiny):
     assert len(list(d.glob("cache-*of3.h5"))) == 3  # one shard per rank
 
 
+# What `distnet check` says about a GPU experiment where cupy or a GPU is missing (the ConfigError
+# of distnet.backend.GPU); tests/test_cli_gpu.py checks those files completely with a stand-in cupy.
+NO_GPU = re.compile(r"key 'backend': the GPU backend (needs cupy|found no usable CUDA device|found no CUDA device)")
+
+
+def is_gpu_experiment(path):
+    return re.search(r"!obj:\S*backends\S*\.GPU\b", path.read_text()) is not None
+
+
 def test_check_all_shipped_experiments():
+    assert any(is_gpu_experiment(p) for p in (ROOT / "experiments").glob("*.yaml"))
     for exp in sorted((ROOT / "experiments").glob("*.yaml")):
         proc = distnet("check", str(exp))
+        if is_gpu_experiment(exp) and proc.returncode != 0:
+            # no cupy / no GPU here: the one-line error that says so, nothing else
+            assert proc.returncode == 2 and NO_GPU.search(proc.stderr), f"{exp.name}: {proc.stderr}"
+            assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+            continue
         assert proc.returncode == 0, f"{exp.name}: {proc.stderr}"
 
 

@@ -50,25 +50,108 @@ def _mpi_metadata():
     return "; ".join(parts + ["(MPI not initialised)"])
 
 
-def _gpu():
+def _cupy_distributions():
+    """Installed distributions that provide the ``cupy`` package (``cupy-cuda12x 13.3.0``...),
+    from their metadata: nothing is imported."""
+    from importlib import metadata
+    names = []
+    try:
+        names = metadata.packages_distributions().get("cupy", [])   # Python >= 3.10
+    except Exception:  # noqa: BLE001 - Python 3.9, or odd metadata
+        pass
+    out = []
+    for name in dict.fromkeys(names or ("cupy", "cupy-cuda11x", "cupy-cuda12x", "cupy-cuda13x")):
+        try:
+            out.append(f"{name} {metadata.version(name)}")
+        except Exception:  # noqa: BLE001 - PackageNotFoundError, broken metadata
+            pass
+    return out
+
+
+def _cuda_version(v):
+    """CUDA's integer version (12040) as ``12.4``."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _gpu_rows(probe=True):
+    """``[(name, text)]`` about the GPU stack, for bug reports; never raises.
+
+    cupy is looked up first without being imported (``importlib.util.find_spec``), so a machine
+    without it pays nothing. With ``probe=False`` cupy is not imported either unless it already
+    is (a CPU run records its versions without loading CUDA)."""
+    import importlib.util
+    try:
+        found = sys.modules.get("cupy") is not None or importlib.util.find_spec("cupy") is not None
+    except Exception:  # noqa: BLE001 - a broken sys.modules entry or finder
+        found = False
+    if not found:
+        return [("gpu", "cupy not installed (CPU only; `pip install 'distnet[gpu]'` adds it)")]
+    dists = ", ".join(_cupy_distributions()) or "no package metadata"
+    if not probe and "cupy" not in sys.modules:
+        return [("gpu", f"cupy installed ({dists}), not imported by this process")]
     try:
         import cupy
-        n = cupy.cuda.runtime.getDeviceCount()
-        names = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(n)]
-        return f"cupy {cupy.__version__}; {n} GPU(s): {', '.join(names)}"
-    except ImportError:
-        return "cupy not installed (CPU only)"
-    except Exception as e:  # noqa: BLE001
-        return f"cupy installed, no usable GPU ({type(e).__name__})"
+    except Exception as e:  # noqa: BLE001 - ImportError, a CUDA library failing to load, ...
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        return [("gpu", f"cupy installed ({dists}) but cannot be imported: {type(e).__name__}: {msg}")]
+    rows = [("gpu", f"cupy {getattr(cupy, '__version__', '?')} ({dists})")]
+    rt = cupy.cuda.runtime
+    parts = []
+    for what, get in (("runtime", rt.runtimeGetVersion), ("driver", rt.driverGetVersion)):
+        try:
+            v = get()
+            parts.append(f"{what} {_cuda_version(v)}" if v else f"{what} none")
+        except Exception as e:  # noqa: BLE001 - CUDARuntimeError (no driver, ...)
+            parts.append(f"{what} unknown ({type(e).__name__})")
+    rows.append(("cuda", ", ".join(parts)))
+    try:
+        n = rt.getDeviceCount()
+        names = []
+        for i in range(n):
+            p = rt.getDeviceProperties(i)
+            name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+            names.append(f"{i}: {name} ({p['totalGlobalMem'] / 2**30:.1f} GiB, "
+                         f"sm_{p['major']}{p['minor']})")
+        rows.append(("gpus", f"{n}" + (f" ({'; '.join(names)})" if names else "")))
+    except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, cudaErrorInsufficientDriver, ...
+        rows.append(("gpus", f"none usable ({type(e).__name__}: {str(e)[:200]})"))
+    return rows
 
 
-def stack_info(init_mpi=True):
-    """``[(name, version string)]`` for distnet, Python, numpy + BLAS, MPI, h5py, cupy/GPU.
+def _cuda_aware_mpi():
+    """Whether the MPI library says it is CUDA-aware, without touching a GPU.
+
+    Open MPI (>= 2.0), MVAPICH2 (>= 2.3.4) and MPICH (>= 4.1) export
+    ``int MPIX_Query_cuda_support(void)`` (1: built with CUDA and enabled at run time), which
+    mpi4py does not wrap; it is looked up in the library mpi4py loaded and called only once
+    MPI is initialised (Open MPI requires it). Other libraries: ``unknown``."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+            return "unknown (MPI not initialised)"
+        import ctypes
+        fn = getattr(ctypes.CDLL(mpi.__file__), "MPIX_Query_cuda_support", None)
+        if fn is None:
+            return "unknown (the MPI library has no MPIX_Query_cuda_support)"
+        fn.restype, fn.argtypes = ctypes.c_int, []
+        v = fn()
+        return f"{'yes' if v == 1 else 'no'} (MPIX_Query_cuda_support() = {v})"
+    except Exception as e:  # noqa: BLE001 - ctypes cannot open the module, ...
+        return f"unknown ({type(e).__name__})"
+
+
+def stack_info(init_mpi=True, probe_gpu=None):
+    """``[(name, version string)]`` for distnet, Python, numpy + BLAS, MPI, h5py, and the GPU
+    stack (cupy, CUDA runtime and driver, devices, whether MPI is CUDA-aware).
 
     ``init_mpi=False`` reads the MPI versions from package metadata unless MPI is already
-    running (a one-process run should not start MPI just to report it)."""
+    running (a one-process run should not start MPI just to report it). ``probe_gpu`` (default:
+    ``init_mpi``) False imports cupy only if it already is (a CPU run does not load CUDA to
+    record its versions). cupy that is missing or broken is reported, never raised."""
     mpi_mod = sys.modules.get("mpi4py.MPI")
     running = mpi_mod is not None and mpi_mod.Is_initialized()
+    if probe_gpu is None:
+        probe_gpu = init_mpi
     import distnet
     return [("distnet", distnet.__version__),
             ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
@@ -78,4 +161,5 @@ def stack_info(init_mpi=True):
             ("h5py", _version("h5py")),
             ("pyyaml", _version("yaml")),
             ("click", _version("click")),
-            ("gpu", _gpu())]
+            *_gpu_rows(probe_gpu),
+            ("cuda-mpi", _cuda_aware_mpi())]

@@ -235,13 +235,16 @@ class ConvLayer(WindowLayer):
             # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
             dz = delta if self.reuse_buffers else ws.get("dz", delta.shape, delta.dtype, like=delta)
             y = self._y
-
-            def relu_grad(share):    # one image at a time: the mask is one image's size
-                s, images = share
-                mask = ws.get(f"mask{s}", delta.shape[1:], "bool", like=delta)
-                for b in images:
-                    xp.multiply(delta[b], xp.greater(y[b], 0, out=mask), out=dz[b])
-            parallel_map(relu_grad, shares(delta.shape[0], xp), xp)
+            if xp is not np:          # device: two kernels over the whole batch, not 2 per image
+                mask = ws.get("mask", delta.shape, "bool", like=delta)
+                xp.multiply(delta, xp.greater(y, 0, out=mask), out=dz)
+            else:
+                def relu_grad(share):    # one image at a time: the mask is one image's size
+                    s, images = share
+                    mask = ws.get(f"mask{s}", delta.shape[1:], "bool", like=delta)
+                    for b in images:
+                        xp.multiply(delta[b], xp.greater(y[b], 0, out=mask), out=dz[b])
+                parallel_map(relu_grad, shares(delta.shape[0], xp), xp)
         elif act is not None:
             dz = act.bprop(self._z, self._y, delta)
         else:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..backend import get_array_module
 from ..errors import CheckpointError
 
 FORMAT = "distnet-checkpoint"
@@ -89,7 +90,11 @@ def param_layout(layer, p):
 
 
 def _host(a):
-    return None if a is None else np.array(a, copy=True)
+    """A numpy copy of a parameter array (numpy or device: cupy's ``asnumpy``), or None."""
+    if a is None:
+        return None
+    xp = get_array_module(a)
+    return np.array(a, copy=True) if xp is np else xp.asnumpy(a)
 
 
 def _global_entry(layer, p, comm):

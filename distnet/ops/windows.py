@@ -10,17 +10,21 @@ def output_shape(in_hw, fshape, stride):
 
 
 def patches(x, fshape, stride):
-    """Read-only strided view ``(B, C, Ho, Wo, fh, fw)`` of the valid windows of ``x (B, C, H, W)``.
+    """Strided view ``(B, C, Ho, Wo, fh, fw)`` of the valid windows of ``x (B, C, H, W)``.
 
-    ``patches(x)[b, c, i, j, u, v] == x[b, c, i*sy + u, j*sx + v]``. No copy is made.
+    ``patches(x)[b, c, i, j, u, v] == x[b, c, i*sy + u, j*sx + v]``. No copy is made. Never
+    write through it (windows overlap): with numpy it is read-only; cupy's ``as_strided`` has
+    no ``writeable`` flag, so there it is only a rule.
     """
     xp = get_array_module(x)
     (fh, fw), (sy, sx) = fshape, stride
     B, C, H, W = x.shape
     Ho, Wo = output_shape((H, W), fshape, stride)
     sb, sc, sh, sw = x.strides
-    return xp.lib.stride_tricks.as_strided(
-        x, shape=(B, C, Ho, Wo, fh, fw), strides=(sb, sc, sh * sy, sw * sx, sh, sw), writeable=False)
+    shape, strides = (B, C, Ho, Wo, fh, fw), (sb, sc, sh * sy, sw * sx, sh, sw)
+    if xp.__name__ == "numpy":
+        return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
+    return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
 def fold(cols, x_shape, stride, out=None):

@@ -35,4 +35,4 @@ def test_gpu_backend_without_cupy_is_a_clear_config_error():
             "  datasets: [], model: !obj:distnet.models.MLP {layers: [], num_epochs: 1}}\n")
     with pytest.raises(ConfigError) as e:
         load_experiment_text(text, "gpu.yaml")
-    assert "gpu.yaml:2" in str(e.value) and "pip install cupy" in str(e.value)
+    assert "gpu.yaml:2" in str(e.value) and "distnet[gpu]" in str(e.value)

@@ -1,6 +1,11 @@
 """ConvLayer's ``activation`` key (float64 gradients against central differences), the
 flat-shift conv kernel against the batch-im2col one, the NCHW max-pooling path, and layers that
-reuse their buffers (``reuse_buffers``) giving the same numbers as layers that do not."""
+reuse their buffers (``reuse_buffers``) giving the same numbers as layers that do not.
+
+The layer tests run on every array backend (``backend_name``: numpy, the device-like stand-in
+for cupy, cupy where there is a GPU); the kernel tests (flat-shift conv, NCHW max pooling, the
+threaded kernels) test numpy-only code paths (device arrays always take the batch-im2col conv
+and the CHWN pooling, which the layer tests cover) and run on numpy only."""
 import numpy as np
 import pytest
 
@@ -22,26 +27,28 @@ def small_flat_threshold(monkeypatch):
 
 @pytest.mark.parametrize("act", [RectLin, Tanh, Logistic])
 @pytest.mark.parametrize("width", [8, 30], ids=["im2col", "flat"])
-def test_conv_activation_gradients(act, width):
+def test_conv_activation_gradients(act, width, backend_name):
     rng = np.random.RandomState(0)
     model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=act()),
                    MaxPoolingLayer(fshape=2),
                    ConvLayer(nofm=2, fshape=[2, 3], weight_init=WI, activation=act()),
-                   LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width))
+                   LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
+                  backend=backend_name)
     x = rng.standard_normal((2, 2, 6, width))
     t = rng.uniform(0, 1, (2, 3))
     assert_network_gradients(model, x, t)
 
 
-def test_conv_activation_values_and_default():
+def test_conv_activation_values_and_default(backend_name):
     rng = np.random.RandomState(2)
     plain = build([ConvLayer(nofm=2, fshape=3, weight_init=WI), LayerWithNoBias(nout=2, weight_init=WI)],
-                  (1, 5, 5))
+                  (1, 5, 5), backend=backend_name)
     relu = build([ConvLayer(nofm=2, fshape=3, weight_init=WI, activation=RectLin()),
-                  LayerWithNoBias(nout=2, weight_init=WI)], (1, 5, 5))
-    x = rng.standard_normal((3, 1, 5, 5))
-    z = plain.layers[0].fprop(x)
-    np.testing.assert_array_equal(relu.layers[0].fprop(x), np.maximum(z, 0))
+                  LayerWithNoBias(nout=2, weight_init=WI)], (1, 5, 5), backend=backend_name)
+    be = plain.backend
+    x = be.asarray(rng.standard_normal((3, 1, 5, 5)))
+    z = be.to_host(plain.layers[0].fprop(x)).copy()
+    np.testing.assert_array_equal(be.to_host(relu.layers[0].fprop(x)), np.maximum(z, 0))
     assert plain.layers[0].activation is None
     assert "activation=rectlin" in relu.layers[0].describe()
 
@@ -104,7 +111,7 @@ def test_nchw_maxpool_matches_chwn(shape, f, monkeypatch):
 
 
 @pytest.mark.parametrize("width", [8, 30])
-def test_reuse_buffers_gives_the_same_training(width):
+def test_reuse_buffers_gives_the_same_training(width, backend_name):
     rng = np.random.RandomState(4)
     x = rng.standard_normal((3, 2, 6, width))
     t = rng.uniform(0, 1, (3, 3))
@@ -112,11 +119,13 @@ def test_reuse_buffers_gives_the_same_training(width):
     def run(reuse):
         model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
                        MaxPoolingLayer(fshape=2), ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI),
-                       LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width))
+                       LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
+                      backend=backend_name)
         for layer in model.layers:
             layer.reuse_buffers = reuse
-        losses = [model.train_step(x, t, 0) for _ in range(3)]
-        return losses, [p.value.copy() for _, p in model._params]
+        be = model.backend
+        losses = [model.train_step(be.asarray(x), be.asarray(t), 0) for _ in range(3)]
+        return losses, [be.to_host(p.value).copy() for _, p in model._params]
 
     (la, wa), (lb, wb) = run(False), run(True)
     np.testing.assert_allclose(la, lb, rtol=1e-12)

@@ -1,12 +1,15 @@
 """GB layers (LocalFiltering, LCN) against the ops and central differences through the whole layer
 (padding included), the LF pretraining step against an independent float64 oracle written from
-NEON.md §4.3, config errors, and the GB model's phases (NEON.md §4.3, §4.4)."""
+NEON.md §4.3, config errors, and the GB model's phases (NEON.md §4.3, §4.4).
+
+Layer and model tests run on every array backend (``backend_name``: numpy, the device-like
+stand-in for cupy, cupy where there is a GPU); inputs are drawn on the host and moved with
+``backend.asarray``, results come back with ``backend.to_host`` for the numpy oracles."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from distnet.backend import Numpy64
 from distnet.comm.topology import Topology, valid_grids
 from distnet.config import load_experiment
 from distnet.errors import ConfigError
@@ -18,16 +21,18 @@ from distnet.ops.activations import Logistic
 from distnet.ops.costs import CrossEntropy
 from distnet.ops.lcn import lcn_bprop, lcn_filter, lcn_fprop
 from distnet.ops.local import local_fprop
-from tests.numgrad import numerical_grad
+from tests.backends import make_backend
+from tests.unit.test_layers import numerical_grad_of
 
 ROOT = Path(__file__).resolve().parents[2]
 WI = {"type": "uniform", "low": -0.1, "high": 0.1}
 
 
-def ready(layer, in_shape, seed=0, backend=None):
-    """Shapes, a serial 1x1 plan and weights, as MLP.configure / init_params do."""
+def ready(layer, in_shape, seed=0, backend="numpy"):
+    """Shapes, a serial 1x1 plan and weights, as MLP.configure / init_params do, on the backend
+    named ``backend`` (float64); the backend is ``layer.ctx.backend``."""
     layer.infer_shape(in_shape)
-    ctx = LayerContext(backend or Numpy64(), Topology.serial(), 0)
+    ctx = LayerContext(make_backend(backend, dtype="float64"), Topology.serial(), 0)
     layer.bind(ctx)
     layer.configure(SPATIAL, ctx)
     layer.init_params(np.random.RandomState(seed))
@@ -44,52 +49,64 @@ def pad(x, py, px):
     return np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)))
 
 
+def on_host(layer, a):
+    """A host copy of ``a``, an array of ``layer``'s backend."""
+    return np.array(layer.ctx.backend.to_host(a), copy=True)
+
+
+def dev(layer, a):
+    """The host array ``a`` on ``layer``'s backend."""
+    return layer.ctx.backend.asarray(a)
+
+
 # -- LocalFilteringLayer ---------------------------------------------------------------------------
 
 GEOMS = [dict(fshape=3), dict(fshape=[3, 2], stride=[2, 1], padding=[1, 2]), dict(fshape=4, padding=1)]
 
 
 @pytest.mark.parametrize("geom", GEOMS)
-def test_lf_weights_are_neon_global_draw_normalised(geom):
-    layer = ready(lf(**geom), (2, 7, 8), seed=3)
+def test_lf_weights_are_neon_global_draw_normalised(geom, backend_name):
+    layer = ready(lf(**geom), (2, 7, 8), seed=3, backend=backend_name)
     K, Ho, Wo = layer.out_shape
     F = 2 * layer.fshape[0] * layer.fshape[1]
     w = gen_weights(np.random.RandomState(3), (K * Ho * Wo, F), WI, np.float64)
     w /= np.sqrt((w * w).sum(axis=1, keepdims=True))
-    np.testing.assert_array_equal(layer.W, w.reshape(K, Ho, Wo, F))
+    np.testing.assert_array_equal(on_host(layer, layer.W), w.reshape(K, Ho, Wo, F))
     assert layer.params()[0].reduce_over == "data" and not layer.params()[0].sharded
 
 
 @pytest.mark.parametrize("geom", GEOMS)
-def test_lf_fprop_bprop_match_ops_and_central_differences(geom):
-    layer = ready(lf(**geom), (2, 7, 8))
+def test_lf_fprop_bprop_match_ops_and_central_differences(geom, backend_name):
+    layer = ready(lf(**geom), (2, 7, 8), backend=backend_name)
+    be = layer.ctx.backend
     (py, px) = layer.padding
     rng = np.random.RandomState(1)
-    x = rng.standard_normal((2, 2, 7, 8))
-    y = layer.fprop(x)
-    np.testing.assert_allclose(y, local_fprop(pad(x, py, px), layer.W, layer.fshape, layer.stride),
-                               rtol=1e-13, atol=1e-13)
-    R = rng.standard_normal(y.shape)
-    dx = layer.bprop(R)
-    gw = layer.params()[0].grad.copy()
+    x_host = rng.standard_normal((2, 2, 7, 8))
+    x = dev(layer, x_host)
+    y = on_host(layer, layer.fprop(x))
+    np.testing.assert_allclose(y, local_fprop(pad(x_host, py, px), on_host(layer, layer.W), layer.fshape,
+                                              layer.stride), rtol=1e-13, atol=1e-13)
+    R = dev(layer, rng.standard_normal(y.shape))
+    dx = on_host(layer, layer.bprop(R))
+    gw = on_host(layer, layer.params()[0].grad)
     W = layer.W
 
     def J():
         return float((layer.fprop(x) * R).sum())
-    np.testing.assert_allclose(dx, numerical_grad(J, x), rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(gw, numerical_grad(J, W), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(dx, numerical_grad_of(be, J, x), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(gw, numerical_grad_of(be, J, W), rtol=1e-7, atol=1e-9)
     assert layer.bprop(R, need_input_grad=False) is None
 
 
-def test_lf_after_update_renormalises_only_updated_weights():
-    layer = ready(lf(), (1, 6, 6))
+def test_lf_after_update_renormalises_only_updated_weights(backend_name):
+    layer = ready(lf(), (1, 6, 6), backend=backend_name)
     layer.W *= 2.0
     layer.after_update()                      # no bprop since: untouched
-    np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 2.0)
-    layer.fprop(np.ones((1, 1, 6, 6)))
-    layer.bprop(np.ones((1, 3, 4, 4)))
+    np.testing.assert_allclose(np.linalg.norm(on_host(layer, layer.W), axis=-1), 2.0)
+    layer.fprop(dev(layer, np.ones((1, 1, 6, 6))))
+    layer.bprop(dev(layer, np.ones((1, 3, 4, 4))))
     layer.after_update()
-    np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(np.linalg.norm(on_host(layer, layer.W), axis=-1), 1.0, rtol=1e-14)
 
 
 def test_lf_requires_pretraining_keys():
@@ -101,32 +118,36 @@ def test_lf_requires_pretraining_keys():
 # -- LCNLayer --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fshape", [3, [3, 5], [5, 1], 1])
-def test_lcn_matches_ops_and_central_differences(fshape):
-    layer = ready(LCNLayer(fshape=fshape), (3, 6, 7))
+def test_lcn_matches_ops_and_central_differences(fshape, backend_name):
+    layer = ready(LCNLayer(fshape=fshape), (3, 6, 7), backend=backend_name)
+    be = layer.ctx.backend
     assert layer.out_shape == (3, 6, 7)
     rng = np.random.RandomState(2)
-    x = rng.standard_normal((2, 3, 6, 7))
+    x_host = rng.standard_normal((2, 3, 6, 7))
+    x = dev(layer, x_host)
     w = lcn_filter(3, layer.fshape)
-    y = layer.fprop(x)
-    y_op, cache = lcn_fprop(x, w)
+    y = on_host(layer, layer.fprop(x))
+    y_op, cache = lcn_fprop(x_host, w)
     np.testing.assert_allclose(y, y_op, rtol=1e-13, atol=1e-13)
-    R = rng.standard_normal(y.shape)
-    dx = layer.bprop(R)
-    np.testing.assert_allclose(dx, lcn_bprop(R, cache, w), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(dx, numerical_grad(lambda: float((layer.fprop(x) * R).sum()), x),
+    R_host = rng.standard_normal(y.shape)
+    R = dev(layer, R_host)
+    dx = on_host(layer, layer.bprop(R))
+    np.testing.assert_allclose(dx, lcn_bprop(R_host, cache, w), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dx, numerical_grad_of(be, lambda: float((layer.fprop(x) * R).sum()), x),
                                rtol=1e-6, atol=1e-8)
 
 
-def test_lcn_exact_gradient_where_s_is_zero():
+def test_lcn_exact_gradient_where_s_is_zero(backend_name):
     """A constant region has s == 0: the gradient there is e/d (neon v0.4 gave 0)."""
-    layer = ready(LCNLayer(fshape=3), (1, 7, 7))
+    layer = ready(LCNLayer(fshape=3), (1, 7, 7), backend=backend_name)
     x = np.zeros((1, 1, 7, 7))
     x[0, 0, :, 4:] = np.random.RandomState(0).standard_normal((7, 3))
     x[0, 0, :, :3] = 1.0                      # s is exactly 0 at interior columns 1
+    x = dev(layer, x)
     y = layer.fprop(x)
-    R = np.random.RandomState(1).standard_normal(y.shape)
-    dx = layer.bprop(R)
-    num = numerical_grad(lambda: float((layer.fprop(x) * R).sum()), x, eps=1e-7)
+    R = dev(layer, np.random.RandomState(1).standard_normal(y.shape))
+    dx = on_host(layer, layer.bprop(R))
+    num = numerical_grad_of(layer.ctx.backend, lambda: float((layer.fprop(x) * R).sum()), x, eps=1e-7)
     np.testing.assert_allclose(dx[..., 1:6, 1], num[..., 1:6, 1], rtol=1e-5, atol=1e-7)
 
 
@@ -199,23 +220,24 @@ def oracle_step(x, W4, V4, fshape, stride, padding, pool_f, lam, lr, tied):
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("geom", [dict(fshape=3), dict(fshape=[2, 3], stride=[1, 2], padding=[1, 1])])
-def test_pretrain_step_matches_oracle(tied, geom):
+def test_pretrain_step_matches_oracle(tied, geom, backend_name):
     layer = ready(lf(nofm=2, pretraining=True, pretrain_learning_rate=0.05, sparsity=0.3,
-                     tied_weights=tied, **geom), (2, 7, 8))
-    pool = ready(L2PoolingLayer(fshape=2), layer.out_shape)
+                     tied_weights=tied, **geom), (2, 7, 8), backend=backend_name)
+    pool = ready(L2PoolingLayer(fshape=2), layer.out_shape, backend=backend_name)
     x = np.random.RandomState(5).rand(3, 2, 7, 8)
-    W0 = layer.W.copy()
+    W0 = on_host(layer, layer.W)
     layer.pretrain_mode(pool)
     assert layer.learning_rate == 0.05 and (layer.decoder.V is layer.W) == tied
     if not tied:   # an untied decoder starts as a copy of W; make it differ to test both paths
-        layer.decoder.V[...] = np.random.RandomState(9).standard_normal(W0.shape)
-    V0 = layer.decoder.V.copy()
-    r, s = layer.pretrain_step(x)
+        layer.decoder.V[...] = dev(layer, np.random.RandomState(9).standard_normal(W0.shape))
+    V0 = on_host(layer, layer.decoder.V)
+    r, s = layer.pretrain_step(dev(layer, x))
+    assert type(r) is float and type(s) is float
     W1, V1, r_o, s_o = oracle_step(x, W0, V0, layer.fshape, layer.stride, layer.padding, 2, 0.3,
                                    0.05, tied)
     np.testing.assert_allclose([r, s], [r_o, s_o], rtol=1e-12)
-    np.testing.assert_allclose(layer.W, W1, rtol=1e-11, atol=1e-13)
-    np.testing.assert_allclose(layer.decoder.V, W1 if tied else V1, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(on_host(layer, layer.W), W1, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(on_host(layer, layer.decoder.V), W1 if tied else V1, rtol=1e-11, atol=1e-13)
     layer.train_mode()
     assert layer.learning_rate == 0.1
 
@@ -229,13 +251,15 @@ def gb_layers(pretraining=True):
             LayerWithNoBias(nout=3, weight_init=WI, activation=Logistic())]
 
 
-def gb_model(layers=None, **kw):
+def gb_model(layers=None, backend="numpy", dtype="float64", **kw):
+    """A GB model [LF, L2, LCN, LF, L2, LCN, FC] on 12x12 images, configured on one process with
+    the backend named ``backend``."""
     args = dict(num_epochs=2, batch_size=4, learning_rate=0.1, num_pretrain_epochs=1,
                 num_initial_epochs=1, pretraining=True)
     args.update(kw)
     m = GB(layers or gb_layers(), **args)
     m.infer_shapes((1, 12, 12))
-    m.configure(Numpy64(), Topology.serial())
+    m.configure(make_backend(backend, dtype=dtype), Topology.serial())
     m.init_params()
     return m
 
@@ -265,26 +289,30 @@ def test_gb_refuses_pipeline_stages():
     m = GB(gb_layers(), num_epochs=1, learning_rate=0.1)
     m.infer_shapes((1, 12, 12))
     with pytest.raises(ConfigError, match="pipeline"):
-        m.configure(Numpy64(), topo)
+        m.configure(make_backend("numpy"), topo)
 
 
-def test_gb_initial_epochs_update_only_the_top_layer():
-    m = gb_model()
+def test_gb_initial_epochs_update_only_the_top_layer(backend_name):
+    m = gb_model(backend=backend_name)
+    be = m.backend
     rng = np.random.RandomState(0)
-    x, t = rng.rand(4, 1, 12, 12), np.eye(3)[rng.randint(0, 3, 4)]
-    before = [p.value.copy() for _, p in m._params]
+    x, t = be.asarray(rng.rand(4, 1, 12, 12)), be.asarray(np.eye(3)[rng.randint(0, 3, 4)])
+
+    def values():
+        return [np.array(be.to_host(p.value), copy=True) for _, p in m._params]
+    before = values()
     m.train_step(x, t, epoch=0)
-    after = [p.value.copy() for _, p in m._params]
+    after = values()
     assert all(np.array_equal(a, b) for a, b in zip(before[:-1], after[:-1]))
     assert not np.array_equal(before[-1], after[-1])
     m.train_step(x, t, epoch=1)
-    assert all(not np.array_equal(a, p.value) for a, (_, p) in zip(after, m._params))
+    assert all(not np.array_equal(a, b) for a, b in zip(after, values()))
     for layer in (m.layers[0], m.layers[3]):
-        np.testing.assert_allclose(np.linalg.norm(layer.W, axis=-1), 1.0, rtol=1e-13)
+        np.testing.assert_allclose(np.linalg.norm(be.to_host(layer.W), axis=-1), 1.0, rtol=1e-13)
 
 
-def test_gb_fit_pretrains_then_trains():
-    m = gb_model(num_pretrain_epochs=2)
+def test_gb_fit_pretrains_then_trains(backend_name):
+    m = gb_model(num_pretrain_epochs=2, backend=backend_name)
     rng = np.random.RandomState(0)
     x, labels = rng.rand(8, 1, 12, 12), rng.randint(0, 3, 8)
     costs = m.fit(x, labels, 3)
