@@ -4,9 +4,15 @@
 run the command without ``--run-dir`` get theirs in a temporary folder (``DISTNET_RUNS_DIR``),
 removed at the end, instead of the checkout's ``runs/``.
 """
+import logging
 import os
 import shutil
 import tempfile
+
+import pytest
+
+from distnet.log import LOGGER_NAME
+from tests.backends import BACKENDS
 
 _made = []
 
@@ -26,11 +32,7 @@ def pytest_unconfigure(config):
     _made.clear()
 
 
-# ---------------------------------------------------------------------------------- backends
-
-import pytest  # noqa: E402
-
-from tests.backends import BACKENDS  # noqa: E402
+# ---------------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(params=BACKENDS, ids=list(BACKENDS))
@@ -38,3 +40,15 @@ def backend_name(request):
     """Each array backend in turn: numpy, devicelike (numpy data with cupy's strictness), cupy
     (skipped by :func:`tests.backends.make_backend` where there is no GPU)."""
     return request.param
+
+
+@pytest.fixture
+def restore_logger():
+    """Tests that run experiments (``exp.run()`` configures the distnet logger) give the other
+    tests the logger back as it was."""
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
+    yield
+    logger.handlers[:], logger.filters[:] = saved[0], saved[3]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]

@@ -14,7 +14,6 @@ predictions, to the stated GPU-vs-CPU tolerance :data:`tests.backends.AGREEMENT`
 Weights are drawn on the host from the one RNG stream and copied to the device, so both runs
 start equal; they then differ only by the order of floating-point sums.
 """
-import logging
 
 import numpy as np
 import pytest
@@ -23,7 +22,6 @@ from distnet.comm import SerialComm, Topology
 from distnet.config import load_experiment_text
 from distnet.experiments.fit import RunHooks
 from distnet.layers import ConvLayer, Layer, LayerWithNoBias, MaxPoolingLayer
-from distnet.log import LOGGER_NAME
 from distnet.models import Convnet
 from distnet.models.checkpoint import read_checkpoint
 from distnet.ops.activations import Logistic, RectLin, Tanh
@@ -129,14 +127,8 @@ def test_gb_agrees_with_numpy(backend, dtype):
 # -- the experiment path -------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
-def restore_logger():
-    """exp.run() configures the distnet logger; give the other tests theirs back."""
-    logger = logging.getLogger(LOGGER_NAME)
-    saved = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
-    yield
-    logger.handlers[:], logger.filters[:] = saved[0], saved[3]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+def _logger(restore_logger):
+    """Experiments configure the distnet logger: restored after each test (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

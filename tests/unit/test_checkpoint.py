@@ -13,19 +13,12 @@ from distnet.errors import CheckpointError, ConfigError
 from distnet.experiments.rundir import experiment_config
 from distnet.models import checkpoint as ckmod
 from distnet.models.checkpoint import read_checkpoint
-from distnet.log import LOGGER_NAME
 from tests.tiny import CNN, GB, experiment, write_data
 
 
 @pytest.fixture(autouse=True)
-def restore_logger():
-    """exp.run() configures the distnet logger; give the other tests theirs back."""
-    logger = logging.getLogger(LOGGER_NAME)
-    saved = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
-    yield
-    logger.handlers[:], logger.filters[:] = saved[0], saved[3]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+def _logger(restore_logger):
+    """Experiments configure the distnet logger: restored after each test (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
