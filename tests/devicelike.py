@@ -23,7 +23,9 @@ arrays but refuse every implicit host/device crossing, as cupy does:
 * Only names that cupy also has are exposed (e.g. ``lib.stride_tricks.as_strided`` has no
   ``writeable`` argument, flags have no ``writeable``).
 * ``d.__cuda_array_interface__`` (v3) points at the host memory: mpi4py accepts such objects,
-  so under a CPU MPI the "CUDA-aware MPI" path runs with these arrays.
+  so under a CPU MPI the "CUDA-aware MPI" path runs with these arrays. It raises unless
+  ``devicelike.cuda_aware_mpi`` is True (``DeviceLike(cuda_aware_mpi=True)``), so a device
+  buffer that reaches an MPI that is not CUDA-aware without host staging fails, as on a GPU.
 
 What it does not emulate: kernels, launch overheads, streams and asynchrony (every operation is
 synchronous numpy; ``synchronize`` is a no-op), device memory limits, multiple devices, and
@@ -31,6 +33,7 @@ cupy's own numerics (results are numpy's, bit for bit).
 
 Use: ``from tests.devicelike import DeviceLike, xp`` (``xp`` is the ``devicelike`` module).
 """
+import collections
 import operator
 import sys
 import types
@@ -41,6 +44,15 @@ import distnet.backend
 from distnet.backend import Backend
 
 xp = types.ModuleType("devicelike", __doc__.split("\n\n")[0])
+#: ``calls``: device array operations (functions, methods, operators, indexing: what would be
+#: kernel launches or Python dispatch on a GPU); ``syncs``: device -> host transfers (scalar
+#: conversions, ``get``/``asnumpy``: each one waits for the device). Reset with ``counts.clear()``.
+xp.counts = collections.Counter()
+#: Whether MPI may read device memory. mpi4py finds a device buffer through
+#: ``__cuda_array_interface__``, which raises unless this is True, so a device array that reaches
+#: an MPI that is not CUDA-aware (no host staging) fails here as it would crash on a GPU.
+#: ``DeviceLike(cuda_aware_mpi=...)`` sets it.
+xp.cuda_aware_mpi = False
 _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. "
              "Please use `.get()` to construct a NumPy array explicitly.")
 
@@ -77,6 +89,7 @@ def _function(name, fn=None):
     fn = fn or getattr(np, name)
 
     def call(*args, **kwargs):
+        xp.counts["calls"] += 1
         res = fn(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         for given in (kwargs.get("out"),) + args:     # out=, or an input handed back unchanged
             if type(given) is ndarray and res is given._a:
@@ -127,6 +140,7 @@ class ndarray:
     # -- explicit transfers
     def get(self, stream=None, order="C", out=None, blocking=True):
         """A numpy copy (into ``out`` if given)."""
+        xp.counts["syncs"] += 1
         if out is not None:
             if not isinstance(out, np.ndarray) or out.shape != self.shape or out.dtype != self.dtype:
                 raise ValueError("out must be a numpy array of the same shape and dtype")
@@ -145,7 +159,15 @@ class ndarray:
         self._a[...] = arr
 
     @property
+    def data(self):
+        """cupy's ``MemoryPointer`` (only ``ptr``, the address of the first element)."""
+        return types.SimpleNamespace(ptr=self._a.__array_interface__["data"][0])
+
+    @property
     def __cuda_array_interface__(self):
+        if not xp.cuda_aware_mpi:   # what mpi4py reads: only a CUDA-aware MPI may get device memory
+            raise TypeError("a device array was handed to an MPI that is not CUDA-aware "
+                            "(devicelike.cuda_aware_mpi is False): stage it through host memory")
         a = self._a
         return {"version": 3, "data": (a.__array_interface__["data"][0], False),
                 "shape": a.shape, "typestr": a.dtype.str,
@@ -163,12 +185,27 @@ class ndarray:
     flags = property(lambda self: _Flags(self._a))
     T = property(lambda self: ndarray(self._a.T))
     # scalar conversions (cupy copies to the host and synchronises)
-    __bool__ = lambda self: bool(self._a)
-    __float__ = lambda self: float(self._a)
-    __int__ = lambda self: int(self._a)
-    __complex__ = lambda self: complex(self._a)
-    item = lambda self, *args: self._a.item(*args)
-    tolist = lambda self: self._a.tolist()
+    def __bool__(self):
+        return bool(self._synced())
+
+    def __float__(self):
+        return float(self._synced())
+
+    def __int__(self):
+        return int(self._synced())
+
+    def __complex__(self):
+        return complex(self._synced())
+
+    def item(self, *args):
+        return self._synced().item(*args)
+
+    def tolist(self):
+        return self._synced().tolist()
+
+    def _synced(self):
+        xp.counts["syncs"] += 1
+        return self._a
 
     # -- containers
     def __len__(self):
@@ -179,9 +216,11 @@ class ndarray:
             yield _wrap(row)
 
     def __getitem__(self, key):
+        xp.counts["calls"] += 1
         return _wrap(self._a[_index(key)])
 
     def __setitem__(self, key, value):
+        xp.counts["calls"] += 1
         self._a[_index(key)] = _unwrap(value)
 
     def __repr__(self):
@@ -199,6 +238,7 @@ def _rebuild(a):
 
 def _method(name):
     def call(self, *args, **kwargs):
+        xp.counts["calls"] += 1
         res = getattr(self._a, name)(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         return self if res is self._a else _wrap(res)   # e.g. astype(same dtype, copy=False)
     call.__name__ = name
@@ -212,6 +252,7 @@ for _m in ("reshape", "transpose", "ravel", "flatten", "squeeze", "swapaxes", "a
 
 
 def _fill(self, value):
+    xp.counts["calls"] += 1
     self._a.fill(_unwrap(value))
 
 
@@ -220,13 +261,22 @@ ndarray.fill = _fill
 
 def _binary(op, reflected=False):
     def call(self, other):
+        xp.counts["calls"] += 1
         o = _unwrap(other)
         return _wrap(op(o, self._a) if reflected else op(self._a, o))
     return call
 
 
+def _unary(op):
+    def call(self):
+        xp.counts["calls"] += 1
+        return _wrap(op(self._a))
+    return call
+
+
 def _inplace(op):
     def call(self, other):
+        xp.counts["calls"] += 1
         op(self._a, _unwrap(other))
         return self
     return call
@@ -241,7 +291,7 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(ndarray, f"__{_name}__", _binary(getattr(operator, _name)))
 for _name in ("neg", "pos", "abs", "invert"):
-    setattr(ndarray, f"__{_name}__", (lambda op: lambda self: _wrap(op(self._a)))(getattr(operator, _name)))
+    setattr(ndarray, f"__{_name}__", _unary(getattr(operator, _name)))
 ndarray.__hash__ = None
 ndarray.__module__ = "devicelike"
 ndarray.__qualname__ = "ndarray"
@@ -393,7 +443,7 @@ class DeviceLike(Backend):
         super().__init__(**common)
         self.xp = self.cupy = xp
         self.device = device
-        self.cuda_aware_mpi = bool(cuda_aware_mpi)
+        self.cuda_aware_mpi = xp.cuda_aware_mpi = bool(cuda_aware_mpi)
 
     def bind_device(self, local_rank):
         """One device: nothing to pick."""

@@ -26,8 +26,8 @@ from .traffic import TRAFFIC
 
 
 def _data_pointer(a):
-    ai = getattr(a, "__array_interface__", None)   # numpy; device arrays: the CUDA interface
-    return (ai if ai is not None else a.__cuda_array_interface__)["data"][0]
+    ai = getattr(a, "__array_interface__", None)
+    return ai["data"][0] if ai is not None else a.data.ptr   # numpy; cupy's MemoryPointer
 
 
 def _same_view(a, b):

@@ -15,7 +15,7 @@ term ``e/d`` where ``s == 0``; distnet does not reproduce that, see :mod:`distne
 with the two adjoint exchanges in reverse order. No parameters.
 """
 from ..ops.lcn import (lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter, lcn_fprop_divisive,
-                       lcn_fprop_subtractive)
+                       lcn_fprop_subtractive, shared_map)
 from .dist import HaloMixin
 from .spatial import WindowLayer, _pair
 
@@ -47,15 +47,16 @@ class LCNLayer(WindowLayer):
     def configure(self, layout, ctx):
         out = super().configure(layout, ctx)
         self.w = self.xp.asarray(self._w_host.astype(self.dtype))
+        self._w_ops = self.xp.asarray(shared_map(self._w_host).astype(self.dtype))   # (1, fh, fw)
         return out
 
     def fprop(self, x):
         """``x (B, C, h, w)`` on my tile -> ``y`` of the same shape. Dist: two exchanges."""
         xc = self._chunk(x)
         self._xc_shape = xc.shape
-        self._s = lcn_fprop_subtractive(x, xc, self.w)
+        self._s = lcn_fprop_subtractive(x, xc, self._w_ops)
         self._sc = self._chunk(self._s)
-        y, self._d = lcn_fprop_divisive(self._s, self._sc, self.w)
+        y, self._d = lcn_fprop_divisive(self._s, self._sc, self._w_ops)
         return y
 
     def bprop(self, delta, need_input_grad=True):
@@ -63,9 +64,9 @@ class LCNLayer(WindowLayer):
         exchanges (the s-chunk gradient, then the x-chunk gradient)."""
         if not need_input_grad:
             return None
-        gs_direct, gs_chunk = lcn_bprop_divisive(delta, self._s, self._sc, self._d, self.w)
+        gs_direct, gs_chunk = lcn_bprop_divisive(delta, self._s, self._sc, self._d, self._w_ops)
         gs = gs_direct + self._input_grad(gs_chunk)
-        gx_direct, gx_chunk = lcn_bprop_subtractive(gs, self._xc_shape, self.w)
+        gx_direct, gx_chunk = lcn_bprop_subtractive(gs, self._xc_shape, self._w_ops)
         return gx_direct + self._input_grad(gx_chunk)
 
 

@@ -156,7 +156,8 @@ class LocalFilteringLayer(WindowLayer):
         ``b = batch_size``, the global minibatch size (default ``B``; with data replicas each
         holds some rows of the batch and the gradients are summed over ``Topology.data``).
 
-        Returns ``(rcost, spcost)``, this rank's partial sums (python floats): 1/2 sum of the
+        Returns ``(rcost, spcost)``, this rank's partial sums (0-d float64 ``xp`` arrays, left on
+        the device so that a step does not wait for them; ``float()`` them): 1/2 sum of the
         squared error over my input tile and the batch, lambda * sum of my pooled outputs. Their
         sums over the spatial ranks (and data replicas) are the global costs (each pixel, each
         pooled unit once).
@@ -166,15 +167,15 @@ class LocalFilteringLayer(WindowLayer):
         xc = self._chunk(x)                                                  # (B, C, Hc, Wc)
         h = local_fprop(xc, self.W, self.fshape, self.stride)                # (B, K, ho, wo)
         diff = self._input_grad(self.decoder.fprop(h, xc.shape)) - x         # xhat - x on my tile
-        rcost = 0.5 * float(xp.sum(diff * diff, dtype="float64"))
+        rcost = 0.5 * xp.sum(diff * diff, dtype="float64")                  # stays on the device
         gh = self.decoder.bprop(h, self._chunk(diff) / b)                    # decoder, eps on chunk
         p = self.pooling.fprop(h)
-        spcost = lam * float(xp.sum(p, dtype="float64"))
+        spcost = lam * xp.sum(p, dtype="float64")
         gh += self.pooling.bprop(xp.full(p.shape, lam / b, dtype=p.dtype))   # sparsity, dJ/dh
         self._param.grad[...] = local_bprop(xc, self.W, gh, self.fshape, self.stride, need_dx=False)[1]
         data = self.ctx.topology.data
         if data.Get_size() > 1:   # data replicas: sum the (sharded) gradients as MLP does
-            allreduce_sum([self.decoder.param.grad, self._param.grad], data)
+            allreduce_sum([self.decoder.param.grad, self._param.grad], data, self.ctx.backend.host_staging)
         self.decoder.update()
         self.W -= self.learning_rate * self._param.grad
         normalize_rows(self.W)

@@ -208,7 +208,7 @@ class MLP:
             loss = self.pipeline.forward_backward(x, t, batch_size, lowest)
         else:
             y = self.fprop(x)
-            loss = self.backend.xp.asarray([self.cost.loss(y, t)], dtype=np.float64)
+            loss = self.cost.loss_sum(y, t).reshape(1)   # stays on the device until the end
             self.bprop(self.cost.grad(y, t) / batch_size, lowest)
         params = self.trained_params(lowest)
         self.reduce_gradients(params, extra=[loss])

@@ -249,7 +249,7 @@ class Pipeline:
         inputs = {k: [None] * len(micro) for k in mine}   # stored segment inputs, per micro-batch
         cached = {}                                        # segment -> micro-batch its caches hold
         deltas = [None] * len(micro)
-        loss = 0.0
+        loss = xp.zeros(1, dtype=np.float64)               # on the device: no wait per micro-batch
 
         for k in mine:                                     # forward: all micro-batches of a segment
             seg = segs[k]
@@ -263,7 +263,7 @@ class Pipeline:
                 if k in self._send:
                     self._send[k].forward(y)
                 else:                                      # k == last: the cost
-                    loss += model.cost.loss(y, t[s])
+                    loss += model.cost.loss_sum(y, t[s])
                     deltas[m] = model.cost.grad(y, t[s]) / batch_size
 
         mine = [k for k in mine if segs[k].stop > lowest]  # segments that run a backward
@@ -296,4 +296,4 @@ class Pipeline:
                 for p in own[k]:
                     p.grad[...] = 0
         self._finish()
-        return self._share_over_pipe(xp.asarray([loss], dtype=np.float64))
+        return self._share_over_pipe(loss)

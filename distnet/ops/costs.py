@@ -1,9 +1,10 @@
 """Costs (NEON.md §3.11) and the misclassification count.
 
-``y`` is the network output and ``t`` the target, both ``(B, K)``. ``loss(y, t)`` returns a Python
-float: the SUM over the batch of the per-sample loss. ``grad(y, t)`` is d loss / d y, the gradient of
-that sum, shaped like ``y`` (the model divides by the batch size). Gradients keep ``y``'s dtype;
-the loss is accumulated in float64.
+``y`` is the network output and ``t`` the target, both ``(B, K)``. ``loss_sum(y, t)`` returns the
+SUM over the batch of the per-sample loss as a 0-d float64 ``xp`` array (on a GPU it stays on the
+device: training steps never wait for it); ``loss(y, t)`` is the same as a Python float.
+``grad(y, t)`` is d loss / d y, the gradient of that sum, shaped like ``y`` (the model divides by
+the batch size). Gradients keep ``y``'s dtype; the loss is accumulated in float64.
 """
 import numpy as np
 
@@ -13,7 +14,15 @@ from ..backend import get_array_module
 EPS = float(np.finfo(np.float32).eps)
 
 
-class CrossEntropy:
+class Cost:
+    """A cost: ``loss_sum`` (0-d float64 ``xp`` array) and ``grad`` (shaped like ``y``)."""
+
+    def loss(self, y, t):
+        """The batch's summed loss as a Python float (waits for the device)."""
+        return float(self.loss_sum(y, t))
+
+
+class CrossEntropy(Cost):
     """Binary cross-entropy summed over the K outputs (neon's ``CrossEntropy``).
 
     Per sample ``-sum_k [t ln clip(y) + (1-t) ln clip(1-y)]``, clip to ``[EPS, 1-EPS]``.
@@ -27,12 +36,12 @@ class CrossEntropy:
 
     name = "cross_entropy"
 
-    def loss(self, y, t):
+    def loss_sum(self, y, t):
         xp = get_array_module(y, t)
         t = xp.asarray(t, dtype=y.dtype)
         yc = xp.clip(y, EPS, 1 - EPS)
         nc = xp.clip(1 - y, EPS, 1 - EPS)
-        return -float(xp.sum(t * xp.log(yc) + (1 - t) * xp.log(nc), dtype="float64"))
+        return -xp.sum(t * xp.log(yc) + (1 - t) * xp.log(nc), dtype="float64")
 
     def grad(self, y, t):
         xp = get_array_module(y, t)
@@ -40,15 +49,15 @@ class CrossEntropy:
         return (y - t) / xp.clip(y * (1 - y), EPS, 1 - EPS)
 
 
-class SumSquaredDiffs:
+class SumSquaredDiffs(Cost):
     """``loss = 1/2 sum (y - t)**2`` over all elements; ``grad = y - t``."""
 
     name = "sum_squared_diffs"
 
-    def loss(self, y, t):
+    def loss_sum(self, y, t):
         xp = get_array_module(y, t)
         d = y - xp.asarray(t, dtype=y.dtype)
-        return 0.5 * float(xp.sum(d * d, dtype="float64"))
+        return 0.5 * xp.sum(d * d, dtype="float64")
 
     def grad(self, y, t):
         xp = get_array_module(y, t)

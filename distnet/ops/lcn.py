@@ -82,12 +82,20 @@ def lcn_pad(fshape):
 # the weighted local mean (single output map) and its adjoint
 # ---------------------------------------------------------------------------------------------
 
-def _shared_map(w):
-    """``w[0]`` if every channel uses the same map (always, for :func:`lcn_filter`), else None.
-    Then sum_c w[c] * x[c] = w[0] * sum_c x[c]: the channel sum is done once instead of once per
-    filter tap, which makes the mean C times cheaper."""
+def shared_map(w):
+    """The filter to hand to the LCN ops: ``w[:1]`` ``(1, fh, fw)`` if every channel of
+    ``w (C, fh, fw)`` uses the same map (always, for :func:`lcn_filter`), else ``w``. Checked
+    once by the caller (on a GPU the check waits for the device), not at every call."""
     xp = get_array_module(w)
-    if w.shape[0] == 1 or bool(xp.all(w == w[:1])):
+    return w[:1] if w.shape[0] == 1 or bool(xp.all(w == w[:1])) else w
+
+
+def _shared_map(w):
+    """``w[0]`` when every channel uses the same map: ``w`` is ``(1, fh, fw)`` (see
+    :func:`shared_map`), or a numpy ``(C, fh, fw)`` with equal maps (checked here: on the host
+    that costs nothing); else None. Then sum_c w[c] * x[c] = w[0] * sum_c x[c]: the channel sum
+    is done once instead of once per filter tap, which makes the mean C times cheaper."""
+    if w.shape[0] == 1 or (get_array_module(w) is np and bool(np.all(w == w[:1]))):
         return w[0]
     return None
 
@@ -95,7 +103,7 @@ def _shared_map(w):
 def _check_mean(w, chunk_shape):
     C, fh, fw = w.shape
     B, Cx, Hc, Wc = chunk_shape
-    if C != Cx:
+    if C not in (1, Cx):
         raise GeometryError(f"LCN filter has {C} maps but the input has {Cx}")
     if Hc < fh or Wc < fw:
         raise GeometryError(f"LCN chunk {Hc}x{Wc} is smaller than the {fh}x{fw} filter")
@@ -105,7 +113,7 @@ def _check_mean(w, chunk_shape):
 def lcn_mean(w, x_chunk):
     """Valid single-map correlation (the weighted local mean).
 
-    w : (C, fh, fw), x_chunk : (B, C, Hc, Wc)
+    w : (C, fh, fw), or (1, fh, fw): one map for every channel; x_chunk : (B, C, Hc, Wc)
     returns m : (B, 1, Hc-fh+1, Wc-fw+1),
       m[b, 0, r, q] = sum_{c,a,beta} w[c, a, beta] * x_chunk[b, c, r+a, q+beta]
     """
@@ -131,7 +139,8 @@ def lcn_mean_adjoint(w, gm, chunk_shape):
     """Adjoint of :func:`lcn_mean`: scatter the single map back through the same weights to
     every channel.
 
-    w : (C, fh, fw), gm : (B, 1, h, wd), chunk_shape : (B, C, h+fh-1, wd+fw-1)
+    w : (C, fh, fw) or (1, fh, fw) (as :func:`lcn_mean`), gm : (B, 1, h, wd),
+    chunk_shape : (B, C, h+fh-1, wd+fw-1)
     returns g_chunk : (B, C, Hc, Wc),
       g_chunk[b, c, r+a, q+beta] += w[c, a, beta] * gm[b, 0, r, q]
     """

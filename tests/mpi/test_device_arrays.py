@@ -31,7 +31,33 @@ def _is_device(a):
     return type(a) is xp.ndarray
 
 
+@pytest.fixture
+def mpi_reads(host_staging):
+    """Device memory readable by "MPI" exactly when it is CUDA-aware (not staged)."""
+    saved, xp.cuda_aware_mpi = xp.cuda_aware_mpi, not host_staging
+    yield
+    xp.cuda_aware_mpi = saved
+
+
+def test_unstaged_device_buffer_needs_a_cuda_aware_mpi(comm):
+    """Without host staging, a device buffer reaching an MPI that is not CUDA-aware fails (on a
+    GPU it would crash or send garbage): the stand-in refuses, on every rank."""
+    saved, xp.cuda_aware_mpi = xp.cuda_aware_mpi, False
+    try:
+        with pytest.raises(TypeError):   # mpi4py: "message: expecting buffer or list/tuple"
+            allreduce_sum([xp.ones(3)], comm, host_staging=False)
+        a = xp.ones(3)
+        allreduce_sum([a], comm, host_staging=True)
+        assert xp.asnumpy(a).tolist() == [comm.size] * 3
+        xp.cuda_aware_mpi = True
+        allreduce_sum([a], comm, host_staging=False)
+        assert xp.asnumpy(a).tolist() == [comm.size ** 2] * 3
+    finally:
+        xp.cuda_aware_mpi = saved
+
+
 @paths
+@pytest.mark.usefixtures("mpi_reads")
 def test_halo_exchange_and_adjoint_of_device_arrays(mpi, topologies, host_staging):
     grid = _grid(mpi.size)
     topo = topologies(grid)
@@ -59,6 +85,7 @@ def test_halo_exchange_and_adjoint_of_device_arrays(mpi, topologies, host_stagin
 
 
 @paths
+@pytest.mark.usefixtures("mpi_reads")
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gradient_sum_of_device_arrays(comm, host_staging, dtype):
     def parts(rank):
@@ -76,6 +103,7 @@ def test_gradient_sum_of_device_arrays(comm, host_staging, dtype):
 
 
 @paths
+@pytest.mark.usefixtures("mpi_reads")
 def test_pipeline_messages_of_device_arrays(comm, host_staging):
     """Every rank sends a device array to the next rank around a ring and receives one from the
     previous rank (point-to-point on the pipe communicator's primitives)."""
@@ -145,8 +173,10 @@ def test_dist_training_on_device_arrays_equals_numpy(comm, mpi, reference, host_
 
 
 @paths
-def test_gbdist_on_device_arrays_equals_numpy(mpi, topologies, host_staging):
-    """GB (LF / L2 / LCN pretraining, then supervised) on tiles of device arrays."""
+@pytest.mark.parametrize("ndata", [1, 2], ids=["grid", "data2-grid"])
+def test_gbdist_on_device_arrays_equals_numpy(mpi, comm, host_staging, ndata):
+    """GB (LF / L2 / LCN pretraining, then supervised) on tiles of device arrays, alone or with
+    two data replicas (pretraining gradients summed over Topology.data)."""
     from distnet.backend import Numpy64
     from distnet.models.gb import GB, GBDist
     from tests.mpi.test_gb_dist import IMAGE, NCLASS, box, cut, cut_w, gb_layers
@@ -156,18 +186,24 @@ def test_gbdist_on_device_arrays_equals_numpy(mpi, topologies, host_staging):
               num_initial_epochs=1, pretraining=True, shuffle=True)
     ref = GB(gb_layers(False), **kw)
     dist = GBDist(gb_layers(True), **kw)
-    for model, backend, topo in ((ref, Numpy64(), Topology.serial()),
-                                 (dist, DeviceLike(dtype="float64", cuda_aware_mpi=not host_staging),
-                                  topologies(_grid(mpi.size)))):
-        model.infer_shapes(IMAGE)
-        model.configure(backend, topo)
-        model.init_params()
-    tile = box(dist.layers[0], "own")
-    costs_ref, costs = ref.fit(x, labels, NCLASS), dist.fit(cut(x, tile), labels, NCLASS)
+    grid = _grid(mpi.size) if ndata == 1 else (1, mpi.size // 2)
+    topo = Topology.from_world(grid=grid, data=ndata, world=comm)
+    try:
+        for model, backend, t in ((ref, Numpy64(), Topology.serial()),
+                                  (dist, DeviceLike(dtype="float64", cuda_aware_mpi=not host_staging), topo)):
+            model.infer_shapes(IMAGE)
+            model.configure(backend, t)
+            model.init_params()
+        tile = box(dist.layers[0], "own")
+        costs_ref, costs = ref.fit(x, labels, NCLASS), dist.fit(cut(x, tile), labels, NCLASS)
+        out = dist.predict(cut(x, tile))
+    finally:
+        topo.free()
     np.testing.assert_allclose(costs, costs_ref, rtol=1e-10)
     np.testing.assert_allclose([c[2:] for c in dist.pretrain_costs], [c[2:] for c in ref.pretrain_costs],
                                rtol=1e-10)
-    np.testing.assert_allclose(dist.predict(cut(x, tile)), ref.predict(x), rtol=1e-10, atol=1e-12)
+    if ndata == 1:
+        np.testing.assert_allclose(out, ref.predict(x), rtol=1e-10, atol=1e-12)
     for i in (0, 3):
         assert _is_device(dist.layers[i].W)
         np.testing.assert_allclose(xp.asnumpy(dist.layers[i].W),

@@ -124,6 +124,34 @@ def test_gb_agrees_with_numpy(backend, dtype):
     assert_runs_agree(ref, got, dtype)
 
 
+# -- device work per step -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["convnet", "gb"])
+def test_device_work_per_step_is_independent_of_batch_and_waits_once(model):
+    """On a GPU, what costs beyond the arithmetic is the number of kernel launches (Python
+    dispatch) and of waits for the device. Counted with the device-like module: the same two
+    training steps per epoch at batch 4 and batch 16 make exactly the same number of device
+    calls (no per-image loop anywhere), and the device is waited for once per training step
+    (the batch loss, checked for NaN before the next step) and twice per pretraining epoch of
+    each pretrained layer (its two cost sums), nowhere else."""
+    from tests.devicelike import xp
+    counts = []
+    for B in (4, 16):
+        if model == "convnet":
+            m, shape = convnet("devicelike", "float32"), (2, 10, 12)
+        else:
+            m, shape = gb("devicelike", "float32"), (1, 12, 12)
+        m.batch_size = B
+        x, y = data(2 * B, shape, 3, seed=0, dtype="float32")
+        xp.counts.clear()
+        m.fit(x, y, 3)
+        counts.append(dict(xp.counts))
+    steps = 2 * m.num_epochs
+    pretraining = 2 * m.num_pretrain_epochs * len(m.pretrained_layers()) if model == "gb" else 0
+    assert counts[0] == counts[1], f"device calls depend on the batch size: B=4 {counts[0]}, B=16 {counts[1]}"
+    assert counts[0]["syncs"] == steps + pretraining, counts[0]
+
+
 # -- the experiment path -------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
