@@ -99,7 +99,7 @@ class DistnetRun:
         model.init_params()
         for layer in model.layers:
             layer.reuse_buffers = reuse_buffers
-        x, labels = global_data(workload, nbatches=max(2, -(-2 * BATCH[workload] // B)))
+        x, labels = global_data(workload, nbatches=max(2, -(-2 * B // BATCH[workload])))   # >= 2 steps
         t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
         self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
         self.t = np.zeros((len(labels), 10), np.float32)

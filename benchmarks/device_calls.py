@@ -1,0 +1,50 @@
+"""Device calls and device waits per training step of each benchmark workload, on any machine.
+
+    .venv/bin/python benchmarks/device_calls.py [--steps 4]
+
+On a GPU a step costs, beyond its arithmetic, one kernel launch (plus Python dispatch) per array
+operation and a stall of the launch queue at every wait for the device (a scalar read back, a
+device -> host copy). Both are counted here by running the distnet GPU code path (the benchmark's
+``--backend gpu`` setup: data on the device, ``cuda_aware_mpi`` False) on the device-like array
+module of the test suite (tests/devicelike.py), which counts ``calls`` (array operations) and
+``syncs`` (waits), at the workload's batch size and at 4x that batch: equal counts mean that
+no loop runs over the images of a batch. Counts, not timings; one process.
+"""
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import benchmarks.workloads as workloads  # noqa: E402
+from distnet.comm import Topology  # noqa: E402
+from tests.devicelike import DeviceLike, xp  # noqa: E402
+
+
+def count(workload, batch, steps):
+    """``(calls, syncs)`` per step of ``workload`` at ``batch``, after one warm-up step."""
+    run = workloads.DistnetRun(workload, Topology.serial(), batch=batch, backend="gpu")
+    run.step()
+    xp.counts.clear()
+    for _ in range(steps):
+        float(run.step())   # the benchmark reads each step's loss back, as training does
+    return xp.counts["calls"] / steps, xp.counts["syncs"] / steps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=4)
+    a = ap.parse_args()
+    workloads.gpu_backend = lambda like: DeviceLike(rng_seed=like.rng_seed, dtype=like.dtype.name)
+    print("| workload | batch | device calls / step | at 4x batch | device waits / step |")
+    print("|---|---|---|---|---|")
+    for w in workloads.BATCH:
+        B = workloads.BATCH[w]
+        calls, syncs = count(w, B, a.steps)
+        calls4, _ = count(w, 4 * B, a.steps)
+        print(f"| {w} | {B} | {calls:.0f} | {calls4:.0f} | {syncs:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
