@@ -5,7 +5,10 @@ Per layer: the global output shape, the output tile of rank 0 and the largest on
 chunk (tile + halo) of the largest rank, the halo widths (ghost rows/columns received from
 neighbours on each side, the largest over the ranks; zero padding at the image border is not
 counted), the parameters (global and on the rank holding most), and the activation memory per
-rank (outputs plus halo chunks of one minibatch, the rank holding most).
+rank (outputs plus halo chunks of one minibatch, the rank holding most). With pipeline stages a
+``stage`` column is added and the per-rank totals are those of the largest stage (a rank holds
+its own stage's layers only); with data replicas (``data``, or ``dist_mode: datapar``) memory is
+for the replica's rows of a minibatch.
 """
 from dataclasses import dataclass
 
@@ -30,21 +33,30 @@ class LayerRow:
     params_rank: int         # most on any rank
     sharded: bool
     act_bytes: int           # per rank (the most), one minibatch: output + chunk
+    stage: int = 0           # pipeline stage holding the layer
 
 
 def topology_for(exp, nranks):
-    """``(grid, data, pipe)`` the run would use on ``nranks`` ranks (TopologyError otherwise)."""
+    """``(grid, data, pipe)`` the run would use on ``nranks`` ranks (TopologyError otherwise),
+    as :meth:`~distnet.experiments.fit.FitExperiment.make_topology` builds it: ``dist_mode:
+    datapar`` makes every rank of a stage a data replica of whole images (unless ``data`` is
+    given); otherwise the ranks left after ``data x pipe`` form the spatial grid."""
     data, pipe = exp.data, getattr(exp, "pipe", 1)
+    if exp.dist_flag and getattr(exp.dataset, "dist_mode", None) == "datapar" and data == 1:
+        if nranks % pipe:
+            raise TopologyError(f"{nranks} ranks cannot hold pipe={pipe} stages; use a multiple of {pipe}")
+        return (1, 1), nranks // pipe, pipe
     replicas = data * pipe
     if nranks < 1 or nranks % replicas:
         raise TopologyError(f"{nranks} ranks cannot hold data={data} x pipe={pipe} replicas; use a "
                             f"multiple of {replicas}")
     nspatial = nranks // replicas
     planes = exp.model.planes()
-    if not exp.dist_flag:
+    if not exp.dist_flag or getattr(exp.dataset, "dist_mode", None) == "datapar":
         if nspatial != 1:
-            raise TopologyError(f"this experiment has dist_flag: False: it runs on data x pipe = "
-                                f"{replicas} rank(s), not {nranks}")
+            why = ("dist_mode datapar gives every rank whole images" if exp.dist_flag
+                   else "this experiment has dist_flag: False")
+            raise TopologyError(f"{why}: it runs on data x pipe = {replicas} rank(s), not {nranks}")
         return (1, 1), data, pipe
     if exp.grid is not None:
         return check_grid(exp.grid, nspatial, planes, replicas), data, pipe
@@ -137,18 +149,22 @@ def format_show(exp, path, nranks):
     bs = exp.model.batch_size
     per_replica = -(-bs // data) if bs else 1
     rows = layer_rows(exp, grid, per_replica)
+    for row, stage in zip(rows, exp.model.stage_plan(pipe)):
+        row.stage = stage
     head = [f"{path}: {nranks} rank(s) = data {data} x pipe {pipe} x grid {grid[0]}x{grid[1]}; "
             f"input {_shape(exp.dataset.image_shape)}, dtype {np.dtype(exp.backend.dtype).name}, "
             + (f"batch {bs} ({per_replica} rows per replica)" if bs else "batch: all images (memory per image)")]
-    cols = ["#", "layer", "class", "global out", "rank 0 out", "largest out", "largest chunk",
-            "halo t/b/l/r", "params", "params/rank", "act/rank"]
-    table = [[str(r.index), r.name, r.kind, _shape(r.global_shape), _shape(r.rank0_shape),
-              _shape(r.largest_shape), _shape(r.chunk_shape),
-              "-" if r.halo is None else "/".join(map(str, r.halo)),
+    staged = pipe > 1
+    cols = ["#", "layer", "class"] + (["stage"] if staged else []) + [
+        "global out", "rank 0 out", "largest out", "largest chunk", "halo t/b/l/r", "params",
+        "params/rank", "act/rank"]
+    table = [[str(r.index), r.name, r.kind] + ([str(r.stage)] if staged else []) + [
+              _shape(r.global_shape), _shape(r.rank0_shape), _shape(r.largest_shape),
+              _shape(r.chunk_shape), "-" if r.halo is None else "/".join(map(str, r.halo)),
               f"{r.params_global:,}", f"{r.params_rank:,}" + (" (shard)" if r.sharded else ""),
               _mib(r.act_bytes)] for r in rows]
     widths = [max(len(c), *(len(t[k]) for t in table)) for k, c in enumerate(cols)]
-    right = {0, 8, 9, 10}
+    right = {0, len(cols) - 3, len(cols) - 2, len(cols) - 1} | ({3} if staged else set())
 
     def line(cells):
         return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
@@ -156,10 +172,12 @@ def format_show(exp, path, nranks):
     out = head + [line(cols)] + [line(t) for t in table]
     itemsize = np.dtype(exp.backend.dtype).itemsize
     pg = sum(r.params_global for r in rows)
-    pr = sum(r.params_rank for r in rows)
-    act = sum(r.act_bytes for r in rows)
-    out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank "
+    # a rank holds the layers of its own stage only: per-rank figures are the largest stage's
+    pr = max(sum(r.params_rank for r in rows if r.stage == s) for s in range(pipe))
+    act = max(sum(r.act_bytes for r in rows if r.stage == s) for s in range(pipe))
+    where = ", its stage's layers only" if staged else ""
+    out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank{where} "
                f"({_mib(pr * itemsize)}, x3 with gradients and momentum)")
-    out.append(f"activations per rank (outputs + halo chunks, the rank holding most): {_mib(act)}"
+    out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
     return "\n".join(out)

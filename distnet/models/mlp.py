@@ -62,7 +62,7 @@ class MLP:
         for i, layer in enumerate(layers):
             if layer.name is None:
                 layer.name = f"{type(layer).__name__}{i}"
-        self._assign_stages(1)  # the placement's own errors now (``distnet check``); pipe's in configure
+        self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
 
     # -- building ------------------------------------------------------------------------------
     def infer_shapes(self, input_shape):
@@ -110,14 +110,15 @@ class MLP:
         (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
         has one stage and one micro-batch: the plain loop below)."""
         npipe = getattr(topology, "npipe", 1)
-        self.stage_of = self._assign_stages(npipe)
+        self.stage_of = self.stage_plan(npipe)
         mine = getattr(topology, "pipe_index", 0)
         self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
         self.pipeline = (Pipeline(self, self.stage_of, self.layouts, self.micro_batches)
                          if npipe > 1 or self.micro_batches > 1 else None)
 
-    def _assign_stages(self, npipe):
-        """:func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
+    def stage_plan(self, npipe):
+        """The pipeline stage of every layer on ``npipe`` stages (list of ints):
+        :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
         point at the layer's (or the model's) YAML."""
         try:
             return assign_stages(len(self.layers), [layer.stage for layer in self.layers], self.stages, npipe)

@@ -117,6 +117,29 @@ def test_show_parameter_counts_equal_the_built_model(name):
         assert row.params_global == sum(int(np.prod(p.value.shape)) for p in layer.params()), layer.name
 
 
+def test_show_counts_the_parameters_of_a_stage_per_rank():
+    """With pipeline stages a rank holds its stage's layers only: the per-rank parameter count
+    is the largest stage's, from the layers the built model places on each stage."""
+    from distnet.cli.show import format_show
+    exp = load_experiment(str(ROOT / "experiments/mnist_mlp_pipeline.yaml"))   # stages 0, 1, 0
+    text = format_show(exp, "x", 2)
+    assert "data 1 x pipe 2 x grid 1x1" in text and "stage" in text.splitlines()[1]
+    exp.model.configure(exp.backend, Topology.serial())
+    exp.model.init_params()
+    per_stage = [0, 0]
+    for layer, stage in zip(exp.model.layers, exp.model.stage_plan(2)):
+        per_stage[stage] += sum(int(np.prod(p.value.shape)) for p in layer.params())
+    assert per_stage[0] != per_stage[1]
+    assert f"at most {max(per_stage):,} on one rank, its stage's layers only" in text
+
+
+def test_show_datapar_makes_every_rank_a_replica():
+    from distnet.cli.show import format_show
+    exp = load_experiment(str(ROOT / "experiments/mnist_mlp_datapar.yaml"))
+    assert "4 rank(s) = data 4 x pipe 1 x grid 1x1" in format_show(exp, "x", 4)
+    assert "batch 50 (13 rows per replica)" in format_show(exp, "x", 4)
+
+
 def test_show_refuses_sizes_that_cannot_work():
     from distnet.cli.show import format_show
     dist = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"))
