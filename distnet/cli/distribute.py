@@ -73,7 +73,9 @@ def distribute_text(text, filename="<string>"):
             edits.append((old.start_mark.index, old.end_mark.index, "True"))
         elif node.flow_style:
             brace = text.index("{", node.start_mark.index)
-            edits.append((brace + 1, brace + 1, " dist_flag: True,"))
+            after = text[brace + 1:brace + 2]
+            sep = "" if after in (" ", "\n", "\r") else " "   # keep `{repo_path: ...}` readable
+            edits.append((brace + 1, brace + 1, " dist_flag: True," + sep))
         else:
             first = node.value[0][0]
             col = first.start_mark.column

@@ -27,3 +27,5 @@ def test_comments_kept_and_shard_paths_get_rank_and_size():
     assert out.startswith("# my experiment") and "# keep me" in out
     assert "!obj:ConvnetDist" in out and "!obj:ConvLayerDist" in out and "!obj:LayerDist" in out
     assert "c/mnist-{rank}of{size}.h5" in out
+    assert "!obj:MNIST { dist_flag: True, repo_path: d," in out   # inline mapping stays readable
+    assert load_experiment_text(out, "d.yaml").dataset.dist_flag
