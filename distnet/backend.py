@@ -120,6 +120,11 @@ class GPU(Backend):
         self.device = device
         self.cuda_aware_mpi = cuda_aware_mpi
         if device is not None:
+            ndev = self.cupy.cuda.runtime.getDeviceCount()
+            if not 0 <= device < ndev:
+                raise ConfigError(f"device {device} does not exist: this node has {ndev} GPU(s), "
+                                  f"devices 0 .. {ndev - 1} (or leave device out: one GPU per rank "
+                                  "of the node)", key="device")
             self.cupy.cuda.Device(device).use()
 
     def bind_device(self, local_rank):

@@ -128,6 +128,18 @@ def test_gpu_experiment_checks_with_standin_cupy(tmp_path, path):
     assert f"{path.relative_to(ROOT)}: OK" in proc.stdout or f"{path}: OK" in proc.stdout
 
 
+def test_gpu_device_that_does_not_exist_is_a_config_error(tmp_path):
+    """``device: 2`` on a node with 2 GPUs: the YAML line of the key and the devices there are."""
+    exp = tmp_path / "gpu.yaml"
+    text = (ROOT / "experiments" / "mnist_cnn_gpu.yaml").read_text()
+    exp.write_text(text.replace("!obj:distnet.backends.GPU {", "!obj:distnet.backends.GPU {device: 2, ", 1))
+    assert "device: 2" in exp.read_text()
+    proc = run(["check", str(exp)], STANDIN_CUPY.format(ndev=2), tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{exp}:" in proc.stderr and "key 'device'" in proc.stderr
+    assert "device 2 does not exist: this node has 2 GPU(s), devices 0 .. 1" in proc.stderr
+
+
 @pytest.mark.parametrize("path", GPU_EXPERIMENTS, ids=lambda p: p.name)
 def test_gpu_experiment_without_cupy_says_so(tmp_path, path):
     proc = run(["check", str(path)], BROKEN_CUPY, tmp_path)
