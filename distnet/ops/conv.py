@@ -203,22 +203,33 @@ class _Images:
         return self.buf.reshape(C, self.H * self.W)
 
 
+def _flat_plan(x, fh, fw, pad):
+    """What both flat kernels start from: ``(xp, x, C, W, Ho, n)`` with ``W`` the padded width,
+    ``Ho`` the stride-1 output rows, ``n`` output rows per tile, and ``x`` made contiguous
+    when it is read as it is (padding copies every image into a buffer anyway)."""
+    xp = get_array_module(x)
+    C = x.shape[1]
+    H, W = _padded_hw(x.shape, pad)
+    Ho = H - fh + 1
+    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
+    return xp, (xp.ascontiguousarray(x) if pad is None else x), C, W, Ho, n
+
+
+def _flat_buffers(x, pad, work, s, cols_shape):
+    """Kernel thread ``s``'s padded-image view and its column buffer ``cols_shape``."""
+    return _Images(x, pad, work, f"xpad{s}"), scratch(work, f"cols{s}", cols_shape, x.dtype, like=x)
+
+
 def _flat_conv(x, w2, fh, fw, out, work, relu=False, pad=None):
     """``out (B, K, Ho, Wo)`` = stride-1 valid correlation of ``x (B, C, H, W)`` zero-padded
     by ``pad`` (applied one image at a time). The images are shared out over the kernel
     threads (:mod:`distnet.ops.parallel`), each with its own tile buffers."""
-    xp = get_array_module(x)
-    B, C = x.shape[:2]
-    H, W = _padded_hw(x.shape, pad)
-    K = w2.shape[0]
-    Ho, Wo = H - fh + 1, W - fw + 1
-    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
-    x = xp.ascontiguousarray(x) if pad is None else x
+    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad)
+    B, K, Wo = x.shape[0], w2.shape[0], W - fw + 1
 
     def run(share):
         s, images = share
-        imgs = _Images(x, pad, work, f"xpad{s}")
-        cols = scratch(work, f"cols{s}", (C, fh * fw, n * W), x.dtype, like=x)
+        imgs, cols = _flat_buffers(x, pad, work, s, (C, fh * fw, n * W))
         yw = scratch(work, f"ywide{s}", (K, n * W), x.dtype, like=x)
         for b in images:
             _flat_image(imgs[b], w2, fh, fw, W, Ho, Wo, out[b], cols, yw, relu)
@@ -230,17 +241,12 @@ def _flat_conv(x, w2, fh, fw, out, work, relu=False, pad=None):
 def _flat_dw(x, dy, fh, fw, work, pad=None):
     """``dw (K, C*fh*fw) = sum_b sum_tiles dy_wide @ cols.T`` (stride 1); images shared out over
     the kernel threads, the per-thread sums added in thread order (deterministic)."""
-    xp = get_array_module(x, dy)
-    B, C = x.shape[:2]
-    H, W = _padded_hw(x.shape, pad)
-    K, Ho, Wo = dy.shape[1:]
-    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
-    x = xp.ascontiguousarray(x) if pad is None else x
+    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad)
+    B, (K, _, Wo) = x.shape[0], dy.shape[1:]
 
     def run(share):
         s, images = share
-        imgs = _Images(x, pad, work, f"xpad{s}")
-        cols = scratch(work, f"cols{s}", (C, fh * fw, n * W), x.dtype, like=x)
+        imgs, cols = _flat_buffers(x, pad, work, s, (C, fh * fw, n * W))
         cols2 = cols.reshape(-1, n * W)
         # Wide dy tile: columns Wo..W-1 of every row are never written, so they stay zero and
         # the garbage columns of cols contribute nothing.
