@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import get_array_module
+from ..comm.collect import gather_to_root
 from ..errors import CheckpointError
 
 FORMAT = "distnet-checkpoint"
@@ -107,16 +108,17 @@ def _global_entry(layer, p, comm):
         entry.update(value=value.reshape(gshape) if value.shape != gshape else value,
                      velocity=_host(p.velocity))
         return entry if comm.Get_rank() == 0 else None
-    parts = comm.gather((index, _host(p.value), _host(p.velocity)), root=0)
+    mine = [_host(p.value), _host(p.velocity)]
+    whole = [np.zeros(gshape, dtype=a.dtype) if a is not None else None for a in mine]
+
+    def place(rank, idx, parts):   # each rank's slice into its place, as it arrives
+        for dst, part in zip(whole, parts):
+            if dst is not None:
+                dst[idx] = part
+    gather_to_root(comm, index, mine, place)
     if comm.Get_rank() != 0:
         return None
-    value = np.zeros(gshape, dtype=parts[0][1].dtype)
-    velocity = None if parts[0][2] is None else np.zeros(gshape, dtype=parts[0][2].dtype)
-    for idx, v, vel in parts:
-        value[idx] = v
-        if velocity is not None:
-            velocity[idx] = vel
-    entry.update(value=value, velocity=velocity)
+    entry.update(value=whole[0], velocity=whole[1])
     return entry
 
 
@@ -126,7 +128,8 @@ def gather_params(model, topology):
 
     Only data replica 0 takes part (the replicas hold the same values). Each pipeline stage
     gathers its layers' parameters over its spatial grid (collective over ``topology.spatial``),
-    and the stages send them to world rank 0 (one gather over ``topology.pipe``).
+    and the stages send them to world rank 0 (collective over ``topology.pipe``). Arrays travel
+    as typed messages, never pickled (:func:`~distnet.comm.collect.gather_to_root`).
     """
     t = topology
     if t.data_index != 0:
@@ -138,13 +141,22 @@ def gather_params(model, topology):
             if entry is not None:
                 mine.append((offset + j, entry))
     if t.spatial.Get_rank() != 0:
-        mine = None
-    stages = t.pipe.gather(mine, root=0) if getattr(t, "npipe", 1) > 1 else [mine]
+        mine = []
+    found = {}
+    if getattr(t, "npipe", 1) > 1:
+        def collect(rank, meta, arrays):
+            for (slot, name, layer, sharded), value, velocity in zip(meta, arrays[0::2], arrays[1::2]):
+                found[slot] = {"name": name, "layer": layer, "sharded": sharded, "value": value,
+                               "velocity": velocity}
+        meta = [(slot, e["name"], e["layer"], e["sharded"]) for slot, e in mine]
+        arrays = [a for _, e in mine for a in (e["value"], e["velocity"])]
+        gather_to_root(t.pipe, meta, arrays, collect)
+    else:
+        found.update(mine)
     if t.rank != 0:
         return None
     slots = param_slots(model)
     total = sum(len(names) for _, _, names in slots)
-    found = dict(item for stage in stages for item in (stage or []))
     missing = [i for i in range(total) if i not in found]
     if missing:
         raise CheckpointError(f"parameters {missing} of the model were held by no rank")
