@@ -379,9 +379,6 @@ def apply_checkpoint(model, ck, log=None):
             p.velocity = (None if e["velocity"] is None else
                           xp.asarray(np.array(e["velocity"][index], dtype=dtype).reshape(p.value.shape)))
     model.resume = {"epoch": ck.epoch + 1, "shuffle_rng": ck.shuffle_state}
-    if getattr(model, "num_pretrain_epochs", 0):
-        # GB: pretraining happened before the first supervised epoch that the checkpoint closes.
-        model.num_pretrain_epochs = 0
 
 
 def _names(entries):

@@ -128,8 +128,9 @@ class GB(MLP):
     # -- supervised phase (NEON.md §4.4) --------------------------------------------------------
     def fit(self, x, labels, nclasses, on_epoch=None):
         """Pretrain (if ``pretraining``), then MLP's training loop for ``num_epochs``; returns
-        the supervised per-epoch mean costs."""
-        if self.pretraining and self.num_pretrain_epochs > 0:
+        the supervised per-epoch mean costs. A run resumed from a checkpoint (``resume`` set)
+        does not pretrain: checkpoints close supervised epochs, which pretraining preceded."""
+        if self.pretraining and self.num_pretrain_epochs > 0 and self.resume is None:
             self.pretrain(x)
         return super().fit(x, labels, nclasses, on_epoch=on_epoch)
 
