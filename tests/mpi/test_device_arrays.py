@@ -208,3 +208,44 @@ def test_gbdist_on_device_arrays_equals_numpy(mpi, comm, host_staging, ndata):
         assert _is_device(dist.layers[i].W)
         np.testing.assert_allclose(xp.asnumpy(dist.layers[i].W),
                                    cut_w(ref.layers[i].W, box(dist.layers[i], "out_tile")), rtol=1e-10, atol=1e-13)
+
+
+@paths
+@pytest.mark.usefixtures("restore_logger")
+@pytest.mark.parametrize("template", ["CNN", "GB"])
+def test_experiment_on_device_arrays_over_the_world(comm, host_staging, template, tmp_path_factory):
+    """The YAML experiment path on every rank (`distnet run` minus the command line): a tiny
+    distributed experiment (tests/tiny.py) on the device-like backend over the world, data
+    tiled from one HDF5 file, a checkpoint gathered from device arrays; against the same
+    non-distributed experiment on numpy in one process (costs, error rates, global weights)."""
+    import tests.tiny as tiny
+    from distnet.backend import Numpy64
+    from distnet.config import load_experiment_text
+    from distnet.models.checkpoint import read_checkpoint
+    where = comm.bcast(str(tmp_path_factory.mktemp("device-exp")) if comm.rank == 0 else None, root=0)
+    data = f"{where}/data.h5"
+    if comm.rank == 0:
+        tiny.write_data(data)
+    comm.Barrier()
+
+    def run(dist, backend, checkpoint):
+        exp = load_experiment_text(tiny.experiment(getattr(tiny, template), data, dist=dist))
+        exp.model.num_epochs = 2
+        exp.backend = backend
+        exp.checkpoint_path = checkpoint
+        return exp, exp.run(topology=None if dist else Topology.serial())   # dist: the world, as `run`
+
+    seed = 5 if template == "CNN" else 2   # the YAML's
+    ref_exp, ref = run(False, Numpy64(rng_seed=seed), None)
+    _, got = run(True, DeviceLike(rng_seed=seed, dtype="float64", cuda_aware_mpi=not host_staging),
+              f"{where}/ck-{host_staging}.h5")
+    np.testing.assert_allclose(got.epoch_costs, ref.epoch_costs, rtol=1e-10)
+    assert (got.train_misclass, got.test_misclass) == (ref.train_misclass, ref.test_misclass)
+    assert got.size == comm.size
+    comm.Barrier()
+    ck = read_checkpoint(f"{where}/ck-{host_staging}.h5")
+    ref_params = [p for layer in ref_exp.model.layers for p in layer.params()]
+    assert ck.epoch == 1 and [e["name"] for e in ck.params] == [p.name for p in ref_params]
+    for e, p in zip(ck.params, ref_params):   # the global weights, gathered from device tiles
+        np.testing.assert_allclose(e["value"], p.value.reshape(e["value"].shape), rtol=1e-10, atol=1e-13,
+                                   err_msg=e["name"])
