@@ -1,6 +1,14 @@
 """``distnet distribute``: apply neon's recipe for distributing an experiment to YAML text,
 keeping its comments and layout: ``dist_flag: True`` on the experiment and its datasets, the
 ``Dist`` class of the model and of every layer, and ``{rank}``/``{size}`` in dataset shard paths.
+
+``dist_mode`` picks how (the datasets' key of that name):
+
+* ``halopar`` (default; the key is left as it is): spatial tiles with halo exchanges (MLP and
+  Convnet become ConvnetDist, GB becomes GBDist);
+* ``vecpar``: a fully connected MLP becomes MLPDist with LayerDist layers, each rank holding a
+  block of every layer's input features (whole images in);
+* ``datapar``: classes unchanged, every rank a data replica of whole images (no shard paths).
 """
 import re
 
@@ -10,6 +18,8 @@ from ..config.registry import known_classes
 from ..errors import ConfigError
 
 _MODEL_DIST = {"MLP": "ConvnetDist", "Convnet": "ConvnetDist", "GB": "GBDist"}
+_MODEL_VECPAR = {"MLP": "MLPDist"}
+DIST_MODES = ("halopar", "vecpar", "datapar")
 
 
 def _dist_names():
@@ -35,8 +45,11 @@ def _get(node, key):
     return None
 
 
-def distribute_text(text, filename="<string>"):
-    """The distributed version of experiment ``text`` (a string), comments preserved."""
+def distribute_text(text, filename="<string>", dist_mode="halopar"):
+    """The distributed version of experiment ``text`` (a string), comments preserved;
+    ``dist_mode`` one of :data:`DIST_MODES` (module docstring)."""
+    if dist_mode not in DIST_MODES:
+        raise ConfigError(f"dist_mode must be one of {', '.join(DIST_MODES)}, got {dist_mode!r}", filename)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
@@ -67,36 +80,55 @@ def distribute_text(text, filename="<string>"):
         start = text.index("!obj:" + tag, node.start_mark.index)
         edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
 
-    def set_flag(node):
-        old = _get(node, "dist_flag")
-        if old is not None:
-            edits.append((old.start_mark.index, old.end_mark.index, "True"))
-        elif node.flow_style:
+    def set_keys(node, pairs):
+        """``key: value`` pairs in mapping ``node``: existing values replaced, missing keys added
+        first, in one insertion (in the mapping's own style)."""
+        missing = []
+        for key, value in pairs:
+            old = _get(node, key)
+            if old is not None:
+                edits.append((old.start_mark.index, old.end_mark.index, value))
+            else:
+                missing.append(f"{key}: {value}")
+        if not missing:
+            return
+        if node.flow_style:
             brace = text.index("{", node.start_mark.index)
             after = text[brace + 1:brace + 2]
             sep = "" if after in (" ", "\n", "\r") else " "   # keep `{repo_path: ...}` readable
-            edits.append((brace + 1, brace + 1, " dist_flag: True," + sep))
+            edits.append((brace + 1, brace + 1, " " + ", ".join(missing) + "," + sep))
         else:
             first = node.value[0][0]
             col = first.start_mark.column
-            edits.append((first.start_mark.index, first.start_mark.index, "dist_flag: True\n" + " " * col))
+            edits.append((first.start_mark.index, first.start_mark.index,
+                          "".join(f"{m}\n" + " " * col for m in missing)))
 
-    set_flag(root)
+    model = _get(root, "model")
+    model_name = model.tag.rpartition(".")[2].replace("!obj:", "") if model is not None else None
+    layers = _get(model, "layers") if model is not None else None
+    layers = [n for n in (layers.value if isinstance(layers, yaml.SequenceNode) else []) if n.tag.startswith("!obj:")]
+    if dist_mode == "vecpar":
+        if model_name not in _MODEL_VECPAR:
+            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}", filename)
+        spatial = [n.tag[5:].rpartition(".")[2] for n in layers
+                   if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
+        if spatial:
+            raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
+                              f"{', '.join(spatial)} (use halopar)", filename)
+
+    set_keys(root, [("dist_flag", "True")])
     datasets = _get(root, "datasets")
     for ds in (datasets.value if isinstance(datasets, yaml.SequenceNode) else []):
-        set_flag(ds)
+        set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
         sp = _get(ds, "serialized_path")
-        if sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
+        if dist_mode != "datapar" and sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
             base, dot, ext = sp.value.rpartition(".")
             value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
             edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))
-    model = _get(root, "model")
-    if model is not None:
-        retag(model, _MODEL_DIST)
-        layers = _get(model, "layers")
-        for layer in (layers.value if isinstance(layers, yaml.SequenceNode) else []):
-            if layer.tag.startswith("!obj:"):
-                retag(layer, layer_dist)
+    if model is not None and dist_mode != "datapar":
+        retag(model, _MODEL_VECPAR if dist_mode == "vecpar" else _MODEL_DIST)
+        for layer in layers:
+            retag(layer, layer_dist)
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text

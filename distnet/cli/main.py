@@ -247,13 +247,16 @@ def mnist_sample(directory):
 @main.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (default: stdout).")
-def distribute(source, output):
+@click.option("--dist-mode", type=click.Choice(["halopar", "vecpar", "datapar"]), default="halopar",
+              show_default=True, help="halopar: spatial tiles; vecpar: an FC MLP as MLPDist (feature "
+              "blocks); datapar: every rank a data replica of whole images.")
+def distribute(source, output, dist_mode):
     """Apply neon's recipe to SOURCE: dist_flag on the experiment and datasets, Dist classes,
     {rank}/{size} in shard paths. Comments and layout are kept."""
     from .distribute import distribute_text
     try:
         with open(source, encoding="utf-8") as f:
-            text = distribute_text(f.read(), source)
+            text = distribute_text(f.read(), source, dist_mode)
     except DistnetError as e:
         _fail(str(e))
     if output:

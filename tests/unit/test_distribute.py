@@ -1,8 +1,11 @@
 """distnet distribute: neon's recipe applied to YAML text, written in the file's own spelling."""
 from pathlib import Path
 
+import pytest
+
 from distnet.cli.distribute import distribute_text
 from distnet.config import load_experiment_text
+from distnet.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,3 +32,38 @@ def test_comments_kept_and_shard_paths_get_rank_and_size():
     assert "c/mnist-{rank}of{size}.h5" in out
     assert "!obj:MNIST { dist_flag: True, repo_path: d," in out   # inline mapping stays readable
     assert load_experiment_text(out, "d.yaml").dataset.dist_flag
+
+
+def _summary(exp):
+    """What an experiment builds: classes, the datasets' distribution keys, every layer's keys."""
+    return (type(exp.model).__name__, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
+            [(type(l).__name__, l.nout, l.learning_rate) for l in exp.model.layers])
+
+
+def test_vecpar_of_the_mlp_is_the_shipped_vecpar_experiment():
+    src = (ROOT / "experiments" / "mnist_mlp.yaml").read_text()
+    out = distribute_text(src, "mnist_mlp.yaml", "vecpar")
+    shipped = load_experiment_text((ROOT / "experiments" / "mnist_mlp_vecpar.yaml").read_text(), "v.yaml")
+    assert _summary(load_experiment_text(out, "d.yaml")) == _summary(shipped)
+    assert _summary(shipped)[:4] == ("MLPDist", True, True, "vecpar")
+
+
+def test_datapar_keeps_the_classes_and_the_cache_paths():
+    src = ("!obj:FitExperiment {\n  datasets: [!obj:MNIST {repo_path: d, serialized_path: c/m.h5}],\n"
+           "  model: !obj:MLP {num_epochs: 1, layers: [!obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
+    out = distribute_text(src, "m.yaml", "datapar")
+    assert "!obj:MNIST { dist_flag: True, dist_mode: datapar, repo_path: d," in out
+    assert "c/m.h5" in out and "{rank}" not in out   # every rank reads whole images
+    exp = load_experiment_text(out, "d.yaml")
+    assert _summary(exp)[:4] == ("MLP", True, True, "datapar")
+
+
+def test_vecpar_refuses_models_with_spatial_layers():
+    src = (ROOT / "experiments" / "mnist_cnn.yaml").read_text()
+    with pytest.raises(ConfigError, match="vecpar distributes a fully connected MLP, not Convnet"):
+        distribute_text(src, "mnist_cnn.yaml", "vecpar")
+    mixed = ("!obj:FitExperiment {\n  datasets: [!obj:MNIST {repo_path: d}],\n  model: !obj:MLP {num_epochs: 1, "
+             "layers: [!obj:ConvLayer {nofm: 2, fshape: 3, weight_init: {type: uniform}},\n"
+             "    !obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
+    with pytest.raises(ConfigError, match="also has ConvLayer"):
+        distribute_text(mixed, "m.yaml", "vecpar")
