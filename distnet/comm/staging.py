@@ -69,10 +69,6 @@ class MessageBuffers:
         self.xp = get_array_module(*self.arrays)
         self.mirrors = [host_mirror(a) for a in self.arrays] if stage else None
 
-    @property
-    def staged(self):
-        return self.mirrors is not None
-
     def outgoing(self):
         """The buffers MPI sends from, once ``arrays`` hold the packed messages."""
         if self.mirrors is None:
