@@ -3,7 +3,6 @@ import json
 import logging
 import os
 import sys
-import time
 
 import click
 
@@ -11,27 +10,14 @@ from ..errors import DistnetError
 
 
 def _fail(message, code=2):
-    rank = _world_rank()
+    from ..comm.world import abort_world, world_rank
+    rank = world_rank()
     prefix = f"[rank {rank}] " if rank is not None else ""
     click.echo(f"{prefix}distnet: error: {message}", err=True)
-    _abort_if_parallel(code)
+    # In a multi-rank run, a rank that fails alone would leave the others waiting in a
+    # collective: end the whole job (after a moment, so ranks with the same error print it too).
+    abort_world(code)
     sys.exit(code)
-
-
-def _world_rank():
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_size() > 1:
-        return mpi.COMM_WORLD.Get_rank()
-    return None
-
-
-def _abort_if_parallel(code):
-    """In a multi-rank run, a rank that fails alone would leave the others waiting in a
-    collective: end the whole job (after a moment, so ranks with the same error print it too)."""
-    if _world_rank() is not None:
-        sys.stderr.flush()
-        time.sleep(0.5)
-        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,13 +56,14 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     (with the --set overrides), run.json (command, topology, versions, timings, status),
     metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
     --checkpoint-every N epochs)."""
+    from ..comm.world import bcast_from_root, install_world_abort_hook, world_rank
     from ..config import load_experiment
     from ..experiments.rundir import RunDir, experiment_config
     from ..log import get_logger
     from ..progress import ProgressBar
     if _launched_on_many():
-        _install_abort_hook()  # before anything can fail on one rank only
-    rank0 = _world_rank() in (None, 0)
+        install_world_abort_hook()  # before anything can fail on one rank only
+    rank0 = world_rank() in (None, 0)
     record = None
     hooks = None
     try:
@@ -91,7 +78,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = checkpoint_path
         if not no_run_dir and rank0:
             record = RunDir.create(run_dir, experiment)
-        where = _bcast(record.path if record is not None else None)
+        where = bcast_from_root(record.path if record is not None else None)
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
         elif exp.checkpoint_path is None and where is not None:
@@ -130,22 +117,9 @@ def _launched_on_many():
     return launcher_size() > 1
 
 
-def _bcast(value):
-    """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
-    if _world_rank() is None:
-        return value
-    return sys.modules["mpi4py.MPI"].COMM_WORLD.bcast(value, root=0)
-
-
 def _config_error_type():
     from ..errors import ConfigError
     return ConfigError
-
-
-def _install_abort_hook():
-    from ..comm.abort import install_abort_hook
-    from mpi4py import MPI
-    install_abort_hook(MPI.COMM_WORLD)
 
 
 class _CliHooks:
@@ -189,7 +163,7 @@ class _CliHooks:
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), required=False)
-@click.option("--list-classes", is_flag=True, help="List the classes an experiment may name.")
+@click.option("--list-classes", is_flag=True, help="List the classes an experiment may name (with those of installed plugins).")
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
@@ -197,12 +171,16 @@ def check(experiment, list_classes, reference, overrides):
     from ..config import load_experiment
     if list_classes or reference:
         from ..config.reference import reference_markdown
-        from ..config.registry import known_classes
+        from ..config.registry import check_plugins, known_classes, plugin_source
+        try:
+            check_plugins()
+        except DistnetError as e:
+            _fail(str(e))
         if reference:
             click.echo(reference_markdown(), nl=False)
         else:
             for name, kind, dpath, npath in known_classes():
-                click.echo(f"{kind:<10} {dpath:<40} {npath or ''}")
+                click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
         return
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")

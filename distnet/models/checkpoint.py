@@ -184,7 +184,7 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     JSON-serialisable per-epoch records."""
     import h5py
     from .. import __version__
-    from ..datasets.atomic import atomic_target
+    from ..fileio import atomic_target
     meta = dict(meta or {})
     try:
         with atomic_target(path) as tmp:
