@@ -31,8 +31,9 @@ Also refused:
 
 * mpi4py outside ``distnet/comm/`` (the CLI reaches MPI through :mod:`distnet.comm.launcher`);
 * cupy outside ``distnet/backend.py`` (GPU facts for ``distnet info`` come from the backend);
-* ``from x import _name`` where ``x`` is in another package (a private name is private to its
-  package: ``distnet.comm`` is one package, ``distnet.plan`` is one, ...).
+* ``from x import _name``, or ``x._name`` after importing module ``x``, where ``x`` is in another
+  package (a private name is private to its package: ``distnet.comm`` is one package,
+  ``distnet.plan`` is one, ...).
 
 Each violation reads ``file:line: imports X (layer A imports layer B)``. ``KNOWN`` lists the
 violations that are waiting for a redesign of the files they are in; the test fails on any
@@ -158,6 +159,24 @@ def _is_private(name):
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+def private_attributes_of(path, root=ROOT):
+    """``[(line, module, name)]``: ``alias._name`` where ``alias`` is a distnet module this file
+    imported (``from ..models import checkpoint`` ... ``checkpoint._umask_mode``)."""
+    mod = module_name(path, root)
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname})
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(mod, path.name == "__init__.py", node)
+            aliases.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names
+                            if f"{base}.{a.name}" in MODULES})
+    return sorted((node.lineno, aliases[node.value.id], node.attr) for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in aliases and _is_private(node.attr))
+
+
 def violations_of(path, root=ROOT):
     """``[(line, text without the line)]`` of one file."""
     mod = module_name(path, root)
@@ -187,6 +206,10 @@ def violations_of(path, root=ROOT):
         if private and package_of(target) != package_of(mod):
             out.append((line, f"{rel}: imports private name {private} from {target} "
                               f"({package_of(mod)} imports {package_of(target)})"))
+    for line, target, name in private_attributes_of(path, root):
+        if package_of(target) != package_of(mod):
+            out.append((line, f"{rel}: uses private name {name} of {target} "
+                              f"({package_of(mod)} uses {package_of(target)})"))
     return out
 
 
@@ -253,3 +276,12 @@ def test_checker_refuses_mpi4py_cupy_and_private_names(tmp_path):
                  "(distnet.cli imports distnet.models)",
                  "distnet/cli/fake.py: imports cupy (only distnet/backend.py may import cupy)"]
     assert _check(tmp_path, "comm/fake.py", "from mpi4py import MPI\nfrom .global_array import _waitall\n") == []
+
+
+def test_checker_refuses_private_attributes_of_modules_of_other_packages(tmp_path):
+    v = _check(tmp_path, "experiments/fake.py", "from ..models import checkpoint\nimport distnet.comm.abort as ab\n"
+               "from . import rundir\ncheckpoint._umask_mode(1)\nab._state\nrundir._now()\ncheckpoint.save\n")
+    assert v == ["distnet/experiments/fake.py: uses private name _umask_mode of distnet.models.checkpoint "
+                 "(distnet.experiments uses distnet.models)",
+                 "distnet/experiments/fake.py: uses private name _state of distnet.comm.abort "
+                 "(distnet.experiments uses distnet.comm)"]
