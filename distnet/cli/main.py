@@ -10,14 +10,23 @@ from ..errors import DistnetError
 
 
 def _fail(message, code=2):
-    from ..comm.world import abort_world, world_rank
-    rank = world_rank()
+    rank = _world_rank()
     prefix = f"[rank {rank}] " if rank is not None else ""
     click.echo(f"{prefix}distnet: error: {message}", err=True)
-    # In a multi-rank run, a rank that fails alone would leave the others waiting in a
-    # collective: end the whole job (after a moment, so ranks with the same error print it too).
-    abort_world(code)
+    _abort_if_parallel(code)
     sys.exit(code)
+
+
+def _world_rank():
+    from ..comm.world import world_rank
+    return world_rank()
+
+
+def _abort_if_parallel(code):
+    """In a multi-rank run, a rank that fails alone would leave the others waiting in a
+    collective: end the whole job (after a moment, so ranks with the same error print it too)."""
+    from ..comm.world import abort_world
+    abort_world(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,14 +65,13 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     (with the --set overrides), run.json (command, topology, versions, timings, status),
     metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
     --checkpoint-every N epochs)."""
-    from ..comm.world import bcast_from_root, install_world_abort_hook, world_rank
     from ..config import load_experiment
     from ..experiments.rundir import RunDir, experiment_config
     from ..log import get_logger
     from ..progress import ProgressBar
     if _launched_on_many():
-        install_world_abort_hook()  # before anything can fail on one rank only
-    rank0 = world_rank() in (None, 0)
+        _install_abort_hook()  # before anything can fail on one rank only
+    rank0 = _world_rank() in (None, 0)
     record = None
     hooks = None
     try:
@@ -78,7 +86,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = checkpoint_path
         if not no_run_dir and rank0:
             record = RunDir.create(run_dir, experiment)
-        where = bcast_from_root(record.path if record is not None else None)
+        where = _bcast(record.path if record is not None else None)
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
         elif exp.checkpoint_path is None and where is not None:
@@ -117,9 +125,20 @@ def _launched_on_many():
     return launcher_size() > 1
 
 
+def _bcast(value):
+    """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
+    from ..comm.world import bcast_from_root
+    return bcast_from_root(value)
+
+
 def _config_error_type():
     from ..errors import ConfigError
     return ConfigError
+
+
+def _install_abort_hook():
+    from ..comm.world import install_world_abort_hook
+    install_world_abort_hook()
 
 
 class _CliHooks:
@@ -163,7 +182,8 @@ class _CliHooks:
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), required=False)
-@click.option("--list-classes", is_flag=True, help="List the classes an experiment may name (with those of installed plugins).")
+@click.option("--list-classes", is_flag=True,
+              help="List the classes an experiment may name (with those of installed plugins).")
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
