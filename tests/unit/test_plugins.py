@@ -186,6 +186,29 @@ def test_a_plugin_cannot_take_a_name_that_is_in_use(plugin_path):
 
 # -- the command line, in a subprocess ---------------------------------------------------------
 
+def test_importing_distnet_loads_no_plugin(tmp_path):
+    site = install(tmp_path / "site", "loudplug", "loudplug", """
+        print("loudplug imported")
+        from distnet.config.registry import register_classes
+
+        class LoudLayer:
+            def __init__(self, name=None):
+                pass
+
+        register_classes(LoudLayer)
+        """, "loud = loudplug")
+    code = ("import distnet, distnet.config, distnet.layers, distnet.models, distnet.experiments, distnet.cli.main\n"
+            "print('imported distnet')\n"
+            "from distnet.config import registry\n"
+            "for _ in range(3):\n"
+            "    print(registry.resolve('LoudLayer')[0].__name__)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:5] == ["imported distnet", "loudplug imported", "LoudLayer", "LoudLayer",
+                                           "LoudLayer"]
+
+
 def test_list_classes_and_info_show_plugin_classes_and_their_source(tmp_path):
     site = install_example(tmp_path / "site")
     out = distnet("check", "--list-classes", path=site)
