@@ -14,7 +14,7 @@ from ..config.registry import plugin_summary
 def _version(mod):
     try:
         m = __import__(mod)
-        return getattr(m, "__version__", "installed")
+        return vars(m).get("__version__", "installed")
     except Exception as e:  # noqa: BLE001 - report anything that stops an import
         return f"not available ({type(e).__name__})"
 

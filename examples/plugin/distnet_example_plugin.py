@@ -10,8 +10,9 @@ docs/extending.md walks through this file.
 import numpy as np
 
 from distnet.config.registry import register_classes
-from distnet.layers.base import SPATIAL, BaseLayer
-from distnet.layers.params import OVER_DATA, OVER_GRAD, Param, check_weight_init, gen_weights
+from distnet.layers.base import BaseLayer
+from distnet.layers.params import check_weight_init, gen_weights
+from distnet.layers.placement import OVER_DATA, OVER_GRAD, SPATIAL, Layout, ParamPlacement, Placement
 
 
 class ScaleShiftLayer(BaseLayer):
@@ -34,28 +35,30 @@ class ScaleShiftLayer(BaseLayer):
         self.in_shape = self.out_shape = tuple(in_shape)
         return self.out_shape
 
-    def configure(self, layout, ctx):
-        """Elementwise: the output is laid out as the input. The parameters' gradient is summed
-        over ``Topology.grad``, which on a 1x1 grid holds just the data replicas."""
-        grid = tuple(ctx.topology.grid)
+    def place(self, layout, position):
+        """Elementwise: the output is laid out as the input; ``scale`` and ``shift`` ``(C,)`` are
+        whole on every rank. Their gradient rule is :meth:`gradient_over`."""
+        grid = tuple(position.grid)
         if not self.is_dist and grid != (1, 1):
             raise self.error(f"{type(self).__name__} is not distributed but the run uses a "
                              f"{grid[0]}x{grid[1]} process grid; use ScaleShiftLayerDist")
-        self.reduce_over = OVER_GRAD
-        return layout
+        C, over = self.in_shape[0], self.gradient_over(layout)
+        params = tuple(ParamPlacement(f"{self.name}.{n}", (C,), (C,), Ellipsis, over) for n in ("scale", "shift"))
+        return Placement(Layout.of(layout, self.in_shape, position), Layout.of(layout, self.out_shape, position),
+                         params=params)
 
-    def init_params(self, rng):
-        """``scale (C,)`` and ``shift (C,)``, whole on every rank (global = local shape)."""
-        C = self.in_shape[0]
-        wi = self.weight_init
+    def gradient_over(self, layout):
+        """One process: ``grad`` (spatial x data ranks; on a 1x1 grid just the data replicas)."""
+        return OVER_GRAD
+
+    def draw_params(self, rng):
+        """The global ``scale (C,)`` and ``shift (C,)``."""
+        C, wi = self.in_shape[0], self.weight_init
         scale = gen_weights(rng, (C,), wi, self.dtype) if wi else np.ones(C, self.dtype)
-        shift = np.full(C, wi.get("bias_init", 0.0) if wi else 0.0, self.dtype)
-        self.scale, self.shift = self.xp.asarray(scale), self.xp.asarray(shift)
-        self._params = [Param(f"{self.name}.{n}", v, self.xp.zeros_like(v), self.reduce_over)
-                        for n, v in (("scale", self.scale), ("shift", self.shift))]
+        return [scale, np.full(C, wi.get("bias_init", 0.0) if wi else 0.0, self.dtype)]
 
-    def params(self):
-        return self._params
+    def params_ready(self):
+        self.scale, self.shift = (p.value for p in self._params)
 
     def fprop(self, x):
         """``x (B, C, h, w)`` (this rank's tile, or whole images) -> ``y`` of the same shape."""
@@ -73,15 +76,13 @@ class ScaleShiftLayerDist(ScaleShiftLayer):
     """:class:`ScaleShiftLayer` on any process grid. No halo (each output pixel reads only its
     own input pixel); ``scale`` and ``shift`` are replicated. The one distribution rule: on a
     tile (``SPATIAL`` input) their gradient is a partial sum over this rank's pixels, summed over
-    the spatial and data ranks (``Topology.grad``); on whole images (replicated input, e.g.
-    under MLPDist) it is complete on every rank and only the data replicas sum it."""
+    the spatial and data ranks (``grad``); on whole images (replicated input, e.g. under
+    MLPDist) it is complete on every rank and only the data replicas sum it (``data``)."""
 
     is_dist = True
 
-    def configure(self, layout, ctx):
-        out = super().configure(layout, ctx)
-        self.reduce_over = OVER_GRAD if layout == SPATIAL else OVER_DATA
-        return out
+    def gradient_over(self, layout):
+        return OVER_GRAD if layout == SPATIAL else OVER_DATA
 
 
 register_classes(ScaleShiftLayer, ScaleShiftLayerDist)
