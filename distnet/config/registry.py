@@ -47,6 +47,7 @@ _add("distnet.ops.activations", "activation", ["Tanh"], "distnet.activations", "
 _add("distnet.ops.activations", "activation", ["Softmax"], "distnet.activations", "neon.transforms.softmax")
 _add("distnet.ops.costs", "cost", ["CrossEntropy"], "distnet.costs", "neon.transforms.cross_entropy")
 _add("distnet.ops.costs", "cost", ["SumSquaredDiffs"], "distnet.costs", "neon.transforms.sum_squared")
+_add("distnet.ops.costs", "cost", ["SoftmaxCrossEntropy"], "distnet.costs")
 
 
 # Further spellings of a class (bare name -> paths).
