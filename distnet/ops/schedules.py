@@ -2,17 +2,18 @@
 
 ``t`` is a 0-based counter (optimiser steps or epochs: the caller decides and says which); the
 learning rate at ``t`` is ``base_lr * f(t)``. Schedules compose by multiplication
-(``LinearWarmup(5) * Cosine(95, start=5)``: a 5-step linear warm-up, then cosine decay over the
-next 95), or with :class:`Product`. Each is a pure function of ``t`` (no hidden state), so a
-resumed run continues exactly and every rank computes the same number.
+(``LinearWarmup(5) * CosineSchedule(95, start=5)``: a 5-step linear warm-up, then cosine decay
+over the next 95), or with :class:`ProductSchedule`. Each is a pure function of ``t`` (no hidden
+state), so a resumed run continues exactly and every rank computes the same number. The classes
+are also YAML objects (kind ``schedule``, see :mod:`distnet.ops.learning_rules`).
 
 Closed forms, matching PyTorch's schedulers where they exist (``torch.optim.lr_scheduler``):
 
-* :class:`Constant` ``(factor)``: ``factor``.
-* :class:`StepDecay` ``(step_size, gamma)``: ``gamma ** (t // step_size)`` (``StepLR``).
-* :class:`MultiStep` ``(milestones, gamma)``: ``gamma ** (number of milestones <= t)``
+* :class:`ConstantSchedule` ``(factor)``: ``factor``.
+* :class:`StepSchedule` ``(step_size, gamma)``: ``gamma ** (t // step_size)`` (``StepLR``).
+* :class:`MultiStepSchedule` ``(milestones, gamma)``: ``gamma ** (number of milestones <= t)``
   (``MultiStepLR``).
-* :class:`Cosine` ``(total, min_factor=0, start=0)``: 1 before ``start``, then
+* :class:`CosineSchedule` ``(total, min_factor=0, start=0)``: 1 before ``start``, then
   ``min + (1 - min) * (1 + cos(pi * s / total)) / 2`` with ``s = min(t - start, total)``
   (``CosineAnnealingLR`` with ``eta_min = min_factor * base_lr`` for ``s <= total``; distnet
   stays at ``min`` afterwards instead of rising again).
@@ -38,7 +39,7 @@ class Schedule:
     def __mul__(self, other):
         if not isinstance(other, Schedule):
             return NotImplemented
-        return Product([self, other])
+        return ProductSchedule([self, other])
 
 
 def _positive(name, value, kind=int):
@@ -61,8 +62,10 @@ def _factor(name, value, lo=0.0, hi=None):
     return v
 
 
-class Constant(Schedule):
-    """``f(t) = factor``."""
+class ConstantSchedule(Schedule):
+    """Learning-rate factor ``f(t) = factor`` (default 1) at every ``t``."""
+
+    config_types = {"factor": float}
 
     def __init__(self, factor=1.0):
         self.factor = _factor("factor", factor)
@@ -71,8 +74,11 @@ class Constant(Schedule):
         return self.factor
 
 
-class StepDecay(Schedule):
-    """``f(t) = gamma ** (t // step_size)``."""
+class StepSchedule(Schedule):
+    """Learning-rate factor ``f(t) = gamma ** (t // step_size)``: multiplied by ``gamma``
+    (default 0.1) every ``step_size`` units of ``t`` (PyTorch's ``StepLR``)."""
+
+    config_types = {"step_size": int, "gamma": float}
 
     def __init__(self, step_size, gamma=0.1):
         self.step_size = _positive("step_size", step_size)
@@ -82,8 +88,12 @@ class StepDecay(Schedule):
         return self.gamma ** (t // self.step_size)
 
 
-class MultiStep(Schedule):
-    """``f(t) = gamma ** len([m for m in milestones if m <= t])``."""
+class MultiStepSchedule(Schedule):
+    """Learning-rate factor ``f(t) = gamma ** (number of milestones <= t)``: multiplied by
+    ``gamma`` (default 0.1) at each of the ``milestones`` (a list of integers; PyTorch's
+    ``MultiStepLR``)."""
+
+    config_types = {"milestones": list, "gamma": float}
 
     def __init__(self, milestones, gamma=0.1):
         try:
@@ -97,8 +107,13 @@ class MultiStep(Schedule):
         return self.gamma ** sum(1 for m in self.milestones if m <= t)
 
 
-class Cosine(Schedule):
-    """Cosine decay from 1 to ``min_factor`` over ``total`` units starting at ``start``."""
+class CosineSchedule(Schedule):
+    """Cosine decay of the learning-rate factor from 1 to ``min_factor`` (default 0) over
+    ``total`` units of ``t`` beginning at ``start`` (default 0; the factor is 1 before it and
+    ``min_factor`` after ``start + total``): ``min + (1 - min) (1 + cos(pi s / total)) / 2``,
+    ``s = t - start`` (PyTorch's ``CosineAnnealingLR`` with ``eta_min = min_factor * lr``)."""
+
+    config_types = {"total": int, "min_factor": float, "start": int}
 
     def __init__(self, total, min_factor=0.0, start=0):
         self.total = _positive("total", total)
@@ -115,7 +130,10 @@ class Cosine(Schedule):
 
 
 class LinearWarmup(Schedule):
-    """Linear ramp from ``start_factor`` at ``t = 0`` to 1 at ``t = warmup``, then 1."""
+    """Linear warm-up of the learning-rate factor from ``start_factor`` (default 0) at ``t = 0``
+    to 1 at ``t = warmup``, then 1 (PyTorch's ``LinearLR(start_factor, 1.0, warmup)``)."""
+
+    config_types = {"warmup": int, "start_factor": float}
 
     def __init__(self, warmup, start_factor=0.0):
         self.warmup = _positive("warmup", warmup)
@@ -126,13 +144,14 @@ class LinearWarmup(Schedule):
         return self.start_factor + (1.0 - self.start_factor) * p
 
 
-class Product(Schedule):
-    """``f(t) = prod_i f_i(t)``."""
+class ProductSchedule(Schedule):
+    """The product ``f(t) = prod_i f_i(t)`` of ``schedules`` (what ``a * b`` builds, and what a
+    learning rule's list of schedules means)."""
 
     def __init__(self, schedules):
         self.schedules = []
         for s in schedules:
-            self.schedules.extend(s.schedules if isinstance(s, Product) else [s])
+            self.schedules.extend(s.schedules if isinstance(s, ProductSchedule) else [s])
 
     def __call__(self, t):
         f = 1.0

@@ -9,7 +9,8 @@ import pytest
 from distnet.errors import ConfigError
 from distnet.ops.optim import (adam_step, adamw_step, clip_coefficient, scale, sgd_step,
                                sum_of_squares)
-from distnet.ops.schedules import Constant, Cosine, LinearWarmup, MultiStep, Product, StepDecay
+from distnet.ops.schedules import (ConstantSchedule, CosineSchedule, LinearWarmup, MultiStepSchedule,
+                                   ProductSchedule, StepSchedule)
 from tests.backends import make_backend
 
 
@@ -130,22 +131,22 @@ def test_clip_by_global_norm_from_shards(be):
 # ------------------------------------------------------------------------ schedules
 
 def test_schedule_closed_forms():
-    assert [StepDecay(3, 0.5)(t) for t in range(7)] == [1, 1, 1, 0.5, 0.5, 0.5, 0.25]
-    assert [MultiStep([2, 4], 0.1)(t) for t in (0, 1, 2, 3, 4, 9)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
-    c = Cosine(10, min_factor=0.1)
+    assert [StepSchedule(3, 0.5)(t) for t in range(7)] == [1, 1, 1, 0.5, 0.5, 0.5, 0.25]
+    assert [MultiStepSchedule([2, 4], 0.1)(t) for t in (0, 1, 2, 3, 4, 9)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+    c = CosineSchedule(10, min_factor=0.1)
     assert c(0) == 1.0 and c(10) == pytest.approx(0.1) and c(20) == pytest.approx(0.1)
     assert c(5) == pytest.approx(0.55)
     w = LinearWarmup(4, 0.2)
     assert [w(t) for t in range(6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0, 1.0])
-    both = LinearWarmup(5) * Cosine(10, start=5)
-    assert isinstance(both, Product)
+    both = LinearWarmup(5) * CosineSchedule(10, start=5)
+    assert isinstance(both, ProductSchedule)
     assert [both(t) for t in (0, 2, 5, 10, 15, 30)] == pytest.approx([0, 0.4, 1, 0.5, 0, 0])
-    assert (both * Constant(0.5))(10) == pytest.approx(0.25) and len((both * Constant(0.5)).schedules) == 3
-    assert StepDecay(2).lr(0.1, 2) == pytest.approx(0.01)
+    assert (both * ConstantSchedule(0.5))(10) == pytest.approx(0.25) and len((both * ConstantSchedule(0.5)).schedules) == 3
+    assert StepSchedule(2).lr(0.1, 2) == pytest.approx(0.01)
 
 
-@pytest.mark.parametrize("bad", [lambda: StepDecay(0), lambda: Cosine(-1), lambda: LinearWarmup(3, 2.0),
-                                 lambda: MultiStep("ab"), lambda: Cosine(5, start=-1), lambda: StepDecay("x")])
+@pytest.mark.parametrize("bad", [lambda: StepSchedule(0), lambda: CosineSchedule(-1), lambda: LinearWarmup(3, 2.0),
+                                 lambda: MultiStepSchedule("ab"), lambda: CosineSchedule(5, start=-1), lambda: StepSchedule("x")])
 def test_schedule_errors(bad):
     with pytest.raises(ConfigError):
         bad()
@@ -201,12 +202,12 @@ def test_against_torch_schedules():
             s.step()
         return out
     cases = [
-        (lambda o: sched.StepLR(o, 3, 0.5), StepDecay(3, 0.5), 10),
-        (lambda o: sched.MultiStepLR(o, [2, 5], 0.1), MultiStep([2, 5], 0.1), 8),
-        (lambda o: sched.CosineAnnealingLR(o, 10, eta_min=0.01), Cosine(10, min_factor=0.1), 11),
+        (lambda o: sched.StepLR(o, 3, 0.5), StepSchedule(3, 0.5), 10),
+        (lambda o: sched.MultiStepLR(o, [2, 5], 0.1), MultiStepSchedule([2, 5], 0.1), 8),
+        (lambda o: sched.CosineAnnealingLR(o, 10, eta_min=0.01), CosineSchedule(10, min_factor=0.1), 11),
         (lambda o: sched.LinearLR(o, 0.25, 1.0, 4), LinearWarmup(4, 0.25), 7),
         (lambda o: sched.SequentialLR(o, [sched.LinearLR(o, 0.1, 1.0, 3), sched.CosineAnnealingLR(o, 8)], [3]),
-         LinearWarmup(3, 0.1) * Cosine(8, start=3), 11),
+         LinearWarmup(3, 0.1) * CosineSchedule(8, start=3), 11),
     ]
     for make, ours, n in cases:
         np.testing.assert_allclose([ours.lr(0.1, t) for t in range(n)], lrs(make, n), rtol=1e-10, atol=1e-15)
