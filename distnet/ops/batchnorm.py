@@ -133,11 +133,13 @@ def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1)
     UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
     channel; ``count == 1`` uses ``var``)."""
     xp = get_array_module(running_mean)
-    unbiased = xp.asarray(var, dtype="float64") * (count / (count - 1) if count > 1 else 1.0)
+    correction = count / (count - 1) if count > 1 else 1.0
+    new_mean = momentum * xp.asarray(mean, dtype="float64")
+    new_var = (momentum * correction) * xp.asarray(var, dtype="float64")
     running_mean *= 1 - momentum
-    running_mean += xp.asarray(momentum * xp.asarray(mean, dtype="float64"), dtype=running_mean.dtype)
+    running_mean += new_mean.astype(running_mean.dtype, copy=False)
     running_var *= 1 - momentum
-    running_var += xp.asarray(momentum * unbiased, dtype=running_var.dtype)
+    running_var += new_var.astype(running_var.dtype, copy=False)
 
 
 # ------------------------------------------------------------------------ backward
