@@ -132,7 +132,8 @@ def test_clip_by_global_norm_from_shards(be):
 
 def test_schedule_closed_forms():
     assert [StepSchedule(3, 0.5)(t) for t in range(7)] == [1, 1, 1, 0.5, 0.5, 0.5, 0.25]
-    assert [MultiStepSchedule([2, 4], 0.1)(t) for t in (0, 1, 2, 3, 4, 9)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+    multi = MultiStepSchedule([2, 4], 0.1)
+    assert [multi(t) for t in (0, 1, 2, 3, 4, 9)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
     c = CosineSchedule(10, min_factor=0.1)
     assert c(0) == 1.0 and c(10) == pytest.approx(0.1) and c(20) == pytest.approx(0.1)
     assert c(5) == pytest.approx(0.55)
@@ -141,12 +142,14 @@ def test_schedule_closed_forms():
     both = LinearWarmup(5) * CosineSchedule(10, start=5)
     assert isinstance(both, ProductSchedule)
     assert [both(t) for t in (0, 2, 5, 10, 15, 30)] == pytest.approx([0, 0.4, 1, 0.5, 0, 0])
-    assert (both * ConstantSchedule(0.5))(10) == pytest.approx(0.25) and len((both * ConstantSchedule(0.5)).schedules) == 3
+    three = both * ConstantSchedule(0.5)
+    assert three(10) == pytest.approx(0.25) and len(three.schedules) == 3
     assert StepSchedule(2).lr(0.1, 2) == pytest.approx(0.01)
 
 
-@pytest.mark.parametrize("bad", [lambda: StepSchedule(0), lambda: CosineSchedule(-1), lambda: LinearWarmup(3, 2.0),
-                                 lambda: MultiStepSchedule("ab"), lambda: CosineSchedule(5, start=-1), lambda: StepSchedule("x")])
+@pytest.mark.parametrize("bad", [lambda: StepSchedule(0), lambda: CosineSchedule(-1),
+                                 lambda: LinearWarmup(3, 2.0), lambda: MultiStepSchedule("ab"),
+                                 lambda: CosineSchedule(5, start=-1), lambda: StepSchedule("x")])
 def test_schedule_errors(bad):
     with pytest.raises(ConfigError):
         bad()
