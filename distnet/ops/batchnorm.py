@@ -91,9 +91,13 @@ def bn_stats_partial(x, shift=None, out=None):
     C = x.shape[1]
     if out is None:
         out = xp.empty((2, C), dtype="float64")
-    d = x if shift is None else x - _as(shift, x)
-    out[0] = xp.sum(d, axis=axes, dtype="float64")
-    d = d * d
+    if shift is None:
+        out[0] = xp.sum(x, axis=axes, dtype="float64")
+        d = x * x
+    else:
+        d = x - _as(shift, x)                # one temporary, squared in place
+        out[0] = xp.sum(d, axis=axes, dtype="float64")
+        xp.multiply(d, d, out=d)
     out[1] = xp.sum(d, axis=axes, dtype="float64")
     return out
 
@@ -169,11 +173,16 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     mdy = xp.asarray(sums[0] / count, dtype=dy.dtype).reshape(b)
     mdyx = xp.asarray(sums[1] / count, dtype=dy.dtype).reshape(b)
     scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
-    t = xhat * mdyx
     if out is None:
         out = xp.empty_like(dy)
-    xp.subtract(dy, mdy, out=out)
-    out -= t
+    if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
+        t = xhat * mdyx
+        out -= mdy
+        out -= t
+    else:
+        xp.multiply(xhat, mdyx, out=out)
+        xp.subtract(dy, out, out=out)
+        out -= mdy
     out *= scale
     return out
 
