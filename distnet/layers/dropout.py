@@ -9,8 +9,7 @@ which is exactly what the one-process run computes there. No communication, no R
 weight RNG stream is untouched, so adding dropout does not change any initial weight), and a
 resumed run continues with the same masks (the step count is in the checkpoint).
 """
-from ..ops.dropout import _check_p, dropout_bprop, dropout_fprop, dropout_mask, stream_key
-from ..errors import ConfigError
+from ..ops.dropout import dropout_bprop, dropout_fprop, dropout_mask, stream_key
 from ..geometry import tile_of
 from .base import BaseLayer
 from .placement import SPATIAL, Layout, Placement
@@ -26,10 +25,9 @@ class DropoutLayer(BaseLayer):
 
     def __init__(self, p=0.5, **common):
         super().__init__(**common)
-        try:
-            self.p = _check_p(p)
-        except ConfigError:
-            raise self.error(f"p must be in [0, 1), got {p}", "p") from None
+        if not 0.0 <= float(p) < 1.0:
+            raise self.error(f"p must be in [0, 1), got {p}", "p")
+        self.p = float(p)
 
     def infer_shape(self, in_shape):
         self.in_shape = self.out_shape = tuple(in_shape)
