@@ -28,13 +28,13 @@ from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.learning_rules import Adam, GradientDescent
 from distnet.ops.schedules import CosineSchedule, LinearWarmup
 
-MPI_SIZES = (1, 2, 3, 4)
+MPI_SIZES = (1, 2, 3, 4, 6)
 
 N, C, H, W, K = 13, 2, 9, 8, 3      # 13 images in batches of 5: the last batch is short
 WI = {"type": "uniform", "low": -0.4, "high": 0.4}
 # (data replicas, grid)
 CASES = [(1, (1, 1)), (1, (1, 2)), (1, (2, 1)), (1, (2, 2)), (1, (1, 3)), (2, (1, 1)), (2, (1, 2)),
-         (2, (2, 1)), (3, (1, 1))]
+         (2, (2, 1)), (3, (1, 1)), (1, (2, 3)), (2, (1, 3))]
 
 
 def net(dist):
@@ -73,9 +73,10 @@ def data():
     return rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
 
 
-def build(dist, topo, rule, epochs=2):
+def build(dist, topo, rule, epochs=2, stages=None):
     model = (ConvnetDist if dist else Convnet)(layers=net(dist), num_epochs=epochs, batch_size=5,
-                                               cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule]())
+                                               cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule](),
+                                               stages=stages)
     model.infer_shapes((C, H, W))
     model.configure(Numpy64(rng_seed=5), topo)
     model.init_params()
@@ -118,6 +119,32 @@ def test_modern_net_equals_single_process(comm, data, ndata, grid, rule):
                     for k, a in e["state"].items():
                         np.testing.assert_allclose(got[name]["state"][k], a, rtol=1e-8, atol=1e-12,
                                                    err_msg=f"{name} {k}")
+    finally:
+        topo.free()
+
+
+@pytest.mark.parametrize("ndata,npipe,grid", [
+    pytest.param(d, p, g, id=f"data{d}-pipe{p}-grid{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(d * p * g[0] * g[1]))
+    for d, p, g in [(1, 2, (1, 1)), (1, 2, (1, 2)), (2, 2, (1, 1)), (1, 3, (1, 1))]])
+def test_pipeline_stages_equal_single_process(comm, data, ndata, npipe, grid):
+    """Batch norm, dropout and Adam on pipeline stages (one micro-batch) with spatial tiles and
+    data replicas: the single-process costs, error rates and weights."""
+    x, labels = data
+    topo = Topology.from_world(grid=grid, data=ndata, pipe=npipe, world=comm)
+    stages = [3] if npipe == 2 else [3, 6]
+    try:
+        ref = build(False, Topology.serial(), "adam", stages=stages)
+        ref_costs = ref.fit(x, labels, K)
+        t = tile_of((H, W), topo.grid, topo.coords)
+        xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
+        model = build(True, topo, "adam", stages=stages)
+        costs = model.fit(xt, labels, K)
+        np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+        assert model.misclass_rate(xt, labels) == ref.misclass_rate(x, labels)
+        got, want = _entries(model, topo, "buffers"), _entries(ref, Topology.serial(), "buffers")
+        if topo.rank == 0:
+            for name, e in want.items():
+                np.testing.assert_allclose(got[name]["value"], e["value"], rtol=1e-9, atol=1e-12, err_msg=name)
     finally:
         topo.free()
 
