@@ -182,3 +182,65 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid):
             os.rmdir(tmp)
     finally:
         topo.free()
+
+
+def net_sharded(dist):
+    """Conv -> BN -> dropout -> FC straight after the tiles: the FC weights (and their Adam
+    moments) are sharded by the tile's columns."""
+    Conv, BN, Drop, FC = ((ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, LayerDist) if dist else
+                          (ConvLayer, BatchNormLayer, DropoutLayer, Layer))
+    layers = [Conv(nofm=3, fshape=3, padding=1, weight_init=WI), BN(activation=RectLin()), Drop(p=0.25),
+              FC(nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
+    for i, layer in enumerate(layers):
+        layer.name = f"s{i}"
+    return layers
+
+
+def build_sharded(dist, topo, epochs):
+    model = (ConvnetDist if dist else Convnet)(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
+                                               cost=SoftmaxCrossEntropy(), learning_rule=RULES["adam"]())
+    model.infer_shapes((C, H, W))
+    model.configure(Numpy64(rng_seed=9), topo)
+    model.init_params()
+    return model
+
+
+@pytest.mark.parametrize("direction", ["grid_to_one", "one_to_grid"])
+@pytest.mark.parametrize("grid", [pytest.param(g, id=f"grid{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1]))
+                                  for g in [(1, 2), (2, 2), (1, 3)]])
+def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction):
+    """Adam moments of column-sharded FC weights and batch-norm statistics gathered from the
+    grid's tiles / sliced onto them: a resumed run equals the uninterrupted one."""
+    x, labels = data
+    topo = Topology.from_world(grid=grid, world=comm)
+    try:
+        t = tile_of((H, W), topo.grid, topo.coords)
+        xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
+        ref = build_sharded(False, Topology.serial(), 2)
+        ref_costs = ref.fit(x, labels, K)
+        tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-h16L-") if comm.Get_rank() == 0 else None)
+        path = os.path.join(tmp, "ck.h5")
+        if direction == "grid_to_one":
+            first = build_sharded(True, topo, 1)
+            first.fit(xt, labels, K)
+            assert first.layers[3].params()[0].sharded
+            save_checkpoint(path, first, topo, epoch=0)
+            comm.Barrier()
+            resumed, xr = build_sharded(False, Topology.serial(), 2), x
+        else:
+            if comm.Get_rank() == 0:
+                first = build_sharded(False, Topology.serial(), 1)
+                first.fit(x, labels, K)
+                save_checkpoint(path, first, Topology.serial(), epoch=0)
+            comm.Barrier()
+            resumed, xr = build_sharded(True, topo, 2), xt
+        apply_checkpoint(resumed, read_checkpoint(path))
+        costs = resumed.fit(xr, labels, K)
+        np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
+        assert resumed.misclass_rate(xr, labels) == ref.misclass_rate(x, labels)
+        comm.Barrier()
+        if comm.Get_rank() == 0:
+            os.remove(path)
+            os.rmdir(tmp)
+    finally:
+        topo.free()
