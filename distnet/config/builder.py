@@ -15,7 +15,8 @@ from . import registry
 from .yaml_loader import ObjSpec
 
 _KIND_WORD = {"experiment": "an experiment", "backend": "a backend", "dataset": "a dataset",
-              "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost"}
+              "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost",
+              "learning_rule": "a learning rule", "schedule": "a schedule"}
 
 
 def _types_of(cls):

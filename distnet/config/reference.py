@@ -6,9 +6,11 @@ import inspect
 from . import registry
 from .builder import _ignored_of, _types_of, constructor_params
 
-_KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost"]
+_KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost", "learning_rule",
+               "schedule"]
 _KIND_TITLE = {"experiment": "Experiments (the root object)", "backend": "Backends", "dataset": "Datasets",
-               "model": "Models", "layer": "Layers", "activation": "Activations", "cost": "Costs"}
+               "model": "Models", "layer": "Layers", "activation": "Activations", "cost": "Costs",
+               "learning_rule": "Learning rules (optimisers)", "schedule": "Learning-rate schedules"}
 
 
 def _type_name(spec):
