@@ -178,9 +178,14 @@ class _CliHooks:
         self._write(record)
 
     def finished(self, result):
-        self._write({"final": True, "train_misclass": result.train_misclass,
-                     "test_misclass": result.test_misclass, "size": result.size,
-                     "grid": list(result.grid), "start_epoch": result.start_epoch})
+        rec = {"final": True, "train_misclass": result.train_misclass,
+               "test_misclass": result.test_misclass, "size": result.size,
+               "grid": list(result.grid), "start_epoch": result.start_epoch}
+        if result.valid_misclass is not None:
+            rec["valid_misclass"] = result.valid_misclass
+        if result.best_epoch is not None:
+            rec["best_epoch"] = result.best_epoch
+        self._write(rec)
 
     def close(self):
         if self.bar is not None:
