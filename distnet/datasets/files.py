@@ -126,6 +126,19 @@ class FileDataset(Dataset):
             return "memory" if self.float_bytes(tile, dtype) <= IN_MEMORY_AUTO_BYTES else "stream"
         return "memory" if self.in_memory else "stream"
 
+    def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """Data bytes one rank holds: ``{"memory", "stream", "mode"}`` — both ways
+        (:func:`~distnet.datasets.memory.data_memory`) and the mode ``in_memory`` chooses.
+        ``tile``: the rank's :class:`Box` (``rank_tile(grid, coords)``; None: whole images);
+        ``batch_size``: the model's; ``ndata``: data replicas. Reads the file header only."""
+        from .memory import data_memory
+        tile = self._check_tile(tile)
+        rows = {s: len(r) for s, r in self.split_rows().items()}
+        out = data_memory(rows, self.image_shape[0], tile.shape, np.dtype(dtype).itemsize,
+                          self.stored_dtype().itemsize, batch_size, ndata)
+        out["mode"] = self.choose_mode(tile, dtype)
+        return out
+
     def cache_folder(self):
         """``cache_dir``, else ``$DISTNET_CACHE_DIR``, else None."""
         folder = self.cache_dir or os.environ.get(CACHE_DIR_ENV) or None

@@ -169,3 +169,18 @@ def test_corrupt_chunk_names_the_file(tmp_path):
         x[np.array([2, 3])]
     with pytest.raises(DataError, match="c.h5"):
         HDF5Dataset(path=str(path), scale=1, in_memory=True).load()
+
+
+def test_memory_per_rank(tmp_path):
+    from distnet.datasets.memory import data_memory
+    m = data_memory({"train": 2000, "test": 500}, 3, (128, 128), 4, 1, batch_size=32, ndata=2)
+    assert m["memory"] == 2500 * (3 * 128 * 128 * 4 + 8)
+    assert m["stream"] == 2500 * 16 + 16 * 3 * 128 * 128 * (4 * 4 + 1)
+    big = data_memory({"train": 20000, "test": 5000}, 3, (128, 128), 4, 1, batch_size=32, ndata=2)
+    assert big["memory"] == 10 * m["memory"] and big["stream"] < 1.2 * m["stream"]
+    path = str(write_uint8(tmp_path / "d.h5", n_train=30, n_test=10))
+    ds = HDF5Dataset(path=path, scale=1, valid_fraction=0.2)
+    got = ds.memory_per_rank(tile=tile_of((12, 10), (2, 2), (0, 1)), batch_size=8, ndata=1,
+                             dtype=np.float64)
+    assert got == {**data_memory({"train": 24, "valid": 6, "test": 10}, 1, (6, 5), 8, 1, 8, 1),
+                   "mode": "memory"}
