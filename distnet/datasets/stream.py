@@ -83,10 +83,12 @@ class StreamArray:
         file_rows = self.index[rows]
         order = np.argsort(file_rows, kind="stable")
         sorted_rows = file_rows[order]
-        uniq, inverse = np.unique(sorted_rows, return_inverse=True)
-        raw = self.source.read(uniq, self.tile)
         x = np.empty((len(rows),) + self.shape[1:], self.dtype)
-        x[order] = raw[inverse]
+        if len(sorted_rows) < 2 or (np.diff(sorted_rows) > 0).all():   # no repeats (the usual case)
+            x[order] = self.source.read(sorted_rows, self.tile)
+        else:
+            uniq, inverse = np.unique(sorted_rows, return_inverse=True)
+            x[order] = self.source.read(uniq, self.tile)[inverse]
         self.scaler.apply_inplace(x)
         if self.check:
             check_finite(x, self.source.where(), rows=file_rows)
