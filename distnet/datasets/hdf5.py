@@ -51,7 +51,13 @@ def class_names_of(path):
 
 
 class HDF5Dataset(FileDataset):
-    """A dataset in the HDF5 layout of ``docs/data.md`` (``distnet data convert`` writes it).
+    """A dataset in the HDF5 layout of ``docs/data.md`` (``distnet data convert`` writes it)::
+
+        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type
+        /train/y  (N,)          integer labels 0 .. nclasses-1
+        /test/x, /test/y        same C, H, W
+        /valid/x, /valid/y      optional validation split
+        attributes on /: nclasses (optional), class_names (optional)
 
     Keys: ``path`` (str, required; relative paths are taken inside ``repo_path`` when that is
     given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
