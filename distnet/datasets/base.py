@@ -209,6 +209,12 @@ class Dataset:
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
         return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype))
 
+    def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """Data bytes per rank ``{"memory", "stream", "mode"}``, or None where the dataset cannot
+        tell without reading its files (MNIST, CIFAR-10: always in memory; see
+        :meth:`FileDataset.memory_per_rank <distnet.datasets.files.FileDataset.memory_per_rank>`)."""
+        return None
+
     def cache_metadata(self, tile, seed, dtype, rank, size, grid):
         """The metadata a cache must carry to be used for this call of :meth:`load`."""
         return {

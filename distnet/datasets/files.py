@@ -144,17 +144,19 @@ class FileDataset(Dataset):
         folder = self.cache_dir or os.environ.get(CACHE_DIR_ENV) or None
         return os.path.expanduser(folder) if folder else None
 
-    def cache_path(self, rank, size):
+    def cache_path(self, rank, size, mode="memory"):
         """This rank's cache file: ``serialized_path`` (placeholders filled; relative paths
-        inside the cache folder when there is one), else ``<cache folder>/<name>.rank<r>of<n>.h5``
-        when a cache folder is set, else None."""
+        inside the cache folder when there is one), else, when a cache folder is set,
+        ``<folder>/<file stem>.rank<r>of<n>.h5`` (in memory: float arrays) or
+        ``<folder>/<file stem>.tile.rank<r>of<n>.h5`` (streaming: the tile as stored); else None."""
         folder = self.cache_folder()
         if self.serialized_path is not None:
             path = cache.fill_placeholders(self.serialized_path, rank, size)
             return os.path.join(folder, path) if folder and not os.path.isabs(path) else path
         if folder:
             stem = os.path.splitext(os.path.basename(self.source_files()[0]))[0]
-            return os.path.join(folder, f"{stem}.rank{rank}of{size}.h5")
+            kind = ".tile" if mode == "stream" else ""
+            return os.path.join(folder, f"{stem}{kind}.rank{rank}of{size}.h5")
         return None
 
     # -- loading ---------------------------------------------------------------------------------
@@ -168,7 +170,7 @@ class FileDataset(Dataset):
         tile = self._check_tile(tile)
         scaler = self.scaler()
         self.mode = self.choose_mode(tile, dtype)
-        path = self.cache_path(rank, size)
+        path = self.cache_path(rank, size, self.mode)
         if self.mode == "memory":
             def build():
                 return self._in_memory(tile, seed, dtype, scaler)

@@ -60,5 +60,5 @@ def test_streaming_ranks_equal_one_process(comm, converted, ndata, grid, monkeyp
     assert (res.train_misclass, res.valid_misclass, res.test_misclass) == \
         (ref.train_misclass, ref.valid_misclass, ref.test_misclass)
     assert res.best_epoch["epoch"] == ref.best_epoch["epoch"] and res.best_epoch["split"] == "valid"
-    assert os.listdir(cache) == [f"d.rank{comm.rank}of4.h5"]      # this rank's tile cache only
+    assert os.listdir(cache) == [f"d.tile.rank{comm.rank}of4.h5"]      # this rank's tile cache only
     comm.Barrier()

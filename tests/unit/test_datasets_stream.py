@@ -1,5 +1,7 @@
 """Streaming (StreamArray, per-minibatch reads with prefetch) gives the in-memory numbers exactly
 (float64), for HDF5 and memory-mapped .npy, with sample_pct, a validation hold-out and scaling."""
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -184,3 +186,21 @@ def test_memory_per_rank(tmp_path):
                              dtype=np.float64)
     assert got == {**data_memory({"train": 24, "valid": 6, "test": 10}, 1, (6, 5), 8, 1, 8, 1),
                    "mode": "memory"}
+
+
+def test_cache_dir_per_rank(tmp_path, monkeypatch):
+    path = str(write_uint8(tmp_path / "d.h5"))
+    tile = tile_of((12, 10), (2, 1), (1, 0))
+    want = HDF5Dataset(path=path, scale=1, in_memory=True).load(tile=tile, dtype=np.float64)
+    monkeypatch.setenv("DISTNET_CACHE_DIR", str(tmp_path / "node"))
+    for mode in (False, True, False):       # build, build the other kind, reuse
+        ds = HDF5Dataset(path=path, scale=1, in_memory=mode)
+        got = ds.load(tile=tile, dtype=np.float64, rank=1, size=2, grid=(2, 1))
+        x = got["train"][0]
+        np.testing.assert_array_equal(x[np.arange(len(x))], want["train"][0])
+    assert sorted(os.listdir(tmp_path / "node")) == ["d.rank1of2.h5", "d.tile.rank1of2.h5"]
+    with h5py.File(tmp_path / "node" / "d.tile.rank1of2.h5") as f:
+        assert f["train/x"].shape == (30, 1, 6, 10) and f["train/x"].dtype == np.uint8
+    ds = HDF5Dataset(path=path, scale=1, in_memory=False, cache_dir=str(tmp_path / "other"))
+    ds.load(tile=tile, rank=0, size=2)
+    assert os.listdir(tmp_path / "other") == ["d.tile.rank0of2.h5"]     # the key wins over the variable
