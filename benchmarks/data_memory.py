@@ -91,11 +91,12 @@ def worker(args):
     from distnet.experiments.fit import RunHooks
     text = open(args.experiment).read()
     exp = load_experiment_text(text)
-    stamps = []
+    stamps, cpu = [], []
 
     class Hooks(RunHooks):
         def batch(self, epoch, b, n):
             stamps.append(time.perf_counter())
+            cpu.append(time.process_time())
             if b == args.batches:
                 raise Enough()
 
@@ -104,11 +105,13 @@ def worker(args):
     except Enough:
         pass
     t = exp.topology
-    steps = np.diff(stamps)[3:] if len(stamps) > 4 else np.diff(stamps)
+    skip = 3 if len(stamps) > 4 else 0
+    steps = np.diff(stamps)[skip:]
     tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
     pred = exp.dataset.memory_per_rank(tile, exp.model.batch_size, t.ndata, exp.backend.dtype)
     rec = {"rank": t.rank, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "step_s": float(np.median(steps)), "mode": exp.dataset.mode,
+           "cpu_s": float(np.median(np.diff(cpu)[skip:])),
            "predicted_mib": pred[exp.dataset.mode] / 2**20}
     recs = t.world.gather(rec, root=0) if t.size > 1 else [rec]
     if t.rank == 0:
@@ -188,19 +191,21 @@ def main():
             s1, s10, m1 = by[(name, "streaming", "1x")], by[(name, "streaming", "10x")], by[(name, "in memory", "1x")]
             print(f"{name}: streaming RSS 10x / 1x = {s10[3] / s1[3]:.3f}; "
                   f"streaming / in-memory time per batch (1x) = {s1[5] / m1[5]:.3f}")
-        times = {True: [], False: []}
+        times, cpus = {True: [], False: []}, {True: [], False: []}
         for _ in range(args.throughput_rounds):
             for mem in (True, False):
                 warm_page_cache(files["1x"])
                 recs = run_config(files["1x"], 1, "", None, mem, args.batches * 2, folder)
                 times[mem].append(recs[0]["step_s"])
+                cpus[mem].append(recs[0]["cpu_s"])
                 raw.append({"config": "throughput", "in_memory": mem, "data": "1x", "ranks": recs})
         if args.throughput_rounds:
             m, s_ = np.median(times[True]), np.median(times[False])
             print(f"\nthroughput, 1 process, {args.batches * 2} batches x {args.throughput_rounds} rounds: "
                   f"in memory {m:.4f} s/batch, streaming {s_:.4f} s/batch, ratio {s_ / m:.3f} "
                   f"(rounds: memory {[round(t, 4) for t in times[True]]}, "
-                  f"streaming {[round(t, 4) for t in times[False]]})")
+                  f"streaming {[round(t, 4) for t in times[False]]}); CPU seconds per batch (both "
+                  f"threads): in memory {np.median(cpus[True]):.4f}, streaming {np.median(cpus[False]):.4f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(raw, f, indent=1)
