@@ -37,10 +37,10 @@ EXPERIMENT = """!obj:distnet.experiments.FitExperiment {{
   model: !obj:distnet.models.{model} {{
     num_epochs: 1, batch_size: 32, shuffle: True, learning_rate: 0.01,
     layers: [
-      !obj:distnet.layers.ConvLayer{d} {{name: conv, nofm: 8, fshape: 8, stride: 8,
+      !obj:distnet.layers.ConvLayer{d} {{name: conv, {conv},
                                        weight_init: {{type: normal, scale: 0.01}},
                                        activation: !obj:distnet.activations.RectLin {{}}}},
-      !obj:distnet.layers.MaxPoolingLayer{d} {{name: pool, fshape: 2}},
+      !obj:distnet.layers.MaxPoolingLayer{d} {{name: pool, fshape: {pool}}},
       !obj:distnet.layers.Layer{d} {{name: out, nout: 10, weight_init: {{type: normal, scale: 0.01}},
                                    activation: !obj:distnet.activations.Logistic {{}}}},
     ],
@@ -118,11 +118,19 @@ def worker(args):
         print("RESULT " + json.dumps(recs), flush=True)
 
 
-def run_config(path, ranks, topo, dist_mode, mem, batches, folder):
+#: The network of the memory table (cheap: the data path dominates) and of the throughput rounds
+#: (a 3x3 convolution over the whole image: compute dominates, as in a real experiment).
+NETS = {"light": ("nofm: 8, fshape: 8, stride: 8", 2),
+        "conv3x3": ("nofm: 16, fshape: 3, padding: 1", 8)}
+
+
+def run_config(path, ranks, topo, dist_mode, mem, batches, folder, net="light"):
     dist = ranks > 1
     d = "Dist" if dist and dist_mode != "datapar" else ""
     model = "ConvnetDist" if d else "Convnet"
+    conv, pool = NETS[net]
     text = EXPERIMENT.format(dist=dist, topo=topo, path=path, mem=str(mem).lower(), d=d, model=model,
+                             conv=conv, pool=pool,
                              mode=f", dist_mode: {dist_mode}" if dist_mode else "")
     exp_path = os.path.join(folder, "exp.yaml")
     with open(exp_path, "w") as f:
@@ -153,6 +161,8 @@ def main():
     ap.add_argument("--dir", help="Keep the generated files here (default: a temporary folder, deleted).")
     ap.add_argument("--configs", default="0,1,2,3", help="Indices of the configurations to run (empty: none).")
     ap.add_argument("--json", help="Also write the raw records here.")
+    ap.add_argument("--throughput-net", default="conv3x3", choices=sorted(NETS),
+                    help="Network of the throughput rounds.")
     ap.add_argument("--throughput-rounds", type=int, default=3,
                     help="Rounds of 1 process in memory / streamed (1x, alternating) for the throughput ratio.")
     args = ap.parse_args()
@@ -195,13 +205,14 @@ def main():
         for _ in range(args.throughput_rounds):
             for mem in (True, False):
                 warm_page_cache(files["1x"])
-                recs = run_config(files["1x"], 1, "", None, mem, args.batches * 2, folder)
+                recs = run_config(files["1x"], 1, "", None, mem, args.batches * 2, folder, args.throughput_net)
                 times[mem].append(recs[0]["step_s"])
                 cpus[mem].append(recs[0]["cpu_s"])
                 raw.append({"config": "throughput", "in_memory": mem, "data": "1x", "ranks": recs})
         if args.throughput_rounds:
             m, s_ = np.median(times[True]), np.median(times[False])
-            print(f"\nthroughput, 1 process, {args.batches * 2} batches x {args.throughput_rounds} rounds: "
+            print(f"\nthroughput ({args.throughput_net} net), 1 process, {args.batches * 2} batches x "
+                  f"{args.throughput_rounds} rounds: "
                   f"in memory {m:.4f} s/batch, streaming {s_:.4f} s/batch, ratio {s_ / m:.3f} "
                   f"(rounds: memory {[round(t, 4) for t in times[True]]}, "
                   f"streaming {[round(t, 4) for t in times[False]]}); CPU seconds per batch (both "

@@ -99,6 +99,21 @@ class Scaler:
         self.apply_inplace(x)
         return x
 
+    def apply_into(self, raw, out):
+        """``out[...] = scaled raw`` in one pass for the scale (``raw`` ``(n, C, h, w)`` as
+        stored, ``out`` of the float dtype): the same values as :meth:`apply`, which casts to the
+        float dtype first and multiplies in it."""
+        dtype = out.dtype
+        if self.scale != 1.0:
+            np.multiply(raw, dtype.type(self.scale), out=out, dtype=dtype, casting="unsafe")
+        else:
+            np.copyto(out, raw, casting="unsafe")
+        if self.mean is not None:
+            out -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
+        if self.std is not None:
+            out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
+        return out
+
     def apply_inplace(self, x):
         """Scale ``x (n, C, h, w)`` (already of the float dtype) in place."""
         dtype = x.dtype

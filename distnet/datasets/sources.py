@@ -13,14 +13,15 @@ import numpy as np
 from ..errors import DataError
 
 
-def _row_runs(rows):
-    """Split increasing ``rows`` into ``(start, stop)`` runs of consecutive values."""
+def _runs(rows, positions):
+    """Split ``rows`` (increasing) and their output ``positions`` into ``(row0, pos0, n)`` runs
+    where both go up by one: one hyperslab read per run."""
     if len(rows) == 0:
         return []
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    breaks = np.flatnonzero((np.diff(rows) != 1) | (np.diff(positions) != 1)) + 1
     starts = np.concatenate([[0], breaks])
     stops = np.concatenate([breaks, [len(rows)]])
-    return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops)]
+    return [(int(rows[a]), int(positions[a]), int(b - a)) for a, b in zip(starts, stops)]
 
 
 class Source:
@@ -35,8 +36,15 @@ class Source:
     def labels(self):
         raise NotImplementedError
 
-    def read(self, rows, tile):
+    def read(self, rows, tile, positions=None, out=None):
+        """``x[rows, :, y0:y1, x0:x1]`` in the stored dtype; ``rows`` non-decreasing. With
+        ``positions``, row ``rows[i]`` goes to ``out[positions[i]]`` (``out`` made if None)."""
         raise NotImplementedError
+
+    def _out(self, n, tile, out):
+        if out is None:
+            out = np.empty((n, self.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), self.dtype)
+        return out
 
     def where(self):
         return f"{self.path} ({self.name})"
@@ -72,17 +80,18 @@ class H5Source(Source):
         except (OSError, KeyError) as e:
             raise DataError(f"cannot read {self.name}/y of {self.path}: {e}") from None
 
-    def read(self, rows, tile):
+    def read(self, rows, tile, positions=None, out=None):
         ds = self._x()
-        out = np.empty((len(rows), self.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), self.dtype)
+        rows = np.asarray(rows, dtype=np.int64)
+        positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
+        out = self._out(len(rows), tile, out)
+        a = n = 0
         try:
-            at = 0
-            for a, b in _row_runs(rows):   # runs of consecutive rows: one hyperslab each
-                ds.read_direct(out, np.s_[a:b, :, tile.y0:tile.y1, tile.x0:tile.x1],
-                               np.s_[at:at + b - a])
-                at += b - a
+            for a, at, n in _runs(rows, positions):   # one hyperslab per run of consecutive rows
+                ds.read_direct(out, np.s_[a:a + n, :, tile.y0:tile.y1, tile.x0:tile.x1],
+                               np.s_[at:at + n])
         except (OSError, ValueError, RuntimeError) as e:
-            raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{b - 1}): "
+            raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{a + n - 1}): "
                             f"{str(e).splitlines()[0]}") from None
         return out
 
@@ -103,15 +112,21 @@ class ArraySource(Source):
     def labels(self):
         return self._y
 
-    def read(self, rows, tile):
+    def read(self, rows, tile, positions=None, out=None):
+        rows = np.asarray(rows, dtype=np.int64)
+        out = self._out(len(rows), tile, out)
         try:
             if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
                 part = self._xarr[int(rows[0]):int(rows[-1]) + 1, :, tile.y0:tile.y1, tile.x0:tile.x1]
             else:
                 part = self._xarr[rows, :, tile.y0:tile.y1, tile.x0:tile.x1]
-            return np.array(part, copy=True)
+            if positions is None:
+                out[...] = part
+            else:
+                out[np.asarray(positions)] = part
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read {self.where()}: {e}") from None
+        return out
 
 
 def npy_source(x_path, y_path, split):

@@ -81,15 +81,10 @@ class StreamArray:
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows {rows.min()}..{rows.max()} outside 0..{len(self) - 1}")
         file_rows = self.index[rows]
-        order = np.argsort(file_rows, kind="stable")
-        sorted_rows = file_rows[order]
+        order = np.argsort(file_rows, kind="stable")      # read in file order, each row to its place
+        raw = self.source.read(file_rows[order], self.tile, positions=order)
         x = np.empty((len(rows),) + self.shape[1:], self.dtype)
-        if len(sorted_rows) < 2 or (np.diff(sorted_rows) > 0).all():   # no repeats (the usual case)
-            x[order] = self.source.read(sorted_rows, self.tile)
-        else:
-            uniq, inverse = np.unique(sorted_rows, return_inverse=True)
-            x[order] = self.source.read(uniq, self.tile)[inverse]
-        self.scaler.apply_inplace(x)
+        self.scaler.apply_into(raw, x)
         if self.check:
             check_finite(x, self.source.where(), rows=file_rows)
         return x
@@ -213,7 +208,7 @@ def check_source_finite(source, index, tile, rows_per_read=256):
     ``tile`` of the rows ``index``; reads in blocks (memory flat)."""
     if source.dtype.kind != "f":
         return
-    index = np.sort(np.asarray(index, dtype=np.int64))
+    index = np.unique(np.asarray(index, dtype=np.int64))
     for a in range(0, len(index), rows_per_read):
         rows = index[a:a + rows_per_read]
         check_finite(source.read(rows, tile), source.where(), rows=rows)
