@@ -214,6 +214,7 @@ def check(experiment, list_classes, reference, overrides):
     try:
         exp = load_experiment(experiment, overrides)
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
+        getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "

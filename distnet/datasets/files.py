@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from ..config.builder import config_error
 from ..errors import ConfigError, DataError
 from . import cache
 from ..geometry.partition import Box
@@ -87,8 +88,18 @@ class FileDataset(Dataset):
         return self.sources()["train"].dtype
 
     def scaler(self):
+        """The :class:`Scaler` for the stored data; ConfigError (at the dataset's YAML line) for
+        integer data without ``scale`` or ``mean``/``std`` of the wrong length."""
         src = self.sources()["train"]
-        return Scaler.for_data(self.scale, self.mean, self.std, src.dtype, src.shape[1], src.path)
+        try:
+            return Scaler.for_data(self.scale, self.mean, self.std, src.dtype, src.shape[1], src.path)
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
+
+    def check(self):
+        """What can be checked from the file header, before any pixel is read: layout, labels,
+        scaling keys. ``distnet check`` and every rank's setup call it."""
+        self.scaler()
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` (module docstring)."""

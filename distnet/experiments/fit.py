@@ -185,6 +185,7 @@ class FitExperiment:
         """The checks that need no MPI and no pixels: every layer's shapes against the dataset's
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
+        getattr(self.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
         nout = self.model.layers[-1].out_shape[0]
         if nout != self.dataset.nclasses:
             raise self.model.layers[-1].error(
