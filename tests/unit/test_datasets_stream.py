@@ -10,7 +10,7 @@ from distnet.config import load_experiment_text
 from distnet.datasets import HDF5Dataset, NumpyDataset, StreamArray
 from distnet.errors import ConfigError, DataError
 from distnet.geometry import tile_of
-from tests.tiny import CNN, experiment
+from tests.tiny import CNN, GB, experiment
 
 
 def write_uint8(path, n_train=30, n_test=10, seed=0, valid=0):
@@ -33,8 +33,8 @@ def _run(text):
     return exp, exp.run()
 
 
-def _text(path, keys):
-    return experiment(CNN, path).replace("HDF5Dataset {", "HDF5Dataset {" + keys + ", ")
+def _text(path, keys, template=CNN):
+    return experiment(template, path).replace("HDF5Dataset {", "HDF5Dataset {" + keys + ", ")
 
 
 @pytest.mark.parametrize("keys", ["scale: 1/255", "scale: 0.00392156862745098, mean: 0.3, std: [0.2]",
@@ -47,6 +47,14 @@ def test_streaming_equals_in_memory(tmp_path, keys):
     assert stream.epoch_costs == mem.epoch_costs          # bit for bit (float64)
     assert stream.test_misclass == mem.test_misclass and stream.train_misclass == mem.train_misclass
     assert stream.valid_misclass == mem.valid_misclass
+
+
+def test_streaming_gb_pretraining(tmp_path):
+    path = write_uint8(tmp_path / "d.h5")
+    exp_m, mem = _run(_text(path, "scale: 1/255, in_memory: true", GB))
+    exp_s, stream = _run(_text(path, "scale: 1/255, in_memory: false", GB))
+    assert stream.epoch_costs == mem.epoch_costs and exp_s.model.pretrain_costs == exp_m.model.pretrain_costs
+    assert stream.test_misclass == mem.test_misclass
 
 
 def test_stream_array_rows_and_prefetch(tmp_path):
