@@ -322,6 +322,8 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         if not 0 <= v < 1:
             raise DataError(f"{name} must be in [0, 1), got {v}")
     src = os.fspath(src)
+    if not str(out).lower().endswith((".h5", ".hdf5")):
+        raise DataError(f"the output {out} must end in .h5 or .hdf5")
     if os.path.isdir(src):
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
     if src.lower().endswith((".npz", ".npy")):
