@@ -192,6 +192,10 @@ class FileDataset(Dataset):
             meta["valid_fraction"] = self.valid_fraction
             return cache.load_or_build(path, meta, build)
         srcs = self.sources()
+        if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
+            log.warning("%s: streamed data is cached in HDF5 only; not caching (give a .h5 name or "
+                        "cache_dir)", path)
+            path = None
         if path is not None:
             meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
