@@ -62,6 +62,7 @@ class StreamArray:
         self._last = None         # last rows asked for (for the arithmetic guess)
         self._guess = None        # (rows, future) started by the guess
         self._lock = threading.Lock()
+        self._local = threading.local()
         #: Batches served from a prefetch / read on demand (for tests and benchmarks).
         self.stats = {"prefetched": 0, "direct": 0}
 
@@ -82,12 +83,21 @@ class StreamArray:
             raise IndexError(f"rows {rows.min()}..{rows.max()} outside 0..{len(self) - 1}")
         file_rows = self.index[rows]
         order = np.argsort(file_rows, kind="stable")      # read in file order, each row to its place
-        raw = self.source.read(file_rows[order], self.tile, positions=order)
+        raw = self.source.read(file_rows[order], self.tile, positions=order, out=self._raw_buffer(len(rows)))
         x = np.empty((len(rows),) + self.shape[1:], self.dtype)
         self.scaler.apply_into(raw, x)
         if self.check:
             check_finite(x, self.source.where(), rows=file_rows)
         return x
+
+    def _raw_buffer(self, n):
+        """A reused ``(n, C, h, w)`` buffer of the stored dtype, one per thread (no page faults
+        for a fresh allocation every batch)."""
+        buf = getattr(self._local, "raw", None)
+        if buf is None or buf.shape[0] < n:
+            buf = np.empty((n,) + self.shape[1:], self.source.dtype)
+            self._local.raw = buf
+        return buf[:n]
 
     def __getitem__(self, rows):
         if isinstance(rows, slice):
