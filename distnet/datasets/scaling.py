@@ -93,16 +93,10 @@ class Scaler:
                                   f"{channels} channels), got {len(v)}", key=key)
         return cls(scale, mean, std)
 
-    def apply(self, raw, dtype):
-        """``raw (n, C, h, w)`` of the stored dtype -> a new array of ``dtype``."""
-        x = raw.astype(dtype)
-        self.apply_inplace(x)
-        return x
-
     def apply_into(self, raw, out):
-        """``out[...] = scaled raw`` in one pass for the scale (``raw`` ``(n, C, h, w)`` as
-        stored, ``out`` of the float dtype): the same values as :meth:`apply`, which casts to the
-        float dtype first and multiplies in it."""
+        """``out[...] = scaled raw`` (``raw`` ``(n, C, h, w)`` as stored, ``out`` of the float
+        dtype); the scale is one pass: the ufunc casts ``raw`` to ``out``'s dtype and multiplies
+        in it, the same values as ``raw.astype(dtype) * scale``."""
         dtype = out.dtype
         if self.scale != 1.0:
             np.multiply(raw, dtype.type(self.scale), out=out, dtype=dtype, casting="unsafe")
@@ -113,17 +107,6 @@ class Scaler:
         if self.std is not None:
             out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
         return out
-
-    def apply_inplace(self, x):
-        """Scale ``x (n, C, h, w)`` (already of the float dtype) in place."""
-        dtype = x.dtype
-        if self.scale != 1.0:
-            x *= dtype.type(self.scale)
-        if self.mean is not None:
-            x -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
-        if self.std is not None:
-            x /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
-        return x
 
     def describe(self):
         parts = [f"scale {self.scale!r}"]
