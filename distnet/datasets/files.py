@@ -21,8 +21,8 @@ import numpy as np
 
 from ..config.builder import config_error
 from ..errors import ConfigError, DataError
-from . import cache
 from ..geometry.partition import Box
+from . import cache
 from .base import Dataset, sample_indices
 from .scaling import Scaler, check_finite, parse_channels, parse_scale
 from .stream import StreamArray, check_source_finite

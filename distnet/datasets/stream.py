@@ -14,16 +14,12 @@ Without a schedule, a request that continues an arithmetic pattern (the evaluati
 ``arange`` blocks) starts a read of the next block. :meth:`attach` hooks a model's ``batches``
 so that every epoch's minibatches are scheduled with no change to the model.
 """
-import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import DataError
 from .scaling import check_finite
-
-log = logging.getLogger(__name__)
 
 #: Minibatches read ahead of the one being trained.
 PREFETCH_DEPTH = 2
@@ -224,4 +220,4 @@ def check_source_finite(source, index, tile, rows_per_read=256):
         check_finite(source.read(rows, tile), source.where(), rows=rows)
 
 
-__all__ = ["DataError", "PREFETCH_DEPTH", "StreamArray", "check_source_finite"]
+__all__ = ["PREFETCH_DEPTH", "StreamArray", "check_source_finite"]

@@ -3,7 +3,6 @@
 with the validation split evaluated every epoch and the best epoch reported."""
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
