@@ -32,3 +32,18 @@ def data_memory(split_rows, channels, tile_shape, float_bytes, stored_bytes, bat
     rows = math.ceil(bs / max(1, ndata))
     stream = total * 16 + rows * pixels * ((PREFETCH_DEPTH + 2) * float_bytes + stored_bytes)
     return {"memory": int(memory), "stream": int(stream)}
+
+
+def describe_memory(dataset, tile=None, batch_size=None, ndata=1, dtype="float32"):
+    """One line for ``show`` / ``plan``: the data bytes of one rank in memory and streamed, and
+    which one ``in_memory`` picks, e.g. ``data per rank: 450.0 MiB in memory, 25.5 MiB streamed
+    (in_memory: auto -> stream)``; for datasets that cannot tell (MNIST, CIFAR-10) ``data per
+    rank: in memory (the whole split)``."""
+    import numpy as np
+    m = dataset.memory_per_rank(tile=tile, batch_size=batch_size, ndata=ndata, dtype=np.dtype(dtype))
+    if m is None:
+        return "data per rank: in memory (the whole split)"
+    setting = getattr(dataset, "in_memory", "auto")
+    setting = setting if isinstance(setting, str) else str(setting).lower()
+    return (f"data per rank: {m['memory'] / 2**20:.1f} MiB in memory, {m['stream'] / 2**20:.1f} MiB "
+            f"streamed (in_memory: {setting} -> {m['mode']})")

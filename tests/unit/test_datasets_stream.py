@@ -212,3 +212,13 @@ def test_cache_dir_per_rank(tmp_path, monkeypatch):
     ds = HDF5Dataset(path=path, scale=1, in_memory=False, cache_dir=str(tmp_path / "other"))
     ds.load(tile=tile, rank=0, size=2)
     assert os.listdir(tmp_path / "other") == ["d.tile.rank0of2.h5"]     # the key wins over the variable
+
+
+def test_describe_memory(tmp_path):
+    from distnet.datasets import MNIST
+    from distnet.datasets.memory import describe_memory
+    path = str(write_uint8(tmp_path / "d.h5"))
+    line = describe_memory(HDF5Dataset(path=path, scale=1, in_memory=False), tile_of((12, 10), (2, 2), (0, 0)),
+                           batch_size=8, ndata=2, dtype="float64")
+    assert line.startswith("data per rank: 0.0 MiB in memory, ") and line.endswith("(in_memory: false -> stream)")
+    assert describe_memory(MNIST(repo_path=str(tmp_path))) == "data per rank: in memory (the whole split)"
