@@ -55,8 +55,8 @@ class Source:
 
 class H5Source(Source):
     """Datasets ``<split>/x`` and ``<split>/y`` of an HDF5 file, opened read-only on first use
-    (one handle per source, kept open; h5py handles may be used from one thread at a time, and
-    the prefetch thread is the only reader while it runs)."""
+    (one handle per source, kept open; h5py serialises its calls with its own lock, so the
+    prefetch thread and a read on demand may share it)."""
 
     def __init__(self, path, split, shape, dtype):
         self.path, self.name = path, split
