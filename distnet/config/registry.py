@@ -30,6 +30,7 @@ _add("distnet.backend", "backend", ["GPU"], "distnet.backends", "neon.backends.g
 _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.datasets.mnist")
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
+_add("distnet.datasets.numpy_files", "dataset", ["NumpyDataset"], "distnet.datasets")
 _add("distnet.models.mlp", "model", ["MLP"], "distnet.models", "neon.models.mlp")
 _add("distnet.models.convnet", "model", ["Convnet"], "distnet.models")
 _add("distnet.models.convnet", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")

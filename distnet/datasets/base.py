@@ -209,6 +209,32 @@ class Dataset:
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
         return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype))
 
+    #: How the data is held (:class:`~distnet.datasets.files.FileDataset` chooses; the others
+    #: always hold it in memory).
+    in_memory = True
+
+    def check(self):
+        """Checks that need the files' headers but no pixels (file datasets: the scale keys
+        against the stored dtype); run by ``distnet check`` and before training."""
+
+    def read_ahead(self, x):
+        """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
+        split as :meth:`load` returned it) ahead of their use, in that order; None when ``x`` is
+        in memory. The model calls it with each epoch's minibatches (``MLP.read_ahead``)."""
+        return None
+
+    def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """Data bytes per rank ``{"memory", "stream", "mode"}``, or None where the dataset cannot
+        tell without reading its files (MNIST, CIFAR-10: always in memory; see
+        :meth:`FileDataset.memory_per_rank <distnet.datasets.files.FileDataset.memory_per_rank>`)."""
+        return None
+
+    def describe_memory(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """One line for ``distnet show``: this rank's data bytes in memory and streamed
+        (:func:`~distnet.datasets.memory.describe_memory`)."""
+        from .memory import describe_memory
+        return describe_memory(self, tile, batch_size, ndata, dtype)
+
     def cache_metadata(self, tile, seed, dtype, rank, size, grid):
         """The metadata a cache must carry to be used for this call of :meth:`load`."""
         return {

@@ -254,6 +254,10 @@ class MLP:
     on_batch = None
     #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
     shuffle_rng = None
+    #: Optional ``callable(list of row-index arrays)``: :meth:`fit` gives it each epoch's
+    #: minibatches (this replica's rows) before training on them, so streamed data is read
+    #: ahead (``Dataset.read_ahead``); None for data in memory.
+    read_ahead = None
 
     def start_fit(self):
         """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
@@ -274,6 +278,8 @@ class MLP:
         for epoch in range(first, self.num_epochs):
             total = 0.0
             batches = self.batches(x.shape[0], self.shuffle_rng)
+            if self.read_ahead is not None:
+                self.read_ahead([self.replica_rows(idx) for idx in batches])
             for b, idx in enumerate(batches):
                 if self.on_batch is not None:
                     self.on_batch(epoch, b, len(batches))
