@@ -211,6 +211,8 @@ def check(experiment, list_classes, reference, overrides):
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
     except DistnetError as e:
         _fail(str(e))
+    for level, note in getattr(exp, "config_notes", ()):
+        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:

@@ -18,15 +18,20 @@ def load_experiment_text(text, filename="<string>"):
 
 def _build_root(tree, filename):
     from ..errors import ConfigError
+    from .neon_compat import translate
     if not isinstance(tree, ObjSpec):
         raise ConfigError("the file's root must be an experiment, e.g. "
                           "!obj:distnet.experiments.FitPredictErrorExperiment {...}", filename)
+    notes = list(getattr(tree, "parse_notes", ()))
+    translate(tree, notes)
     builder = Builder()
     root = builder.build(tree)
     if builder.kind_of(root) != "experiment":
         raise ConfigError(f"the root object is {tree.path}, not an experiment "
                           "(FitExperiment or FitPredictErrorExperiment)", tree.where)
     root.source_path = filename
+    #: ``(logging level, text)`` about neon keys translated or ignored; logged when it runs.
+    root.config_notes = notes + builder.notes
     return root
 
 

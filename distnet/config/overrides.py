@@ -1,14 +1,14 @@
 """Command-line overrides ``key.path=value`` (``distnet run EXP --set model.num_epochs=1``).
 
 The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
-items by index (``model.layers.0.nofm=8``). The value is YAML (``1``, ``0.5``, ``[2, 3]``,
-``float64``). An override may add a key the file does not set; the result is validated like
-the file itself.
+items by index (``model.layers.0.nofm=8``). The value is YAML (``1``, ``0.5``, ``1e-3``,
+``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
+file does not set; the result is validated like the file itself.
 """
 import yaml
 
 from ..errors import ConfigError
-from .yaml_loader import ObjSpec
+from .yaml_loader import ObjSpec, parse_scalar
 
 
 def parse_override(text):
@@ -20,7 +20,7 @@ def parse_override(text):
     if not keys:
         raise ConfigError(f"override {text!r} has no key path", "command line")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = parse_scalar(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({e})", "command line") from None
     return keys, value

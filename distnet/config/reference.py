@@ -50,7 +50,7 @@ def reference_markdown():
         out += [f"## {_KIND_TITLE[kind]}", ""]
         for name, dpath, npath in sorted(by_kind.get(kind, [])):
             cls, _ = registry.resolve(name)
-            paths = f"`{dpath}`" + (f", `{npath}`" if npath else "")
+            paths = ", ".join(f"`{p}`" for p in (dpath, npath, *registry.extra_paths(name)) if p)
             out += [f"### {name}", "", f"Paths: {paths}", ""]
             doc = inspect.getdoc(cls) or ""
             if doc:

@@ -5,6 +5,9 @@ its keyword arguments and the file/line of every key, so later errors can point 
 Anchors and aliases work as in YAML: an aliased ``!obj:`` node is the *same* ObjSpec (and so
 becomes the same Python object).
 """
+import logging
+import re
+
 import yaml
 
 from ..errors import ConfigError
@@ -19,6 +22,9 @@ class ObjSpec:
         self.kwargs = kwargs
         self.where = where
         self.key_where = key_where
+        #: Attributes set on the built object after construction (neon_compat's per-layer
+        #: momentum schedule): not keys of the constructor.
+        self.attrs = {}
 
     def where_of(self, key):
         return self.key_where.get(key, self.where)
@@ -27,8 +33,26 @@ class ObjSpec:
         return f"ObjSpec({self.path!r} at {self.where})"
 
 
+#: YAML 1.2's float rule (core schema): ``1e-3``, ``1E5``, ``.5``, ``-.5``, ``-1.5e+3`` are
+#: numbers. PyYAML follows YAML 1.1, which needs a dot and a signed exponent (``1.0e-3``) and
+#: leaves ``1e-3`` a string.
+_FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+
+
+class NumberLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's float rule added (ints stay ints)."""
+
+
+NumberLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def parse_scalar(text):
+    """A ``--set`` value: YAML (with YAML 1.2 numbers), like a value in a file."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 - SafeLoader subclass
+
+
 def _make_loader(filename):
-    class Loader(yaml.SafeLoader):
+    class Loader(NumberLoader):
         pass
 
     def construct_obj(loader, tag_suffix, node):
@@ -43,8 +67,10 @@ def _make_loader(filename):
             if not isinstance(key, str):
                 raise ConfigError(f"keys of !obj:{tag_suffix} must be strings, got {key!r}",
                                   f"{filename}:{key_node.start_mark.line + 1}")
-            if key in kwargs:
-                raise ConfigError("duplicate key", f"{filename}:{key_node.start_mark.line + 1}", key)
+            if key in kwargs:  # YAML loaders of neon's time kept the later value; so do we, loudly
+                loader.distnet_notes.append((logging.WARNING, f"{filename}:{key_node.start_mark.line + 1}: "
+                                             f"key '{key}' is given twice in !obj:{tag_suffix} (also at "
+                                             f"{key_where[key]}); the later value is used"))
             kwargs[key] = loader.construct_object(value_node, deep=True)
             key_where[key] = f"{filename}:{key_node.start_mark.line + 1}"
         return ObjSpec(tag_suffix, kwargs, where, key_where)
@@ -58,8 +84,10 @@ def parse_yaml(text, filename="<string>"):
 
     Raises :class:`ConfigError` naming the file and line for malformed YAML or unknown tags.
     """
+    loader_class = _make_loader(filename)
+    notes = loader_class.distnet_notes = []
     try:
-        return yaml.load(text, Loader=_make_loader(filename))  # noqa: S506 - SafeLoader subclass
+        tree = yaml.load(text, Loader=loader_class)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename
@@ -67,6 +95,10 @@ def parse_yaml(text, filename="<string>"):
         raise ConfigError(f"malformed YAML: {what}", where) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}", filename) from None
+    if isinstance(tree, ObjSpec):
+        #: ``(logging level, text)`` found while parsing (duplicate keys).
+        tree.parse_notes = notes
+    return tree
 
 
 def parse_file(path):

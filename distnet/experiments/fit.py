@@ -239,6 +239,8 @@ class FitExperiment:
         log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend)
+        for level, note in getattr(self, "config_notes", ()):  # hook (h19a): neon keys translated/ignored
+            log.log(level, "%s", note)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
         hooks.started(self, t)

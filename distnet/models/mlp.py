@@ -15,7 +15,7 @@ from ..errors import ConfigError, TrainingError
 from ..layers.base import REPLICATED, SPATIAL, LayerContext
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
-from ..ops.sgd import MomentumSchedule, sgd_update
+from ..ops.sgd import MomentumSchedule, layer_momentum, sgd_update
 from .pipeline import Pipeline, StagePlanError, assign_stages
 
 
@@ -181,11 +181,12 @@ class MLP:
 
     def update(self, params, epoch):
         """SGD step (with the epoch's momentum) on ``params``, then the layers' post-update hooks."""
-        mu = self.momentum(epoch)
         for layer, p in params:
+            sched = layer_momentum(layer, self.momentum)  # hook (h19a): a layer's own schedule (neon 2015)
+            mu = sched(epoch)
             if mu != 0.0 and p.velocity is None:
                 p.velocity = self.backend.xp.zeros_like(p.value)
-            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, self.momentum.nesterov)
+            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, sched.nesterov)
         for layer in {id(layer): layer for layer, _ in params}.values():
             layer.after_update()
 

@@ -76,3 +76,17 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
         w += g                   # w += mu * v - lr * G
     else:
         w += v
+
+
+def layer_momentum(layer, default):
+    """The momentum schedule of ``layer``: its own, when its YAML gave one (neon's later per-layer
+    ``learning_rule``: the config sets ``layer.momentum_params`` to the schedule mapping, or to None
+    for plain gradient descent), else the model's ``default`` :class:`MomentumSchedule`. The
+    schedule is built once and kept on the layer."""
+    if not hasattr(layer, "momentum_params"):
+        return default
+    sched = getattr(layer, "_momentum_schedule", None)
+    if sched is None:
+        sched = MomentumSchedule(layer.momentum_params)
+        layer._momentum_schedule = sched
+    return sched
