@@ -1,9 +1,10 @@
 """neon's own experiment files as test fixtures: the ten ``examples/distributed`` files of neon's
-later (Jan/Feb 2015) schema in ``tests/data/neon_later/`` and the neon 0.4 file shipped in
-``experiments/``, with small random MNIST / CIFAR-10 data to run them on.
+later (Jan/Feb 2015) schema in ``tests/data/neon_later/``, neon v0.4.0's MNIST / CIFAR-10
+examples in ``tests/data/neon_04/`` and the one in ``experiments/``, with small random MNIST /
+CIFAR-10 data to run them on.
 
 Only data paths change (``./datasets`` -> a folder of random images); on a machine without a
-GPU the two ``gpu`` files get the CPU data-parallel backend in place of ``GPUDataDist``.
+GPU the ``gpu`` / ``cudanet`` files get a CPU backend in place of ``GPUDataDist`` / ``Cudanet``.
 """
 import os
 import pickle
@@ -15,7 +16,8 @@ from distnet.datasets import idx
 
 ROOT = Path(__file__).resolve().parent.parent
 LATER = sorted((ROOT / "tests" / "data" / "neon_later").glob("*.yaml"))
-NEON04 = [ROOT / "experiments" / "neon_mnist_numpy_cnn-20-50-500-10.yaml"]
+NEON04 = (sorted((ROOT / "tests" / "data" / "neon_04").glob("*.yaml"))
+          + [ROOT / "experiments" / "neon_mnist_numpy_cnn-20-50-500-10.yaml"])
 ALL = LATER + NEON04
 
 _MNIST = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
@@ -54,6 +56,7 @@ def text_of(path, data_root):
     text = text.replace("./datasets", str(data_root))
     if not have_gpu():
         text = text.replace("neon.backends.gpu.GPUDataDist", "neon.backends.cpu.CPUDataDist")
+        text = text.replace("neon.backends._cudanet.Cudanet", "neon.backends._numpy.Numpy")
     return text
 
 

@@ -23,6 +23,7 @@ is ever imported. What it does (each item only where the file uses that spelling
   model ``batch_size`` was one process's share of it) -> the model's ``batch_size`` becomes the
   dataset's, with a note in the log; ``num_test_sample`` is kept (the dataset takes the first
   that many test images);
+* pooling layers' ``nfm`` / ``pshape`` (neon 0.4's cuda-convnet example) -> ``nifm`` / ``fshape``;
 * ``neon.backends.fixedpoint.FixedPoint``'s format keys -> dropped with a warning (distnet
   computes in float32), and a model ``serialized_path`` -> a warning that it is ignored.
 
@@ -50,7 +51,7 @@ _RULE_PATHS = {f"{pkg}{name}": name for name in _RULES
                for pkg in ("neon.models.learning_rule.", "learning_rule.")}
 
 _FIXEDPOINT_PATHS = ("neon.backends.fixedpoint.FixedPoint", "neon.backends.flexpoint.FlexPoint")
-_FIXEDPOINT_KEYS = ("sign_bit", "int_bits", "frac_bits", "overflow", "rounding")
+_FIXEDPOINT_KEYS = ("sign_bit", "int_bits", "frac_bits", "overflow", "rounding", "default_dtype")
 
 _BIASED_LAYERS = {"Layer": "LayerWithNoBias", "LayerDist": "LayerWithNoBiasDist"}
 
@@ -104,6 +105,12 @@ class _Translator:
             cost = kw.get(key)
             if isinstance(cost, ObjSpec):
                 cost.kwargs.pop("olayer", None)
+        if "Pooling" in _bare(spec.path):
+            # neon's cuda-convnet example (mnist_cudanet_cnn) spelled pooling keys nfm / pshape
+            for old, new in (("nfm", "nifm"), ("pshape", "fshape")):
+                if old in kw and new not in kw:
+                    kw[new] = kw.pop(old)
+                    spec.key_where[new] = spec.key_where.pop(old, spec.where)
         if "learning_rule" in kw:
             self.learning_rule(spec)
         wi = kw.get("weight_init")
