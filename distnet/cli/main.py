@@ -34,10 +34,14 @@ def _abort_if_parallel(code):
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
-def main():
+@click.pass_context
+def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()

@@ -79,6 +79,26 @@ def _make_loader(filename):
     return Loader
 
 
+_UNQUOTED_PLACEHOLDER = re.compile(
+    r"""(^|[\s:,\[])([^\s'",\[\]{}]*\{(rank|size)\}(?:[^\s'",\[\]{}]|\{(?:rank|size)\})*)""")
+
+
+def _placeholder_hint(text, error):
+    """A hint when the lines of a YAML error hold an unquoted ``{rank}``/``{size}`` path: YAML
+    reads ``{`` as the start of a mapping, so such a path must be quoted."""
+    lines = text.splitlines()
+    for mark in (error.problem_mark, error.context_mark):
+        if mark is None or not 0 <= mark.line < len(lines):
+            continue
+        m = _UNQUOTED_PLACEHOLDER.search(lines[mark.line])
+        if m:
+            key = re.search(r"(\w+)\s*:\s*[^:]*$", lines[mark.line][:m.start(2)])
+            example = f'{key.group(1) if key else "serialized_path"}: "{m.group(2)}"'
+            return (f" -- hint: a path with {{{m.group(3)}}} must be quoted, because YAML reads "
+                    f"'{{' as the start of a mapping: write {example}")
+    return ""
+
+
 def parse_yaml(text, filename="<string>"):
     """YAML text -> python values with :class:`ObjSpec` for every ``!obj:`` node.
 
@@ -92,7 +112,7 @@ def parse_yaml(text, filename="<string>"):
         mark = e.problem_mark or e.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename
         what = " ".join(p for p in (e.context, e.problem) if p)
-        raise ConfigError(f"malformed YAML: {what}", where) from None
+        raise ConfigError(f"malformed YAML: {what}{_placeholder_hint(text, e)}", where) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}", filename) from None
     if isinstance(tree, ObjSpec):
