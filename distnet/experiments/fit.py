@@ -147,6 +147,21 @@ class FitExperiment:
         sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""
         mode = getattr(self.dataset, "dist_mode", None) if self.dist_flag else None
         whole = getattr(self.model, "input_layout", None) == REPLICATED
+        if whole:  # hook (h19a): MLPDist holds FC Dist layers only (else `run` met no nfeat)
+            from ..layers.dist import FCDistMixin
+            from ..layers.fc import LayerWithNoBias
+            for layer in self.model.layers:
+                if isinstance(layer, LayerWithNoBias) and not isinstance(layer, FCDistMixin):
+                    raise layer.error(f"{type(self.model).__name__} shards fully connected layers by "
+                                      f"input features: use {type(layer).__name__}Dist, not "
+                                      f"{type(layer).__name__}")
+                if not isinstance(layer, FCDistMixin):
+                    raise layer.error(
+                        f"{type(self.model).__name__} shards fully connected layers by input features "
+                        f"(vecpar) and cannot hold a {type(layer).__name__}: distribute a network with "
+                        "convolution / pooling / local layers as ConvnetDist (GBDist for GB) with Dist "
+                        "layers and dist_mode: halopar (spatial tiles), or as data replicas (dist_mode: "
+                        "datapar, model MLP/Convnet); in MLPDist use LayerDist / LayerWithNoBiasDist")
         if mode == "vecpar" and not whole:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers by input features: use "
                               f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "

@@ -85,3 +85,37 @@ def test_bare_distnet_prints_help_and_succeeds():
     assert proc.returncode == 0 and "Commands:" in proc.stdout
     r = CliRunner().invoke(main, ["no-such-command"])
     assert r.exit_code == 2
+
+
+MLPDIST_CNN = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  dist_flag: True,
+  datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere, dist_flag: True, dist_mode: MODE}],
+  model: !obj:distnet.models.MLPDist {num_epochs: 1, learning_rate: 0.1,
+    layers: [
+      !obj:distnet.layers.ConvLayerDist {name: conv, nofm: 2, fshape: 5,
+                                         weight_init: {type: uniform, low: -0.1, high: 0.1}},
+      !obj:distnet.layers.LayerDist {name: out, nout: 10, weight_init: {type: normal}},
+    ]}}
+"""
+
+
+@pytest.mark.parametrize("mode", ["vecpar", "halopar"])
+def test_mlpdist_over_conv_is_refused_by_check_and_run(tmp_path, mode):
+    path = tmp_path / "e.yaml"
+    path.write_text(MLPDIST_CNN.replace("MODE", mode))
+    for args in (["check", str(path)], ["run", str(path), "--no-run-dir"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, r.output
+        assert f"{path}:6: layer 'conv': MLPDist shards fully connected layers" in r.output
+        assert "cannot hold a ConvLayerDist" in r.output and "ConvnetDist" in r.output
+        assert "give its dataset dist_mode: vecpar" not in r.output   # no longer sent there
+        assert "nfeat" not in r.output
+
+
+def test_mlpdist_with_a_non_dist_fc_layer_names_the_dist_class():
+    text = MLPDIST_CNN.replace("MODE", "vecpar").replace(
+        """      !obj:distnet.layers.ConvLayerDist {name: conv, nofm: 2, fshape: 5,
+                                         weight_init: {type: uniform, low: -0.1, high: 0.1}},
+""", "").replace("layers.LayerDist", "layers.Layer")
+    with pytest.raises(ConfigError, match=r"e\.yaml:\d+: layer 'out': .* use LayerDist, not Layer"):
+        load_experiment_text(text, "e.yaml")
