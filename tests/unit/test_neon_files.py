@@ -209,3 +209,14 @@ def test_num_test_sample_keeps_the_first_test_images(folder):
     assert len(data["test"][1]) == 7 and len(data["train"][1]) == 60
     full = _load("mnist_vecpar_cpu_mlp-784-100-10", folder).dataset.load()
     np.testing.assert_array_equal(data["test"][0], full["test"][0][:7])
+
+
+def test_docs_neon_md_is_linked_and_covers_the_differences():
+    root = neon_files.ROOT
+    assert "(docs/neon.md)" in (root / "README.md").read_text()
+    doc = (root / "docs" / "neon.md").read_text()
+    for needle in ("linear_monotone", "every layer with weights", "LCN gradient", "logged cost",
+                   "`sample_pct`", "FixedPoint", "model's `serialized_path`", "`*_dtype` keys",
+                   "learning_rule", "UniformValGen", "olayer", "num_test_sample", "CPUDataDist",
+                   "Cudanet", "Cudamat"):
+        assert needle in doc, needle
