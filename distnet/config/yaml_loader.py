@@ -39,11 +39,16 @@ class ObjSpec:
 _FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 
 
+def yaml12_numbers(cls):
+    """Add YAML 1.2's float rule to a PyYAML Loader or Dumper class (a Dumper then quotes a
+    string such as ``'1e3'``, which would read back as a number); returns the class."""
+    cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+    return cls
+
+
+@yaml12_numbers
 class NumberLoader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2's float rule added (ints stay ints)."""
-
-
-NumberLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
 
 
 def parse_scalar(text):

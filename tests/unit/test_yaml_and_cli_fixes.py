@@ -119,3 +119,9 @@ def test_mlpdist_with_a_non_dist_fc_layer_names_the_dist_class():
 """, "").replace("layers.LayerDist", "layers.Layer")
     with pytest.raises(ConfigError, match=r"e\.yaml:\d+: layer 'out': .* use LayerDist, not Layer"):
         load_experiment_text(text, "e.yaml")
+
+
+def test_resolved_yaml_keeps_strings_that_look_like_yaml12_numbers():
+    from distnet.experiments.rundir import dump_tree
+    tree = {"name": "1e3", "half": ".5", "lr": 1e-3, "n": 5}
+    assert parse_yaml(dump_tree(tree)) == tree
