@@ -69,7 +69,8 @@ def _renamed(path, new_bare):
 class _Translator:
     def __init__(self, notes):
         self.notes = notes
-        self.done = set()
+        self.done = set()       # ids of the ObjSpecs already translated (aliases: once)
+        self.valgens = {}       # id of a params.*ValGen node -> its weight_init mapping
 
     def note(self, level, where, text):
         self.notes.append((level, f"{where}: {text}"))
@@ -97,7 +98,9 @@ class _Translator:
     def obj(self, spec):
         kw = spec.kwargs
         if spec.path in _FIXEDPOINT_PATHS:
-            dropped = [k for k in _FIXEDPOINT_KEYS if kw.pop(k, None) is not None or k in kw]
+            dropped = [k for k in _FIXEDPOINT_KEYS if k in kw]
+            for k in dropped:
+                del kw[k]
             self.note(WARNING, spec.where, f"{_bare(spec.path)} backend: distnet computes in float32 "
                       "numpy; the fixed-point format" + (f" ({', '.join(dropped)})" if dropped else "")
                       + " is ignored")
@@ -178,13 +181,8 @@ class _Translator:
     def valgen(self, wi):
         """A ``params.*ValGen`` node as distnet's weight_init mapping (one dict per node, so
         aliased generators stay one object)."""
-        if isinstance(wi, dict):
-            return wi
-        cache = getattr(self, "_valgens", None)
-        if cache is None:
-            cache = self._valgens = {}
-        if id(wi) in cache:
-            return cache[id(wi)]
+        if id(wi) in self.valgens:
+            return self.valgens[id(wi)]
         name = _VALGEN_PATHS[wi.path]
         kind, keys = _VALGENS[name]
         out = {"type": kind}
@@ -195,7 +193,7 @@ class _Translator:
                 raise ConfigError(f"unknown key for {name}; valid keys: {', '.join(sorted(keys | {'bias_init'}))}",
                                   wi.where_of(k), k)
             out[k] = v
-        cache[id(wi)] = out
+        self.valgens[id(wi)] = out
         return out
 
     # -- model and dataset ----------------------------------------------------------------------
@@ -221,6 +219,10 @@ class _Translator:
             if mode != "datapar":
                 self.note(WARNING, where, "a dataset's batch_size is only used with dist_mode: datapar "
                           "(the global minibatch); ignored, the model's batch_size is used")
+            elif (model.key_where.get("batch_size", "").startswith("command line")
+                  and not where.startswith("command line")):
+                self.note(INFO, where, f"neon datapar: the dataset's batch_size {bs} (the global "
+                          f"minibatch) gives way to {model.key_where['batch_size']}")
             elif isinstance(bs, int) and not isinstance(bs, bool):
                 old = mkw.get("batch_size")
                 mkw["batch_size"] = bs

@@ -220,3 +220,10 @@ def test_docs_neon_md_is_linked_and_covers_the_differences():
                    "learning_rule", "UniformValGen", "olayer", "num_test_sample", "CPUDataDist",
                    "Cudanet", "Cudamat"):
         assert needle in doc, needle
+
+
+def test_datapar_batch_size_given_on_the_command_line_wins(folder):
+    exp = _load("mnist_datapar_cpu_mlp-784-100-10", folder, ["model.batch_size=50"])
+    assert exp.model.batch_size == 50
+    exp = _load("mnist_datapar_cpu_mlp-784-100-10", folder, ["dataset.batch_size=40"])
+    assert exp.model.batch_size == 40
