@@ -50,20 +50,21 @@ def write_data(root, n_train=60, n_test=20, seed=0):
     return root
 
 
-def text_of(path, data_root):
-    """The YAML of ``path`` reading ``data_root`` (and on the CPU when there is no GPU)."""
+def text_of(path, data_root, cpu_if_no_gpu=True):
+    """The YAML of ``path`` reading ``data_root`` (and on the CPU when there is no GPU, unless
+    ``cpu_if_no_gpu`` is False)."""
     text = Path(path).read_text()
     text = text.replace("./datasets", str(data_root))
-    if not have_gpu():
+    if cpu_if_no_gpu and not have_gpu():
         text = text.replace("neon.backends.gpu.GPUDataDist", "neon.backends.cpu.CPUDataDist")
         text = text.replace("neon.backends._cudanet.Cudanet", "neon.backends._numpy.Numpy")
     return text
 
 
-def write_experiment(path, data_root, out_dir):
+def write_experiment(path, data_root, out_dir, cpu_if_no_gpu=True):
     """``path`` rewritten by :func:`text_of` into ``out_dir``; returns the new path."""
     out = Path(out_dir) / Path(path).name
-    out.write_text(text_of(path, data_root))
+    out.write_text(text_of(path, data_root, cpu_if_no_gpu))
     return out
 
 

@@ -211,7 +211,12 @@ def check(experiment, list_classes, reference, overrides):
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")
     try:
-        exp = load_experiment(experiment, overrides)
+        try:
+            exp = load_experiment(experiment, overrides)
+        except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
+            if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+                raise
+            exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
     except DistnetError as e:
         _fail(str(e))
