@@ -125,3 +125,14 @@ def test_resolved_yaml_keeps_strings_that_look_like_yaml12_numbers():
     from distnet.experiments.rundir import dump_tree
     tree = {"name": "1e3", "half": ".5", "lr": 1e-3, "n": 5}
     assert parse_yaml(dump_tree(tree)) == tree
+
+
+def test_dataset_and_datasets_0_are_one_override_key(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text(EXP)                                   # datasets: [...]
+    assert load_experiment(str(path), ["dataset.sample_pct=3"]).dataset.sample_pct == 3
+    later = EXP.replace("datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere, sample_pct: .5}]",
+                        "dataset: !obj:distnet.datasets.MNIST {repo_path: ./nowhere, sample_pct: .5}")
+    path.write_text(later)                                 # neon's later dataset:
+    assert load_experiment(str(path), ["datasets.0.sample_pct=4"]).dataset.sample_pct == 4
+    assert load_experiment(str(path), ["dataset.sample_pct=5"]).dataset.sample_pct == 5
