@@ -115,6 +115,8 @@ class MLP:
                 layer.learning_rate = self.learning_rate
         self._plan_stages(topology)
         self.step = TrainingStep(topology, backend.host_staging)
+        self._momentum = {id(layer): MomentumSchedule(layer.momentum_params) for layer in self.layers
+                          if layer.momentum_params is not None}
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
@@ -174,6 +176,14 @@ class MLP:
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
 
+    def momentum_at(self, epoch):
+        """``layer -> (mu, nesterov)`` in ``epoch``: the layer's own momentum schedule (neon's
+        later per-layer ``learning_rule``: ``momentum_params``) or the model's ``momentum``."""
+        def of(layer):
+            sched = self._momentum.get(id(layer), self.momentum)
+            return sched(epoch), sched.nesterov
+        return of
+
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
         blocks in replica order (the first ``len(idx) % D`` replicas get one more; a replica may
@@ -196,8 +206,7 @@ class MLP:
         else:
             def run():                 # the loss stays on the device until the end
                 return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
-        loss, = self.step(run, self.trained_params(lowest), self.momentum(epoch),
-                          self.momentum.nesterov, self.backend.xp)
+        loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp)
         return float(loss[0])
 
     def batches(self, n, rng=None):
