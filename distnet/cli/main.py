@@ -29,10 +29,14 @@ def _abort_if_parallel(code):
     abort_world(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
-def main():
+@click.pass_context
+def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()
@@ -210,11 +214,18 @@ def check(experiment, list_classes, reference, overrides):
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")
     try:
-        exp = load_experiment(experiment, overrides)
+        try:
+            exp = load_experiment(experiment, overrides)
+        except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
+            if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+                raise
+            exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
         getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
+    for level, note in exp.config_notes:
+        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:

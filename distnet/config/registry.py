@@ -61,7 +61,14 @@ _add("distnet.ops.schedules", "schedule", ["ConstantSchedule", "StepSchedule", "
 
 
 # Further spellings of a class (bare name -> paths).
-_EXTRA_PATHS = {"GPU": ["neon.backends.cudanet.GPU"]}
+_EXTRA_PATHS = {
+    "GPU": ["neon.backends.cudanet.GPU", "neon.backends._cudanet.Cudanet", "neon.backends._cudamat.Cudamat",
+            "neon.backends.gpu.GPU", "neon.backends.gpu.GPUDataDist"],
+    # neon's later CPU backends (2015); CPUDataDist was its data-parallel variant
+    "CPU": ["neon.backends.cpu.CPU", "neon.backends.cpu.CPUDataDist"],
+    # fixed-point arithmetic is not modelled: a float32 numpy backend (config/neon_compat warns)
+    "Numpy": ["neon.backends.fixedpoint.FixedPoint", "neon.backends.flexpoint.FlexPoint"],
+}
 
 
 def register(name, module, kind, distnet_pkg, neon_module=None):
@@ -96,6 +103,11 @@ def resolve(path, where=None):
                           f"`distnet check --list-classes` lists them)", where)
     module, kind, _, _ = _CLASSES[name]
     return getattr(importlib.import_module(module), name), kind
+
+
+def extra_paths(name):
+    """Further spellings of the class ``name`` (neon's other backend paths), for the reference."""
+    return list(_EXTRA_PATHS.get(name, ()))
 
 
 def known_classes():

@@ -113,6 +113,9 @@ class FitExperiment:
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
                     "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int}
     report_errors = False
+    #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
+    #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
+    config_notes = ()
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
                  pipe=1, checkpoint=None, eval_every=0):
@@ -249,6 +252,8 @@ class FitExperiment:
         log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend)
+        for level, note in self.config_notes:  # neon keys translated or ignored
+            log.log(level, "%s", note)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
         hooks.started(self, t)
