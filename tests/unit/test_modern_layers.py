@@ -281,3 +281,12 @@ def test_yaml_softmax_cross_entropy_adam_end_to_end():
     x, labels = _data()
     costs = m.fit(x, labels, 3)
     assert len(costs) == 2 and all(np.isfinite(costs)) and m.steps == 6
+
+
+def test_learning_rule_and_neon_per_layer_momentum_do_not_mix():
+    layer = Layer(nout=2, weight_init=WI, name="o")
+    layer.momentum_params = {"type": "constant", "coef": 0.9}     # neon's per-layer learning_rule
+    m = Convnet(layers=[layer], num_epochs=1, learning_rule=Adam())
+    m.infer_shapes((4,))
+    with pytest.raises(ConfigError, match="own momentum"):
+        m.configure(Numpy64(), Topology.serial())
