@@ -61,9 +61,14 @@ def main():
               help="Also write the checkpoint every N epochs (0: only at the end).")
 @click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bar on rank 0 (default: when stderr is a terminal and not --quiet).")
+              help="Progress on rank 0: a bar when stderr is a terminal, else a 'progress:' line "
+                   "(epoch, batch, images/s, running cost, ETA) every --progress-every (default: on "
+                   "unless --quiet; --progress forces the bar).")
+@click.option("--progress-every", default="60s", show_default=True, metavar="Ns|Nb",
+              help="Without a terminal: a progress line after N seconds without another log line "
+                   "(e.g. 30s), or every N batches (e.g. 100b).")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -72,13 +77,19 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     --checkpoint-every N epochs)."""
     from ..config import load_experiment
     from ..experiments.rundir import RunDir, experiment_config
-    from ..log import get_logger
-    from ..progress import ProgressBar
+    from ..log import get_logger, keep_handler
+    from ..progress import ProgressBar, parse_every
+    try:
+        every, every_batches = parse_every(progress_every)
+    except ValueError:
+        raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
+                                 param_hint="--progress-every") from None
     if _launched_on_many():
         _install_abort_hook()  # before anything can fail on one rank only
     rank0 = _world_rank() in (None, 0)
     record = None
     hooks = None
+    log_handler = None
     try:
         exp = load_experiment(experiment, overrides)
         if verbose or quiet:
@@ -98,28 +109,43 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
         if record is not None:
             record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
-        show_bar = rank0 and not quiet and progress is not False
-        hooks = _CliHooks(record, metrics_path if rank0 else None,
-                          ProgressBar(enabled=None if progress is None else True) if show_bar else None)
+            log_handler = keep_handler(record.log_handler())  # log.txt: what rank 0 prints
+        show = rank0 and not quiet and progress is not False
+        bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
+                           every_batches=every_batches) if show else None)
+        hooks = _CliHooks(record, metrics_path if rank0 else None, bar)
         result = exp.run(hooks=hooks, resume=resume)
         hooks.close()
         if record is not None:
             record.finish("finished", timings=result.timings)
             get_logger().info("run directory: %s", record.path)
+        _drop_handler(log_handler)
     except DistnetError as e:
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
+                       f"distnet: error: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
     except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
         # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
+                       f"{type(e).__name__}: {e}")
         raise
 
 
-def _close_quietly(hooks, record, error):
+def _drop_handler(handler):
+    if handler is not None:
+        from ..log import get_logger
+        get_logger().removeHandler(handler)
+        handler.close()
+
+
+def _close_quietly(hooks, record, error, log_handler=None, line=None):
     if hooks is not None:
         hooks.close()
+    _drop_handler(log_handler)
     if record is not None:
         try:
+            if line:
+                record.log_line(line)
             record.finish("failed", error=error)
         except OSError:
             pass
@@ -159,13 +185,18 @@ class _CliHooks:
             open(metrics_path, "w").close()
 
     def started(self, experiment, topology):
+        self.model = experiment.model
         if self.record is not None:
             from ..experiments.rundir import versions
+            from ..log import get_logger
             self.record.topology(topology, versions())
+            get_logger().info("run directory: %s", self.record.path)
+        if self.bar is not None:
+            self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
 
     def batch(self, epoch, b, n):
         if self.bar is not None:
-            self.bar.batch(epoch, b, n)
+            self.bar.batch(epoch, b, n, getattr(self.model, "epoch_loss_sum", None))
 
     def _write(self, rec):
         if self.record is not None:
