@@ -367,8 +367,11 @@ def show(experiment, nranks, overrides):
 
 
 from .plan import plan  # noqa: E402 - a command defined in its own module
+from .evaluate import evaluate, predict  # noqa: E402
 
 main.add_command(plan)
+main.add_command(evaluate)
+main.add_command(predict)
 
 
 if __name__ == "__main__":
