@@ -301,21 +301,30 @@ def distribute(source, output, dist_mode):
 @click.argument("single", type=click.Path(exists=True, dir_okay=False))
 @click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
-@click.option("--cost-tol", type=float, default=0.05, show_default=True,
-              help="Accepted relative difference of a per-epoch mean cost.")
-@click.option("--cost-atol", type=float, default=0.0, show_default=True,
+@click.option("--cost-tol", type=float, default=None,
+              help="Accepted relative difference of a per-epoch mean cost [default: 0.05 in "
+                   "float32, 1e-9 when both runs are float64].")
+@click.option("--cost-atol", type=float, default=None,
               help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
-                   "one (|a - b| <= atol + tol * |a|).")
-@click.option("--rate-tol", type=float, default=0.5, show_default=True,
-              help="Largest accepted |difference| of an error rate, in percentage points.")
+                   "one (|a - b| <= atol + tol * |a|) [default: 0.01 in float32, 0 in float64].")
+@click.option("--rate-tol", type=float, default=None,
+              help="Largest accepted |difference| of an error rate, in percentage points "
+                   "[default: 0.5 in float32, 0 in float64].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
+@click.option("--reference-set", "reference_overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override a value in SINGLE only, e.g. --reference-set pipe=1 to compare a file "
+                   "with pipe:/data: against its own one-process run.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png",
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
-def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, plot_path):
-    """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs and error
-    rates side by side. Exit status 1 if they differ beyond the tolerances: costs must satisfy
-    |a - b| <= cost-atol + cost-tol * |a|, error rates differ by at most rate-tol points."""
+def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
+            plot_path):
+    """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs (GB: and
+    pretraining costs) and error rates side by side. The rank count is checked against
+    DISTRIBUTED's grid, data and pipe before anything runs. Exit status 1 if they differ beyond
+    the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
+    by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
+    rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
     if plot_path:
         from .plot import _figure
@@ -325,9 +334,10 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
             _fail(str(e), 1)
     try:
         ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
-                         overrides=overrides, plot=plot_path, cost_atol=cost_atol)
+                         overrides=overrides, plot=plot_path, cost_atol=cost_atol,
+                         reference_overrides=reference_overrides)
     except DistnetError as e:
-        _fail(str(e), 1)
+        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
     sys.exit(0 if ok else 1)
 
 

@@ -52,7 +52,9 @@ class RunHooks:
 
     def epoch(self, record):
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
-        ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
+        ``train_misclass`` when evaluated, ``checkpoint`` when one was written); GB's
+        pretraining epochs come first as ``{"pretrain": layer name, "pretrain_epoch", "cost",
+        "reconstruction", "sparsity"}``."""
 
     def finished(self, result):
         """After the final error rates, with the :class:`RunResult`."""
@@ -216,6 +218,17 @@ class FitExperiment:
         from ..models.checkpoint import save_checkpoint
         save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
 
+    _pretrain_reported = 0
+
+    def _report_pretraining(self, hooks):
+        """Hand the GB pretraining costs not reported yet to ``hooks.epoch`` as records
+        ``{"pretrain": layer, "pretrain_epoch", "cost", "reconstruction", "sparsity"}``."""
+        costs = getattr(self.model, "pretrain_costs", None) or []
+        for layer, epoch, r, s in costs[self._pretrain_reported:]:
+            hooks.epoch({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
+                         "reconstruction": r, "sparsity": s})
+        self._pretrain_reported = len(costs)
+
     def _evaluate(self, data, record, splits):
         for split in splits:
             if split in data:
@@ -231,6 +244,7 @@ class FitExperiment:
         """
         from ..faults import fault_hook
         hooks = hooks or RunHooks()
+        self._pretrain_reported = len(getattr(self.model, "pretrain_costs", None) or [])
         clock = time.perf_counter
         t_start = clock()
         t = self.setup(topology)
@@ -273,6 +287,7 @@ class FitExperiment:
             hooks.batch(epoch, b, n)
 
         def epoch_done(epoch, mean):
+            self._report_pretraining(hooks)  # GB: its pretraining costs, once, before epoch records
             record = {"epoch": epoch, "cost": mean, "seconds": clock() - epoch_start.get(epoch, clock())}
             if self.eval_every and (epoch + 1) % self.eval_every == 0:
                 t1 = clock()
@@ -298,6 +313,7 @@ class FitExperiment:
             costs = self.model.fit(x, y, self.dataset.nclasses, on_epoch=epoch_done)
         finally:
             self.model.on_batch = None
+        self._report_pretraining(hooks)
         timings["train"] = clock() - t0
         result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
         if self.checkpoint_path and self.checkpoint_at_end and history:
