@@ -57,7 +57,8 @@ def evaluate(experiment, checkpoint, overrides):
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @_CHECKPOINT
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="Images (N, C, H, W): an HDF5 file with a dataset x (or test/x), or a .npy file.")
+              help="Images (N, C, H, W): an HDF5 file with a dataset x (or test/x), a .npy file or an "
+                   "IDX file (MNIST's t10k-images-idx3-ubyte).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="OUT",
               help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels) or OUT.csv "
                    "(label,p0,...,pK-1 per image).")

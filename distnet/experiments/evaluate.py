@@ -71,14 +71,17 @@ def read_images(path, image_shape, tile=None, scale_255=False):
     None: whole images), as float64.
 
     ``path``: an HDF5 file with a dataset ``x`` (or ``test/x``, the layout of
-    :class:`~distnet.datasets.HDF5Dataset`), or a ``.npy`` file; ``(N, C, H, W)``, or
-    ``(N, H, W)`` for one channel. Integer pixels are divided by 255 when the experiment's
+    :class:`~distnet.datasets.HDF5Dataset`), a ``.npy`` file, or an IDX image file (MNIST's
+    ``t10k-images-idx3-ubyte``, ``.gz`` too); ``(N, C, H, W)``, or ``(N, H, W)`` for one channel. Integer pixels are divided by 255 when the experiment's
     dataset scales its own pixels so (``scale_255``: MNIST, CIFAR-10); floats are used as stored.
     """
     if not os.path.isfile(path):
         raise DataError(f"--data {path}: no such file")
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".npy":
+    if _is_idx_images(path):
+        from ..datasets.idx import read_idx
+        x = read_idx(path, _IDX_UBYTE_3D)
+    elif ext == ".npy":
         try:
             x = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
@@ -107,6 +110,18 @@ def read_images(path, image_shape, tile=None, scale_255=False):
     scale = scale_255 and x.dtype.kind in "biu"
     x = np.asarray(x, dtype=np.float64)
     return x / 255 if scale else x
+
+
+_IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)
+
+
+def _is_idx_images(path):
+    import gzip
+    try:
+        with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+            return f.read(4) == _IDX_UBYTE_3D.to_bytes(4, "big")
+    except OSError:
+        return False
 
 
 def predict_checkpoint(exp, checkpoint, data_path, topology=None):
