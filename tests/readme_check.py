@@ -5,7 +5,9 @@ next lines while a line ends with ``\\``); the lines after it, up to the next ``
 end of the block, are what it prints (stdout and stderr together). In expected output:
 
 * a line ``...`` matches any number of lines (also none); ``...`` inside a line matches any text;
-* numbers match within ``1e-6 + 1e-3 * |expected|`` (rounding of another CPU's BLAS), text exactly
+* numbers match within ``1e-6 + 1e-3 * |expected|``, on lines about error rates (``misclass``)
+  within ``0.3 + 1e-3 * |expected|`` (a float32 training on another CPU's BLAS rounds
+  differently: costs move in the 4th digit, an image or two may change class); text exactly
   (trailing spaces aside);
 * :func:`mask` hides what differs from run to run: run directory time stamps
   (``runs/<name>-YYYYmmdd-HHMMSS``) and ``"...seconds": <number>`` timings; ``progress:`` lines
@@ -24,8 +26,9 @@ later commands (``--resume runs/mnist_cnn-20261122-071923/checkpoint.h5``).
 
 Updating the README after a change of output: ``bin/readme-update`` (all blocks, or the README
 lines given: ``bin/readme-update 230 301``) reruns the commands and rewrites each expected output
-that no longer matches, keeping its ``...`` lines, the README's run directory names and the lines
-that still match; review the result with ``git diff README.md``.
+that no longer matches, keeping its ``...`` lines, the README's run directory names and the
+lines with ``...`` inside (other lines take this run's text and digits); ``--refresh`` rewrites
+the outputs that still match too (this machine's digits). Review with ``git diff README.md``.
 """
 import os
 import re
@@ -120,8 +123,8 @@ def mask(line):
     return _SECONDS.sub(r"\1<T>", line)
 
 
-def _numbers_close(a, b):
-    return abs(float(a) - float(b)) <= 1e-6 + 1e-3 * abs(float(b))
+def _numbers_close(a, b, atol=1e-6):
+    return abs(float(a) - float(b)) <= atol + 1e-3 * abs(float(b))
 
 
 def line_matches(expected, actual):
@@ -135,7 +138,8 @@ def line_matches(expected, actual):
         return re.fullmatch(pattern, a) is not None
     if _NUMBER.split(e) != _NUMBER.split(a):
         return False
-    return all(_numbers_close(y, x) for x, y in zip(_NUMBER.findall(e), _NUMBER.findall(a)))
+    atol = 0.3 if "misclass" in e else 1e-6     # error rates: a few images either way
+    return all(_numbers_close(y, x, atol) for x, y in zip(_NUMBER.findall(e), _NUMBER.findall(a)))
 
 
 def align(expected, actual):
@@ -234,8 +238,8 @@ class Session:
         env = dict(os.environ)
         env.pop("DISTNET_RUNS_DIR", None)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env["OPENBLAS_NUM_THREADS"] = "1"   # the README's digits are those of one BLAS thread
+        env["OMP_NUM_THREADS"] = "1"
         env["COLUMNS"] = "100"
         self.env = env
 
@@ -278,25 +282,37 @@ class Session:
 def check_command(session, block, command):
     """Run ``command``; returns ``(ok, actual lines, alignment steps)``."""
     actual = session.run(command)
+    expected, _ = _split_blank_tail(command.expected)
     if block.mode == "run-only":
-        return session.status == 0, actual, [("keep", e, e) for e in command.expected]
+        return session.status == 0, actual, [("keep", e, e) for e in expected]
     if block.mode == "any-order":
-        ok = any_order(command.expected, actual)
-        return ok, actual, [("keep", e, e) for e in command.expected] if ok else align(command.expected, actual)[1]
-    cost, steps = align(command.expected, actual)
+        ok = any_order(expected, actual)
+        return ok, actual, [("keep", e, e) for e in expected] if ok else align(expected, actual)[1]
+    cost, steps = align(expected, actual)
     session.learn_run_dirs(steps)
     return cost == 0, actual, steps
 
 
 def updated_lines(session, steps):
-    """New expected lines from an alignment: matching lines and ``...`` kept, the rest printed."""
+    """New expected lines from an alignment: ``...`` lines and lines with ``...`` inside kept,
+    every other line as printed now (matching lines too, so that their digits are this run's),
+    with the README's run directory names."""
     out = []
     for kind, e, a in steps:
-        if kind in ("keep", "dots"):
+        if kind == "dots" or (kind == "keep" and "..." in e):
             out.append(e)
-        elif kind in ("sub", "ins"):
+        elif kind in ("keep", "sub", "ins"):
             out.append(session.readme_names(a))
     return out
+
+
+def _split_blank_tail(lines):
+    """``(lines, trailing blank lines)``: blank lines that end an expected output separate it
+    from the next command; they are not compared."""
+    n = len(lines)
+    while n and not lines[n - 1].strip():
+        n -= 1
+    return lines[:n], lines[n:]
 
 
 def main(argv=None):
@@ -306,6 +322,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="bin/readme-update", description=main.__doc__)
     ap.add_argument("lines", nargs="*", type=int, help="README line of a block's fence (default: all)")
     ap.add_argument("--check", action="store_true", help="Only report; do not rewrite README.md.")
+    ap.add_argument("--refresh", action="store_true",
+                    help="Also rewrite outputs that match within the tolerances (this run's digits).")
     args = ap.parse_args(argv)
     text = README.read_text()
     lines = text.split("\n")
@@ -322,13 +340,15 @@ def main(argv=None):
                 ok, actual, steps = check_command(session, block, command)
                 first = command.text.splitlines()[0]
                 print(f"{block.name}: $ {first[:70]}: {'ok' if ok else 'DIFFERS'}")
-                if ok:
-                    continue
-                failed += 1
-                print(diff_text(steps))
+                if not ok:
+                    failed += 1
+                    print(diff_text(steps))
                 wanted = not args.lines or block.line + 1 in args.lines
-                if block.mode == "check" and wanted:
-                    changes.append((command, updated_lines(session, steps)))
+                if block.mode in ("check", "any-order") and wanted and (not ok or args.refresh):
+                    tail = _split_blank_tail(command.expected)[1]
+                    new = updated_lines(session, steps) + tail
+                    if new != command.expected:
+                        changes.append((command, new))
     finally:
         session.close()
     if changes and not args.check:

@@ -117,3 +117,18 @@ def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
                   str(tmp_path / "p.csv"))
     assert bad.returncode == 1 and "(1, 5, 5)" in bad.stderr and "(1, 12, 10)" in bad.stderr
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    oracle = distnet("evaluate", str(exp), "--checkpoint", ck, check=True)
+    out = distnet("evaluate", str(exp), "--checkpoint", ck, "--set", "data=2", n=2, check=True)
+    assert _rates(out.stdout) == _rates(oracle.stdout)
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "one.h5"),
+            check=True)
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "two.h5"),
+            "--set", "data=2", "--set", "model.batch_size=3", n=2, check=True)
+    with h5py.File(d / "one.h5", "r") as f, h5py.File(d / "two.h5", "r") as g:
+        np.testing.assert_allclose(g["probabilities"][()], f["probabilities"][()], rtol=1e-12)
+        assert (g["labels"][()] == f["labels"][()]).all()
