@@ -123,12 +123,14 @@ def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
     d, exp, dist, run, proc = trained
     ck = str(run / "checkpoint.h5")
     oracle = distnet("evaluate", str(exp), "--checkpoint", ck, check=True)
-    out = distnet("evaluate", str(exp), "--checkpoint", ck, "--set", "data=2", n=2, check=True)
+    shard = f"serialized_path={d / 'cache-{rank}of{size}.h5'}"
+    out = distnet("evaluate", str(exp), "--checkpoint", ck, "--set", "data=2", "--set", "datasets.0." + shard,
+                  n=2, check=True)
     assert _rates(out.stdout) == _rates(oracle.stdout)
     distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "one.h5"),
             check=True)
     distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "two.h5"),
-            "--set", "data=2", "--set", "model.batch_size=3", n=2, check=True)
+            "--set", "data=2", "--set", "model.batch_size=3", "--set", "datasets.0." + shard, n=2, check=True)
     with h5py.File(d / "one.h5", "r") as f, h5py.File(d / "two.h5", "r") as g:
         np.testing.assert_allclose(g["probabilities"][()], f["probabilities"][()], rtol=1e-12)
         assert (g["labels"][()] == f["labels"][()]).all()
