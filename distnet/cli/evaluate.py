@@ -66,11 +66,14 @@ def evaluate(experiment, checkpoint, overrides):
 def predict(experiment, checkpoint, data_path, output, overrides):
     """Write the class probabilities (the outputs of the model's last layer) and the predicted
     labels of the images in FILE, with the weights of a checkpoint; one row per image, in order."""
-    from ..experiments.evaluate import predict_checkpoint, prediction_format, write_predictions
+    from ..datasets.arrays import prediction_format, read_images, write_predictions
+    from ..experiments.evaluate import predict_checkpoint
     try:
         prediction_format(output)           # a wrong extension fails before any work
         exp = _start(experiment, overrides)
-        outputs, labels = predict_checkpoint(exp, checkpoint, data_path)
+        shape = exp.dataset.image_shape
+        outputs, labels = predict_checkpoint(
+            exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))
         if _rank0():
             write_predictions(output, outputs, labels)
     except DistnetError as e:
