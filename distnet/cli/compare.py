@@ -99,25 +99,22 @@ TOLERANCES = {"float32": {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5},
 def check_runs(path_a, path_b, nranks, overrides=(), reference_overrides=()):
     """Before running anything: A must run on one process (with ``overrides`` and
     ``reference_overrides``), B on ``nranks`` ranks (with ``overrides``): the grid, ``data`` and
-    ``pipe`` must fit (:func:`distnet.cli.show.topology_for`, the rule ``distnet run`` uses).
+    ``pipe`` must fit (:meth:`FitExperiment.layout`, the rule ``distnet run`` uses).
     Raises one DistnetError naming the file and the fix. Returns the dtype the tolerances
     default by: ``"float64"`` when both runs are float64, else ``"float32"``."""
     import numpy as np
     from ..config import load_experiment
     from ..errors import TopologyError
-    from .show import topology_for
     exp_a = load_experiment(path_a, list(overrides) + list(reference_overrides))
     exp_b = load_experiment(path_b, list(overrides))
-    exp_a.check()
-    exp_b.check()
     try:
-        topology_for(exp_a, 1)
+        exp_a.layout(1)
     except TopologyError as e:
         raise TopologyError(f"{path_a} cannot run on one process: {e}; compare a file with data/pipe "
                             f"against its own one-process run with --reference-set data=1 / "
                             f"--reference-set pipe=1 (applied to {path_a} only)") from None
     try:
-        topology_for(exp_b, nranks)
+        exp_b.layout(nranks)
     except TopologyError as e:
         raise TopologyError(f"{path_b} on -n {nranks}: {e}") from None
     wide = all(np.dtype(x.backend.dtype) == np.float64 for x in (exp_a, exp_b))

@@ -81,7 +81,7 @@ def write_predictions(path, outputs, labels):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
     and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image.
     Written into a temporary file that replaces ``path`` once complete."""
-    from .atomic import atomic_target
+    from ..fileio import atomic_target
     fmt = prediction_format(path)
     with atomic_target(path) as tmp:
         if fmt == "hdf5":
