@@ -201,6 +201,9 @@ class _CliHooks:
     def epoch(self, record):
         self._write(record)
 
+    def pretrain(self, record):
+        self._write(record)
+
     def finished(self, result):
         self._write({"final": True, "train_misclass": result.train_misclass,
                      "test_misclass": result.test_misclass, "size": result.size,

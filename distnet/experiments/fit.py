@@ -53,9 +53,12 @@ class RunHooks:
 
     def epoch(self, record):
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
-        ``train_misclass`` when evaluated, ``checkpoint`` when one was written); GB's
-        pretraining epochs come first as ``{"pretrain": layer name, "pretrain_epoch", "cost",
-        "reconstruction", "sparsity"}``."""
+        ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
+
+    def pretrain(self, record):
+        """After GB's pretraining (before the first epoch record), per pretrained layer and
+        epoch: ``{"pretrain": layer name, "pretrain_epoch", "cost", "reconstruction",
+        "sparsity"}``."""
 
     def finished(self, result):
         """After the final error rates, with the :class:`RunResult`."""
@@ -225,12 +228,13 @@ class FitExperiment:
     _pretrain_reported = 0
 
     def _report_pretraining(self, hooks):
-        """Hand the GB pretraining costs not reported yet to ``hooks.epoch`` as records
-        ``{"pretrain": layer, "pretrain_epoch", "cost", "reconstruction", "sparsity"}``."""
+        """Hand the GB pretraining costs not reported yet to ``hooks.pretrain`` (if it has one)."""
         costs = getattr(self.model, "pretrain_costs", None) or []
+        report = getattr(hooks, "pretrain", None)
         for layer, epoch, r, s in costs[self._pretrain_reported:]:
-            hooks.epoch({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
-                         "reconstruction": r, "sparsity": s})
+            if report is not None:
+                report({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
+                        "reconstruction": r, "sparsity": s})
         self._pretrain_reported = len(costs)
 
     def _evaluate(self, data, record, splits):
