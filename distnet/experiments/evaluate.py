@@ -74,7 +74,7 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     _restore(exp, checkpoint, topology)
     t, model = exp.topology, exp.model
     tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
-    x = run_collectively(read_images, t.world, tile, getattr(exp.dataset, "scale_255", False))
+    x = run_collectively(read_images, t.world, tile, exp.dataset.scale_255)
     x = x.astype(exp.backend.dtype, copy=False)
     out = model.predict(x)                         # this replica's rows, in order
     bs = model.batch_size or len(x)

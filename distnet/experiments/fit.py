@@ -228,14 +228,17 @@ class FitExperiment:
     _pretrain_reported = 0
 
     def _report_pretraining(self, hooks):
-        """Hand the GB pretraining costs not reported yet to ``hooks.pretrain`` (if it has one)."""
-        costs = getattr(self.model, "pretrain_costs", None) or []
-        report = getattr(hooks, "pretrain", None)
+        """Hand the GB pretraining costs not reported yet to ``hooks.pretrain``."""
+        costs = self._pretrain_costs()
         for layer, epoch, r, s in costs[self._pretrain_reported:]:
-            if report is not None:
-                report({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
-                        "reconstruction": r, "sparsity": s})
+            hooks.pretrain({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
+                            "reconstruction": r, "sparsity": s})
         self._pretrain_reported = len(costs)
+
+    def _pretrain_costs(self):
+        """GB's ``pretrain_costs`` ``[(layer name, epoch, reconstruction, sparsity)]``; [] else."""
+        from ..models.gb import GB
+        return list(self.model.pretrain_costs) if isinstance(self.model, GB) else []
 
     def _evaluate(self, data, record, splits):
         for split in splits:
@@ -252,7 +255,7 @@ class FitExperiment:
         """
         from ..faults import fault_hook
         hooks = hooks or RunHooks()
-        self._pretrain_reported = len(getattr(self.model, "pretrain_costs", None) or [])
+        self._pretrain_reported = len(self._pretrain_costs())
         clock = time.perf_counter
         t_start = clock()
         t = self.setup(topology)
