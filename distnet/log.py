@@ -13,11 +13,13 @@ def get_logger():
 def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
     """Configure the ``distnet`` logger for this rank (idempotent).
 
-    ``fmt``/``filename`` come from the experiment's neon-style ``logging`` mapping.
+    ``fmt``/``filename`` come from the experiment's neon-style ``logging`` mapping. Handlers
+    marked with :func:`keep_handler` (the run directory's ``log.txt``) stay.
     """
     logger = get_logger()
     for h in list(logger.handlers):
-        logger.removeHandler(h)
+        if not getattr(h, "distnet_keep", False):
+            logger.removeHandler(h)
     prefix = f"[rank {rank}] " if size > 1 else ""
     handler = logging.FileHandler(filename) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(prefix + (fmt or "%(message)s")))
@@ -25,3 +27,10 @@ def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
     logger.setLevel(level if rank == 0 else max(level, logging.WARNING))
     logger.propagate = False
     return logger
+
+
+def keep_handler(handler):
+    """Add ``handler`` to the ``distnet`` logger for good: :func:`setup_logging` keeps it."""
+    handler.distnet_keep = True
+    get_logger().addHandler(handler)
+    return handler

@@ -57,8 +57,8 @@ def test_run_directory_then_resume_with_overrides(env):
     a, b, c = env / "run-a", env / "run-b", env / "run-c"
     ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=2", "--run-dir", str(a),
                "--checkpoint-every", "1"))
-    assert sorted(os.listdir(a)) == ["checkpoint.h5", "experiment.yaml", "metrics.jsonl", "resolved.yaml",
-                                     "run.json"]
+    assert sorted(os.listdir(a)) == ["checkpoint.h5", "experiment.yaml", "log.txt", "metrics.jsonl",
+                                     "resolved.yaml", "run.json"]
     info = json.loads((a / "run.json").read_text())
     assert info["status"] == "finished" and info["overrides"] == ["model.num_epochs=2"]
     assert info["topology"] == {"size": 1, "grid": [1, 1], "data": 1, "pipe": 1}

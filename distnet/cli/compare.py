@@ -24,30 +24,43 @@ def run_experiment(path, nranks, metrics, overrides=(), timeout=None):
 
 
 def read_metrics(path):
-    """``(epoch costs, final record)`` from a ``--metrics`` JSON-lines file."""
-    costs, final = [], {}
+    """``(epoch costs, final record, pretraining records)`` from a ``--metrics`` JSON-lines
+    file (pretraining: GB's ``{"pretrain", "pretrain_epoch", "cost", ...}``, in order)."""
+    costs, final, pretrain = [], {}, []
     with open(path) as f:
         for line in f:
             rec = json.loads(line)
             if rec.get("final"):
                 final = rec
+            elif "pretrain" in rec:
+                pretrain.append(rec)
             else:
                 costs.append(rec["cost"])
-    return costs, final
+    return costs, final, pretrain
+
+
+def _cost_row(label, x, y):
+    d = abs(x - y) if x is not None and y is not None else float("inf")
+    return (label, x, y, d, d / abs(x) if x else d)
 
 
 def compare_runs(a, b):
     """Rows ``(label, a, b, |a - b|, relative)`` for the side-by-side table, the largest relative
-    cost difference and the largest error-rate difference (points)."""
-    (ca, fa), (cb, fb) = a, b
-    rows, max_cost, max_rate = [], 0.0, 0.0
+    cost difference and the largest error-rate difference (points). ``a``, ``b``: what
+    :func:`read_metrics` returns (the pretraining records may be left out)."""
+    (ca, fa), (cb, fb) = a[:2], b[:2]
+    pa, pb = (a[2] if len(a) > 2 else []), (b[2] if len(b) > 2 else [])
+    rows = []
+    keyed_b = {(r["pretrain"], r["pretrain_epoch"]): r["cost"] for r in pb}
+    keys = [(r["pretrain"], r["pretrain_epoch"]) for r in pa]
+    keys += [k for k in ((r["pretrain"], r["pretrain_epoch"]) for r in pb) if k not in keys]
+    keyed_a = {(r["pretrain"], r["pretrain_epoch"]): r["cost"] for r in pa}
+    for layer, e in keys:
+        rows.append(_cost_row(f"pretrain {layer} epoch {e} cost", keyed_a.get((layer, e)), keyed_b.get((layer, e))))
     for e in range(max(len(ca), len(cb))):
-        x = ca[e] if e < len(ca) else None
-        y = cb[e] if e < len(cb) else None
-        d = abs(x - y) if x is not None and y is not None else float("inf")
-        rel = d / abs(x) if x else d
-        max_cost = max(max_cost, rel)
-        rows.append((f"epoch {e} cost", x, y, d, rel))
+        rows.append(_cost_row(f"epoch {e} cost", ca[e] if e < len(ca) else None, cb[e] if e < len(cb) else None))
+    max_cost = max([r[4] for r in rows], default=0.0)
+    max_rate = 0.0
     for key in ("train_misclass", "valid_misclass", "test_misclass"):
         x, y = fa.get(key), fb.get(key)
         if x is None and y is None:
@@ -75,16 +88,67 @@ def costs_agree(rows, rtol, atol):
         all(r[1] is not None and r[2] is not None for r in rows if r[0].endswith(" cost"))
 
 
-def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(), plot=None,
-            cost_atol=0.0):
-    """Run both, print the table; returns True when they agree within the tolerances: every
-    epoch's cost within ``cost_atol + cost_tol * |cost|`` and every error rate within
-    ``rate_tol`` points. ``plot``: also draw both runs' curves into this PNG file
-    (:mod:`distnet.cli.plot`)."""
+#: Default tolerances by the runs' dtype (float32 when either run is float32): float32 runs
+#: start equal and drift apart by rounding over a long training (bin/main's figures: at most
+#: 2e-3 in a per-epoch cost, 0.2 points of error rate over 12 epochs of the MNIST CNN); float64
+#: runs agree to ~1e-12, so any difference beyond 1e-9 is a bug.
+TOLERANCES = {"float32": {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5},
+              "float64": {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0}}
+
+
+def check_runs(path_a, path_b, nranks, overrides=(), reference_overrides=()):
+    """Before running anything: A must run on one process (with ``overrides`` and
+    ``reference_overrides``), B on ``nranks`` ranks (with ``overrides``): the grid, ``data`` and
+    ``pipe`` must fit (:meth:`FitExperiment.layout`, the rule ``distnet run`` uses).
+    Raises one DistnetError naming the file and the fix. Returns the dtype the tolerances
+    default by: ``"float64"`` when both runs are float64, else ``"float32"``."""
+    import numpy as np
+    from ..config import load_experiment
+    from ..errors import TopologyError
+    exp_a = load_experiment(path_a, list(overrides) + list(reference_overrides))
+    exp_b = load_experiment(path_b, list(overrides))
+    try:
+        exp_a.layout(1)
+    except TopologyError as e:
+        raise TopologyError(f"{path_a} cannot run on one process: {e}; compare a file with data/pipe "
+                            f"against its own one-process run with --reference-set data=1 / "
+                            f"--reference-set pipe=1 (applied to {path_a} only)") from None
+    try:
+        exp_b.layout(nranks)
+    except TopologyError as e:
+        raise TopologyError(f"{path_b} on -n {nranks}: {e}") from None
+    wide = all(np.dtype(x.backend.dtype) == np.float64 for x in (exp_a, exp_b))
+    return "float64" if wide else "float32"
+
+
+def rerun_command(path_a, path_b, nranks, overrides, reference_overrides, extra):
+    """The ``distnet compare`` command line of these runs with ``extra`` ``--set`` values."""
+    import shlex
+    words = ["distnet", "compare", path_a, path_b, "-n", str(nranks)]
+    for o in [o for o in overrides if not o.startswith("backend.dtype=")] + list(extra):
+        words += ["--set", o]
+    for o in reference_overrides:
+        words += ["--reference-set", o]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, overrides=(), plot=None,
+            cost_atol=None, reference_overrides=()):
+    """Check both files (:func:`check_runs`), run both, print the table; returns True when they
+    agree within the tolerances: every epoch's cost (GB: also every pretraining epoch's) within
+    ``cost_atol + cost_tol * |cost|`` and every error rate within ``rate_tol`` points. A
+    tolerance left None takes its default for the runs' dtype (:data:`TOLERANCES`).
+    ``overrides`` apply to both runs, ``reference_overrides`` to A only. ``plot``: also draw
+    both runs' curves into this PNG file (:mod:`distnet.cli.plot`)."""
+    dtype = check_runs(path_a, path_b, nranks, overrides, reference_overrides)
+    tol = TOLERANCES[dtype]
+    cost_tol = tol["cost_tol"] if cost_tol is None else cost_tol
+    cost_atol = tol["cost_atol"] if cost_atol is None else cost_atol
+    rate_tol = tol["rate_tol"] if rate_tol is None else rate_tol
     with tempfile.TemporaryDirectory() as tmp:
         ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
         out(f"== {path_a} on 1 process")
-        if run_experiment(path_a, 1, ma, overrides) != 0:
+        if run_experiment(path_a, 1, ma, list(overrides) + list(reference_overrides)) != 0:
             out(f"distnet: error: {path_a} failed")
             return False
         out(f"== {path_b} on {nranks} ranks")
@@ -106,4 +170,9 @@ def compare(path_a, path_b, nranks, cost_tol, rate_tol, out=print, overrides=(),
     atol = f" + {cost_atol:g} absolute" if cost_atol else ""
     out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}{atol}), error "
         f"rate {max_rate:.2e} points (tolerance {rate_tol:g}) -> {'AGREE' if ok else 'DIFFER'}")
+    if not ok and dtype == "float32":
+        out("float32 runs drift apart by rounding over a long training; float64 tells rounding from a "
+            "real difference (it agrees to ~1e-12):")
+        out("  " + rerun_command(path_a, path_b, nranks, overrides, reference_overrides,
+                                 ["backend.dtype=float64"]))
     return ok

@@ -60,9 +60,14 @@ def main(ctx):
               help="Also write the checkpoint every N epochs (0: only at the end).")
 @click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bar on rank 0 (default: when stderr is a terminal and not --quiet).")
+              help="Progress on rank 0: a bar when stderr is a terminal, else a 'progress:' line "
+                   "(epoch, batch, images/s, running cost, ETA) every --progress-every (default: on "
+                   "unless --quiet; --progress forces the bar).")
+@click.option("--progress-every", default="60s", show_default=True, metavar="Ns|Nb",
+              help="Without a terminal: a progress line after N seconds without another log line "
+                   "(e.g. 30s), or every N batches (e.g. 100b).")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -71,13 +76,19 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     --checkpoint-every N epochs)."""
     from ..config import load_experiment
     from ..experiments.rundir import RunDir, experiment_config
-    from ..log import get_logger
-    from ..progress import ProgressBar
+    from ..log import get_logger, keep_handler
+    from ..progress import ProgressBar, parse_every
+    try:
+        every, every_batches = parse_every(progress_every)
+    except ValueError:
+        raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
+                                 param_hint="--progress-every") from None
     if _launched_on_many():
         _install_abort_hook()  # before anything can fail on one rank only
     rank0 = _world_rank() in (None, 0)
     record = None
     hooks = None
+    log_handler = None
     try:
         exp = load_experiment(experiment, overrides)
         if verbose or quiet:
@@ -97,28 +108,43 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
         if record is not None:
             record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
-        show_bar = rank0 and not quiet and progress is not False
-        hooks = _CliHooks(record, metrics_path if rank0 else None,
-                          ProgressBar(enabled=None if progress is None else True) if show_bar else None)
+            log_handler = keep_handler(record.log_handler())  # log.txt: what rank 0 prints
+        show = rank0 and not quiet and progress is not False
+        bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
+                           every_batches=every_batches) if show else None)
+        hooks = _CliHooks(record, metrics_path if rank0 else None, bar)
         result = exp.run(hooks=hooks, resume=resume)
         hooks.close()
         if record is not None:
             record.finish("finished", timings=result.timings)
             get_logger().info("run directory: %s", record.path)
+        _drop_handler(log_handler)
     except DistnetError as e:
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
+                       f"distnet: error: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
     except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
         # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
+                       f"{type(e).__name__}: {e}")
         raise
 
 
-def _close_quietly(hooks, record, error):
+def _drop_handler(handler):
+    if handler is not None:
+        from ..log import get_logger
+        get_logger().removeHandler(handler)
+        handler.close()
+
+
+def _close_quietly(hooks, record, error, log_handler=None, line=None):
     if hooks is not None:
         hooks.close()
+    _drop_handler(log_handler)
     if record is not None:
         try:
+            if line:
+                record.log_line(line)
             record.finish("failed", error=error)
         except OSError:
             pass
@@ -156,13 +182,18 @@ class _CliHooks:
             open(metrics_path, "w").close()
 
     def started(self, experiment, topology):
+        self.model = experiment.model
         if self.record is not None:
             from ..experiments.rundir import versions
+            from ..log import get_logger
             self.record.topology(topology, versions())
+            get_logger().info("run directory: %s", self.record.path)
+        if self.bar is not None:
+            self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
 
     def batch(self, epoch, b, n):
         if self.bar is not None:
-            self.bar.batch(epoch, b, n)
+            self.bar.batch(epoch, b, n, getattr(self.model, "epoch_loss_sum", None))
 
     def _write(self, rec):
         if self.record is not None:
@@ -172,6 +203,9 @@ class _CliHooks:
                 f.write(json.dumps(rec) + "\n")
 
     def epoch(self, record):
+        self._write(record)
+
+    def pretrain(self, record):
         self._write(record)
 
     def finished(self, result):
@@ -310,21 +344,30 @@ def distribute(source, output, dist_mode):
 @click.argument("single", type=click.Path(exists=True, dir_okay=False))
 @click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
-@click.option("--cost-tol", type=float, default=0.05, show_default=True,
-              help="Accepted relative difference of a per-epoch mean cost.")
-@click.option("--cost-atol", type=float, default=0.0, show_default=True,
+@click.option("--cost-tol", type=float, default=None,
+              help="Accepted relative difference of a per-epoch mean cost [default: 0.05 in "
+                   "float32, 1e-9 when both runs are float64].")
+@click.option("--cost-atol", type=float, default=None,
               help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
-                   "one (|a - b| <= atol + tol * |a|).")
-@click.option("--rate-tol", type=float, default=0.5, show_default=True,
-              help="Largest accepted |difference| of an error rate, in percentage points.")
+                   "one (|a - b| <= atol + tol * |a|) [default: 0.01 in float32, 0 in float64].")
+@click.option("--rate-tol", type=float, default=None,
+              help="Largest accepted |difference| of an error rate, in percentage points "
+                   "[default: 0.5 in float32, 0 in float64].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
+@click.option("--reference-set", "reference_overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override a value in SINGLE only, e.g. --reference-set pipe=1 to compare a file "
+                   "with pipe:/data: against its own one-process run.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png",
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
-def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, plot_path):
-    """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs and error
-    rates side by side. Exit status 1 if they differ beyond the tolerances: costs must satisfy
-    |a - b| <= cost-atol + cost-tol * |a|, error rates differ by at most rate-tol points."""
+def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
+            plot_path):
+    """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs (GB: and
+    pretraining costs) and error rates side by side. The rank count is checked against
+    DISTRIBUTED's grid, data and pipe before anything runs. Exit status 1 if they differ beyond
+    the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
+    by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
+    rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
     if plot_path:
         from .plot import _figure
@@ -334,9 +377,10 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
             _fail(str(e), 1)
     try:
         ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
-                         overrides=overrides, plot=plot_path, cost_atol=cost_atol)
+                         overrides=overrides, plot=plot_path, cost_atol=cost_atol,
+                         reference_overrides=reference_overrides)
     except DistnetError as e:
-        _fail(str(e), 1)
+        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
     sys.exit(0 if ok else 1)
 
 
@@ -358,9 +402,12 @@ def plot(runs, output, title):
 
 from .plan import plan  # noqa: E402 - commands defined in their own modules
 from .show import show  # noqa: E402
+from .evaluate import evaluate, predict  # noqa: E402
 
 main.add_command(show)
 main.add_command(plan)
+main.add_command(evaluate)
+main.add_command(predict)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ class RunHooks:
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
         ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
 
+    def pretrain(self, record):
+        """After GB's pretraining (before the first epoch record), per pretrained layer and
+        epoch: ``{"pretrain": layer name, "pretrain_epoch", "cost", "reconstruction",
+        "sparsity"}``."""
+
     def finished(self, result):
         """After the final error rates, with the :class:`RunResult`."""
 
@@ -230,6 +235,21 @@ class FitExperiment:
         from ..models.checkpoint import save_checkpoint
         save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
 
+    _pretrain_reported = 0
+
+    def _report_pretraining(self, hooks):
+        """Hand the GB pretraining costs not reported yet to ``hooks.pretrain``."""
+        costs = self._pretrain_costs()
+        for layer, epoch, r, s in costs[self._pretrain_reported:]:
+            hooks.pretrain({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
+                            "reconstruction": r, "sparsity": s})
+        self._pretrain_reported = len(costs)
+
+    def _pretrain_costs(self):
+        """GB's ``pretrain_costs`` ``[(layer name, epoch, reconstruction, sparsity)]``; [] else."""
+        from ..models.gb import GB
+        return list(self.model.pretrain_costs) if isinstance(self.model, GB) else []
+
     def _evaluate(self, data, record, splits):
         for split in splits:
             if split in data:
@@ -245,6 +265,7 @@ class FitExperiment:
         """
         from ..faults import fault_hook
         hooks = hooks or RunHooks()
+        self._pretrain_reported = len(self._pretrain_costs())
         clock = time.perf_counter
         t_start = clock()
         t = self.setup(topology)
@@ -293,6 +314,7 @@ class FitExperiment:
             hooks.batch(epoch, b, n)
 
         def epoch_done(epoch, mean):
+            self._report_pretraining(hooks)  # GB: its pretraining costs, once, before epoch records
             record = {"epoch": epoch, "cost": mean, "seconds": clock() - epoch_start.get(epoch, clock())}
             if self.eval_every and (epoch + 1) % self.eval_every == 0:
                 t1 = clock()
@@ -321,6 +343,7 @@ class FitExperiment:
             if self.model.read_ahead is not None:
                 self.model.read_ahead([])   # forget what was scheduled
             self.model.read_ahead = None
+        self._report_pretraining(hooks)
         timings["train"] = clock() - t0
         result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
         if self.checkpoint_path and self.checkpoint_at_end and history:

@@ -14,6 +14,7 @@ instead of ``runs`` when that is set; ``-2``, ``-3``, ... if the name is taken),
                       test_misclass / train_misclass when evaluated (``eval_every``), then a
                       final line ``{"final": true, train_misclass, test_misclass, size, grid}``
     checkpoint.h5     the model checkpoint (:mod:`distnet.models.checkpoint`), unless disabled
+    log.txt           what rank 0 logged (the lines printed, progress lines, the error if any)
 
 A directory named with ``--run-dir`` that already holds a run (a ``run.json``) is refused:
 nothing already written is overwritten.
@@ -29,6 +30,7 @@ from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
 
 ENV_BASE = "DISTNET_RUNS_DIR"
+LOG_FILE = "log.txt"
 
 
 class RunDirError(DistnetError):
@@ -163,6 +165,18 @@ class RunDir:
                                  "data": topology.ndata, "pipe": topology.npipe}
         self.info["versions"] = versions_dict
         self.save_info()
+
+    def log_handler(self):
+        """A logging handler that appends to ``log.txt`` (plain messages)."""
+        import logging
+        handler = logging.FileHandler(self.file(LOG_FILE), encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        return handler
+
+    def log_line(self, text):
+        """Append one line to ``log.txt`` (e.g. the error that ended the run)."""
+        with open(self.file(LOG_FILE), "a", encoding="utf-8") as f:
+            f.write(text + "\n")
 
     def metrics(self, record):
         with open(self.file("metrics.jsonl"), "a") as f:

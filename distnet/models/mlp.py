@@ -299,6 +299,7 @@ class MLP:
                 self.read_ahead([self.replica_rows(idx) for idx in batches])
             for b, idx in enumerate(batches):
                 if self.on_batch is not None:
+                    self.epoch_loss_sum = total  # progress display: the running cost (h19b hook)
                     self.on_batch(epoch, b, len(batches))
                 rows = self.replica_rows(idx)
                 loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))

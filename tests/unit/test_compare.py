@@ -15,3 +15,61 @@ def test_costs_agree_uses_absolute_plus_relative_tolerance():
 def test_missing_epochs_never_agree():
     rows, _, _ = compare_runs(([1.0, 0.5], {}), ([1.0], {}))
     assert not costs_agree(rows, rtol=1.0, atol=1.0)
+
+
+# -- pretraining rows, checks before running, tolerances by dtype, the float64 rerun ----------
+
+import pytest  # noqa: E402
+
+from distnet.cli.compare import TOLERANCES, check_runs, read_metrics, rerun_command  # noqa: E402
+from distnet.errors import TopologyError  # noqa: E402
+from tests import tiny  # noqa: E402
+
+
+def test_pretraining_costs_are_rows_of_the_table(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"pretrain": "lf", "pretrain_epoch": 0, "cost": 2.0, "reconstruction": 1.5, "sparsity": 0.5}\n'
+                    '{"epoch": 0, "cost": 1.0, "seconds": 1}\n{"final": true, "test_misclass": 5.0}\n')
+    a = read_metrics(path)
+    assert a[0] == [1.0] and a[1]["test_misclass"] == 5.0 and a[2][0]["pretrain"] == "lf"
+    b = ([1.0], {"test_misclass": 5.0}, [dict(a[2][0], cost=2.2)])
+    rows, max_cost, _ = compare_runs(a, b)
+    assert rows[0][0] == "pretrain lf epoch 0 cost" and abs(max_cost - 0.1) < 1e-12
+    assert not costs_agree(rows, rtol=0.05, atol=0.0) and costs_agree(rows, rtol=0.11, atol=0.0)
+    rows, _, _ = compare_runs(a, ([1.0], {}, []))            # missing on one side: never agrees
+    assert not costs_agree(rows, rtol=1.0, atol=1.0)
+
+
+@pytest.fixture
+def files(tmp_path):
+    data = tiny.write_data(tmp_path / "d.h5")
+    paths = {}
+    for name, text in (("a", tiny.experiment(tiny.CNN, data)), ("b", tiny.experiment(tiny.CNN, data, dist=True))):
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(text)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def test_check_runs_refuses_a_rank_count_before_running(files):
+    assert check_runs(files["a"], files["b"], 4) == "float64"     # tiny is Numpy64
+    assert check_runs(files["a"], files["b"], 4, ["backend.dtype=float32"]) == "float32"
+    with pytest.raises(TopologyError, match=r"b.yaml on -n 200: .*Rank counts that work"):
+        check_runs(files["a"], files["b"], 200)
+    with pytest.raises(TopologyError, match=r"a.yaml cannot run on one process: .*--reference-set data=1"):
+        check_runs(files["a"], files["b"], 4, ["data=2"])
+    # --reference-set applies to A only: B keeps data=2 and runs on 2 x 2 ranks
+    assert check_runs(files["a"], files["b"], 4, ["data=2"], ["data=1"]) == "float64"
+
+
+def test_default_tolerances_are_bin_main_s():
+    main = open(tiny.__file__.replace("tests/tiny.py", "bin/main")).read()
+    assert "--cost-tol 0.05 --cost-atol 0.01 --rate-tol 0.5" in main and "--cost-tol 1e-9 --rate-tol 0" in main
+    assert TOLERANCES["float32"] == {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5}
+    assert TOLERANCES["float64"] == {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0}
+
+
+def test_rerun_command_replaces_the_dtype():
+    cmd = rerun_command("a.yaml", "my dist.yaml", 4, ["backend.dtype=float32", "model.num_epochs=3"],
+                        ["pipe=1"], ["backend.dtype=float64"])
+    assert cmd == ("distnet compare a.yaml 'my dist.yaml' -n 4 --set model.num_epochs=3 "
+                   "--set backend.dtype=float64 --reference-set pipe=1")

@@ -203,7 +203,7 @@ def test_progress_bar_draws_on_a_terminal_after_a_delay_and_clears_for_log_lines
         t[0] = 2.0
         bar.batch(0, 4, 10)
         shown = stream.getvalue()
-        assert shown.startswith("\repoch 0  [") and "4/10 batches" in shown and "~3s left" in shown
+        assert shown.startswith("\repoch 1 [") and "] 4/10" in shown and "ETA 3s" in shown
         logger.warning("a log line")                     # erases the bar first
         assert stream.getvalue().endswith("\r" + " " * (len(shown) - 1) + "\r")
     finally:

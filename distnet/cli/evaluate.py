@@ -1,0 +1,84 @@
+"""``distnet evaluate`` and ``distnet predict``: a checkpoint's error rates and predictions, on
+one process or under mpiexec on any grid (the work is in :mod:`distnet.experiments.evaluate`;
+register with ``main.add_command``)."""
+import click
+
+from ..errors import DistnetError
+
+_CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=click.Path(dir_okay=False),
+                           metavar="CK.h5", help="A checkpoint written by distnet run (any grid).")
+_SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
+
+
+def _start(experiment, overrides):
+    """The experiment, loaded and checked; under mpiexec the abort hook first (as for run)."""
+    from ..config import load_experiment
+    from .main import _install_abort_hook, _launched_on_many
+    if _launched_on_many():
+        _install_abort_hook()
+    exp = load_experiment(experiment, overrides)
+    exp.check()
+    return exp
+
+
+def _error(e):
+    from .main import _config_error_type, _fail
+    _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+
+
+def _rank0():
+    from .main import _world_rank
+    return _world_rank() in (None, 0)
+
+
+@click.command("evaluate")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@_CHECKPOINT
+@_SET
+def evaluate(experiment, checkpoint, overrides):
+    """Print the misclassification rates of EXPERIMENT's data splits (train, test) with the
+    weights of a checkpoint. Under mpiexec the experiment's grid is used, whatever grid wrote
+    the checkpoint."""
+    from ..experiments.evaluate import evaluate_checkpoint
+    try:
+        exp = _start(experiment, overrides)
+        result = evaluate_checkpoint(exp, checkpoint)
+    except DistnetError as e:
+        _error(e)
+    if _rank0():
+        grid = "x".join(map(str, result.grid))
+        click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
+                   f"{result.size} rank(s), grid {grid}")
+        for split, rate in result.rates.items():
+            click.echo(f"{split} set misclass rate: {rate:.5f}% ({result.counts[split]} images)")
+
+
+@click.command("predict")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@_CHECKPOINT
+@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Images (N, C, H, W): an HDF5 file with a dataset x (or test/x), a .npy file or an "
+                   "IDX file (MNIST's t10k-images-idx3-ubyte).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="OUT",
+              help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels) or OUT.csv "
+                   "(label,p0,...,pK-1 per image).")
+@_SET
+def predict(experiment, checkpoint, data_path, output, overrides):
+    """Write the class probabilities (the outputs of the model's last layer) and the predicted
+    labels of the images in FILE, with the weights of a checkpoint; one row per image, in order."""
+    from ..datasets.arrays import prediction_format, read_images, write_predictions
+    from ..experiments.evaluate import predict_checkpoint
+    try:
+        prediction_format(output)           # a wrong extension fails before any work
+        exp = _start(experiment, overrides)
+        shape = exp.dataset.image_shape
+        outputs, labels = predict_checkpoint(
+            exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))
+        if _rank0():
+            write_predictions(output, outputs, labels)
+    except DistnetError as e:
+        _error(e)
+    except OSError as e:
+        _error(DistnetError(f"-o {output}: {e.strerror or e}"))
+    if _rank0():
+        click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")

@@ -1,0 +1,97 @@
+"""File formats of ``distnet predict``: the images to classify (HDF5, ``.npy`` or IDX) and the
+predictions written (HDF5 or CSV)."""
+import os
+
+import numpy as np
+
+from ..errors import DataError, DistnetError
+
+#: Output formats of :func:`write_predictions`, by file extension.
+PREDICTION_FORMATS = {".h5": "hdf5", ".hdf5": "hdf5", ".csv": "csv"}
+
+
+def read_images(path, image_shape, tile=None, scale_255=False):
+    """Images to classify, ``(N, C, H, W)`` cut to ``tile`` (a :class:`~distnet.geometry.Box`;
+    None: whole images), as float64.
+
+    ``path``: an HDF5 file with a dataset ``x`` (or ``test/x``, the layout of
+    :class:`~distnet.datasets.HDF5Dataset`), a ``.npy`` file, or an IDX image file (MNIST's
+    ``t10k-images-idx3-ubyte``, ``.gz`` too); ``(N, C, H, W)``, or ``(N, H, W)`` for one
+    channel. Integer pixels are divided by 255 when the experiment's dataset scales its own
+    pixels so (``scale_255``: MNIST, CIFAR-10); floats are used as stored.
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"--data {path}: no such file")
+    ext = os.path.splitext(path)[1].lower()
+    if _is_idx_images(path):
+        from .idx import read_idx
+        x = read_idx(path, _IDX_UBYTE_3D)
+    elif ext == ".npy":
+        try:
+            x = np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError as e:
+            raise DataError(f"--data {path}: not a numpy array file ({e})") from None
+    else:
+        import h5py
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise DataError(f"--data {path}: neither a .npy file nor a readable HDF5 file ({e})") from None
+        with f:
+            key = next((k for k in ("x", "test/x") if k in f), None)
+            if key is None:
+                raise DataError(f"--data {path}: the HDF5 file has no dataset 'x' (or 'test/x') of "
+                                "images (N, C, H, W)")
+            x = f[key][()]
+    if x.ndim == 3:
+        x = x[:, None]
+    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(image_shape):
+        raise DataError(f"--data {path}: images of shape {tuple(x.shape[1:])}, but the experiment "
+                        f"takes {tuple(image_shape)} (C, H, W)")
+    if x.dtype.kind not in "biuf":
+        raise DataError(f"--data {path}: images must be numbers, got dtype {x.dtype}")
+    if tile is not None:
+        x = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
+    scale = scale_255 and x.dtype.kind in "biu"
+    x = np.asarray(x, dtype=np.float64)
+    return x / 255 if scale else x
+
+
+_IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)
+
+
+def _is_idx_images(path):
+    import gzip
+    try:
+        with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+            return f.read(4) == _IDX_UBYTE_3D.to_bytes(4, "big")
+    except OSError:
+        return False
+
+
+def prediction_format(path):
+    """``'hdf5'`` or ``'csv'`` from the extension of ``path`` (DistnetError otherwise)."""
+    fmt = PREDICTION_FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise DistnetError(f"-o {path}: give a file ending in .h5, .hdf5 (HDF5) or .csv")
+    return fmt
+
+
+def write_predictions(path, outputs, labels):
+    """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
+    and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image.
+    Written into a temporary file that replaces ``path`` once complete."""
+    from ..fileio import atomic_target
+    fmt = prediction_format(path)
+    with atomic_target(path) as tmp:
+        if fmt == "hdf5":
+            import h5py
+            with h5py.File(tmp, "w") as f:
+                f["probabilities"] = outputs
+                f["labels"] = labels.astype(np.int64)
+                f["probabilities"].attrs["meaning"] = "outputs of the model's last layer, one row per image"
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(",".join(["label"] + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
+                for lab, row in zip(labels, outputs):
+                    f.write(f"{int(lab)}," + ",".join(f"{v:.9g}" for v in row) + "\n")

@@ -1,0 +1,86 @@
+"""Using a trained checkpoint: error rates of its data splits (``distnet evaluate``) and class
+probabilities of new images (``distnet predict``), on any grid or number of ranks.
+
+Both build the experiment as ``distnet run`` would (its topology from the world, its layers
+planned on it), load the checkpoint with :func:`~distnet.models.checkpoint.restore_checkpoint`
+(every weight is stored in its global layout, so a checkpoint written on one grid loads on any
+other) and run the model forward only. Every rank calls these functions; the results are the
+same on every rank (rank 0 prints and writes).
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..log import get_logger
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_checkpoint` measured."""
+
+    #: ``{split: misclassification rate in percent}`` in the dataset's order (train, test).
+    rates: dict = field(default_factory=dict)
+    #: ``{split: number of images}``.
+    counts: dict = field(default_factory=dict)
+    epoch: int = None                 # the last epoch the checkpoint had trained (0-based)
+    written_on: str = ""              # "1 rank(s), grid 1x1" of the checkpoint
+    size: int = 1
+    grid: tuple = (1, 1)
+
+
+def _restore(exp, checkpoint, topology=None):
+    """Set up ``exp`` on ``topology`` (default: from the world) and load ``checkpoint``;
+    returns the :class:`~distnet.models.checkpoint.Checkpoint`. Collective."""
+    from ..models.checkpoint import restore_checkpoint
+    t = exp.setup(topology)
+    ck = restore_checkpoint(exp.model, checkpoint, t, get_logger())
+    exp.model.resume = None     # restored for inference, not to continue training
+    return ck
+
+
+def _written_on(ck):
+    grid = "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?"
+    return f"{ck.meta.get('size', '?')} rank(s), grid {grid}"
+
+
+def evaluate_checkpoint(exp, checkpoint, topology=None):
+    """Misclassification rates of every split of ``exp``'s dataset (train and test) with the
+    weights of ``checkpoint``. Collective over the run's world; returns an :class:`Evaluation`
+    (the same on every rank)."""
+    ck = _restore(exp, checkpoint, topology)
+    t = exp.topology
+    data = exp.load_data()
+    result = Evaluation(epoch=ck.epoch, written_on=_written_on(ck), size=t.size, grid=tuple(t.grid))
+    for split, (x, y) in data.items():
+        result.rates[split] = exp.model.misclass_rate(x, y)
+        result.counts[split] = len(y)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# predict
+# ---------------------------------------------------------------------------------------------
+
+def predict_checkpoint(exp, checkpoint, read_images, topology=None):
+    """The model's outputs for new images with the weights of ``checkpoint``: ``(outputs (N, K),
+    labels (N,))``, labels the argmax. ``read_images(tile, scale_255)`` returns this rank's part
+    of the images, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
+    None for whole images; ``scale_255``: whether the experiment's dataset divides integer
+    pixels by 255), e.g. :func:`distnet.datasets.arrays.read_images` of a file. The result is
+    the same on every rank (data replicas each compute their rows; one Allreduce over
+    ``Topology.data`` puts them together). Collective over the run's world."""
+    from ..comm.abort import run_collectively
+    from ..comm.reduce import allreduce_sum
+    _restore(exp, checkpoint, topology)
+    t, model = exp.topology, exp.model
+    tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
+    x = run_collectively(read_images, t.world, tile, exp.dataset.scale_255)
+    x = x.astype(exp.backend.dtype, copy=False)
+    out = model.predict(x)                         # this replica's rows, in order
+    bs = model.batch_size or len(x)
+    mine = np.concatenate([model.replica_rows(np.arange(i, min(i + bs, len(x)))) for i in range(0, len(x), bs)]
+                          or [np.zeros(0, dtype=int)])
+    full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else exp.dataset.nclasses), dtype=np.float64)
+    full[mine] = out
+    allreduce_sum([full], t.data)
+    return full, full.argmax(axis=1)

@@ -1,0 +1,363 @@
+"""The README's command examples, run and compared with what they print (a cram-style check).
+
+Format (README.md): in a fenced block, a line ``$ command`` is a shell command (continued on the
+next lines while a line ends with ``\\``); the lines after it, up to the next ``$`` line or the
+end of the block, are what it prints (stdout and stderr together). In expected output:
+
+* a line ``...`` matches any number of lines (also none); ``...`` inside a line matches any text;
+* numbers match within ``1e-6 + 1e-3 * |expected|``, on lines about error rates (``misclass``)
+  within ``0.3 + 1e-3 * |expected|`` (a float32 training on another CPU's BLAS rounds
+  differently: costs move in the 4th digit, an image or two may change class); text exactly
+  (trailing spaces aside);
+* :func:`mask` hides what differs from run to run: run directory time stamps
+  (``runs/<name>-YYYYmmdd-HHMMSS``) and ``"...seconds": <number>`` timings; ``progress:`` lines
+  (timing-dependent) are dropped from the actual output.
+
+An HTML comment on the line before a block's fence changes how it is checked, with a reason the
+reader sees: ``<!-- readme-test: skip: REASON -->`` (not run), ``<!-- readme-test: run-only:
+REASON -->`` (run; it must exit 0; its output is an example, e.g. versions of this machine),
+``<!-- readme-test: any-order -->`` (lines of several ranks in any order).
+
+Commands run in order, in one scratch folder holding ``experiments/`` (a link to the
+repository's) and the MNIST sample in ``datasets/`` (``runs/``, ``my_dist.yaml`` etc. are made
+there), with the virtualenv's ``distnet`` and ``mpiexec`` first on PATH. ``$?`` is the previous
+command's exit status. A run directory printed by a command replaces the README's name of it in
+later commands (``--resume runs/mnist_cnn-20261122-071923/checkpoint.h5``).
+
+Updating the README after a change of output: ``bin/readme-update`` (all blocks, or the README
+lines given: ``bin/readme-update 230 301``) reruns the commands and rewrites each expected output
+that no longer matches, keeping its ``...`` lines, the README's run directory names and the
+lines with ``...`` inside (other lines take this run's text and digits); ``--refresh`` rewrites
+the outputs that still match too (this machine's digits). Review with ``git diff README.md``.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+TIMEOUT = 900
+
+_FENCE = re.compile(r"^(\s*)```")
+_DIRECTIVE = re.compile(r"<!--\s*readme-test:\s*([\w-]+)\s*:?\s*(.*?)\s*-->")
+_RUN_DIR = re.compile(r"(runs/[\w.]+(?:-[A-Za-z_][\w.]*)*)-\d{8}-\d{6}(?:-\d+)?")
+_SECONDS = re.compile(r'("\w*seconds": )-?[\d.]+(?:e[-+]?\d+)?')
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?|\.\d+")
+_PROGRESS = re.compile(r"^(\[rank \d+\] )?progress: ")
+
+
+@dataclass
+class Command:
+    text: str              # the command as bash runs it (continuation lines included)
+    line: int              # 0-based README line of the "$ " line
+    out_start: int         # README lines [out_start, out_end) hold the expected output
+    out_end: int
+    indent: str
+    expected: list = field(default_factory=list)
+
+
+@dataclass
+class Block:
+    line: int              # 0-based README line of the opening fence
+    mode: str = "check"    # check / skip / run-only / any-order
+    reason: str = ""
+    commands: list = field(default_factory=list)
+
+    @property
+    def name(self):
+        return f"README.md:{self.line + 1}"
+
+
+def parse(text):
+    """The session blocks of a README text (blocks with at least one ``$`` line)."""
+    lines = text.split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, start = m.group(1), i
+        j = i + 1
+        while j < len(lines) and not (lines[j].startswith(indent + "```") and lines[j].strip() == "```"):
+            j += 1
+        block = Block(start)
+        d = _DIRECTIVE.search(lines[start - 1]) if start > 0 else None
+        if d:
+            block.mode, block.reason = d.group(1), d.group(2)
+        body = [(k, lines[k][len(indent):] if lines[k].startswith(indent) else lines[k].lstrip())
+                for k in range(start + 1, j)]
+        cmd = None
+        k = 0
+        while k < len(body):
+            n, line = body[k]
+            if line.startswith("$ "):
+                text = line[2:]
+                while text.endswith("\\") and k + 1 < len(body):
+                    k += 1
+                    text += "\n" + body[k][1]
+                cmd = Command(text, n, body[k][0] + 1, body[k][0] + 1, indent)
+                block.commands.append(cmd)
+            elif cmd is not None:
+                cmd.expected.append(line)
+                cmd.out_end = n + 1
+            k += 1
+        if block.commands:
+            blocks.append(block)
+        i = j + 1
+    return blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# Matching
+# ---------------------------------------------------------------------------------------------
+
+def mask(line):
+    """``line`` without what differs from run to run (run directory stamps, timings)."""
+    line = _RUN_DIR.sub(r"\1-<STAMP>", line.rstrip())
+    return _SECONDS.sub(r"\1<T>", line)
+
+
+def _numbers_close(a, b, atol=1e-6):
+    return abs(float(a) - float(b)) <= atol + 1e-3 * abs(float(b))
+
+
+def line_matches(expected, actual):
+    """One expected line against one actual line (both unmasked)."""
+    e, a = mask(expected), mask(actual)
+    if e == a:
+        return True
+    if "..." in e:
+        parts = [r"[-+.\de]+".join(re.escape(t) for t in _NUMBER.split(p)) for p in e.split("...")]
+        pattern = ".*".join(parts)
+        return re.fullmatch(pattern, a) is not None
+    if _NUMBER.split(e) != _NUMBER.split(a):
+        return False
+    atol = 0.3 if "misclass" in e else 1e-6     # error rates: a few images either way
+    return all(_numbers_close(y, x, atol) for x, y in zip(_NUMBER.findall(e), _NUMBER.findall(a)))
+
+
+def align(expected, actual):
+    """The cheapest alignment of expected lines (``...`` absorbs any number of actual lines)
+    with actual lines: ``(cost, steps)``, steps ``("keep", e, a)``, ``("dots", e, [a...])``,
+    ``("sub", e, a)``, ``("del", e, None)``, ``("ins", None, a)``. Cost 0: they match."""
+    n, m = len(expected), len(actual)
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    cost[n][m] = 0
+    for i in range(n, -1, -1):
+        for j in range(m, -1, -1):
+            if i == n and j == m:
+                continue
+            best = inf
+            if i < n and expected[i].strip() == "...":
+                best = cost[i + 1][j]
+                if j < m:
+                    best = min(best, cost[i][j + 1])
+            else:
+                if i < n and j < m:
+                    best = min(best, (0 if line_matches(expected[i], actual[j]) else 1) + cost[i + 1][j + 1])
+                if i < n:
+                    best = min(best, 1 + cost[i + 1][j])
+                if j < m:
+                    best = min(best, 1 + cost[i][j + 1])
+            cost[i][j] = best
+    steps, i, j = [], 0, 0
+    while i < n or j < m:
+        if i < n and expected[i].strip() == "...":
+            taken = []
+            while j < m and cost[i][j + 1] == cost[i][j] and cost[i + 1][j] != cost[i][j]:
+                taken.append(actual[j])
+                j += 1
+            steps.append(("dots", expected[i], taken))
+            i += 1
+            continue
+        if i < n and j < m:
+            ok = line_matches(expected[i], actual[j])
+            if cost[i][j] == (0 if ok else 1) + cost[i + 1][j + 1]:
+                steps.append(("keep" if ok else "sub", expected[i], actual[j]))
+                i, j = i + 1, j + 1
+                continue
+        if i < n and cost[i][j] == 1 + cost[i + 1][j]:
+            steps.append(("del", expected[i], None))
+            i += 1
+        else:
+            steps.append(("ins", None, actual[j]))
+            j += 1
+    return cost[0][0], steps
+
+
+def any_order(expected, actual):
+    """For ``any-order`` blocks: the lines as multisets (wildcard lines excluded)."""
+    rest = list(actual)
+    for e in expected:
+        if e.strip() == "...":
+            continue
+        hit = next((a for a in rest if line_matches(e, a)), None)
+        if hit is None:
+            return False
+        rest.remove(hit)
+    return not rest or any(e.strip() == "..." for e in expected)
+
+
+def diff_text(steps):
+    """A readable diff of an alignment: ``-`` expected, ``+`` printed, `` `` matching."""
+    out = []
+    for kind, e, a in steps:
+        if kind == "keep":
+            out.append("  " + e)
+        elif kind == "dots":
+            out.append("  ...  (" + f"{len(a)} lines)")
+        elif kind == "sub":
+            out += ["- " + e, "+ " + a]
+        elif kind == "del":
+            out.append("- " + e)
+        else:
+            out.append("+ " + a)
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+
+class Session:
+    """The scratch folder and the state carried from command to command."""
+
+    def __init__(self, root=None):
+        self.dir = Path(root or tempfile.mkdtemp(prefix="distnet-readme-"))
+        (self.dir / "experiments").symlink_to(ROOT / "experiments")
+        self.status = 0
+        self.run_dirs = {}       # README's run directory name -> this session's
+        bindir = os.path.dirname(sys.executable)
+        env = dict(os.environ)
+        env.pop("DISTNET_RUNS_DIR", None)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        env["OPENBLAS_NUM_THREADS"] = "1"   # the README's digits are those of one BLAS thread
+        env["OMP_NUM_THREADS"] = "1"
+        env["COLUMNS"] = "100"
+        self.env = env
+
+    def prepare_data(self):
+        """The MNIST sample in ``datasets/`` (what ``distnet data mnist-sample datasets`` writes)."""
+        from distnet.datasets import write_mnist_sample
+        write_mnist_sample(str(self.dir / "datasets"))
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run(self, command):
+        """Run one README command; returns its printed lines (progress lines dropped)."""
+        text = command.text
+        for readme_name, mine in self.run_dirs.items():
+            text = text.replace(readme_name, mine)
+        proc = subprocess.run(["bash", "-c", f"(exit {self.status}); {text}"], cwd=self.dir, env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
+        self.status = proc.returncode
+        lines = proc.stdout.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line.rstrip() for line in lines if not _PROGRESS.match(line)]
+
+    def learn_run_dirs(self, steps):
+        """Pair the run directories of matched lines: README name -> the name printed here."""
+        for kind, e, a in steps:
+            if kind in ("keep", "sub") and e is not None and a is not None:
+                for x, y in zip(_RUN_DIR.finditer(e), _RUN_DIR.finditer(a)):
+                    if x.group(1) == y.group(1):
+                        self.run_dirs.setdefault(x.group(0), y.group(0))
+
+    def readme_names(self, line):
+        """``line`` with this session's run directory names put back to the README's."""
+        for readme_name, mine in self.run_dirs.items():
+            line = line.replace(mine, readme_name)
+        return line
+
+
+def check_command(session, block, command):
+    """Run ``command``; returns ``(ok, actual lines, alignment steps)``."""
+    actual = session.run(command)
+    expected, _ = _split_blank_tail(command.expected)
+    if block.mode == "run-only":
+        return session.status == 0, actual, [("keep", e, e) for e in expected]
+    if block.mode == "any-order":
+        ok = any_order(expected, actual)
+        return ok, actual, [("keep", e, e) for e in expected] if ok else align(expected, actual)[1]
+    cost, steps = align(expected, actual)
+    session.learn_run_dirs(steps)
+    return cost == 0, actual, steps
+
+
+def updated_lines(session, steps):
+    """New expected lines from an alignment: ``...`` lines and lines with ``...`` inside kept,
+    every other line as printed now (matching lines too, so that their digits are this run's),
+    with the README's run directory names."""
+    out = []
+    for kind, e, a in steps:
+        if kind == "dots" or (kind == "keep" and "..." in e):
+            out.append(e)
+        elif kind in ("keep", "sub", "ins"):
+            out.append(session.readme_names(a))
+    return out
+
+
+def _split_blank_tail(lines):
+    """``(lines, trailing blank lines)``: blank lines that end an expected output separate it
+    from the next command; they are not compared."""
+    n = len(lines)
+    while n and not lines[n - 1].strip():
+        n -= 1
+    return lines[:n], lines[n:]
+
+
+def main(argv=None):
+    """``bin/readme-update [LINE...]``: rerun the README's commands and rewrite the expected
+    output of those that no longer match (only the blocks at the given 1-based lines)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="bin/readme-update", description=main.__doc__)
+    ap.add_argument("lines", nargs="*", type=int, help="README line of a block's fence (default: all)")
+    ap.add_argument("--check", action="store_true", help="Only report; do not rewrite README.md.")
+    ap.add_argument("--refresh", action="store_true",
+                    help="Also rewrite outputs that match within the tolerances (this run's digits).")
+    args = ap.parse_args(argv)
+    text = README.read_text()
+    lines = text.split("\n")
+    session = Session()
+    changes = []
+    failed = 0
+    try:
+        session.prepare_data()
+        for block in parse(text):
+            if block.mode == "skip":
+                print(f"{block.name}: skipped ({block.reason})")
+                continue
+            for command in block.commands:
+                ok, actual, steps = check_command(session, block, command)
+                first = command.text.splitlines()[0]
+                print(f"{block.name}: $ {first[:70]}: {'ok' if ok else 'DIFFERS'}")
+                if not ok:
+                    failed += 1
+                    print(diff_text(steps))
+                wanted = not args.lines or block.line + 1 in args.lines
+                if block.mode in ("check", "any-order") and wanted and (not ok or args.refresh):
+                    tail = _split_blank_tail(command.expected)[1]
+                    new = updated_lines(session, steps) + tail
+                    if new != command.expected:
+                        changes.append((command, new))
+    finally:
+        session.close()
+    if changes and not args.check:
+        for command, new in sorted(changes, key=lambda c: -c[0].out_start):
+            lines[command.out_start:command.out_end] = [command.indent + x if x else x for x in new]
+        README.write_text("\n".join(lines))
+        print(f"README.md: rewrote the output of {len(changes)} command(s); review with git diff README.md")
+    return 1 if failed and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""distnet compare end to end: one error before running for a rank count that does not fit,
+GB pretraining costs in metrics.jsonl and in the table, --reference-set on side A only, and the
+float64 rerun suggested after a float32 DIFFER."""
+import json
+
+import pytest
+
+from tests import tiny
+from tests.test_cli import distnet
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmp")
+    data = tiny.write_data(d / "d.h5")
+    out = {}
+    for name, template, dist in (("cnn", tiny.CNN, False), ("cnn_dist", tiny.CNN, True),
+                                 ("gb", tiny.GB, False), ("gb_dist", tiny.GB, True)):
+        out[name] = d / f"{name}.yaml"
+        out[name].write_text(tiny.experiment(template, data, dist))
+    return d, {k: str(v) for k, v in out.items()}
+
+
+def test_a_rank_count_that_does_not_fit_is_one_error_before_any_run(files):
+    d, f = files
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "200")
+    assert proc.returncode == 1 and proc.stdout == ""
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"distnet: error: {f['cnn_dist']} on -n 200: ")
+
+
+def test_gb_pretraining_costs_in_metrics_and_in_the_table(files, tmp_path):
+    d, f = files
+    distnet("run", f["gb"], "--run-dir", str(tmp_path / "r"), "--set", "model.num_epochs=2", check=True)
+    recs = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert recs[0]["pretrain"] == "lf" and recs[0]["pretrain_epoch"] == 0
+    assert recs[0]["cost"] == pytest.approx(recs[0]["reconstruction"] + recs[0]["sparsity"])
+    assert [r.get("epoch") for r in recs[1:]] == [0, 1, None]
+    proc = distnet("compare", f["gb"], f["gb_dist"], "-n", "2", "--set", "model.num_epochs=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = proc.stdout.split("\n\n")[1].splitlines()
+    assert table[1].startswith("pretrain lf epoch 0 cost") and table[2].startswith("epoch 0 cost")
+    assert "(tolerance 1e-09)" in proc.stdout and "-> AGREE" in proc.stdout   # float64 defaults
+
+
+def test_reference_set_applies_to_a_only_and_float32_differ_suggests_float64(files):
+    d, f = files
+    # A drawn from another seed: the runs differ, and in float32 the float64 rerun is suggested
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "2", "--set", "backend.dtype=float32",
+                   "--reference-set", "backend.rng_seed=1")
+    assert proc.returncode == 1 and "-> DIFFER" in proc.stdout
+    assert "(tolerance 0.05 + 0.01 absolute)" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == (
+        f"  distnet compare {f['cnn']} {f['cnn_dist']} -n 2 --set backend.dtype=float64 "
+        "--reference-set backend.rng_seed=1")
+    # data: 2 on both sides; --reference-set data=1 makes A one process (same numbers)
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "4", "--set", "data=2",
+                   "--reference-set", "data=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[rank 0] distnet: 4 rank(s), grid 1x2, data 2" in proc.stderr

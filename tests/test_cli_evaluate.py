@@ -1,0 +1,136 @@
+"""distnet evaluate / predict of a checkpoint (one process, and on a grid of ranks against the
+one-process oracle), and what every run prints and keeps: progress lines without a terminal,
+the run directory at the start, log.txt."""
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.test_cli import distnet, tiny  # noqa: F401 - the tiny experiment fixture
+
+
+@pytest.fixture(scope="module")
+def trained(tiny):  # noqa: F811
+    """A 1-process run of the tiny float64 CNN with its checkpoint, the distributed experiment,
+    and images to classify (the test split as a .npy file and as HDF5 x)."""
+    d, exp = tiny
+    run = d / "run1"
+    proc = distnet("run", str(exp), "--run-dir", str(run), "--progress-every", "1b", check=True)
+    dist = d / "tiny_dist_eval.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    with h5py.File(d / "data.h5", "r") as f:
+        x = f["test/x"][()]
+    np.save(d / "images.npy", x)
+    with h5py.File(d / "images.h5", "w") as f:
+        f["x"] = x
+    return d, exp, dist, run, proc
+
+
+def _final(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+
+
+def _rates(stdout):
+    return {line.split()[0]: line.split()[4] for line in stdout.splitlines() if "misclass rate" in line}
+
+
+def test_run_prints_its_directory_first_and_keeps_log_txt(trained):
+    d, exp, dist, run, proc = trained
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("distnet: 1 rank(s)") and lines[1] == f"run directory: {run}"
+    assert lines[-1] == f"run directory: {run}"
+    # no terminal: a progress line every batch here (--progress-every 1b): 30 images of 8 -> 4 batches
+    progress = [line for line in lines if line.startswith("progress: ")]
+    assert progress[0].startswith("progress: epoch 1/2, batch 1/4, ") and " img/s, cost " in progress[0]
+    assert "ETA " in progress[0] and len(progress) == 6   # batches 1..3 of both epochs
+    assert (run / "log.txt").read_text().splitlines() == lines
+
+
+def test_failed_run_keeps_its_error_in_log_txt(trained, tmp_path):
+    d, exp, dist, run, proc = trained
+    bad = distnet("run", str(exp), "--run-dir", str(tmp_path / "r"), "--resume", str(tmp_path / "none.h5"))
+    assert bad.returncode == 1
+    log = (tmp_path / "r" / "log.txt").read_text()
+    assert log.startswith("distnet: 1 rank(s)") and "distnet: error: checkpoint" in log.splitlines()[-1]
+
+
+def test_progress_lines_under_mpiexec_on_rank_0(trained, tmp_path):
+    d, exp, dist, run, proc = trained
+    out = distnet("run", str(dist), "--run-dir", str(tmp_path / "r2"), "--progress-every", "2b",
+                  "--set", "model.num_epochs=1", n=2, check=True)
+    progress = [line for line in out.stderr.splitlines() if "progress:" in line]
+    assert [p.split(", ")[1] for p in progress] == ["batch 2/4"]
+    assert progress[0].startswith("[rank 0] progress: epoch 1/1, ")
+    assert "progress: epoch 1/1" in (tmp_path / "r2" / "log.txt").read_text()
+
+
+def test_evaluate_gives_the_run_s_error_rates(trained):
+    d, exp, dist, run, proc = trained
+    out = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), check=True)
+    final = _final(run)
+    rates = _rates(out.stdout)
+    assert float(rates["train"].rstrip("%")) == pytest.approx(final["train_misclass"], abs=1e-5)
+    assert float(rates["test"].rstrip("%")) == pytest.approx(final["test_misclass"], abs=1e-5)
+    assert out.stdout.splitlines()[0].endswith("(written on 1 rank(s), grid 1x1), evaluated on 1 rank(s), grid 1x1")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_evaluate_a_one_process_checkpoint_on_a_grid_equals_one_process(trained, n):
+    d, exp, dist, run, proc = trained
+    oracle = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), check=True)
+    out = distnet("evaluate", str(dist), "--checkpoint", str(run / "checkpoint.h5"), n=n, check=True)
+    assert _rates(out.stdout) == _rates(oracle.stdout)
+    assert f"evaluated on {n} rank(s)" in out.stdout
+    assert out.stdout.count("test set misclass rate") == 1       # rank 0 prints
+
+
+def test_predict_csv_and_hdf5_one_process_and_on_a_grid(trained):
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "p.csv"),
+            check=True)
+    out = distnet("predict", str(dist), "--checkpoint", ck, "--data", str(d / "images.h5"),
+                  "-o", str(d / "p.h5"), n=2, check=True)
+    assert out.stdout.strip() == f"{d / 'p.h5'}: 10 images, 3 classes"
+    rows = (d / "p.csv").read_text().splitlines()
+    assert rows[0] == "label,p0,p1,p2" and len(rows) == 11
+    csv = np.array([[float(v) for v in r.split(",")] for r in rows[1:]])
+    with h5py.File(d / "p.h5", "r") as f:
+        probs, labels = f["probabilities"][()], f["labels"][()]
+    np.testing.assert_allclose(probs, csv[:, 1:], rtol=1e-8)
+    assert (labels == csv[:, 0]).all() and (labels == probs.argmax(1)).all()
+    # the labels give the test error rate that evaluate prints
+    with h5py.File(d / "data.h5", "r") as f:
+        y = f["test/y"][()]
+    assert 100.0 * (labels != y).mean() == pytest.approx(_final(run)["test_misclass"])
+
+
+def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o",
+                  str(tmp_path / "p.txt"))
+    assert bad.returncode == 1 and ".h5, .hdf5 (HDF5) or .csv" in bad.stderr
+    np.save(tmp_path / "small.npy", np.zeros((2, 1, 5, 5)))
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "small.npy"), "-o",
+                  str(tmp_path / "p.csv"))
+    assert bad.returncode == 1 and "(1, 5, 5)" in bad.stderr and "(1, 12, 10)" in bad.stderr
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    oracle = distnet("evaluate", str(exp), "--checkpoint", ck, check=True)
+    shard = f"serialized_path={d / 'cache-{rank}of{size}.h5'}"
+    out = distnet("evaluate", str(exp), "--checkpoint", ck, "--set", "data=2", "--set", "datasets.0." + shard,
+                  n=2, check=True)
+    assert _rates(out.stdout) == _rates(oracle.stdout)
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "one.h5"),
+            check=True)
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o", str(d / "two.h5"),
+            "--set", "data=2", "--set", "model.batch_size=3", "--set", "datasets.0." + shard, n=2, check=True)
+    with h5py.File(d / "one.h5", "r") as f, h5py.File(d / "two.h5", "r") as g:
+        np.testing.assert_allclose(g["probabilities"][()], f["probabilities"][()], rtol=1e-12)
+        assert (g["labels"][()] == f["labels"][()]).all()
