@@ -19,9 +19,15 @@ Protocol (the model calls these in order):
   ``bprop`` fills ``Param.grad`` of every parameter.
 * ``params()`` lists :class:`~distnet.layers.params.Param` objects; the training step
   (:mod:`distnet.layers.step`) sums their gradients and applies the update, then calls
-  ``after_update()``.
+  ``after_update()``. ``buffers()`` lists the layer's untrained state (batch norm's running
+  statistics: :attr:`~distnet.layers.placement.Placement.buffers`), made by
+  :meth:`BaseLayer.init_buffers` and kept in checkpoints.
+* Training or evaluation: layers whose forward differs (batch norm, dropout) read
+  ``self.run.training`` (:class:`RunState`, one per model, shared by its layers: the model's
+  :meth:`~distnet.models.mlp.MLP.evaluating` switches it; it also says which optimiser step and
+  which rows of the global minibatch are running, for dropout's masks).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config.builder import config_error
 from .params import Param
@@ -29,13 +35,32 @@ from .placement import REPLICATED, SPATIAL  # noqa: F401 - the layout kinds, re-
 
 
 @dataclass
+class RunState:
+    """What a model is doing now, read by its layers (one object per model, shared).
+
+    ``training``: True in training steps, False in evaluation (``predict``: batch norm uses
+    its running statistics, dropout is the identity). ``step``: the 0-based index of the
+    current optimiser step (the number of steps done before it; restored from checkpoints).
+    ``row0`` / ``rows``: this rank's first row in the GLOBAL minibatch and the global
+    minibatch size (data replicas hold contiguous blocks of rows), so that a layer can address
+    its slice of a global per-sample tensor (dropout's mask)."""
+
+    training: bool = True
+    step: int = 0
+    row0: int = 0
+    rows: int = None
+
+
+@dataclass
 class LayerContext:
     """What ``configure`` may use: the backend (``xp``, dtype), the run's ``Topology`` (a 1x1
-    serial one for single-process runs), and the layer's index in the model."""
+    serial one for single-process runs), the layer's index in the model and the model's
+    :class:`RunState`."""
 
     backend: object
     topology: object
     index: int
+    run: RunState = field(default_factory=RunState)
 
 
 class BaseLayer:
@@ -58,6 +83,11 @@ class BaseLayer:
     #: This rank's :class:`~distnet.layers.placement.Placement` (set by :meth:`configure`).
     placement = None
     _params = ()
+    _buffers = ()
+    #: True for layers that must see the whole minibatch of their rank in one call (batch
+    #: norm's batch statistics, dropout's masks addressed by global rows): micro-batched
+    #: pipelines, which run parts of a minibatch apart, refuse them.
+    whole_batch = False
 
     def __init__(self, name=None, pos=None, batch_size=None, stage=None):
         self.name = name
@@ -69,6 +99,7 @@ class BaseLayer:
     def bind(self, ctx):
         """Remember the backend and context before ``configure`` (set by the model)."""
         self.ctx = ctx
+        self.run = ctx.run
         self.xp = ctx.backend.xp
         self.dtype = ctx.backend.dtype
 
@@ -113,7 +144,25 @@ class BaseLayer:
         assert len(values) == len(self.placement.params), (self.name, len(values))
         self._params = [Param.from_placement(pp, pp.local_part(v), self.xp)
                         for pp, v in zip(self.placement.params, values)]
+        self.init_buffers()
         self.params_ready()
+
+    def initial_buffers(self):
+        """The global value (numpy) of each entry of ``self.placement.buffers`` (no RNG draws:
+        buffers never change the weight stream)."""
+        return []
+
+    def init_buffers(self):
+        """Make this rank's part of every buffer (:meth:`initial_buffers`), called by
+        :meth:`init_params`."""
+        values = self.initial_buffers()
+        assert len(values) == len(self.placement.buffers), (self.name, len(values))
+        self._buffers = [Param.from_placement(pp, pp.local_part(v), self.xp, grad=False)
+                         for pp, v in zip(self.placement.buffers, values)]
+
+    def buffers(self):
+        """This layer's buffers (:class:`~distnet.layers.params.Param` without gradient)."""
+        return list(self._buffers)
 
     def params_ready(self):
         """Hook after :meth:`init_params`: bind the layer's names (``self.W``...) to its params."""
@@ -127,11 +176,12 @@ class BaseLayer:
         run; afterwards ``params()`` is ``[]`` and the arrays (values, gradients, optimiser state)
         are no longer referenced by the layer (its placement still names them: checkpoints
         count and match them)."""
-        arrays = {id(a) for p in self._params for a in (p, p.value, p.grad, p.velocity) if a is not None}
+        arrays = {id(a) for p in (*self._params, *self._buffers)
+                  for a in (p, p.value, p.grad, p.velocity) if a is not None}
         for name, value in list(vars(self).items()):
             if id(value) in arrays:
                 setattr(self, name, None)
-        self._params = ()
+        self._params = self._buffers = ()
 
     def after_update(self):
         """Hook run after the optimiser step (LocalFiltering renormalises its rows)."""

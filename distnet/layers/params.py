@@ -12,7 +12,10 @@ class Param:
     """A parameter tensor with its gradient and optimiser state.
 
     ``value`` and ``grad`` have the same (local) shape; ``velocity`` is None until momentum is
-    used. ``reduce_over`` names the sub-communicator of :class:`~distnet.comm.topology.Topology`
+    used (neon's ``momentum:`` path); ``state`` holds the arrays of a model's ``learning_rule``
+    (``{name: array}`` shaped like ``value``, e.g. Adam's ``m`` and ``v``: sharded like the
+    parameter), None until the first update. A buffer (not trained: batch norm's running
+    statistics) is a Param with ``grad`` None. ``reduce_over`` names the sub-communicator of :class:`~distnet.comm.topology.Topology`
     over which ``grad`` must be summed before the update (:data:`OVER_GRAD` or
     :data:`OVER_DATA`); ``sharded`` says whether ``value`` is a slice of a larger global tensor.
     Made from the layer's :class:`~distnet.layers.placement.ParamPlacement` by
@@ -25,13 +28,14 @@ class Param:
     reduce_over: str = OVER_GRAD
     sharded: bool = False
     velocity: object = None
+    state: dict = None
 
     @classmethod
-    def from_placement(cls, pp, value, xp):
+    def from_placement(cls, pp, value, xp, grad=True):
         """The parameter of placement ``pp`` holding ``value`` (this rank's part, numpy), moved
-        to ``xp`` with a zero gradient."""
+        to ``xp`` with a zero gradient (``grad=False``: a buffer, no gradient)."""
         v = xp.asarray(value)
-        return cls(pp.name, v, xp.zeros_like(v), pp.reduce_over, pp.sharded)
+        return cls(pp.name, v, xp.zeros_like(v) if grad else None, pp.reduce_over, pp.sharded)
 
 
 _INIT_KEYS = {"uniform": {"low", "high"}, "gaussian": {"loc", "scale"}, "normal": {"loc", "scale"},

@@ -44,6 +44,10 @@ REPLICATED = "replicated"
 #: samples (sharded filters, FC columns): only data replicas sum it.
 OVER_GRAD = "grad"
 OVER_DATA = "data"
+#: ``reduce_over=None``: the gradient is already complete (global) on every rank that holds the
+#: parameter — the layer summed what it needed itself (batch norm's ``dgamma`` / ``dbeta`` come out
+#: of its backward Allreduce over ``grad``): the training step sums it over nothing.
+COMPLETE = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,11 @@ class ParamPlacement:
     """One parameter: its ``global_shape``; ``index``, the numpy index of this rank's part in
     the global tensor (``G[index]`` has ``local_shape``; ``Ellipsis`` when replicated);
     ``reduce_over``, the communicator that sums its gradient (:data:`OVER_GRAD` or
-    :data:`OVER_DATA`; a communicator of one rank sums nothing); ``sharded``: ranks of a
-    spatial grid hold different parts."""
+    :data:`OVER_DATA`; a communicator of one rank sums nothing; :data:`COMPLETE` (None): the
+    layer's backward already made it global, nothing sums it); ``sharded``: ranks of a
+    spatial grid hold different parts. The same class describes a layer's *buffers*
+    (:attr:`Placement.buffers`: state that is not trained, such as batch norm's running
+    statistics; their ``reduce_over`` is :data:`COMPLETE`)."""
 
     name: str
     global_shape: tuple
@@ -127,12 +134,15 @@ class HaloExchange:
 @dataclass(frozen=True, eq=False)
 class Collective:
     """An Allreduce of activations a layer does per step: ``per_sample`` elements per sample
-    summed over the communicator ``over`` (``spatial``), forward (``backward=False``) or
-    backward."""
+    (plus ``per_step`` float64 elements independent of the batch: batch norm's per-channel sums)
+    summed over the communicator ``over`` (``spatial`` or ``grad``), forward
+    (``backward=False``) or backward. ``training_only``: evaluation skips it."""
 
     over: str
     per_sample: int
     backward: bool = False
+    per_step: int = 0
+    training_only: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +152,10 @@ class Placement:
     in_layout: Layout
     out_layout: Layout
     params: tuple = ()
+    #: :class:`ParamPlacement` of each buffer: state that is not trained but belongs to the
+    #: model (batch norm's running mean / variance): initialised by the layer, stored in
+    #: checkpoints in its global layout like a parameter, restored on any grid.
+    buffers: tuple = ()
     halos: tuple = ()
     collectives: tuple = ()
     #: The input chunk ``(C, hc, wc)`` a window layer keeps per sample (tile + halo + padding).
@@ -151,8 +165,8 @@ class Placement:
     extra: dict = field(default_factory=dict)
 
     def param(self, name):
-        """The :class:`ParamPlacement` called ``name``."""
-        for p in self.params:
+        """The :class:`ParamPlacement` called ``name`` (a parameter or a buffer)."""
+        for p in self.params + self.buffers:
             if p.name == name:
                 return p
         raise KeyError(name)

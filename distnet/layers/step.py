@@ -9,9 +9,22 @@ forward/backward callable; the gradient sums and the update are the same code.
 
 Gradient sums: one flat Allreduce per (communicator, dtype) bucket, the communicator being each
 parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over` (``grad``: spatial x
-data ranks; ``data``: data replicas); communicators of one rank are skipped.
+data ranks; ``data``: data replicas); communicators of one rank are skipped, and so are
+parameters whose gradient the layer already made global (``reduce_over`` None: batch norm).
+
+Update: without a learning rule, neon's SGD with momentum (each layer's ``learning_rate``;
+:func:`~distnet.ops.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
+(:mod:`distnet.ops.learning_rules`: GradientDescent with weight decay, Adam, AdamW, schedules),
+first the optional clipping by global norm (``max_grad_norm``: every rank adds the squares of
+the gradients it owns, a replicated gradient counted on one rank only, ONE Allreduce of that
+float64 scalar over the world), then ``rule.update`` per parameter with its state arrays
+(``Param.state``, made on the first update, sharded like the parameter).
 """
+import numpy as np
+
+from ..backend import get_array_module
 from ..comm.reduce import allreduce_sum
+from ..ops.optim import clip_coefficient, scale, sum_of_squares
 from ..ops.sgd import sgd_update
 
 
@@ -70,7 +83,8 @@ class TrainingStep:
         for a in extra:
             buckets.setdefault(("data", a.dtype.str), []).append(a)
         for _, p in params:
-            buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
+            if p.reduce_over is not None:   # None: complete already (the layer summed it)
+                buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
         for (over, _), arrays in buckets.items():
             comm = self.topology.comm(over)
             if arrays and comm.Get_size() > 1:
@@ -90,11 +104,63 @@ class TrainingStep:
             if k + 1 == len(params) or params[k + 1][0] is not layer:
                 layer.after_update()
 
-    def __call__(self, run, params, mu=0.0, nesterov=False, xp=None, reduce_outputs=True):
+    def owned(self, p):
+        """True when this rank counts ``p``'s gradient in the global norm: data replica 0 only
+        (the replicas hold the same sums), every spatial rank for a sharded parameter (disjoint
+        shards), spatial rank 0 for a replicated one; pipeline stages hold different layers."""
+        t = self.topology
+        return t.data_index == 0 and (p.sharded or t.spatial.Get_rank() == 0)
+
+    def global_norm(self, params):
+        """The L2 norm of all gradients of the model (``[(layer, Param)]``, already summed):
+        per-rank sums of squares of the owned gradients, ONE float64 Allreduce over the world.
+        Collective over ``Topology.world``; returns a Python float, the same on every rank."""
+        grads = [p.grad for _, p in params if self.owned(p)]
+        sq = sum_of_squares(grads) if grads else np.zeros((), dtype="float64")
+        xp = _xp(params)
+        total = xp.zeros(1, dtype="float64")
+        total[0] = sq
+        allreduce_sum([total], self.topology.world, self.host_staging, kind="allreduce_grad")
+        return float(total[0]) ** 0.5
+
+    def clip(self, params, max_norm):
+        """Clip the gradients of ``params`` by their global norm (``torch.nn.utils
+        .clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the norm exceeds
+        ``max_norm``). Returns the norm before clipping."""
+        norm = self.global_norm(params)
+        factor, _ = clip_coefficient(norm * norm, max_norm)
+        scale([p.grad for _, p in params], factor)
+        return norm
+
+    @staticmethod
+    def apply_rule(params, rule, step, epoch):
+        """The learning rule's update of every parameter (``step``: 1-based count of optimiser
+        steps including this one; ``epoch`` 0-based), each with its layer's ``learning_rate``
+        (None: the rule's), then each layer's ``after_update``."""
+        for k, (layer, p) in enumerate(params):
+            if p.state is None:
+                p.state = rule.init_state(p.value)
+            rule.update(p.value, p.grad, p.state, step, epoch, layer.learning_rate)
+            if k + 1 == len(params) or params[k + 1][0] is not layer:
+                layer.after_update()
+
+    def __call__(self, run, params, mu=0.0, nesterov=False, xp=None, reduce_outputs=True,
+                 rule=None, step=1, epoch=0):
         """One step: ``run()`` (forward, cost, backward: fills the gradients of ``params``,
         returns a list of loss arrays), the gradient sums (with the losses summed over the
-        data replicas when ``reduce_outputs``), the update. Returns ``run()``'s list."""
+        data replicas when ``reduce_outputs``), the update: neon's SGD (``mu``, ``nesterov``)
+        or, given a learning ``rule``, its clipping and update at optimiser ``step`` (1-based)
+        and ``epoch``. Returns ``run()``'s list."""
         outputs = run()
         self.reduce(params, extra=outputs if reduce_outputs else ())
-        self.update(params, mu, nesterov, xp)
+        if rule is None:
+            self.update(params, mu, nesterov, xp)
+        else:
+            if rule.max_grad_norm is not None:
+                self.clip(params, rule.max_grad_norm)
+            self.apply_rule(params, rule, step, epoch)
         return outputs
+
+
+def _xp(params):
+    return get_array_module(params[0][1].grad) if params else np

@@ -13,12 +13,18 @@ tensors exactly as ``init_params`` slices its draws.
 File layout (``FORMAT``, ``VERSION`` 1)::
 
     /                 attrs: format, version, epoch (last completed, 0-based), model (class),
-                             dtype, grid [Py, Px], size, data, created (ISO time),
+                             dtype, grid [Py, Px], size, data, steps (optimiser steps done;
+                             absent in older files: 0), created (ISO time),
                              distnet_version, history (JSON list of the per-epoch records)
     /params/NNN       one group per parameter in model order (NNN = 000, 001, ...);
                       attrs: name, layer, sharded
         value         the global tensor                        attr crc32
         velocity      the momentum velocity (absent if none)   attr crc32
+        state/NAME    the learning rule's state arrays (Adam's m and v; absent before the
+                      first update or without a learning_rule), global like value; crc32
+    /buffers/NNN      one group per layer buffer (state that is not trained: batch norm's
+                      running mean / variance) in model order, laid out like /params/NNN
+                      (absent in files of models without buffers)
     /rng/shuffle      uint32[624] state of the shuffle RNG (absent when not shuffling);
                       attrs: kind ('MT19937'), pos, has_gauss, cached_gaussian
     /config           attrs: yaml (the experiment file's text), resolved (with the
@@ -53,15 +59,44 @@ def model_params(model):
     return [(layer, p) for layer in model.layers for p in layer.params()]
 
 
-def param_slots(model):
-    """``[(layer, first index in the checkpoint, parameter names)]`` of every layer, including
-    the layers another pipeline stage holds: the names come from the layers' placements."""
+#: What a checkpoint stores per layer: its parameters (``/params``) and its buffers
+#: (``/buffers``), each from the layer's placement and the layer's list of that name.
+GROUPS = ("params", "buffers")
+
+
+def param_slots(model, group="params"):
+    """``[(layer, first index in the checkpoint, names)]`` of every layer's parameters (or
+    ``group="buffers"``: buffers), including the layers another pipeline stage holds: the names
+    come from the layers' placements."""
     out, offset = [], 0
     for layer in model.layers:
-        names = [pp.name for pp in layer.placement.params]
+        names = [pp.name for pp in getattr(layer.placement, group)]
         out.append((layer, offset, names))
         offset += len(names)
     return out
+
+
+def _held(layer, group):
+    """The layer's :class:`~distnet.layers.params.Param` objects of ``group`` on this rank."""
+    return layer.params() if group == "params" else layer.buffers()
+
+
+def _keys(p):
+    """Names of the arrays stored for ``p``: ``value``, ``velocity``, ``state/NAME`` (sorted)."""
+    return ["value", "velocity"] + [f"state/{k}" for k in sorted(p.state or {})]
+
+
+def _arrays(p):
+    """``p``'s arrays in :func:`_keys` order (``velocity`` may be None)."""
+    return [p.value, p.velocity] + [p.state[k] for k in sorted(p.state or {})]
+
+
+def _entry(name, layer, sharded, keys, arrays):
+    """A checkpoint entry dict: ``name, layer, sharded, value, velocity, state`` (a dict)."""
+    got = dict(zip(keys, arrays))
+    return {"name": name, "layer": layer, "sharded": sharded, "value": got["value"],
+            "velocity": got.get("velocity"),
+            "state": {k[len("state/"):]: a for k, a in got.items() if k.startswith("state/")}}
 
 
 def param_layout(layer, p):
@@ -80,16 +115,15 @@ def _host(a):
 
 
 def _global_entry(layer, p, comm):
-    """One parameter as a global tensor on ``comm``'s rank 0 (None elsewhere); collective over
+    """One parameter (or buffer) as global tensors on ``comm``'s rank 0 (None elsewhere): its
+    value, velocity and learning-rule state, each laid out like the value; collective over
     ``comm`` (the spatial grid) when the parameter is sharded."""
     gshape, index = param_layout(layer, p)
-    entry = {"name": p.name, "layer": layer.name, "sharded": bool(p.sharded)}
+    keys = _keys(p)
+    mine = [_host(a) for a in _arrays(p)]
     if not p.sharded:
-        value = _host(p.value)
-        entry.update(value=value.reshape(gshape) if value.shape != gshape else value,
-                     velocity=_host(p.velocity))
-        return entry if comm.Get_rank() == 0 else None
-    mine = [_host(p.value), _host(p.velocity)]
+        whole = [a.reshape(gshape) if a is not None and a.shape != gshape else a for a in mine]
+        return _entry(p.name, layer.name, False, keys, whole) if comm.Get_rank() == 0 else None
     whole = [np.zeros(gshape, dtype=a.dtype) if a is not None else None for a in mine]
 
     def place(rank, idx, parts):   # each rank's slice into its place, as it arrives
@@ -99,13 +133,13 @@ def _global_entry(layer, p, comm):
     gather_to_root(comm, index, mine, place)
     if comm.Get_rank() != 0:
         return None
-    entry.update(value=whole[0], velocity=whole[1])
-    return entry
+    return _entry(p.name, layer.name, True, keys, whole)
 
 
-def gather_params(model, topology):
-    """Every parameter as a global numpy tensor, with its velocity: a list of dicts
-    ``{name, layer, sharded, value, velocity}`` in model order on world rank 0, None elsewhere.
+def gather_params(model, topology, group="params"):
+    """Every parameter (``group="buffers"``: every buffer) as a global numpy tensor, with its
+    velocity and learning-rule state: a list of dicts ``{name, layer, sharded, value, velocity,
+    state}`` in model order on world rank 0, None elsewhere.
 
     Only data replica 0 takes part (the replicas hold the same values). Each pipeline stage
     gathers its layers' parameters over its spatial grid (collective over ``topology.spatial``),
@@ -116,8 +150,8 @@ def gather_params(model, topology):
     if t.data_index != 0:
         return None
     mine = []
-    for layer, offset, _ in param_slots(model):
-        for j, p in enumerate(layer.params()):
+    for layer, offset, _ in param_slots(model, group):
+        for j, p in enumerate(_held(layer, group)):
             entry = _global_entry(layer, p, t.spatial)
             if entry is not None:
                 mine.append((offset + j, entry))
@@ -126,21 +160,25 @@ def gather_params(model, topology):
     found = {}
     if t.npipe > 1:
         def collect(rank, meta, arrays):
-            for (slot, name, layer, sharded), value, velocity in zip(meta, arrays[0::2], arrays[1::2]):
-                found[slot] = {"name": name, "layer": layer, "sharded": sharded, "value": value,
-                               "velocity": velocity}
-        meta = [(slot, e["name"], e["layer"], e["sharded"]) for slot, e in mine]
-        arrays = [a for _, e in mine for a in (e["value"], e["velocity"])]
+            at = 0
+            for slot, name, layer, sharded, keys in meta:
+                found[slot] = _entry(name, layer, sharded, keys, arrays[at:at + len(keys)])
+                at += len(keys)
+        meta, arrays = [], []
+        for slot, e in mine:
+            keys = ["value", "velocity"] + [f"state/{k}" for k in sorted(e["state"])]
+            meta.append((slot, e["name"], e["layer"], e["sharded"], keys))
+            arrays += [e["value"], e["velocity"]] + [e["state"][k] for k in sorted(e["state"])]
         gather_to_root(t.pipe, meta, arrays, collect)
     else:
         found.update(mine)
     if t.rank != 0:
         return None
-    slots = param_slots(model)
+    slots = param_slots(model, group)
     total = sum(len(names) for _, _, names in slots)
     missing = [i for i in range(total) if i not in found]
     if missing:
-        raise CheckpointError(f"parameters {missing} of the model were held by no rank")
+        raise CheckpointError(f"{group} {missing} of the model were held by no rank")
     return [found[i] for i in range(total)]
 
 
@@ -158,9 +196,23 @@ def _dataset(group, name, a):
     return d
 
 
-def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=()):
-    """Write a checkpoint file atomically (one process). ``entries`` as :func:`gather_params`
-    returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
+def _write_entries(f, group, entries):
+    """``entries`` into ``/group/NNN`` (value, velocity, state/NAME, each with its crc32)."""
+    params = f.create_group(group)
+    for i, e in enumerate(entries):
+        g = params.create_group(f"{i:03d}")
+        g.attrs["name"], g.attrs["layer"], g.attrs["sharded"] = e["name"], str(e["layer"]), e["sharded"]
+        _dataset(g, "value", e["value"])
+        if e.get("velocity") is not None:
+            _dataset(g, "velocity", e["velocity"])
+        for k, a in sorted((e.get("state") or {}).items()):
+            _dataset(g.require_group("state"), k, a)
+
+
+def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=(),
+                     buffers=()):
+    """Write a checkpoint file atomically (one process). ``entries`` (and ``buffers``) as
+    :func:`gather_params` returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
     dict with ``yaml``, ``resolved``, ``overrides`` (list), ``source``; ``history`` a list of
     JSON-serialisable per-epoch records."""
     import h5py
@@ -178,13 +230,9 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                 f.attrs["history"] = json.dumps(list(history))
                 for key, value in meta.items():
                     f.attrs[key] = value
-                params = f.create_group("params")
-                for i, e in enumerate(entries):
-                    g = params.create_group(f"{i:03d}")
-                    g.attrs["name"], g.attrs["layer"], g.attrs["sharded"] = e["name"], str(e["layer"]), e["sharded"]
-                    _dataset(g, "value", e["value"])
-                    if e.get("velocity") is not None:
-                        _dataset(g, "velocity", e["velocity"])
+                _write_entries(f, "params", entries)
+                if buffers:
+                    _write_entries(f, "buffers", buffers)
                 if shuffle_state is not None:
                     kind, keys, pos, has_gauss, cached = shuffle_state
                     d = _dataset(f.require_group("rng"), "shuffle", np.asarray(keys, dtype=np.uint32))
@@ -208,17 +256,19 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     from ..comm.abort import run_collectively
     try:
         entries, error = gather_params(model, topology), None
+        buffers = gather_params(model, topology, "buffers")
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
-        entries, error = None, e
+        entries, buffers, error = None, None, e
     state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
     meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
-            "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata)}
+            "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
+            "steps": int(model.steps)}
 
     def write():
         if error is not None:
             raise error
         if topology.rank == 0:
-            write_checkpoint(path, entries, epoch, meta, state, config, history)
+            write_checkpoint(path, entries, epoch, meta, state, config, history, buffers or ())
 
     run_collectively(write, topology.world)
 
@@ -233,11 +283,12 @@ class Checkpoint:
 
     path: str
     epoch: int
-    params: list                      # dicts: name, layer, sharded, value, velocity
+    params: list                      # dicts: name, layer, sharded, value, velocity, state
     shuffle_state: tuple = None
     config: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    buffers: list = field(default_factory=list)   # dicts like params (batch norm's statistics)
 
 
 def _fail(path, what):
@@ -267,6 +318,25 @@ def _text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _read_entries(path, group, what):
+    """The entries of ``/params`` or ``/buffers`` (dicts as :func:`gather_params` makes)."""
+    out = []
+    for key in sorted(group):
+        g = group[key]
+        label = f"{what} {key} ({_text(g.attrs.get('name', '?'))})"
+        if "value" not in g:
+            raise _fail(path, f"{label} has no value")
+        state = {k: _read_dataset(path, g["state"][k], f"{label} state {k}") for k in sorted(g["state"])} \
+            if "state" in g else {}
+        out.append({"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),
+                    "sharded": bool(g.attrs.get("sharded", False)),
+                    "value": _read_dataset(path, g["value"], f"{label} value"),
+                    "velocity": (_read_dataset(path, g["velocity"], f"{label} velocity")
+                                 if "velocity" in g else None),
+                    "state": state})
+    return out
+
+
 def read_checkpoint(path):
     """Read and verify a checkpoint file; returns a :class:`Checkpoint`.
 
@@ -293,17 +363,8 @@ def read_checkpoint(path):
             meta = {k: _plain(v) for k, v in f.attrs.items()}
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
-            params = []
-            for key in sorted(f["params"]):
-                g = f["params"][key]
-                label = f"parameter {key} ({_text(g.attrs.get('name', '?'))})"
-                if "value" not in g:
-                    raise _fail(path, f"{label} has no value")
-                params.append({"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),
-                               "sharded": bool(g.attrs.get("sharded", False)),
-                               "value": _read_dataset(path, g["value"], f"{label} value"),
-                               "velocity": (_read_dataset(path, g["velocity"], f"{label} velocity")
-                                            if "velocity" in g else None)})
+            params = _read_entries(path, f["params"], "parameter")
+            buffers = _read_entries(path, f["buffers"], "buffer") if "buffers" in f else []
             state = None
             if "rng" in f and "shuffle" in f["rng"]:
                 d = f["rng"]["shuffle"]
@@ -318,7 +379,7 @@ def read_checkpoint(path):
                 config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source")}
                 config["overrides"] = json.loads(_text(c.get("overrides", "[]")))
             history = json.loads(meta.pop("history", "[]") or "[]")
-            return Checkpoint(path, int(meta["epoch"]), params, state, config, history, meta)
+            return Checkpoint(path, int(meta["epoch"]), params, state, config, history, meta, buffers)
     except CheckpointError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
@@ -326,31 +387,38 @@ def read_checkpoint(path):
 
 
 def apply_checkpoint(model, ck, log=None):
-    """Put the checkpoint's weights and velocities into a configured model (this rank's slices
-    of the layers it holds) and arrange for :meth:`MLP.fit` to continue after epoch
-    ``ck.epoch`` with the saved shuffle RNG state. Raises :class:`CheckpointError` if the
-    model's parameters do not match (count or global shapes)."""
-    slots = param_slots(model)
-    names = [n for _, _, layer_names in slots for n in layer_names]
-    if len(names) != len(ck.params):
-        raise _fail(ck.path, f"holds {len(ck.params)} parameters ({_names(ck.params)}) but the experiment's "
-                             f"model has {len(names)} ({', '.join(names)})")
+    """Put the checkpoint's weights, velocities, learning-rule state and buffers into a
+    configured model (this rank's slices of the layers it holds), restore its optimiser step
+    count and arrange for :meth:`MLP.fit` to continue after epoch ``ck.epoch`` with the saved
+    shuffle RNG state. Raises :class:`CheckpointError` if the model's parameters or buffers do
+    not match (count or global shapes)."""
     xp = model.backend.xp
     dtype = np.dtype(model.backend.dtype)
-    for layer, offset, _ in slots:
-        for j, p in enumerate(layer.params()):
-            e = ck.params[offset + j]
-            gshape, index = param_layout(layer, p)
-            if tuple(e["value"].shape) != tuple(gshape):
-                raise _fail(ck.path, f"parameter {e['name']} has shape {tuple(e['value'].shape)} but the "
-                                     f"experiment's {p.name} has global shape {tuple(gshape)}; the "
-                                     "checkpoint belongs to another model")
-            if e["value"].dtype != dtype and log is not None:
-                log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
-                            e["value"].dtype, dtype)
-            p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
-            p.velocity = (None if e["velocity"] is None else
-                          xp.asarray(np.array(e["velocity"][index], dtype=dtype).reshape(p.value.shape)))
+    for group, what, entries in (("params", "parameters", ck.params), ("buffers", "buffers", ck.buffers)):
+        slots = param_slots(model, group)
+        names = [n for _, _, layer_names in slots for n in layer_names]
+        if len(names) != len(entries):
+            raise _fail(ck.path, f"holds {len(entries)} {what} ({_names(entries)}) but the experiment's "
+                                 f"model has {len(names)} ({', '.join(names)})")
+
+        def local(a, index, p):
+            return xp.asarray(np.array(a[index], dtype=dtype).reshape(p.value.shape))
+        for layer, offset, _ in slots:
+            for j, p in enumerate(_held(layer, group)):
+                e = entries[offset + j]
+                gshape, index = param_layout(layer, p)
+                if tuple(e["value"].shape) != tuple(gshape):
+                    raise _fail(ck.path, f"{what[:-1]} {e['name']} has shape {tuple(e['value'].shape)} but "
+                                         f"the experiment's {p.name} has global shape {tuple(gshape)}; the "
+                                         "checkpoint belongs to another model")
+                if e["value"].dtype != dtype and log is not None:
+                    log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
+                                e["value"].dtype, dtype)
+                p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
+                p.velocity = None if e["velocity"] is None else local(e["velocity"], index, p)
+                state = e.get("state") or {}
+                p.state = {k: local(a, index, p) for k, a in state.items()} if state else None
+    model.steps = int(ck.meta.get("steps", 0))
     model.resume = {"epoch": ck.epoch + 1, "shuffle_rng": ck.shuffle_state}
 
 

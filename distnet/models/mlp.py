@@ -6,6 +6,7 @@ placements) and the model only sequences them through the one training step
 name, update), and computes costs and error rates, which are identical on every rank because the
 last layer's output is replicated.
 """
+import contextlib
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from ..comm.reduce import allreduce_scalars
 from ..config.builder import config_error
 from ..errors import ConfigError, TrainingError
-from ..layers.base import LayerContext
+from ..layers.base import LayerContext, RunState
 from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep, backward, forward, forward_backward
 from ..log import get_logger
@@ -32,13 +33,20 @@ class MLP:
     like PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
     micro-batches per minibatch, default 1).
 
+    ``learning_rule`` (a distnet addition: ``!obj:distnet.learning_rules.Adam {...}``,
+    ``AdamW``, ``GradientDescent`` with ``weight_decay``; with its ``schedule`` and
+    ``max_grad_norm`` keys) replaces neon's update: without it, SGD with ``momentum`` exactly as
+    before. A layer's own ``learning_rate`` wins over the rule's, which wins over the model's
+    ``learning_rate`` (used when the rule has none). ``momentum`` then belongs in the rule
+    (``GradientDescent``'s key), not on the model.
+
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
 
     config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": int, "batch_size": int,
                     "cost": ("obj", "cost"), "momentum": dict, "learning_rate": float,
                     "shuffle": bool, "serialized_path": str, "stages": ("list", int),
-                    "micro_batches": int}
+                    "micro_batches": int, "learning_rule": ("obj", "learning_rule")}
     config_ignored = ("backend", "temp_dtype")
     #: Layout of the model's input: each rank's spatial tile (MLPDist: whole images).
     input_layout = SPATIAL
@@ -46,7 +54,8 @@ class MLP:
     pipeline = None
 
     def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
-                 learning_rate=None, shuffle=False, serialized_path=None, stages=None, micro_batches=1):
+                 learning_rate=None, shuffle=False, serialized_path=None, stages=None, micro_batches=1,
+                 learning_rule=None):
         if not layers:
             raise ValueError("layers must list at least one layer")
         self.layers = layers
@@ -61,6 +70,15 @@ class MLP:
         if micro_batches < 1:
             raise ConfigError(f"micro_batches must be >= 1, got {micro_batches}", key="micro_batches")
         self.micro_batches = micro_batches
+        if learning_rule is not None and momentum is not None:
+            raise ConfigError("momentum is a key of the learning rule when the model has a learning_rule "
+                              "(GradientDescent's momentum); remove it from the model", key="momentum")
+        self.learning_rule = learning_rule
+        #: Optimiser steps done (restored from checkpoints): Adam's bias correction, step
+        #: schedules and dropout's masks read it.
+        self.steps = 0
+        #: What the layers read: training or evaluation, the step, this rank's rows.
+        self.run_state = RunState()
         self.log = get_logger()
         for i, layer in enumerate(layers):
             if layer.name is None:
@@ -102,18 +120,25 @@ class MLP:
         layout = self.input_layout
         self.layouts = []  # every layer's output layout kind
         for i, layer in enumerate(self.layers):
-            ctx = LayerContext(backend, topology, i)
+            ctx = LayerContext(backend, topology, i, self.run_state)
             layer.bind(ctx)
             layout = layer.configure(layout, ctx)
             self.layouts.append(layout)
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
+        rule_rate = self.learning_rule is not None and self.learning_rule.learning_rate is not None
         for layer in self.layers:
-            if layer.placement.params and layer.learning_rate is None:
+            if layer.placement.params and layer.learning_rate is None and not rule_rate:
                 if self.learning_rate is None:
                     raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
                 layer.learning_rate = self.learning_rate
         self._plan_stages(topology)
+        if self.micro_batches > 1:
+            for layer in self.layers:
+                if layer.whole_batch:
+                    raise layer.error(f"{type(layer).__name__} needs the whole minibatch in one call (batch "
+                                      f"statistics / global row masks); it cannot run with micro_batches: "
+                                      f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
@@ -196,9 +221,24 @@ class MLP:
         else:
             def run():                 # the loss stays on the device until the end
                 return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
+        st = self.run_state
+        st.training, st.step, st.rows = True, self.steps, batch_size
+        st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
         loss, = self.step(run, self.trained_params(lowest), self.momentum(epoch),
-                          self.momentum.nesterov, self.backend.xp)
+                          self.momentum.nesterov, self.backend.xp,
+                          rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
+        self.steps += 1
         return float(loss[0])
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Evaluation mode for the ``with`` block (the layers read ``run_state.training``:
+        batch norm uses its running statistics, dropout passes its input through)."""
+        before, self.run_state.training = self.run_state.training, False
+        try:
+            yield self
+        finally:
+            self.run_state.training = before
 
     def batches(self, n, rng=None):
         """Index arrays of the global minibatches of one epoch (the last may be short)."""
@@ -255,8 +295,9 @@ class MLP:
         when there is one replica), in order; replicated over the spatial ranks."""
         xp = self.backend.xp
         bs = self.batch_size or x.shape[0]
-        outs = [self.backend.to_host(self.fprop(xp.asarray(x[self.replica_rows(np.arange(i, min(i + bs, len(x))))])))
-                for i in range(0, x.shape[0], bs)]
+        with self.evaluating():
+            outs = [self.backend.to_host(self.fprop(xp.asarray(x[self.replica_rows(np.arange(i, min(i + bs, len(x))))])))
+                    for i in range(0, x.shape[0], bs)]
         return np.concatenate(outs)
 
     def misclass_rate(self, x, labels):
@@ -270,6 +311,13 @@ class MLP:
 
     def error(self, message, key=None):
         return config_error(self, message, key)
+
+
+def _replica_row0(n, ndata, data_index):
+    """The first row of data replica ``data_index`` in a global minibatch of ``n`` rows
+    (:meth:`MLP.replica_rows`' blocks: the first ``n % ndata`` replicas hold one row more)."""
+    q, r = divmod(n, ndata)
+    return data_index * q + min(data_index, r)
 
 
 def _one_hot(labels, k, dtype):
