@@ -40,6 +40,8 @@ _add("distnet.layers", "layer", [
     "LayerWithNoBiasDist", "Layer", "LayerDist"], "distnet.layers", "neon.models.layer")
 _add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist", "LCNLayer", "LCNLayerDist"],
      "distnet.layers", "neon.models.layer")
+_add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
+_add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
 _add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
 _add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")
