@@ -42,6 +42,10 @@ _add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist
      "distnet.layers", "neon.models.layer")
 _add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
 _add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
+_add("distnet.layers.batchnorm", "layer", ["BatchNormLayer", "BatchNormLayerDist"], "distnet.layers")
+_add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer", "GlobalAveragePoolingLayerDist"],
+     "distnet.layers")
+_add("distnet.layers.dropout", "layer", ["DropoutLayer", "DropoutLayerDist"], "distnet.layers")
 _add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
 _add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")

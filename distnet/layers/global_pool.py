@@ -1,0 +1,60 @@
+"""Global average pooling: ``GlobalAveragePoolingLayer`` and its Dist twin.
+
+``(B, C, H, W) -> (B, C)``: the mean of every channel over all pixels of the GLOBAL image. On a
+split process grid each rank sums its tile's pixels (:func:`~distnet.ops.global_pool
+.gap_partial`), ONE Allreduce over ``Topology.spatial`` of the ``(B, C)`` sums makes the
+whole-image sums on every rank, and the output (divided by ``H*W``) is replicated: the next
+layer (an FC layer) takes a replicated input. Backward needs no communication: every pixel of
+my tile receives ``dy / (H*W)``. No parameters.
+"""
+from ..comm.reduce import allreduce_sum
+from ..ops.global_pool import gap_bprop, gap_finish, gap_partial
+from .base import BaseLayer
+from .placement import REPLICATED, SPATIAL, Collective, Layout, Placement
+
+
+class GlobalAveragePoolingLayer(BaseLayer):
+    """Mean over all pixels of each map: ``(C, H, W) -> (C,)``. No keys besides the common
+    ones. On a split process grid use :class:`GlobalAveragePoolingLayerDist`."""
+
+    def infer_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is a "
+                             f"vector of {in_shape[0]} features")
+        self.in_shape, self.out_shape = tuple(in_shape), (in_shape[0],)
+        return self.out_shape
+
+    def place(self, layout, position):
+        """Spatial (or replicated) input, replicated output; on a split grid one forward
+        Allreduce of ``C`` sums per sample over ``spatial``."""
+        split = tuple(position.grid) != (1, 1) and layout == SPATIAL
+        if split and not self.is_dist:
+            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
+                             f"{position.grid[0]}x{position.grid[1]} grid; use {type(self).__name__}Dist")
+        return Placement(Layout.of(layout, self.in_shape, position), Layout.of(REPLICATED, self.out_shape, position),
+                         collectives=(Collective("spatial", self.in_shape[0]),) if split else ())
+
+    def setup(self, ctx):
+        self._comm = ctx.topology.spatial if self.placement.collectives else None
+        self._host_staging = ctx.backend.host_staging
+
+    def fprop(self, x):
+        """``x (B, C, h, w)`` my tile -> ``(B, C)`` whole-image means (replicated)."""
+        self._tile_hw = tuple(x.shape[2:])
+        s = gap_partial(x)
+        if self._comm is not None:
+            allreduce_sum([s], self._comm, self._host_staging)
+        return gap_finish(s, self.in_shape[1] * self.in_shape[2])
+
+    def bprop(self, delta, need_input_grad=True):
+        """``delta (B, C)`` -> ``(B, C, h, w)`` on my tile (no communication)."""
+        if not need_input_grad:
+            return None
+        return gap_bprop(delta, self._tile_hw, self.in_shape[1] * self.in_shape[2])
+
+
+class GlobalAveragePoolingLayerDist(GlobalAveragePoolingLayer):
+    """:class:`GlobalAveragePoolingLayer` on spatial tiles (partial sums + one Allreduce over
+    ``Topology.spatial``)."""
+
+    is_dist = True
