@@ -245,6 +245,7 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             nin = pl.macs // nout if nout else 0
             lp.allreduce_act = B * isz * sum(c.per_sample for c in pl.collectives
                                              if not c.backward or need_dx)
+            lp.allreduce_act += 8 * sum(c.per_step for c in pl.collectives)   # float64 statistics (batch norm)
             lp.tile = tuple(pl.out_layout.local_shape)
             lp.flops_max = 2.0 * B * pl.macs * (3 if need_dx else 2)
             lp.act_bytes_max = B * isz * nout * 2            # pre-activation and output

@@ -167,6 +167,12 @@ class MLP:
                                       f"statistics / global row masks); it cannot run with micro_batches: "
                                       f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)
+        self._momentum = {id(layer): MomentumSchedule(layer.momentum_params) for layer in self.layers
+                          if layer.momentum_params is not None}
+        if self.learning_rule is not None and self._momentum:
+            layer = next(layer for layer in self.layers if id(layer) in self._momentum)
+            raise layer.error("has its own momentum (neon's per-layer learning_rule) but the model has a "
+                              "learning_rule: give the momentum to the model's learning rule")
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
@@ -235,6 +241,14 @@ class MLP:
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
 
+    def momentum_at(self, epoch):
+        """``layer -> (mu, nesterov)`` in ``epoch``: the layer's own momentum schedule (neon's
+        later per-layer ``learning_rule``: ``momentum_params``) or the model's ``momentum``."""
+        def of(layer):
+            sched = self._momentum.get(id(layer), self.momentum)
+            return sched(epoch), sched.nesterov
+        return of
+
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
         blocks in replica order (the first ``len(idx) % D`` replicas get one more; a replica may
@@ -265,8 +279,7 @@ class MLP:
         st = self.run_state
         st.training, st.step, st.rows = True, self.steps, batch_size
         st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
-        loss, = self.step(run, self.trained_params(lowest), self.momentum(epoch),
-                          self.momentum.nesterov, self.backend.xp,
+        loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
                           rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
         self.steps += 1
         return float(loss[0])
@@ -295,6 +308,10 @@ class MLP:
     on_batch = None
     #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
     shuffle_rng = None
+    #: Optional ``callable(list of row-index arrays)``: :meth:`fit` gives it each epoch's
+    #: minibatches (this replica's rows) before training on them, so streamed data is read
+    #: ahead (``Dataset.read_ahead``); None for data in memory.
+    read_ahead = None
 
     def start_fit(self):
         """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
@@ -315,6 +332,8 @@ class MLP:
         for epoch in range(first, self.num_epochs):
             total = 0.0
             batches = self.batches(x.shape[0], self.shuffle_rng)
+            if self.read_ahead is not None:
+                self.read_ahead([self.replica_rows(idx) for idx in batches])
             for b, idx in enumerate(batches):
                 if self.on_batch is not None:
                     self.on_batch(epoch, b, len(batches))
