@@ -13,7 +13,7 @@ Workloads (float32, NCHW):
   whole network (all layers trained);
 * ``resnet``: the residual graph of experiments/mnist_resnet.yaml (stem, three residual blocks
   with batch norm, stride-2 blocks with 1x1/2 projection shortcuts, global average pooling, FC
-  logits, softmax cross-entropy, Adam), batch 100, on the MNIST sample;
+  logits, softmax cross-entropy, SGD), batch 100, on the MNIST sample;
 * ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
   backward (weight gradient) and update with row normalisation.
 
@@ -330,7 +330,7 @@ def torch_twin(workload, device="cpu"):
 
 def _torch_graph(run, device, torch, F, T):
     """The step of a distnet graph model (ResNet: conv, batch norm, Add/Concat, global average
-    pooling, FC) in PyTorch, run in the graph's order with its ``sources``; Adam at the
+    pooling, FC) in PyTorch, run in the graph's order with its ``sources``; Adam or SGD at the
     learning rule's rate (distnet's schedule is 1 in the first epoch); softmax cross-entropy."""
     from distnet.layers import AddLayer, ConcatLayer, ConvLayer, LayerWithNoBias
     from distnet.layers.batchnorm import BatchNormLayer
@@ -372,8 +372,13 @@ def _torch_graph(run, device, torch, F, T):
         else:
             raise TypeError(f"no torch twin for {type(layer).__name__}")
     rule = model.learning_rule
-    opt = torch.optim.Adam(mods.parameters(), lr=rule.learning_rate, betas=(rule.beta1, rule.beta2),
-                           eps=rule.epsilon)
+    if hasattr(rule, "beta1"):
+        opt = torch.optim.Adam(mods.parameters(), lr=rule.learning_rate, betas=(rule.beta1, rule.beta2),
+                               eps=rule.epsilon, weight_decay=rule.weight_decay)
+    else:   # GradientDescent (L2 weight decay, neon's momentum: torch's SGD at a constant rate)
+        mu = float(rule.momentum(0))
+        opt = torch.optim.SGD(mods.parameters(), lr=rule.learning_rate, momentum=mu,
+                              nesterov=rule.momentum.nesterov and mu > 0, weight_decay=rule.weight_decay)
     graph, multi = model.graph, [layer.multi_input for layer in model.layers]
     x_all, t_all = torch.from_numpy(run.x).to(device), torch.from_numpy(run.t).to(device)
     B, state = run.B, {"i": 0}
