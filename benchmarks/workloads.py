@@ -34,7 +34,8 @@ EXP = {
     "gb_pretrain": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
     "gb_train": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
     "local": ("benchmarks/experiments/local.yaml", "benchmarks/experiments/local_dist.yaml"),
-    "resnet": ("experiments/mnist_resnet.yaml", "experiments/mnist_resnet_dist.yaml"),
+    "resnet": ("experiments/mnist_resnet.yaml",
+               "experiments/mnist_resnet_dist.yaml"),
 }
 MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,

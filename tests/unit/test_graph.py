@@ -15,7 +15,7 @@ from distnet.models import Convnet
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from tests.backends import make_backend
-from tests.numgrad import check_grad, numerical_grad
+from tests.numgrad import check_grad
 
 WI = {"type": "normal", "scale": 0.3}
 
@@ -99,11 +99,8 @@ def test_residual_graph_gradients_match_central_differences(concat):
     model.bprop(model.cost.grad(y, t))
     for layer, p in model._params:
         check_grad(loss, p.value, p.grad.copy(), rtol=1e-5, atol=1e-7)
-    num = numerical_grad(loss, x)
-    assert np.abs(num).max() > 0
-    # the input gradient: the stem's bprop is asked for it only below layer 0; compare the
-    # first fork (stem_bn feeds c1 and add1) through the parameters above instead
-    assert model.graph.readers[1] == [2, 3]
+    # the forks whose gradients are sums: stem_bn feeds c1 and add1; add1 feeds c2 and short
+    assert model.graph.readers[1] == [2, 3] and model.graph.readers[3] == [4, 6]
 
 
 def test_graph_training_float64_reproducible_and_chain_unchanged():
