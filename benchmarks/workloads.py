@@ -11,6 +11,9 @@ Workloads (float32, NCHW):
 * ``gb_pretrain`` / ``gb_train``: neon's MNIST GB network (experiments/mnist_gb.yaml), batch 100:
   one sparse-autoencoder pretraining step of its first LF layer, and one supervised step of the
   whole network (all layers trained);
+* ``resnet``: the residual graph of experiments/mnist_resnet.yaml (stem, three residual blocks
+  with batch norm, stride-2 blocks with 1x1/2 projection shortcuts, global average pooling, FC
+  logits, softmax cross-entropy, SGD), batch 100, on the MNIST sample;
 * ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
   backward (weight gradient) and update with row normalisation.
 
@@ -31,11 +34,13 @@ EXP = {
     "gb_pretrain": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
     "gb_train": ("experiments/mnist_gb.yaml", "experiments/mnist_gb_dist.yaml"),
     "local": ("benchmarks/experiments/local.yaml", "benchmarks/experiments/local_dist.yaml"),
+    "resnet": ("experiments/mnist_resnet.yaml",
+               "experiments/mnist_resnet_dist.yaml"),
 }
 MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
-          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE}
-BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100}
+          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE, "resnet": MNIST_SHAPE}
+BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100, "resnet": 100}
 BACKENDS = ("cpu", "gpu")
 
 
@@ -97,8 +102,8 @@ class DistnetRun:
         model.infer_shapes(SHAPES[workload])
         model.configure(be, topology)
         model.init_params()
-        for layer in model.layers:
-            layer.reuse_buffers = reuse_buffers
+        for layer in model.layers:   # a graph keeps the model's choice (no reuse: shared arrays)
+            layer.reuse_buffers = reuse_buffers and model.graph.is_chain
         x, labels = global_data(workload, nbatches=max(2, -(-2 * B // BATCH[workload])))   # >= 2 steps
         t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
         self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
@@ -185,6 +190,9 @@ def torch_twin(workload, device="cpu"):
         torch.backends.cuda.matmul.allow_tf32 = False
     run = DistnetRun(workload, Topology.serial(), reuse_buffers=False)
     model = run.model
+    if not model.graph.is_chain:
+        return _torch_graph(run, device, torch, F, T=lambda a: torch.from_numpy(
+            np.array(a, dtype=np.float32)).to(device))
     acts = {"logistic": torch.sigmoid, "rectlin": torch.relu, "tanh": torch.tanh,
             "identity": lambda z: z}
     T = lambda a: torch.from_numpy(np.array(a, dtype=np.float32)).to(device)   # noqa: E731
@@ -317,5 +325,76 @@ def torch_twin(workload, device="cpu"):
         for m in mods:
             if isinstance(m, LF):
                 m.normalize()
+        return float(loss.detach())
+    return step
+
+
+def _torch_graph(run, device, torch, F, T):
+    """The step of a distnet graph model (ResNet: conv, batch norm, Add/Concat, global average
+    pooling, FC) in PyTorch, run in the graph's order with its ``sources``; Adam or SGD at the
+    learning rule's rate (distnet's schedule is 1 in the first epoch); softmax cross-entropy."""
+    from distnet.layers import AddLayer, ConcatLayer, ConvLayer, LayerWithNoBias
+    from distnet.layers.batchnorm import BatchNormLayer
+    from distnet.layers.global_pool import GlobalAveragePoolingLayer
+    model = run.model
+    acts = {"rectlin": torch.relu, "identity": lambda z: z, "tanh": torch.tanh, "logistic": torch.sigmoid}
+
+    def act(layer):
+        a = getattr(layer, "activation", None)
+        return acts[a.name] if a is not None else acts["identity"]
+
+    mods, fns = torch.nn.ModuleList(), []
+    for layer in model.layers:
+        a = act(layer)
+        if isinstance(layer, ConvLayer):
+            c = torch.nn.Conv2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
+                                layer.padding, bias=False, device=device)
+            c.weight.data = T(layer.W)
+            mods.append(c)
+            fns.append(lambda x, c=c, a=a: a(c(x)))
+        elif isinstance(layer, BatchNormLayer):
+            cls = torch.nn.BatchNorm2d if len(layer.in_shape) == 3 else torch.nn.BatchNorm1d
+            bn = cls(layer.in_shape[0], eps=layer.eps, momentum=layer.momentum, device=device)
+            mods.append(bn)
+            fns.append(lambda x, bn=bn, a=a: a(bn(x)))
+        elif isinstance(layer, AddLayer):
+            fns.append(lambda xs, a=a: a(sum(xs[1:], xs[0])))
+        elif isinstance(layer, ConcatLayer):
+            fns.append(lambda xs: torch.cat(xs, 1))
+        elif isinstance(layer, GlobalAveragePoolingLayer):
+            fns.append(lambda x: x.mean(dim=(2, 3)))
+        elif isinstance(layer, LayerWithNoBias):
+            lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
+            lin.weight.data = T(layer.W)
+            if layer.has_bias:
+                lin.bias.data = T(layer.b)
+            mods.append(lin)
+            fns.append(lambda x, lin=lin, a=a: a(lin(x.reshape(x.shape[0], -1))))
+        else:
+            raise TypeError(f"no torch twin for {type(layer).__name__}")
+    rule = model.learning_rule
+    if hasattr(rule, "beta1"):
+        opt = torch.optim.Adam(mods.parameters(), lr=rule.learning_rate, betas=(rule.beta1, rule.beta2),
+                               eps=rule.epsilon, weight_decay=rule.weight_decay)
+    else:   # GradientDescent (L2 weight decay, neon's momentum: torch's SGD at a constant rate)
+        mu = float(rule.momentum(0))
+        opt = torch.optim.SGD(mods.parameters(), lr=rule.learning_rate, momentum=mu,
+                              nesterov=rule.momentum.nesterov and mu > 0, weight_decay=rule.weight_decay)
+    graph, multi = model.graph, [layer.multi_input for layer in model.layers]
+    x_all, t_all = torch.from_numpy(run.x).to(device), torch.from_numpy(run.t).to(device)
+    B, state = run.B, {"i": 0}
+
+    def step():
+        i = state["i"]
+        state["i"] = (i + 1) % (len(x_all) // B)
+        x, t = x_all[i * B:(i + 1) * B], t_all[i * B:(i + 1) * B]
+        opt.zero_grad()
+        vals = []
+        for k, f in enumerate(fns):
+            ins = [x if j < 0 else vals[j] for j in graph.sources[k]]
+            vals.append(f(ins if multi[k] else ins[0]))
+        loss = F.cross_entropy(vals[-1], t, reduction="sum")
+        (loss / x.shape[0]).backward()
+        opt.step()
         return float(loss.detach())
     return step

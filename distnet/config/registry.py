@@ -41,6 +41,8 @@ _add("distnet.layers", "layer", [
     "LayerWithNoBiasDist", "Layer", "LayerDist"], "distnet.layers", "neon.models.layer")
 _add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist", "LCNLayer", "LCNLayerDist"],
      "distnet.layers", "neon.models.layer")
+_add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
+_add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
 _add("distnet.layers.batchnorm", "layer", ["BatchNormLayer", "BatchNormLayerDist"], "distnet.layers")
 _add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer", "GlobalAveragePoolingLayerDist"],
      "distnet.layers")

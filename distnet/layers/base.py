@@ -67,10 +67,13 @@ class BaseLayer:
     """Keys every layer accepts: ``name`` (str), ``pos`` (int: must equal the list index if given,
     neon used it to find the previous layer), ``batch_size`` (accepted for neon files; the model's
     batch size is used), ``stage`` (int: the pipeline stage that runs this layer, when the
-    experiment has ``pipe > 1``; default: from the model's ``stages``). neon's per-layer
+    experiment has ``pipe > 1``; default: from the model's ``stages``), ``inputs`` (list of
+    layer names, or ``input`` for the model's input: the layers whose outputs this layer reads,
+    making the model a graph; default: the previous layer, as in a chain; see
+    :mod:`distnet.models.graph`). neon's per-layer
     ``backend`` key is accepted and ignored: the experiment's backend is used everywhere."""
 
-    config_types = {"name": str, "pos": int, "batch_size": int, "stage": int}
+    config_types = {"name": str, "pos": int, "batch_size": int, "stage": int, "inputs": ("list", str)}
     config_ignored = ("backend",)
     #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
     is_dist = False
@@ -91,9 +94,14 @@ class BaseLayer:
     #: norm's batch statistics, dropout's masks addressed by global rows): micro-batched
     #: pipelines, which run parts of a minibatch apart, refuse them.
     whole_batch = False
+    #: True for layers that read several inputs (AddLayer, ConcatLayer): ``infer_shape`` and
+    #: ``place`` / ``configure`` take lists (shapes, layout kinds), ``fprop`` a list of arrays,
+    #: and ``bprop`` returns a list of input gradients.
+    multi_input = False
 
-    def __init__(self, name=None, pos=None, batch_size=None, stage=None):
+    def __init__(self, name=None, pos=None, batch_size=None, stage=None, inputs=None):
         self.name = name
+        self.inputs = list(inputs) if inputs is not None else None
         self.pos = pos
         self.batch_size = batch_size
         self.stage = stage

@@ -70,6 +70,9 @@ class GB(MLP):
     def infer_shapes(self, input_shape):
         """MLP's shape check, then: each pretrained LF layer is followed by a pooling layer."""
         shape = super().infer_shapes(input_shape)
+        if self.pretraining and not self.graph.is_chain:
+            raise self.error("pretraining runs the layers below a pretrained one as a chain; a model whose "
+                             "layers name their inputs (a graph) cannot pretrain", "pretraining")
         if self.pretraining:
             found = self.pretrained_layers()
             if not found:

@@ -16,10 +16,11 @@ from ..config.builder import config_error
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
 from ..layers.placement import REPLICATED, SPATIAL
-from ..layers.step import TrainingStep, backward, forward, forward_backward
+from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_backward
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule
+from .graph import Graph
 from .pipeline import Pipeline, StagePlanError, assign_stages
 
 
@@ -39,6 +40,11 @@ class MLP:
     before. A layer's own ``learning_rate`` wins over the rule's, which wins over the model's
     ``learning_rate`` (used when the rule has none). ``momentum`` then belongs in the rule
     (``GradientDescent``'s key), not on the model.
+
+    Layers may name their inputs (``inputs: [conv2, shortcut]``): the model is then a graph
+    (residual additions, concatenations, branches; :mod:`distnet.models.graph`), run in the
+    order of ``layers``; without any ``inputs`` key it is the chain it always was. Graphs run
+    on one pipeline stage and one micro-batch.
 
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
@@ -83,6 +89,11 @@ class MLP:
         for i, layer in enumerate(layers):
             if layer.name is None:
                 layer.name = f"{type(layer).__name__}{i}"
+        self.graph = Graph(layers)
+        if not self.graph.is_chain and micro_batches > 1:
+            raise ConfigError(f"micro_batches is {micro_batches}, but this model is a graph (its layers name "
+                              "their inputs) and graphs run one micro-batch; remove micro_batches",
+                              key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
 
     # -- building ------------------------------------------------------------------------------
@@ -96,7 +107,10 @@ class MLP:
         for i, layer in enumerate(self.layers):
             if layer.pos is not None and layer.pos != i:
                 raise layer.error(f"pos is {layer.pos} but the layer is item {i} of the layers list", "pos")
-            shape = layer.infer_shape(shape)
+            if self.graph.is_chain:
+                shape = layer.infer_shape(shape)
+        if not self.graph.is_chain:
+            shape = self.graph.infer_shapes(input_shape)[-1]
         if len(shape) != 1:
             raise self.layers[-1].error("the last layer must give a vector (a fully connected layer)")
         return shape
@@ -110,10 +124,16 @@ class MLP:
         :class:`~distnet.geometry.grid.GridPosition`; shapes inferred first), in model order: a
         pure function, what ``configure`` would give that rank."""
         layout, out = self.input_layout, []
-        for layer in self.layers:
-            placement = layer.place(layout, position)
-            layout = placement.out_layout.kind
-            out.append(placement)
+        if self.graph.is_chain:
+            for layer in self.layers:
+                placement = layer.place(layout, position)
+                layout = placement.out_layout.kind
+                out.append(placement)
+        else:
+            def place(i, layer, in_layout):
+                out.append(layer.place(in_layout, position))
+                return out[-1].out_layout.kind
+            layout = self.graph.layouts(layout, place)[-1]
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
         return out
@@ -123,11 +143,18 @@ class MLP:
         self.backend, self.topology = backend, topology
         layout = self.input_layout
         self.layouts = []  # every layer's output layout kind
-        for i, layer in enumerate(self.layers):
+
+        def place(i, layer, in_layout):
             ctx = LayerContext(backend, topology, i, self.run_state)
             layer.bind(ctx)
-            layout = layer.configure(layout, ctx)
-            self.layouts.append(layout)
+            return layer.configure(in_layout, ctx)
+        if self.graph.is_chain:
+            for i, layer in enumerate(self.layers):
+                layout = place(i, layer, layout)
+                self.layouts.append(layout)
+        else:
+            self.layouts = self.graph.layouts(layout, place)
+            layout = self.layouts[-1]
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
         rule_rate = self.learning_rule is not None and self.learning_rule.learning_rate is not None
@@ -153,8 +180,9 @@ class MLP:
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
+        # A graph keeps outputs for later readers and hands one gradient to several layers.
         for layer in self.layers:
-            layer.reuse_buffers = self.pipeline is None
+            layer.reuse_buffers = self.pipeline is None and self.graph.is_chain
 
     def _plan_stages(self, topology):
         """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
@@ -171,6 +199,10 @@ class MLP:
         """The pipeline stage of every layer on ``npipe`` stages (list of ints):
         :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
         point at the layer's (or the model's) YAML."""
+        if npipe > 1 and not self.graph.is_chain:
+            raise self.error(f"this model is a graph (its layers name their inputs) and graphs run on one "
+                             f"pipeline stage, but the run has pipe = {npipe}; use spatial and data "
+                             "parallelism (pipe: 1)")
         try:
             return assign_stages(len(self.layers), [layer.stage for layer in self.layers], self.stages, npipe)
         except StagePlanError as e:
@@ -195,6 +227,8 @@ class MLP:
     def fprop(self, x):
         if self.pipeline is not None:
             return self.pipeline.fprop(x)
+        if not self.graph.is_chain:
+            return self.graph.forward(x)
         return forward(self.layers, x)
 
     def lowest_trained_layer(self, epoch):
@@ -203,6 +237,8 @@ class MLP:
         return 0
 
     def bprop(self, delta, lowest=0):
+        if not self.graph.is_chain:
+            return self.graph.backward(delta, lowest)
         backward(self.layers, delta, lowest)
 
     def trained_params(self, lowest=0):
@@ -239,6 +275,11 @@ class MLP:
         else:
             def run():                 # the loss stays on the device until the end
                 return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
+            if not self.graph.is_chain:
+                def run():
+                    loss, delta = cost_delta(self.cost, self.graph.forward(x), t, batch_size)
+                    self.graph.backward(delta, lowest)
+                    return [loss]
         st = self.run_state
         st.training, st.step, st.rows = True, self.steps, batch_size
         st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)

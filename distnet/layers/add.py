@@ -1,0 +1,75 @@
+"""``AddLayer``: the elementwise sum of several inputs of one shape (a residual block's
+``block + shortcut``), optionally followed by an activation.
+
+Distribution: every input has the same layout (spatial tiles of the same global shape on the
+same grid, or replicated vectors), so the sum is local on every rank: no communication, no
+parameters, one class for one process and for any grid (no Dist twin is needed).
+"""
+from .base import BaseLayer
+from .placement import Layout, Placement
+
+
+class AddLayer(BaseLayer):
+    """``y = f(x_1 + x_2 + ... + x_n)`` (summed in the order of ``inputs``). Keys: ``inputs``
+    (at least two layer names, or ``input``), ``activation`` (optional, e.g.
+    ``!obj:distnet.activations.RectLin {}``: a ResNet's ReLU after the addition; default none).
+    Every input must have the same global shape ``(C, H, W)`` or ``(F,)`` and layout."""
+
+    config_types = {"activation": ("obj", "activation")}
+    multi_input = True
+
+    def __init__(self, activation=None, **common):
+        super().__init__(**common)
+        self.activation = activation
+        if self.inputs is not None and len(self.inputs) < 2:
+            raise self.error(f"an AddLayer sums at least two inputs, but inputs names {len(self.inputs)}",
+                             "inputs")
+
+    def infer_shape(self, in_shapes):
+        """``in_shapes``: the inputs' global shapes (all equal) -> the same shape."""
+        if not isinstance(in_shapes, list) or len(in_shapes) < 2:
+            raise self.error("an AddLayer sums at least two inputs; name them in its inputs key", "inputs")
+        first = tuple(in_shapes[0])
+        for name, shape in zip(self.inputs[1:], in_shapes[1:]):
+            if tuple(shape) != first:
+                raise self.error(f"its inputs must have one shape, but '{self.inputs[0]}' gives "
+                                 f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
+        self.in_shape = self.out_shape = first
+        self.in_shapes = [tuple(s) for s in in_shapes]
+        return self.out_shape
+
+    def place(self, layouts, position):
+        """Every input's layout kind must agree; the output has it too (local sum)."""
+        kinds = sorted(set(layouts))
+        if len(kinds) > 1:
+            which = ", ".join(f"'{n}': {k}" for n, k in zip(self.inputs, layouts))
+            raise self.error(f"its inputs must have one layout to be added locally, but they have {which}; "
+                             "make both branches end in layers of the same kind (both Dist window layers, "
+                             "or both fully connected)", "inputs")
+        layout = Layout.of(kinds[0], self.out_shape, position)
+        return Placement(layout, layout)
+
+    def fprop(self, xs):
+        """``xs``: the inputs' local arrays (same shape) -> their sum (after the activation)."""
+        z = xs[0] + xs[1]
+        for x in xs[2:]:
+            z += x
+        if self.activation is None:
+            return z
+        self._z, self._y = z, self.activation.fprop(z)
+        return self._y
+
+    def bprop(self, delta, need_input_grad=True):
+        """The same gradient for every input (copies: each reader may keep or change its own)."""
+        if not need_input_grad:
+            return None
+        dz = delta if self.activation is None else self.activation.bprop(self._z, self._y, delta)
+        return [dz] + [dz.copy() for _ in self.in_shapes[1:]]
+
+    def describe(self):
+        act = f"  activation={self.activation.name}" if self.activation is not None else ""
+        return f"{self.name}: {' + '.join(self.inputs)} {self.in_shape} -> {self.out_shape}{act}"
+
+
+def _fmt(shape):
+    return "x".join(str(v) for v in shape)

@@ -1,0 +1,140 @@
+"""Layer graphs: a model whose layers name their inputs (residual additions, concatenations,
+branches), run in the order they are listed.
+
+A layer's ``inputs`` key lists the names of the layers whose outputs it reads (``input``: the
+model's input). Without the key a layer reads the previous layer's output (the model's input for
+the first layer): a model where no layer has ``inputs`` is a chain and runs exactly as before.
+The list order is the execution order, so a layer may only name layers listed before it (which
+also rules out cycles); every layer but the last must be read by some layer (the last layer's
+output is the model's output).
+
+Forward keeps each output until its last reader has run; backward runs the layers in reverse
+order and gives every layer the SUM of its readers' input gradients (a fork: a residual block's
+input feeds the block and its shortcut). Additions and concatenations of tiled activations are
+local (every input has the same tiles); a window layer on a branch exchanges its own halos
+(each layer has its own chunk exchange), so the distribution rules are the chain's.
+
+Single-input layers keep their protocol (``infer_shape(shape)``, ``place(layout, position)``,
+``fprop(x)``, ``bprop(delta) -> dx``); layers with ``multi_input`` take lists.
+"""
+from ..errors import ConfigError
+
+#: The name of the model's input in ``inputs`` lists.
+INPUT = "input"
+
+
+class Graph:
+    """The resolved graph of a model's ``layers``: ``sources[i]``, the indices of layer ``i``'s
+    inputs (``-1``: the model's input), ``readers[j]``, the layers reading layer ``j``, and
+    ``last_use[j]``, the index of the last of them (-1 for the model's input). ``is_chain``: no
+    layer names its inputs (the plain chain code runs). Errors point at the offending layer's
+    YAML (file:line of the ``inputs`` key)."""
+
+    def __init__(self, layers):
+        self.layers = layers
+        self.is_chain = all(layer.inputs is None for layer in layers)
+        if self.is_chain:   # nothing to check: names need not even be unique
+            self.sources = [[i - 1] for i in range(len(layers))]
+            self.readers = {j: [j + 1] for j in range(-1, len(layers) - 1)}
+            self.readers[len(layers) - 1] = []
+            self.last_use = {j: j + 1 for j in range(-1, len(layers))}
+            return
+        index = {}
+        for i, layer in enumerate(layers):
+            if layer.name == INPUT:
+                raise layer.error(f"'{INPUT}' names the model's input in inputs lists; rename the layer", "name")
+            if layer.name in index:
+                raise layer.error(f"the name '{layer.name}' is also the name of layer {index[layer.name]}; "
+                                  "names must be unique when layers name their inputs", "name")
+            index[layer.name] = i
+        self.sources = []
+        for i, layer in enumerate(layers):
+            if layer.inputs is None:
+                src = [i - 1]
+            else:
+                if not layer.inputs:
+                    raise layer.error("inputs is empty; name at least one layer (or 'input')", "inputs")
+                src = []
+                for name in layer.inputs:
+                    if name == INPUT:
+                        src.append(-1)
+                        continue
+                    j = index.get(name)
+                    if j is None:
+                        raise layer.error(f"inputs names '{name}', which is no layer of the model "
+                                          f"(known: {', '.join([INPUT] + list(index))})", "inputs")
+                    if j >= i:
+                        what = "itself" if j == i else f"layer '{name}', listed after it (item {j})"
+                        raise layer.error(f"inputs names {what}: layers run in the order they are listed, "
+                                          "so a layer may only read layers listed before it (no cycles)",
+                                          "inputs")
+                    src.append(j)
+            if len(src) > 1 and not layer.multi_input:
+                raise layer.error(f"{type(layer).__name__} reads one input but inputs names {len(src)}; "
+                                  "combine them first with an AddLayer or a ConcatLayer", "inputs")
+            self.sources.append(src)
+        self.readers = {j: [] for j in range(-1, len(layers))}
+        for i, src in enumerate(self.sources):
+            for j in src:
+                if i not in self.readers[j]:
+                    self.readers[j].append(i)
+        for j, layer in enumerate(layers[:-1]):
+            if not self.readers[j]:
+                raise layer.error("its output is read by no layer (only the last layer's output is the "
+                                  "model's output); name it in a later layer's inputs or remove it")
+        if not self.readers[-1]:
+            raise ConfigError("no layer reads the model's input ('input')", None, "layers")
+        self.last_use = {j: max(r) if r else len(layers) for j, r in self.readers.items()}
+
+    def inputs_of(self, i, values, model_input):
+        """The values layer ``i`` reads, from ``values`` (dict index -> value) and the model's
+        input: one value, or a list for a ``multi_input`` layer."""
+        got = [model_input if j < 0 else values[j] for j in self.sources[i]]
+        return got if self.layers[i].multi_input else got[0]
+
+    def infer_shapes(self, input_shape):
+        """Every layer's global output shape (list), each layer's ``infer_shape`` given its
+        inputs' shapes."""
+        shapes = []
+        for i, layer in enumerate(self.layers):
+            shapes.append(layer.infer_shape(self.inputs_of(i, shapes, tuple(input_shape))))
+        return shapes
+
+    def layouts(self, input_layout, place):
+        """Walk the graph with ``place(i, layer, in_layout) -> out layout kind``; returns the
+        output layout kind of every layer."""
+        kinds = []
+        for i, layer in enumerate(self.layers):
+            kinds.append(place(i, layer, self.inputs_of(i, kinds, input_layout)))
+        return kinds
+
+    def forward(self, x, layers=None):
+        """``x`` through the graph; outputs are dropped after their last reader. Returns the
+        last layer's output."""
+        values = {}
+        for i, layer in enumerate(self.layers):
+            values[i] = layer.fprop(self.inputs_of(i, values, x))
+            for j in self.sources[i]:
+                if j >= 0 and self.last_use[j] == i:
+                    del values[j]
+        return values[len(self.layers) - 1]
+
+    def backward(self, delta, lowest=0):
+        """Backpropagate ``delta`` (the gradient of the last layer's output) down to layer
+        ``lowest`` (layers below it neither learn nor need gradients). A layer's output gradient
+        is the sum of its readers' input gradients (summed from the last reader down, the same
+        order on every rank and grid). Every layer from ``lowest`` up fills its parameters'
+        gradients."""
+        grads = {len(self.layers) - 1: delta}
+        for i in range(len(self.layers) - 1, lowest - 1, -1):
+            layer, src = self.layers[i], self.sources[i]
+            g = grads.pop(i)
+            need = [j >= lowest for j in src]
+            dx = layer.bprop(g, need_input_grad=any(need))
+            if not any(need):
+                continue
+            dxs = dx if layer.multi_input else [dx]
+            for j, d, n in zip(src, dxs, need):
+                if n:
+                    grads[j] = d if j not in grads else grads[j] + d
+        return None
