@@ -14,6 +14,8 @@ _KIND_TITLE = {"experiment": "Experiments (the root object)", "backend": "Backen
 def _type_name(spec):
     if spec is None:
         return ""
+    if hasattr(spec, "describe"):
+        return spec.describe()
     if isinstance(spec, type):
         return {"int": "int", "float": "number", "bool": "bool", "str": "string", "dict": "mapping",
                 "list": "list"}[spec.__name__]

@@ -37,6 +37,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..config.types import Bounded
 from ..errors import ConfigError, DataError
 from ..geometry.partition import Box, tile_of
 from . import cache
@@ -112,7 +113,7 @@ class Dataset:
     """
 
     #: YAML key types for the config builder.
-    config_types = {"repo_path": str, "sample_pct": float, "serialized_path": str,
+    config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
                     "dist_flag": bool, "backend": ("obj", "backend")}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True

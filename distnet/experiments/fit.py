@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
+from ..config.types import NonNegativeInt, PositiveInt, PositiveShape2
 from ..errors import ConfigError, TopologyError
 from ..layers.base import REPLICATED
 from ..log import get_logger, setup_logging
@@ -105,7 +106,8 @@ class FitExperiment:
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int}
+                    "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
+                    "eval_every": NonNegativeInt}
     report_errors = False
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,

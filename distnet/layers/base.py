@@ -18,6 +18,7 @@ Protocol (the model calls these in order):
 from dataclasses import dataclass
 
 from ..config.builder import config_error
+from ..config.types import NonNegativeInt, PositiveInt
 
 #: Every rank holds its tile (block partition on the process grid) of every image/channel.
 SPATIAL = "spatial"
@@ -42,7 +43,7 @@ class BaseLayer:
     experiment has ``pipe > 1``; default: from the model's ``stages``). neon's per-layer
     ``backend`` key is accepted and ignored: the experiment's backend is used everywhere."""
 
-    config_types = {"name": str, "pos": int, "batch_size": int, "stage": int}
+    config_types = {"name": str, "pos": NonNegativeInt, "batch_size": PositiveInt, "stage": NonNegativeInt}
     config_ignored = ("backend",)
     #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
     is_dist = False

@@ -2,6 +2,7 @@
 flattened row-major, neon's order ``(c*H + r)*W + q``)."""
 import numpy as np
 
+from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.activations import Identity
 from ..ops.parallel import matmul as pmatmul
 from .base import REPLICATED, BaseLayer
@@ -13,8 +14,8 @@ class LayerWithNoBias(BaseLayer):
     Identity), ``weight_init``, ``learning_rate``, ``nin`` (optional, derived and checked).
     neon's seven ``*_dtype`` keys are accepted and ignored (neon ignored them too)."""
 
-    config_types = {"nin": int, "nout": int, "activation": ("obj", "activation"),
-                    "weight_init": dict, "learning_rate": float}
+    config_types = {"nin": PositiveInt, "nout": PositiveInt, "activation": ("obj", "activation"),
+                    "weight_init": WEIGHT_INIT, "learning_rate": NonNegative}
     config_ignored = ("weight_dtype", "velocity_dtype", "delta_dtype", "updates_dtype",
                       "pre_act_dtype", "output_dtype", "berror_dtype")
     #: neon's ``Layer`` counts the bias in ``nin``.

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..comm.reduce import allreduce_scalars, allreduce_sum
 from ..config.builder import config_error
+from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import REPLICATED, SPATIAL, LayerContext
 from ..log import get_logger
@@ -32,10 +33,10 @@ class MLP:
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
 
-    config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": int, "batch_size": int,
-                    "cost": ("obj", "cost"), "momentum": dict, "learning_rate": float,
-                    "shuffle": bool, "serialized_path": str, "stages": ("list", int),
-                    "micro_batches": int}
+    config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": NonNegativeInt, "batch_size": PositiveInt,
+                    "cost": ("obj", "cost"), "momentum": MOMENTUM, "learning_rate": NonNegative,
+                    "shuffle": bool, "serialized_path": str, "stages": ("list", NonNegativeInt),
+                    "micro_batches": PositiveInt}
     config_ignored = ("backend", "temp_dtype")
     #: Layout of the model's input: each rank's spatial tile (MLPDist: whole images).
     input_layout = SPATIAL
