@@ -16,7 +16,8 @@ import numpy as np
 
 from ..comm.topology import check_grid, choose_grid
 from ..errors import TopologyError
-from ..geometry import grid_coords, plan_halo, tile_of
+from ..geometry import tile_of
+from ..geometry.extent import halo_extents, largest_tile  # h14a: O(Py + Px), not O(N^2)
 
 
 @dataclass
@@ -63,18 +64,9 @@ def topology_for(exp, nranks):
     return choose_grid(nspatial, planes), data, pipe  # raises naming the sizes that work
 
 
-def _tiles(plane, grid):
-    return [tile_of(plane, grid, c) for c in grid_coords(grid)]
-
-
-def _largest(boxes):
-    return max(boxes, key=lambda b: (b.size, b.shape))
-
-
 def layer_rows(exp, grid, batch):
     """One :class:`LayerRow` per layer of the (shape-inferred) model."""
     itemsize = np.dtype(exp.backend.dtype).itemsize
-    coords = grid_coords(grid)
     rows = []
     spatial_input = True
     for i, layer in enumerate(exp.model.layers):
@@ -83,8 +75,7 @@ def layer_rows(exp, grid, batch):
         chunk_shape = halo = None
         chunk_elems = 0
         if len(out) == 3:
-            tiles = _tiles(out[1:], grid)
-            rank0, big = tiles[0], _largest(tiles)
+            rank0, big = tile_of(out[1:], grid, (0, 0)), largest_tile(out[1:], grid)
             rank0_shape, largest_shape = (out[0], *rank0.shape), (out[0], *big.shape)
             out_elems = out[0] * big.size
         else:
@@ -92,13 +83,7 @@ def layer_rows(exp, grid, batch):
             out_elems = out[0]
         windows = getattr(layer, "windows", None)
         if windows is not None and len(inp) == 3:
-            H, W = inp[1:]
-            plans = [plan_halo((H, W), *windows, grid, c) for c in coords]
-            sides = [(max(0, p.own.y0 - max(p.chunk.y0, 0)), max(0, min(p.chunk.y1, H) - p.own.y1),
-                      max(0, p.own.x0 - max(p.chunk.x0, 0)), max(0, min(p.chunk.x1, W) - p.own.x1))
-                     for p in plans]
-            halo = tuple(max(s[k] for s in sides) for k in range(4))
-            big = _largest([p.chunk for p in plans])
+            halo, big = halo_extents(inp[1:], *windows, grid)
             chunk_shape = (inp[0], *big.shape)
             chunk_elems = inp[0] * big.size
         pg, pr, sharded = _params(layer, grid, spatial_input)
@@ -117,7 +102,7 @@ def _params(layer, grid, spatial_input):
         total = layer.nout * layer.nfeat + bias
         if split and spatial_input and len(layer.in_shape) == 3:
             C = layer.in_shape[0]
-            big = _largest(_tiles(layer.in_shape[1:], grid))
+            big = largest_tile(layer.in_shape[1:], grid)
             return total, layer.nout * C * big.size + bias, True
         return total, total, False
     if hasattr(layer, "weight_init") and hasattr(layer, "nofm"):
@@ -126,7 +111,7 @@ def _params(layer, grid, spatial_input):
         if hasattr(layer, "pretraining"):                           # locally connected: per pixel
             total = K * Ho * Wo * C * fh * fw
             if split:
-                big = _largest(_tiles((Ho, Wo), grid))
+                big = largest_tile((Ho, Wo), grid)
                 return total, K * big.size * C * fh * fw, True
             return total, total, False
         total = K * C * fh * fw                                     # conv: replicated filters

@@ -23,6 +23,7 @@ the most square one (smallest ``max(Py, Px)``), and of two mirror images the one
 This module imports mpi4py only inside :meth:`Topology.from_world`; the grid math is pure.
 """
 from ..errors import TopologyError
+from ..geometry.divisors import divisor_pairs, fitting_sizes
 from .serial import SerialComm
 
 
@@ -34,7 +35,7 @@ def factor_pairs(n):
     """All ``(Py, Px)`` with ``Py * Px == n``, ``Py`` ascending."""
     if n < 1:
         raise TopologyError(f"a process grid needs at least 1 rank, got {n}")
-    return [(py, n // py) for py in range(1, n + 1) if n % py == 0]
+    return divisor_pairs(n)
 
 
 def _grid_order(grid):
@@ -65,9 +66,19 @@ def valid_grids(nranks, planes=()):
                   key=_grid_order)
 
 
+def _bounds(planes):
+    """``(min H, min W)`` over ``planes`` (``None`` when there is none): the largest ``Py``
+    and ``Px`` that cut every plane."""
+    planes = list(planes or ())
+    if not planes:
+        return None, None
+    return min(p[0] for p in planes), min(p[1] for p in planes)
+
+
 def working_sizes(planes=(), limit=64):
     """Spatial rank counts ``1 <= n <= limit`` for which some grid fits every plane."""
-    return [n for n in range(1, limit + 1) if valid_grids(n, planes)]
+    hmax, wmax = _bounds(planes)
+    return fitting_sizes(hmax, wmax, limit, head=limit)
 
 
 def _fmt_grid(grid):
@@ -80,8 +91,12 @@ def _fmt_grids(grids):
 
 def _suggest_sizes(nranks, planes, replicas):
     """Text listing the world sizes that would work, around ``nranks`` spatial ranks."""
-    sizes = working_sizes(planes, limit=max(16, 2 * nranks))
-    return ", ".join(str(n * replicas) for n in sizes)
+    hmax, wmax = _bounds(planes)
+    head = 64
+    sizes = fitting_sizes(hmax, wmax, max(16, 2 * nranks), near=nranks, head=head)
+    text = ", ".join(str(n * replicas) for n in sizes if n <= head)
+    near = [str(n * replicas) for n in sizes if n > head]
+    return text + (f" (near {nranks * replicas}: {', '.join(near)})" if near else "")
 
 
 def choose_grid(nranks, planes=()):
@@ -97,8 +112,10 @@ def choose_grid(nranks, planes=()):
 
 
 def _no_grid_message(nranks, planes, data=1, pipe=1):
-    fails = "; ".join(f"{_fmt_grid(g)} fails on {grid_failure(g, planes)}"
-                      for g in sorted(factor_pairs(nranks), key=_grid_order))
+    grids = sorted(factor_pairs(nranks), key=_grid_order)
+    fails = "; ".join(f"{_fmt_grid(g)} fails on {grid_failure(g, planes)}" for g in grids[:6])
+    if len(grids) > 6:
+        fails += f"; and {len(grids) - 6} more grids"
     replicas = data * pipe
     head = f"no process grid of {nranks} spatial ranks"
     if replicas > 1:
