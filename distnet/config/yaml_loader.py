@@ -11,9 +11,15 @@ they are flattened (so nested merges cannot multiply), a recursive alias or an i
 many digits is malformed YAML, and a file that is not UTF-8 names the byte offset. Aliased nodes
 are parsed once (PyYAML keeps one node per anchor) and built once (see ``builder.Builder``).
 """
+import re
+
 import yaml
 
 from ..errors import ConfigError
+
+#: Numbers in exponent notation that YAML 1.1 reads as strings (``1e-3``, ``1e6``, ``2.5E4``): read
+#: as floats, as YAML 1.2 and every neon user expect.
+_EXP_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 #: Deepest nesting of mappings/sequences accepted (neon's own files nest about 6 levels deep).
 MAX_DEPTH = 64
@@ -81,6 +87,7 @@ def _make_loader(filename, objects=True):
                               f"{filename}:{node.start_mark.line + 1}") from None
 
     Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789"))
     if objects:
         Loader.add_multi_constructor("!obj:", construct_obj)
     return Loader

@@ -41,6 +41,7 @@ from ..config.types import Bounded
 from ..errors import ConfigError, DataError
 from ..geometry.partition import Box, tile_of
 from . import cache
+from .checks import check_split, check_splits
 
 SPLITS = cache.SPLITS
 
@@ -208,7 +209,8 @@ class Dataset:
             return self._build(tile, seed, dtype)
         path = cache.fill_placeholders(self.serialized_path, rank, size)
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype))
+        return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype),  # h14a: check
+                                   check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0)))
 
     def cache_metadata(self, tile, seed, dtype, rank, size, grid):
         """The metadata a cache must carry to be used for this call of :meth:`load`."""
@@ -244,12 +246,15 @@ class Dataset:
         out = {}
         for split in SPLITS:
             x, y = raw[split]
+            keep = None
             if split == "train" and self.sample_pct != 100:
                 keep = sample_indices(len(y), self.sample_pct, seed)
                 x, y = x[keep], y[keep]
             x = x.astype(dtype)
             if self.scale_255:
                 x /= 255
+            check_split(x, y, self.nclasses, ", ".join(map(str, self.source_files())), split, keep,
+                        (tile.y0, tile.x0))  # h14a: finite pixels, labels in range
             out[split] = (x, np.asarray(y, dtype=np.int64))
         return out
 

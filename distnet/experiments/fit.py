@@ -216,6 +216,8 @@ class FitExperiment:
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
+        from ..models.finite import check_parameters  # h14a: never a checkpoint of NaN weights
+        check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
         save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
 
     def _evaluate(self, data, record, splits):

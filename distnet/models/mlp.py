@@ -17,6 +17,7 @@ from ..layers.base import REPLICATED, SPATIAL, LayerContext
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule, sgd_update
+from .finite import after_step as check_finite_after_step  # h14a: non-finite parameters
 from .pipeline import Pipeline, StagePlanError, assign_stages
 
 
@@ -257,6 +258,7 @@ class MLP:
                 if not math.isfinite(loss):
                     raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
                                         "lower the learning rate or check the data")
+                check_finite_after_step(self, epoch, b, len(batches))  # h14a: every 16 steps + epoch end
                 total += loss
             mean = total / x.shape[0]
             costs.append(mean)
