@@ -1,5 +1,4 @@
-"""Non-finite parameters never pass silently: a cheap, collective check of every parameter (and
-its momentum velocity) that stops training with a :class:`TrainingError` naming the layer, the
+"""Non-finite parameters never pass silently: a cheap, collective check of every parameter that stops training with a :class:`TrainingError` naming the layer, the
 parameter, the epoch and the batch, on every rank.
 
 What is checked, when (the cost is one read of the parameters, no temporary array):
@@ -12,8 +11,8 @@ What is checked, when (the cost is one read of the parameters, no temporary arra
 
 A gradient that becomes NaN or infinite makes its parameter so at the update (``w -= lr * g``;
 a frozen layer's ``0 * inf`` is NaN too), and a NaN cost is already caught every step; so the
-parameters are the one place to look. The test is the float64 sum of all of them, read once
-(one wait for a GPU): finite for finite values (unless the sum itself overflows, which
+parameters are the one place to look (a non-finite momentum velocity is added to its parameter
+in the same update). The test is the sum of all of them, read once (one wait for a GPU): finite for finite values (unless the sum itself overflows, which
 :func:`_first_bad` then settles with ``isfinite``). With
 several ranks, one float64 Allreduce over the world agrees on the outcome; only when something
 is wrong does a second collective tell every rank which parameter on which rank.
@@ -32,31 +31,33 @@ CHECK_EVERY = 16
 
 
 def _arrays(model):
-    """``[(layer, Param, what, array)]``: every parameter value and momentum velocity on this rank."""
-    return [(layer, p, what, a) for layer, p in getattr(model, "_params", ())
-            for what, a in (("", p.value), (" (its momentum velocity)", p.velocity))
-            if a is not None and a.size and a.dtype.kind in "fc"]
+    """``[(layer, Param, array)]``: every parameter value on this rank. (A momentum velocity is
+    added to its parameter at the update that makes it: a non-finite velocity makes a
+    non-finite parameter at once, so the velocities need no reading of their own.)"""
+    return [(layer, p, p.value) for layer, p in getattr(model, "_params", ())
+            if p.value is not None and p.value.size and p.value.dtype.kind in "fc"]
 
 
 def _first_bad(model):
     """``"parameter 'conv.W' of layer 'conv' holds NaN values"`` for the first non-finite
-    parameter or velocity on this rank, or None. One wait for the device: the sums of all
-    arrays are added on the device and read once; only when that total is not finite (a NaN or
-    inf, or an overflowing sum of finite values) are the arrays examined one by one."""
+    parameter on this rank, or None. One wait for the device: the sums of all arrays (in their
+    own dtype: no conversion pass) are added on the device and read once; only when that total
+    is not finite (a NaN or inf, or an overflowing sum of finite values) are the arrays examined
+    one by one."""
     xp = model.backend.xp
     arrays = _arrays(model)
     if not arrays:
         return None
     with np.errstate(over="ignore", invalid="ignore"):  # numpy's warnings; cupy has none
-        total = arrays[0][3].sum(dtype=xp.float64)
-        for _, _, _, a in arrays[1:]:
-            total = total + a.sum(dtype=xp.float64)
+        total = arrays[0][2].sum()
+        for _, _, a in arrays[1:]:
+            total = total + a.sum()
         if math.isfinite(float(total)):
             return None
-    for layer, p, what, a in arrays:
+    for layer, p, a in arrays:
         if not bool(xp.isfinite(a).all()):
             kind = "NaN" if bool(xp.isnan(a).any()) else "infinite"
-            return f"parameter '{p.name}' of layer '{layer.name}'{what} holds {kind} values"
+            return f"parameter '{p.name}' of layer '{layer.name}' holds {kind} values"
     return None
 
 
