@@ -139,15 +139,15 @@ class Builder:
     def kind_of(self, value):
         return self._kinds.get(id(value))
 
-    def build(self, value, where=None):
+    def build(self, value, where=None, key=None):
         """The object of a parsed value. Every node (``!obj:``, list or mapping) is built once,
         memoised by identity: an aliased node is one object, and nine levels of nine aliases cost
         nine nodes, not 9**9 copies. A list or mapping whose expansion (what a reader walking it
         would visit, aliases followed) exceeds :data:`MAX_VALUES` values, or that contains itself,
-        is refused. ``where``: the file:line of the enclosing key, for errors."""
-        return self._build(value, where)[0]
+        is refused. ``where``, ``key``: the file:line and name of the enclosing key, for errors."""
+        return self._build(value, where, key)[0]
 
-    def _build(self, value, where):
+    def _build(self, value, where, key_name):
         """``(object, expanded size)`` of a parsed value (an ``!obj:`` counts as one value)."""
         if not isinstance(value, (ObjSpec, list, dict)):
             return value, 1 + (len(value) // 64 if isinstance(value, str) else 0)
@@ -156,18 +156,19 @@ class Builder:
             return self._memo[key]
         if key in self._building:
             raise ConfigError("a value contains itself through an alias (recursive YAML)",
-                              value.where if isinstance(value, ObjSpec) else where)
+                              value.where if isinstance(value, ObjSpec) else where,
+                              None if isinstance(value, ObjSpec) else key_name)
         self._building.add(key)
         try:
             if isinstance(value, ObjSpec):
                 built, size = self._build_obj(value), 1
             else:
                 items = value.items() if isinstance(value, dict) else enumerate(value)
-                parts = [(k, self._build(v, where)) for k, v in items]
+                parts = [(k, self._build(v, where, key_name)) for k, v in items]
                 size = 1 + sum(n for _, (_, n) in parts)
                 if size > MAX_VALUES:
                     raise ConfigError(f"this value expands to more than {MAX_VALUES} values through "
-                                      "YAML aliases (an alias bomb?)", where)
+                                      "YAML aliases (an alias bomb?)", where, key_name)
                 built = ({k: b for k, (b, _) in parts} if isinstance(value, dict)
                          else [b for _, (b, _) in parts])
         finally:
@@ -189,7 +190,7 @@ class Builder:
             if key not in accepted:
                 valid = ", ".join(sorted(accepted))
                 raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
-            value = self.build(raw, where)
+            value = self.build(raw, where, key)
             if key in types:
                 try:
                     value = coerce(types[key], value, self.kind_of)

@@ -72,7 +72,7 @@ def one_clear_line(proc, *parts):
 def test_alias_bomb_ends_with_a_located_error(files, command):
     extra = ["--no-run-dir", "--no-checkpoint"] if command == "run" else []
     one_clear_line(distnet(command, str(files / "bomb.yaml"), *extra),
-                   "bomb.yaml:6", f"more than {MAX_VALUES} values", "alias")
+                   "bomb.yaml:6: key 'momentum': ", f"more than {MAX_VALUES} values", "alias")
 
 
 def test_alias_bomb_through_set(files):
@@ -94,6 +94,8 @@ def test_alias_bombs_under_any_key(base_text, where):
     }[where]
     e = error(text)
     assert "alias" in str(e) and e.where.startswith("exp.yaml:")
+    assert e.key == {"weight_init": "weight_init", "logging": "logging", "seterr": "seterr_handling",
+                     "name": "name", "list": "stages"}[where]
 
 
 def test_merge_key_bomb_is_flattened_once(base_text):
