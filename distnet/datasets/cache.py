@@ -37,8 +37,8 @@ import string
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..fileio import atomic_target
 from . import safe_pickle
-from .atomic import atomic_target
 
 log = logging.getLogger(__name__)
 

@@ -78,8 +78,8 @@ def experiment_config(path, overrides=()):
 
 def versions():
     """``distnet info``'s stack as a dict, without starting MPI in a one-process run."""
-    from ..cli import info
-    return dict(info.stack_info(init_mpi=False))
+    from .stack import stack_info
+    return dict(stack_info(init_mpi=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +133,11 @@ class RunDir:
         return os.path.join(self.path, name)
 
     def _write_text(self, name, text):
-        from ..datasets.atomic import atomic_target
-        from ..models.checkpoint import _umask_mode
+        from ..fileio import atomic_target, umask_mode
         with atomic_target(self.file(name)) as tmp:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
-            _umask_mode(tmp)
+            umask_mode(tmp)
 
     def start(self, config, command=None, resume=None, checkpoint=None):
         """Write the experiment, the resolved experiment and ``run.json`` (status running)."""
