@@ -144,19 +144,20 @@ def test_weight_init_nan_is_a_config_error(tmp_path):
 
 
 def _poison_after_update(model, layer_name, at_step):
-    """Make ``model.update`` put a NaN into ``layer_name``'s first parameter at step ``at_step``
-    (the cost of that step is still finite: it was computed before the update)."""
-    update, steps = model.update, [0]
+    """Make ``model.train_step`` put a NaN into ``layer_name``'s first parameter after step
+    ``at_step`` (the cost of that step is still finite: it was computed before the update)."""
+    train_step, steps = model.train_step, [0]
 
-    def poisoned(params, epoch):
-        update(params, epoch)
+    def poisoned(*args, **kwargs):
+        loss = train_step(*args, **kwargs)
         steps[0] += 1
         if steps[0] == at_step:
-            for layer, p in params:
+            for layer, p in model._params:
                 if layer.name == layer_name:
                     p.value.flat[0] = np.nan
                     break
-    model.update = poisoned
+        return loss
+    model.train_step = poisoned
 
 
 def test_a_nan_parameter_is_caught_at_the_epoch_end_and_not_checkpointed(tmp_path, restore_logger):
