@@ -34,7 +34,7 @@ def _arrays(model):
     """``[(layer, Param, array)]``: every parameter value on this rank. (A momentum velocity is
     added to its parameter at the update that makes it: a non-finite velocity makes a
     non-finite parameter at once, so the velocities need no reading of their own.)"""
-    return [(layer, p, p.value) for layer, p in getattr(model, "_params", ())
+    return [(layer, p, p.value) for layer, p in model._params
             if p.value is not None and p.value.size and p.value.dtype.kind in "fc"]
 
 
@@ -66,9 +66,8 @@ def check_parameters(model, when):
     NaN or infinite. ``when``: e.g. ``"after epoch 2, batch 5"``. Collective over
     ``model.topology.world`` (one float64 Allreduce; a second collective only on failure)."""
     bad = _first_bad(model)
-    topology = getattr(model, "topology", None)
-    world = getattr(topology, "world", None)
-    if world is None or world.Get_size() == 1:
+    world = model.topology.world
+    if world.Get_size() == 1:
         if bad:
             raise TrainingError(f"{bad} {when}; lower the learning rate or check the data")
         return
