@@ -1,12 +1,13 @@
 """Command-line overrides ``key.path=value`` (``distnet run EXP --set model.num_epochs=1``).
 
 The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
-items by index (``model.layers.0.nofm=8``). The value is YAML (``1``, ``0.5``, ``[2, 3]``,
-``float64``). An override may add a key the file does not set; the result is validated like
-the file itself.
+items by index (``model.layers.0.nofm=8``; ``dataset.K`` and ``datasets.0.K`` are one key, in
+files of either spelling). The value is YAML (``1``, ``0.5``, ``1e-3``,
+``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
+file does not set; the result is validated like the file itself.
 """
 from ..errors import ConfigError
-from .yaml_loader import ObjSpec, parse_yaml
+from .yaml_loader import ObjSpec, parse_scalar
 
 
 def _short(text):
@@ -26,17 +27,32 @@ def parse_override(text):
     if not raw.strip():
         return keys, None
     try:
-        value = parse_yaml(raw, "command line", objects=False)
+        value = parse_scalar(raw)
     except ConfigError as e:
         raise ConfigError(f"override {short!r}: value is not valid YAML ({e.bare_message})",
                           "command line") from None
     return keys, value
 
 
+def _dataset_spelling(tree, keys):
+    """``dataset.K`` on a file with ``datasets: [one]`` means ``datasets.0.K``, and ``datasets.0.K``
+    on a file with neon's later ``dataset:`` means ``dataset.K``: either spelling works."""
+    if not isinstance(tree, ObjSpec) or len(keys) < 2:
+        return keys
+    kw = tree.kwargs
+    if keys[0] == "dataset" and "dataset" not in kw and isinstance(kw.get("datasets"), list) \
+            and len(kw["datasets"]) == 1:
+        return ["datasets", "0"] + keys[1:]
+    if keys[:2] == ["datasets", "0"] and "datasets" not in kw and "dataset" in kw and len(keys) > 2:
+        return ["dataset"] + keys[2:]
+    return keys
+
+
 def apply_overrides(tree, overrides):
     """Apply ``["a.b=1", ...]`` to a parsed experiment tree (in place); returns the tree."""
     for text in overrides:
         keys, value = parse_override(text)
+        keys = _dataset_spelling(tree, keys)
         short = _short(text)
         node = tree
         for depth, key in enumerate(keys):

@@ -11,15 +11,12 @@ they are flattened (so nested merges cannot multiply), a recursive alias or an i
 many digits is malformed YAML, and a file that is not UTF-8 names the byte offset. Aliased nodes
 are parsed once (PyYAML keeps one node per anchor) and built once (see ``builder.Builder``).
 """
+import logging
 import re
 
 import yaml
 
 from ..errors import ConfigError
-
-#: Numbers in exponent notation that YAML 1.1 reads as strings (``1e-3``, ``1e6``, ``2.5E4``): read
-#: as floats, as YAML 1.2 and every neon user expect.
-_EXP_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 #: Deepest nesting of mappings/sequences accepted (neon's own files nest about 6 levels deep).
 MAX_DEPTH = 64
@@ -34,6 +31,9 @@ class ObjSpec:
         self.kwargs = kwargs
         self.where = where
         self.key_where = key_where
+        #: Attributes set on the built object after construction (neon_compat's per-layer
+        #: momentum schedule): not keys of the constructor.
+        self.attrs = {}
 
     def where_of(self, key):
         return self.key_where.get(key, self.where)
@@ -42,8 +42,32 @@ class ObjSpec:
         return f"ObjSpec({self.path!r} at {self.where})"
 
 
+#: YAML 1.2's float rule (core schema): ``1e-3``, ``1E5``, ``.5``, ``-.5``, ``-1.5e+3`` are
+#: numbers. PyYAML follows YAML 1.1, which needs a dot and a signed exponent (``1.0e-3``) and
+#: leaves ``1e-3`` a string.
+_FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+
+
+def yaml12_numbers(cls):
+    """Add YAML 1.2's float rule to a PyYAML Loader or Dumper class (a Dumper then quotes a
+    string such as ``'1e3'``, which would read back as a number); returns the class."""
+    cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+    return cls
+
+
+@yaml12_numbers
+class NumberLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's float rule added (ints stay ints)."""
+
+
+def parse_scalar(text):
+    """A ``--set`` value: YAML (with YAML 1.2 numbers), like a value in a file, with the same
+    limits (no ``!obj:`` tags here); :class:`ConfigError` when it is not valid YAML."""
+    return parse_yaml(text, "command line", objects=False)
+
+
 def _make_loader(filename, objects=True):
-    class Loader(yaml.SafeLoader):
+    class Loader(NumberLoader):
         _depth = 0
 
         def compose_node(self, parent, index):
@@ -73,8 +97,10 @@ def _make_loader(filename, objects=True):
             if not isinstance(key, str):
                 raise ConfigError(f"keys of !obj:{tag_suffix} must be strings, got {key!r}",
                                   f"{filename}:{key_node.start_mark.line + 1}")
-            if key in kwargs:
-                raise ConfigError("duplicate key", f"{filename}:{key_node.start_mark.line + 1}", key)
+            if key in kwargs:  # YAML loaders of neon's time kept the later value; so do we, loudly
+                loader.distnet_notes.append((logging.WARNING, f"{filename}:{key_node.start_mark.line + 1}: "
+                                             f"key '{key}' is given twice in !obj:{tag_suffix} (also at "
+                                             f"{key_where[key]}); the later value is used"))
             kwargs[key] = loader.construct_object(value_node, deep=True)
             key_where[key] = f"{filename}:{key_node.start_mark.line + 1}"
         return ObjSpec(tag_suffix, kwargs, where, key_where)
@@ -87,7 +113,6 @@ def _make_loader(filename, objects=True):
                               f"{filename}:{node.start_mark.line + 1}") from None
 
     Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789"))
     if objects:
         Loader.add_multi_constructor("!obj:", construct_obj)
     return Loader
@@ -106,19 +131,41 @@ def _last_of_each_key(pairs):
             if not isinstance(k, yaml.ScalarNode) or last[(k.tag, k.value)] == i]
 
 
+_UNQUOTED_PLACEHOLDER = re.compile(
+    r"""(^|[\s:,\[])([^\s'",\[\]{}]*\{(rank|size)\}(?:[^\s'",\[\]{}]|\{(?:rank|size)\})*)""")
+
+
+def _placeholder_hint(text, error):
+    """A hint when the lines of a YAML error hold an unquoted ``{rank}``/``{size}`` path: YAML
+    reads ``{`` as the start of a mapping, so such a path must be quoted."""
+    lines = text.splitlines()
+    for mark in (error.problem_mark, error.context_mark):
+        if mark is None or not 0 <= mark.line < len(lines):
+            continue
+        m = _UNQUOTED_PLACEHOLDER.search(lines[mark.line])
+        if m:
+            key = re.search(r"(\w+)\s*:\s*[^:]*$", lines[mark.line][:m.start(2)])
+            example = f'{key.group(1) if key else "serialized_path"}: "{m.group(2)}"'
+            return (f" -- hint: a path with {{{m.group(3)}}} must be quoted, because YAML reads "
+                    f"'{{' as the start of a mapping: write {example}")
+    return ""
+
+
 def parse_yaml(text, filename="<string>", objects=True):
     """YAML text -> python values with :class:`ObjSpec` for every ``!obj:`` node (``objects``
     False: plain YAML, an ``!obj:`` tag is an unknown tag).
 
     Raises :class:`ConfigError` naming the file and line for malformed YAML or unknown tags.
     """
+    loader_class = _make_loader(filename, objects)
+    notes = loader_class.distnet_notes = []
     try:
-        return yaml.load(text, Loader=_make_loader(filename, objects))  # noqa: S506 - SafeLoader subclass
+        tree = yaml.load(text, Loader=loader_class)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename
         what = " ".join(p for p in (e.context, e.problem) if p)
-        raise ConfigError(f"malformed YAML: {what}", where) from None
+        raise ConfigError(f"malformed YAML: {what}{_placeholder_hint(text, e)}", where) from None
     except yaml.reader.ReaderError as e:  # a control character, e.g. NUL
         line = text.count("\n", 0, e.position) + 1 if isinstance(e.position, int) else None
         raise ConfigError(f"malformed YAML: unacceptable character #x{e.character:04x} "
@@ -130,6 +177,10 @@ def parse_yaml(text, filename="<string>", objects=True):
         raise ConfigError(f"malformed YAML: {e}", filename) from None
     except RecursionError:  # a safety net: MAX_DEPTH keeps the composer far from the limit
         raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", filename) from None
+    if isinstance(tree, ObjSpec):
+        #: ``(logging level, text)`` found while parsing (duplicate keys).
+        tree.parse_notes = notes
+    return tree
 
 
 def parse_file(path):

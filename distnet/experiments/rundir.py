@@ -25,6 +25,7 @@ import sys
 
 import yaml
 
+from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
 
 ENV_BASE = "DISTNET_RUNS_DIR"
@@ -38,6 +39,7 @@ class RunDirError(DistnetError):
 # The resolved experiment
 # ---------------------------------------------------------------------------------------------
 
+@yaml12_numbers   # a string such as '1e-3' is written quoted (it reads back as a number)
 class _Dumper(yaml.SafeDumper):
     pass
 
