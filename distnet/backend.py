@@ -7,6 +7,7 @@ single-process model draws (DESIGN §4, NEON.md §3.12).
 """
 import numpy as np
 
+from .config.types import Bounded, NonNegativeInt
 from .errors import ConfigError
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -31,7 +32,7 @@ class Backend:
     """
 
     name = "numpy"
-    config_types = {"rng_seed": int, "dtype": str, "seterr_handling": dict}
+    config_types = {"rng_seed": Bounded(int, 0, 2**32 - 1), "dtype": str, "seterr_handling": dict}
     #: MPI reads this backend's device buffers directly (GPU backend key; host arrays: moot).
     cuda_aware_mpi = False
 
@@ -116,7 +117,7 @@ class GPU(Backend):
     """
 
     name = "cupy"
-    config_types = {"device": int, "cuda_aware_mpi": bool}
+    config_types = {"device": NonNegativeInt, "cuda_aware_mpi": bool}
 
     def __init__(self, device=None, cuda_aware_mpi=False, **common):
         super().__init__(**common)

@@ -134,6 +134,27 @@ def test_nan_data_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path, in
     assert info["status"] == "failed" and msg in info["error"]
 
 
+def test_nan_cost_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path):
+    # NaN pixels are refused when the data is loaded (tests/unit/test_nonfinite.py); a NaN cost
+    # comes from RectLin layers and a huge learning rate (h14a)
+    relu = CNN.replace("padding: 1,", "padding: 1, activation: !obj:distnet.activations.RectLin {},")
+    bad = tmp_path / "nan.yaml"
+    bad.write_text(experiment(relu, env / "data.h5", dist=True).replace("learning_rate: 0.1", "learning_rate: 1e300"))
+    ck = tmp_path / "ck.h5"
+    ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--checkpoint", str(ck),
+               "--no-run-dir", "-q", n=2))
+    saved = ck.read_bytes()
+    proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck),
+                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), n=2)
+    assert proc.returncode == 1, proc.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] distnet: error: the cost became nan in epoch 0, batch " in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert ck.read_bytes() == saved
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert info["status"] == "failed" and "the cost became nan in epoch 0, batch " in info["error"]
+
+
 # -- no hangs ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["grid", "data replicas"])

@@ -123,6 +123,10 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
                        f"distnet: error: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
+    except MemoryError as e:  # numpy's "Unable to allocate 67 GiB for an array with shape ..."
+        _close_quietly(hooks, record, f"MemoryError: {e}")
+        _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
+              "it smaller or use more ranks; `distnet show -n N` gives the memory per rank)", 1)
     except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
         # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,

@@ -5,15 +5,26 @@ order (the order matters for nothing random here, but it is neon's).
 A class describes its YAML keys through its ``__init__`` signature (required = no default) and
 an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), where spec is one of
 ``int``, ``float``, ``bool``, ``str``, ``dict``, ``list``, ``"shape2"`` (an int or a pair of ints),
-``("obj", kind)`` or ``("list", ("obj", kind))``. ``config_ignored`` names neon keys that are
-accepted and dropped (with a note in the docs of that class).
+``("obj", kind)`` or ``("list", ("obj", kind))``, or a constrained type of :mod:`.types`
+(``PositiveInt``, ``NonNegative``, ``PositiveShape2``, ``WEIGHT_INIT``, ...): sizes, rates and
+ranges are checked here, at build time, so ``distnet check`` and every rank before training
+refuse them with file:line:key. Every ``float`` must be finite. A list of objects may not hold one
+object twice (a layer reused through a YAML alias would be updated twice per step).
+``config_ignored`` names neon keys that are accepted and dropped (with a note in the docs of that
+class).
 """
 import inspect
 import logging
 
 from ..errors import ConfigError, DistnetError
 from . import registry
+from .types import Bounded, MappingOf, Shape2, check_finite
+from .types import describe as _describe_value
 from .yaml_loader import ObjSpec
+
+#: Most values a list or mapping may expand to, aliases followed (a whole experiment has ~100;
+#: a string counts one per 64 characters).
+MAX_VALUES = 100_000
 
 _KIND_WORD = {"experiment": "an experiment", "backend": "a backend", "dataset": "a dataset",
               "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost",
@@ -37,7 +48,7 @@ def _ignored_of(cls):
 def _describe(value):
     if isinstance(value, ObjSpec):
         return f"!obj:{value.path}"
-    return f"{value!r} ({type(value).__name__})"
+    return _describe_value(value)
 
 
 def coerce(spec, value, kind_of):
@@ -45,14 +56,14 @@ def coerce(spec, value, kind_of):
     ``ValueError`` with a sentence saying what was expected."""
     if value is None:
         return None
+    if isinstance(spec, (Bounded, Shape2, MappingOf)):
+        return spec.coerce(value)
     if spec is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {_describe(value)}")
         return value
     if spec is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"expected a number, got {_describe(value)}")
-        return float(value)
+        return check_finite(value)
     if spec is bool:
         if not isinstance(value, bool):
             raise ValueError(f"expected True or False, got {_describe(value)}")
@@ -76,12 +87,18 @@ def coerce(spec, value, kind_of):
     if isinstance(spec, tuple) and spec[0] == "list":
         if not isinstance(value, list):
             raise ValueError(f"expected a list, got {_describe(value)}")
-        out = []
+        out, first = [], {}
         for i, v in enumerate(value):
             try:
                 out.append(coerce(spec[1], v, kind_of))
             except ValueError as e:
                 raise ValueError(f"item {i}: {e}") from None
+            if isinstance(spec[1], tuple) and spec[1][0] == "obj":
+                if id(v) in first:
+                    why = " (shared weights are not supported: write the layer twice)" if spec[1][1] == "layer" else ""
+                    raise ValueError(f"item {i} is the same object as item {first[id(v)]} (a YAML alias); "
+                                     f"each {spec[1][1]} must be its own object{why}")
+                first[id(v)] = i
         return out
     raise AssertionError(f"unknown config type spec {spec!r}")
 
@@ -117,6 +134,8 @@ class Builder:
 
     def __init__(self):
         self._memo = {}
+        self._building = set()
+        self._keep = []
         self._kinds = {}
         #: ``(logging level, text)`` for keys that are accepted and ignored (logged by the run).
         self.notes = []
@@ -124,16 +143,43 @@ class Builder:
     def kind_of(self, value):
         return self._kinds.get(id(value))
 
-    def build(self, value):
-        if isinstance(value, ObjSpec):
-            if id(value) not in self._memo:
-                self._memo[id(value)] = self._build_obj(value)
-            return self._memo[id(value)]
-        if isinstance(value, list):
-            return [self.build(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self.build(v) for k, v in value.items()}
-        return value
+    def build(self, value, where=None, key=None):
+        """The object of a parsed value. Every node (``!obj:``, list or mapping) is built once,
+        memoised by identity: an aliased node is one object, and nine levels of nine aliases cost
+        nine nodes, not 9**9 copies. A list or mapping whose expansion (what a reader walking it
+        would visit, aliases followed) exceeds :data:`MAX_VALUES` values, or that contains itself,
+        is refused. ``where``, ``key``: the file:line and name of the enclosing key, for errors."""
+        return self._build(value, where, key)[0]
+
+    def _build(self, value, where, key_name):
+        """``(object, expanded size)`` of a parsed value (an ``!obj:`` counts as one value)."""
+        if not isinstance(value, (ObjSpec, list, dict)):
+            return value, 1 + (len(value) // 64 if isinstance(value, str) else 0)
+        key = id(value)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._building:
+            raise ConfigError("a value contains itself through an alias (recursive YAML)",
+                              value.where if isinstance(value, ObjSpec) else where,
+                              None if isinstance(value, ObjSpec) else key_name)
+        self._building.add(key)
+        try:
+            if isinstance(value, ObjSpec):
+                built, size = self._build_obj(value), 1
+            else:
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                parts = [(k, self._build(v, where, key_name)) for k, v in items]
+                size = 1 + sum(n for _, (_, n) in parts)
+                if size > MAX_VALUES:
+                    raise ConfigError(f"this value expands to more than {MAX_VALUES} values through "
+                                      "YAML aliases (an alias bomb?)", where, key_name)
+                built = ({k: b for k, (b, _) in parts} if isinstance(value, dict)
+                         else [b for _, (b, _) in parts])
+        finally:
+            self._building.discard(key)
+        self._memo[key] = (built, size)
+        self._keep.append(value)  # ids stay unique while the memo lives
+        return built, size
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
@@ -152,7 +198,7 @@ class Builder:
             if key not in accepted:
                 valid = ", ".join(sorted(accepted))
                 raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
-            value = self.build(raw)
+            value = self.build(raw, where, key)
             if key in types:
                 try:
                     value = coerce(types[key], value, self.kind_of)

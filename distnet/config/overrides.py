@@ -6,24 +6,31 @@ files of either spelling). The value is YAML (``1``, ``0.5``, ``1e-3``,
 ``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
 file does not set; the result is validated like the file itself.
 """
-import yaml
-
 from ..errors import ConfigError
 from .yaml_loader import ObjSpec, parse_scalar
 
 
+def _short(text):
+    """An override as quoted in messages: at most 80 characters."""
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def parse_override(text):
     """``"a.b=1"`` -> ``(["a", "b"], 1)``."""
+    short = _short(text)
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key.path=value", "command line")
+        raise ConfigError(f"override {short!r} must look like key.path=value", "command line")
     path, _, raw = text.partition("=")
     keys = [k for k in path.strip().split(".") if k]
     if not keys:
-        raise ConfigError(f"override {text!r} has no key path", "command line")
+        raise ConfigError(f"override {short!r} has no key path", "command line")
+    if not raw.strip():
+        return keys, None
     try:
-        value = parse_scalar(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({e})", "command line") from None
+        value = parse_scalar(raw)
+    except ConfigError as e:
+        raise ConfigError(f"override {short!r}: value is not valid YAML ({e.bare_message})",
+                          "command line") from None
     return keys, value
 
 
@@ -46,6 +53,7 @@ def apply_overrides(tree, overrides):
     for text in overrides:
         keys, value = parse_override(text)
         keys = _dataset_spelling(tree, keys)
+        short = _short(text)
         node = tree
         for depth, key in enumerate(keys):
             last = depth == len(keys) - 1
@@ -53,26 +61,26 @@ def apply_overrides(tree, overrides):
             if isinstance(node, ObjSpec):
                 if last:
                     node.kwargs[key] = value
-                    node.key_where[key] = f"command line --set {text}"
+                    node.key_where[key] = f"command line --set {short}"
                 elif key in node.kwargs:
                     node = node.kwargs[key]
                 else:
-                    raise ConfigError(f"override {text!r}: {here} ({node.path}) has no key '{key}'", node.where)
+                    raise ConfigError(f"override {short!r}: {here} ({node.path}) has no key '{key}'", node.where)
             elif isinstance(node, dict):
                 if last:
                     node[key] = value
                 elif key in node:
                     node = node[key]
                 else:
-                    raise ConfigError(f"override {text!r}: {here} has no key '{key}'", "command line")
+                    raise ConfigError(f"override {short!r}: {here} has no key '{key}'", "command line")
             elif isinstance(node, list):
                 if not key.isdigit() or int(key) >= len(node):
-                    raise ConfigError(f"override {text!r}: {here} is a list of {len(node)} items; "
+                    raise ConfigError(f"override {short!r}: {here} is a list of {len(node)} items; "
                                       f"'{key}' is not an index", "command line")
                 if last:
                     node[int(key)] = value
                 else:
                     node = node[int(key)]
             else:
-                raise ConfigError(f"override {text!r}: {here} is a value, not a mapping or list", "command line")
+                raise ConfigError(f"override {short!r}: {here} is a value, not a mapping or list", "command line")
     return tree

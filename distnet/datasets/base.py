@@ -37,9 +37,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..config.types import Bounded, PositiveInt
 from ..errors import ConfigError, DataError
 from ..geometry.partition import Box, tile_of
 from . import cache
+from .checks import check_split, check_splits
 
 SPLITS = cache.SPLITS
 
@@ -115,8 +117,8 @@ class Dataset:
     """
 
     #: YAML key types for the config builder.
-    config_types = {"repo_path": str, "sample_pct": float, "serialized_path": str,
-                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": int}
+    config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
+                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
@@ -214,7 +216,9 @@ class Dataset:
             return self._limit_test(self._build(tile, seed, dtype))
         path = cache.fill_placeholders(self.serialized_path, rank, size)
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        return self._limit_test(cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype)))
+        return self._limit_test(cache.load_or_build(  # h14a: a cache failing the check is rebuilt
+            path, meta, lambda: self._build(tile, seed, dtype),
+            check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
 
     def _limit_test(self, data):
         """``data`` with its test split cut to the first ``num_test_sample`` images."""
@@ -283,12 +287,15 @@ class Dataset:
         out = {}
         for split in SPLITS:
             x, y = raw[split]
+            keep = None
             if split == "train" and self.sample_pct != 100:
                 keep = sample_indices(len(y), self.sample_pct, seed)
                 x, y = x[keep], y[keep]
             x = x.astype(dtype)
             if self.scale_255:
                 x /= 255
+            check_split(x, y, self.nclasses, ", ".join(map(str, self.source_files())), split, keep,
+                        (tile.y0, tile.x0))  # h14a: finite pixels, labels in range
             out[split] = (x, np.asarray(y, dtype=np.int64))
         return out
 

@@ -200,11 +200,12 @@ def write_cache(path, meta, data):
                 pickle.dump(obj, f, protocol=4)
 
 
-def load_or_build(path, meta, build):
+def load_or_build(path, meta, build, check=None):
     """The data cached at ``path`` if its metadata equals ``meta``, else ``build()`` (cached).
 
     ``meta`` is a dict of JSON values; ``build()`` returns split -> ``(x, y)``. A stale or
-    unreadable cache is reported with a warning on this module's logger and overwritten. If the
+    unreadable cache, or one whose data fails ``check(data)`` (a DataError: non-finite pixels,
+    labels out of range), is reported with a warning on this module's logger and overwritten. If the
     new cache cannot be written, a warning says so and the built data is returned anyway.
     """
     meta = normalize(meta)
@@ -214,6 +215,8 @@ def load_or_build(path, meta, build):
             diffs = differences(cached_meta, meta)
             if not diffs:
                 _check_data(path, meta, data)
+                if check is not None:
+                    check(data)
                 log.info("loaded dataset cache %s", path)
                 return data
             log.warning("dataset cache %s was written for another run (%s); rebuilding it",

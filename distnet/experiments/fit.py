@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
+from ..config.types import NonNegativeInt, PositiveInt, PositiveShape2
 from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
@@ -116,7 +117,8 @@ class FitExperiment:
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int}
+                    "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
+                    "eval_every": NonNegativeInt}
     report_errors = False
     #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
@@ -233,6 +235,8 @@ class FitExperiment:
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
+        from ..models.finite import check_parameters  # h14a: never a checkpoint of NaN weights
+        check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
         save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
 
     _pretrain_reported = 0

@@ -15,13 +15,17 @@ its own stage's layers only); with data replicas (``data``, or ``dist_mode: data
 for the replica's rows of a minibatch.
 
 Cost: tile and halo sizes are separable (a rank's rows depend only on its grid row, its columns
-only on its grid column), so the placements of the ranks of grid row 0 and grid column 0 give
-every maximum: ``O(Py + Px)`` placements per layer, for any rank count.
+only on its grid column), and the first block of every axis is the longest
+(:func:`~distnet.geometry.partition.block_partition`), so rank ``(0, 0)`` holds the largest tile
+and the most parameters; the largest chunk and the widest halos are per-axis maxima
+(:func:`~distnet.geometry.extent.halo_extents`): one placement per layer and ``O(Py + Px)``
+index math, for any rank count (``distnet show -n 1000000`` answers at once).
 """
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..geometry.extent import halo_extents
 from ..geometry.grid import GridPosition
 
 
@@ -42,22 +46,12 @@ class LayerRow:
     stage: int = 0           # pipeline stage holding the layer
 
 
-def _halo_sides(plan, in_plane):
-    """Ghost rows / columns a rank receives on each side (top, bottom, left, right)."""
-    H, W = in_plane
-    own, ch = plan.own, plan.chunk
-    return (max(0, own.y0 - max(ch.y0, 0)), max(0, min(ch.y1, H) - own.y1),
-            max(0, own.x0 - max(ch.x0, 0)), max(0, min(ch.x1, W) - own.x1))
-
-
 def layer_rows(exp, grid, batch, data=1, pipe=1):
     """One :class:`LayerRow` per layer of the (shape-inferred) model on ``grid`` (x ``data``
     replicas x ``pipe`` stages), for ``batch`` rows per replica."""
     itemsize = np.dtype(exp.backend.dtype).itemsize
-    Py, Px = grid
-    # grid row 0 (every column) and grid column 0 (every row): all maxima (module docstring)
-    coords = [(0, ix) for ix in range(Px)] + [(iy, 0) for iy in range(1, Py)]
-    per_rank = [exp.model.placements(GridPosition(tuple(grid), c, data, pipe)) for c in coords]
+    # rank (0, 0): the largest tile and the most parameters; chunks and halos per axis (h14a)
+    per_rank = [exp.model.placements(GridPosition(tuple(grid), (0, 0), data, pipe))]
     rows = []
     for i, layer in enumerate(exp.model.layers):
         pls = [placements[i] for placements in per_rank]
@@ -72,11 +66,9 @@ def layer_rows(exp, grid, batch, data=1, pipe=1):
         chunk_elems = 0
         if rank0.halos:
             C, H, W = layer.in_shape
-            chunks = [p.halos[0].plan.chunk.shape for p in pls]
-            chunk_shape = (C, max(h for h, _ in chunks), max(w for _, w in chunks))
+            halo, chunk = halo_extents((H, W), *rank0.halos[0].windows, grid)
+            chunk_shape = (C, *chunk.shape)
             chunk_elems = int(np.prod(chunk_shape))
-            sides = [_halo_sides(p.halos[0].plan, (H, W)) for p in pls]
-            halo = tuple(max(s[k] for s in sides) for k in range(4))
         rows.append(LayerRow(i, layer.name, type(layer).__name__, out, tuple(rank0.out_layout.local_shape),
                              largest, chunk_shape, halo, rank0.param_count,
                              max(p.local_param_count for p in pls), rank0.sharded,

@@ -30,6 +30,7 @@ Protocol (the model calls these in order):
 from dataclasses import dataclass, field
 
 from ..config.builder import config_error
+from ..config.types import NonNegativeInt, PositiveInt
 from .params import Param
 from .placement import REPLICATED, SPATIAL  # noqa: F401 - the layout kinds, re-exported
 
@@ -73,7 +74,8 @@ class BaseLayer:
     :mod:`distnet.models.graph`). neon's per-layer
     ``backend`` key is accepted and ignored: the experiment's backend is used everywhere."""
 
-    config_types = {"name": str, "pos": int, "batch_size": int, "stage": int, "inputs": ("list", str)}
+    config_types = {"name": str, "pos": NonNegativeInt, "batch_size": PositiveInt, "stage": NonNegativeInt,
+                    "inputs": ("list", str)}
     config_ignored = ("backend",)
     #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
     is_dist = False

@@ -2,6 +2,7 @@
 flattened row-major, neon's order ``(c*H + r)*W + q``)."""
 import numpy as np
 
+from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.activations import Identity
 from ..ops.parallel import matmul as pmatmul
 from .base import BaseLayer
@@ -14,8 +15,8 @@ class LayerWithNoBias(BaseLayer):
     Identity), ``weight_init``, ``learning_rate``, ``nin`` (optional, derived and checked).
     neon's seven ``*_dtype`` keys are accepted and ignored (neon ignored them too)."""
 
-    config_types = {"nin": int, "nout": int, "activation": ("obj", "activation"),
-                    "weight_init": dict, "learning_rate": float}
+    config_types = {"nin": PositiveInt, "nout": PositiveInt, "activation": ("obj", "activation"),
+                    "weight_init": WEIGHT_INIT, "learning_rate": NonNegative}
     config_ignored = ("weight_dtype", "velocity_dtype", "delta_dtype", "updates_dtype",
                       "pre_act_dtype", "output_dtype", "berror_dtype")
     #: neon's ``Layer`` counts the bias in ``nin``.
@@ -56,7 +57,8 @@ class LayerWithNoBias(BaseLayer):
         ``nfeat`` features: ``...`` for all, a slice or an index array) and its activation
         Allreduces. ``W (nout, nfeat)`` sharded by those columns; ``b (nout,)`` replicated;
         both complete on this rank for its samples (summed over data replicas only)."""
-        ncols = len(np.arange(self.nfeat)[cols]) if cols is not Ellipsis else self.nfeat
+        ncols = (self.nfeat if cols is Ellipsis else  # h14a: no arange(nfeat) per rank (show -n 10^6)
+                 len(range(self.nfeat)[cols]) if isinstance(cols, slice) else len(cols))
         sharded = cols is not Ellipsis
         params = [ParamPlacement(f"{self.name}.W", (self.nout, self.nfeat), (self.nout, ncols),
                                  (slice(None), cols) if sharded else Ellipsis, OVER_DATA, sharded)]

@@ -13,6 +13,7 @@ The pretraining step is written once for both layers: it only uses the seam of
 process, halo exchange when distributed; ``_input_grad``: its adjoint). So the Dist step is the
 non-dist one with the padding maps swapped for the exchanges, and gives the same numbers.
 """
+from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
 from .dist import HaloMixin
 from .params import Param, check_weight_init, gen_weights
@@ -62,8 +63,8 @@ class LocalFilteringLayer(WindowLayer):
     ``tied_weights`` (bool, default True: the decoder shares W's storage).
     """
 
-    config_types = {"nofm": int, "weight_init": dict, "learning_rate": float, "pretraining": bool,
-                    "pretrain_learning_rate": float, "sparsity": float, "tied_weights": bool}
+    config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative, "pretraining": bool,
+                    "pretrain_learning_rate": NonNegative, "sparsity": NonNegative, "tied_weights": bool}
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0,
                  pretraining=False, pretrain_learning_rate=None, sparsity=None, tied_weights=True,

@@ -11,6 +11,8 @@ interface, so the layers have one code path.
 import numpy as np
 
 from ..backend import get_array_module
+from ..config.types import (WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt,
+                            PositiveShape2)
 from ..errors import ConfigError, GeometryError
 from ..geometry import Window, output_plane, plan_halo
 from ..ops import conv, pooling
@@ -28,8 +30,8 @@ class WindowLayer(BaseLayer):
     [py, px] zero rows/cols on each side; a distnet addition), and neon's ``nifm`` / ``ifmshape``
     (optional: derived from the previous layer, checked if given)."""
 
-    config_types = {"nifm": int, "ifmshape": "shape2", "fshape": "shape2", "stride": "shape2",
-                    "padding": "shape2"}
+    config_types = {"nifm": PositiveInt, "ifmshape": PositiveShape2, "fshape": PositiveShape2,
+                    "stride": PositiveShape2, "padding": NonNegativeShape2}
     #: Forward chunk exchanges per step (LCN exchanges x, then s).
     exchanges_per_step = 1
     # ``reuse_buffers`` (BaseLayer) is off by default because a caller that keeps an output
@@ -187,7 +189,7 @@ class ConvLayer(WindowLayer):
     none, neon's behaviour; a RectLin is fused into the conv's output write). Conv weights are
     replicated in Dist runs."""
 
-    config_types = {"nofm": int, "weight_init": dict, "learning_rate": float,
+    config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
                     "activation": ("obj", "activation")}
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, nifm=None,

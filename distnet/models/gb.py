@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
+from ..config.types import NonNegative, NonNegativeInt
 from ..errors import ConfigError, TrainingError
 from ..layers.local import LocalFilteringLayer
 from ..layers.spatial import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
@@ -35,9 +36,9 @@ class GB(MLP):
     carriers ``sparsity``, ``pretrain_learning_rate``, ``tied_weights`` (accepted and unused: the
     LocalFilteringLayers read their own keys)."""
 
-    config_types = {"num_pretrain_epochs": int, "num_initial_epochs": int, "pretraining": bool,
+    config_types = {"num_pretrain_epochs": NonNegativeInt, "num_initial_epochs": NonNegativeInt, "pretraining": bool,
                     "pretrain_cost": ("obj", "cost"), "visualize": bool, "spot_check": bool,
-                    "sparsity": float, "pretrain_learning_rate": float, "tied_weights": bool}
+                    "sparsity": NonNegative, "pretrain_learning_rate": NonNegative, "tied_weights": bool}
 
     def __init__(self, layers, num_epochs, num_pretrain_epochs=0, num_initial_epochs=0,
                  pretraining=False, pretrain_cost=None, visualize=False, spot_check=False,

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..comm.reduce import allreduce_scalars
 from ..config.builder import config_error
+from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
 from ..layers.placement import REPLICATED, SPATIAL
@@ -20,6 +21,7 @@ from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_b
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule
+from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
 from .pipeline import Pipeline, StagePlanError, assign_stages
 
@@ -49,10 +51,10 @@ class MLP:
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
 
-    config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": int, "batch_size": int,
-                    "cost": ("obj", "cost"), "momentum": dict, "learning_rate": float,
-                    "shuffle": bool, "serialized_path": str, "stages": ("list", int),
-                    "micro_batches": int, "learning_rule": ("obj", "learning_rule")}
+    config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": NonNegativeInt, "batch_size": PositiveInt,
+                    "cost": ("obj", "cost"), "momentum": MOMENTUM, "learning_rate": NonNegative,
+                    "shuffle": bool, "serialized_path": str, "stages": ("list", NonNegativeInt),
+                    "micro_batches": PositiveInt, "learning_rule": ("obj", "learning_rule")}
     config_ignored = ("backend", "temp_dtype")
     #: Layout of the model's input: each rank's spatial tile (MLPDist: whole images).
     input_layout = SPATIAL
@@ -347,6 +349,7 @@ class MLP:
                 if not math.isfinite(loss):
                     raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
                                         "lower the learning rate or check the data")
+                check_finite_after_step(self, epoch, b, len(batches))   # every 16 steps and at the epoch end
                 total += loss
             mean = total / x.shape[0]
             costs.append(mean)

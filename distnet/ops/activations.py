@@ -40,17 +40,17 @@ class Logistic:
 
 
 class RectLin:
-    """``y = max(z, 0)`` (``z * [z > 0]``); ``dz = dy * [z > 0]``: the derivative is 0 at ``z == 0``."""
+    """``y = max(z, 0)``; ``dz = dy * [z > 0]``: the derivative is 0 at ``z == 0``. A NaN in ``z``
+    stays NaN in ``y`` and ``dz`` (a NaN must reach the cost check, never become a 0)."""
 
     name = "rectlin"
 
     def fprop(self, z):
-        xp = get_array_module(z)
-        return xp.where(z > 0, z, 0)
+        return get_array_module(z).maximum(z, 0)     # maximum propagates NaN
 
     def bprop(self, z, y, dy):
         xp = get_array_module(z, dy)
-        return xp.where(z > 0, dy, 0)
+        return xp.where(z > 0, dy, xp.where(xp.isnan(z), z, 0))
 
 
 class Tanh:

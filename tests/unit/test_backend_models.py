@@ -133,7 +133,8 @@ def test_device_work_per_step_is_independent_of_batch_and_waits_once(model):
     training steps per epoch at batch 4 and batch 16 make exactly the same number of device
     calls (no per-image loop anywhere), and the device is waited for once per training step
     (the batch loss, checked for NaN before the next step) and twice per pretraining epoch of
-    each pretrained layer (its two cost sums), nowhere else."""
+    each pretrained layer (its two cost sums), and once per parameter check (every
+    ``finite.CHECK_EVERY`` steps and at each epoch's end), nowhere else."""
     from tests.devicelike import xp
     counts = []
     for B in (4, 16):
@@ -148,8 +149,9 @@ def test_device_work_per_step_is_independent_of_batch_and_waits_once(model):
         counts.append(dict(xp.counts))
     steps = 2 * m.num_epochs
     pretraining = 2 * m.num_pretrain_epochs * len(m.pretrained_layers()) if model == "gb" else 0
+    checks = m.num_epochs  # the non-finite parameter check at each epoch's end (models/finite.py)
     assert counts[0] == counts[1], f"device calls depend on the batch size: B=4 {counts[0]}, B=16 {counts[1]}"
-    assert counts[0]["syncs"] == steps + pretraining, counts[0]
+    assert counts[0]["syncs"] == steps + pretraining + checks, counts[0]
 
 
 # -- the experiment path -------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def test_checkpoint_key_is_validated(files, tmp_path):
     for bad, words in (("checkpoint={evry: 2}", "unknown checkpoint key"),
                        ("checkpoint={every: -1}", "integer >= 0"),
                        ("checkpoint={path: 3}", "must be a file name"),
-                       ("pipe=0", "must be >= 1")):
+                       ("pipe=0", "expected int >= 1")):
         with pytest.raises(ConfigError, match=words):
             load_experiment(str(files["cnn"]), [bad])
     exp = load_experiment(str(files["cnn"]), [f"checkpoint={{every: 2, path: {tmp_path / 'k.h5'}}}"])

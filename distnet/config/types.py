@@ -1,0 +1,167 @@
+"""Constrained value types for ``config_types``: sizes, rates and ranges checked by the builder
+when the experiment is built (so ``distnet check`` and every rank before training refuse them
+with file:line:key), instead of by each constructor, or in the middle of training.
+
+A class declares them next to the plain types::
+
+    config_types = {"nofm": PositiveInt, "learning_rate": NonNegative, "weight_init": WEIGHT_INIT}
+
+Every number a spec accepts is finite (YAML's ``.nan`` / ``.inf`` are refused); so is every
+plain ``float`` key (see ``builder.coerce``). ``None`` (a key left at its default) is accepted.
+"""
+import math
+import reprlib
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxtuple = _SHORT.maxset = 6
+
+
+def short_repr(value):
+    """``repr(value)`` cut short (reprlib: a few items, levels and characters), so that an error
+    message never walks or prints a large value."""
+    return _SHORT.repr(value)
+
+
+def describe(value):
+    """A short description of a YAML value for error messages."""
+    return f"{short_repr(value)} ({type(value).__name__})"
+
+
+def check_finite(value, what="a number"):
+    """``value`` as a float when it is a finite int/float (not a bool); ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected {what}, got {describe(value)}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int with hundreds of digits
+        raise ValueError(f"expected {what}, got an integer too large for a float") from None
+    if not math.isfinite(out):
+        raise ValueError(f"expected {what}, got {value!r} (numbers must be finite)")
+    return out
+
+
+#: Largest size (a count of maps, units, pixels) an int key may give: beyond it no array of
+#: that size can be allocated, and numpy's errors would come late and as tracebacks.
+SIZE_CAP = 2**31 - 1
+
+
+class Bounded:
+    """An int or a finite number in ``[low, high]`` (``open_low``: ``low`` excluded). ``cap``:
+    a sanity limit on ints, not shown in the reference (:data:`SIZE_CAP` for sizes)."""
+
+    def __init__(self, base, low=None, high=None, open_low=False, cap=None):
+        assert base in (int, float)
+        self.base, self.low, self.high, self.open_low, self.cap = base, low, high, open_low, cap
+
+    def describe(self):
+        word = "int" if self.base is int else "number"
+        if self.low is not None and self.high is not None:
+            return f"{word} in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+        if self.low is not None:
+            return f"{word} {'>' if self.open_low else '>='} {self.low}"
+        if self.high is not None:
+            return f"{word} <= {self.high}"
+        return f"finite {word}" if self.base is float else word
+
+    __str__ = __repr__ = describe
+
+    def coerce(self, value):
+        """``value`` (an int for int specs, a float for number specs) or ValueError."""
+        if self.base is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expected an integer, got {describe(value)}")
+        else:
+            value = check_finite(value)
+        too_low = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        too_high = self.high is not None and value > self.high
+        if too_low or too_high:
+            raise ValueError(f"expected {self.describe()}, got {short_repr(value)}")
+        if self.cap is not None and value > self.cap:
+            raise ValueError(f"{short_repr(value)} is too large (more than {self.cap}: no array can "
+                             "have that size here)")
+        return value
+
+
+#: Sizes and counts that must be at least 1 (nofm, nout, batch_size, ...).
+PositiveInt = Bounded(int, 1, cap=SIZE_CAP)
+#: Counts that may be 0 (num_epochs, padding, epochs of a schedule, ...).
+NonNegativeInt = Bounded(int, 0, cap=SIZE_CAP)
+#: Rates and scales that may be 0 (a learning rate of 0 freezes a layer) but not negative.
+NonNegative = Bounded(float, 0)
+#: Strictly positive numbers.
+Positive = Bounded(float, 0, open_low=True)
+#: Any finite number.
+Finite = Bounded(float)
+#: Fractions in [0, 1].
+Fraction = Bounded(float, 0, 1)
+
+
+class Shape2:
+    """An int or a pair ``[rows, cols]`` of ints, each >= ``low``; normalised to a pair."""
+
+    def __init__(self, low):
+        self.low = low
+
+    def describe(self):
+        return f"int or [rows, cols], each >= {self.low}"
+
+    __str__ = __repr__ = describe
+
+    def coerce(self, value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            pair = (value, value)
+        elif (isinstance(value, (list, tuple)) and len(value) == 2
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            pair = tuple(value)
+        else:
+            raise ValueError(f"expected an integer or a pair [rows, cols] of integers, got {describe(value)}")
+        if min(pair) < self.low:
+            raise ValueError(f"expected sizes >= {self.low}, got {short_repr(value)}")
+        if max(pair) > SIZE_CAP:
+            raise ValueError(f"{short_repr(value)} is too large (more than {SIZE_CAP})")
+        return pair
+
+
+#: Filter sizes, strides, image sizes.
+PositiveShape2 = Shape2(1)
+#: Paddings.
+NonNegativeShape2 = Shape2(0)
+
+
+class MappingOf:
+    """A mapping whose numeric entries have specs (``fields``: key -> :class:`Bounded`), and
+    ``ordered`` pairs ``(a, b)`` that must satisfy ``a <= b`` when both are given. Other keys are
+    left to the class that reads the mapping (which names the valid ones)."""
+
+    def __init__(self, fields, ordered=()):
+        self.fields, self.ordered = dict(fields), tuple(ordered)
+
+    def describe(self):
+        return "mapping"
+
+    __str__ = __repr__ = describe
+
+    def coerce(self, value):
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping, got {describe(value)}")
+        out = dict(value)
+        for key, spec in self.fields.items():
+            if out.get(key) is not None:
+                try:
+                    out[key] = spec.coerce(out[key])
+                except ValueError as e:
+                    raise ValueError(f"{key}: {e}") from None
+        for a, b in self.ordered:
+            if out.get(a) is not None and out.get(b) is not None and out[a] > out[b]:
+                raise ValueError(f"{a} ({out[a]!r}) is larger than {b} ({out[b]!r})")
+        return out
+
+
+#: A layer's ``weight_init`` (its ``type`` and key names are checked by the layer).
+WEIGHT_INIT = MappingOf({"low": Finite, "high": Finite, "loc": Finite, "scale": NonNegative,
+                         "bias_init": Finite}, ordered=[("low", "high")])
+#: A model's ``momentum`` schedule (its ``type`` and key names are checked by the schedule).
+MOMENTUM = MappingOf({"coef": NonNegative, "initial_coef": NonNegative, "saturated_coef": NonNegative,
+                      "start_epoch": NonNegativeInt, "saturate_epoch": NonNegativeInt},
+                     ordered=[("start_epoch", "saturate_epoch")])
