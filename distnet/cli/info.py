@@ -29,6 +29,29 @@ def _blas():
         return "unknown"
 
 
+def _threads(use_mpi):
+    """This rank's thread plan (:mod:`distnet.ops.threads`): the one a run applied, else the
+    one it would apply here (over ``MPI.COMM_WORLD`` if ``use_mpi``: collective), and the BLAS
+    threads threadpoolctl sees now."""
+    try:
+        from ..ops.parallel import current_plan
+        from ..ops.threads import blas_threads
+        plan, applied = current_plan(), True
+        if plan is None:
+            applied = False
+            from ..experiments.threads import plan_threads
+            world = None
+            if use_mpi:
+                from mpi4py import MPI
+                world = MPI.COMM_WORLD
+            plan = plan_threads(world)
+        now = ", ".join(f"{lib} {n}" for lib, n in blas_threads()) or "no BLAS library found"
+        text = plan.describe()[len("threads "):]
+        return f"{text}; BLAS threads now: {now}" + ("" if applied else " (a run applies the plan)")
+    except Exception as e:  # noqa: BLE001 - never let a report fail
+        return f"unknown ({type(e).__name__}: {e})"
+
+
 def _mpi():
     try:
         from mpi4py import MPI
@@ -157,6 +180,7 @@ def stack_info(init_mpi=True, probe_gpu=None):
             ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
             ("numpy", _version("numpy")),
             ("blas", _blas()),
+            ("threads", _threads(init_mpi or running)),
             ("mpi", _mpi() if init_mpi or running else _mpi_metadata()),
             ("h5py", _version("h5py")),
             ("pyyaml", _version("yaml")),

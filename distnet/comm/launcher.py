@@ -21,11 +21,16 @@ def mpiexec_path():
     return local if os.path.exists(local) else shutil.which("mpiexec")
 
 
-def launch_env(nranks, base=None):
-    """``base`` (default ``os.environ``) plus the settings above; the user's own values win."""
+def launch_env(nranks, base=None, threads=None):
+    """``base`` (default ``os.environ``) plus the settings above; the user's own values win.
+
+    threads : BLAS threads per process (``OPENBLAS/OMP/MKL_NUM_THREADS``); default 1 when
+        ``nranks > 1``, unset (the run's own thread plan) for one process."""
     env = dict(os.environ if base is None else base)
     extra = dict(MPICH_YIELD_ENV)
-    if nranks > 1:
+    if threads is not None:
+        extra.update({k: str(int(threads)) for k in THREAD_ENV})
+    elif nranks > 1:
         extra.update(THREAD_ENV)
     for k, v in extra.items():
         env.setdefault(k, v)
