@@ -144,6 +144,8 @@ def _config_error_type():
 
 def _install_abort_hook():
     from ..comm.abort import install_abort_hook
+    from ..comm.launcher import prepare_mpi_env
+    prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
     from mpi4py import MPI
     install_abort_hook(MPI.COMM_WORLD)
 

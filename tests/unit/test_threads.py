@@ -94,3 +94,13 @@ def test_compare_runs_both_sides_with_the_same_threads():
     # the user's own value is kept, on both sides alike
     assert compare_threads(4, env={"OPENBLAS_NUM_THREADS": "2"}).blas == 2
     assert launch_env(1, base={"OPENBLAS_NUM_THREADS": "2"}, threads=2)["OPENBLAS_NUM_THREADS"] == "2"
+
+
+def test_mpich_yields_only_when_ranks_outnumber_cores():
+    from distnet.comm.launcher import MPICH_YIELD_ENV, oversubscribed_env
+    assert oversubscribed_env({"MPI_LOCALNRANKS": "4"}, cores=2) == MPICH_YIELD_ENV
+    assert oversubscribed_env({"MPI_LOCALNRANKS": "2"}, cores=2) == {}
+    assert oversubscribed_env({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, cores=4) == MPICH_YIELD_ENV
+    assert oversubscribed_env({}, cores=1) == {}                      # not launched
+    user = {"MPI_LOCALNRANKS": "4", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}
+    assert "MPIR_CVAR_ENABLE_HEAVY_YIELD" not in oversubscribed_env(user, cores=2)
