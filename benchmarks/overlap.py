@@ -61,7 +61,7 @@ def main():
                 pending.append(allreduce_sum_start([grads[i]], comm))
         if mode == "blocking":
             for g in grads:
-                allreduce_sum([g], comm)
+                allreduce_sum([g], comm, kind="allreduce_grad")
         for p in pending:
             p.wait()
         t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)

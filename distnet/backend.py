@@ -34,6 +34,8 @@ class Backend:
 
     name = "numpy"
     config_types = {"rng_seed": int, "dtype": str, "seterr_handling": dict, "threads": int}
+    #: MPI reads this backend's device buffers directly (GPU backend key; host arrays: moot).
+    cuda_aware_mpi = False
 
     def __init__(self, rng_seed=0, dtype="float32", seterr_handling=None, threads=None):
         if dtype not in _DTYPES:
@@ -69,7 +71,7 @@ class Backend:
         """True when MPI must get host copies of this backend's arrays: device arrays and an MPI
         that is not CUDA-aware (``cuda_aware_mpi`` False). Message buffers are then staged
         through pinned host mirrors (:mod:`distnet.comm.staging`)."""
-        return self.xp is not np and not getattr(self, "cuda_aware_mpi", False)
+        return self.xp is not np and not self.cuda_aware_mpi
 
     def __repr__(self):
         return f"{type(self).__name__}(rng_seed={self.rng_seed}, dtype={self.dtype.name})"
@@ -170,6 +172,16 @@ def get_array_module(*arrays):
             import sys
             return sys.modules[top]
     return np
+
+
+def _data_pointer(a):
+    ai = getattr(a, "__array_interface__", None)
+    return ai["data"][0] if ai is not None else a.data.ptr   # numpy; cupy's MemoryPointer
+
+
+def same_view(a, b):
+    """True if ``a`` and ``b`` are the same elements of the same memory (shape and strides)."""
+    return a.shape == b.shape and a.strides == b.strides and _data_pointer(a) == _data_pointer(b)
 
 
 class CPU(Backend):

@@ -318,27 +318,10 @@ def plot(runs, output, title):
     click.echo(output)
 
 
-@main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False))
-@click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Number of ranks (world size) to plan for.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
-def show(experiment, nranks, overrides):
-    """Show how EXPERIMENT is cut over N ranks, from geometry alone (no MPI, no data): per layer
-    the global and local shapes (rank 0 and the largest tile), the halo widths, the parameters
-    (total and per rank) and the activation memory per rank."""
-    from ..config import load_experiment
-    from .show import format_show
-    try:
-        exp = load_experiment(experiment, overrides)
-        text = format_show(exp, experiment, nranks)
-    except DistnetError as e:
-        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
-    click.echo(text)
+from .plan import plan  # noqa: E402 - commands defined in their own modules
+from .show import show  # noqa: E402
 
-
-from .plan import plan  # noqa: E402 - a command defined in its own module
-
+main.add_command(show)
 main.add_command(plan)
 
 

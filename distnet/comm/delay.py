@@ -1,4 +1,5 @@
-"""An artificially slow transport, for benchmarks: every gradient Allreduce takes ``delay``
+"""An artificially slow transport, for benchmarks: every gradient Allreduce (``kind=
+"allreduce_grad"`` in :mod:`distnet.comm.reduce`) takes ``delay``
 seconds more, as if the network were slow, so that what overlap hides can be measured on one
 machine.
 

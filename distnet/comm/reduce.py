@@ -14,7 +14,7 @@ from ..backend import get_array_module
 from .delay import comm_delay, sleep_until
 from .serial import in_place
 from .staging import MessageBuffers
-from .traffic import TRAFFIC, allreduce_kind
+from .traffic import TRAFFIC
 
 # Flat reduction buffers, one per (size, dtype, array module, host staging): planned by the first
 # call, reused (as MessageBuffers, so staged ones keep their pinned host mirror).
@@ -31,7 +31,7 @@ def _flat_buffer(xp, size, dtype, host_staging):
     return buf
 
 
-def allreduce_sum(arrays, comm, host_staging=False):
+def allreduce_sum(arrays, comm, host_staging=False, kind="allreduce_act"):
     """Sum each array of ``arrays`` over the ranks of ``comm``, in place, with ONE Allreduce.
 
     arrays : list of ``xp`` arrays of one dtype (any shapes, e.g. the gradients of a bucket);
@@ -40,6 +40,8 @@ def allreduce_sum(arrays, comm, host_staging=False):
         weights); collective over all of its ranks. Size 1: no communication at all.
     host_staging : True to reduce a pinned host mirror of the device buffer (an MPI that is not
         CUDA-aware: ``Backend.host_staging``); False reduces the buffer itself.
+    kind : what the traffic counter (:mod:`~distnet.comm.traffic`) files the bytes under:
+        ``allreduce_act`` (activation sums) or ``allreduce_grad`` (gradient buckets).
 
     The arrays are packed into one flat buffer (allocated once per bucket size and reused),
     reduced in place, and unpacked back into the same array objects, which are also returned
@@ -54,8 +56,8 @@ def allreduce_sum(arrays, comm, host_staging=False):
         raise ValueError(f"allreduce_sum needs one dtype per bucket, got {sorted(map(str, dtypes))}")
     xp = get_array_module(*arrays)
     if TRAFFIC.enabled:
-        TRAFFIC.record(allreduce_kind(), sum(a.nbytes for a in arrays))
-    delay = comm_delay()
+        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
+    delay = comm_delay() if kind == "allreduce_grad" else 0.0
     if len(arrays) == 1 and arrays[0].flags.c_contiguous and not host_staging:
         comm.Allreduce(in_place(comm), MessageBuffers(arrays, False).outgoing()[0])
         if delay:
@@ -122,7 +124,7 @@ class PendingSum:
         if self.done:
             return self.arrays
         self._request.Wait()
-        delay = comm_delay()
+        delay = comm_delay() if self._started is not None else 0.0
         if delay:
             sleep_until(self._started + delay)
         if self._flat is not None:
@@ -137,7 +139,7 @@ class PendingSum:
 _PENDING = set()
 
 
-def allreduce_sum_start(arrays, comm, host_staging=False):
+def allreduce_sum_start(arrays, comm, host_staging=False, kind="allreduce_grad"):
     """Start :func:`allreduce_sum` of ``arrays`` over ``comm`` without waiting (one
     ``Iallreduce``); returns a :class:`PendingSum`. Collective over the ranks of ``comm``: every
     rank starts the same buckets in the same order (the MPI standard matches nonblocking
@@ -146,7 +148,8 @@ def allreduce_sum_start(arrays, comm, host_staging=False):
 
     The bucket is packed into a flat buffer now (its own, from a free list: several buckets may
     be in flight), so the caller may go on computing other layers; the arrays receive the sums
-    in :meth:`PendingSum.wait`.
+    in :meth:`PendingSum.wait`. ``kind``: as in :func:`allreduce_sum` (default: a gradient
+    bucket; only those get the injected delay of :mod:`~distnet.comm.delay`).
     """
     arrays = list(arrays)
     started = time.perf_counter()
@@ -157,7 +160,7 @@ def allreduce_sum_start(arrays, comm, host_staging=False):
         raise ValueError(f"allreduce_sum_start needs one dtype per bucket, got {sorted(map(str, dtypes))}")
     xp = get_array_module(*arrays)
     if TRAFFIC.enabled:
-        TRAFFIC.record(allreduce_kind(), sum(a.nbytes for a in arrays))
+        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
     size = sum(a.size for a in arrays)
     key = (int(size), str(arrays[0].dtype), xp.__name__, bool(host_staging))
     free = _FREE.get(key)
@@ -165,7 +168,7 @@ def allreduce_sum_start(arrays, comm, host_staging=False):
                                                   host_staging)
     _pack(arrays, flat.arrays[0])
     request = comm.Iallreduce(in_place(comm), flat.outgoing()[0])
-    pending = PendingSum(arrays, request, flat, key, started)
+    pending = PendingSum(arrays, request, flat, key, started if kind == "allreduce_grad" else None)
     _PENDING.add(pending)
     return pending
 

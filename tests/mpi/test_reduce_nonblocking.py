@@ -27,7 +27,7 @@ def _buckets(rank, dtype):
 def test_nonblocking_equals_blocking(comm, dtype, host_staging):
     blocking, nonblocking = _buckets(comm.rank, dtype), _buckets(comm.rank, dtype)
     for b in blocking:
-        allreduce_sum(b, comm, host_staging)
+        allreduce_sum(b, comm, host_staging, kind="allreduce_grad")
     ids = [[id(a) for a in b] for b in nonblocking]
     pending = []
     for b in nonblocking:                       # started one after another, as a backward would
@@ -52,7 +52,7 @@ def test_buffers_are_reused_across_steps(comm):
         bs = _buckets(comm.rank, np.float32)
         expect = _buckets(comm.rank, np.float32)
         for b in expect:
-            allreduce_sum(b, comm)
+            allreduce_sum(b, comm, kind="allreduce_grad")
         for p in [allreduce_sum_start(b, comm) for b in bs]:
             p.wait()
         for b, e in zip(bs, expect):
@@ -67,7 +67,7 @@ def test_injected_delay_keeps_the_sums(comm):
     """The benchmark mode changes timing only (no timing is asserted here)."""
     a, b = np.ones(10), np.full(7, 2.0, dtype=np.float32)
     with injected_delay(0.01):
-        allreduce_sum([a], comm)
+        allreduce_sum([a], comm, kind="allreduce_grad")
         p = allreduce_sum_start([b], comm)
         p.wait()
     np.testing.assert_array_equal(a, comm.size)
