@@ -13,7 +13,7 @@ def plan_threads(world=None, backend=None, env=None):
     ``backend`` supplies the ``threads`` key; ``env`` defaults to ``os.environ``."""
     node = node_share(world)
     return thread_plan(node.node_cores, node.ranks, own_cores=node.own_cores, env=env,
-                       key=getattr(backend, "threads", None))
+                       key=None if backend is None else backend.threads)
 
 
 def setup_threads(world=None, backend=None, env=None):

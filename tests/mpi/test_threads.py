@@ -12,13 +12,16 @@ MPI_SIZES = (1, 2, 4)
 
 @pytest.fixture
 def restore_threads():
+    """Put BLAS threads, kernel threads and the plan back after the test (a fresh pool)."""
     parallel.kernel_threads()
-    before = dict(parallel._state)
+    before = {k: parallel._state[k] for k in ("threads", "plan")}
     blas = [c.get_num_threads() for c in parallel._state["blas"]]
     yield
     for c, n in zip(parallel._state["blas"], blas):
         c.set_num_threads(n)
-    parallel._state.update(before)
+    if parallel._state["pool"] is not None:
+        parallel._state["pool"].shutdown()
+    parallel._state.update(before, pool=None)
 
 
 def test_node_share_counts_the_ranks_of_this_node(comm):
