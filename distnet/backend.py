@@ -24,7 +24,10 @@ class Backend:
     dtype : 'float32' | 'float64', default 'float32'
         dtype of parameters, activations and data.
     seterr_handling : dict, optional
-        Passed to ``numpy.seterr`` (neon compatibility).
+        Passed to ``numpy.seterr`` (neon compatibility), except that underflow stays ignored
+        unless the mapping names ``under`` itself: a value rounding to 0 is harmless in every
+        formula here (a logistic unit far in its tail), and neon's ``{all: raise}`` would stop
+        a run on it.
     threads : int, optional
         BLAS and kernel threads of each rank. Default: the rank's share of its node's cores
         (cores / ranks on the node), or ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` /
@@ -47,7 +50,7 @@ class Backend:
         self.dtype = np.dtype(_DTYPES[dtype])
         self.xp = np
         if seterr_handling:
-            np.seterr(**seterr_handling)
+            np.seterr(**{"under": "ignore", **seterr_handling})
         self.rng = np.random.RandomState(self.rng_seed)
 
     def reseed(self):
@@ -193,3 +196,77 @@ class CPU(Backend):
     the key wins over both. The run header and ``distnet info`` print the plan, e.g.
     ``threads 1/rank (2 cores / 2 ranks on this node)``.
     """
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU stack, for bug reports (``distnet info``, a run directory's ``run.json``)
+# ---------------------------------------------------------------------------------------------
+
+def _cupy_distributions():
+    """Installed distributions that provide the ``cupy`` package (``cupy-cuda12x 13.3.0``...),
+    from their metadata: nothing is imported."""
+    from importlib import metadata
+    names = []
+    try:
+        names = metadata.packages_distributions().get("cupy", [])   # Python >= 3.10
+    except Exception:  # noqa: BLE001 - Python 3.9, or odd metadata
+        pass
+    out = []
+    for name in dict.fromkeys(names or ("cupy", "cupy-cuda11x", "cupy-cuda12x", "cupy-cuda13x")):
+        try:
+            out.append(f"{name} {metadata.version(name)}")
+        except Exception:  # noqa: BLE001 - PackageNotFoundError, broken metadata
+            pass
+    return out
+
+
+def _cuda_version(v):
+    """CUDA's integer version (12040) as ``12.4``."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def gpu_stack(probe=True):
+    """``[(name, text)]`` about the GPU stack (cupy, CUDA runtime and driver, devices); never
+    raises.
+
+    cupy is looked up first without being imported (``importlib.util.find_spec``), so a machine
+    without it pays nothing. With ``probe=False`` cupy is not imported either unless it already
+    is (a CPU run records its versions without loading CUDA)."""
+    import importlib.util
+    import sys
+    try:
+        found = sys.modules.get("cupy") is not None or importlib.util.find_spec("cupy") is not None
+    except Exception:  # noqa: BLE001 - a broken sys.modules entry or finder
+        found = False
+    if not found:
+        return [("gpu", "cupy not installed (CPU only; `pip install 'distnet[gpu]'` adds it)")]
+    dists = ", ".join(_cupy_distributions()) or "no package metadata"
+    if not probe and "cupy" not in sys.modules:
+        return [("gpu", f"cupy installed ({dists}), not imported by this process")]
+    try:
+        import cupy
+    except Exception as e:  # noqa: BLE001 - ImportError, a CUDA library failing to load, ...
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        return [("gpu", f"cupy installed ({dists}) but cannot be imported: {type(e).__name__}: {msg}")]
+    rows = [("gpu", f"cupy {getattr(cupy, '__version__', '?')} ({dists})")]
+    rt = cupy.cuda.runtime
+    parts = []
+    for what, get in (("runtime", rt.runtimeGetVersion), ("driver", rt.driverGetVersion)):
+        try:
+            v = get()
+            parts.append(f"{what} {_cuda_version(v)}" if v else f"{what} none")
+        except Exception as e:  # noqa: BLE001 - CUDARuntimeError (no driver, ...)
+            parts.append(f"{what} unknown ({type(e).__name__})")
+    rows.append(("cuda", ", ".join(parts)))
+    try:
+        n = rt.getDeviceCount()
+        names = []
+        for i in range(n):
+            p = rt.getDeviceProperties(i)
+            name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+            names.append(f"{i}: {name} ({p['totalGlobalMem'] / 2**30:.1f} GiB, "
+                         f"sm_{p['major']}{p['minor']})")
+        rows.append(("gpus", f"{n}" + (f" ({'; '.join(names)})" if names else "")))
+    except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, cudaErrorInsufficientDriver, ...
+        rows.append(("gpus", f"none usable ({type(e).__name__}: {str(e)[:200]})"))
+    return rows

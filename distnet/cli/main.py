@@ -3,7 +3,6 @@ import json
 import logging
 import os
 import sys
-import time
 
 import click
 
@@ -19,25 +18,25 @@ def _fail(message, code=2):
 
 
 def _world_rank():
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_size() > 1:
-        return mpi.COMM_WORLD.Get_rank()
-    return None
+    from ..comm.world import world_rank
+    return world_rank()
 
 
 def _abort_if_parallel(code):
     """In a multi-rank run, a rank that fails alone would leave the others waiting in a
     collective: end the whole job (after a moment, so ranks with the same error print it too)."""
-    if _world_rank() is not None:
-        sys.stderr.flush()
-        time.sleep(0.5)
-        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+    from ..comm.world import abort_world
+    abort_world(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
-def main():
+@click.pass_context
+def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()
@@ -132,9 +131,8 @@ def _launched_on_many():
 
 def _bcast(value):
     """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
-    if _world_rank() is None:
-        return value
-    return sys.modules["mpi4py.MPI"].COMM_WORLD.bcast(value, root=0)
+    from ..comm.world import bcast_from_root
+    return bcast_from_root(value)
 
 
 def _config_error_type():
@@ -143,11 +141,8 @@ def _config_error_type():
 
 
 def _install_abort_hook():
-    from ..comm.abort import install_abort_hook
-    from ..comm.launcher import prepare_mpi_env
-    prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
-    from mpi4py import MPI
-    install_abort_hook(MPI.COMM_WORLD)
+    from ..comm.world import install_world_abort_hook
+    install_world_abort_hook()
 
 
 class _CliHooks:
@@ -180,9 +175,14 @@ class _CliHooks:
         self._write(record)
 
     def finished(self, result):
-        self._write({"final": True, "train_misclass": result.train_misclass,
-                     "test_misclass": result.test_misclass, "size": result.size,
-                     "grid": list(result.grid), "start_epoch": result.start_epoch})
+        rec = {"final": True, "train_misclass": result.train_misclass,
+               "test_misclass": result.test_misclass, "size": result.size,
+               "grid": list(result.grid), "start_epoch": result.start_epoch}
+        if result.valid_misclass is not None:
+            rec["valid_misclass"] = result.valid_misclass
+        if result.best_epoch is not None:
+            rec["best_epoch"] = result.best_epoch
+        self._write(rec)
 
     def close(self):
         if self.bar is not None:
@@ -191,7 +191,8 @@ class _CliHooks:
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), required=False)
-@click.option("--list-classes", is_flag=True, help="List the classes an experiment may name.")
+@click.option("--list-classes", is_flag=True,
+              help="List the classes an experiment may name (with those of installed plugins).")
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
@@ -199,20 +200,32 @@ def check(experiment, list_classes, reference, overrides):
     from ..config import load_experiment
     if list_classes or reference:
         from ..config.reference import reference_markdown
-        from ..config.registry import known_classes
+        from ..config.registry import check_plugins, known_classes, plugin_source
+        try:
+            check_plugins()
+        except DistnetError as e:
+            _fail(str(e))
         if reference:
             click.echo(reference_markdown(), nl=False)
         else:
             for name, kind, dpath, npath in known_classes():
-                click.echo(f"{kind:<10} {dpath:<40} {npath or ''}")
+                click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
         return
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")
     try:
-        exp = load_experiment(experiment, overrides)
+        try:
+            exp = load_experiment(experiment, overrides)
+        except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
+            if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+                raise
+            exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
+        getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
+    for level, note in exp.config_notes:
+        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:
@@ -244,6 +257,31 @@ def mnist_sample(directory):
         _fail(str(e))
     for p in paths:
         click.echo(p)
+
+
+@data.command("convert")
+@click.argument("source", type=click.Path(exists=True))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--size", metavar="HxW", help="Resize every image to H x W pixels (bilinear); "
+              "without it, all images must have one size.")
+@click.option("--labels", type=click.Path(exists=True, dir_okay=False),
+              help="Labels (.npy of integers) of an .npy SOURCE of images.")
+@click.option("--test-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
+              help="Fraction of the images held out as the test split (when SOURCE has none).")
+@click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Fraction of the images held out as a validation split (when SOURCE has none).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed):
+    """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
+    subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
+    .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8."""
+    from ..datasets.convert import convert, describe
+    try:
+        info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
+                       valid_fraction=valid_fraction, seed=seed)
+    except DistnetError as e:
+        _fail(str(e))
+    click.echo(describe(info))
 
 
 @main.command()

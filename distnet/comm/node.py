@@ -51,3 +51,14 @@ def node_share(world=None):
         return NodeShare(node.Get_size(), node.Get_rank(), len(union), len(mine))
     finally:
         node.Free()
+
+
+def world_for_plan(use_mpi):
+    """``MPI.COMM_WORLD`` (initialising MPI) when ``use_mpi`` or when MPI already runs, else
+    None (a process without MPI: one rank)."""
+    import sys
+    mpi = sys.modules.get("mpi4py.MPI")
+    if use_mpi or (mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()):
+        from mpi4py import MPI
+        return MPI.COMM_WORLD
+    return None

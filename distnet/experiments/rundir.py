@@ -25,6 +25,7 @@ import sys
 
 import yaml
 
+from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
 
 ENV_BASE = "DISTNET_RUNS_DIR"
@@ -38,6 +39,7 @@ class RunDirError(DistnetError):
 # The resolved experiment
 # ---------------------------------------------------------------------------------------------
 
+@yaml12_numbers   # a string such as '1e-3' is written quoted (it reads back as a number)
 class _Dumper(yaml.SafeDumper):
     pass
 
@@ -78,8 +80,8 @@ def experiment_config(path, overrides=()):
 
 def versions():
     """``distnet info``'s stack as a dict, without starting MPI in a one-process run."""
-    from ..cli import info
-    return dict(info.stack_info(init_mpi=False))
+    from .stack import stack_info
+    return dict(stack_info(init_mpi=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +135,11 @@ class RunDir:
         return os.path.join(self.path, name)
 
     def _write_text(self, name, text):
-        from ..datasets.atomic import atomic_target
-        from ..models.checkpoint import _umask_mode
+        from ..fileio import atomic_target, umask_mode
         with atomic_target(self.file(name)) as tmp:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
-            _umask_mode(tmp)
+            umask_mode(tmp)
 
     def start(self, config, command=None, resume=None, checkpoint=None):
         """Write the experiment, the resolved experiment and ``run.json`` (status running)."""

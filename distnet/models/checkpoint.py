@@ -165,7 +165,7 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     JSON-serialisable per-epoch records."""
     import h5py
     from .. import __version__
-    from ..datasets.atomic import atomic_target
+    from ..fileio import atomic_target, umask_mode
     meta = dict(meta or {})
     try:
         with atomic_target(path) as tmp:
@@ -197,16 +197,9 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                 c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
             with open(tmp, "rb+") as fh:  # on disk before it takes the real name
                 os.fsync(fh.fileno())
-            _umask_mode(tmp)
+            umask_mode(tmp)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
-
-
-def _umask_mode(path):
-    """Give a temporary file (created 0600) the mode a plain ``open`` would have given it."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
 
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):
@@ -366,13 +359,16 @@ def _names(entries):
 
 
 def restore_checkpoint(model, path, topology, log=None):
-    """Read ``path`` on every rank and load this rank's part into ``model`` (collective over the
+    """Read ``path`` on world rank 0 only (no rank but 0 needs to see the file: node-local
+    disks), hand it to every rank, and load each rank's part into ``model`` (collective over the
     run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
     :class:`Checkpoint`."""
     from ..comm.abort import run_collectively
+    from ..comm.root_read import read_on_root
+
+    ck = read_on_root(topology.world, lambda: read_checkpoint(path))
 
     def load():
-        ck = read_checkpoint(path)
         apply_checkpoint(model, ck, log)
         return ck
 

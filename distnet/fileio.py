@@ -1,4 +1,8 @@
-"""Write a file so that a crash never leaves half of it under its real name."""
+"""Writing files so that a crash never leaves half of one under its real name.
+
+A foundation module (DESIGN §3): datasets (IDX files, caches), checkpoints and run directories
+all write through it, so it imports nothing of distnet's.
+"""
 import contextlib
 import os
 import tempfile
@@ -29,3 +33,11 @@ def atomic_write_bytes(path, payload):
     with atomic_target(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(payload)
+
+
+def umask_mode(path):
+    """Give a file made by :func:`atomic_target` (``mkstemp`` creates it 0600) the mode a plain
+    ``open`` would have given it (0666 less the process umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
