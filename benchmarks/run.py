@@ -89,6 +89,12 @@ def round_ratios(a, b):
     return median(rs), rs
 
 
+def spread(values):
+    """``0.91-1.12x``: the smallest and largest of per-round ratios."""
+    v = [x for x in values or () if x == x]
+    return f"{min(v):.2f}-{max(v):.2f}x" if v else "-"
+
+
 def mib(n):
     return f"{n / 2**20:.0f} MiB"
 
@@ -186,7 +192,11 @@ def machine_info():
             "python": platform.python_version(), "numpy": np.__version__}
     try:
         with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            text = f.read().splitlines()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text if line.startswith("model name"))
+        flags = next((line.split(":", 1)[1].split() for line in text if line.startswith("flags")), [])
+        simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+        info["cpu"] += f" ({', '.join(simd) or 'no AVX2'})"
         info["loadavg_start"] = os.getloadavg()
     except (OSError, StopIteration):
         pass
@@ -229,6 +239,8 @@ def main():
                     help="workload:grid pairs run once for bytes and memory")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--no-profile", action="store_true", help="skip benchmarks/profile_step.py")
+    ap.add_argument("--no-layers", action="store_true",
+                    help="skip benchmarks/layers.py (sgemm peak and GFLOP/s per conv layer)")
     a = ap.parse_args()
     gpu = a.backend == "gpu"
     if gpu:
@@ -243,6 +255,10 @@ def main():
     log(f"distnet benchmarks {info['date']} on {info['cpu']} ({info['cores']} cores), load {info.get('loadavg_start')}"
         + (", backend gpu" if gpu else ""))
     report = {"machine": info, "threads": a.threads, "rounds": a.rounds, "backend": a.backend}
+    if not (a.no_layers or gpu):
+        from benchmarks import layers
+        log(f"sgemm peak, then GFLOP/s per conv layer, {a.threads} thread(s), frameworks alternating:")
+        report["layers"] = layers.run_rounds(a.threads, a.rounds, ["distnet", "torch"], log)
     log(f"single process, {a.threads} thread(s) each (OPENBLAS/OMP/MKL_NUM_THREADS, torch.set_num_threads)"
         + (", distnet on distnet.backends.GPU, PyTorch on cuda:" if gpu else ":"))
     report["single"] = compare_single([w for w in a.workloads.split(",") if w], a.threads, a.rounds, log,
@@ -321,11 +337,12 @@ def tables(rep):
                   "device memory: cupy's memory pool / torch.cuda.max_memory_reserved.", ""]
     dev_head = " distnet device mem | PyTorch device mem |" if gpu else ""
     lines += [f"Single process, {rep['threads']} thread(s) each, {rep['rounds']} interleaved rounds "
-              "(images/s = batch / median step; ratio = median over rounds of the per-round ratio):",
+              "(images/s = batch / median step; ratio = median over rounds of the per-round ratio; "
+              "spread = the smallest and largest per-round ratio):",
               "",
-              "| workload | batch | distnet img/s | PyTorch img/s | distnet / PyTorch | distnet peak RSS | "
-              f"PyTorch peak RSS |{dev_head} first-step loss distnet / torch |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if gpu else "") + " --- |"]
+              "| workload | batch | distnet img/s | PyTorch img/s | distnet / PyTorch | per-round spread | "
+              f"distnet peak RSS | PyTorch peak RSS |{dev_head} first-step loss distnet / torch |",
+              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |" + (" ---: | ---: |" if gpu else "") + " --- |"]
     for w, r in rep["single"].items():
         fl = r["first_loss"]
         loss = (f"{fl['distnet']:.4f} / {fl['torch']:.4f}" if fl["distnet"] is not None and fl["torch"] is not None
@@ -333,12 +350,18 @@ def tables(rep):
         dev = (f" {mib(r['distnet'].get('device_bytes_max', 0))} | {mib(r['torch'].get('device_bytes_max', 0))} |"
                if gpu else "")
         lines.append(f"| {w} | {BATCH[w]} | {r['distnet']['images_per_s']:.1f} | {r['torch']['images_per_s']:.1f} | "
-                     f"{r['ratio']:.2f}x | {mib(r['distnet']['peak_rss_max'])} | {mib(r['torch']['peak_rss_max'])} |"
+                     f"{r['ratio']:.2f}x | {spread(r.get('ratio_per_round'))} | "
+                     f"{mib(r['distnet']['peak_rss_max'])} | {mib(r['torch']['peak_rss_max'])} |"
                      f"{dev} {loss} |")
+    if rep.get("layers"):
+        from benchmarks import layers
+        text, _ = layers.table(rep["layers"])
+        lines += ["", f"GFLOP/s per conv layer (benchmarks/layers.py), {rep['threads']} thread(s), "
+                  "the sgemm peak measured first in every worker (and again at its end):", "", text]
     if "scaling" in rep:
         lines += ["", "Spatial scaling, bigimage (batch 16), distnet, 1 thread per rank"
                   + (", one GPU per rank (ranks share the GPUs when there are fewer)" if gpu else "") + ":", "",
-                  "| ranks (grid) | img/s | speedup vs 1 rank | peak RSS per rank (max) | vs 1 rank | "
+                  "| ranks (grid) | img/s | speedup vs 1 rank (per-round spread) | peak RSS per rank (max) | vs 1 rank | "
                   "halo sent/step/rank (max) | grad allreduce/step/rank | FC allreduce/step/rank |"
                   + (" device mem per rank (max) |" if gpu else ""),
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gpu else "")]
@@ -346,7 +369,7 @@ def tables(rep):
             py, px = (int(v) for v in g.split("x"))
             bps = s.get("bytes_per_step") or [{}]
             halo = max(b.get("halo_fwd", 0) + b.get("halo_bwd", 0) for b in bps)
-            lines.append(f"| {py * px} ({g}) | {s['images_per_s']:.2f} | {s['speedup']:.2f}x | "
+            lines.append(f"| {py * px} ({g}) | {s['images_per_s']:.2f} | {s['speedup']:.2f}x ({spread(s.get('speedup_per_round'))}) | "
                          f"{mib(max(s.get('peak_rss_per_rank', [0])))} | {s['peak_rss_ratio']:.2f} | {kib(halo)} | "
                          f"{kib(max(b.get('allreduce_grad', 0) for b in bps))} | "
                          f"{kib(max(b.get('allreduce_act', 0) for b in bps))} |"

@@ -7,7 +7,7 @@ single-process model draws (DESIGN §4, NEON.md §3.12).
 """
 import numpy as np
 
-from .config.types import Bounded, NonNegativeInt
+from .config.types import Bounded, NonNegativeInt, PositiveInt
 from .errors import ConfigError
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -29,16 +29,25 @@ class Backend:
         unless the mapping names ``under`` itself: a value rounding to 0 is harmless in every
         formula here (a logistic unit far in its tail), and neon's ``{all: raise}`` would stop
         a run on it.
+    threads : int, optional
+        BLAS and kernel threads of each rank. Default: the rank's share of its node's cores
+        (cores / ranks on the node), or ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` /
+        ``OMP_NUM_THREADS`` where one is set; the run header prints the plan
+        (``threads 1/rank (2 cores / 2 ranks on this node)``).
     """
 
     name = "numpy"
-    config_types = {"rng_seed": Bounded(int, 0, 2**32 - 1), "dtype": str, "seterr_handling": dict}
+    config_types = {"rng_seed": Bounded(int, 0, 2**32 - 1), "dtype": str, "seterr_handling": dict,
+                    "threads": PositiveInt}
     #: MPI reads this backend's device buffers directly (GPU backend key; host arrays: moot).
     cuda_aware_mpi = False
 
-    def __init__(self, rng_seed=0, dtype="float32", seterr_handling=None):
+    def __init__(self, rng_seed=0, dtype="float32", seterr_handling=None, threads=None):
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}", key="dtype")
+        if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+            raise ConfigError(f"threads must be a positive integer, got {threads!r}", key="threads")
+        self.threads = None if threads is None else int(threads)
         self.rng_seed = int(rng_seed)
         self.dtype = np.dtype(_DTYPES[dtype])
         self.xp = np
@@ -74,14 +83,22 @@ class Backend:
 
 
 class Numpy(Backend):
-    """neon's ``neon.backends._numpy.Numpy``: float32 numpy."""
+    """neon's ``neon.backends._numpy.Numpy``: float32 numpy.
+
+    ``threads`` (every backend): BLAS and distnet kernel threads per rank. Default: the rank's
+    share of its node's cores (cores / ranks on the node, from a shared-memory split of the
+    world), unless ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set;
+    the key wins over both. The run header and ``distnet info`` print the plan, e.g.
+    ``threads 1/rank (2 cores / 2 ranks on this node)``.
+    """
 
 
 class Numpy64(Backend):
     """neon's ``Numpy64``: float64 numpy."""
 
-    def __init__(self, rng_seed=0, dtype="float64", seterr_handling=None):
-        super().__init__(rng_seed=rng_seed, dtype=dtype, seterr_handling=seterr_handling)
+    def __init__(self, rng_seed=0, dtype="float64", seterr_handling=None, threads=None):
+        super().__init__(rng_seed=rng_seed, dtype=dtype, seterr_handling=seterr_handling,
+                         threads=threads)
 
 
 def _import_cupy():
@@ -173,7 +190,14 @@ def same_view(a, b):
 
 
 class CPU(Backend):
-    """``distnet.backends.CPU``: numpy on the CPU (same keys as :class:`Backend`)."""
+    """``distnet.backends.CPU``: numpy on the CPU (same keys as :class:`Backend`).
+
+    ``threads`` (every backend): BLAS and distnet kernel threads per rank. Default: the rank's
+    share of its node's cores (cores / ranks on the node, from a shared-memory split of the
+    world), unless ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set;
+    the key wins over both. The run header and ``distnet info`` print the plan, e.g.
+    ``threads 1/rank (2 cores / 2 ranks on this node)``.
+    """
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,5 +157,5 @@ def test_grid_that_does_not_fit_is_refused(tiny, tmp_path):
 
 def test_info_lists_the_stack():
     out = distnet("info", check=True).stdout
-    for word in ("distnet", "numpy", "mpi", "h5py", "gpu"):
+    for word in ("distnet", "numpy", "mpi", "h5py", "gpu", "threads"):
         assert word in out

@@ -9,9 +9,10 @@ import tempfile
 from ..comm.launcher import launch_env, mpiexec_path
 
 
-def run_experiment(path, nranks, metrics, overrides=(), timeout=None):
-    """Run ``distnet run path`` on ``nranks`` processes (1 = no launcher) with no run directory;
-    returns the exit code."""
+def run_experiment(path, nranks, metrics, overrides=(), timeout=None, threads=None):
+    """Run ``distnet run path`` on ``nranks`` processes (1 = no launcher) with no run directory
+    and ``threads`` BLAS/kernel threads per process (None: 1 on several ranks, the run's own
+    plan on one); returns the exit code."""
     cmd = [sys.executable, "-m", "distnet", "run", path, "--metrics", metrics, "--no-run-dir"]
     for o in overrides:
         cmd += ["--set", o]
@@ -20,7 +21,18 @@ def run_experiment(path, nranks, metrics, overrides=(), timeout=None):
         if launcher is None:
             raise FileNotFoundError("mpiexec not found: pip install mpich (or load your MPI)")
         cmd = [launcher, "-n", str(nranks), *cmd]
-    return subprocess.run(cmd, timeout=timeout, env=launch_env(nranks)).returncode
+    return subprocess.run(cmd, timeout=timeout, env=launch_env(nranks, threads=threads)).returncode
+
+
+def compare_threads(nranks, env=None):
+    """The :class:`~distnet.ops.threads.ThreadPlan` both sides of a comparison run with: the
+    plan of one of ``nranks`` ranks on this machine (the user's variables win, as in a run), so
+    that the one-process side sums in the same order (a different BLAS / kernel thread count
+    moves a float32 cost by about 1e-5 relative)."""
+    from ..comm.node import own_cores
+    from ..ops.threads import thread_plan
+    cores = len(own_cores())
+    return thread_plan(cores, nranks, own_cores=cores, env=env)
 
 
 def read_metrics(path):
@@ -145,14 +157,16 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
     cost_tol = tol["cost_tol"] if cost_tol is None else cost_tol
     cost_atol = tol["cost_atol"] if cost_atol is None else cost_atol
     rate_tol = tol["rate_tol"] if rate_tol is None else rate_tol
+    plan = compare_threads(nranks)
     with tempfile.TemporaryDirectory() as tmp:
         ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
+        out(f"== both sides with {plan.describe()}")
         out(f"== {path_a} on 1 process")
-        if run_experiment(path_a, 1, ma, list(overrides) + list(reference_overrides)) != 0:
+        if run_experiment(path_a, 1, ma, list(overrides) + list(reference_overrides), threads=plan.blas) != 0:
             out(f"distnet: error: {path_a} failed")
             return False
         out(f"== {path_b} on {nranks} ranks")
-        if run_experiment(path_b, nranks, mb, overrides) != 0:
+        if run_experiment(path_b, nranks, mb, overrides, threads=plan.blas) != 0:
             out(f"distnet: error: {path_b} failed")
             return False
         rows, max_cost, max_rate = compare_runs(read_metrics(ma), read_metrics(mb))

@@ -30,6 +30,33 @@ def _waitall(requests):
         type(requests[0]).Waitall(requests)
 
 
+class HaloExchange:
+    """A forward halo exchange in flight (:meth:`GlobalArray.exchange_begin`).
+
+    chunk : the ``(B, C, Hc, Wc)`` chunk, valid except at its ghost pixels until :meth:`finish`.
+    """
+
+    def __init__(self, ga, chunk, requests, ghost):
+        self.chunk, self._ga, self._requests, self._ghost = chunk, ga, requests, ghost
+        self.done = False
+
+    def test(self):
+        """Let MPI progress the messages (nonblocking); True once all have arrived."""
+        if self.done or not self._requests:
+            return True
+        return bool(type(self._requests[0]).Testall(self._requests))
+
+    def finish(self):
+        """Wait for the ghosts, copy them into the chunk, return it. Idempotent."""
+        if not self.done:
+            _waitall(self._requests)
+            box = self._ga.plan.chunk
+            for buf, t in zip(self._ghost.arrived(), self._ga.plan.recvs):
+                self.chunk[(Ellipsis,) + t.box.relative_to(box)] = buf
+            self.done = True
+        return self.chunk
+
+
 class GlobalArray:
     """Halo exchange of one layer on the spatial communicator.
 
@@ -108,6 +135,17 @@ class GlobalArray:
         Returns a new ``(B, C, Hc, Wc)`` array (``plan.chunk``), zero where it lies outside the
         image, or ``out``. Collective over my peers in ``comm``.
         """
+        return self.exchange_begin(x_local, out).finish()
+
+    def exchange_begin(self, x_local, out=None):
+        """Start :meth:`exchange`: post the messages, fill the chunk's own part and padding, and
+        return a :class:`HaloExchange` whose ``chunk`` is already valid wherever no ghost pixel
+        lies (:func:`distnet.geometry.overlap.early_output_box` says which outputs read only
+        those) and whose :meth:`~HaloExchange.finish` waits for the ghosts and returns the
+        chunk. Between the two, a layer computes its early outputs (the overlap); it must not
+        write ``x_local`` or the chunk's ghost parts. Collective over my peers in ``comm``; the
+        same chunk as :meth:`exchange`, whatever the timing.
+        """
         plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
         self._check(x_local, own.shape, "x_local")
         xp = get_array_module(x_local)
@@ -132,10 +170,7 @@ class GlobalArray:
         if not interior.is_empty():
             chunk[(Ellipsis,) + interior.relative_to(chunk_box)] = \
                 x_local[(Ellipsis,) + interior.relative_to(own)]
-        _waitall(reqs)
-        for buf, t in zip(ghost.arrived(), plan.recvs):
-            chunk[(Ellipsis,) + t.box.relative_to(chunk_box)] = buf
-        return chunk
+        return HaloExchange(self, chunk, reqs, ghost)
 
     get_fprop_view = exchange
 

@@ -15,17 +15,49 @@ MPICH_YIELD_ENV = {
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+#: Variables in which launchers announce how many ranks they started on this node.
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
+                   "SLURM_NTASKS_PER_NODE")
+
+
+def oversubscribed_env(env=None, cores=None):
+    """The MPICH yield settings (:data:`MPICH_YIELD_ENV`) to add to ``env`` (default
+    ``os.environ``) before MPI starts, when the launcher put more ranks on this node than the
+    node has cores (``cores``: default the cores this process may use), and the user set none
+    of them; else ``{}``. Pure."""
+    env = os.environ if env is None else env
+    local = next((int(env[k]) for k in LOCAL_SIZE_VARS if str(env.get(k, "")).isdigit()), 0)
+    if cores is None:
+        from .node import own_cores
+        cores = len(own_cores())
+    if local <= cores:
+        return {}
+    return {k: v for k, v in MPICH_YIELD_ENV.items() if k not in env}
+
+
+def prepare_mpi_env():
+    """Apply :func:`oversubscribed_env` to this process's environment; call it before mpi4py
+    initialises MPI (MPICH reads the variables in ``MPI_Init``). A plain ``mpiexec -n 4`` on 2
+    cores then waits by yielding, as ``distnet compare`` and the tests launch it."""
+    os.environ.update(oversubscribed_env())
+
+
 def mpiexec_path():
     """The launcher beside this Python (the pip ``mpich`` package installs it there), else PATH."""
     local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return local if os.path.exists(local) else shutil.which("mpiexec")
 
 
-def launch_env(nranks, base=None):
-    """``base`` (default ``os.environ``) plus the settings above; the user's own values win."""
+def launch_env(nranks, base=None, threads=None):
+    """``base`` (default ``os.environ``) plus the settings above; the user's own values win.
+
+    threads : BLAS threads per process (``OPENBLAS/OMP/MKL_NUM_THREADS``); default 1 when
+        ``nranks > 1``, unset (the run's own thread plan) for one process."""
     env = dict(os.environ if base is None else base)
     extra = dict(MPICH_YIELD_ENV)
-    if nranks > 1:
+    if threads is not None:
+        extra.update({k: str(int(threads)) for k in THREAD_ENV})
+    elif nranks > 1:
         extra.update(THREAD_ENV)
     for k, v in extra.items():
         env.setdefault(k, v)

@@ -46,6 +46,8 @@ def abort_world(code, delay=0.5):
 def install_world_abort_hook():
     """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
     an uncaught exception on any rank then ends every rank."""
+    from .launcher import prepare_mpi_env
+    prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
     from mpi4py import MPI
 
     from .abort import install_abort_hook

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from ..log import get_logger, setup_logging
+from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
 _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
@@ -210,6 +211,7 @@ class FitExperiment:
         """Shapes, topology, layer plans and weights; returns the topology."""
         self.check()
         self.topology = topology or self.make_topology()
+        self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
         lc = dict(self.logging)
@@ -275,9 +277,10 @@ class FitExperiment:
         t = self.setup(topology)
         timings = {"setup": clock() - t_start}
         log = get_logger()
-        log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s", t.size, t.grid[0], t.grid[1],
+        log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s, %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
-                 f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend)
+                 f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend,
+                 self.thread_plan.describe())  # issue 18 hook: the thread plan
         for level, note in self.config_notes:  # neon keys translated or ignored
             log.log(level, "%s", note)
         for layer in self.model.layers:

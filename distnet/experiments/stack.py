@@ -37,6 +37,11 @@ def _blas():
         return "unknown"
 
 
+def threads_summary(use_mpi):
+    from .threads import threads_summary as summary
+    return summary(use_mpi)
+
+
 def stack_info(init_mpi=True, probe_gpu=None):
     """``[(name, version string)]`` for distnet, Python, numpy + BLAS, MPI, h5py, the GPU
     stack (cupy, CUDA runtime and driver, devices, whether MPI is CUDA-aware) and the installed
@@ -54,6 +59,7 @@ def stack_info(init_mpi=True, probe_gpu=None):
             ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
             ("numpy", _version("numpy")),
             ("blas", _blas()),
+            ("threads", threads_summary(init_mpi)),
             ("mpi", mpi_version(init_mpi)),
             ("h5py", _version("h5py")),
             ("pyyaml", _version("yaml")),

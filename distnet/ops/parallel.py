@@ -4,53 +4,68 @@ numpy runs copies and element-wise loops on one thread and only its BLAS calls u
 A kernel that loops over images (the flat-shift conv, NCHW max pooling) can instead give each
 of ``T`` Python threads a share of the images (numpy releases the GIL inside its loops and BLAS
 calls), with BLAS itself held to one thread meanwhile so the two kinds of threads do not fight
-over the cores. ``T`` is the BLAS thread count the process was started with
-(``OPENBLAS_NUM_THREADS`` etc.), read once through OpenBLAS's own ``*_get_num_threads``.
+over the cores.
 
-When the BLAS is not an OpenBLAS that can be found (another BLAS, cupy), or ``T == 1``,
-:func:`parallel_map` simply runs the work on the calling thread. ``DISTNET_KERNEL_THREADS``
-overrides ``T`` (``1`` turns the threading off).
+``T`` comes from the rank's thread plan (:mod:`distnet.ops.threads`, applied by a run through
+:func:`configure`); in a process where no plan was applied (a test, a benchmark calling the ops)
+it is the BLAS thread count the process started with, as threadpoolctl reports it, or
+``DISTNET_KERNEL_THREADS`` (``1`` turns the threading off). BLAS is driven through
+threadpoolctl's controllers of the BLAS libraries loaded in this process (OpenBLAS, MKL, BLIS);
+where none is found, :func:`parallel_map` runs the work on the calling thread.
 """
-import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-_state = {"probed": False, "get": None, "set": None, "threads": 1, "pool": None}
+_state = {"probed": False, "blas": [], "threads": 1, "pool": None, "plan": None}
 _lock = threading.Lock()
 _local = threading.local()   # .inside: this thread is running a share (no nested threading)
 
 
+def _blas_controllers():
+    """threadpoolctl's controllers of the BLAS libraries loaded now (empty without it)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return []
+    import numpy  # noqa: F401 - its BLAS must be loaded to be found
+    return [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+
+
 def _probe():
-    """Find OpenBLAS's get/set_num_threads in the loaded libraries (numpy's bundled one has a
-    ``scipy_`` prefix and a ``64_`` suffix); remember the thread count."""
+    """Find the BLAS libraries; without a plan, T = their thread count now (or the variable)."""
     if _state["probed"]:
         return
     _state["probed"] = True
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
-    except OSError:
-        paths = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for pre, suf in (("scipy_", "64_"), ("", ""), ("", "64_"), ("scipy_", "")):
-            get = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
-            put = getattr(lib, f"{pre}openblas_set_num_threads{suf}", None)
-            if get is not None and put is not None:
-                get.restype = ctypes.c_int
-                put.argtypes = [ctypes.c_int]
-                _state.update(get=get, set=put, threads=max(1, int(get())))
-                break
-        if _state["get"] is not None:
-            break
+    blas = _blas_controllers()
+    _state["blas"] = blas
+    threads = max([c.get_num_threads() or 1 for c in blas] or [1])
     env = os.environ.get("DISTNET_KERNEL_THREADS")
     if env and env.isdigit() and int(env) >= 1:
-        _state["threads"] = int(env) if _state["set"] is not None else 1
+        threads = int(env)
+    _state["threads"] = threads if blas else 1
+
+
+def configure(plan):
+    """Apply a :class:`~distnet.ops.threads.ThreadPlan`: every BLAS library to ``plan.blas``
+    threads, the kernel threads to ``plan.kernel`` (1 where no BLAS library can be held to one
+    thread while they run)."""
+    _probe()
+    with _lock:
+        for c in _state["blas"]:
+            c.set_num_threads(plan.blas)
+        threads = plan.kernel if _state["blas"] else 1
+        if threads != _state["threads"] and _state["pool"] is not None:
+            _state["pool"].shutdown(wait=True)
+            _state["pool"] = None
+        _state["threads"] = threads
+        _state["plan"] = plan
+
+
+def current_plan():
+    """The plan last applied by :func:`configure` (None if none was)."""
+    return _state["plan"]
 
 
 def kernel_threads():
@@ -61,13 +76,15 @@ def kernel_threads():
 
 @contextmanager
 def _one_blas_thread():
-    put, get = _state["set"], _state["get"]
-    before = get()
-    put(1)
+    blas = _state["blas"]
+    before = [c.get_num_threads() for c in blas]
+    for c in blas:
+        c.set_num_threads(1)
     try:
         yield
     finally:
-        put(before)
+        for c, n in zip(blas, before):
+            c.set_num_threads(n)
 
 
 def parallel_map(fn, items, xp=None):

@@ -135,13 +135,14 @@ def test_reuse_buffers_gives_the_same_training(width, backend_name):
 
 @pytest.fixture
 def threads(monkeypatch):
-    """Set the kernel thread count (needs numpy's OpenBLAS; else the threaded paths are off)."""
+    """Set the kernel thread count (needs a BLAS threadpoolctl can drive; else the threaded
+    paths are off)."""
     from distnet.ops import parallel
     parallel.kernel_threads()
 
     def set_threads(n):
-        if n > 1 and parallel._state["set"] is None:
-            pytest.skip("no OpenBLAS found: kernel threading is off")
+        if n > 1 and not parallel._state["blas"]:
+            pytest.skip("no BLAS library found by threadpoolctl: kernel threading is off")
         monkeypatch.setitem(parallel._state, "threads", n)
     return set_threads
 

@@ -1,0 +1,185 @@
+"""Achieved GFLOP/s per conv layer (forward, data gradient, weight gradient) next to the
+machine's measured sgemm peak: how far each kernel is from the limit.
+
+    .venv/bin/python benchmarks/layers.py --threads 2 --rounds 3        # distnet and PyTorch
+
+Every measurement is a fresh process (``--worker``) with ``OPENBLAS/OMP/MKL_NUM_THREADS = T``;
+the frameworks alternate round by round. Each worker first measures the sgemm peak (numpy
+float32 ``a @ b``, 2048^3, T BLAS threads, median of 7; again after the layers, the larger
+of the two counts: on a shared machine the load moves between minutes), then every layer: forward, weight
+gradient alone (``conv2d_bprop(need_dx=False)``), and the data gradient as (both gradients) -
+(weight gradient alone), because distnet computes them in one call; PyTorch: ``F.conv2d``,
+``torch.nn.grad.conv2d_weight`` and ``conv2d_input``. FLOPs = 2 * B * K * C * fh * fw * Ho * Wo
+for each of the three; no ReLU fused. Reported: per layer the median over all rounds of the
+per-round median time, as GFLOP/s and as a percentage of the median sgemm peak of the same run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+#: (name, batch, C, H, W, K, fh, fw, pad): the conv layers of the benchmark workloads
+#: (experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml, benchmarks/experiments/bigimage.yaml).
+LAYERS = [
+    ("mnist_cnn conv1", 100, 1, 28, 28, 20, 5, 5, 0),
+    ("mnist_cnn conv2", 100, 20, 12, 12, 50, 5, 5, 0),
+    ("bigimage conv1", 16, 3, 256, 256, 32, 3, 3, 1),
+    ("bigimage conv2", 16, 32, 256, 256, 32, 3, 3, 1),
+    ("bigimage conv3", 16, 32, 128, 128, 64, 3, 3, 1),
+]
+
+
+def flops(layer):
+    _, B, C, H, W, K, fh, fw, p = layer
+    Ho, Wo = H + 2 * p - fh + 1, W + 2 * p - fw + 1
+    return 2.0 * B * K * C * fh * fw * Ho * Wo
+
+
+def timeit(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def sgemm_peak(n=2048, reps=7):
+    """float32 GFLOP/s of numpy's ``a @ b`` (n x n), median of ``reps`` after one warm-up."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), np.float32)
+    return 2.0 * n ** 3 / timeit(lambda: np.matmul(a, b, out=out), reps) / 1e9
+
+
+def reps_for(layer):
+    return max(3, min(20, int(2e10 / flops(layer))))
+
+
+def distnet_layer(layer, threads):
+    import numpy as np
+    from distnet.ops import conv
+    from distnet.ops.threads import ThreadPlan, apply_plan
+    from distnet.ops.workspace import Workspace
+    apply_plan(ThreadPlan(threads, threads, "benchmark"))
+    _, B, C, H, W, K, fh, fw, p = layer
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((B, C, H, W), dtype=np.float32)
+    w = rng.standard_normal((K, C, fh, fw), dtype=np.float32)
+    pad = ((p, p), (p, p)) if p else None
+    ws = Workspace()
+    y = conv.conv2d_fprop(x, w, (1, 1), work=ws, pad=pad)
+    dy = rng.standard_normal(y.shape, dtype=np.float32)
+    out = np.empty_like(y)
+    n = reps_for(layer)
+    fwd = timeit(lambda: conv.conv2d_fprop(x, w, (1, 1), out=out, work=ws, pad=pad), n)
+    wgrad = timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=False, work=ws, pad=pad), n)
+    both = timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=True, work=ws, pad=pad), n)
+    return {"fwd": fwd, "wgrad": wgrad, "dgrad": max(both - wgrad, 1e-9), "both": both}
+
+
+def torch_layer(layer, threads):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    _, B, C, H, W, K, fh, fw, p = layer
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(B, C, H, W, generator=g)
+    w = torch.randn(K, C, fh, fw, generator=g)
+    n = reps_for(layer)
+    with torch.no_grad():
+        y = F.conv2d(x, w, padding=p)
+        dy = torch.randn(y.shape, generator=g)
+        fwd = timeit(lambda: F.conv2d(x, w, padding=p), n)
+        wgrad = timeit(lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=p), n)
+        dgrad = timeit(lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, padding=p), n)
+    return {"fwd": fwd, "wgrad": wgrad, "dgrad": dgrad}
+
+
+def worker(framework, threads):
+    first = sgemm_peak()
+    fn = distnet_layer if framework == "distnet" else torch_layer
+    layers = {layer[0]: fn(layer, threads) for layer in LAYERS}
+    return {"framework": framework, "threads": threads, "sgemm_gflops": max(first, sgemm_peak()),
+            "sgemm_first": first, "layers": layers}
+
+
+def env_for(threads):
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(threads)
+    env["PYTHONPATH"] = ROOT
+    return env
+
+
+def run_rounds(threads, rounds, frameworks, log=print):
+    runs = {fw: [] for fw in frameworks}
+    for r in range(rounds):
+        for fw in frameworks:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", fw, "--threads",
+                                str(threads)], cwd=ROOT, env=env_for(threads), capture_output=True,
+                               text=True, timeout=1800)
+            line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                log(f"  layers round {r + 1} {fw}: failed: {p.stderr[-500:]}")
+                continue
+            res = json.loads(line[7:])
+            runs[fw].append(res)
+            log(f"  layers round {r + 1}/{rounds} {fw:7s} sgemm {res['sgemm_gflops']:.0f} GFLOP/s")
+    return runs
+
+
+def table(runs):
+    """Markdown: per layer and pass, GFLOP/s of each framework (median over rounds) and % of the
+    largest sgemm figure of the run."""
+    peaks = [r["sgemm_gflops"] for v in runs.values() for r in v]
+    peak = max(peaks) if peaks else float("nan")
+    fws = [fw for fw in runs if runs[fw]]
+    names = {"distnet": "distnet", "torch": "PyTorch"}
+    head = "| layer | pass | GFLOP | " + " | ".join(f"{names[f]} GFLOP/s | {names[f]} % of peak" for f in fws) + " |"
+    lines = [f"sgemm peak (numpy float32 2048^3, the largest of every worker's measurements): "
+             f"{peak:.0f} GFLOP/s (per worker {min(peaks):.0f}-{max(peaks):.0f})" if peaks else "no result", "", head,
+             "| --- | --- | ---: |" + " ---: | ---: |" * len(fws)]
+    for layer in LAYERS:
+        f = flops(layer)
+        for key, label in (("fwd", "forward"), ("dgrad", "data gradient"), ("wgrad", "weight gradient")):
+            cells = []
+            for fw in fws:
+                t = statistics.median(r["layers"][layer[0]][key] for r in runs[fw])
+                g = f / t / 1e9
+                cells.append(f"{g:.1f} | {100 * g / peak:.0f}%")
+            lines.append(f"| {layer[0]} | {label} | {f / 1e9:.2f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), peak
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", choices=["distnet", "torch"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--frameworks", default="distnet,torch")
+    ap.add_argument("--json", help="write the raw results here")
+    a = ap.parse_args()
+    if a.worker:
+        print("RESULT " + json.dumps(worker(a.worker, a.threads)), flush=True)
+        return
+    runs = run_rounds(a.threads, a.rounds, a.frameworks.split(","))
+    text, _ = table(runs)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
