@@ -12,26 +12,18 @@ from ..errors import DistnetError
 
 def _fail(message, code=2):
     rank = _world_rank()
-    prefix = f"[rank {rank}] " if rank is not None else ""
-    click.echo(f"{prefix}distnet: error: {message}", err=True)
-    _abort_if_parallel(code)
+    if rank is not None:  # end the whole job: a rank failing alone would leave the others waiting
+        from ..comm.abort import abort_job
+        abort_job(sys.modules["mpi4py.MPI"].COMM_WORLD, f"distnet: error: {message}", code, hint=False)
+    click.echo(f"distnet: error: {message}", err=True)
     sys.exit(code)
 
 
 def _world_rank():
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_size() > 1:
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
         return mpi.COMM_WORLD.Get_rank()
     return None
-
-
-def _abort_if_parallel(code):
-    """In a multi-rank run, a rank that fails alone would leave the others waiting in a
-    collective: end the whole job (after a moment, so ranks with the same error print it too)."""
-    if _world_rank() is not None:
-        sys.stderr.flush()
-        time.sleep(0.5)
-        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,20 +54,28 @@ def main():
 @click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on rank 0 (default: when stderr is a terminal and not --quiet).")
+@click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="End the job when a training step makes no progress for SECONDS, naming the rank "
+                   "that stalled (default: the experiment's watchdog key; none).")
+@click.option("--force", is_flag=True,
+              help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
+                   "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, watchdog, force):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
     (with the --set overrides), run.json (command, topology, versions, timings, status),
     metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
     --checkpoint-every N epochs)."""
+    from ..comm.signals import Interrupted
     from ..config import load_experiment
-    from ..experiments.rundir import RunDir, experiment_config
+    from ..experiments.rundir import experiment_config
     from ..log import get_logger
     from ..progress import ProgressBar
-    if _launched_on_many():
-        _install_abort_hook()  # before anything can fail on one rank only
+    from .outputs import prepare_outputs, record_failures_in
+    comm = _install_abort_hook() if _launched_on_many() else None  # before anything can fail on one rank
+    _install_signal_handlers(comm)
     rank0 = _world_rank() in (None, 0)
     record = None
     hooks = None
@@ -89,40 +89,64 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
             exp.checkpoint_path = checkpoint_path
-        if not no_run_dir and rank0:
-            record = RunDir.create(run_dir, experiment)
-        where = _bcast(record.path if record is not None else None)
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
-        elif exp.checkpoint_path is None and where is not None:
+        # Every destination is checked (and the run directory claimed) by rank 0, the writer,
+        # before training; a refusal ends every rank with the reason.
+        outputs = _collectively(comm, lambda: prepare_outputs(
+            exp, experiment, None if no_run_dir else run_dir, not no_run_dir, metrics_path, resume,
+            force) if rank0 else None)
+        record = outputs.record if outputs is not None else None
+        where = _bcast(record.path if record is not None else None)
+        if exp.checkpoint_path is None and where is not None and not no_checkpoint:
             exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
+        if where is not None:
+            record_failures_in(where)
         if record is not None:
             record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
         show_bar = rank0 and not quiet and progress is not False
-        hooks = _CliHooks(record, metrics_path if rank0 else None,
-                          ProgressBar(enabled=None if progress is None else True) if show_bar else None)
+        seconds = watchdog if watchdog is not None else getattr(exp, "watchdog", None)
+        hooks = _CliHooks(record, outputs.metrics if outputs is not None else None,
+                          ProgressBar(enabled=None if progress is None else True) if show_bar else None,
+                          watchdog=seconds)
         result = exp.run(hooks=hooks, resume=resume)
-        hooks.close()
+        hooks.close(ok=True)
         if record is not None:
             record.finish("finished", timings=result.timings)
             get_logger().info("run directory: %s", record.path)
     except DistnetError as e:
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
-    except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
+    except (Interrupted, KeyboardInterrupt) as e:  # one process (ranks abort in their signal thread)
+        name = getattr(e, "name", "SIGINT")
+        _close_quietly(hooks, record, f"interrupted by {name}", status="interrupted")
+        click.echo(f"distnet: interrupted by {name}", err=True)
+        sys.exit(getattr(e, "exit_code", 130))
+    except BaseException as e:  # a bug: record it, then let it end the run
         # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
         raise
 
 
-def _close_quietly(hooks, record, error):
+def _close_quietly(hooks, record, error, status="failed"):
     if hooks is not None:
-        hooks.close()
+        try:
+            hooks.close(ok=False)
+        except Exception:  # noqa: BLE001 - recording the failure matters more
+            pass
     if record is not None:
         try:
-            record.finish("failed", error=error)
-        except OSError:
+            record.finish(status, error=error, rank=_world_rank())
+        except (OSError, DistnetError):
             pass
+
+
+def _collectively(comm, fn):
+    """``fn()`` on every rank with one agreed outcome (one process: just ``fn()``)."""
+    if comm is None:
+        return fn()
+    from ..comm.abort import run_collectively
+    return run_collectively(fn, comm)
 
 
 def _launched_on_many():
@@ -146,45 +170,63 @@ def _install_abort_hook():
     from ..comm.abort import install_abort_hook
     from mpi4py import MPI
     install_abort_hook(MPI.COMM_WORLD)
+    return MPI.COMM_WORLD
+
+
+def _install_signal_handlers(comm):
+    from ..comm.signals import install_signal_handlers
+    install_signal_handlers(comm)
 
 
 class _CliHooks:
     """The run's hooks for the command line: run directory, --metrics file, progress bar, all
-    on rank 0 (the other ranks get no files and no bar)."""
+    on rank 0 (the other ranks get no files and no bar); the watchdog on every rank."""
 
-    def __init__(self, record, metrics_path, bar):
+    def __init__(self, record, metrics, bar, watchdog=None):
         self.record, self.bar = record, bar
-        self.metrics_path = metrics_path
-        if metrics_path:
-            open(metrics_path, "w").close()
+        self.metrics = metrics          # a MetricsFile (rank 0) or None
+        self.watchdog_seconds = watchdog
+        self.watchdog = None
 
     def started(self, experiment, topology):
+        if self.watchdog_seconds:
+            from ..comm.watchdog import Watchdog
+            self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
         if self.record is not None:
-            from ..experiments.rundir import versions
-            self.record.topology(topology, versions())
+            from .info import stack_info
+            self.record.topology(topology, dict(stack_info(init_mpi=False)))
 
     def batch(self, epoch, b, n):
+        if self.watchdog is not None:
+            self.watchdog.progress(epoch, b)
         if self.bar is not None:
             self.bar.batch(epoch, b, n)
 
     def _write(self, rec):
         if self.record is not None:
             self.record.metrics(rec)
-        if self.metrics_path:
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+        if self.metrics is not None:
+            self.metrics.write(rec)
 
     def epoch(self, record):
+        if self.watchdog is not None:
+            self.watchdog.progress(record.get("epoch"), None)
         self._write(record)
 
     def finished(self, result):
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self._write({"final": True, "train_misclass": result.train_misclass,
                      "test_misclass": result.test_misclass, "size": result.size,
                      "grid": list(result.grid), "start_epoch": result.start_epoch})
 
-    def close(self):
+    def close(self, ok=True):
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.bar is not None:
             self.bar.close()
+        if self.metrics is not None:
+            self.metrics.close(ok)
 
 
 @main.command()

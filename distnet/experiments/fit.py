@@ -101,15 +101,18 @@ class FitExperiment:
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
     ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
-    with the epoch's metrics; default 0 = only at the end)."""
+    with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
+    ends the job when a training step makes no progress for that long, naming the rank that
+    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog`` overrides it)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int}
+                    "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int,
+                    "watchdog": float}  # watchdog: issue 14 (h14b)
     report_errors = False
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
-                 pipe=1, checkpoint=None, eval_every=0):
+                 pipe=1, checkpoint=None, eval_every=0, watchdog=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -135,6 +138,9 @@ class FitExperiment:
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
+        if watchdog is not None and not watchdog > 0:  # watchdog: issue 14 (h14b)
+            raise ConfigError(f"watchdog must be a number of seconds > 0, got {watchdog!r}", key="watchdog")
+        self.watchdog = watchdog
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
         self.config_record = None
         if self.dataset.dist_flag != dist_flag:

@@ -1,0 +1,209 @@
+"""Signals and kills: Ctrl-C (SIGINT to the whole process group, as a terminal sends), SIGTERM to
+mpiexec, to one rank and to a single process, and a stopped rank under ``--watchdog``. Each must
+end every rank promptly with a non-zero exit and leave a truthful ``run.json``.
+
+Every job runs in its own session (process group) under ``timeout``; a job still alive
+``GRACE`` seconds after its signal counts as a hang. Timings are never asserted beyond "ended".
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from distnet.comm.launcher import launch_env, mpiexec_path
+from distnet.experiments.rundir import run_status
+from tests.tiny import CNN, experiment, write_data
+
+ROOT = Path(__file__).resolve().parent.parent
+GRACE = 20          # seconds after the signal before a job counts as hung (the goal is 5 s)
+START_TIMEOUT = 120
+TRIALS = int(os.environ.get("DISTNET_SIGNAL_TRIALS", "3"))
+
+
+@pytest.fixture(scope="module")
+def exps(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sig")
+    data = write_data(d / "data.h5", n_train=200)
+    long = lambda dist: experiment(CNN, data, dist).replace("num_epochs: 4", "num_epochs: 100000")  # noqa: E731
+    (d / "dist.yaml").write_text(long(True))
+    (d / "single.yaml").write_text(long(False))
+    return d
+
+
+def _descendant_ranks(root):
+    """``{rank: pid}`` of the distnet processes descended from ``root`` (hydra's proxy and the
+    ranks run in sessions of their own, so the process group does not find them)."""
+    parent, info = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if fields[0] == "Z":
+            continue
+        parent[int(entry)] = int(fields[1])
+        info[int(entry)] = cmd
+    out = {}
+    for pid, cmd in info.items():
+        p = pid
+        while p in parent and p != root and p > 1:
+            p = parent[p]
+        if p != root or b"-m\0distnet" not in cmd or b"mpiexec" in cmd:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        out[int(env.get(b"PMI_RANK", b"0"))] = pid
+    return out
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Job:
+    def __init__(self, exp, run_dir, n, extra=()):
+        cmd = [sys.executable, "-m", "distnet", "run", str(exp), "--run-dir", str(run_dir), "-q", *extra]
+        if n > 1:
+            cmd = [mpiexec_path(), "-n", str(n), *cmd]
+        self.n, self.run_dir = n, Path(run_dir)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT,
+                                     env=launch_env(n), start_new_session=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_training(self, extra=0.5):
+        """Until rank 0 recorded its topology (setup done on every rank), then ``extra`` s."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ended early: {self.proc.returncode}\n{self.proc.stderr.read()}")
+            try:
+                if "topology" in json.loads((self.run_dir / "run.json").read_text()):
+                    self.rank_pids = self.ranks()
+                    if len(self.rank_pids) == self.n:
+                        time.sleep(extra)
+                        return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError("the job did not start training in time")
+
+    def ranks(self):
+        if self.n == 1:
+            return {0: self.proc.pid} if self.proc.poll() is None else {}
+        return _descendant_ranks(self.proc.pid)
+
+    def end(self, grace=GRACE):
+        """``(exit status or "hung", seconds, stderr)``."""
+        t0 = time.monotonic()
+        try:
+            _, err = self.proc.communicate(timeout=grace)
+            return self.proc.returncode, time.monotonic() - t0, err
+        except subprocess.TimeoutExpired:
+            self.kill()
+            _, err = self.proc.communicate()
+            return "hung", time.monotonic() - t0, err
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def info(self):
+        return json.loads((self.run_dir / "run.json").read_text())
+
+
+def _check_ended(job, rc, err, status="interrupted"):
+    assert rc not in (0, "hung"), f"exit {rc}\n{err}"
+    assert "Traceback" not in err, err
+    assert not [p for p in job.rank_pids.values() if _alive(p)], "some rank survived"
+    info = job.info()
+    assert info["status"] == status, info
+    assert run_status(job.run_dir) == status
+
+
+def test_ctrl_c_of_a_four_rank_run(exps, tmp_path):
+    """SIGINT to the process group (mpiexec and every rank), several times: it was intermittent."""
+    for trial in range(TRIALS):
+        job = Job(exps / "dist.yaml", tmp_path / f"run{trial}", 4)
+        job.wait_training(extra=0.3 * trial)
+        os.killpg(job.proc.pid, signal.SIGINT)
+        rc, _, err = job.end()
+        _check_ended(job, rc, err)
+        assert "interrupted by SIGINT" in err
+        info = job.info()
+        assert info["error"] == "interrupted by SIGINT" and info["failed_rank"] in range(4)
+
+
+@pytest.mark.parametrize("target", ["mpiexec", "rank 2"])
+def test_sigterm_of_a_four_rank_run(exps, tmp_path, target):
+    job = Job(exps / "dist.yaml", tmp_path / "run", 4)
+    job.wait_training()
+    pid = job.proc.pid if target == "mpiexec" else job.ranks()[2]
+    os.kill(pid, signal.SIGTERM)
+    rc, _, err = job.end()
+    _check_ended(job, rc, err)
+    info = job.info()
+    assert "interrupted by SIGTERM" in info["error"]
+    if target == "rank 2":
+        assert info["failed_rank"] == 2 and "[rank 2] interrupted by SIGTERM" in err
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_to_a_single_process(exps, tmp_path, sig):
+    job = Job(exps / "single.yaml", tmp_path / "run", 1)
+    job.wait_training()
+    if sig == "SIGINT":
+        os.killpg(job.proc.pid, signal.SIGINT)
+    else:
+        os.kill(job.proc.pid, signal.SIGTERM)
+    rc, _, err = job.end()
+    _check_ended(job, rc, err)
+    assert rc == 128 + getattr(signal, sig)
+    assert err.strip().splitlines()[-1] == f"distnet: interrupted by {sig}"
+    assert job.info()["error"] == f"interrupted by {sig}"
+
+
+def test_kill_9_is_recognised_as_crashed(exps, tmp_path):
+    job = Job(exps / "single.yaml", tmp_path / "run", 1)
+    job.wait_training()
+    assert run_status(job.run_dir) == "running"
+    os.kill(job.proc.pid, signal.SIGKILL)
+    job.end()
+    assert job.info()["status"] == "running"    # what was recorded ...
+    assert run_status(job.run_dir) == "crashed"  # ... and what it means
+    from distnet.experiments.rundir import read_run
+    assert "crashed" in read_run(str(job.run_dir))["label"]
+
+
+def test_watchdog_names_a_stopped_rank(exps, tmp_path):
+    """SIGSTOP on rank 2: without the watchdog the others would spin forever."""
+    job = Job(exps / "dist.yaml", tmp_path / "run", 4, extra=["--watchdog", "3"])
+    job.wait_training(extra=1.0)
+    os.kill(job.ranks()[2], signal.SIGSTOP)
+    try:
+        rc, _, err = job.end(grace=60)
+    finally:
+        job.kill()
+    assert rc not in (0, "hung"), f"exit {rc}\n{err}"
+    assert "watchdog: no training progress" in err and "stalled: rank 2 (no heartbeat" in err, err
+    info = job.info()
+    assert info["status"] == "failed" and "stalled: rank 2" in info["error"]
