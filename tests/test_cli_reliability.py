@@ -118,8 +118,9 @@ def test_nan_loss_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path):
                "--no-run-dir", "-q", n=2))
     saved = ck.read_bytes()
     # image 9 is in batch 1 (batch size 8) when not shuffled
+    # (ck belongs to another experiment: --force lets this run replace it, had it finished)
     proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck),
-                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), n=2)
+                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), "--force", n=2)
     assert proc.returncode == 1, proc.stderr
     for rank in (0, 1):
         assert f"[rank {rank}] distnet: error: the cost became nan in epoch 0, batch 1" in proc.stderr

@@ -69,7 +69,10 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True):
         # Give the launcher a moment to forward this message before Abort kills the job.
         time.sleep(0.5)
     finally:
-        comm.Abort(code)
+        try:
+            comm.Abort(code)
+        finally:  # Abort does not return; should it (the job already going down), end anyway
+            os._exit(code)
 
 
 def _report_and_abort(comm, exc_type, exc, tb, where=""):

@@ -331,7 +331,7 @@ def run_status(path, info=None, now=None):
     info = _read_info(os.path.join(path, "run.json")) if info is None else info
     status = info.get("status")
     if status not in ("running", "starting"):
-        return status or "unknown"
+        return status
     pid, host = info.get("pid"), info.get("host")
     if host == _host() and isinstance(pid, int):
         alive = pid_alive(pid) and (info.get("pid_start") is None or _pid_start(pid) in (None, info["pid_start"]))
@@ -380,7 +380,7 @@ def read_run(path):
     else:
         raise DistnetError(f"{path}: no such run directory or metrics file")
     epochs, final = read_metrics_file(metrics)
-    if os.path.isdir(path) and info:
+    if os.path.isdir(path) and info.get("status"):
         info = dict(info, status=run_status(path, info))
     return {"label": run_label(path, info), "epochs": epochs, "final": final, "info": info}
 
