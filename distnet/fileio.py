@@ -152,14 +152,18 @@ def claim_file(path, text="", what="file"):
 
 
 def check_writable(path, what="file"):
-    """:class:`OutputError` unless a file can be created next to ``path`` (its folder is made if
-    missing). Probes by creating and removing a temporary there, so it sees what permission bits
-    do not tell (a read-only mount, a path under a regular file, root's rights)."""
+    """:class:`OutputError` unless a file can be created at ``path``: in its folder, or, if that
+    does not exist yet, in the nearest existing folder above it (nothing is created). Probes by
+    creating and removing a temporary there, so it sees what permission bits do not tell (a
+    read-only mount, a path under a regular file, root's rights)."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise OutputError(f"cannot write {what} {path}: it is a directory")
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise OutputError(f"cannot write {what} {path}: {folder} is not a directory")
     try:
-        os.makedirs(folder, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=f"{_tmp_prefix(path)}{_host()}.{os.getpid()}.",
                                      suffix=TMP_SUFFIX)
         os.close(fd)

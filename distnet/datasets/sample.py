@@ -90,9 +90,9 @@ def write_mnist_sample(out_dir, csv_path=None, force=False):
     if existing and not force:
         raise DataError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
                         "give another DIRECTORY, or --force to replace")
-    x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
     for path in targets:
         check_writable(path, "IDX file")
+    x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
     arrays = (x_train, y_train.astype(np.uint8), x_test, y_test.astype(np.uint8))
     written = []
     for path, array in zip(targets, arrays):

@@ -147,12 +147,15 @@ class RunDir:
         """Make and claim the directory: ``path`` (must not hold a run; must be empty unless
         ``force``) or a fresh default name. :class:`RunDirError` if it cannot be used."""
         if path:
+            held = RunDirError(f"run directory {path} already holds a run (run.json); give another "
+                               "--run-dir or remove it")
             if os.path.exists(os.path.join(path, "run.json")):
-                raise RunDirError(f"run directory {path} already holds a run (run.json); give another "
-                                  "--run-dir or remove it")
+                raise held
             if os.path.exists(path) and not os.path.isdir(path):
                 raise RunDirError(f"run directory {path} is not a directory")
             if not force and _has_content(path):
+                if os.path.exists(os.path.join(path, "run.json")):  # claimed a moment ago
+                    raise held
                 raise RunDirError(f"run directory {path} is not empty and holds no run (no run.json); "
                                   "give another --run-dir, or --force to write the run into it")
             try:
