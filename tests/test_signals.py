@@ -192,6 +192,23 @@ def test_kill_9_is_recognised_as_crashed(exps, tmp_path):
     assert run_status(job.run_dir) == "crashed"  # ... and what it means
     from distnet.experiments.rundir import read_run
     assert "crashed" in read_run(str(job.run_dir))["label"]
+    listed = subprocess.run([sys.executable, "-m", "distnet", "runs", str(job.run_dir.parent)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(str(job.run_dir) + " "))
+    assert "  crashed  " in line and "recorded as running; its process" in line
+
+
+def test_stalled_ranks_in_words():
+    from distnet.comm.watchdog import stalled_ranks
+    waiting = (5, (0, 3), "distnet/comm/reduce.py:40 (allreduce)", True)
+    busy = (5, (0, 3), "distnet/ops/conv.py:88 (fprop)", False)
+    assert stalled_ranks({0: (0.1, waiting), 1: (40, waiting), 2: (0.2, waiting)}, 30).startswith(
+        "rank 1 (no heartbeat for 40 s")
+    behind = (4, (0, 2), "distnet/ops/conv.py:88 (fprop)", False)
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, behind)}, 30).startswith("rank 1 (at step 4, epoch 0, batch 2")
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, busy), 2: (0.1, waiting)}, 30) == (
+        "rank 1 (busy in distnet/ops/conv.py:88 (fprop) while the others wait in communication)")
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, waiting)}, 30).startswith("no single rank")
 
 
 def test_watchdog_names_a_stopped_rank(exps, tmp_path):

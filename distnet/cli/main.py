@@ -389,8 +389,10 @@ def show(experiment, nranks, overrides):
 
 
 from .plan import plan  # noqa: E402 - a command defined in its own module
+from .runs import runs  # noqa: E402
 
 main.add_command(plan)
+main.add_command(runs)
 
 
 if __name__ == "__main__":

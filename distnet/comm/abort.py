@@ -47,8 +47,9 @@ def _tell_listeners(rank, status, message):
 
 
 def abort_job(comm, message, code=1, status="failed", detail="", hint=True):
-    """Print ``[rank R] message``, tell the listeners, and ``comm.Abort(code)``: ends every rank
-    of the job. Safe from any thread; the first caller of a process does it, later ones wait."""
+    """Print ``[rank R] message`` (and, with ``hint``, ``[rank R] aborting all N ranks``), tell
+    the listeners, and ``comm.Abort(code)``: ends every rank of the job. Safe from any thread;
+    the first caller of a process does it, later ones wait. Never returns."""
     rank = comm.Get_rank()
     if not _abort_lock.acquire(timeout=10):
         return
@@ -60,8 +61,9 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True):
                 sys.stderr.write(f"distnet: {message}\n")
             else:
                 sys.stderr.write(f"[rank {rank}] {message}\n")
-                sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
-                                 f"{'' if _debug() or not hint or status != 'failed' else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
+                if hint:
+                    sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
+                                     f"{'' if _debug() or status != 'failed' else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - stderr may be gone; abort anyway
             pass
