@@ -134,6 +134,10 @@ class Job:
 def _check_ended(job, rc, err, status="interrupted"):
     assert rc not in (0, "hung"), f"exit {rc}\n{err}"
     assert "Traceback" not in err, err
+    # mpiexec may return a moment before its killed ranks are gone: give them the 5 s goal
+    deadline = time.monotonic() + 5
+    while [p for p in job.rank_pids.values() if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [p for p in job.rank_pids.values() if _alive(p)], "some rank survived"
     info = job.info()
     assert info["status"] == status, info
