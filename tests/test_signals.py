@@ -228,3 +228,30 @@ def test_watchdog_names_a_stopped_rank(exps, tmp_path):
     assert "watchdog: no training progress" in err and "stalled: rank 2 (no heartbeat" in err, err
     info = job.info()
     assert info["status"] == "failed" and "stalled: rank 2" in info["error"]
+
+
+def test_a_failure_on_a_non_zero_rank_is_recorded_by_that_rank(exps, tmp_path):
+    """Rank 2 raises (a bug) while rank 0, the writer of run.json, waits in a collective."""
+    d = tmp_path / "run"
+    proc = subprocess.run(["timeout", "-k", "5", "120", mpiexec_path(), "-n", "4", sys.executable, "-m", "distnet",
+                           "run", str(exps / "dist.yaml"), "--run-dir", str(d), "-q"], cwd=ROOT,
+                          env=dict(launch_env(4), DISTNET_FAULT_INJECT="2:0:2"), capture_output=True, text=True)
+    assert proc.returncode not in (0, 124, 137), proc.stderr
+    info = json.loads((d / "run.json").read_text())
+    assert info["status"] == "failed" and info["failed_rank"] == 2, info
+    assert info["error"].startswith("InjectedFault: fault injected by DISTNET_FAULT_INJECT=2:0:2 on rank 2")
+    assert run_status(d) == "failed"
+
+
+def test_kill_9_of_a_non_writer_rank(exps, tmp_path):
+    """The launcher ends the other ranks; whatever it sends them, the record must not say running
+    (interrupted when rank 0 could still write, else crashed from the dead pid)."""
+    job = Job(exps / "dist.yaml", tmp_path / "run", 4)
+    job.wait_training()
+    os.kill(job.ranks()[1], signal.SIGKILL)
+    rc, _, err = job.end()
+    assert rc not in (0, "hung"), err
+    deadline = time.monotonic() + 5
+    while [p for p in job.rank_pids.values() if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run_status(job.run_dir) in ("interrupted", "crashed", "failed"), job.info()
