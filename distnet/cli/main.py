@@ -1,9 +1,7 @@
 """The ``distnet`` command line (thin: every command calls into the package)."""
-import json
 import logging
 import os
 import sys
-import time
 
 import click
 
@@ -115,7 +113,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             record.finish("finished", timings=result.timings)
             get_logger().info("run directory: %s", record.path)
     except DistnetError as e:
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}")
+        failures = getattr(e, "failures", None)  # a RemoteError names the rank(s) that failed
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", rank=failures[0][0] if failures else None)
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
     except (Interrupted, KeyboardInterrupt) as e:  # one process (ranks abort in their signal thread)
         name = getattr(e, "name", "SIGINT")
@@ -128,7 +127,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         raise
 
 
-def _close_quietly(hooks, record, error, status="failed"):
+def _close_quietly(hooks, record, error, status="failed", rank=None):
     if hooks is not None:
         try:
             hooks.close(ok=False)
@@ -136,7 +135,7 @@ def _close_quietly(hooks, record, error, status="failed"):
             pass
     if record is not None:
         try:
-            record.finish(status, error=error, rank=_world_rank())
+            record.finish(status, error=error, rank=_world_rank() if rank is None else rank)
         except (OSError, DistnetError):
             pass
 
