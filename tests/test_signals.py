@@ -58,7 +58,7 @@ def _descendant_ranks(root):
         p = pid
         while p in parent and p != root and p > 1:
             p = parent[p]
-        if p != root or b"-m\0distnet" not in cmd or b"mpiexec" in cmd:
+        if p != root or b"-m\0distnet\0" not in cmd or b"mpiexec" in os.path.basename(cmd.split(b"\0")[0]):
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
@@ -102,8 +102,9 @@ class Job:
             except (OSError, ValueError):
                 pass
             time.sleep(0.1)
+        seen = self.ranks()
         self.kill()
-        raise AssertionError("the job did not start training in time")
+        raise AssertionError(f"the job did not start training in time (ranks seen: {seen})")
 
     def ranks(self):
         if self.n == 1:
