@@ -256,3 +256,18 @@ def test_kill_9_of_a_non_writer_rank(exps, tmp_path):
     while [p for p in job.rank_pids.values() if _alive(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert run_status(job.run_dir) in ("interrupted", "crashed", "failed"), job.info()
+
+
+def test_watchdog_names_a_busy_rank(exps, tmp_path):
+    """Rank 1 loops forever in Python (alive, heartbeats going) while the others wait for it."""
+    d = tmp_path / "run"
+    proc = subprocess.run(["timeout", "-k", "5", "120", mpiexec_path(), "-n", "3", sys.executable, "-m", "distnet",
+                           "run", str(exps / "dist.yaml"), "--run-dir", str(d), "-q", "--set", "watchdog=3"], cwd=ROOT,
+                          env=dict(launch_env(3), DISTNET_FAULT_INJECT="1:0:2:hang"), capture_output=True, text=True)
+    assert proc.returncode not in (0, 124, 137), proc.stderr
+    # rank 1 hangs before it stamps its step: it is behind, and where it is says why
+    assert "stalled: rank 1 (at step 2, epoch 0, batch 1, while others reached step 3; in distnet/faults.py:" \
+        in proc.stderr, proc.stderr
+    assert "shows the traceback" not in proc.stderr
+    info = json.loads((d / "run.json").read_text())
+    assert info["status"] == "failed" and "stalled: rank 1 (at step 2" in info["error"]

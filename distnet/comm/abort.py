@@ -46,7 +46,7 @@ def _tell_listeners(rank, status, message):
             pass
 
 
-def abort_job(comm, message, code=1, status="failed", detail="", hint=True):
+def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_hint=True):
     """Print ``[rank R] message`` (and, with ``hint``, ``[rank R] aborting all N ranks``), tell
     the listeners, and ``comm.Abort(code)``: ends every rank of the job. Safe from any thread;
     the first caller of a process does it, later ones wait. Never returns."""
@@ -63,7 +63,7 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True):
                 sys.stderr.write(f"[rank {rank}] {message}\n")
                 if hint:
                     sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
-                                     f"{'' if _debug() or status != 'failed' else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
+                                     f"{'' if _debug() or not tb_hint or status != 'failed' else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - stderr may be gone; abort anyway
             pass

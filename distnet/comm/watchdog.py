@@ -135,7 +135,7 @@ class Watchdog:
             late = now - self.stamp
             grace = 0 if self.rank == 0 else 2 * self.interval
             if self.armed and late > self.seconds + grace:
-                abort_job(self.world, self.diagnosis(now), code=1, status="failed")
+                abort_job(self.world, self.diagnosis(now), code=1, status="failed", tb_hint=False)
                 return
 
     def diagnosis(self, now):
