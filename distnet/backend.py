@@ -29,6 +29,8 @@ class Backend:
 
     name = "numpy"
     config_types = {"rng_seed": int, "dtype": str, "seterr_handling": dict}
+    #: MPI reads this backend's device buffers directly (GPU backend key; host arrays: moot).
+    cuda_aware_mpi = False
 
     def __init__(self, rng_seed=0, dtype="float32", seterr_handling=None):
         if dtype not in _DTYPES:
@@ -61,7 +63,7 @@ class Backend:
         """True when MPI must get host copies of this backend's arrays: device arrays and an MPI
         that is not CUDA-aware (``cuda_aware_mpi`` False). Message buffers are then staged
         through pinned host mirrors (:mod:`distnet.comm.staging`)."""
-        return self.xp is not np and not getattr(self, "cuda_aware_mpi", False)
+        return self.xp is not np and not self.cuda_aware_mpi
 
     def __repr__(self):
         return f"{type(self).__name__}(rng_seed={self.rng_seed}, dtype={self.dtype.name})"
@@ -156,5 +158,89 @@ def get_array_module(*arrays):
     return np
 
 
+def _data_pointer(a):
+    ai = getattr(a, "__array_interface__", None)
+    return ai["data"][0] if ai is not None else a.data.ptr   # numpy; cupy's MemoryPointer
+
+
+def same_view(a, b):
+    """True if ``a`` and ``b`` are the same elements of the same memory (shape and strides)."""
+    return a.shape == b.shape and a.strides == b.strides and _data_pointer(a) == _data_pointer(b)
+
+
 class CPU(Backend):
     """``distnet.backends.CPU``: numpy on the CPU (same keys as :class:`Backend`)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU stack, for bug reports (``distnet info``, a run directory's ``run.json``)
+# ---------------------------------------------------------------------------------------------
+
+def _cupy_distributions():
+    """Installed distributions that provide the ``cupy`` package (``cupy-cuda12x 13.3.0``...),
+    from their metadata: nothing is imported."""
+    from importlib import metadata
+    names = []
+    try:
+        names = metadata.packages_distributions().get("cupy", [])   # Python >= 3.10
+    except Exception:  # noqa: BLE001 - Python 3.9, or odd metadata
+        pass
+    out = []
+    for name in dict.fromkeys(names or ("cupy", "cupy-cuda11x", "cupy-cuda12x", "cupy-cuda13x")):
+        try:
+            out.append(f"{name} {metadata.version(name)}")
+        except Exception:  # noqa: BLE001 - PackageNotFoundError, broken metadata
+            pass
+    return out
+
+
+def _cuda_version(v):
+    """CUDA's integer version (12040) as ``12.4``."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def gpu_stack(probe=True):
+    """``[(name, text)]`` about the GPU stack (cupy, CUDA runtime and driver, devices); never
+    raises.
+
+    cupy is looked up first without being imported (``importlib.util.find_spec``), so a machine
+    without it pays nothing. With ``probe=False`` cupy is not imported either unless it already
+    is (a CPU run records its versions without loading CUDA)."""
+    import importlib.util
+    import sys
+    try:
+        found = sys.modules.get("cupy") is not None or importlib.util.find_spec("cupy") is not None
+    except Exception:  # noqa: BLE001 - a broken sys.modules entry or finder
+        found = False
+    if not found:
+        return [("gpu", "cupy not installed (CPU only; `pip install 'distnet[gpu]'` adds it)")]
+    dists = ", ".join(_cupy_distributions()) or "no package metadata"
+    if not probe and "cupy" not in sys.modules:
+        return [("gpu", f"cupy installed ({dists}), not imported by this process")]
+    try:
+        import cupy
+    except Exception as e:  # noqa: BLE001 - ImportError, a CUDA library failing to load, ...
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        return [("gpu", f"cupy installed ({dists}) but cannot be imported: {type(e).__name__}: {msg}")]
+    rows = [("gpu", f"cupy {getattr(cupy, '__version__', '?')} ({dists})")]
+    rt = cupy.cuda.runtime
+    parts = []
+    for what, get in (("runtime", rt.runtimeGetVersion), ("driver", rt.driverGetVersion)):
+        try:
+            v = get()
+            parts.append(f"{what} {_cuda_version(v)}" if v else f"{what} none")
+        except Exception as e:  # noqa: BLE001 - CUDARuntimeError (no driver, ...)
+            parts.append(f"{what} unknown ({type(e).__name__})")
+    rows.append(("cuda", ", ".join(parts)))
+    try:
+        n = rt.getDeviceCount()
+        names = []
+        for i in range(n):
+            p = rt.getDeviceProperties(i)
+            name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+            names.append(f"{i}: {name} ({p['totalGlobalMem'] / 2**30:.1f} GiB, "
+                         f"sm_{p['major']}{p['minor']})")
+        rows.append(("gpus", f"{n}" + (f" ({'; '.join(names)})" if names else "")))
+    except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, cudaErrorInsufficientDriver, ...
+        rows.append(("gpus", f"none usable ({type(e).__name__}: {str(e)[:200]})"))
+    return rows

@@ -19,20 +19,22 @@ is the critical one) and in total:
   ``alpha + bytes / beta``, a ring Allreduce of ``n`` bytes on ``P`` ranks
   ``2 (P-1) alpha + 2 (P-1)/P n / beta``, compute ``flops / flop_rate``; nothing overlaps.
 
-The step modelled is the supervised one (``MLP.train_step``: forward, backward, gradient sums),
-with every layer distributed when ``N > 1`` (as ``distnet distribute`` makes it). GB's
-pretraining steps are not modelled.
+Every layer fact comes from the layers' placements (:mod:`distnet.layers.placement`): which
+layers exchange halos (and how often, on which windows), the parameters each rank holds and the
+communicator that sums their gradients, the activation Allreduces, the multiply-adds.
+
+The step modelled is the supervised one (the training step: forward, backward, gradient sums).
+With data replicas each replica's rows of the batch run on its ranks and the gradient bucket is
+summed over ``data x Py x Px`` ranks; with pipeline stages a rank runs its stage's layers only
+(per-rank figures are the largest stage's). GB's pretraining steps are not modelled.
 """
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .comm.topology import choose_grid, check_grid
-from .geometry import block_partition
-from .layers.fc import LayerWithNoBias
-from .layers.lcn import LCNLayer
-from .layers.local import LocalFilteringLayer
-from .layers.spatial import ConvLayer, WindowLayer
+from .geometry import block_partition, check_grid, choose_grid
+from .geometry.grid import GridPosition
+from .layers.placement import OVER_DATA, OVER_GRAD
 
 
 @dataclass
@@ -73,6 +75,8 @@ class LayerPlan:
     act_bytes_max: int = 0      # activation memory kept per rank
     param_bytes: int = 0        # weights + gradients (+ velocity) per rank (largest shard)
     time: dict = field(default_factory=dict)
+    stage: int = 0              # pipeline stage running the layer
+    bucket_bytes: dict = field(default_factory=dict)   # gradient payload per communicator
 
 
 @dataclass
@@ -88,6 +92,8 @@ class Plan:
     machine: Machine
     layers: list
     notes: list = field(default_factory=list)
+    data: int = 1
+    pipe: int = 1
 
     def __post_init__(self):
         self._ranks = {}   # kind -> (Py, Px) array summed over layers (not part of asdict)
@@ -95,7 +101,10 @@ class Plan:
     def totals(self):
         r = self._ranks
         t = {k: sum(getattr(lp, k) for lp in self.layers) for k in (
-            "halo_fwd_total", "halo_bwd_total", "allreduce_grad", "allreduce_act", "param_bytes")}
+            "halo_fwd_total", "halo_bwd_total", "allreduce_grad", "allreduce_act")}
+        # a rank holds its own stage's parameters only
+        t["param_bytes"] = max(sum(lp.param_bytes for lp in self.layers if lp.stage == s)
+                               for s in {lp.stage for lp in self.layers})
         for k in ("halo_fwd", "halo_bwd", "halo_msgs", "flops", "act_bytes"):
             t[k + "_max"] = float(r[k].max()) if k in r else 0.0
             if k != "flops":
@@ -113,10 +122,6 @@ class Plan:
         d = asdict(self)
         d["totals"] = self.totals()
         return d
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
 
 
 class _Axis:
@@ -158,36 +163,49 @@ def _ring(nbytes, P, m):
 
 
 def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, machine=None,
-               momentum=True):
+               momentum=True, data=1, pipe=1):
     """The :class:`Plan` of ``model`` (an MLP/Convnet/GB; shapes inferred here) on ``nranks``
-    spatial ranks (grid chosen as a run would choose it, or ``grid`` checked), for minibatches of
-    ``batch`` (default: the model's ``batch_size``, else 1) of ``itemsize``-byte numbers.
-    ``momentum``: count a velocity buffer per parameter."""
+    spatial ranks (grid chosen as a run would choose it, or ``grid`` checked) times ``data``
+    replicas and ``pipe`` stages, for minibatches of ``batch`` rows (default: the model's
+    ``batch_size``, else 1; a replica runs ``ceil(batch / data)`` of them) of ``itemsize``-byte
+    numbers. ``momentum``: count a velocity buffer per parameter."""
     machine = machine or Machine()
     model.infer_shapes(tuple(image_shape))
-    planes = [p for layer in model.layers for p in layer.planes()]
+    planes = model.planes()
     grid = choose_grid(nranks, planes) if grid is None else check_grid(grid, nranks, planes)
     Py, Px = grid
     P = Py * Px
-    B = int(batch or getattr(model, "batch_size", None) or 1)
+    B_global = int(batch or model.batch_size or 1)
+    B = -(-B_global // data)
     isz = int(itemsize)
+    stage_of = model.stage_plan(pipe)
+    # Rank (0, 0) holds the largest tiles (the first blocks are the longer ones).
+    placements = model.placements(GridPosition(grid, (0, 0), data, pipe))
     out = []
-    grad_bucket = 0
-    spatial_in = True      # is the current activation split over the grid?
-    ranks = {}
+    ranks = {}                      # (stage, kind) -> (Py, Px) array summed over the stage's layers
 
-    def acc(kind, arr):
-        ranks[kind] = ranks.get(kind, 0) + np.broadcast_to(np.asarray(arr, dtype=np.float64), (Py, Px))
+    def acc(stage, kind, arr):
+        key = (stage, kind)
+        ranks[key] = ranks.get(key, 0) + np.broadcast_to(np.asarray(arr, dtype=np.float64), (Py, Px))
 
     m = machine
-    for i, layer in enumerate(model.layers):
+    for i, (layer, pl) in enumerate(zip(model.layers, placements)):
+        st = stage_of[i]
         lp = LayerPlan(i, layer.name or type(layer).__name__, type(layer).__name__,
                        tuple(layer.in_shape), tuple(layer.out_shape))
         need_dx = i > 0
-        if isinstance(layer, WindowLayer):
+        local_params = sum(pp.local_size for pp in pl.params)
+        lp.stage = st
+        lp.param_bytes = local_params * isz * (3 if momentum else 2)
+        # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
+        lp.bucket_bytes = {over: sum(pp.local_size for pp in pl.params if pp.reduce_over == over) * isz
+                           for over, n in ((OVER_GRAD, P * data), (OVER_DATA, data)) if n > 1}
+        lp.allreduce_grad = sum(lp.bucket_bytes.values())
+        if pl.halos:
+            halo = pl.halos[0]
             C, H, W = layer.in_shape
-            K, Ho, Wo = layer.out_shape
-            wy, wx = layer.windows
+            K = layer.out_shape[0]
+            wy, wx = halo.windows
             sent, recv, msgs, ay, ax = _halo((H, W), (wy, wx), grid)
             out_h = max(b - a for a, b in ay.out)
             out_w = max(b - a for a, b in ax.out)
@@ -200,57 +218,44 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             chh = np.array([b - a for a, b in ay.chunk])[:, None]
             chw = np.array([b - a for a, b in ax.chunk])[None, :]
             if P > 1:
-                lp.exchanges = 2 if isinstance(layer, LCNLayer) else 1
+                lp.exchanges = halo.per_step
                 lp.adjoints = lp.exchanges if need_dx else 0
                 f_r, b_r = lp.exchanges * per * sent, lp.adjoints * per * recv
                 m_r = lp.exchanges * msgs + lp.adjoints * msgs
                 lp.halo_fwd_max, lp.halo_fwd_total = int(f_r.max()), int(f_r.sum())
                 lp.halo_bwd_max, lp.halo_bwd_total = int(b_r.max()), int(b_r.sum())
                 lp.halo_msgs_max = int(m_r.max())
-                acc("halo_fwd", f_r)
-                acc("halo_bwd", b_r)
-                acc("halo_msgs", m_r)
-                acc("time_halo", m_r * m.alpha + (f_r + b_r) / m.beta)
-            fh, fw = layer.fshape
+                acc(st, "halo_fwd", f_r)
+                acc(st, "halo_bwd", b_r)
+                acc(st, "halo_msgs", m_r)
+                acc(st, "time_halo", m_r * m.alpha + (f_r + b_r) / m.beta)
             outpix = out_h * out_w
             outpix_r = oh * ow
-            if isinstance(layer, (ConvLayer, LocalFilteringLayer)):
-                fwd = 2.0 * B * K * C * fh * fw * outpix
-                lp.flops_max = fwd * (3 if need_dx else 2)
-                acc("flops", 2.0 * B * K * C * fh * fw * outpix_r * (3 if need_dx else 2))
-                if isinstance(layer, ConvLayer):
-                    nparam = K * C * fh * fw
-                    grad_bucket += nparam * isz
-                    lp.allreduce_grad = nparam * isz if P > 1 else 0
-                else:
-                    nparam = K * outpix * C * fh * fw
-                lp.param_bytes = nparam * isz * (3 if momentum else 2)
+            if pl.macs:
+                per_pixel = pl.macs / (pl.out_layout.local_shape[1] * pl.out_layout.local_shape[2])
+                lp.flops_max = 2.0 * B * per_pixel * outpix * (3 if need_dx else 2)
+                acc(st, "flops", 2.0 * B * per_pixel * outpix_r * (3 if need_dx else 2))
             # memory-bound traffic: read the chunk and write the output, both ways
             lp.mem_bytes_max = 2.0 * B * isz * (C * ch_h * ch_w + K * outpix) * (2 if need_dx else 1)
             lp.act_bytes_max = B * isz * (K * outpix + C * ch_h * ch_w)
-            acc("mem_bytes", 2.0 * B * isz * (C * chh * chw + K * outpix_r) * (2 if need_dx else 1))
-            acc("act_bytes", B * isz * (K * outpix_r + C * chh * chw))
-            spatial_in = True
-        elif isinstance(layer, LayerWithNoBias):
-            nout = layer.nout
-            if spatial_in and len(layer.in_shape) == 3 and P > 1:
-                C, H, W = layer.in_shape
-                nin = C * (_ceil_div(H, Py)) * (_ceil_div(W, Px))
-                lp.allreduce_act = B * nout * isz
-            else:
-                nin = layer.nfeat
-            lp.tile = (nout,)
-            lp.flops_max = 2.0 * B * nout * nin * (3 if need_dx else 2)
-            lp.param_bytes = (nout * nin + (nout if layer.has_bias else 0)) * isz * (3 if momentum else 2)
+            acc(st, "mem_bytes", 2.0 * B * isz * (C * chh * chw + K * outpix_r) * (2 if need_dx else 1))
+            acc(st, "act_bytes", B * isz * (K * outpix_r + C * chh * chw))
+        else:
+            nout = int(np.prod(pl.out_layout.local_shape))
+            nin = pl.macs // nout if nout else 0
+            lp.allreduce_act = B * isz * sum(c.per_sample for c in pl.collectives
+                                             if not c.backward or need_dx)
+            lp.tile = tuple(pl.out_layout.local_shape)
+            lp.flops_max = 2.0 * B * pl.macs * (3 if need_dx else 2)
             lp.act_bytes_max = B * isz * nout * 2            # pre-activation and output
             lp.mem_bytes_max = 2.0 * B * isz * (nin + nout)
-            acc("flops", lp.flops_max)
-            acc("act_bytes", lp.act_bytes_max)
-            acc("mem_bytes", lp.mem_bytes_max)
-            spatial_in = False
+            acc(st, "flops", lp.flops_max)
+            acc(st, "act_bytes", lp.act_bytes_max)
+            acc(st, "mem_bytes", lp.mem_bytes_max)
         out.append(lp)
-    # the gradient bucket is one Allreduce: its latency is counted once (on the first conv)
-    first_conv = next((lp for lp in out if lp.allreduce_grad), None)
+    # a gradient bucket is one Allreduce: its latency is counted once (on the first layer in it)
+    bucket_ranks = {OVER_GRAD: P * data, OVER_DATA: data}
+    first = {over: next((lp for lp in out if lp.bucket_bytes.get(over)), None) for over in bucket_ranks}
     for lp in out:
         t = {"compute": lp.flops_max / machine.flop_rate,
              "memory": lp.mem_bytes_max / machine.mem_rate,
@@ -259,19 +264,22 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
              "allreduce": 0.0}
         if lp.allreduce_act:
             t["allreduce"] += _ring(lp.allreduce_act, P, machine)
-        if lp.allreduce_grad and P > 1:
-            ring = _ring(lp.allreduce_grad, P, machine)
-            if lp is not first_conv:
-                ring -= 2 * (P - 1) * machine.alpha
-            t["allreduce"] += ring
+        for over, nbytes in lp.bucket_bytes.items():
+            if nbytes:
+                n = bucket_ranks[over]
+                t["allreduce"] += _ring(nbytes, n, machine) - (2 * (n - 1) * machine.alpha
+                                                               if lp is not first[over] else 0.0)
         lp.time = t
-    if "flops" in ranks:
-        acc("time_compute", ranks["flops"] / machine.flop_rate)
-    if "mem_bytes" in ranks:
-        acc("time_memory", ranks["mem_bytes"] / machine.mem_rate)
-    acc("time_step", sum(ranks.get(k, 0) for k in ("time_compute", "time_memory", "time_halo")))
-    plan = Plan(nranks, tuple(grid), B, isz, machine, out)
-    plan._ranks = ranks
+    for st in set(stage_of):
+        if (st, "flops") in ranks:
+            acc(st, "time_compute", ranks[(st, "flops")] / machine.flop_rate)
+        if (st, "mem_bytes") in ranks:
+            acc(st, "time_memory", ranks[(st, "mem_bytes")] / machine.mem_rate)
+        acc(st, "time_step", sum(ranks.get((st, k), 0) for k in ("time_compute", "time_memory", "time_halo")))
+    plan = Plan(nranks * data * pipe, tuple(grid), B, isz, machine, out, data=data, pipe=pipe)
+    # per rank: the stage whose ranks carry the most (a rank runs its own stage's layers only)
+    plan._ranks = {kind: np.max([ranks[(st, kind)] for st in set(stage_of) if (st, kind) in ranks], axis=0)
+                   for kind in {k for _, k in ranks}}
     return plan
 
 
@@ -290,7 +298,8 @@ def _fmt_shape(s):
 def format_plan(plan):
     """The plan as a text table (one row per layer, then totals and the predicted step time)."""
     m = plan.machine
-    head = (f"plan: {plan.nranks} rank(s), grid {plan.grid[0]}x{plan.grid[1]}, batch {plan.batch}, "
+    head = (f"plan: {plan.nranks} rank(s) = data {plan.data} x pipe {plan.pipe} x grid "
+            f"{plan.grid[0]}x{plan.grid[1]}, batch {plan.batch} per replica, "
             f"{plan.itemsize}-byte numbers; alpha {m.alpha:g} s, beta {m.beta:g} B/s, "
             f"{m.flop_rate:g} FLOP/s, {m.mem_rate:g} B/s memory per rank")
     cols = ["#", "layer", "kind", "tile", "chunk", "halo fwd", "halo bwd", "msgs", "allreduce",

@@ -14,7 +14,7 @@ import re
 
 import yaml
 
-from ..config.registry import known_classes
+from ..config.registry import check_plugins, known_classes
 from ..errors import ConfigError
 
 _MODEL_DIST = {"MLP": "ConvnetDist", "Convnet": "ConvnetDist", "GB": "GBDist"}
@@ -56,6 +56,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
         raise ConfigError(f"malformed YAML: {e}", filename) from None
     if root is None or not root.tag.startswith("!obj:"):
         raise ConfigError("the root must be an !obj: experiment", filename)
+    check_plugins()  # a plugin's FooLayer becomes its FooLayerDist too
     layer_dist = _dist_names()
     edits = []  # (start, end, replacement), applied from the end
 

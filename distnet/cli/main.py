@@ -9,19 +9,23 @@ from ..errors import DistnetError
 
 
 def _fail(message, code=2):
-    rank = _world_rank()
-    if rank is not None:  # end the whole job: a rank failing alone would leave the others waiting
-        from ..comm.abort import abort_job
-        abort_job(sys.modules["mpi4py.MPI"].COMM_WORLD, f"distnet: error: {message}", code, hint=False)
+    if _world_rank() is not None:  # end the whole job: a rank failing alone would leave the others waiting
+        from ..comm.world import abort_world_job
+        abort_world_job(f"distnet: error: {message}", code)
     click.echo(f"distnet: error: {message}", err=True)
     sys.exit(code)
 
 
 def _world_rank():
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
-        return mpi.COMM_WORLD.Get_rank()
-    return None
+    from ..comm.world import world_rank
+    return world_rank()
+
+
+def _abort_if_parallel(code):
+    """In a multi-rank run, a rank that fails alone would leave the others waiting in a
+    collective: end the whole job (after a moment, so ranks with the same error print it too)."""
+    from ..comm.world import abort_world
+    abort_world(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -155,9 +159,8 @@ def _launched_on_many():
 
 def _bcast(value):
     """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
-    if _world_rank() is None:
-        return value
-    return sys.modules["mpi4py.MPI"].COMM_WORLD.bcast(value, root=0)
+    from ..comm.world import bcast_from_root
+    return bcast_from_root(value)
 
 
 def _config_error_type():
@@ -166,10 +169,8 @@ def _config_error_type():
 
 
 def _install_abort_hook():
-    from ..comm.abort import install_abort_hook
-    from mpi4py import MPI
-    install_abort_hook(MPI.COMM_WORLD)
-    return MPI.COMM_WORLD
+    from ..comm.world import install_world_abort_hook
+    return install_world_abort_hook()
 
 
 def _install_signal_handlers(comm):
@@ -192,8 +193,8 @@ class _CliHooks:
             from ..comm.watchdog import Watchdog
             self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
         if self.record is not None:
-            from .info import stack_info
-            self.record.topology(topology, dict(stack_info(init_mpi=False)))
+            from ..experiments.rundir import versions
+            self.record.topology(topology, versions())
 
     def batch(self, epoch, b, n):
         if self.watchdog is not None:
@@ -230,7 +231,8 @@ class _CliHooks:
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), required=False)
-@click.option("--list-classes", is_flag=True, help="List the classes an experiment may name.")
+@click.option("--list-classes", is_flag=True,
+              help="List the classes an experiment may name (with those of installed plugins).")
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
@@ -238,12 +240,16 @@ def check(experiment, list_classes, reference, overrides):
     from ..config import load_experiment
     if list_classes or reference:
         from ..config.reference import reference_markdown
-        from ..config.registry import known_classes
+        from ..config.registry import check_plugins, known_classes, plugin_source
+        try:
+            check_plugins()
+        except DistnetError as e:
+            _fail(str(e))
         if reference:
             click.echo(reference_markdown(), nl=False)
         else:
             for name, kind, dpath, npath in known_classes():
-                click.echo(f"{kind:<10} {dpath:<40} {npath or ''}")
+                click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
         return
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")
@@ -368,28 +374,11 @@ def plot(runs, output, title):
     click.echo(output)
 
 
-@main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False))
-@click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Number of ranks (world size) to plan for.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
-def show(experiment, nranks, overrides):
-    """Show how EXPERIMENT is cut over N ranks, from geometry alone (no MPI, no data): per layer
-    the global and local shapes (rank 0 and the largest tile), the halo widths, the parameters
-    (total and per rank) and the activation memory per rank."""
-    from ..config import load_experiment
-    from .show import format_show
-    try:
-        exp = load_experiment(experiment, overrides)
-        text = format_show(exp, experiment, nranks)
-    except DistnetError as e:
-        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
-    click.echo(text)
-
-
-from .plan import plan  # noqa: E402 - a command defined in its own module
+from .plan import plan  # noqa: E402 - commands defined in their own modules
 from .runs import runs  # noqa: E402
+from .show import show  # noqa: E402
 
+main.add_command(show)
 main.add_command(plan)
 main.add_command(runs)
 

@@ -3,7 +3,7 @@ import os
 
 import click
 
-from ..experiments.rundir import ENV_BASE, _read_info, run_status
+from ..experiments.rundir import ENV_BASE, read_info, run_status
 
 
 def _run_dirs(paths):
@@ -19,7 +19,7 @@ def _run_dirs(paths):
 
 def describe(path):
     """One line: directory, status, start time, ranks, and the error (with its rank) if any."""
-    info = _read_info(os.path.join(path, "run.json"))
+    info = read_info(os.path.join(path, "run.json"))
     status = run_status(path, info) or "unknown"
     topo = info.get("topology") or {}
     size = topo.get("size")

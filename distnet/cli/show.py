@@ -1,183 +1,80 @@
-"""``distnet show EXP.yaml -n N``: how an experiment is cut over N ranks, from geometry alone
-(no MPI, no weights, no data beyond the dataset's header).
+"""``distnet show EXP.yaml -n N`` (alias ``distnet plan``): how an experiment is cut over N ranks
+and what one training step costs there, from geometry alone (no MPI, no data). The layer table
+comes from :mod:`distnet.experiments.report`, the cost model from :mod:`distnet.plan`; both read
+the layers' placements on the layout ``distnet run`` would use."""
+import json
+import sys
 
-Per layer: the global output shape, the output tile of rank 0 and the largest one, the input
-chunk (tile + halo) of the largest rank, the halo widths (ghost rows/columns received from
-neighbours on each side, the largest over the ranks; zero padding at the image border is not
-counted), the parameters (global and on the rank holding most), and the activation memory per
-rank (outputs plus halo chunks of one minibatch, the rank holding most). With pipeline stages a
-``stage`` column is added and the per-rank totals are those of the largest stage (a rank holds
-its own stage's layers only); with data replicas (``data``, or ``dist_mode: datapar``) memory is
-for the replica's rows of a minibatch.
-"""
-from dataclasses import dataclass
+import click
 
-import numpy as np
-
-from ..comm.topology import check_grid, choose_grid
-from ..errors import TopologyError
-from ..geometry import grid_coords, plan_halo, tile_of
+from ..errors import ConfigError, DistnetError
 
 
-@dataclass
-class LayerRow:
-    index: int
-    name: str
-    kind: str
-    global_shape: tuple
-    rank0_shape: tuple
-    largest_shape: tuple
-    chunk_shape: tuple       # input chunk (tile + halo + padding) of the largest rank; None: no window
-    halo: tuple              # (top, bottom, left, right) ghost widths, max over ranks; None: no window
-    params_global: int
-    params_rank: int         # most on any rank
-    sharded: bool
-    act_bytes: int           # per rank (the most), one minibatch: output + chunk
-    stage: int = 0           # pipeline stage holding the layer
+def _shape(text):
+    try:
+        return tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected C,H,W (e.g. 3,256,256), got {text!r}") from None
 
 
-def topology_for(exp, nranks):
-    """``(grid, data, pipe)`` the run would use on ``nranks`` ranks (TopologyError otherwise),
-    as :meth:`~distnet.experiments.fit.FitExperiment.make_topology` builds it: ``dist_mode:
-    datapar`` makes every rank of a stage a data replica of whole images (unless ``data`` is
-    given); otherwise the ranks left after ``data x pipe`` form the spatial grid."""
-    data, pipe = exp.data, getattr(exp, "pipe", 1)
-    if exp.dist_flag and getattr(exp.dataset, "dist_mode", None) == "datapar" and data == 1:
-        if nranks % pipe:
-            raise TopologyError(f"{nranks} ranks cannot hold pipe={pipe} stages; use a multiple of {pipe}")
-        return (1, 1), nranks // pipe, pipe
-    replicas = data * pipe
-    if nranks < 1 or nranks % replicas:
-        raise TopologyError(f"{nranks} ranks cannot hold data={data} x pipe={pipe} replicas; use a "
-                            f"multiple of {replicas}")
-    nspatial = nranks // replicas
-    planes = exp.model.planes()
-    if not exp.dist_flag or getattr(exp.dataset, "dist_mode", None) == "datapar":
-        if nspatial != 1:
-            why = ("dist_mode datapar gives every rank whole images" if exp.dist_flag
-                   else "this experiment has dist_flag: False")
-            raise TopologyError(f"{why}: it runs on data x pipe = {replicas} rank(s), not {nranks}")
-        return (1, 1), data, pipe
-    if exp.grid is not None:
-        return check_grid(exp.grid, nspatial, planes, replicas), data, pipe
-    return choose_grid(nspatial, planes), data, pipe  # raises naming the sizes that work
+def _fail(message, code):
+    click.echo(f"distnet: error: {message}", err=True)
+    sys.exit(code)
 
 
-def _tiles(plane, grid):
-    return [tile_of(plane, grid, c) for c in grid_coords(grid)]
-
-
-def _largest(boxes):
-    return max(boxes, key=lambda b: (b.size, b.shape))
-
-
-def layer_rows(exp, grid, batch):
-    """One :class:`LayerRow` per layer of the (shape-inferred) model."""
-    itemsize = np.dtype(exp.backend.dtype).itemsize
-    coords = grid_coords(grid)
-    rows = []
-    spatial_input = True
-    for i, layer in enumerate(exp.model.layers):
-        out = tuple(layer.out_shape)
-        inp = tuple(layer.in_shape)
-        chunk_shape = halo = None
-        chunk_elems = 0
-        if len(out) == 3:
-            tiles = _tiles(out[1:], grid)
-            rank0, big = tiles[0], _largest(tiles)
-            rank0_shape, largest_shape = (out[0], *rank0.shape), (out[0], *big.shape)
-            out_elems = out[0] * big.size
+@click.command("show")
+@click.argument("experiment", type=click.Path(exists=True, dir_okay=False))
+@click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of ranks (world size), cut as `distnet run` would cut it.")
+@click.option("--grid", default=None, metavar="PYxPX", help="Force the spatial grid, e.g. 2x8.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Minibatch size for the cost model (default: the model's batch_size).")
+@click.option("--input-shape", default=None, metavar="C,H,W",
+              help="Image shape, when the dataset cannot tell it without its files.")
+@click.option("--alpha", type=float, default=None, help="Seconds per message (default 2e-6).")
+@click.option("--beta", type=float, default=None, help="Bytes/s per rank on the network (default 10e9).")
+@click.option("--flops", "flop_rate", type=float, default=None,
+              help="FLOP/s per rank for the GEMMs (default 50e9).")
+@click.option("--mem-rate", type=float, default=None,
+              help="Bytes/s per rank for memory-bound work (default 5e9).")
+@click.option("--json", "as_json", is_flag=True, help="Print the cost model as JSON.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
+def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, mem_rate, as_json, overrides):
+    """Show how EXPERIMENT is cut over N ranks (data replicas x pipeline stages x spatial grid,
+    as `distnet run` cuts it) and what one training step costs there, from geometry alone: per
+    layer the global and local shapes (rank 0 and the largest tile), the halo widths, the
+    parameters (total and per rank) and the activation memory per rank; then the cost model:
+    halo and Allreduce bytes, FLOPs and a step time from an alpha-beta network model
+    (constants settable; see distnet.plan.Machine)."""
+    from ..config import load_experiment
+    from ..experiments.report import format_show
+    from ..plan import Machine, format_plan, plan_model
+    try:
+        exp = load_experiment(experiment, overrides)
+        if grid:
+            try:
+                exp.grid = tuple(int(v) for v in grid.lower().split("x"))
+            except ValueError:
+                raise click.BadParameter(f"expected PYxPX (e.g. 2x8), got {grid!r}") from None
+        if input_shape:
+            shape = _shape(input_shape)
         else:
-            rank0_shape = largest_shape = out
-            out_elems = out[0]
-        windows = getattr(layer, "windows", None)
-        if windows is not None and len(inp) == 3:
-            H, W = inp[1:]
-            plans = [plan_halo((H, W), *windows, grid, c) for c in coords]
-            sides = [(max(0, p.own.y0 - max(p.chunk.y0, 0)), max(0, min(p.chunk.y1, H) - p.own.y1),
-                      max(0, p.own.x0 - max(p.chunk.x0, 0)), max(0, min(p.chunk.x1, W) - p.own.x1))
-                     for p in plans]
-            halo = tuple(max(s[k] for s in sides) for k in range(4))
-            big = _largest([p.chunk for p in plans])
-            chunk_shape = (inp[0], *big.shape)
-            chunk_elems = inp[0] * big.size
-        pg, pr, sharded = _params(layer, grid, spatial_input)
-        rows.append(LayerRow(i, layer.name, type(layer).__name__, out, rank0_shape, largest_shape,
-                             chunk_shape, halo, pg, pr, sharded,
-                             batch * (out_elems + chunk_elems) * itemsize))
-        spatial_input = len(out) == 3
-    return rows
-
-
-def _params(layer, grid, spatial_input):
-    """(global count, most on one rank, sharded?) of a layer's parameters, from its shapes."""
-    split = tuple(grid) != (1, 1) and getattr(layer, "is_dist", False)
-    if hasattr(layer, "nfeat") and hasattr(layer, "nout"):          # fully connected
-        bias = layer.nout if getattr(layer, "has_bias", False) else 0
-        total = layer.nout * layer.nfeat + bias
-        if split and spatial_input and len(layer.in_shape) == 3:
-            C = layer.in_shape[0]
-            big = _largest(_tiles(layer.in_shape[1:], grid))
-            return total, layer.nout * C * big.size + bias, True
-        return total, total, False
-    if hasattr(layer, "weight_init") and hasattr(layer, "nofm"):
-        C, (fh, fw) = layer.in_shape[0], layer.fshape
-        K, Ho, Wo = layer.out_shape
-        if hasattr(layer, "pretraining"):                           # locally connected: per pixel
-            total = K * Ho * Wo * C * fh * fw
-            if split:
-                big = _largest(_tiles((Ho, Wo), grid))
-                return total, K * big.size * C * fh * fw, True
-            return total, total, False
-        total = K * C * fh * fw                                     # conv: replicated filters
-        return total, total, False
-    return 0, 0, False
-
-
-def _shape(s):
-    return "-" if s is None else "x".join(str(v) for v in s)
-
-
-def _mib(n):
-    return f"{n / 2**20:.2f} MiB"
-
-
-def format_show(exp, path, nranks):
-    """The text ``distnet show`` prints."""
-    exp.model.infer_shapes(exp.dataset.image_shape)
-    grid, data, pipe = topology_for(exp, nranks)
-    bs = exp.model.batch_size
-    per_replica = -(-bs // data) if bs else 1
-    rows = layer_rows(exp, grid, per_replica)
-    for row, stage in zip(rows, exp.model.stage_plan(pipe)):
-        row.stage = stage
-    head = [f"{path}: {nranks} rank(s) = data {data} x pipe {pipe} x grid {grid[0]}x{grid[1]}; "
-            f"input {_shape(exp.dataset.image_shape)}, dtype {np.dtype(exp.backend.dtype).name}, "
-            + (f"batch {bs} ({per_replica} rows per replica)" if bs else "batch: all images (memory per image)")]
-    staged = pipe > 1
-    cols = ["#", "layer", "class"] + (["stage"] if staged else []) + [
-        "global out", "rank 0 out", "largest out", "largest chunk", "halo t/b/l/r", "params",
-        "params/rank", "act/rank"]
-    table = [[str(r.index), r.name, r.kind] + ([str(r.stage)] if staged else []) + [
-              _shape(r.global_shape), _shape(r.rank0_shape), _shape(r.largest_shape),
-              _shape(r.chunk_shape), "-" if r.halo is None else "/".join(map(str, r.halo)),
-              f"{r.params_global:,}", f"{r.params_rank:,}" + (" (shard)" if r.sharded else ""),
-              _mib(r.act_bytes)] for r in rows]
-    widths = [max(len(c), *(len(t[k]) for t in table)) for k, c in enumerate(cols)]
-    right = {0, len(cols) - 3, len(cols) - 2, len(cols) - 1} | ({3} if staged else set())
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    out = head + [line(cols)] + [line(t) for t in table]
-    itemsize = np.dtype(exp.backend.dtype).itemsize
-    pg = sum(r.params_global for r in rows)
-    # a rank holds the layers of its own stage only: per-rank figures are the largest stage's
-    pr = max(sum(r.params_rank for r in rows if r.stage == s) for s in range(pipe))
-    act = max(sum(r.act_bytes for r in rows if r.stage == s) for s in range(pipe))
-    where = ", its stage's layers only" if staged else ""
-    out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank{where} "
-               f"({_mib(pr * itemsize)}, x3 with gradients and momentum)")
-    out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
-               + ("" if bs else " per image"))
-    return "\n".join(out)
+            try:
+                shape = tuple(exp.dataset.image_shape)
+            except DistnetError as e:
+                raise click.UsageError(f"the dataset cannot tell its image shape ({e}); "
+                                       f"give --input-shape C,H,W") from None
+        layout = exp.layout(nranks, shape)
+        machine = Machine(**{k: v for k, v in (("alpha", alpha), ("beta", beta), ("flop_rate", flop_rate),
+                                               ("mem_rate", mem_rate)) if v is not None})
+        p = plan_model(exp.model, shape, layout.nspatial, grid=layout.grid, batch=batch,
+                       itemsize=exp.backend.dtype.itemsize, machine=machine,
+                       momentum=bool(exp.model.momentum(0)), data=layout.data, pipe=layout.pipe)
+        text = None if as_json else format_show(exp, experiment, nranks, layout, shape)
+    except DistnetError as e:
+        _fail(str(e), 2 if isinstance(e, ConfigError) else 1)
+    if as_json:
+        click.echo(json.dumps(p.to_dict(), indent=1, default=float))
+    else:
+        click.echo(text)
+        click.echo(format_plan(p))

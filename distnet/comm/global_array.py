@@ -20,19 +20,9 @@ through pinned host mirrors (:mod:`distnet.comm.staging`).
 This module never imports mpi4py: requests come from the communicator, and ``Waitall`` is reached
 through the request's class.
 """
-from ..backend import get_array_module
+from ..backend import get_array_module, same_view
 from .staging import MessageBuffers
 from .traffic import TRAFFIC
-
-
-def _data_pointer(a):
-    ai = getattr(a, "__array_interface__", None)
-    return ai["data"][0] if ai is not None else a.data.ptr   # numpy; cupy's MemoryPointer
-
-
-def _same_view(a, b):
-    """True if ``a`` and ``b`` are the same elements of the same memory (shape and strides)."""
-    return a.shape == b.shape and a.strides == b.strides and _data_pointer(a) == _data_pointer(b)
 
 
 def _waitall(requests):
@@ -51,6 +41,10 @@ class GlobalArray:
     host_staging : True to hand MPI host mirrors of the message buffers (device arrays with an MPI that
         is not CUDA-aware: ``Backend.host_staging``); False hands the buffers themselves.
     """
+
+    #: It exchanges messages (the one-process counterpart, :class:`~distnet.ops.padding.ZeroPadding`,
+    #: only zero-pads, which lets a conv pad as it reads instead of building the chunk).
+    zero_padding_only = False
 
     def __init__(self, plan, comm, tag=0, host_staging=False):
         self.plan = plan
@@ -181,7 +175,7 @@ class GlobalArray:
         if not interior.is_empty():
             dst = g_local[(Ellipsis,) + interior.relative_to(own)]
             src = g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]
-            if not _same_view(dst, src):   # out may be g_chunk's own-tile view: nothing to copy
+            if not same_view(dst, src):   # out may be g_chunk's own-tile view: nothing to copy
                 dst[...] = src
         _waitall(reqs)
         for buf, t in zip(share.arrived(), plan.sends):

@@ -5,7 +5,7 @@ import numpy as np
 from ..backend import get_array_module
 from .serial import in_place
 from .staging import MessageBuffers
-from .traffic import TRAFFIC, allreduce_kind
+from .traffic import TRAFFIC
 
 # Flat reduction buffers, one per (size, dtype, array module, host staging): planned by the first
 # call, reused (as MessageBuffers, so staged ones keep their pinned host mirror).
@@ -22,7 +22,7 @@ def _flat_buffer(xp, size, dtype, host_staging):
     return buf
 
 
-def allreduce_sum(arrays, comm, host_staging=False):
+def allreduce_sum(arrays, comm, host_staging=False, kind="allreduce_act"):
     """Sum each array of ``arrays`` over the ranks of ``comm``, in place, with ONE Allreduce.
 
     arrays : list of ``xp`` arrays of one dtype (any shapes, e.g. the gradients of a bucket);
@@ -31,6 +31,8 @@ def allreduce_sum(arrays, comm, host_staging=False):
         weights); collective over all of its ranks. Size 1: no communication at all.
     host_staging : True to reduce a pinned host mirror of the device buffer (an MPI that is not
         CUDA-aware: ``Backend.host_staging``); False reduces the buffer itself.
+    kind : what the traffic counter (:mod:`~distnet.comm.traffic`) files the bytes under:
+        ``allreduce_act`` (activation sums) or ``allreduce_grad`` (gradient buckets).
 
     The arrays are packed into one flat buffer (allocated once per bucket size and reused),
     reduced in place, and unpacked back into the same array objects, which are also returned
@@ -45,7 +47,7 @@ def allreduce_sum(arrays, comm, host_staging=False):
         raise ValueError(f"allreduce_sum needs one dtype per bucket, got {sorted(map(str, dtypes))}")
     xp = get_array_module(*arrays)
     if TRAFFIC.enabled:
-        TRAFFIC.record(allreduce_kind(), sum(a.nbytes for a in arrays))
+        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
     if len(arrays) == 1 and arrays[0].flags.c_contiguous and not host_staging:
         comm.Allreduce(in_place(comm), MessageBuffers(arrays, False).outgoing()[0])
         return arrays

@@ -15,125 +15,16 @@ Sub-communicators, made once per run by :meth:`Topology.from_world`:
 ``grad``      ranks with the same ``p`` (spatial x data)     Allreduce of replicated-weight gradients
 ============  ===========================================  =========================================
 
-Grid choice (:func:`choose_grid`): among the factorisations ``Py * Px`` of the spatial rank count
-that cut every plane into non-empty tiles (``H >= Py`` and ``W >= Px`` for each ``(H, W)``), take
-the most square one (smallest ``max(Py, Px)``), and of two mirror images the one with ``Py <= Px``
-(rows of a tile stay long: contiguous memory runs in the halo packing).
-
-This module imports mpi4py only inside :meth:`Topology.from_world`; the grid math is pure.
+How the world is cut (replicas, stages, grid choice) is decided by the pure resolver
+:func:`~distnet.geometry.grid.resolve_layout`; this module only builds the communicators of a
+:class:`~distnet.geometry.grid.GridLayout`. It imports mpi4py only inside its methods.
 """
-from ..errors import TopologyError
+from ..geometry.grid import (GridLayout, GridPosition, check_grid, choose_grid, factor_pairs,
+                             grid_failure, resolve_layout, valid_grids, working_sizes)
 from .serial import SerialComm
 
-
-# ---------------------------------------------------------------------------------------------
-# Pure grid math (no MPI)
-# ---------------------------------------------------------------------------------------------
-
-def factor_pairs(n):
-    """All ``(Py, Px)`` with ``Py * Px == n``, ``Py`` ascending."""
-    if n < 1:
-        raise TopologyError(f"a process grid needs at least 1 rank, got {n}")
-    return [(py, n // py) for py in range(1, n + 1) if n % py == 0]
-
-
-def _grid_order(grid):
-    """Sort key: most square first, then ``Py <= Px`` before its mirror image."""
-    py, px = grid
-    return (max(py, px), py)
-
-
-def grid_failure(grid, planes):
-    """``None`` if ``grid`` cuts every plane into non-empty tiles, else a phrase saying which
-    plane fails and why (e.g. ``"plane 5x28: 5 rows < 6"``). A plane may carry a label as a
-    third item (``(H, W, "the output of layer 'conv2'")``), which the phrase then names."""
-    py, px = grid
-    for plane in planes or ():
-        h, w = plane[:2]
-        what = f"plane {h}x{w}" + (f" ({plane[2]})" if len(plane) > 2 else "")
-        if h < py:
-            return f"{what}: {h} row{'s' * (h != 1)} < {py}"
-        if w < px:
-            return f"{what}: {w} column{'s' * (w != 1)} < {px}"
-    return None
-
-
-def valid_grids(nranks, planes=()):
-    """All grids ``(Py, Px)`` of ``nranks`` ranks that cut every ``(H, W)`` in ``planes`` into
-    non-empty tiles, best first (the order :func:`choose_grid` picks from)."""
-    return sorted((g for g in factor_pairs(nranks) if grid_failure(g, planes) is None),
-                  key=_grid_order)
-
-
-def working_sizes(planes=(), limit=64):
-    """Spatial rank counts ``1 <= n <= limit`` for which some grid fits every plane."""
-    return [n for n in range(1, limit + 1) if valid_grids(n, planes)]
-
-
-def _fmt_grid(grid):
-    return f"{grid[0]}x{grid[1]}"
-
-
-def _fmt_grids(grids):
-    return ", ".join(_fmt_grid(g) for g in grids) or "none"
-
-
-def _suggest_sizes(nranks, planes, replicas):
-    """Text listing the world sizes that would work, around ``nranks`` spatial ranks."""
-    sizes = working_sizes(planes, limit=max(16, 2 * nranks))
-    return ", ".join(str(n * replicas) for n in sizes)
-
-
-def choose_grid(nranks, planes=()):
-    """The grid ``(Py, Px)`` distnet uses for ``nranks`` spatial ranks (see the module docstring).
-
-    Raises :class:`TopologyError` naming, for each factorisation, the plane that fails, and the
-    rank counts that would work.
-    """
-    grids = valid_grids(nranks, planes)
-    if grids:
-        return grids[0]
-    raise TopologyError(_no_grid_message(nranks, planes))
-
-
-def _no_grid_message(nranks, planes, data=1, pipe=1):
-    fails = "; ".join(f"{_fmt_grid(g)} fails on {grid_failure(g, planes)}"
-                      for g in sorted(factor_pairs(nranks), key=_grid_order))
-    replicas = data * pipe
-    head = f"no process grid of {nranks} spatial ranks"
-    if replicas > 1:
-        head = (f"the run has {nranks * replicas} ranks = data {data} x pipe {pipe} x {nranks} "
-                f"spatial, and {head}")
-    what = "world sizes" if replicas > 1 else "rank counts"
-    return (f"{head} cuts every plane into non-empty tiles ({fails}). "
-            f"{what.capitalize()} that work: {_suggest_sizes(nranks, planes, replicas)}")
-
-
-def check_grid(grid, nranks, planes=(), replicas=1):
-    """Validate a user-given ``grid`` for ``nranks`` spatial ranks; returns it as a tuple.
-
-    ``replicas = data * pipe`` only enters the messages (world size = replicas * nranks).
-    """
-    try:
-        grid = tuple(int(g) for g in grid)
-    except (TypeError, ValueError):
-        raise TopologyError(f"grid must be two integers (Py, Px), got {grid!r}") from None
-    if len(grid) != 2 or min(grid) < 1:
-        raise TopologyError(f"grid must be two positive integers (Py, Px), got {grid!r}")
-    world = nranks * replicas
-    if grid[0] * grid[1] != nranks:
-        need = grid[0] * grid[1] * replicas
-        reps = f" x {replicas} data/pipe replicas" if replicas > 1 else ""
-        raise TopologyError(
-            f"grid {_fmt_grid(grid)}{reps} needs {need} ranks, but the run has {world}. "
-            f"Grids of {nranks} spatial ranks that fit: {_fmt_grids(valid_grids(nranks, planes))}")
-    why = grid_failure(grid, planes)
-    if why is not None:
-        raise TopologyError(
-            f"grid {_fmt_grid(grid)} cannot cut {why}: every rank must own at least one row and "
-            f"one column. Grids of {nranks} ranks that fit: {_fmt_grids(valid_grids(nranks, planes))}; "
-            f"spatial rank counts that work: {_suggest_sizes(nranks, planes, 1)}")
-    return grid
+__all__ = ["Topology", "check_grid", "choose_grid", "factor_pairs", "grid_failure", "valid_grids",
+           "working_sizes"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,35 +77,36 @@ class Topology:
     def from_world(cls, grid=None, data=1, pipe=1, planes=None, world=None):
         """Build the topology of the current MPI run (collective over ``world``).
 
-        grid : ``(Py, Px)`` or None to :func:`choose_grid` one that fits ``planes``.
+        grid : ``(Py, Px)`` or None to choose one that fits ``planes``.
         data, pipe : replica / pipeline-stage counts; ``world size = data * pipe * Py * Px``.
         planes : ``(H, W)`` of every spatial plane the grid must cut (inputs and outputs of each
             spatial layer); each tile must own at least one row and one column.
         world : communicator to split (default ``MPI.COMM_WORLD``; tests pass sub-communicators).
 
-        Raises :class:`TopologyError` (on every rank alike) if the sizes do not fit.
+        The sizes are checked by :func:`~distnet.geometry.grid.resolve_layout` (a spatially
+        distributed run); raises :class:`TopologyError` (on every rank alike) if they do not fit.
         """
+        world = cls.world_comm(world)
+        layout = resolve_layout(world.Get_size(), dist_flag=True, data=data, pipe=pipe, grid=grid,
+                                planes=planes)
+        return cls.from_layout(layout, world)
+
+    @staticmethod
+    def world_comm(world=None):
+        """``world``, or MPI's world communicator (imports mpi4py: initialises MPI)."""
         if world is None:
             from mpi4py import MPI  # lazily: importing distnet must not initialise MPI
             world = MPI.COMM_WORLD
-        planes = [tuple(p) for p in (planes or ())]
-        size, rank = world.Get_size(), world.Get_rank()
-        for name, n in (("data", data), ("pipe", pipe)):
-            if not isinstance(n, int) or n < 1:
-                raise TopologyError(f"{name} must be a positive integer, got {n!r}")
-        replicas = data * pipe
-        if size % replicas:
-            raise TopologyError(
-                f"the run has {size} ranks, which data={data} x pipe={pipe} does not divide; "
-                f"use a multiple of {replicas} ranks, e.g. {replicas * (size // replicas + 1)}")
-        nspatial = size // replicas
-        if grid is None:
-            if not valid_grids(nspatial, planes):
-                raise TopologyError(_no_grid_message(nspatial, planes, data, pipe))
-            grid = choose_grid(nspatial, planes)
-        else:
-            grid = check_grid(grid, nspatial, planes, replicas)
+        return world
 
+    @classmethod
+    def from_layout(cls, layout, world=None):
+        """The communicators of ``layout`` (a :class:`GridLayout` whose ``size`` is the size of
+        ``world``, default ``MPI.COMM_WORLD``). Collective over ``world``."""
+        world = cls.world_comm(world)
+        size, rank = world.Get_size(), world.Get_rank()
+        assert layout.size == size, (layout, size)
+        grid, data, pipe, nspatial = layout.grid, layout.data, layout.pipe, layout.nspatial
         d, rest = divmod(rank, pipe * nspatial)
         p, s = divmod(rest, nspatial)
         # Split is collective over world: every rank calls each one, in the same order.
@@ -228,6 +120,23 @@ class Topology:
         assert coords == divmod(s, grid[1]), (coords, s, grid)
         return cls(world, spatial, data_comm, pipe_comm, grad, grid, coords, data_index=d,
                    pipe_index=p, ndata=data, npipe=pipe)
+
+    @property
+    def layout(self):
+        """The :class:`GridLayout` of the run."""
+        return GridLayout(self.ndata, self.npipe, self.grid)
+
+    @property
+    def position(self):
+        """This rank's :class:`GridPosition` (what layer placements are computed from)."""
+        return GridPosition(self.grid, self.coords, self.ndata, self.npipe, self.data_index,
+                            self.pipe_index)
+
+    def comm(self, name):
+        """The sub-communicator ``name``: ``spatial``, ``data``, ``pipe`` or ``grad``."""
+        if name not in ("spatial", "data", "pipe", "grad"):
+            raise ValueError(f"no communicator {name!r}")
+        return getattr(self, name)
 
     def local_rank(self):
         """This rank's index among the ranks on its node (a shared-memory split of ``world``,
@@ -244,11 +153,11 @@ class Topology:
     def free(self):
         """Free the sub-communicators (not ``world``). Collective over each of them."""
         for name in ("spatial", "data", "pipe", "grad"):
-            comm = getattr(self, name)
+            comm = self.comm(name)
             if comm is not None and not isinstance(comm, SerialComm):
                 comm.Free()
             setattr(self, name, None)
 
     def __repr__(self):
         return (f"Topology(rank {self.rank}/{self.size}: data {self.data_index}/{self.ndata}, "
-                f"pipe {self.pipe_index}/{self.npipe}, grid {_fmt_grid(self.grid)} at {self.coords})")
+                f"pipe {self.pipe_index}/{self.npipe}, grid {self.grid[0]}x{self.grid[1]} at {self.coords})")

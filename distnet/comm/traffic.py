@@ -6,13 +6,13 @@ when off). Benchmarks and tests switch it on with :func:`counting` and read per-
 
 * ``halo_fwd`` / ``halo_bwd``: bytes this rank *sent* in halo exchanges / adjoint exchanges
   (message payloads, the ghost boxes), keyed also by the layer's tag;
-* ``allreduce_grad``: payload bytes this rank contributed to gradient Allreduces (each rank
+* ``allreduce_grad``: payload bytes this rank contributed to gradient Allreduces (the training
+  step's buckets, ``allreduce_sum(..., kind="allreduce_grad")``; each rank
   contributes its whole flat bucket; what a ring or tree algorithm puts on the wire is about
   ``2 (P-1)/P`` times that);
 * ``allreduce_act``: payload bytes of activation Allreduces (partial pre-activations of a
   sharded FC layer, vecpar input gradients).
 """
-import sys
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -43,17 +43,6 @@ class Traffic:
 
 #: The process-wide counter.
 TRAFFIC = Traffic()
-
-# Callers whose Allreduce sums parameter gradients (everything else is an activation sum).
-_GRAD_CALLERS = {"reduce_gradients", "pretrain_step"}
-
-
-def allreduce_kind(depth=2):
-    """``"allreduce_grad"`` or ``"allreduce_act"`` by the name of the function that called
-    ``allreduce_sum`` (only evaluated while counting)."""
-    name = sys._getframe(depth).f_code.co_name
-    return "allreduce_grad" if name in _GRAD_CALLERS else "allreduce_act"
-
 
 @contextmanager
 def counting(reset=True):

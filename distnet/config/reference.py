@@ -45,6 +45,8 @@ def reference_markdown():
            "line and key. Shapes are global (whole images), also in distributed runs.", ""]
     by_kind = {}
     for name, kind, dpath, npath in registry.known_classes():
+        if registry.plugin_source(name):  # the reference documents distnet's own classes
+            continue
         by_kind.setdefault(kind, []).append((name, dpath, npath))
     for kind in _KIND_ORDER:
         out += [f"## {_KIND_TITLE[kind]}", ""]

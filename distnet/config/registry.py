@@ -3,6 +3,8 @@ no dotted path is ever imported because a config file says so.
 
 Each class is reachable by its distnet path (``distnet.layers.ConvLayer``), its bare name
 (``ConvLayer``) and, where neon had it, neon's path (``neon.models.layer.ConvLayer``).
+Installed plugins add their own classes (entry point group ``distnet.plugins``; see the end of
+this module and docs/extending.md).
 """
 import difflib
 import importlib
@@ -54,7 +56,8 @@ _EXTRA_PATHS = {"GPU": ["neon.backends.cudanet.GPU"]}
 
 
 def register(name, module, kind, distnet_pkg, neon_module=None):
-    """Add a class to the table (used by packages that define more classes, e.g. GB layers)."""
+    """Add a class to the table (used by packages that define more classes, e.g. GB layers;
+    a plugin may call it too, but :func:`register_classes` is simpler and refuses taken names)."""
     _add(module, kind, [name], distnet_pkg, neon_module)
 
 
@@ -72,6 +75,7 @@ def resolve(path, where=None):
 
     Raises :class:`ConfigError` (with close matches) for names outside the table.
     """
+    check_plugins()  # the first look-up loads the installed plugins (once)
     idx = _index()
     name = idx.get(path)
     if name is None:
@@ -88,3 +92,132 @@ def resolve(path, where=None):
 def known_classes():
     """``[(bare name, kind, distnet path, neon path)]`` for documentation and ``--list-classes``."""
     return sorted((n, k, d, p) for n, (m, k, d, p) in _CLASSES.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugins: classes that other installed packages add to the table
+# ---------------------------------------------------------------------------------------------
+#
+# A package declares an entry point in the group ``distnet.plugins`` (pyproject.toml:
+# ``[project.entry-points."distnet.plugins"] myname = "mypackage.layers"``). The entry point
+# names a module whose import registers its classes (``register_classes(...)`` or
+# ``register(...)`` at module level), or a callable that does so when called without
+# arguments. Plugins are loaded once, the first time a class is resolved (or listed), never when
+# distnet is imported. YAML still builds only registered classes: a plugin's module is imported
+# because the package was installed, never because a config file names a dotted path.
+
+PLUGIN_GROUP = "distnet.plugins"
+_KINDS = ("experiment", "backend", "dataset", "model", "layer", "activation", "cost")
+# loaded: plugins were looked for; plugins: [(entry point, package, [class names], error)];
+# source: bare name -> "plugin <entry point> (<package>)"
+_PLUGINS = {"loaded": False, "plugins": [], "source": {}}
+
+
+class PluginError(ConfigError):
+    """An installed plugin that cannot be loaded, or that registers a class it must not."""
+
+
+def register_classes(*classes, kind="layer", neon_module=None):
+    """Register classes defined outside distnet (a plugin's one registry line).
+
+    Each class is named in YAML by its bare name (``ScaleShiftLayer``) or its full dotted path
+    (``distnet_example_plugin.ScaleShiftLayer``); ``kind`` is one of ``layer``, ``model``,
+    ``activation``, ``cost``, ``dataset``, ``backend``, ``experiment``. A name that distnet or
+    another plugin already uses is refused (:class:`PluginError`): nothing is replaced."""
+    if kind not in _KINDS:
+        raise PluginError(f"register_classes: kind must be one of {', '.join(_KINDS)}, got {kind!r}")
+    for cls in classes:
+        if not isinstance(cls, type):
+            raise PluginError(f"register_classes takes classes, got {cls!r}")
+        name, module = cls.__name__, cls.__module__
+        taken = _CLASSES.get(name)
+        if taken is not None and (taken[0], taken[1]) != (module, kind):
+            raise PluginError(f"cannot register {module}.{name}: the name {name} is taken by "
+                              f"{taken[2]}; rename the class")
+        _CLASSES[name] = (module, kind, f"{module}.{name}", f"{neon_module}.{name}" if neon_module else None)
+
+
+def _entry_points():
+    from importlib import metadata
+    try:
+        return list(metadata.entry_points(group=PLUGIN_GROUP))
+    except TypeError:  # Python 3.9: a dict of groups
+        return list(metadata.entry_points().get(PLUGIN_GROUP, ()))
+
+
+def _package_of(ep):
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "unknown package"
+    try:
+        return f"{dist.metadata['Name']} {dist.version}"
+    except Exception:  # noqa: BLE001 - broken metadata
+        return "unknown package"
+
+
+def _one_line(e):
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _load_one(ep):
+    """Load entry point ``ep``; returns ``(names it registered, error text or None)``. A
+    failing plugin registers nothing (its partial registrations are undone)."""
+    before = dict(_CLASSES)
+    try:
+        obj = ep.load()
+        if callable(obj) and not isinstance(obj, type):
+            obj()
+        replaced = sorted(n for n, v in before.items() if _CLASSES.get(n) != v)
+        if replaced:
+            raise PluginError(f"it re-registers {', '.join(replaced)}, already registered by "
+                              f"{before[replaced[0]][2].rsplit('.', 1)[0]}; rename the class")
+        return sorted(set(_CLASSES) - set(before)), None
+    except Exception as e:  # noqa: BLE001 - any failure of foreign code: one line, no traceback
+        _CLASSES.clear()
+        _CLASSES.update(before)
+        return [], e.bare_message if isinstance(e, PluginError) else _one_line(e)
+
+
+def load_plugins():
+    """Load every installed plugin (entry point group ``distnet.plugins``), once per process;
+    returns ``[(entry point name, package, [class names], error or None)]``. Never raises:
+    :func:`check_plugins` turns a failure into an error."""
+    if not _PLUGINS["loaded"]:
+        _PLUGINS["loaded"] = True
+        try:
+            eps = _entry_points()
+        except Exception as e:  # noqa: BLE001 - unreadable metadata of some package
+            _PLUGINS["plugins"].append(("?", "installed packages", [], f"cannot list plugins: {_one_line(e)}"))
+            eps = []
+        for ep in sorted(eps, key=lambda ep: ep.name):
+            package = _package_of(ep)
+            names, error = _load_one(ep)
+            _PLUGINS["plugins"].append((ep.name, package, names, error))
+            for n in names:
+                _PLUGINS["source"][n] = f"plugin {ep.name} ({package})"
+    return list(_PLUGINS["plugins"])
+
+
+def check_plugins():
+    """:func:`load_plugins`, raising :class:`PluginError` (one line: the plugin, its package,
+    the reason) if an installed plugin cannot be loaded."""
+    for name, package, _, error in load_plugins():
+        if error is not None:
+            raise PluginError(f"plugin '{name}' (package {package}) cannot be loaded: {error} "
+                              f"(fix or uninstall that package)")
+
+
+def plugin_source(name):
+    """``"plugin <entry point> (<package> <version>)"`` for a class a plugin registered, else None."""
+    return _PLUGINS["source"].get(name)
+
+
+def plugin_summary():
+    """One line about the installed plugins, for ``distnet info``: each with its package and
+    classes, or why it cannot be loaded; ``none`` without plugins. Never raises."""
+    out = []
+    for name, package, names, error in load_plugins():
+        what = f"cannot be loaded: {error}" if error else ", ".join(names) or "no classes"
+        out.append(f"{name} ({package}): {what}")
+    return "; ".join(out) or "none"

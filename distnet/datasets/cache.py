@@ -43,8 +43,8 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..fileio import atomic_target
 from . import safe_pickle
-from .atomic import atomic_target
 
 log = logging.getLogger(__name__)
 

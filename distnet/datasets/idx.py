@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 from ..errors import DataError
-from .atomic import atomic_write_bytes
+from ..fileio import atomic_write_bytes
 
 UINT8 = 0x08
 IMAGES_MAGIC = 0x0803   # 2051

@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
-from ..errors import ConfigError, TopologyError
-from ..layers.base import REPLICATED
+from ..errors import ConfigError
+from ..geometry.grid import resolve_layout
+from ..layers.placement import REPLICATED
 from ..log import get_logger, setup_logging
 
 # Environment variables by which MPI launchers announce the world size.
@@ -151,8 +152,8 @@ class FitExperiment:
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
         sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""
-        mode = getattr(self.dataset, "dist_mode", None) if self.dist_flag else None
-        whole = getattr(self.model, "input_layout", None) == REPLICATED
+        mode = self.dataset.dist_mode if self.dist_flag else None
+        whole = self.model.input_layout == REPLICATED
         if mode == "vecpar" and not whole:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers by input features: use "
                               f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "
@@ -164,23 +165,26 @@ class FitExperiment:
             raise ConfigError("dist_mode datapar uses no spatial grid (every rank holds whole images); "
                               "remove grid", key="grid")
 
+    def layout(self, nranks, image_shape=None):
+        """How ``nranks`` ranks run this experiment (:func:`~distnet.geometry.grid.resolve_layout`:
+        the one grid resolver, also used by ``distnet show`` / ``plan``); shapes inferred first
+        (from ``image_shape``, default the dataset's)."""
+        if image_shape is None:
+            self.check()
+        else:
+            self.model.infer_shapes(image_shape)
+        return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
+                              data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
-        run, else from MPI's world (``grid`` is 1x1 unless ``dist_flag``)."""
+        run, else from MPI's world, cut by :meth:`layout`."""
         from ..comm.topology import Topology
         if not self.dist_flag and self.data == 1 and self.pipe == 1:
-            n = launcher_size()
-            if n > 1:
-                raise TopologyError(f"this experiment has dist_flag: False but was launched on {n} "
-                                    "ranks; run it without mpiexec, or distribute it "
-                                    "(`distnet distribute`), or add data replicas (`data: N`)")
+            self.layout(launcher_size())   # refuses a launch on several ranks
             return Topology.serial()
-        if self.dist_flag and self.dataset.dist_mode == "datapar":
-            # whole images; every rank of a pipeline stage is a replica (unless data is given)
-            data = self.data if self.data > 1 else max(1, launcher_size() // self.pipe)
-            return Topology.from_world(grid=(1, 1), data=data, pipe=self.pipe)
-        grid = self.grid if self.dist_flag else (1, 1)
-        return Topology.from_world(grid=grid, data=self.data, pipe=self.pipe, planes=self.model.planes())
+        world = Topology.world_comm()
+        return Topology.from_layout(self.layout(world.Get_size()), world)
 
     def check(self):
         """The checks that need no MPI and no pixels: every layer's shapes against the dataset's

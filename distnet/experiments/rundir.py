@@ -98,6 +98,16 @@ def experiment_config(path, overrides=()):
 
 
 # ---------------------------------------------------------------------------------------------
+# Versions
+# ---------------------------------------------------------------------------------------------
+
+def versions():
+    """``distnet info``'s stack as a dict, without starting MPI in a one-process run."""
+    from .stack import stack_info
+    return dict(stack_info(init_mpi=False))
+
+
+# ---------------------------------------------------------------------------------------------
 # The directory
 # ---------------------------------------------------------------------------------------------
 
@@ -225,7 +235,7 @@ class RunDir:
     def save_info(self):
         """Write ``run.json`` from :attr:`info`, keeping the failures other ranks recorded."""
         with _locked(self.path):
-            on_disk = _read_info(self.file("run.json"))
+            on_disk = read_info(self.file("run.json"))
             failures = _merge_failures(on_disk.get("failures"), self.info.get("failures"))
             if failures:
                 self.info["failures"] = failures
@@ -290,7 +300,8 @@ def _locked(path, timeout=2.0):
         os.close(fd)
 
 
-def _read_info(path):
+def read_info(path):
+    """The dict in a ``run.json`` file; ``{}`` if it is missing or not a JSON object."""
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
@@ -316,7 +327,7 @@ def record_failure(path, rank, status, message):
     if not os.path.exists(target):
         return
     with _locked(path):
-        info = _read_info(target)
+        info = read_info(target)
         if not info:
             return
         if info.get("status") in ("starting", "running"):
@@ -331,7 +342,7 @@ def run_status(path, info=None, now=None):
     ``running`` (or ``starting``) record whose process is gone is ``crashed``: on this host, its
     pid does not exist (or is another process now); on another host, its heartbeat (the
     modification time of ``run.json``) is older than :data:`STALE_SECONDS`."""
-    info = _read_info(os.path.join(path, "run.json")) if info is None else info
+    info = read_info(os.path.join(path, "run.json")) if info is None else info
     status = info.get("status")
     if status not in ("running", "starting"):
         return status

@@ -11,7 +11,7 @@ the image.
 from dataclasses import dataclass
 
 from ..errors import GeometryError
-from .partition import Box, grid_coords, tile_of
+from .partition import Box, block_partition, tile_of
 
 
 @dataclass(frozen=True)
@@ -81,21 +81,33 @@ def plan_halo(in_plane, window_y, window_x, grid, coords):
                 f"a {grid[0]}x{grid[1]} grid cannot cut the {plane[0]}x{plane[1]} {what} plane: "
                 f"every rank must own at least one row and one column")
 
-    def chunk_of(c):
-        return chunk_box(tile_of(out_plane, grid, c), window_y, window_x)
-
     own = tile_of(in_plane, grid, coords)
     out_tile = tile_of(out_plane, grid, coords)
-    chunk = chunk_of(coords)
-    recvs, sends = [], []
-    for peer in grid_coords(grid):
-        if peer == coords:
-            continue
-        r = tile_of(in_plane, grid, peer).intersect(chunk)
-        if not r.is_empty():
-            recvs.append(Transfer(peer, r))
-        s = own.intersect(chunk_of(peer))
-        if not s.is_empty():
-            sends.append(Transfer(peer, s))
+    chunk = chunk_box(out_tile, window_y, window_x)
+    # Box intersections are separable: find, per axis, the peers whose input block meets my
+    # chunk (recvs) and whose chunk meets my input block (sends): O(Py + Px + peers), not O(P).
+    recv_y = _overlaps(in_plane[0], grid[0], None, (chunk.y0, chunk.y1))
+    recv_x = _overlaps(in_plane[1], grid[1], None, (chunk.x0, chunk.x1))
+    send_y = _overlaps(out_plane[0], grid[0], window_y, (own.y0, own.y1))
+    send_x = _overlaps(out_plane[1], grid[1], window_x, (own.x0, own.x1))
+    recvs = [Transfer((iy, ix), Box(a0, a1, b0, b1)) for iy, (a0, a1) in recv_y
+             for ix, (b0, b1) in recv_x if (iy, ix) != tuple(coords)]
+    sends = [Transfer((iy, ix), Box(a0, a1, b0, b1)) for iy, (a0, a1) in send_y
+             for ix, (b0, b1) in send_x if (iy, ix) != tuple(coords)]
     return HaloPlan(tuple(in_plane), out_plane, tuple(grid), tuple(coords), own, out_tile, chunk,
                     tuple(recvs), tuple(sends))
+
+
+def _overlaps(length, parts, window, span):
+    """Along one axis: ``[(peer index, (start, stop))]`` of the non-empty intersections of
+    ``span`` with every peer's input block (``window`` None; ``length`` is the input length) or
+    with every peer's chunk (``window``: the chunk its output block of ``length`` reads), in
+    peer order."""
+    lo, hi = span
+    out = []
+    for j, (o, n) in enumerate(block_partition(length, parts)):
+        a, b = (o, o + n) if window is None else window.input_span(o, n)
+        a, b = max(a, lo), min(b, hi)
+        if a < b:
+            out.append((j, (a, b)))
+    return out

@@ -29,8 +29,15 @@ def block_partition(length, parts):
 
 
 def block_of(length, parts, index):
-    """``(offset, size)`` of block ``index`` of :func:`block_partition`."""
-    return block_partition(length, parts)[index]
+    """``(offset, size)`` of block ``index`` of :func:`block_partition` (O(1))."""
+    if parts < 1:
+        raise GeometryError(f"cannot split into {parts} parts")
+    if length < parts:
+        raise GeometryError(f"cannot split length {length} into {parts} non-empty blocks")
+    if not 0 <= index < parts:
+        raise IndexError(f"block {index} of {parts}")
+    base, extra = divmod(length, parts)
+    return index * base + min(index, extra), base + (1 if index < extra else 0)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Dist layers: each is its non-dist parent plus a rule for its input and its weights (DESIGN §4).
 
-* Window layers (conv, pooling) get a :class:`~distnet.comm.global_array.GlobalArray` as
-  ``self.input``; ``get_fprop_view`` builds the chunk from halos, ``get_bprop_view`` sends the
+* Window layers (conv, pooling) get a :class:`~distnet.comm.global_array.GlobalArray` as their
+  chunk exchange ``self.input`` (where the non-dist layer zero-pads); ``get_fprop_view`` builds
+  the chunk from halos, ``get_bprop_view`` sends the
   chunk gradient's ghost parts back to their owners and adds them. Every Dist layer therefore
   returns a gradient on its *own tile* (neon's conv/pool layers returned chunk gradients and the
   models special-cased LCN; here the adjoint is part of the layer).
@@ -27,8 +28,8 @@ from ..comm.global_array import GlobalArray
 from ..comm.reduce import allreduce_sum
 from ..errors import GeometryError
 from ..geometry import tile_of
-from .base import REPLICATED, SPATIAL
 from .fc import Layer, LayerWithNoBias
+from .placement import REPLICATED, SPATIAL, Collective
 from .spatial import AveragePoolingLayer, ConvLayer, L2PoolingLayer, MaxPoolingLayer
 
 
@@ -37,15 +38,10 @@ class HaloMixin:
 
     is_dist = True
 
-    def _setup_exchange(self, ctx):
-        self.input = GlobalArray(self.plan, ctx.topology.spatial, tag=ctx.index,
-                                 host_staging=ctx.backend.host_staging)
-
-    def _chunk(self, x):
-        return self.input.get_fprop_view(x)
-
-    def _input_grad(self, g_chunk):
-        return self.input.get_bprop_view(g_chunk)
+    def make_exchange(self, ctx):
+        """The halo exchange over ``Topology.spatial`` (tag: the layer's index)."""
+        return GlobalArray(self.plan, ctx.topology.spatial, tag=ctx.index,
+                           host_staging=ctx.backend.host_staging)
 
 
 class ConvLayerDist(HaloMixin, ConvLayer):
@@ -72,30 +68,40 @@ class FCDistMixin:
     #: Shard a replicated input by feature blocks over ``Topology.spatial`` (set by MLPDist).
     vecpar = False
 
-    def configure(self, layout, ctx):
-        self._spatial_comm = None
-        self._host_staging = ctx.backend.host_staging
-        self._block = None
-        topo = ctx.topology
-        if layout == SPATIAL and len(self.in_shape) == 3 and tuple(topo.grid) != (1, 1):
+    def place(self, layout, position):
+        """A spatial input on a grid: my tile's columns, partial pre-activations summed over
+        ``spatial``. vecpar: my block of the features of a replicated input, pre-activations
+        summed forward and input gradients backward over ``spatial``. Otherwise replicated."""
+        grid, split = position.grid, tuple(position.grid) != (1, 1)
+        if layout == SPATIAL and len(self.in_shape) == 3 and split:
             C, H, W = self.in_shape
-            t = tile_of((H, W), topo.grid, topo.coords)
+            t = tile_of((H, W), grid, position.coords)
             c, r, q = np.meshgrid(np.arange(C), np.arange(t.y0, t.y1), np.arange(t.x0, t.x1), indexing="ij")
-            self.cols = np.ravel_multi_index((c.ravel(), r.ravel(), q.ravel()), (C, H, W))
-            self._spatial_comm = topo.spatial
-        elif self.vecpar and layout == REPLICATED and tuple(topo.grid) != (1, 1):
-            if topo.grid[0] != 1:
+            cols = np.ravel_multi_index((c.ravel(), r.ravel(), q.ravel()), (C, H, W))
+            return self._placement(layout, position, cols, (Collective("spatial", self.nout),))
+        if self.vecpar and layout == REPLICATED and split:
+            if grid[0] != 1:
                 raise self.error(f"vecpar shards the input features over a 1 x N process grid, but the "
-                                 f"run uses a {topo.grid[0]}x{topo.grid[1]} grid")
+                                 f"run uses a {grid[0]}x{grid[1]} grid")
             try:
-                t = tile_of((1, self.nfeat), topo.grid, topo.coords)
+                t = tile_of((1, self.nfeat), grid, position.coords)
             except GeometryError:
                 raise self.error(f"vecpar cannot split its {self.nfeat} input features over "
-                                 f"{topo.grid[1]} ranks (each needs at least one)") from None
-            self._block = slice(t.x0, t.x1)
-            self.cols = np.arange(t.x0, t.x1)
-            self._spatial_comm = topo.spatial
-        return REPLICATED
+                                 f"{grid[1]} ranks (each needs at least one)") from None
+            return self._placement(layout, position, slice(t.x0, t.x1),
+                                   (Collective("spatial", self.nout), Collective("spatial", self.nfeat, True)))
+        return self._placement(layout, position)
+
+    def setup(self, ctx):
+        """My input columns (``cols``: global flat feature indices, None for all), my vecpar block
+        and the communicator of my Allreduces, from the placement."""
+        index = self.placement.params[0].index
+        cols = Ellipsis if index is Ellipsis else index[1]
+        self._block = cols if isinstance(cols, slice) else None
+        self.cols = (None if cols is Ellipsis else
+                     np.arange(cols.start, cols.stop) if self._block is not None else cols)
+        self._spatial_comm = ctx.topology.spatial if self.placement.collectives else None
+        self._host_staging = ctx.backend.host_staging
 
     def fprop(self, x):
         """Spatial / replicated: the parent's. vecpar: ``x (B, ...)`` whole on every rank; the

@@ -4,8 +4,9 @@ import numpy as np
 
 from ..ops.activations import Identity
 from ..ops.parallel import matmul as pmatmul
-from .base import REPLICATED, BaseLayer
-from .params import OVER_DATA, Param, check_weight_init, gen_weights
+from .base import BaseLayer
+from .params import check_weight_init, gen_weights
+from .placement import OVER_DATA, REPLICATED, Layout, ParamPlacement, Placement
 
 
 class LayerWithNoBias(BaseLayer):
@@ -28,6 +29,7 @@ class LayerWithNoBias(BaseLayer):
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
         self.cols = None  # global input feature indices this rank holds (None = all)
+        self.W = self.b = None
 
     def infer_shape(self, in_shape):
         nfeat = int(np.prod(in_shape))
@@ -40,35 +42,44 @@ class LayerWithNoBias(BaseLayer):
         self.in_shape, self.out_shape = tuple(in_shape), (self.nout,)
         return self.out_shape
 
-    def configure(self, layout, ctx):
-        if layout != REPLICATED and tuple(ctx.topology.grid) != (1, 1):
+    def place(self, layout, position):
+        """Replicated weights on a replicated input (or any input on a 1x1 grid); a split input
+        needs the Dist class."""
+        if layout != REPLICATED and tuple(position.grid) != (1, 1):
+            grid = position.grid
             raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
-                             f"{ctx.topology.grid[0]}x{ctx.topology.grid[1]} grid; use {type(self).__name__}Dist")
-        return REPLICATED
+                             f"{grid[0]}x{grid[1]} grid; use {type(self).__name__}Dist")
+        return self._placement(layout, position)
 
-    def _global_weights(self, rng):
-        """Draw neon's global ``(nout, nin)`` array; returns (feature part, bias column or None)."""
+    def _placement(self, layout, position, cols=Ellipsis, collectives=()):
+        """The placement with this rank's input features ``cols`` (a numpy index of the
+        ``nfeat`` features: ``...`` for all, a slice or an index array) and its activation
+        Allreduces. ``W (nout, nfeat)`` sharded by those columns; ``b (nout,)`` replicated;
+        both complete on this rank for its samples (summed over data replicas only)."""
+        ncols = len(np.arange(self.nfeat)[cols]) if cols is not Ellipsis else self.nfeat
+        sharded = cols is not Ellipsis
+        params = [ParamPlacement(f"{self.name}.W", (self.nout, self.nfeat), (self.nout, ncols),
+                                 (slice(None), cols) if sharded else Ellipsis, OVER_DATA, sharded)]
+        if self.has_bias:
+            params.append(ParamPlacement(f"{self.name}.b", (self.nout,), (self.nout,), Ellipsis, OVER_DATA))
+        return Placement(Layout.of(layout, self.in_shape, position), Layout.of(REPLICATED, self.out_shape, position),
+                         params=tuple(params), collectives=tuple(collectives), macs=self.nout * ncols)
+
+    def draw_params(self, rng):
+        """neon's global ``(nout, nin)`` array: the feature part ``(nout, nfeat)`` and (``Layer``)
+        the bias column ``(nout,)``."""
         nin = self.nfeat + (1 if self.has_bias else 0)
         w = gen_weights(rng, (self.nout, nin), self.weight_init, self.dtype)
         if not self.has_bias:
-            return w, None
+            return [w]
         if "bias_init" in self.weight_init:
             w[:, -1] = self.weight_init["bias_init"]
-        return w[:, :-1], w[:, -1]
+        return [w[:, :-1], w[:, -1]]
 
-    def init_params(self, rng):
-        w, b = self._global_weights(rng)
-        if self.cols is not None:
-            w = w[:, self.cols]
-        self.W = self.xp.asarray(np.ascontiguousarray(w))
-        self._params = [Param(f"{self.name}.W", self.W, self.xp.zeros_like(self.W), OVER_DATA,
-                              sharded=self.cols is not None)]
-        if b is not None:
-            self.b = self.xp.asarray(np.ascontiguousarray(b))
-            self._params.append(Param(f"{self.name}.b", self.b, self.xp.zeros_like(self.b), OVER_DATA))
-
-    def params(self):
-        return self._params
+    def params_ready(self):
+        self.W = self._params[0].value
+        if self.has_bias:
+            self.b = self._params[1].value
 
     def _preactivation(self, x2d):
         """``z = x W^T (+ b)`` for the full feature vector (Dist: summed over the shards)."""

@@ -44,11 +44,13 @@ class LCNLayer(WindowLayer):
         self._w_host = lcn_filter(in_shape[0], self.fshape)   # float64, cast in configure
         return out
 
-    def configure(self, layout, ctx):
-        out = super().configure(layout, ctx)
+    #: Two chunk exchanges per step: of x, then of s.
+    exchanges_per_step = 2
+
+    def setup(self, ctx):
+        super().setup(ctx)
         self.w = self.xp.asarray(self._w_host.astype(self.dtype))
         self._w_ops = self.xp.asarray(shared_map(self._w_host).astype(self.dtype))   # (1, fh, fw)
-        return out
 
     def fprop(self, x):
         """``x (B, C, h, w)`` on my tile -> ``y`` of the same shape. Dist: two exchanges."""

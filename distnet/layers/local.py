@@ -13,13 +13,12 @@ The pretraining step is written once for both layers: it only uses the seam of
 process, halo exchange when distributed; ``_input_grad``: its adjoint). So the Dist step is the
 non-dist one with the padding maps swapped for the exchanges, and gives the same numbers.
 """
-import numpy as np
-
-from ..comm.reduce import allreduce_sum
 from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
 from .dist import HaloMixin
-from .params import OVER_DATA, Param, check_weight_init, gen_weights
+from .params import Param, check_weight_init, gen_weights
+from .placement import OVER_DATA, ParamPlacement
 from .spatial import WindowLayer
+from .step import TrainingStep
 
 
 class LocalDeFilteringLayer:
@@ -34,6 +33,7 @@ class LocalDeFilteringLayer:
     def __init__(self, V, fshape, stride, learning_rate, name):
         self.V, self.fshape, self.stride, self.learning_rate = V, fshape, stride, learning_rate
         self.param = Param(f"{name}.V", V, None, OVER_DATA, sharded=True)
+        self.name = f"{name}.decoder"
 
     def fprop(self, h, chunk_shape):
         """``h (B, K, ho, wo)`` -> this rank's contributions ``(B, C, Hc, Wc)`` to the
@@ -46,9 +46,8 @@ class LocalDeFilteringLayer:
         gh, self.param.grad = local_debprop(h, self.V, eps_chunk, self.fshape, self.stride)
         return gh
 
-    def update(self):
-        """``V <- N(V - lr * G_V)`` in place."""
-        self.V -= self.learning_rate * self.param.grad
+    def after_update(self):
+        """``V <- N(V)`` after the training step's ``V <- V - lr * G_V``."""
         normalize_rows(self.V)
 
 
@@ -88,20 +87,30 @@ class LocalFilteringLayer(WindowLayer):
         return self.nofm
 
     # -- weights -------------------------------------------------------------------------------
-    def init_params(self, rng):
-        """Draw neon's global ``(K*Ho*Wo, F)`` array, normalise its rows, keep my output tile's
-        filters ``(K, ho, wo, F)`` (every rank draws the same global array)."""
+    def place_params(self, plan, position):
+        """``W (K, Ho, Wo, F)``: the filters of my output tile (sharded on a grid; complete on
+        this rank for its samples: only data replicas sum the gradient)."""
+        C, (fh, fw) = self.in_shape[0], self.fshape
+        K, Ho, Wo = self.out_shape
+        t = plan.out_tile
+        F = C * fh * fw
+        index = (slice(None), slice(t.y0, t.y1), slice(t.x0, t.x1), slice(None))
+        return (ParamPlacement(f"{self.name}.W", (K, Ho, Wo, F), (K, t.y1 - t.y0, t.x1 - t.x0, F),
+                               index, OVER_DATA, tuple(position.grid) != (1, 1)),)
+
+    def macs(self, plan):
+        return self.nofm * self.in_shape[0] * self.fshape[0] * self.fshape[1] * plan.out_tile.size
+
+    def draw_params(self, rng):
+        """neon's global ``(K*Ho*Wo, F)`` array with normalised rows, as ``(K, Ho, Wo, F)`` (every
+        rank draws the same global array and keeps its output tile's filters)."""
         C, (fh, fw) = self.in_shape[0], self.fshape
         K, Ho, Wo = self.out_shape
         w = gen_weights(rng, (K * Ho * Wo, C * fh * fw), self.weight_init, self.dtype)
-        w = normalize_rows(w.reshape(K, Ho, Wo, C * fh * fw))
-        t = self.plan.out_tile
-        self.W = self.xp.asarray(np.ascontiguousarray(w[:, t.y0:t.y1, t.x0:t.x1, :]))
-        sharded = tuple(self.plan.grid) != (1, 1)
-        self._param = Param(f"{self.name}.W", self.W, self.xp.zeros_like(self.W), OVER_DATA, sharded)
+        return [normalize_rows(w.reshape(K, Ho, Wo, C * fh * fw))]
 
-    def params(self):
-        return [self._param]
+    def params_ready(self):
+        self.W = self._params[0].value
 
     def after_update(self):
         """Renormalise the rows of W if it was just updated (a layer left out of an update, e.g.
@@ -119,7 +128,7 @@ class LocalFilteringLayer(WindowLayer):
     def bprop(self, delta, need_input_grad=True):
         """``delta (B, K, ho, wo)`` -> gradient on my input tile (or None); sets ``W``'s grad."""
         dxc, dw = local_bprop(self._xc, self.W, delta, self.fshape, self.stride, need_dx=need_input_grad)
-        self._param.grad[...] = dw
+        self._params[0].grad[...] = dw
         self._fresh = True
         return self._input_grad(dxc) if need_input_grad else None
 
@@ -138,7 +147,7 @@ class LocalFilteringLayer(WindowLayer):
         """End pretraining: learning rate := ``learning_rate``."""
         self.learning_rate = self._train_lr
 
-    def pretrain_step(self, x, batch_size=None):
+    def pretrain_step(self, x, batch_size=None, step=None):
         """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile; NEON.md §4.3).
 
         J = (1/b) [1/2 ||xhat - x||^2 + lambda * sum(pool(h))], h = LF_W(x), xhat = DeF_V(h)
@@ -155,6 +164,9 @@ class LocalFilteringLayer(WindowLayer):
 
         ``b = batch_size``, the global minibatch size (default ``B``; with data replicas each
         holds some rows of the batch and the gradients are summed over ``Topology.data``).
+        One :class:`~distnet.layers.step.TrainingStep` (``step``, default a new one on this
+        layer's topology) with :meth:`pretrain_forward_backward`: both gradients, their sum over
+        ``data`` (one bucket), then V's update and renormalisation, then W's.
 
         Returns ``(rcost, spcost)``, this rank's partial sums (0-d float64 ``xp`` arrays, left on
         the device so that a step does not wait for them; ``float()`` them): 1/2 sum of the
@@ -162,8 +174,16 @@ class LocalFilteringLayer(WindowLayer):
         sums over the spatial ranks (and data replicas) are the global costs (each pixel, each
         pooled unit once).
         """
-        xp, lam = self.xp, self.sparsity
         b = x.shape[0] if batch_size is None else batch_size
+        step = step or TrainingStep(self.ctx.topology, self.ctx.backend.host_staging)
+        return tuple(step(lambda: self.pretrain_forward_backward(x, b),
+                          [(self.decoder, self.decoder.param), (self, self._params[0])], reduce_outputs=False))
+
+    def pretrain_forward_backward(self, x, b):
+        """The sparse autoencoder's forward, cost and backward on ``x`` (:meth:`pretrain_step`):
+        fills the gradients of V and W (batch sums divided by ``b``); returns
+        ``[rcost, spcost]``, this rank's partial sums."""
+        xp, lam = self.xp, self.sparsity
         xc = self._chunk(x)                                                  # (B, C, Hc, Wc)
         h = local_fprop(xc, self.W, self.fshape, self.stride)                # (B, K, ho, wo)
         diff = self._input_grad(self.decoder.fprop(h, xc.shape)) - x         # xhat - x on my tile
@@ -172,14 +192,9 @@ class LocalFilteringLayer(WindowLayer):
         p = self.pooling.fprop(h)
         spcost = lam * xp.sum(p, dtype="float64")
         gh += self.pooling.bprop(xp.full(p.shape, lam / b, dtype=p.dtype))   # sparsity, dJ/dh
-        self._param.grad[...] = local_bprop(xc, self.W, gh, self.fshape, self.stride, need_dx=False)[1]
-        data = self.ctx.topology.data
-        if data.Get_size() > 1:   # data replicas: sum the (sharded) gradients as MLP does
-            allreduce_sum([self.decoder.param.grad, self._param.grad], data, self.ctx.backend.host_staging)
-        self.decoder.update()
-        self.W -= self.learning_rate * self._param.grad
-        normalize_rows(self.W)
-        return rcost, spcost
+        self._params[0].grad[...] = local_bprop(xc, self.W, gh, self.fshape, self.stride, need_dx=False)[1]
+        self._fresh = True                                                   # renormalise W after its update
+        return [rcost, spcost]
 
     def describe(self):
         return f"{super().describe()}  nofm={self.nofm}"

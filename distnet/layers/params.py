@@ -4,14 +4,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-
-#: The gradient is a partial sum over this rank's output pixels (conv filters shared by all
-#: tiles): sum it over the spatial *and* data ranks, ``Topology.grad``.
-OVER_GRAD = "grad"
-#: The gradient is already complete on this rank for its samples (sharded locally-connected
-#: filters, FC columns of a spatial input, FC weights behind a replicated input): only data
-#: replicas need to sum it, ``Topology.data``.
-OVER_DATA = "data"
+from .placement import OVER_DATA, OVER_GRAD  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -22,6 +15,8 @@ class Param:
     used. ``reduce_over`` names the sub-communicator of :class:`~distnet.comm.topology.Topology`
     over which ``grad`` must be summed before the update (:data:`OVER_GRAD` or
     :data:`OVER_DATA`); ``sharded`` says whether ``value`` is a slice of a larger global tensor.
+    Made from the layer's :class:`~distnet.layers.placement.ParamPlacement` by
+    :meth:`from_placement`.
     """
 
     name: str
@@ -30,6 +25,13 @@ class Param:
     reduce_over: str = OVER_GRAD
     sharded: bool = False
     velocity: object = None
+
+    @classmethod
+    def from_placement(cls, pp, value, xp):
+        """The parameter of placement ``pp`` holding ``value`` (this rank's part, numpy), moved
+        to ``xp`` with a zero gradient."""
+        v = xp.asarray(value)
+        return cls(pp.name, v, xp.zeros_like(v), pp.reduce_over, pp.sharded)
 
 
 _INIT_KEYS = {"uniform": {"low", "high"}, "gaussian": {"loc", "scale"}, "normal": {"loc", "scale"},

@@ -2,9 +2,11 @@
 stride, padding, halo plan) and ConvLayer and the pooling layers.
 
 A window layer computes its output tile from a *chunk*: its input tile plus what its windows read
-beyond it. On one process that is the zero-padded image (:func:`pad_to_chunk`); a Dist subclass
-(:mod:`distnet.layers.dist`) swaps ``_chunk``/``_input_grad`` for its ``GlobalArray``'s halo
-exchange and its adjoint, and nothing else.
+beyond it. Its chunk exchange ``self.input`` builds it: on one process a
+:class:`~distnet.ops.padding.ZeroPadding` (the zero-padded image); a Dist subclass
+(:mod:`distnet.layers.dist`) makes it a ``GlobalArray`` (halo exchange and its adjoint) instead,
+and changes nothing else. Both have the same ``exchange`` / ``exchange_adjoint(out=)``
+interface, so the layers have one code path.
 """
 import numpy as np
 
@@ -14,10 +16,11 @@ from ..geometry import Window, output_plane, plan_halo
 from ..ops import conv, pooling
 from ..ops.activations import RectLin
 from ..ops.parallel import parallel_map, shares
-from ..ops.padding import crop_from_chunk, pad_to_chunk
+from ..ops.padding import ZeroPadding
 from ..ops.workspace import Workspace
-from .base import SPATIAL, BaseLayer
-from .params import OVER_GRAD, Param, check_weight_init, gen_weights
+from .base import BaseLayer
+from .params import check_weight_init, gen_weights
+from .placement import OVER_GRAD, SPATIAL, HaloExchange, Layout, ParamPlacement, Placement
 
 
 class WindowLayer(BaseLayer):
@@ -27,13 +30,12 @@ class WindowLayer(BaseLayer):
 
     config_types = {"nifm": int, "ifmshape": "shape2", "fshape": "shape2", "stride": "shape2",
                     "padding": "shape2"}
-    #: When True, the arrays ``fprop`` / ``bprop`` return are this layer's own buffers, reused
-    #: (overwritten) by its next ``fprop`` / ``bprop``: no large allocation per training step.
-    #: Off by default because a caller that keeps an output across calls (a nonblocking send
-    #: of micro-batch m while m+1 runs, a test comparing two outputs) would see it change.
-    #: Scratch memory that never leaves the layer (padded chunks, im2col tiles, argmax) is
-    #: always planned once, in :attr:`work`.
-    reuse_buffers = False
+    #: Forward chunk exchanges per step (LCN exchanges x, then s).
+    exchanges_per_step = 1
+    # ``reuse_buffers`` (BaseLayer) is off by default because a caller that keeps an output
+    # across calls (a nonblocking send of micro-batch m while m+1 runs, a test comparing two
+    # outputs) would see it change. Scratch memory that never leaves the layer (padded chunks,
+    # im2col tiles, argmax) is always planned once, in :attr:`work`.
 
     def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
         super().__init__(**common)
@@ -42,7 +44,7 @@ class WindowLayer(BaseLayer):
         self.padding = _pair(padding)
         self.nifm = nifm
         self.ifmshape = tuple(ifmshape) if ifmshape is not None else None
-        self.plan = None
+        self.plan = self.input = None
 
     # -- shapes -------------------------------------------------------------------------------
     def out_channels(self, nifm):
@@ -74,29 +76,48 @@ class WindowLayer(BaseLayer):
         return [(*self.in_shape[1:], f"the input of layer '{name}'"),
                 (*self.out_shape[1:], f"the output of layer '{name}'")]
 
-    def configure(self, layout, ctx):
-        grid, coords = ctx.topology.grid, ctx.topology.coords
+    def place(self, layout, position):
+        """Input and output: spatial tiles; one chunk exchange (its halo plan); parameters from
+        :meth:`place_params`."""
+        grid = position.grid
         if not self.is_dist and tuple(grid) != (1, 1):
             raise self.error(f"{type(self).__name__} is not distributed but the run uses a "
                              f"{grid[0]}x{grid[1]} process grid; use {type(self).__name__}Dist")
         try:
-            self.plan = plan_halo(self.in_shape[1:], *self.windows, grid, coords)
+            plan = plan_halo(self.in_shape[1:], *self.windows, grid, position.coords)
         except GeometryError as e:
             raise self.error(str(e)) from None
-        self._setup_exchange(ctx)
-        return SPATIAL
+        C = self.in_shape[0]
+        return Placement(Layout.of(SPATIAL, self.in_shape, position), Layout.of(SPATIAL, self.out_shape, position),
+                         params=self.place_params(plan, position),
+                         halos=(HaloExchange(plan, C, self.exchanges_per_step, self.windows),),
+                         chunk_shape=(C,) + plan.chunk.shape, macs=self.macs(plan))
 
-    def _setup_exchange(self, ctx):
-        """Dist layers make their GlobalArray here."""
+    def place_params(self, plan, position):
+        """The :class:`ParamPlacement` of each parameter (window layers without weights: none)."""
+        return ()
+
+    def macs(self, plan):
+        """Multiply-adds per sample of the forward pass on this rank (0: memory-bound layers)."""
+        return 0
+
+    def setup(self, ctx):
+        """The chunk exchange: zero padding (Dist layers: their GlobalArray)."""
+        self.plan = self.placement.halos[0].plan
+        self.input = self.make_exchange(ctx)
+
+    def make_exchange(self, ctx):
+        """This layer's chunk exchange (``exchange`` / ``exchange_adjoint``)."""
+        return ZeroPadding(self.plan)
 
     # -- the seam between math and communication -----------------------------------------------
     def _chunk(self, x):
         """``x (B, C, h, w)`` on my input tile -> the chunk ``(B, C, hc, wc)`` my outputs read."""
-        return pad_to_chunk(x, self.plan.own, self.plan.chunk)
+        return self.input.exchange(x)
 
     def _input_grad(self, g_chunk):
         """Adjoint of :meth:`_chunk`: chunk gradient -> gradient on my input tile."""
-        return crop_from_chunk(g_chunk, self.plan.own, self.plan.chunk)
+        return self.input.exchange_adjoint(g_chunk)
 
     # -- planned buffers ----------------------------------------------------------------------
     @property
@@ -121,22 +142,12 @@ class WindowLayer(BaseLayer):
         return plan.own == plan.chunk and not plan.recvs and not plan.sends
 
     def _chunk_planned(self, x, name="chunk"):
-        """:meth:`_chunk` into a buffer of :attr:`work` (valid until the next call): the halo
-        exchange of a Dist layer's GlobalArray (``self.input``) fills it; on one process the
-        tile is copied into it, its zero padding border being written once, at allocation.
-        Without any halo, ``x`` itself."""
-        plan = self.plan
+        """:meth:`_chunk` into a buffer of :attr:`work` (valid until the next call), zero outside
+        the image (written once, at allocation). Without any halo, ``x`` itself."""
         if self._no_halo():
             return x
-        ga = getattr(self, "input", None)
-        shape = tuple(x.shape[:2]) + plan.chunk.shape
-        if ga is not None:
-            return ga.exchange(x, out=self.work.get(name, shape, x.dtype, like=x, zeroed=True))
-        if plan.interior != plan.own:        # the chunk drops part of my tile: general path
-            return self._chunk(x)
-        buf = self.work.get(name, shape, x.dtype, like=x, zeroed=True)
-        buf[(Ellipsis,) + plan.own.relative_to(plan.chunk)] = x
-        return buf
+        shape = tuple(x.shape[:2]) + self.plan.chunk.shape
+        return self.input.exchange(x, out=self.work.get(name, shape, x.dtype, like=x, zeroed=True))
 
     def _grad_planned(self, g_chunk):
         """:meth:`_input_grad` of a chunk gradient held in :attr:`work`; the result is a new
@@ -145,26 +156,18 @@ class WindowLayer(BaseLayer):
         plan = self.plan
         if self._no_halo():
             return g_chunk if self.reuse_buffers else g_chunk.copy()
-        ga = getattr(self, "input", None)
-        shape = tuple(g_chunk.shape[:2]) + plan.own.shape
-        if ga is not None:
-            out = None
-            if self.reuse_buffers:   # in place: my tile's part of the chunk gradient (a view)
-                out = (g_chunk[(Ellipsis,) + plan.own.relative_to(plan.chunk)]
-                       if plan.interior == plan.own else self.work.get("dx", shape, g_chunk.dtype, like=g_chunk))
-            return ga.exchange_adjoint(g_chunk, out=out)
-        out = self.work.get("dx", shape, g_chunk.dtype, like=g_chunk) if self.reuse_buffers else None
-        g = crop_from_chunk(g_chunk, plan.own, plan.chunk)
-        if out is None:
-            return g
-        out[...] = g
-        return out
+        out = None
+        if self.reuse_buffers:   # in place: my tile's part of the chunk gradient (a view)
+            shape = tuple(g_chunk.shape[:2]) + plan.own.shape
+            out = (g_chunk[(Ellipsis,) + plan.own.relative_to(plan.chunk)]
+                   if plan.interior == plan.own else self.work.get("dx", shape, g_chunk.dtype, like=g_chunk))
+        return self.input.exchange_adjoint(g_chunk, out=out)
 
     def _own_crop(self):
         """``((top, bottom), (left, right))``: rows / cols of my chunk around my own tile, or None
-        if the tile is not inside the chunk or the layer is distributed (the whole chunk
-        gradient is then needed for the adjoint exchange)."""
-        if getattr(self, "input", None) is not None:
+        if the tile is not inside the chunk or the chunk takes more than zero padding (a halo
+        exchange needs the whole chunk gradient for its adjoint)."""
+        if not self.input.zero_padding_only:
             return None
         own, ch = self.plan.own, self.plan.chunk
         crop = ((own.y0 - ch.y0, ch.y1 - own.y1), (own.x0 - ch.x0, ch.x1 - own.x1))
@@ -199,14 +202,22 @@ class ConvLayer(WindowLayer):
     def out_channels(self, nifm):
         return self.nofm
 
-    def init_params(self, rng):
+    def place_params(self, plan, position):
+        """``W (K, C, fh, fw)`` replicated; its gradient is a partial sum over my output pixels,
+        summed over ``grad`` (spatial x data ranks)."""
+        shape = (self.nofm, self.in_shape[0]) + tuple(self.fshape)
+        return (ParamPlacement(f"{self.name}.W", shape, shape, Ellipsis, OVER_GRAD),)
+
+    def macs(self, plan):
+        return self.nofm * self.in_shape[0] * self.fshape[0] * self.fshape[1] * plan.out_tile.size
+
+    def draw_params(self, rng):
         C, (fh, fw), K = self.in_shape[0], self.fshape, self.nofm
         w = gen_weights(rng, (C * fh * fw, K), self.weight_init, self.dtype)
-        self.W = self.xp.asarray(np.ascontiguousarray(w.T.reshape(K, C, fh, fw)))
-        self._param = Param(f"{self.name}.W", self.W, self.xp.zeros_like(self.W), OVER_GRAD)
+        return [w.T.reshape(K, C, fh, fw)]
 
-    def params(self):
-        return [self._param]
+    def params_ready(self):
+        self.W = self._params[0].value
 
     def _fused_relu(self):
         return type(self.activation) is RectLin
@@ -254,12 +265,12 @@ class ConvLayer(WindowLayer):
             dx, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
                                        pad=self._pad, work=ws,
                                        dx_out=self._out("dx", dx_shape, dz.dtype, dz) if need_input_grad else None)
-            self._param.grad[...] = dw
+            self._params[0].grad[...] = dw
             return dx
         dxc, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
                                     work=ws, dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
                                     if need_input_grad else None)
-        self._param.grad[...] = dw
+        self._params[0].grad[...] = dw
         return self._grad_planned(dxc) if need_input_grad else None
 
     def describe(self):

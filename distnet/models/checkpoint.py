@@ -55,39 +55,20 @@ def model_params(model):
 
 def param_slots(model):
     """``[(layer, first index in the checkpoint, parameter names)]`` of every layer, including
-    the layers another pipeline stage holds (``released_param_names``)."""
+    the layers another pipeline stage holds: the names come from the layers' placements."""
     out, offset = [], 0
     for layer in model.layers:
-        names = [p.name for p in layer.params()] + list(getattr(layer, "released_param_names", None) or [])
+        names = [pp.name for pp in layer.placement.params]
         out.append((layer, offset, names))
         offset += len(names)
     return out
 
 
 def param_layout(layer, p):
-    """``(global shape, index)`` of parameter ``p`` of ``layer``: ``G[index]`` is ``p.value``.
-
-    Replicated parameters are their own global tensor (index ``...``). Sharded ones: the weight
-    columns ``layer.cols`` of an FC layer after a spatial layer, or the output-tile filters of a
-    locally connected layer. A layer with another sharding declares it with a method
-    ``param_layout(p) -> (global shape, index)``.
-    """
-    own = getattr(layer, "param_layout", None)
-    if callable(own):
-        return own(p)
-    shape = tuple(p.value.shape)
-    if not p.sharded:
-        return shape, Ellipsis
-    cols = getattr(layer, "cols", None)
-    if cols is not None and len(shape) == 2 and shape[1] == len(cols):
-        return (shape[0], int(layer.nfeat)), (slice(None), np.asarray(cols))
-    plan = getattr(layer, "plan", None)
-    if plan is not None and len(shape) == 4:  # locally connected W (K, ho, wo, F) of my output tile
-        t = plan.out_tile
-        return ((shape[0], *plan.out_plane, shape[3]),
-                (slice(None), slice(t.y0, t.y1), slice(t.x0, t.x1), slice(None)))
-    raise CheckpointError(f"parameter {p.name} of layer {layer.name!r} is sharded, but its global "
-                          "layout is unknown (the layer needs a param_layout method)")
+    """``(global shape, index)`` of parameter ``p`` of ``layer``: ``G[index]`` is ``p.value``
+    (the layer's placement; ``index`` is ``...`` for a replicated parameter)."""
+    pp = layer.placement.param(p.name)
+    return tuple(pp.global_shape), pp.index
 
 
 def _host(a):
@@ -143,7 +124,7 @@ def gather_params(model, topology):
     if t.spatial.Get_rank() != 0:
         mine = []
     found = {}
-    if getattr(t, "npipe", 1) > 1:
+    if t.npipe > 1:
         def collect(rank, meta, arrays):
             for (slot, name, layer, sharded), value, velocity in zip(meta, arrays[0::2], arrays[1::2]):
                 found[slot] = {"name": name, "layer": layer, "sharded": sharded, "value": value,
@@ -184,7 +165,7 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     JSON-serialisable per-epoch records."""
     import h5py
     from .. import __version__
-    from ..datasets.atomic import atomic_target
+    from ..fileio import atomic_target, umask_mode
     meta = dict(meta or {})
     try:
         with atomic_target(path) as tmp:
@@ -216,16 +197,9 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                 c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
             with open(tmp, "rb+") as fh:  # on disk before it takes the real name
                 os.fsync(fh.fileno())
-            _umask_mode(tmp)
+            umask_mode(tmp)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
-
-
-def _umask_mode(path):
-    """Give a temporary file (created 0600) the mode a plain ``open`` would have given it."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
 
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):
@@ -236,8 +210,7 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
         entries, error = gather_params(model, topology), None
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
         entries, error = None, e
-    rng = getattr(model, "shuffle_rng", None)
-    state = rng.get_state() if rng is not None else None
+    state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
     meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
             "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata)}
 

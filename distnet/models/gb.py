@@ -20,6 +20,7 @@ from ..comm.reduce import allreduce_scalars
 from ..errors import ConfigError, TrainingError
 from ..layers.local import LocalFilteringLayer
 from ..layers.spatial import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
+from ..layers.step import forward
 from ..ops.costs import SumSquaredDiffs
 from .mlp import MLP
 
@@ -85,7 +86,7 @@ class GB(MLP):
     def configure(self, backend, topology):
         """MLP's planning; GB runs on one pipeline stage (its pretraining runs the layers below
         the pretrained one directly), so ``pipe > 1`` is refused."""
-        if getattr(topology, "npipe", 1) > 1:
+        if topology.npipe > 1:
             raise self.error(f"{type(self).__name__} does not support pipeline stages (the run has "
                              f"pipe = {topology.npipe}); use spatial and data parallelism")
         super().configure(backend, topology)
@@ -109,10 +110,8 @@ class GB(MLP):
                 rsum = ssum = 0.0
                 batches = self.batches(x.shape[0], shuffle_rng)
                 for idx in batches:
-                    h = xp.asarray(x[self.replica_rows(idx)])
-                    for below in self.layers[:i]:
-                        h = below.fprop(h)
-                    r, s = layer.pretrain_step(h, len(idx))
+                    h = forward(self.layers[:i], xp.asarray(x[self.replica_rows(idx)]))
+                    r, s = layer.pretrain_step(h, len(idx), self.step)
                     rsum += r
                     ssum += s
                 rsum, ssum = allreduce_scalars([rsum, ssum], self.topology.grad)

@@ -1,21 +1,24 @@
 """neon's ``MLP``: a sequence of layers trained with minibatch SGD (NEON.md §4.1, §4.2).
 
-The same class runs distributed: the layers decide what is split (Dist layers) and the model
-only sequences them, sums parameter gradients over the sub-communicators the parameters name,
-and computes costs and error rates, which are identical on every rank because the last layer's
-output is replicated.
+The same class runs distributed: the layers decide what is split (Dist layers: their
+placements) and the model only sequences them through the one training step
+(:class:`~distnet.layers.step.TrainingStep`: gradient sums over the communicators the placements
+name, update), and computes costs and error rates, which are identical on every rank because the
+last layer's output is replicated.
 """
 import math
 
 import numpy as np
 
-from ..comm.reduce import allreduce_scalars, allreduce_sum
+from ..comm.reduce import allreduce_scalars
 from ..config.builder import config_error
 from ..errors import ConfigError, TrainingError
-from ..layers.base import REPLICATED, SPATIAL, LayerContext
+from ..layers.base import LayerContext
+from ..layers.placement import REPLICATED, SPATIAL
+from ..layers.step import TrainingStep, backward, forward, forward_backward
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
-from ..ops.sgd import MomentumSchedule, sgd_update
+from ..ops.sgd import MomentumSchedule
 from .pipeline import Pipeline, StagePlanError, assign_stages
 
 
@@ -80,11 +83,24 @@ class MLP:
         """Every (H, W) plane the process grid must cut (for choosing a grid)."""
         return [p for layer in self.layers for p in layer.planes()]
 
+    def placements(self, position):
+        """Every layer's :class:`~distnet.layers.placement.Placement` on ``position`` (a
+        :class:`~distnet.geometry.grid.GridPosition`; shapes inferred first), in model order: a
+        pure function, what ``configure`` would give that rank."""
+        layout, out = self.input_layout, []
+        for layer in self.layers:
+            placement = layer.place(layout, position)
+            layout = placement.out_layout.kind
+            out.append(placement)
+        if layout != REPLICATED:
+            raise self.layers[-1].error("the output of the last layer must be complete on every rank")
+        return out
+
     def configure(self, backend, topology):
-        """Plan every layer on ``topology`` (halo plans, weight slices)."""
+        """Place every layer on ``topology`` (halo plans, weight slices) and set it up."""
         self.backend, self.topology = backend, topology
         layout = self.input_layout
-        self.layouts = []  # every layer's output layout (the pipeline's message shapes)
+        self.layouts = []  # every layer's output layout kind
         for i, layer in enumerate(self.layers):
             ctx = LayerContext(backend, topology, i)
             layer.bind(ctx)
@@ -93,27 +109,27 @@ class MLP:
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
         for layer in self.layers:
-            if _has_weights(layer) and layer.learning_rate is None:
+            if layer.placement.params and layer.learning_rate is None:
                 if self.learning_rate is None:
                     raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
                 layer.learning_rate = self.learning_rate
         self._plan_stages(topology)
+        self.step = TrainingStep(topology, backend.host_staging)
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
         for layer in self.layers:
-            if hasattr(layer, "reuse_buffers"):
-                layer.reuse_buffers = self.pipeline is None
+            layer.reuse_buffers = self.pipeline is None
 
     def _plan_stages(self, topology):
         """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
         (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
         has one stage and one micro-batch: the plain loop below)."""
-        npipe = getattr(topology, "npipe", 1)
+        npipe = topology.npipe
         self.stage_of = self.stage_plan(npipe)
-        mine = getattr(topology, "pipe_index", 0)
+        mine = topology.pipe_index
         self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
-        self.pipeline = (Pipeline(self, self.stage_of, self.layouts, self.micro_batches)
+        self.pipeline = (Pipeline(self, self.stage_of, self.micro_batches)
                          if npipe > 1 or self.micro_batches > 1 else None)
 
     def stage_plan(self, npipe):
@@ -144,9 +160,7 @@ class MLP:
     def fprop(self, x):
         if self.pipeline is not None:
             return self.pipeline.fprop(x)
-        for layer in self.layers:
-            x = layer.fprop(x)
-        return x
+        return forward(self.layers, x)
 
     def lowest_trained_layer(self, epoch):
         """Index of the lowest layer that learns in ``epoch`` (0: all; GB trains only the top
@@ -154,40 +168,11 @@ class MLP:
         return 0
 
     def bprop(self, delta, lowest=0):
-        for i in range(len(self.layers) - 1, lowest - 1, -1):
-            delta = self.layers[i].bprop(delta, need_input_grad=i > lowest)
+        backward(self.layers, delta, lowest)
 
     def trained_params(self, lowest=0):
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
-
-    def reduce_gradients(self, params, extra=()):
-        """Sum partial gradients of ``params`` (``[(layer, Param)]``): one flat Allreduce per
-        sub-communicator that has any (``Param.reduce_over``: ``Topology.grad`` or ``.data``).
-
-        ``extra`` arrays ride along in the ``data`` bucket of their dtype (the float64 batch
-        loss: in a float64 run it shares the parameters' Allreduce; in a float32 run it is one
-        more small Allreduce over ``Topology.data``, never cast to float32).
-        """
-        buckets = {}  # (communicator name, dtype) -> arrays: one Allreduce each
-        for a in extra:
-            buckets.setdefault(("data", a.dtype.str), []).append(a)
-        for _, p in params:
-            buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
-        for (over, _), arrays in buckets.items():
-            comm = getattr(self.topology, over)
-            if arrays and comm.Get_size() > 1:
-                allreduce_sum(arrays, comm, self.backend.host_staging)
-
-    def update(self, params, epoch):
-        """SGD step (with the epoch's momentum) on ``params``, then the layers' post-update hooks."""
-        mu = self.momentum(epoch)
-        for layer, p in params:
-            if mu != 0.0 and p.velocity is None:
-                p.velocity = self.backend.xp.zeros_like(p.value)
-            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, self.momentum.nesterov)
-        for layer in {id(layer): layer for layer, _ in params}.values():
-            layer.after_update()
 
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
@@ -206,14 +191,13 @@ class MLP:
         batch_size = len(x) if batch_size is None else batch_size
         lowest = self.lowest_trained_layer(epoch)
         if self.pipeline is not None:  # stages and/or micro-batches (loss shared over the pipe)
-            loss = self.pipeline.forward_backward(x, t, batch_size, lowest)
+            def run():
+                return [self.pipeline.forward_backward(x, t, batch_size, lowest)]
         else:
-            y = self.fprop(x)
-            loss = self.cost.loss_sum(y, t).reshape(1)   # stays on the device until the end
-            self.bprop(self.cost.grad(y, t) / batch_size, lowest)
-        params = self.trained_params(lowest)
-        self.reduce_gradients(params, extra=[loss])
-        self.update(params, epoch)
+            def run():                 # the loss stays on the device until the end
+                return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
+        loss, = self.step(run, self.trained_params(lowest), self.momentum(epoch),
+                          self.momentum.nesterov, self.backend.xp)
         return float(loss[0])
 
     def batches(self, n, rng=None):
@@ -228,6 +212,8 @@ class MLP:
     #: Optional ``callable(epoch, batch, nbatches)`` run before every training step of
     #: :meth:`fit` (progress display, fault injection); every rank calls it.
     on_batch = None
+    #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
+    shuffle_rng = None
 
     def start_fit(self):
         """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
@@ -284,10 +270,6 @@ class MLP:
 
     def error(self, message, key=None):
         return config_error(self, message, key)
-
-
-def _has_weights(layer):
-    return hasattr(layer, "weight_init")
 
 
 def _one_hot(labels, k, dtype):

@@ -48,8 +48,7 @@ import numpy as np
 
 from ..comm.p2p import PipeChannel, Recv, Send
 from ..comm.reduce import allreduce_sum
-from ..geometry import tile_of
-from ..layers.base import SPATIAL
+from ..layers.step import backward, cost_delta, forward
 
 
 class StagePlanError(ValueError):
@@ -145,33 +144,29 @@ def micro_slices(n, micro_batches):
     return out
 
 
-def local_feature_shape(layer, layout, topology):
-    """Shape (without the batch axis) of ``layer``'s output on this rank: its spatial tile
-    ``(C, h, w)`` (layout SPATIAL) or the whole output (REPLICATED)."""
-    shape = tuple(layer.out_shape)
-    if layout == SPATIAL and len(shape) == 3:
-        return (shape[0],) + tile_of(shape[1:], topology.grid, topology.coords).shape
-    return shape
+def local_feature_shape(layer):
+    """Shape (without the batch axis) of ``layer``'s output on this rank, as its placement says:
+    its spatial tile ``(C, h, w)`` or the whole output (replicated)."""
+    return layer.placement.out_layout.local_shape
 
 
 class Pipeline:
     """Runs a model's layers over the stages of ``Topology.pipe`` with micro-batches.
 
     model : the :class:`~distnet.models.mlp.MLP` (configured; its ``layers``, ``cost``,
-        ``backend``); stage_of : the stage of every layer (:func:`assign_stages`); layouts : every
-        layer's output layout (``configure``'s return values); micro_batches : M.
+        ``backend``); stage_of : the stage of every layer (:func:`assign_stages`); micro_batches : M.
+        Message shapes come from the layers' placements.
 
     Made by the model when ``pipe > 1`` or ``micro_batches > 1``.
     """
 
-    def __init__(self, model, stage_of, layouts, micro_batches):
+    def __init__(self, model, stage_of, micro_batches):
         self.model = model
         self.layers = model.layers
         self.topology = topo = model.topology
         self.stage = topo.pipe_index
         self.micro_batches = micro_batches
         self.segments = segments(stage_of)
-        self.layouts = layouts
         self.channel = PipeChannel(topo.pipe, model.backend.host_staging) if topo.npipe > 1 else None
         nseg = len(self.segments)
         # The two ends of every boundary this rank touches: _send[k] ends my segment k,
@@ -188,13 +183,10 @@ class Pipeline:
     # -- helpers ------------------------------------------------------------------------------
     def _in_shape(self, k, rows):
         """Local shape of segment ``k``'s input for ``rows`` samples (the previous layer's output)."""
-        i = self.segments[k].start - 1
-        return (rows,) + local_feature_shape(self.layers[i], self.layouts[i], self.topology)
+        return (rows,) + local_feature_shape(self.layers[self.segments[k].start - 1])
 
     def _run(self, seg, h):
-        for i in range(seg.start, seg.stop):
-            h = self.layers[i].fprop(h)
-        return h
+        return forward(self.layers[seg.start:seg.stop], h)
 
     def _share_over_pipe(self, a):
         """Sum ``a`` over ``Topology.pipe`` (in place; zeros on all stages but one): every stage
@@ -263,8 +255,8 @@ class Pipeline:
                 if k in self._send:
                     self._send[k].forward(y)
                 else:                                      # k == last: the cost
-                    loss += model.cost.loss_sum(y, t[s])
-                    deltas[m] = model.cost.grad(y, t[s]) / batch_size
+                    part, deltas[m] = cost_delta(model.cost, y, t[s], batch_size)
+                    loss += part
 
         mine = [k for k in mine if segs[k].stop > lowest]  # segments that run a backward
         own = {k: [p for i in range(max(segs[k].start, lowest), segs[k].stop)
@@ -282,8 +274,7 @@ class Pipeline:
                 if cached.get(k) != m:                     # re-materialise this micro-batch's forward
                     self._run(seg, inputs[k][m])
                 cached[k] = None
-                for i in range(seg.stop - 1, max(seg.start, lowest) - 1, -1):
-                    d = self.layers[i].bprop(d, need_input_grad=i > lowest)
+                d = backward(self.layers, d, lowest, seg.start, seg.stop)
                 if send_back:
                     self._recv[k].backward(d)
                 if acc is not None:

@@ -5,7 +5,7 @@ process the chunk holds the whole image plus zero borders: :func:`pad_to_chunk` 
 :func:`crop_from_chunk` (its adjoint) takes the gradient back. Boxes are anything with
 ``y0, y1, x0, x1`` in global coordinates.
 """
-from ..backend import get_array_module
+from ..backend import get_array_module, same_view
 
 
 def pad_to_chunk(x, own, chunk):
@@ -37,3 +37,47 @@ def crop_from_chunk(g, own, chunk):
     out[:, :, y0 - own.y0:y1 - own.y0, x0 - own.x0:x1 - own.x0] = \
         g[:, :, y0 - chunk.y0:y1 - chunk.y0, x0 - chunk.x0:x1 - chunk.x0]
     return out
+
+
+class ZeroPadding:
+    """The one-process chunk exchange of a window layer: the same interface as
+    :class:`~distnet.comm.global_array.GlobalArray` (``exchange`` / ``exchange_adjoint`` with
+    ``out=``), with zero padding where a distributed layer receives ghosts. On one process a
+    rank's tile is the whole image, so nothing is ever received.
+
+    plan : the layer's :class:`~distnet.geometry.HaloPlan` on a 1x1 grid.
+    """
+
+    #: Nothing but zero padding: a conv may pad as it reads instead of building the chunk.
+    zero_padding_only = True
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def exchange(self, x, out=None):
+        """``x (B, C, h, w)`` on my tile -> the chunk ``(B, C, Hc, Wc)``, zero outside the image
+        (:func:`pad_to_chunk`). ``out``: a chunk buffer that is zero outside my tile (allocated
+        with zeros once; only my tile's part is written)."""
+        plan = self.plan
+        if out is None:
+            return pad_to_chunk(x, plan.own, plan.chunk)
+        interior = plan.interior
+        if not interior.is_empty():
+            out[(Ellipsis,) + interior.relative_to(plan.chunk)] = x[(Ellipsis,) + interior.relative_to(plan.own)]
+        return out
+
+    def exchange_adjoint(self, g_chunk, out=None):
+        """Adjoint of :meth:`exchange` (:func:`crop_from_chunk`): the chunk gradient ->
+        ``(B, C, h, w)`` on my tile. ``out`` may be the view of ``g_chunk`` on my tile."""
+        plan = self.plan
+        if out is None:
+            return crop_from_chunk(g_chunk, plan.own, plan.chunk)
+        interior = plan.interior
+        if interior.shape != plan.own.shape or interior.is_empty():
+            out[...] = 0
+        if not interior.is_empty():
+            dst = out[(Ellipsis,) + interior.relative_to(plan.own)]
+            src = g_chunk[(Ellipsis,) + interior.relative_to(plan.chunk)]
+            if not same_view(dst, src):
+                dst[...] = src
+        return out

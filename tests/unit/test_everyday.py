@@ -90,7 +90,7 @@ def test_read_run_from_dir_and_metrics_file(tmp_path):
 # -- distnet show ------------------------------------------------------------------------------
 
 def test_show_mnist_cnn_on_4_ranks():
-    from distnet.cli.show import format_show, layer_rows
+    from distnet.experiments.report import format_show, layer_rows
     exp = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"))
     text = format_show(exp, "mnist_cnn_dist.yaml", 4)
     assert "4 rank(s) = data 1 x pipe 1 x grid 2x2" in text
@@ -107,7 +107,7 @@ def test_show_mnist_cnn_on_4_ranks():
 
 @pytest.mark.parametrize("name", ["mnist_cnn.yaml", "mnist_gb.yaml"])
 def test_show_parameter_counts_equal_the_built_model(name):
-    from distnet.cli.show import layer_rows
+    from distnet.experiments.report import layer_rows
     exp = load_experiment(str(ROOT / "experiments" / name))
     exp.model.infer_shapes(exp.dataset.image_shape)
     rows = layer_rows(exp, (1, 1), 1)
@@ -120,7 +120,7 @@ def test_show_parameter_counts_equal_the_built_model(name):
 def test_show_counts_the_parameters_of_a_stage_per_rank():
     """With pipeline stages a rank holds its stage's layers only: the per-rank parameter count
     is the largest stage's, from the layers the built model places on each stage."""
-    from distnet.cli.show import format_show
+    from distnet.experiments.report import format_show
     exp = load_experiment(str(ROOT / "experiments/mnist_mlp_pipeline.yaml"))   # stages 0, 1, 0
     text = format_show(exp, "x", 2)
     assert "data 1 x pipe 2 x grid 1x1" in text and "stage" in text.splitlines()[1]
@@ -134,14 +134,14 @@ def test_show_counts_the_parameters_of_a_stage_per_rank():
 
 
 def test_show_datapar_makes_every_rank_a_replica():
-    from distnet.cli.show import format_show
+    from distnet.experiments.report import format_show
     exp = load_experiment(str(ROOT / "experiments/mnist_mlp_datapar.yaml"))
     assert "4 rank(s) = data 4 x pipe 1 x grid 1x1" in format_show(exp, "x", 4)
     assert "batch 50 (13 rows per replica)" in format_show(exp, "x", 4)
 
 
 def test_show_refuses_sizes_that_cannot_work():
-    from distnet.cli.show import format_show
+    from distnet.experiments.report import format_show
     dist = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"))
     with pytest.raises(TopologyError, match="Rank counts that work: 1, 2, 3, 4, 6"):
         format_show(dist, "x", 7)

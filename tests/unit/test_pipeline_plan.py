@@ -156,7 +156,7 @@ def test_each_stage_keeps_only_its_layers_parameters(stage):
 
 def test_local_feature_shape():
     model = configured(net(), Topology.serial())
-    shapes = [local_feature_shape(layer, lay, model.topology) for layer, lay in zip(model.layers, model.layouts)]
+    shapes = [local_feature_shape(layer) for layer in model.layers]
     assert shapes == [(3, 9, 8), (3, 4, 4), (2, 3, 1), (6,), (3,)]
     assert model.layouts == [SPATIAL, SPATIAL, SPATIAL, REPLICATED, REPLICATED]
 

@@ -1,0 +1,63 @@
+"""The MPI world as the command line sees it: whether this is a multi-rank run and which rank
+this is, rank 0's value on every rank, and ending every rank.
+
+None of these starts MPI: they look at an mpi4py that the run already initialised (a one-process
+run never imports it). The command line calls these instead of mpi4py (DESIGN §3: comm is the
+only package that imports mpi4py).
+"""
+import sys
+import time
+
+
+def _running_world():
+    """``MPI.COMM_WORLD`` of a running MPI with more than one rank, else None."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        return mpi.COMM_WORLD
+    return None
+
+
+def world_rank():
+    """This rank's index in a running multi-rank MPI world; None on one process (or before MPI
+    is initialised)."""
+    world = _running_world()
+    return world.Get_rank() if world is not None else None
+
+
+def bcast_from_root(value):
+    """Rank 0's ``value`` on every rank of a running multi-rank world (collective over
+    ``COMM_WORLD``, pickled: small values only); ``value`` itself on one process."""
+    world = _running_world()
+    return value if world is None else world.bcast(value, root=0)
+
+
+def abort_world(code, delay=0.5):
+    """End every rank of a running multi-rank world with exit status ``code`` (``MPI_Abort``),
+    after ``delay`` seconds so that ranks failing with the same error print it too; nothing on
+    one process (the caller exits by itself)."""
+    world = _running_world()
+    if world is None:
+        return
+    sys.stderr.flush()
+    time.sleep(delay)
+    world.Abort(code)
+
+
+def abort_world_job(message, code):
+    """Print ``[rank R] message``, record it (abort listeners) and end every rank of a running
+    multi-rank world (:func:`~distnet.comm.abort.abort_job`); nothing on one process."""
+    world = _running_world()
+    if world is None:
+        return
+    from .abort import abort_job
+    abort_job(world, message, code, hint=False)
+
+
+def install_world_abort_hook():
+    """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
+    an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``."""
+    from mpi4py import MPI
+
+    from .abort import install_abort_hook
+    install_abort_hook(MPI.COMM_WORLD)
+    return MPI.COMM_WORLD

@@ -1,0 +1,137 @@
+"""What ``distnet show`` (alias ``distnet plan``) prints: how an experiment is cut over N ranks,
+from geometry alone (no MPI, no weights, no data beyond the dataset's header).
+
+The world is cut by the one grid resolver (:meth:`FitExperiment.layout
+<distnet.experiments.fit.FitExperiment.layout>`) and every layer fact is read from the layers'
+placements (:mod:`distnet.layers.placement`), so the figures are those of the run.
+
+Per layer: the global output shape, the output tile of rank 0 and the largest one, the input
+chunk (tile + halo) of the largest rank, the halo widths (ghost rows/columns received from
+neighbours on each side, the largest over the ranks; zero padding at the image border is not
+counted), the parameters (global and on the rank holding most), and the activation memory per
+rank (outputs plus halo chunks of one minibatch, the rank holding most). With pipeline stages a
+``stage`` column is added and the per-rank totals are those of the largest stage (a rank holds
+its own stage's layers only); with data replicas (``data``, or ``dist_mode: datapar``) memory is
+for the replica's rows of a minibatch.
+
+Cost: tile and halo sizes are separable (a rank's rows depend only on its grid row, its columns
+only on its grid column), so the placements of the ranks of grid row 0 and grid column 0 give
+every maximum: ``O(Py + Px)`` placements per layer, for any rank count.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..geometry.grid import GridPosition
+
+
+@dataclass
+class LayerRow:
+    index: int
+    name: str
+    kind: str
+    global_shape: tuple
+    rank0_shape: tuple
+    largest_shape: tuple
+    chunk_shape: tuple       # input chunk (tile + halo + padding) of the largest rank; None: no window
+    halo: tuple              # (top, bottom, left, right) ghost widths, max over ranks; None: no window
+    params_global: int
+    params_rank: int         # most on any rank
+    sharded: bool
+    act_bytes: int           # per rank (the most), one minibatch: output + chunk
+    stage: int = 0           # pipeline stage holding the layer
+
+
+def _halo_sides(plan, in_plane):
+    """Ghost rows / columns a rank receives on each side (top, bottom, left, right)."""
+    H, W = in_plane
+    own, ch = plan.own, plan.chunk
+    return (max(0, own.y0 - max(ch.y0, 0)), max(0, min(ch.y1, H) - own.y1),
+            max(0, own.x0 - max(ch.x0, 0)), max(0, min(ch.x1, W) - own.x1))
+
+
+def layer_rows(exp, grid, batch, data=1, pipe=1):
+    """One :class:`LayerRow` per layer of the (shape-inferred) model on ``grid`` (x ``data``
+    replicas x ``pipe`` stages), for ``batch`` rows per replica."""
+    itemsize = np.dtype(exp.backend.dtype).itemsize
+    Py, Px = grid
+    # grid row 0 (every column) and grid column 0 (every row): all maxima (module docstring)
+    coords = [(0, ix) for ix in range(Px)] + [(iy, 0) for iy in range(1, Py)]
+    per_rank = [exp.model.placements(GridPosition(tuple(grid), c, data, pipe)) for c in coords]
+    rows = []
+    for i, layer in enumerate(exp.model.layers):
+        pls = [placements[i] for placements in per_rank]
+        rank0 = pls[0]
+        out = tuple(rank0.out_layout.global_shape)
+        local = [tuple(p.out_layout.local_shape) for p in pls]
+        if len(out) == 3:
+            largest = (out[0], max(s[1] for s in local), max(s[2] for s in local))
+        else:
+            largest = out
+        chunk_shape = halo = None
+        chunk_elems = 0
+        if rank0.halos:
+            C, H, W = layer.in_shape
+            chunks = [p.halos[0].plan.chunk.shape for p in pls]
+            chunk_shape = (C, max(h for h, _ in chunks), max(w for _, w in chunks))
+            chunk_elems = int(np.prod(chunk_shape))
+            sides = [_halo_sides(p.halos[0].plan, (H, W)) for p in pls]
+            halo = tuple(max(s[k] for s in sides) for k in range(4))
+        rows.append(LayerRow(i, layer.name, type(layer).__name__, out, tuple(rank0.out_layout.local_shape),
+                             largest, chunk_shape, halo, rank0.param_count,
+                             max(p.local_param_count for p in pls), rank0.sharded,
+                             batch * (int(np.prod(largest)) + chunk_elems) * itemsize))
+    return rows
+
+
+def _shape(s):
+    return "-" if s is None else "x".join(str(v) for v in s)
+
+
+def _mib(n):
+    return f"{n / 2**20:.2f} MiB"
+
+
+def format_show(exp, path, nranks, layout=None, image_shape=None):
+    """The layer table ``distnet show`` prints for ``nranks`` ranks (cut by ``exp.layout``, or
+    the given :class:`~distnet.geometry.grid.GridLayout`); ``image_shape`` when the dataset
+    cannot tell it."""
+    image_shape = tuple(image_shape or exp.dataset.image_shape)
+    exp.model.infer_shapes(image_shape)
+    layout = layout or exp.layout(nranks, image_shape)
+    grid, data, pipe = layout.grid, layout.data, layout.pipe
+    bs = exp.model.batch_size
+    per_replica = -(-bs // data) if bs else 1
+    rows = layer_rows(exp, grid, per_replica, data, pipe)
+    for row, stage in zip(rows, exp.model.stage_plan(pipe)):
+        row.stage = stage
+    head = [f"{path}: {nranks} rank(s) = data {data} x pipe {pipe} x grid {grid[0]}x{grid[1]}; "
+            f"input {_shape(image_shape)}, dtype {np.dtype(exp.backend.dtype).name}, "
+            + (f"batch {bs} ({per_replica} rows per replica)" if bs else "batch: all images (memory per image)")]
+    staged = pipe > 1
+    cols = ["#", "layer", "class"] + (["stage"] if staged else []) + [
+        "global out", "rank 0 out", "largest out", "largest chunk", "halo t/b/l/r", "params",
+        "params/rank", "act/rank"]
+    table = [[str(r.index), r.name, r.kind] + ([str(r.stage)] if staged else []) + [
+              _shape(r.global_shape), _shape(r.rank0_shape), _shape(r.largest_shape),
+              _shape(r.chunk_shape), "-" if r.halo is None else "/".join(map(str, r.halo)),
+              f"{r.params_global:,}", f"{r.params_rank:,}" + (" (shard)" if r.sharded else ""),
+              _mib(r.act_bytes)] for r in rows]
+    widths = [max(len(c), *(len(t[k]) for t in table)) for k, c in enumerate(cols)]
+    right = {0, len(cols) - 3, len(cols) - 2, len(cols) - 1} | ({3} if staged else set())
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    out = head + [line(cols)] + [line(t) for t in table]
+    itemsize = np.dtype(exp.backend.dtype).itemsize
+    pg = sum(r.params_global for r in rows)
+    # a rank holds the layers of its own stage only: per-rank figures are the largest stage's
+    pr = max(sum(r.params_rank for r in rows if r.stage == s) for s in range(pipe))
+    act = max(sum(r.act_bytes for r in rows if r.stage == s) for s in range(pipe))
+    where = ", its stage's layers only" if staged else ""
+    out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank{where} "
+               f"({_mib(pr * itemsize)}, x3 with gradients and momentum)")
+    out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
+               + ("" if bs else " per image"))
+    return "\n".join(out)

@@ -1,0 +1,173 @@
+"""A layer's placement: everything about how one layer is distributed, as one immutable value.
+
+Configuring a layer on a rank's :class:`~distnet.geometry.grid.GridPosition` yields a
+:class:`Placement` (``layer.place(in_layout, position)``, a pure function: no MPI, no arrays), so
+any rank's placement can be computed on one process. Everything that needs a distribution fact
+reads it from there and nowhere else:
+
+* initialisation slices each global parameter draw with :attr:`ParamPlacement.index`;
+* checkpoints gather and restore every parameter in its global layout
+  (:attr:`ParamPlacement.global_shape` / ``index``);
+* the training step sums each gradient over :attr:`ParamPlacement.reduce_over` (one flat
+  Allreduce per communicator and dtype: the gradient buckets);
+* pipeline messages take their shapes from :attr:`Placement.out_layout`;
+* ``distnet show`` / ``plan`` report tiles, chunks, halo bytes, Allreduce payloads and parameter
+  counts from the placements of the ranks they describe.
+
+Vocabulary (compare PyTorch DTensor's ``Replicate()`` / ``Shard(dim)`` / ``Partial()``):
+
+============  =====================================================================================
+layout kind   what each rank holds of an activation ``(B, ...)``
+============  =====================================================================================
+replicated    the whole activation (every rank the same)
+spatial       its tile of every image plane ``(C, h, w)``, cut by :func:`~distnet.geometry.tile_of`
+============  =====================================================================================
+
+Parameters are replicated (``index`` is ``...``) or sharded (``index`` slices the global tensor:
+FC columns of a tile, a vecpar block of FC columns, the filters of a locally connected output
+tile); a vecpar FC layer's input is replicated and it takes its block of the features itself.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..geometry import tile_of
+
+#: Every rank holds its tile (block partition on the process grid) of every image/channel.
+SPATIAL = "spatial"
+#: Every rank holds the whole activation.
+REPLICATED = "replicated"
+
+#: Gradient communicators (:meth:`~distnet.comm.topology.Topology.comm` names). ``grad``: the
+#: gradient is a partial sum over this rank's output pixels (conv filters shared by all tiles):
+#: spatial *and* data ranks sum it. ``data``: the gradient is complete on this rank for its
+#: samples (sharded filters, FC columns): only data replicas sum it.
+OVER_GRAD = "grad"
+OVER_DATA = "data"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an activation is spread: ``kind`` (:data:`SPATIAL` or :data:`REPLICATED`), its global
+    shape (without the batch axis) and this rank's part of it."""
+
+    kind: str
+    global_shape: tuple
+    local_shape: tuple
+
+    @classmethod
+    def of(cls, kind, global_shape, position):
+        """The layout ``kind`` of an activation of ``global_shape`` on ``position``."""
+        shape = tuple(global_shape)
+        if kind == SPATIAL and len(shape) == 3:
+            return cls(kind, shape, (shape[0],) + tile_of(shape[1:], position.grid, position.coords).shape)
+        return cls(kind, shape, shape)
+
+
+@dataclass(frozen=True, eq=False)
+class ParamPlacement:
+    """One parameter: its ``global_shape``; ``index``, the numpy index of this rank's part in
+    the global tensor (``G[index]`` has ``local_shape``; ``Ellipsis`` when replicated);
+    ``reduce_over``, the communicator that sums its gradient (:data:`OVER_GRAD` or
+    :data:`OVER_DATA`; a communicator of one rank sums nothing); ``sharded``: ranks of a
+    spatial grid hold different parts."""
+
+    name: str
+    global_shape: tuple
+    local_shape: tuple
+    index: object = Ellipsis
+    reduce_over: str = OVER_GRAD
+    sharded: bool = False
+
+    @property
+    def size(self):
+        """Elements of the global tensor."""
+        return int(np.prod(self.global_shape))
+
+    @property
+    def local_size(self):
+        """Elements on this rank."""
+        return int(np.prod(self.local_shape))
+
+    def local_part(self, global_value):
+        """This rank's part of a global array (a contiguous copy)."""
+        if self.index is Ellipsis:
+            return np.ascontiguousarray(global_value)
+        return np.ascontiguousarray(global_value[self.index])
+
+
+@dataclass(frozen=True, eq=False)
+class HaloExchange:
+    """The chunk exchange of a window layer: the ``plan`` (:class:`~distnet.geometry.HaloPlan`:
+    own tile, chunk, ghost boxes per peer) on ``channels`` maps, ``per_step`` times forward
+    (LCN: twice, x then s) and as many adjoint exchanges backward (when the input gradient is
+    needed). On a 1x1 grid it has no peers: the chunk is zero padding."""
+
+    plan: object
+    channels: int
+    per_step: int = 1
+    #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (the cost model
+    #: computes every rank's exchange from them).
+    windows: tuple = None
+
+    def sent(self):
+        """Elements per sample this rank sends in one forward exchange (``own ∩ chunk(peer)``)."""
+        return self.channels * sum(t.box.size for t in self.plan.sends)
+
+    def received(self):
+        """Elements per sample this rank receives in one forward exchange (its ghost boxes);
+        the adjoint sends them back."""
+        return self.channels * sum(t.box.size for t in self.plan.recvs)
+
+    def messages(self):
+        """Messages this rank sends in one forward exchange (one per peer)."""
+        return len(self.plan.sends)
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """An Allreduce of activations a layer does per step: ``per_sample`` elements per sample
+    summed over the communicator ``over`` (``spatial``), forward (``backward=False``) or
+    backward."""
+
+    over: str
+    per_sample: int
+    backward: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """The distribution of one layer on one rank (module docstring)."""
+
+    in_layout: Layout
+    out_layout: Layout
+    params: tuple = ()
+    halos: tuple = ()
+    collectives: tuple = ()
+    #: The input chunk ``(C, hc, wc)`` a window layer keeps per sample (tile + halo + padding).
+    chunk_shape: tuple = None
+    #: Multiply-adds per sample of the forward pass (x2 for FLOPs; backward: x2 more).
+    macs: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def param(self, name):
+        """The :class:`ParamPlacement` called ``name``."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def param_count(self):
+        """Elements of all global parameter tensors."""
+        return sum(p.size for p in self.params)
+
+    @property
+    def local_param_count(self):
+        """Elements of the parameters this rank holds."""
+        return sum(p.local_size for p in self.params)
+
+    @property
+    def sharded(self):
+        return any(p.sharded for p in self.params)
+
