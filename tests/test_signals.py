@@ -21,7 +21,7 @@ from tests.tiny import CNN, experiment, write_data
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE = 20          # seconds after the signal before a job counts as hung (the goal is 5 s)
-START_TIMEOUT = 120
+START_TIMEOUT = 240
 TRIALS = int(os.environ.get("DISTNET_SIGNAL_TRIALS", "3"))
 
 
@@ -218,7 +218,7 @@ def test_stalled_ranks_in_words():
 
 def test_watchdog_names_a_stopped_rank(exps, tmp_path):
     """SIGSTOP on rank 2: without the watchdog the others would spin forever."""
-    job = Job(exps / "dist.yaml", tmp_path / "run", 4, extra=["--watchdog", "3"])
+    job = Job(exps / "dist.yaml", tmp_path / "run", 4, extra=["--watchdog", "6"])
     job.wait_training(extra=1.0)
     os.kill(job.ranks()[2], signal.SIGSTOP)
     try:
@@ -262,7 +262,7 @@ def test_watchdog_names_a_busy_rank(exps, tmp_path):
     """Rank 1 loops forever in Python (alive, heartbeats going) while the others wait for it."""
     d = tmp_path / "run"
     proc = subprocess.run(["timeout", "-k", "5", "120", mpiexec_path(), "-n", "3", sys.executable, "-m", "distnet",
-                           "run", str(exps / "dist.yaml"), "--run-dir", str(d), "-q", "--set", "watchdog=3"], cwd=ROOT,
+                           "run", str(exps / "dist.yaml"), "--run-dir", str(d), "-q", "--set", "watchdog=6"], cwd=ROOT,
                           env=dict(launch_env(3), DISTNET_FAULT_INJECT="1:0:2:hang"), capture_output=True, text=True)
     assert proc.returncode not in (0, 124, 137), proc.stderr
     # rank 1 hangs before it stamps its step: it is behind, and where it is says why
