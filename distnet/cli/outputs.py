@@ -60,6 +60,7 @@ class MetricsFile:
     def __init__(self, path, force=False):
         self.path = path
         self._ctx = None
+        clean_stale_temps(path)
         if os.path.lexists(path):
             refuse_existing(path, "metrics file", force)
             if os.path.isdir(path):

@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target
+from ..fileio import atomic_target, clean_stale_temps
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,7 @@ def load_or_build(path, meta, build):
     new cache cannot be written, a warning says so and the built data is returned anyway.
     """
     meta = normalize(meta)
+    clean_stale_temps(path)  # a write killed mid-way (kill -9) left its temporary behind
     if os.path.exists(path):
         try:
             cached_meta, data, checksum = _read(path)

@@ -334,3 +334,17 @@ def test_unwritable_cache_warns_and_returns_data(data_dir, tmp_path, caplog):
         out = MNIST(repo_path=data_dir, serialized_path=path).load()
     assert "could not write" in caplog.text
     assert out["train"][0].shape == (40, 1, 28, 28)
+
+
+def test_a_stale_temporary_of_a_killed_write_is_removed_even_when_the_cache_is_used(data_dir, tmp_path):
+    import subprocess
+    import sys
+    from distnet import fileio
+    path = str(tmp_path / "c.h5")
+    MNIST(repo_path=data_dir, serialized_path=path).load()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".c.h5.{fileio._host()}.{dead.pid}.abc.tmp"
+    stale.write_bytes(b"half")
+    MNIST(repo_path=data_dir, serialized_path=path).load()
+    assert not stale.exists() and leftovers(tmp_path) == []
