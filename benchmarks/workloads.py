@@ -133,7 +133,7 @@ class DistnetRun:
             lf = m.layers[0]
             y = lf.fprop(x)
             lf.bprop(self.dy, need_input_grad=False)
-            m.step.update([(lf, p) for p in lf.params()], m.momentum(0), m.momentum.nesterov, m.backend.xp)
+            m.step.update([(lf, p) for p in lf.params()], m.momentum_at(0), m.backend.xp)
             return float((y * self.dy).sum())
         return m.train_step(x, t, self.epoch)
 

@@ -24,7 +24,10 @@ class Backend:
     dtype : 'float32' | 'float64', default 'float32'
         dtype of parameters, activations and data.
     seterr_handling : dict, optional
-        Passed to ``numpy.seterr`` (neon compatibility).
+        Passed to ``numpy.seterr`` (neon compatibility), except that underflow stays ignored
+        unless the mapping names ``under`` itself: a value rounding to 0 is harmless in every
+        formula here (a logistic unit far in its tail), and neon's ``{all: raise}`` would stop
+        a run on it.
     """
 
     name = "numpy"
@@ -39,7 +42,7 @@ class Backend:
         self.dtype = np.dtype(_DTYPES[dtype])
         self.xp = np
         if seterr_handling:
-            np.seterr(**seterr_handling)
+            np.seterr(**{"under": "ignore", **seterr_handling})
         self.rng = np.random.RandomState(self.rng_seed)
 
     def reseed(self):

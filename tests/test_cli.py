@@ -90,9 +90,28 @@ def is_gpu_experiment(path):
     return re.search(r"!obj:\S*backends\S*\.GPU\b", path.read_text()) is not None
 
 
-def test_check_all_shipped_experiments():
+def _demo_images_h5(folder):
+    """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
+    import importlib.util
+    pytest.importorskip("PIL")
+    from distnet.datasets.convert import convert
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "experiments" / "make_demo_images.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.make_demo_images(folder / "my_images", per_class=4)
+    convert(folder / "my_images", folder / "datasets" / "my_images.h5", size=(32, 32), valid_fraction=0.1)
+    return folder / "datasets" / "my_images.h5"
+
+
+def test_check_all_shipped_experiments(tmp_path):
     assert any(is_gpu_experiment(p) for p in (ROOT / "experiments").glob("*.yaml"))
+    my_images = None
     for exp in sorted((ROOT / "experiments").glob("*.yaml")):
+        if exp.name.startswith("my_images"):   # reads datasets/my_images.h5 (README: Your own data)
+            my_images = my_images or _demo_images_h5(tmp_path)
+            proc = distnet("check", str(exp), "--set", f"datasets.0.path={my_images}")
+            assert proc.returncode == 0, f"{exp.name}: {proc.stderr}"
+            continue
         proc = distnet("check", str(exp))
         if is_gpu_experiment(exp) and proc.returncode != 0:
             # no cupy / no GPU here: the one-line error that says so, nothing else

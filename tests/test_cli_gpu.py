@@ -142,7 +142,14 @@ def test_gpu_device_that_does_not_exist_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("path", GPU_EXPERIMENTS, ids=lambda p: p.name)
 def test_gpu_experiment_without_cupy_says_so(tmp_path, path):
+    # check: the rest of the file is checked with the CPU backend, and one warning says so
     proc = run(["check", str(path)], BROKEN_CUPY, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith(f"distnet: warning: {path}:")   # file:line of the backend
+    assert "no usable GPU here: the GPU backend" in proc.stderr and ": OK (" in proc.stdout
+    # run: the one-line error that says why
+    proc = run(["run", str(path), "--no-run-dir"], BROKEN_CUPY, tmp_path)
     assert proc.returncode == 2 and NO_GPU.search(proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert f"{path}:" in proc.stderr   # file:line of the backend key

@@ -48,7 +48,7 @@ def compare_runs(a, b):
         rel = d / abs(x) if x else d
         max_cost = max(max_cost, rel)
         rows.append((f"epoch {e} cost", x, y, d, rel))
-    for key in ("train_misclass", "test_misclass"):
+    for key in ("train_misclass", "valid_misclass", "test_misclass"):
         x, y = fa.get(key), fb.get(key)
         if x is None and y is None:
             continue

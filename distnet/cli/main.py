@@ -28,10 +28,14 @@ def _abort_if_parallel(code):
     abort_world(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
-def main():
+@click.pass_context
+def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()
@@ -216,9 +220,14 @@ class _CliHooks:
     def finished(self, result):
         if self.watchdog is not None:
             self.watchdog.stop()
-        self._write({"final": True, "train_misclass": result.train_misclass,
-                     "test_misclass": result.test_misclass, "size": result.size,
-                     "grid": list(result.grid), "start_epoch": result.start_epoch})
+        rec = {"final": True, "train_misclass": result.train_misclass,
+               "test_misclass": result.test_misclass, "size": result.size,
+               "grid": list(result.grid), "start_epoch": result.start_epoch}
+        if result.valid_misclass is not None:
+            rec["valid_misclass"] = result.valid_misclass
+        if result.best_epoch is not None:
+            rec["best_epoch"] = result.best_epoch
+        self._write(rec)
 
     def close(self, ok=True):
         if self.watchdog is not None:
@@ -254,10 +263,18 @@ def check(experiment, list_classes, reference, overrides):
     if experiment is None:
         _fail("give an EXPERIMENT file (or --list-classes / --reference)")
     try:
-        exp = load_experiment(experiment, overrides)
+        try:
+            exp = load_experiment(experiment, overrides)
+        except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
+            if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+                raise
+            exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
         shape = exp.model.infer_shapes(exp.dataset.image_shape)
+        getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
+    for level, note in exp.config_notes:
+        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:
@@ -290,6 +307,31 @@ def mnist_sample(directory, force):
         _fail(str(e))
     for p in paths:
         click.echo(p)
+
+
+@data.command("convert")
+@click.argument("source", type=click.Path(exists=True))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--size", metavar="HxW", help="Resize every image to H x W pixels (bilinear); "
+              "without it, all images must have one size.")
+@click.option("--labels", type=click.Path(exists=True, dir_okay=False),
+              help="Labels (.npy of integers) of an .npy SOURCE of images.")
+@click.option("--test-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
+              help="Fraction of the images held out as the test split (when SOURCE has none).")
+@click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Fraction of the images held out as a validation split (when SOURCE has none).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed):
+    """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
+    subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
+    .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8."""
+    from ..datasets.convert import convert, describe
+    try:
+        info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
+                       valid_fraction=valid_fraction, seed=seed)
+    except DistnetError as e:
+        _fail(str(e))
+    click.echo(describe(info))
 
 
 @main.command()

@@ -3,12 +3,13 @@ from .builder import Builder, config_error
 from .yaml_loader import ObjSpec, parse_file, parse_yaml
 
 
-def load_experiment(path, overrides=()):
+def load_experiment(path, overrides=(), gpu_as_cpu=False):
     """Parse and build the experiment in ``path``, after applying ``key.path=value`` overrides;
-    raises ConfigError with file:line on problems."""
+    raises ConfigError with file:line on problems. ``gpu_as_cpu``: build a GPU backend as the CPU
+    one (``distnet check`` on a machine without a GPU; a note says so)."""
     from .overrides import apply_overrides
     tree = apply_overrides(parse_file(path), overrides)
-    return _build_root(tree, str(path))
+    return _build_root(tree, str(path), gpu_as_cpu)
 
 
 def load_experiment_text(text, filename="<string>"):
@@ -16,17 +17,45 @@ def load_experiment_text(text, filename="<string>"):
     return _build_root(parse_yaml(text, filename), filename)
 
 
-def _build_root(tree, filename):
+def _gpu_as_cpu(tree, notes):
+    """Every GPU backend node of ``tree`` becomes the CPU backend (its GPU-only keys dropped)."""
+    import logging
+
+    from . import registry
+    from .neon_compat import _walk
+    for node in _walk(tree):
+        if not isinstance(node, ObjSpec):
+            continue
+        try:
+            cls, kind = registry.resolve(node.path)
+        except Exception:  # noqa: BLE001 - an unknown class: the builder reports it
+            continue
+        if kind == "backend" and cls.__name__ == "GPU":
+            for key in ("device", "cuda_aware_mpi"):
+                node.kwargs.pop(key, None)
+            notes.append((logging.WARNING, f"{node.where}: no usable GPU here: the GPU backend "
+                          f"(!obj:{node.path}) was checked as the CPU backend"))
+            node.path = "distnet.backends.CPU"
+
+
+def _build_root(tree, filename, gpu_as_cpu=False):
     from ..errors import ConfigError
+    from .neon_compat import translate
     if not isinstance(tree, ObjSpec):
         raise ConfigError("the file's root must be an experiment, e.g. "
                           "!obj:distnet.experiments.FitPredictErrorExperiment {...}", filename)
+    notes = list(getattr(tree, "parse_notes", ()))
+    translate(tree, notes)
+    if gpu_as_cpu:
+        _gpu_as_cpu(tree, notes)
     builder = Builder()
     root = builder.build(tree)
     if builder.kind_of(root) != "experiment":
         raise ConfigError(f"the root object is {tree.path}, not an experiment "
                           "(FitExperiment or FitPredictErrorExperiment)", tree.where)
     root.source_path = filename
+    #: ``(logging level, text)`` about neon keys translated or ignored; logged when it runs.
+    root.config_notes = notes + builder.notes
     return root
 
 

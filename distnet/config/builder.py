@@ -9,13 +9,15 @@ an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), whe
 accepted and dropped (with a note in the docs of that class).
 """
 import inspect
+import logging
 
 from ..errors import ConfigError, DistnetError
 from . import registry
 from .yaml_loader import ObjSpec
 
 _KIND_WORD = {"experiment": "an experiment", "backend": "a backend", "dataset": "a dataset",
-              "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost"}
+              "model": "a model", "layer": "a layer", "activation": "an activation", "cost": "a cost",
+              "learning_rule": "a learning rule", "schedule": "a schedule"}
 
 
 def _types_of(cls):
@@ -116,6 +118,8 @@ class Builder:
     def __init__(self):
         self._memo = {}
         self._kinds = {}
+        #: ``(logging level, text)`` for keys that are accepted and ignored (logged by the run).
+        self.notes = []
 
     def kind_of(self, value):
         return self._kinds.get(id(value))
@@ -140,6 +144,10 @@ class Builder:
         for key, raw in spec.kwargs.items():
             where = spec.where_of(key)
             if key in ignored:
+                if key.endswith("_dtype"):
+                    self.notes.append((logging.WARNING, f"{where}: key '{key}' of {cls.__name__} is "
+                                       "accepted and ignored (as neon did): every buffer has the "
+                                       "backend's dtype"))
                 continue
             if key not in accepted:
                 valid = ", ".join(sorted(accepted))
@@ -168,6 +176,8 @@ class Builder:
             obj.config_spec = spec
         except AttributeError:
             pass
+        for name, value in getattr(spec, "attrs", {}).items():
+            setattr(obj, name, value)
         self._kinds[id(obj)] = kind
         return obj
 

@@ -1,14 +1,15 @@
 """Command-line overrides ``key.path=value`` (``distnet run EXP --set model.num_epochs=1``).
 
 The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
-items by index (``model.layers.0.nofm=8``). The value is YAML (``1``, ``0.5``, ``[2, 3]``,
-``float64``). An override may add a key the file does not set; the result is validated like
-the file itself.
+items by index (``model.layers.0.nofm=8``; ``dataset.K`` and ``datasets.0.K`` are one key, in
+files of either spelling). The value is YAML (``1``, ``0.5``, ``1e-3``,
+``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
+file does not set; the result is validated like the file itself.
 """
 import yaml
 
 from ..errors import ConfigError
-from .yaml_loader import ObjSpec
+from .yaml_loader import ObjSpec, parse_scalar
 
 
 def parse_override(text):
@@ -20,16 +21,31 @@ def parse_override(text):
     if not keys:
         raise ConfigError(f"override {text!r} has no key path", "command line")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = parse_scalar(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({e})", "command line") from None
     return keys, value
+
+
+def _dataset_spelling(tree, keys):
+    """``dataset.K`` on a file with ``datasets: [one]`` means ``datasets.0.K``, and ``datasets.0.K``
+    on a file with neon's later ``dataset:`` means ``dataset.K``: either spelling works."""
+    if not isinstance(tree, ObjSpec) or len(keys) < 2:
+        return keys
+    kw = tree.kwargs
+    if keys[0] == "dataset" and "dataset" not in kw and isinstance(kw.get("datasets"), list) \
+            and len(kw["datasets"]) == 1:
+        return ["datasets", "0"] + keys[1:]
+    if keys[:2] == ["datasets", "0"] and "datasets" not in kw and "dataset" in kw and len(keys) > 2:
+        return ["dataset"] + keys[2:]
+    return keys
 
 
 def apply_overrides(tree, overrides):
     """Apply ``["a.b=1", ...]`` to a parsed experiment tree (in place); returns the tree."""
     for text in overrides:
         keys, value = parse_override(text)
+        keys = _dataset_spelling(tree, keys)
         node = tree
         for depth, key in enumerate(keys):
             last = depth == len(keys) - 1

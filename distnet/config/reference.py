@@ -6,9 +6,11 @@ import inspect
 from . import registry
 from .builder import _ignored_of, _types_of, constructor_params
 
-_KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost"]
+_KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost", "learning_rule",
+               "schedule"]
 _KIND_TITLE = {"experiment": "Experiments (the root object)", "backend": "Backends", "dataset": "Datasets",
-               "model": "Models", "layer": "Layers", "activation": "Activations", "cost": "Costs"}
+               "model": "Models", "layer": "Layers", "activation": "Activations", "cost": "Costs",
+               "learning_rule": "Learning rules (optimisers)", "schedule": "Learning-rate schedules"}
 
 
 def _type_name(spec):
@@ -42,7 +44,10 @@ def reference_markdown():
            "A class may be named by its distnet path, its bare name, or (where neon had it) neon's "
            "path. YAML anchors (`&name`) and aliases (`*name`) work; an aliased object is one object. "
            "Unknown classes or keys, wrong types and inconsistent shapes are errors that name the file, "
-           "line and key. Shapes are global (whole images), also in distributed runs.", ""]
+           "line and key. Shapes are global (whole images), also in distributed runs. Numbers follow "
+           "YAML 1.2 (`1e-3`, `.5` are numbers). neon's later schema (`dataset:`, per-layer "
+           "`learning_rule`, `weight_init: !obj:params.UniformValGen {...}`, `olayer`) is translated "
+           "into these keys: see [neon.md](neon.md).", ""]
     by_kind = {}
     for name, kind, dpath, npath in registry.known_classes():
         if registry.plugin_source(name):  # the reference documents distnet's own classes
@@ -52,7 +57,7 @@ def reference_markdown():
         out += [f"## {_KIND_TITLE[kind]}", ""]
         for name, dpath, npath in sorted(by_kind.get(kind, [])):
             cls, _ = registry.resolve(name)
-            paths = f"`{dpath}`" + (f", `{npath}`" if npath else "")
+            paths = ", ".join(f"`{p}`" for p in (dpath, npath, *registry.extra_paths(name)) if p)
             out += [f"### {name}", "", f"Paths: {paths}", ""]
             doc = inspect.getdoc(cls) or ""
             if doc:

@@ -30,6 +30,7 @@ _add("distnet.backend", "backend", ["GPU"], "distnet.backends", "neon.backends.g
 _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.datasets.mnist")
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
+_add("distnet.datasets.numpy_files", "dataset", ["NumpyDataset"], "distnet.datasets")
 _add("distnet.models.mlp", "model", ["MLP"], "distnet.models", "neon.models.mlp")
 _add("distnet.models.convnet", "model", ["Convnet"], "distnet.models")
 _add("distnet.models.convnet", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
@@ -49,10 +50,21 @@ _add("distnet.ops.activations", "activation", ["Tanh"], "distnet.activations", "
 _add("distnet.ops.activations", "activation", ["Softmax"], "distnet.activations", "neon.transforms.softmax")
 _add("distnet.ops.costs", "cost", ["CrossEntropy"], "distnet.costs", "neon.transforms.cross_entropy")
 _add("distnet.ops.costs", "cost", ["SumSquaredDiffs"], "distnet.costs", "neon.transforms.sum_squared")
+_add("distnet.ops.costs", "cost", ["SoftmaxCrossEntropy"], "distnet.costs")
+_add("distnet.ops.learning_rules", "learning_rule", ["GradientDescent", "Adam", "AdamW"], "distnet.learning_rules")
+_add("distnet.ops.schedules", "schedule", ["ConstantSchedule", "StepSchedule", "MultiStepSchedule", "CosineSchedule",
+                                           "LinearWarmup"], "distnet.schedules")
 
 
 # Further spellings of a class (bare name -> paths).
-_EXTRA_PATHS = {"GPU": ["neon.backends.cudanet.GPU"]}
+_EXTRA_PATHS = {
+    "GPU": ["neon.backends.cudanet.GPU", "neon.backends._cudanet.Cudanet", "neon.backends._cudamat.Cudamat",
+            "neon.backends.gpu.GPU", "neon.backends.gpu.GPUDataDist"],
+    # neon's later CPU backends (2015); CPUDataDist was its data-parallel variant
+    "CPU": ["neon.backends.cpu.CPU", "neon.backends.cpu.CPUDataDist"],
+    # fixed-point arithmetic is not modelled: a float32 numpy backend (config/neon_compat warns)
+    "Numpy": ["neon.backends.fixedpoint.FixedPoint", "neon.backends.flexpoint.FlexPoint"],
+}
 
 
 def register(name, module, kind, distnet_pkg, neon_module=None):
@@ -87,6 +99,11 @@ def resolve(path, where=None):
                           f"`distnet check --list-classes` lists them)", where)
     module, kind, _, _ = _CLASSES[name]
     return getattr(importlib.import_module(module), name), kind
+
+
+def extra_paths(name):
+    """Further spellings of the class ``name`` (neon's other backend paths), for the reference."""
+    return list(_EXTRA_PATHS.get(name, ()))
 
 
 def known_classes():

@@ -11,10 +11,12 @@ from .cache import fill_placeholders
 from .cifar10 import CIFAR10
 from .hdf5 import HDF5Dataset
 from .mnist import MNIST
+from .numpy_files import NumpyDataset
+from .stream import StreamArray
 from .sample import write_mnist_sample
 
 #: YAML name -> class.
-DATASETS = {"MNIST": MNIST, "CIFAR10": CIFAR10, "HDF5Dataset": HDF5Dataset}
+DATASETS = {"MNIST": MNIST, "CIFAR10": CIFAR10, "HDF5Dataset": HDF5Dataset, "NumpyDataset": NumpyDataset}
 
-__all__ = ["CIFAR10", "DATASETS", "Dataset", "HDF5Dataset", "MNIST", "fill_placeholders",
+__all__ = ["CIFAR10", "DATASETS", "Dataset", "HDF5Dataset", "MNIST", "NumpyDataset", "StreamArray", "fill_placeholders",
            "sample_indices", "write_mnist_sample"]

@@ -106,6 +106,9 @@ class Dataset:
         and did not document numbers). Only with ``dist_flag: True``.
     backend : object or None
         Kept (neon let a dataset name its backend); not used here.
+    num_test_sample : int or None
+        Keep only the first this many test images (neon's later datapar files set it to a
+        multiple of their batch size); None (the default) keeps them all.
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
     :meth:`source_files` and :meth:`_read`.
@@ -113,13 +116,13 @@ class Dataset:
 
     #: YAML key types for the config builder.
     config_types = {"repo_path": str, "sample_pct": float, "serialized_path": str,
-                    "dist_flag": bool, "backend": ("obj", "backend")}
+                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": int}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None):
+                 backend=None, dist_mode=None, num_test_sample=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -140,6 +143,10 @@ class Dataset:
                               "(here and on the experiment), or remove dist_mode", key="dist_mode")
         self.dist_mode = mode or ("halopar" if dist_flag else None)
         self.backend = backend
+        if num_test_sample is not None and num_test_sample < 1:
+            raise ConfigError(f"must be >= 1 (or left out: all test images), got {num_test_sample}",
+                              key="num_test_sample")
+        self.num_test_sample = num_test_sample
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -204,10 +211,43 @@ class Dataset:
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
         tile = self._check_tile(tile)
         if self.serialized_path is None:
-            return self._build(tile, seed, dtype)
+            return self._limit_test(self._build(tile, seed, dtype))
         path = cache.fill_placeholders(self.serialized_path, rank, size)
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        return cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype))
+        return self._limit_test(cache.load_or_build(path, meta, lambda: self._build(tile, seed, dtype)))
+
+    def _limit_test(self, data):
+        """``data`` with its test split cut to the first ``num_test_sample`` images."""
+        if self.num_test_sample is not None and "test" in data:
+            x, y = data["test"]
+            data = dict(data, test=(x[:self.num_test_sample], y[:self.num_test_sample]))
+        return data
+
+    #: How the data is held (:class:`~distnet.datasets.files.FileDataset` chooses; the others
+    #: always hold it in memory).
+    in_memory = True
+
+    def check(self):
+        """Checks that need the files' headers but no pixels (file datasets: the scale keys
+        against the stored dtype); run by ``distnet check`` and before training."""
+
+    def read_ahead(self, x):
+        """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
+        split as :meth:`load` returned it) ahead of their use, in that order; None when ``x`` is
+        in memory. The model calls it with each epoch's minibatches (``MLP.read_ahead``)."""
+        return None
+
+    def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """Data bytes per rank ``{"memory", "stream", "mode"}``, or None where the dataset cannot
+        tell without reading its files (MNIST, CIFAR-10: always in memory; see
+        :meth:`FileDataset.memory_per_rank <distnet.datasets.files.FileDataset.memory_per_rank>`)."""
+        return None
+
+    def describe_memory(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """One line for ``distnet show``: this rank's data bytes in memory and streamed
+        (:func:`~distnet.datasets.memory.describe_memory`)."""
+        from .memory import describe_memory
+        return describe_memory(self, tile, batch_size, ndata, dtype)
 
     def cache_metadata(self, tile, seed, dtype, rank, size, grid):
         """The metadata a cache must carry to be used for this call of :meth:`load`."""

@@ -155,11 +155,9 @@ def _is_h5(path):
 
 def content_checksum(data):
     """``"crc32:<hex>"`` of ``data`` (split -> ``(x, y)``): the bytes, shapes and dtypes of every
-    array, splits in :data:`SPLITS` order."""
+    array, splits in :data:`SPLITS` order, then any others (``valid``) by name."""
     crc = 0
-    for split in SPLITS:
-        if split not in data:
-            continue
+    for split in [s for s in SPLITS if s in data] + sorted(s for s in data if s not in SPLITS):
         for a in data[split]:
             a = np.ascontiguousarray(a)
             crc = zlib.crc32(f"{split}:{a.dtype.str}:{a.shape};".encode(), crc)
@@ -174,12 +172,12 @@ def _read(path):
             import h5py
             with h5py.File(path, "r") as f:
                 meta = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
-                data = {s: (f[s]["x"][()], f[s]["y"][()]) for s in SPLITS}
+                data = {s: (f[s]["x"][()], f[s]["y"][()]) for s in SPLITS + ("valid",) if s in f}
                 checksum = f.attrs.get(_CHECKSUM)
         else:
             obj = safe_pickle.load(path)
             meta = obj[_PKL_KEY]
-            data = {s: (obj[s]["x"], obj[s]["y"]) for s in SPLITS}
+            data = {s: (obj[s]["x"], obj[s]["y"]) for s in SPLITS + ("valid",) if s in obj}
             checksum = obj.get(_CHECKSUM)
     except DataError:
         raise
@@ -271,3 +269,45 @@ def load_or_build(path, meta, build):
     except (OSError, ValueError, TypeError) as e:
         log.warning("could not write dataset cache %s (%s); continuing without it", path, e)
     return data
+
+
+# ----------------------------------------------------------------------------- streaming tile caches
+
+def tile_cache(path, meta, sources, tile, rows_per_copy=256):
+    """This rank's node-local copy of ``tile`` of every split, as stored (no scaling), in an HDF5
+    file at ``path``: ``{split: H5Source}`` reading it. Built by copying ``rows_per_copy`` images
+    at a time (memory flat), used again while its metadata (``meta``: sources, tile, rank, ...)
+    matches; a stale or unreadable file is rebuilt with a warning. Only this rank reads and
+    writes it, so it may live on storage no other node sees."""
+    import h5py
+    from .sources import H5Source
+    meta = normalize(meta)
+    if os.path.exists(path):
+        try:
+            with h5py.File(path, "r") as f:
+                cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+                shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in sources}
+            diffs = differences(cached, meta)
+            if not diffs:
+                log.info("using tile cache %s", path)
+                return {s: H5Source(path, s, *shapes[s]) for s in sources}
+            log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
+        except (OSError, KeyError, ValueError) as e:
+            log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
+    out = {}
+    with atomic_target(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for split, src in sources.items():
+                n, c = src.shape[:2]
+                x = f.create_dataset(f"{split}/x", (n, c, h, w), dtype=src.dtype,
+                                     chunks=(1, c, min(h, 128), min(w, 128)))
+                for a in range(0, n, rows_per_copy):
+                    x[a:a + rows_per_copy] = src.read(np.arange(a, min(n, a + rows_per_copy)), tile)
+                f[f"{split}/y"] = np.asarray(src.labels())
+                out[split] = ((n, c, h, w), src.dtype)
+                src.close()
+            for key, value in meta.items():
+                f.attrs[_ATTR + key] = json.dumps(value)
+    log.info("wrote tile cache %s", path)
+    return {s: H5Source(path, s, *v) for s, v in out.items()}

@@ -1,19 +1,22 @@
 """Images of any size from one HDF5 file; each rank reads only its tile (a hyperslab).
 
-Layout of the file at ``path``::
+The layout (docs/data.md; ``distnet data convert`` writes it)::
 
-    /train/x   (N,  C, H, W)   numbers (any integer or float type), values used as stored
+    /train/x   (N,  C, H, W)   numbers: uint8 pixels (what the converter writes) or any integer /
+                               float type; chunked (1, C, <=128, <=128) by the converter
     /train/y   (N,)            integer class labels 0 .. nclasses-1
     /test/x    (Nt, C, H, W)   same C, H, W as train
     /test/y    (Nt,)
-    attribute nclasses on /    (optional; default 1 + the largest label of both splits)
+    /valid/x, /valid/y         optional validation split (same C, H, W)
+    attribute nclasses on /    (optional; default 1 + the largest label)
+    attribute class_names on / (optional; one name per class, as the converter keeps them)
 
-Only ``x[:, :, y0:y1, x0:x1]`` is read, with plain h5py (no parallel HDF5 build needed), so every
-rank reads just its n-rant. Values are cast to the requested dtype without scaling: store
-``pixels / 255`` if that is what the model expects. A distnet ``.h5`` dataset cache has this
-layout too.
+Only ``x[rows, :, y0:y1, x0:x1]`` is read, with plain h5py (no parallel HDF5 build needed), so
+every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
+``mean`` and ``std`` (:mod:`.scaling`): integer values need ``scale`` (``scale: 1/255`` for
+pixels), float values are used as stored unless told otherwise.
 
-Example (writing such a file)::
+Example (writing such a file by hand)::
 
     with h5py.File("blobs.h5", "w") as f:
         f["train/x"], f["train/y"] = x_train, y_train      # (N, C, H, W), (N,)
@@ -22,10 +25,12 @@ Example (writing such a file)::
 """
 import os
 
-import numpy as np
-
 from ..errors import DataError
-from .base import SPLITS, Dataset, check_path
+from .base import check_path
+from .files import FileDataset
+from .sources import H5Source
+
+SPLITS_STORED = ("train", "test", "valid")
 
 
 def _open(path):
@@ -36,18 +41,40 @@ def _open(path):
         raise DataError(f"cannot open HDF5 file {path}: {e}") from None
 
 
-class HDF5Dataset(Dataset):
-    """A dataset in the HDF5 layout of the module docstring.
+def class_names_of(path):
+    """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
+    with _open(path) as f:
+        names = f.attrs.get("class_names")
+    if names is None:
+        return None
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
+class HDF5Dataset(FileDataset):
+    """A dataset in the HDF5 layout of ``docs/data.md`` (``distnet data convert`` writes it)::
+
+        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type
+        /train/y  (N,)          integer labels 0 .. nclasses-1
+        /test/x, /test/y        same C, H, W
+        /valid/x, /valid/y      optional validation split
+        attributes on /: nclasses (optional), class_names (optional)
 
     Keys: ``path`` (str, required; relative paths are taken inside ``repo_path`` when that is
-    given), and the :class:`~distnet.datasets.base.Dataset` keys (``repo_path`` optional).
-    ``image_shape`` and ``nclasses`` are read from the file header on first use (no pixels are
-    read). ``load()`` returns ``{'train': (x, y), 'test': (x, y)}`` with ``x`` ``(N, C, h, w)``.
+    given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
+    0..255 to 0..1, ``scale: 1`` uses them as stored; default 1 for float data), ``mean`` and
+    ``std`` (one number or one per channel, applied after ``scale``: ``(x * scale - mean) / std``);
+    ``in_memory`` (``auto``, the default: hold the rank's data in memory when its float arrays
+    take at most 256 MiB, else stream; ``true``: in memory; ``false``: stream, reading each
+    minibatch's rows of the rank's tile with a background prefetch); ``valid_fraction`` (hold
+    this fraction of the training images out as a validation split, chosen with the fixed seed 0;
+    a ``valid`` group in the file is used instead when present); ``cache_dir`` (a node-local folder
+    for this rank's cache, default ``$DISTNET_CACHE_DIR``: in memory mode it holds the float
+    arrays (like ``serialized_path``), in streaming mode a copy of the rank's tile as stored);
+    and the common keys ``sample_pct``, ``serialized_path``, ``dist_flag``, ``dist_mode``.
+    ``image_shape`` and ``nclasses`` are read from the file header (no pixels are read).
     """
 
-    config_types = {**Dataset.config_types, "path": str}
-    scale_255 = False
-    repo_required = False
+    config_types = {**FileDataset.config_types, "path": str}
 
     def __init__(self, *, path, **common):
         super().__init__(**common)
@@ -62,25 +89,29 @@ class HDF5Dataset(Dataset):
                f"serialized_path={self.serialized_path!r})"
 
     def _header(self):
-        """``(image_shape, nclasses)`` from the dataset shapes and labels; checks the layout."""
+        """``(image_shape, nclasses, {split: (shape, dtype)})`` from the file; checks the layout
+        and the labels."""
         if self._header_cache is not None:
             return self._header_cache
         if not os.path.isfile(self.path):
             raise DataError(f"HDF5 dataset file {self.path} does not exist")
         with _open(self.path) as f:
-            missing = [f"{s}/{a}" for s in SPLITS for a in ("x", "y") if f"{s}/{a}" not in f]
+            missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
             if missing:
                 raise DataError(f"{self.path} lacks dataset(s) {', '.join(missing)}; the layout is "
-                                f"train/x (N,C,H,W), train/y (N,), test/x, test/y")
+                                f"train/x (N,C,H,W), train/y (N,), test/x, test/y (docs/data.md)")
             shape = None
             top = -1
-            for s in SPLITS:
+            splits = {}
+            for s in SPLITS_STORED:
+                if s not in f:
+                    continue
                 x, y = f[f"{s}/x"], f[f"{s}/y"]
                 if x.ndim != 4 or x.dtype.kind not in "biuf":
                     raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
                                     f"got {x.dtype} {x.shape}")
                 if shape is not None and x.shape[1:] != shape:
-                    raise DataError(f"{self.path}: test/x images are {x.shape[1:]}, train/x {shape}")
+                    raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
                 shape = x.shape[1:]
                 if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
                     raise DataError(f"{self.path}: {s}/y must hold {x.shape[0]} integer labels, "
@@ -89,15 +120,15 @@ class HDF5Dataset(Dataset):
                     raise DataError(f"{self.path}: {s}/x holds no images")
                 labels = y[()]
                 if labels.min() < 0:
-                    raise DataError(f"{self.path}: {s}/y has a negative label {labels.min()}")
+                    raise DataError(f"{self.path}: {s}/y has a label {labels.min()} out of range (negative)")
                 top = max(top, int(labels.max()))
+                splits[s] = (tuple(int(d) for d in x.shape), x.dtype)
             nclasses = f.attrs.get("nclasses")
-            if nclasses is None:
-                nclasses = top + 1
-            nclasses = int(nclasses)
+            nclasses = top + 1 if nclasses is None else int(nclasses)
             if top >= nclasses:
-                raise DataError(f"{self.path}: label {top} but the file's nclasses is {nclasses}")
-        self._header_cache = (tuple(int(d) for d in shape), nclasses)
+                raise DataError(f"{self.path}: label {top} is out of range 0..{nclasses - 1} "
+                                f"(the file's nclasses is {nclasses})")
+        self._header_cache = (tuple(int(d) for d in shape), nclasses, splits)
         return self._header_cache
 
     @property
@@ -115,12 +146,5 @@ class HDF5Dataset(Dataset):
             raise DataError(f"HDF5 dataset file {self.path} does not exist")
         return [self.path]
 
-    def _read(self, tile):
-        self._header()
-        out = {}
-        with _open(self.path) as f:
-            for s in SPLITS:
-                x = f[f"{s}/x"][:, :, tile.y0:tile.y1, tile.x0:tile.x1]   # this rank's hyperslab
-                y = f[f"{s}/y"][()].astype(np.int64)
-                out[s] = (x, y)
-        return out
+    def sources(self):
+        return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}

@@ -31,6 +31,11 @@ class RunResult:
     epoch_costs: list = field(default_factory=list)
     train_misclass: float = None
     test_misclass: float = None
+    #: Final error rate of the validation split (percent; None without one).
+    valid_misclass: float = None
+    #: ``{"epoch", "split", "misclass"}`` of the evaluated epoch with the lowest validation (else
+    #: test) error rate; None when no epoch was evaluated (``eval_every: 0``).
+    best_epoch: dict = None
     grid: tuple = (1, 1)
     size: int = 1
     #: First epoch trained by this run (> 0 when resumed).
@@ -111,6 +116,9 @@ class FitExperiment:
                     "grid": "shape2", "data": int, "pipe": int, "checkpoint": dict, "eval_every": int,
                     "watchdog": float}  # watchdog: issue 14 (h14b)
     report_errors = False
+    #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
+    #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
+    config_notes = ()
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
                  pipe=1, checkpoint=None, eval_every=0, watchdog=None):
@@ -190,6 +198,7 @@ class FitExperiment:
         """The checks that need no MPI and no pixels: every layer's shapes against the dataset's
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
+        self.dataset.check()   # file datasets: scale keys vs stored dtype
         nout = self.model.layers[-1].out_shape[0]
         if nout != self.dataset.nclasses:
             raise self.model.layers[-1].error(
@@ -249,6 +258,8 @@ class FitExperiment:
         log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend)
+        for level, note in self.config_notes:  # neon keys translated or ignored
+            log.log(level, "%s", note)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
         hooks.started(self, t)
@@ -272,6 +283,10 @@ class FitExperiment:
         timings["data"] = clock() - t0
         x, y = data["train"]
         eval_splits = ("train", "test") if self.report_errors else ("test",)
+        if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
+            eval_splits = ("valid",) + eval_splits
+        # streamed data prefetches the model's minibatches
+        self.model.read_ahead = self.dataset.read_ahead(x)
         fault = fault_hook(t.rank)
         epoch_start = {}
 
@@ -308,14 +323,21 @@ class FitExperiment:
             costs = self.model.fit(x, y, self.dataset.nclasses, on_epoch=epoch_done)
         finally:
             self.model.on_batch = None
+            if self.model.read_ahead is not None:
+                self.model.read_ahead([])   # forget what was scheduled
+            self.model.read_ahead = None
         timings["train"] = clock() - t0
         result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
         if self.checkpoint_path and self.checkpoint_at_end and history:
             self.save_checkpoint(self.checkpoint_path, history[-1]["epoch"], history)
             result.checkpoint = self.checkpoint_path
+        result.best_epoch = best_epoch(history)
+        if result.best_epoch is not None:
+            log.info("best epoch: %d (%s misclass %.5f%%)", result.best_epoch["epoch"],
+                     result.best_epoch["split"], result.best_epoch["misclass"])
         if self.report_errors:
             t0 = clock()
-            for split in ("train", "test"):
+            for split in ("train", "valid", "test"):
                 if split in data:
                     rate = self.model.misclass_rate(*data[split])
                     setattr(result, f"{split}_misclass", rate)
@@ -325,6 +347,17 @@ class FitExperiment:
         result.timings = timings
         hooks.finished(result)
         return result
+
+
+def best_epoch(history):
+    """The evaluated epoch with the lowest validation error rate (the test rate when there is no
+    validation split; the first of equals): ``{"epoch", "split", "misclass"}``, or None."""
+    for split in ("valid", "test"):
+        rated = [r for r in history if f"{split}_misclass" in r]
+        if rated:
+            best = min(rated, key=lambda r: r[f"{split}_misclass"])
+            return {"epoch": best["epoch"], "split": split, "misclass": best[f"{split}_misclass"]}
+    return None
 
 
 class FitPredictErrorExperiment(FitExperiment):

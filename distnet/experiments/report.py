@@ -134,4 +134,7 @@ def format_show(exp, path, nranks, layout=None, image_shape=None):
                f"({_mib(pr * itemsize)}, x3 with gradients and momentum)")
     out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
+    # rank 0 holds the largest tile of the images
+    tile = exp.dataset.rank_tile(grid, (0, 0)) if exp.dist_flag else None
+    out.append(exp.dataset.describe_memory(tile=tile, batch_size=bs, ndata=data, dtype=exp.backend.dtype))
     return "\n".join(out)

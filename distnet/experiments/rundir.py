@@ -44,6 +44,7 @@ import time
 
 import yaml
 
+from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
 from ..fileio import OutputError, claim_file, pid_alive, reason, write_text
 
@@ -63,6 +64,7 @@ class RunDirError(DistnetError):
 # The resolved experiment
 # ---------------------------------------------------------------------------------------------
 
+@yaml12_numbers   # a string such as '1e-3' is written quoted (it reads back as a number)
 class _Dumper(yaml.SafeDumper):
     pass
 

@@ -55,6 +55,9 @@ class BaseLayer:
     #: reused (overwritten) by its next ``fprop`` / ``bprop``: no large allocation per training
     #: step. The model turns it on when nothing keeps an output across calls (no pipeline).
     reuse_buffers = False
+    #: The layer's own momentum schedule mapping (neon's later per-layer ``learning_rule``;
+    #: ``{type: constant, coef: 0}`` for plain gradient descent), or None: the model's ``momentum``.
+    momentum_params = None
     #: This rank's :class:`~distnet.layers.placement.Placement` (set by :meth:`configure`).
     placement = None
     _params = ()

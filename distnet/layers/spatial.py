@@ -11,7 +11,7 @@ interface, so the layers have one code path.
 import numpy as np
 
 from ..backend import get_array_module
-from ..errors import GeometryError
+from ..errors import ConfigError, GeometryError
 from ..geometry import Window, output_plane, plan_halo
 from ..ops import conv, pooling
 from ..ops.activations import RectLin
@@ -280,17 +280,22 @@ class ConvLayer(WindowLayer):
 
 class MaxPoolingLayer(WindowLayer):
     """Max over each window of each map (first maximum in row-major order wins ties); the
-    gradient goes to that element. ``stride`` defaults to ``fshape``."""
+    gradient goes to that element. ``stride`` defaults to ``fshape``. ``padding`` pads with
+    -inf (a padded position never wins; it must be smaller than the window)."""
 
     def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, **common):
         super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
+        if any(p >= f for p, f in zip(self.padding, self.fshape)):
+            raise ConfigError(f"padding {list(self.padding)} must be smaller than the window "
+                              f"{list(self.fshape)}: a window of padding only has no maximum", key="padding")
 
     def fprop(self, x):
         xc = self._chunk_planned(x)
         self._xc_shape = xc.shape
         shape = tuple(x.shape[:2]) + self.plan.out_tile.shape
         y, self._argmax = pooling.maxpool_fprop(xc, self.fshape, self.stride, work=self.work,
-                                                out=self._out("y", shape, xc.dtype, xc))
+                                                out=self._out("y", shape, xc.dtype, xc),
+                                                inside=pooling.inside_of(self.plan.chunk, self.plan.in_plane))
         return y
 
     def bprop(self, delta, need_input_grad=True):

@@ -77,24 +77,26 @@ class TrainingStep:
                 allreduce_sum(arrays, comm, self.host_staging, kind="allreduce_grad")
 
     @staticmethod
-    def update(params, mu=0.0, nesterov=False, xp=None):
-        """SGD step (momentum ``mu``) on ``params`` (``[(layer, Param)]``, a layer's parameters
-        next to each other), each with its layer's ``learning_rate``; after a layer's last
-        parameter, its ``after_update`` hook (LocalFiltering renormalises its filters there;
-        with tied pretraining weights the decoder's and the encoder's renormalisations must
-        each follow their own update)."""
+    def update(params, momentum=None, xp=None):
+        """SGD step on ``params`` (``[(layer, Param)]``, a layer's parameters next to each
+        other), each with its layer's ``learning_rate`` and the momentum ``momentum(layer) ->
+        (mu, nesterov)`` (None: plain SGD); after a layer's last parameter, its
+        ``after_update`` hook (LocalFiltering renormalises its filters there; with tied
+        pretraining weights the decoder's and the encoder's renormalisations must each follow
+        their own update)."""
         for k, (layer, p) in enumerate(params):
+            mu, nesterov = momentum(layer) if momentum is not None else (0.0, False)
             if mu != 0.0 and p.velocity is None:
                 p.velocity = xp.zeros_like(p.value)
             sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, nesterov)
             if k + 1 == len(params) or params[k + 1][0] is not layer:
                 layer.after_update()
 
-    def __call__(self, run, params, mu=0.0, nesterov=False, xp=None, reduce_outputs=True):
+    def __call__(self, run, params, momentum=None, xp=None, reduce_outputs=True):
         """One step: ``run()`` (forward, cost, backward: fills the gradients of ``params``,
         returns a list of loss arrays), the gradient sums (with the losses summed over the
         data replicas when ``reduce_outputs``), the update. Returns ``run()``'s list."""
         outputs = run()
         self.reduce(params, extra=outputs if reduce_outputs else ())
-        self.update(params, mu, nesterov, xp)
+        self.update(params, momentum, xp)
         return outputs

@@ -359,13 +359,16 @@ def _names(entries):
 
 
 def restore_checkpoint(model, path, topology, log=None):
-    """Read ``path`` on every rank and load this rank's part into ``model`` (collective over the
+    """Read ``path`` on world rank 0 only (no rank but 0 needs to see the file: node-local
+    disks), hand it to every rank, and load each rank's part into ``model`` (collective over the
     run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
     :class:`Checkpoint`."""
     from ..comm.abort import run_collectively
+    from ..comm.root_read import read_on_root
+
+    ck = read_on_root(topology.world, lambda: read_checkpoint(path))
 
     def load():
-        ck = read_checkpoint(path)
         apply_checkpoint(model, ck, log)
         return ck
 

@@ -115,6 +115,8 @@ class MLP:
                 layer.learning_rate = self.learning_rate
         self._plan_stages(topology)
         self.step = TrainingStep(topology, backend.host_staging)
+        self._momentum = {id(layer): MomentumSchedule(layer.momentum_params) for layer in self.layers
+                          if layer.momentum_params is not None}
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
@@ -174,6 +176,14 @@ class MLP:
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
 
+    def momentum_at(self, epoch):
+        """``layer -> (mu, nesterov)`` in ``epoch``: the layer's own momentum schedule (neon's
+        later per-layer ``learning_rule``: ``momentum_params``) or the model's ``momentum``."""
+        def of(layer):
+            sched = self._momentum.get(id(layer), self.momentum)
+            return sched(epoch), sched.nesterov
+        return of
+
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
         blocks in replica order (the first ``len(idx) % D`` replicas get one more; a replica may
@@ -196,8 +206,7 @@ class MLP:
         else:
             def run():                 # the loss stays on the device until the end
                 return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
-        loss, = self.step(run, self.trained_params(lowest), self.momentum(epoch),
-                          self.momentum.nesterov, self.backend.xp)
+        loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp)
         return float(loss[0])
 
     def batches(self, n, rng=None):
@@ -214,6 +223,10 @@ class MLP:
     on_batch = None
     #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
     shuffle_rng = None
+    #: Optional ``callable(list of row-index arrays)``: :meth:`fit` gives it each epoch's
+    #: minibatches (this replica's rows) before training on them, so streamed data is read
+    #: ahead (``Dataset.read_ahead``); None for data in memory.
+    read_ahead = None
 
     def start_fit(self):
         """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
@@ -234,6 +247,8 @@ class MLP:
         for epoch in range(first, self.num_epochs):
             total = 0.0
             batches = self.batches(x.shape[0], self.shuffle_rng)
+            if self.read_ahead is not None:
+                self.read_ahead([self.replica_rows(idx) for idx in batches])
             for b, idx in enumerate(batches):
                 if self.on_batch is not None:
                     self.on_batch(epoch, b, len(batches))

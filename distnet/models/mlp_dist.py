@@ -17,8 +17,9 @@ The numbers equal the single-process MLP's up to the summation order of ``z``. C
 data replicas (``data: D``: ``world = D x 1 x P``) and pipeline stages (each stage shards its
 layers over its own spatial communicator).
 """
-from ..layers.base import REPLICATED
 from ..layers.dist import FCDistMixin
+from ..layers.fc import LayerWithNoBias
+from ..layers.placement import REPLICATED
 from .mlp import MLP
 
 
@@ -30,11 +31,25 @@ class MLPDist(MLP):
     #: Every rank takes the whole input (not a spatial tile).
     input_layout = REPLICATED
 
+    def __init__(self, layers, num_epochs, **keys):
+        """MLP's keys; every layer but the FC Dist ones is refused at the layer's line, as the
+        file is read (``check`` and ``run`` stop there, before anything runs)."""
+        super().__init__(layers, num_epochs, **keys)
+        for layer in self.layers:
+            if isinstance(layer, LayerWithNoBias) and not isinstance(layer, FCDistMixin):
+                raise layer.error(f"{type(self).__name__} shards fully connected layers by "
+                                  f"input features: use {type(layer).__name__}Dist, not "
+                                  f"{type(layer).__name__}")
+            if not isinstance(layer, FCDistMixin):
+                raise layer.error(
+                    f"{type(self).__name__} shards fully connected layers by input features "
+                    f"(vecpar) and cannot hold a {type(layer).__name__}: distribute a network with "
+                    "convolution / pooling / local layers as ConvnetDist (GBDist for GB) with Dist "
+                    "layers and dist_mode: halopar (spatial tiles), or as data replicas (dist_mode: "
+                    "datapar, model MLP/Convnet); in MLPDist use LayerDist / LayerWithNoBiasDist")
+
     def configure(self, backend, topology):
         for layer in self.layers:
-            if not isinstance(layer, FCDistMixin):
-                raise layer.error(f"MLPDist shards fully connected layers by input features (vecpar): "
-                                  f"use LayerDist or LayerWithNoBiasDist, not {type(layer).__name__}")
             layer.vecpar = True
         super().configure(backend, topology)
 

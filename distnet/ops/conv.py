@@ -21,12 +21,16 @@ and ``dcols = w2.T @ dy2``, folded back. Batch-innermost columns ("CHWN", as cud
 neon's GPU kernels) make the im2col copy and the fold move runs of ``Wo*B`` or ``B`` contiguous
 elements; one GEMM covers the whole batch.
 
+**Pointwise** (1x1 filters, no padding, no kernel forced): :mod:`distnet.ops.conv_pointwise`,
+one GEMM per image and no patch matrix.
+
 ``w (K, C, fh, fw)`` is read as ``w2 (K, C*fh*fw)`` without a copy. Only ``xp`` functions are
 used; the input dtype is kept (float32 stays float32). Scratch memory comes from an optional
 :class:`~distnet.ops.workspace.Workspace` (``work``), so a training loop allocates it once.
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .conv_pointwise import pointwise_bprop, pointwise_fprop, use_pointwise
 from .parallel import matmul as pmatmul
 from .parallel import copyto as pcopyto
 from .parallel import kernel_threads, parallel_map, run_split, shares, sub_workspace
@@ -328,6 +332,8 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
     pad = _norm_pad(pad)
     Ho, Wo = _check(x, w, stride, pad)
     B, K = x.shape[0], w.shape[0]
+    if use_pointwise(w.shape, pad, None, method):     # 1x1 filters: one GEMM per image
+        return pointwise_fprop(x, w, stride, out, relu)
     if _method(method, x, w, stride, pad) == "flat":
         if out is None:
             out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
@@ -375,6 +381,8 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     if crop is None:
         crop = pad if pad is not None else ((0, 0), (0, 0))
     crop = tuple(tuple(int(c) for c in p) for p in crop)
+    if use_pointwise(w.shape, pad, crop, method):     # 1x1 filters: one GEMM per image
+        return pointwise_bprop(x, w, dy, stride, need_dx, dx_out)
     if _method(method, x, w, stride, pad) == "flat":
         dw = _flat_dw(x, dy, fh, fw, work, pad).reshape(w.shape)
         if not need_dx:

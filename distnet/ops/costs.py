@@ -9,6 +9,7 @@ the batch size). Gradients keep ``y``'s dtype; the loss is accumulated in float6
 import numpy as np
 
 from ..backend import get_array_module
+from .softmax import logsumexp, softmax
 
 #: float32 machine epsilon, 2**-23: neon's clip bound, used for every dtype.
 EPS = float(np.finfo(np.float32).eps)
@@ -62,6 +63,46 @@ class SumSquaredDiffs(Cost):
     def grad(self, y, t):
         xp = get_array_module(y, t)
         return y - xp.asarray(t, dtype=y.dtype)
+
+
+class SoftmaxCrossEntropy(Cost):
+    """Softmax cross-entropy on LOGITS (the output layer's activation should be ``Identity``).
+
+    ``y (B, K)`` are logits ``z``; per sample ``-sum_k t_k log softmax(z)_k = sum_k t_k
+    (logsumexp(z) - z_k)``, evaluated with log-sum-exp (no overflow for logits of 1e4).
+    ``grad = softmax(z) * sum_k t_k - t`` (``softmax(z) - t`` for one-hot targets): the
+    gradient with respect to the logits, so no separate softmax backward is needed.
+
+    Targets ``t`` as everywhere in distnet: one-hot (or probability) rows ``(B, K)``; class ids
+    ``(B,)`` (integers) are accepted too. ``misclassified`` works on logits unchanged (the
+    argmax of the logits is the argmax of the probabilities); predictions are logits, apply
+    :func:`distnet.ops.softmax.softmax` for probabilities.
+    """
+
+    name = "softmax_cross_entropy"
+
+    @staticmethod
+    def _targets(y, t):
+        xp = get_array_module(y, t)
+        t = xp.asarray(t)
+        if t.ndim == 1:                      # class ids -> one-hot
+            oh = xp.zeros(y.shape, dtype=y.dtype)
+            oh[xp.arange(y.shape[0]), t.astype("int64")] = 1
+            return oh
+        return t.astype(y.dtype, copy=False)
+
+    def loss_sum(self, y, t):
+        xp = get_array_module(y, t)
+        t = self._targets(y, t)
+        lse = logsumexp(y.astype("float64", copy=False), axis=1, keepdims=True)
+        return xp.sum(t * (lse - y), dtype="float64")
+
+    def grad(self, y, t):
+        t = self._targets(y, t)
+        p = softmax(y)
+        p *= t.sum(axis=1, keepdims=True)
+        p -= t
+        return p
 
 
 def misclassified(y, labels):

@@ -75,7 +75,41 @@ def _spread(g, x_shape, fshape, stride):
 
 # ----------------------------------------------------------------------------------- max pooling
 
-def maxpool_fprop(x, fshape, stride, out=None, work=None):
+def inside_of(chunk, in_plane):
+    """``(y0, y1, x0, x1)``: the part of a chunk (a Box in global coordinates, which may reach past
+    the image: its padding) that lies inside the ``in_plane = (H, W)`` image, in the chunk's own
+    coordinates; the ``inside`` argument of :func:`maxpool_fprop`."""
+    H, W = in_plane
+    y0, y1 = max(chunk.y0, 0), min(chunk.y1, H)
+    x0, x1 = max(chunk.x0, 0), min(chunk.x1, W)
+    return (y0 - chunk.y0, y1 - chunk.y0, x0 - chunk.x0, x1 - chunk.x0)
+
+
+def pad_with_minus_inf(x, inside, fshape, stride):
+    """Max pooling's padding: every pixel of the chunk ``x (B, C, H, W)`` outside ``inside``
+    (``(y0, y1, x0, x1)``, see :func:`inside_of`) is set to -inf **in place**, so that a padded
+    position never wins a window (the max of a border window of negative values is the max of
+    its real values, as in every other framework; zero padding would return 0). Raises
+    :class:`GeometryError` if some window holds padding only (padding >= window)."""
+    y0, y1, x0, x1 = inside
+    B, C, H, W = x.shape
+    if (y0, y1, x0, x1) == (0, H, 0, W):
+        return x
+    Ho, Wo = _out_hw(x.shape, fshape, stride)
+    (fh, fw), (sy, sx) = fshape, stride
+    # every window must meet [y0, y1) x [x0, x1): the first and the last along each axis
+    if not (fh > y0 and sy * (Ho - 1) < y1 and fw > x0 and sx * (Wo - 1) < x1) or y1 <= y0 or x1 <= x0:
+        raise GeometryError(f"max pooling: a {fh}x{fw} window lies entirely in the padding (the "
+                            "padding must be smaller than the window)")
+    lowest = -float("inf") if x.dtype.kind == "f" else get_array_module(x).iinfo(x.dtype).min
+    x[:, :, :y0, :] = lowest
+    x[:, :, y1:, :] = lowest
+    x[:, :, :, :x0] = lowest
+    x[:, :, :, x1:] = lowest
+    return x
+
+
+def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
     """Max over each window of ``x (B, C, H, W)``.
 
     Returns ``(y, argmax)``, both ``(B, C, Ho, Wo)``; ``y`` is C-contiguous. ``argmax`` is the
@@ -83,9 +117,13 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None):
     for non-NaN values), ``uint8`` when ``fh*fw <= 256`` else ``int32``, in whatever memory
     layout suits :func:`maxpool_bprop` (index it as ``(B, C, Ho, Wo)``; do not rely on strides).
     ``out``: write ``y`` there. ``work``: a Workspace for ``argmax`` and the masks (then
-    ``argmax`` is reused by the next call: valid until then).
+    ``argmax`` is reused by the next call: valid until then). ``inside``: ``(y0, y1, x0, x1)``,
+    the image's part of ``x`` when ``x`` is a padded chunk; the rest is padding, overwritten
+    with -inf (:func:`pad_with_minus_inf`), so padded positions never win.
     """
     xp = get_array_module(x)
+    if inside is not None:
+        pad_with_minus_inf(x, inside, fshape, stride)
     if _nchw_maxpool_ok(x.shape, fshape, stride):
         return _maxpool_fprop_nchw(x, fshape, stride, out, work)
     parts = _batch_shares(x.shape[0], xp)

@@ -44,7 +44,17 @@ def net_rect_pools(dist):
             FCb(nout=K, weight_init=WI, learning_rate=0.05, activation=RectLin())]
 
 
-NETS = {"padded_strided": net_padded_strided, "rect_pools": net_rect_pools}
+def net_padded_maxpool(dist):
+    """Conv 3x3 -> max pool 3x3 s2 pad 1 (-inf padding) -> FC(bias) logistic."""
+    Conv, Pool, FCb = ((ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist
+                       else (ConvLayer, MaxPoolingLayer, Layer))
+    return [Conv(nofm=3, fshape=3, weight_init=WI, learning_rate=0.1),
+            Pool(fshape=3, stride=2, padding=1),
+            FCb(nout=K, weight_init=WI, learning_rate=0.1, activation=Logistic())]
+
+
+NETS = {"padded_strided": net_padded_strided, "rect_pools": net_rect_pools,
+        "padded_maxpool": net_padded_maxpool}
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +112,42 @@ def test_initial_weights_are_the_global_draw_sliced(topologies, grid):
     counts[cols] = 1
     total = topo.spatial.allreduce(counts)
     assert (total == 1).all()
+
+
+def _pool_layer(cls, topo, **keys):
+    from distnet.layers.base import SPATIAL, LayerContext
+    layer = cls(**keys)
+    layer.infer_shape((C, H, W))
+    ctx = LayerContext(Numpy64(), topo, 0)
+    layer.bind(ctx)
+    layer.configure(SPATIAL, ctx)
+    return layer
+
+
+@pytest.mark.parametrize("keys", [dict(fshape=3, stride=2, padding=1),
+                                  dict(fshape=[2, 3], stride=[1, 2], padding=[1, 2])],
+                         ids=["3x3s2p1", "2x3s1x2p1x2"])
+@pytest.mark.parametrize("grid", _grid_params())
+def test_padded_maxpool_on_negative_values(topologies, grid, keys):
+    """Max pooling's padding is -inf on every rank: on all-negative images a border window gives
+    the max of its real pixels (the halo exchange fills zeros outside the image; those must not
+    win either), forward and backward, equal to the single-process layer and to a naive loop."""
+    topo = topologies(grid)
+    x = np.random.RandomState(7).standard_normal((4, C, H, W)) - 10.0
+    ref = _pool_layer(MaxPoolingLayer, Topology.serial(), **keys)
+    dist = _pool_layer(MaxPoolingLayerDist, topo, **keys)
+    y_ref = ref.fprop(x)
+    (fh, fw), (sy, sx), (py, px) = ref.fshape, ref.stride, ref.padding
+    xp = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)), constant_values=-np.inf)
+    naive = np.array([[[[xp[b, c, i * sy:i * sy + fh, j * sx:j * sx + fw].max()
+                         for j in range(y_ref.shape[3])] for i in range(y_ref.shape[2])]
+                       for c in range(C)] for b in range(4)])
+    np.testing.assert_array_equal(y_ref, naive)
+    assert (y_ref < -5).all()
+    own, out = dist.plan.own, dist.plan.out_tile
+    y = dist.fprop(np.ascontiguousarray(x[:, :, own.y0:own.y1, own.x0:own.x1]))
+    np.testing.assert_array_equal(y, y_ref[:, :, out.y0:out.y1, out.x0:out.x1])
+    dy = np.random.RandomState(8).standard_normal(y_ref.shape)
+    dx_ref = ref.bprop(dy)
+    dx = dist.bprop(np.ascontiguousarray(dy[:, :, out.y0:out.y1, out.x0:out.x1]))
+    np.testing.assert_allclose(dx, dx_ref[:, :, own.y0:own.y1, own.x0:own.x1], rtol=1e-12, atol=1e-14)

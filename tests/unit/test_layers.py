@@ -163,3 +163,30 @@ def test_sgd_update_rules(backend_name):
     sgd_update(w, a(2.0), v, 0.1, 0.9, nesterov=True)  # w += 0.9*0.25 - 0.2
     np.testing.assert_allclose(be.to_host(w), 1.025)
     np.testing.assert_allclose(be.to_host(v), 0.25)
+
+
+def test_maxpooling_layer_pads_with_minus_inf():
+    """MaxPoolingLayer(padding=1) on all-negative images: the border outputs are the max of the
+    real pixels (zero padding gave 0), and the gradient reaches only real pixels."""
+    import numpy as np
+    from distnet.backend import Numpy64
+    from distnet.comm import Topology
+    from distnet.errors import ConfigError
+    from distnet.layers import MaxPoolingLayer
+    from distnet.layers.base import SPATIAL, LayerContext
+    x = np.random.RandomState(0).standard_normal((2, 3, 7, 6)) - 10.0
+    layer = MaxPoolingLayer(fshape=3, stride=2, padding=1)
+    layer.infer_shape((3, 7, 6))
+    ctx = LayerContext(Numpy64(), Topology.serial(), 0)
+    layer.bind(ctx)
+    layer.configure(SPATIAL, ctx)
+    for _ in range(2):                       # the planned chunk buffer is reused: still -inf
+        y = layer.fprop(x.copy())
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        want = np.array([[[[xp[b, c, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max() for j in range(y.shape[3])]
+                           for i in range(y.shape[2])] for c in range(3)] for b in range(2)])
+        np.testing.assert_array_equal(y, want)
+    dx = layer.bprop(np.ones_like(y))
+    assert dx.shape == x.shape and dx.sum() == y.size and (dx >= 0).all()
+    with pytest.raises(ConfigError, match="padding .* must be smaller than the window"):
+        MaxPoolingLayer(fshape=2, padding=2)

@@ -221,3 +221,55 @@ def test_layouts_do_not_matter(be):
         np.testing.assert_allclose(be.to_host(r), naive(x_h, fs, st, ref), rtol=1e-12)
     for dx in (avgpool_bprop(dy, x.shape, fs, st), l2pool_bprop(x, y, dy, fs, st)):
         assert dx.flags.c_contiguous and dx.shape == x.shape
+
+
+# ------------------------------------------------------------------------ max pooling with padding
+
+PADDED = [  # (x shape, fshape, stride, padding (py, px))
+    ((2, 2, 7, 6), (3, 3), (2, 2), (1, 1)),
+    ((1, 3, 5, 8), (2, 3), (1, 2), (1, 2)),
+    ((2, 1, 6, 6), (2, 2), (2, 2), (1, 1)),
+    ((1, 2, 4, 9), (3, 4), (3, 1), (2, 3)),
+]
+
+
+def naive_padded(x, fshape, stride, padding):
+    """Pad with -inf, then the naive max and first-argmax of every window (values, argmax and the
+    padded array)."""
+    (py, px) = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)), constant_values=-np.inf)
+    return (naive(xp, fshape, stride, np.max), naive(xp, fshape, stride, lambda w: np.argmax(w)), xp)
+
+
+@pytest.mark.parametrize("shape,fshape,stride,padding", PADDED)
+def test_maxpool_padding_never_wins(shape, fshape, stride, padding, be):
+    """A padded chunk with ``inside``: the padding is -inf, so on all-negative data every output
+    is the max of the real values of its window (zero padding returned 0 at the border)."""
+    x = np.random.default_rng(5).standard_normal(shape) - 10.0        # all negative
+    (py, px) = padding
+    chunk = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)))           # zero padding, as a layer gets it
+    inside = (py, py + shape[2], px, px + shape[3])
+    want_y, want_arg, xp_inf = naive_padded(x, fshape, stride, padding)
+    assert (want_y < -5).all()
+    y, arg = maxpool_fprop(be.asarray(chunk), fshape, stride, inside=inside)
+    np.testing.assert_array_equal(be.to_host(y), want_y)
+    np.testing.assert_array_equal(be.to_host(arg), want_arg)
+    dy = np.random.default_rng(6).standard_normal(want_y.shape)
+    dxc = be.to_host(maxpool_bprop(be.asarray(dy), arg, chunk.shape, fshape, stride))
+    np.testing.assert_allclose(dxc, scatter_to_argmax(xp_inf, dy, fshape, stride), rtol=1e-12, atol=1e-15)
+    border = np.ones(chunk.shape[2:], bool)
+    border[py:py + shape[2], px:px + shape[3]] = False
+    assert (dxc[:, :, border] == 0).all()                             # padding gets no gradient
+
+
+def test_maxpool_padding_as_large_as_the_window_is_refused():
+    x = np.zeros((1, 1, 6, 6))
+    with pytest.raises(GeometryError, match="entirely in the padding"):
+        maxpool_fprop(x, (2, 2), (2, 2), inside=(2, 4, 2, 4))
+
+
+def test_inside_of_a_chunk():
+    from distnet.geometry.partition import Box
+    from distnet.ops.pooling import inside_of
+    assert inside_of(Box(-1, 4, -2, 7), (10, 6)) == (1, 5, 2, 8)       # top-left padding, right edge
+    assert inside_of(Box(3, 8, 1, 5), (10, 6)) == (0, 5, 0, 4)         # an interior chunk: all inside

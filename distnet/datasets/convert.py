@@ -1,0 +1,333 @@
+"""``distnet data convert``: a folder of images, or ``.npy``/``.npz`` arrays, to the HDF5 layout
+that :class:`~distnet.datasets.HDF5Dataset` reads (docs/data.md).
+
+Sources
+-------
+* A folder with one subfolder per class (``cats/``, ``dogs/``, ...) of PNG/JPEG (also BMP, GIF,
+  TIFF, WebP) images. Classes are the subfolder names in sorted order (label 0 = the first). A
+  folder holding ``train/`` and ``test/`` (and optionally ``valid/``) folders, each with the same
+  class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
+  (``pip install 'distnet[images]'``). Images are grayscale (1 channel) when all are, else RGB
+  (3 channels; alpha is dropped). All images must have one size unless ``size`` (``HxW``)
+  resizes them (bilinear).
+* An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
+  ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
+  ``.npy`` of labels). Images ``(N, C, H, W)`` or ``(N, H, W)``; any numeric dtype, stored as is
+  (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks.
+
+Splits: the images of a split not given by the source are drawn from the training images with
+``np.random.RandomState(seed).permutation(N)``: the first ``round(N * test_fraction)`` are the
+test split, the next ``round(N * valid_fraction)`` the validation split, the rest train. Every
+split drawn this way is stored in that shuffled order (so classes are mixed even without
+``shuffle``); splits given by the source keep their order for arrays, and are shuffled the same
+way for image folders.
+
+Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``test/...``, and
+``valid/...`` when there is a validation split; chunks of one image and at most 128 x 128 pixels
+(a rank's tile of a batch touches only its chunks) with Fletcher-32 checksums (a corrupt chunk is
+an error naming the file, never silent garbage); attributes ``nclasses``, ``class_names``,
+``distnet_format`` (``"distnet-data/1"``), ``source``, ``seed``, ``test_fraction``,
+``valid_fraction``. Written to a temporary name and moved into place.
+"""
+import os
+
+import numpy as np
+
+from ..errors import DataError
+from ..fileio import atomic_target
+
+FORMAT = "distnet-data/1"
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+CHUNK_PIXELS = 128
+_COPY_ROWS = 256
+
+
+def parse_size(text):
+    """``"HxW"`` (or ``"N"`` for a square) -> ``(H, W)``; DataError otherwise."""
+    if text is None:
+        return None
+    parts = str(text).lower().replace(" ", "").split("x")
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) == 1:
+        vals = vals * 2
+    if len(vals) != 2 or min(vals) < 1:
+        raise DataError(f"size must be HxW (e.g. 64x48), got {text!r}")
+    return tuple(vals)
+
+
+def _pillow():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError("reading images needs Pillow, which is not installed: pip install "
+                        "'distnet[images]' (or pip install Pillow)") from None
+    return Image
+
+
+# ----------------------------------------------------------------------------- image folders
+
+def _class_folders(folder):
+    classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d))
+                     and not d.startswith("."))
+    if not classes:
+        raise DataError(f"{folder} has no class subfolders: put the images of each class in a "
+                        "subfolder named after the class (e.g. cats/, dogs/)")
+    return classes
+
+
+def _images_of(folder, classes):
+    """``[(path, label)]`` of every image under ``folder/<class>/``; DataError for an empty class."""
+    out = []
+    for label, name in enumerate(classes):
+        sub = os.path.join(folder, name)
+        if not os.path.isdir(sub):
+            raise DataError(f"{folder} has no class folder {name}/ (other splits have it)")
+        files = sorted(f for f in os.listdir(sub) if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not files:
+            raise DataError(f"class folder {sub} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+        out += [(os.path.join(sub, f), label) for f in files]
+    return out
+
+
+def _probe(Image, path):
+    """``(mode, (H, W))`` of an image, reading its header only."""
+    try:
+        with Image.open(path) as im:
+            return im.mode, (im.height, im.width)
+    except Exception as e:  # noqa: BLE001 - PIL raises many types for bad files
+        raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
+
+
+def _decode(Image, path, channels, size):
+    """``(C, H, W)`` uint8 pixels of one image."""
+    try:
+        with Image.open(path) as im:
+            im = im.convert("L" if channels == 1 else "RGB")
+            if size is not None and (im.height, im.width) != size:
+                im = im.resize((size[1], size[0]), Image.BILINEAR)
+            a = np.asarray(im, dtype=np.uint8)
+    except Exception as e:  # noqa: BLE001
+        raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+
+
+def _draw_splits(n, test_fraction, valid_fraction, seed, what):
+    """``{split: positions}`` drawn from ``n`` items (module docstring)."""
+    perm = np.random.RandomState(seed).permutation(n)
+    n_test, n_valid = int(round(n * test_fraction)), int(round(n * valid_fraction))
+    if n - n_test - n_valid < 1:
+        raise DataError(f"{what}: test_fraction {test_fraction} and valid_fraction {valid_fraction} "
+                        f"leave no training image of {n}")
+    out = {"test": perm[:n_test], "valid": perm[n_test:n_test + n_valid], "train": perm[n_test + n_valid:]}
+    return {k: v for k, v in out.items() if len(v) or k == "train"}
+
+
+def image_folder_splits(src, test_fraction, valid_fraction, seed):
+    """``(classes, {split: [(path, label)]})`` of an image folder (module docstring)."""
+    if not os.path.isdir(src):
+        raise DataError(f"{src} is not a folder")
+    given = [s for s in ("train", "test", "valid") if os.path.isdir(os.path.join(src, s))]
+    if "train" in given and "test" in given:
+        classes = _class_folders(os.path.join(src, "train"))
+        rng = np.random.RandomState(seed)
+        splits = {}
+        for s in given:
+            items = _images_of(os.path.join(src, s), classes)
+            splits[s] = [items[i] for i in rng.permutation(len(items))]
+        if "valid" not in splits and valid_fraction > 0:
+            pos = _draw_splits(len(splits["train"]), 0.0, valid_fraction, seed, src)
+            splits["valid"] = [splits["train"][i] for i in pos.get("valid", [])]
+            splits["train"] = [splits["train"][i] for i in pos["train"]]
+        return classes, splits
+    classes = _class_folders(src)
+    items = _images_of(src, classes)
+    pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)
+    return classes, {s: [items[i] for i in p] for s, p in pos.items()}
+
+
+def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=0.0, seed=0):
+    """Write ``out`` from the image folder ``src``; returns a summary dict."""
+    Image = _pillow()
+    size = parse_size(size) if isinstance(size, str) else size
+    classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed)
+    all_items = [it for items in splits.values() for it in items]
+    modes, sizes = set(), {}
+    for path, _ in all_items:
+        mode, hw = _probe(Image, path)
+        modes.add(mode)
+        sizes.setdefault(hw, path)
+    if size is None and len(sizes) > 1:
+        (s1, p1), (s2, p2) = list(sizes.items())[:2]
+        raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
+                        "give a size to resize them all (--size HxW)")
+    H, W = size or next(iter(sizes))
+    C = 1 if modes <= {"1", "L", "I", "I;16", "F"} else 3
+
+    def fill(split, dset):
+        for i, (path, _) in enumerate(splits[split]):
+            dset[i] = _decode(Image, path, C, (H, W))
+
+    labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
+    _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
+           src, seed, test_fraction, valid_fraction)
+    return summary(out)
+
+
+# ----------------------------------------------------------------------------- arrays
+
+def _load_array(path, mmap=True):
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+
+
+def _array_splits(src, labels_path):
+    """``{split: (x, y, where)}`` from an .npz or an .npy (+ labels .npy)."""
+    if src.lower().endswith(".npz"):
+        z = _load_array(src, mmap=False)
+        with z:
+            names = set(z.files)
+            if {"x", "y"} <= names and "x_train" not in names:
+                return {"train": (z["x"], z["y"], src)}
+            if not {"x_train", "y_train"} <= names:
+                raise DataError(f"{src} holds arrays {sorted(names)}; expected x_train, y_train (and "
+                                "optionally x_test, y_test, x_valid, y_valid), or x, y")
+            return {s: (z[f"x_{s}"], z[f"y_{s}"], src) for s in ("train", "test", "valid")
+                    if f"x_{s}" in names and f"y_{s}" in names}
+    if labels_path is None:
+        raise DataError(f"{src} holds images only: give the labels (.npy) with --labels")
+    return {"train": (_load_array(src), _load_array(labels_path, mmap=False), labels_path)}
+
+
+def _check_arrays(x, y, where, split):
+    if x.ndim == 3:
+        x = x[:, None]
+    if x.ndim != 4 or x.dtype.kind not in "biuf":
+        raise DataError(f"{where}: {split} images must be a numeric (N, C, H, W) or (N, H, W) array, "
+                        f"got {x.dtype} {x.shape}")
+    y = np.asarray(y)
+    if y.ndim != 1 or y.dtype.kind not in "iu" or len(y) != len(x):
+        raise DataError(f"{where}: {split} labels must be {len(x)} integers, got {y.dtype} {y.shape}")
+    if len(y) == 0:
+        raise DataError(f"{where}: the {split} split holds no images")
+    if y.min() < 0:
+        raise DataError(f"{where}: {split} label {int(y.min())} is out of range (negative)")
+    return x, y.astype(np.int64)
+
+
+def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
+                   class_names=None):
+    """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary."""
+    if not os.path.isfile(src):
+        raise DataError(f"{src} does not exist")
+    given = {s: _check_arrays(x, y, where if s == "train" else src, s)
+             for s, (x, y, where) in _array_splits(src, labels).items()}
+    shape = given["train"][0].shape[1:]
+    for s, (x, _) in given.items():
+        if x.shape[1:] != shape:
+            raise DataError(f"{src}: {s} images are {x.shape[1:]}, train {shape}")
+    # rows of each output split: (source split, positions)
+    plan = {s: (s, np.arange(len(given[s][1]))) for s in given}
+    draw_test = "test" not in given
+    draw_valid = "valid" not in given and valid_fraction > 0
+    if draw_test or draw_valid:
+        pos = _draw_splits(len(given["train"][1]), test_fraction if draw_test else 0.0,
+                           valid_fraction if draw_valid else 0.0, seed, src)
+        for s, p in pos.items():
+            plan[s] = ("train", p)
+    if "test" not in plan:
+        raise DataError(f"{src}: no test split (give x_test/y_test or a test_fraction > 0)")
+    nclasses = 1 + max(int(given[s][1].max()) for s in given)
+    names = list(class_names) if class_names else [str(k) for k in range(nclasses)]
+    if len(names) < nclasses:
+        raise DataError(f"{src}: label {nclasses - 1} is out of range for {len(names)} class names")
+    dtype = given["train"][0].dtype
+
+    def fill(split, dset):
+        s, p = plan[split]
+        x = given[s][0]
+        for a in range(0, len(p), _COPY_ROWS):
+            pb = p[a:a + _COPY_ROWS]
+            order = np.argsort(pb, kind="stable")      # read in file order, store in p's order
+            block = np.empty((len(pb),) + shape, dtype)
+            block[order] = np.asarray(x[pb[order]])
+            if block.dtype.kind == "f" and not np.isfinite(block).all():
+                bad = int(pb[int(np.argmax(~np.isfinite(block.reshape(len(block), -1)).all(1)))])
+                raise DataError(f"{src}: {s} image {bad} holds NaN or inf values")
+            dset[a:a + len(block)] = block
+
+    labels_out = {s: given[src_split][1][p] for s, (src_split, p) in plan.items()}
+    _write(out, {s: (len(p), shape, dtype) for s, (_, p) in plan.items()}, fill, labels_out, names,
+           src, seed, test_fraction, valid_fraction)
+    return summary(out)
+
+
+# ----------------------------------------------------------------------------- writing
+
+def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
+    """Create ``out`` with ``layout`` (split -> (n, (C, H, W), dtype)), ``fill(split, dataset)``
+    writing the pixels, and ``labels`` (split -> int64 array)."""
+    import h5py
+    if not str(out).lower().endswith((".h5", ".hdf5")):
+        raise DataError(f"the output {out} must end in .h5 or .hdf5")
+    for s, y in labels.items():
+        if len(y) and y.max() >= len(classes):
+            raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
+    with atomic_target(out) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for split in ("train", "valid", "test"):
+                if split not in layout:
+                    continue
+                n, (C, H, W), dtype = layout[split]
+                dset = f.create_dataset(f"{split}/x", (n, C, H, W), dtype=dtype, fletcher32=True,
+                                        chunks=(1, C, min(H, CHUNK_PIXELS), min(W, CHUNK_PIXELS)))
+                fill(split, dset)
+                f[f"{split}/y"] = labels[split]
+            f.attrs["nclasses"] = len(classes)
+            f.attrs["class_names"] = [str(c) for c in classes]
+            f.attrs["distnet_format"] = FORMAT
+            f.attrs["source"] = os.path.abspath(src)
+            f.attrs["seed"] = int(seed)
+            f.attrs["test_fraction"] = float(test_fraction)
+            f.attrs["valid_fraction"] = float(valid_fraction)
+
+
+def summary(path):
+    """``{"path", "splits": {split: n}, "shape", "dtype", "classes"}`` of a converted file."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        splits = {s: int(f[f"{s}/x"].shape[0]) for s in ("train", "valid", "test") if s in f}
+        shape = tuple(int(d) for d in f["train/x"].shape[1:])
+        dtype = str(f["train/x"].dtype)
+        classes = [c.decode() if isinstance(c, bytes) else str(c) for c in f.attrs["class_names"]]
+    return {"path": str(path), "splits": splits, "shape": shape, "dtype": dtype, "classes": classes}
+
+
+def describe(info):
+    """One line for the command line."""
+    C, H, W = info["shape"]
+    parts = ", ".join(f"{s} {n}" for s, n in info["splits"].items())
+    names = ", ".join(info["classes"][:8]) + (", ..." if len(info["classes"]) > 8 else "")
+    return (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
+            f"{len(info['classes'])} classes ({names})")
+
+
+def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0):
+    """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring)."""
+    for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
+        if not 0 <= v < 1:
+            raise DataError(f"{name} must be in [0, 1), got {v}")
+    src = os.fspath(src)
+    if not str(out).lower().endswith((".h5", ".hdf5")):
+        raise DataError(f"the output {out} must end in .h5 or .hdf5")
+    if os.path.isdir(src):
+        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
+    if src.lower().endswith((".npz", ".npy")):
+        if size is not None:
+            raise DataError("--size resizes images of a folder; arrays are stored as they are")
+        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed)
+    raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

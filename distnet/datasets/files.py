@@ -1,0 +1,249 @@
+"""Datasets read from your own files (HDF5, ``.npy``/``.npz``): scaling, streaming or in memory,
+a validation split, node-local caches.
+
+:class:`FileDataset` is the base of :class:`~distnet.datasets.HDF5Dataset` and
+:class:`~distnet.datasets.NumpyDataset`; subclasses give :meth:`~FileDataset.sources` (split ->
+:class:`~distnet.datasets.sources.Source`). :meth:`~FileDataset.load` returns
+``{'train': (x, y), 'test': (x, y)}`` (+ ``'valid'`` when there is a validation split) where ``x``
+is either an ``(N, C, h, w)`` array (in memory) or a :class:`~distnet.datasets.stream.StreamArray`
+(read per minibatch), which the models index the same way.
+
+Row selection, in this order: the validation split is the file's ``valid`` group if it has one,
+else ``valid_fraction`` of the training images (``round(N * valid_fraction)`` of them, chosen by
+``np.random.RandomState(0).permutation(N)``, kept in file order) held out of train; then
+``sample_pct`` keeps a subset of the remaining training images exactly as for every dataset
+(:mod:`.base`). With neither key, train is the file's rows in file order, as before.
+"""
+import logging
+import os
+
+import numpy as np
+
+from ..config.builder import config_error
+from ..errors import ConfigError, DataError
+from ..geometry.partition import Box
+from . import cache
+from .base import Dataset, sample_indices
+from .scaling import Scaler, check_finite, parse_channels, parse_scale
+from .stream import StreamArray, check_source_finite
+
+log = logging.getLogger(__name__)
+
+#: ``in_memory: auto`` holds a rank's data in memory when its float arrays (all splits, the
+#: rank's tile) take at most this many bytes; above it, the data is streamed.
+IN_MEMORY_AUTO_BYTES = 256 * 2**20
+#: Environment variable naming a node-local folder for per-rank caches (like the key cache_dir).
+CACHE_DIR_ENV = "DISTNET_CACHE_DIR"
+#: Seed of the validation hold-out (valid_fraction): fixed, independent of the model's seed.
+VALID_SEED = 0
+
+
+def parse_in_memory(value):
+    if value is None or value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "auto"):
+        v = value.strip().lower()
+        return "auto" if v == "auto" else v == "true"
+    raise ConfigError(f"expected auto, true or false, got {value!r}", key="in_memory")
+
+
+class FileDataset(Dataset):
+    """Base of the datasets read from files (module docstring). Keys, besides
+    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``
+    (:mod:`~distnet.datasets.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
+    ``valid_fraction``, ``cache_dir``."""
+
+    #: scale (number or "a/b"), mean / std (number or list) and in_memory (auto/true/false) are
+    #: checked by the constructor.
+    config_types = {**Dataset.config_types, "valid_fraction": float, "cache_dir": str}
+    scale_255 = False
+    repo_required = False
+
+    def __init__(self, *, scale=None, mean=None, std=None, in_memory="auto", valid_fraction=0.0,
+                 cache_dir=None, **common):
+        super().__init__(**common)
+        self.scale = parse_scale(scale)
+        self.mean = parse_channels(mean, "mean")
+        self.std = parse_channels(std, "std", positive=True)
+        self.in_memory = parse_in_memory(in_memory)
+        if (isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float))
+                or not 0 <= valid_fraction < 1):
+            raise ConfigError(f"must be a fraction in [0, 1), got {valid_fraction!r}", key="valid_fraction")
+        self.valid_fraction = float(valid_fraction)
+        self.cache_dir = cache_dir
+        #: ``"memory"`` or ``"stream"``: what the last :meth:`load` chose.
+        self.mode = None
+
+    # -- what subclasses provide -------------------------------------------------------------
+
+    def sources(self):
+        """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``."""
+        raise NotImplementedError
+
+    # -- shapes without pixels ---------------------------------------------------------------
+
+    def stored_dtype(self):
+        return self.sources()["train"].dtype
+
+    def scaler(self):
+        """The :class:`Scaler` for the stored data; ConfigError (at the dataset's YAML line) for
+        integer data without ``scale`` or ``mean``/``std`` of the wrong length."""
+        src = self.sources()["train"]
+        try:
+            return Scaler.for_data(self.scale, self.mean, self.std, src.dtype, src.shape[1], src.path)
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
+
+    def read_ahead(self, x):
+        """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
+        return x.schedule if isinstance(x, StreamArray) else None
+
+    def check(self):
+        """What can be checked from the file header, before any pixel is read: layout, labels,
+        scaling keys. ``distnet check`` and every rank's setup call it."""
+        self.scaler()
+
+    def split_rows(self, seed=0):
+        """``{split: file rows}`` (module docstring)."""
+        srcs = self.sources()
+        n_train = srcs["train"].shape[0]
+        rows = {"test": np.arange(srcs["test"].shape[0])}
+        train = np.arange(n_train)
+        if "valid" in srcs:
+            rows["valid"] = np.arange(srcs["valid"].shape[0])
+        elif self.valid_fraction > 0:
+            n_valid = int(round(n_train * self.valid_fraction))
+            if not 0 < n_valid < n_train:
+                raise ConfigError(f"valid_fraction {self.valid_fraction} of {n_train} training images "
+                                  f"holds out {n_valid}: need at least 1 and leave 1", key="valid_fraction")
+            held = np.zeros(n_train, bool)
+            held[np.random.RandomState(VALID_SEED).permutation(n_train)[:n_valid]] = True
+            rows["valid"] = np.flatnonzero(held)
+            train = np.flatnonzero(~held)
+        if self.sample_pct != 100:
+            train = train[sample_indices(len(train), self.sample_pct, seed)]
+        rows["train"] = train
+        return rows
+
+    def float_bytes(self, tile=None, dtype=np.float32):
+        """Bytes of the rank's float arrays of every split (what in-memory mode holds)."""
+        tile = self._check_tile(tile)
+        C = self.image_shape[0]
+        per = C * tile.size * np.dtype(dtype).itemsize
+        return sum(len(r) for r in self.split_rows().values()) * per
+
+    def choose_mode(self, tile=None, dtype=np.float32):
+        """``"memory"`` or ``"stream"`` for ``in_memory`` (``auto``: memory up to
+        :data:`IN_MEMORY_AUTO_BYTES` of float data on this rank)."""
+        if self.in_memory == "auto":
+            return "memory" if self.float_bytes(tile, dtype) <= IN_MEMORY_AUTO_BYTES else "stream"
+        return "memory" if self.in_memory else "stream"
+
+    def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
+        """Data bytes one rank holds: ``{"memory", "stream", "mode"}`` — both ways
+        (:func:`~distnet.datasets.memory.data_memory`) and the mode ``in_memory`` chooses.
+        ``tile``: the rank's :class:`Box` (``rank_tile(grid, coords)``; None: whole images);
+        ``batch_size``: the model's; ``ndata``: data replicas. Reads the file header only."""
+        from .memory import data_memory
+        tile = self._check_tile(tile)
+        rows = {s: len(r) for s, r in self.split_rows().items()}
+        out = data_memory(rows, self.image_shape[0], tile.shape, np.dtype(dtype).itemsize,
+                          self.stored_dtype().itemsize, batch_size, ndata)
+        out["mode"] = self.choose_mode(tile, dtype)
+        return out
+
+    def cache_folder(self):
+        """``cache_dir``, else ``$DISTNET_CACHE_DIR``, else None."""
+        folder = self.cache_dir or os.environ.get(CACHE_DIR_ENV) or None
+        return os.path.expanduser(folder) if folder else None
+
+    def cache_path(self, rank, size, mode="memory"):
+        """This rank's cache file: ``serialized_path`` (placeholders filled; relative paths
+        inside the cache folder when there is one), else, when a cache folder is set,
+        ``<folder>/<file stem>.rank<r>of<n>.h5`` (in memory: float arrays) or
+        ``<folder>/<file stem>.tile.rank<r>of<n>.h5`` (streaming: the tile as stored); else None."""
+        folder = self.cache_folder()
+        if self.serialized_path is not None:
+            path = cache.fill_placeholders(self.serialized_path, rank, size)
+            return os.path.join(folder, path) if folder and not os.path.isabs(path) else path
+        if folder:
+            stem = os.path.splitext(os.path.basename(self.source_files()[0]))[0]
+            kind = ".tile" if mode == "stream" else ""
+            return os.path.join(folder, f"{stem}{kind}.rank{rank}of{size}.h5")
+        return None
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
+        """This rank's data of every split: arrays (in memory) or :class:`StreamArray` (streamed),
+        both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring)."""
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
+        tile = self._check_tile(tile)
+        scaler = self.scaler()
+        self.mode = self.choose_mode(tile, dtype)
+        path = self.cache_path(rank, size, self.mode)
+        if self.mode == "memory":
+            def build():
+                return self._in_memory(tile, seed, dtype, scaler)
+            if path is None:
+                return build()
+            meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+            meta["scaling"] = scaler.describe()
+            meta["valid_fraction"] = self.valid_fraction
+            return cache.load_or_build(path, meta, build)
+        srcs = self.sources()
+        if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
+            log.warning("%s: streamed data is cached in HDF5 only; not caching (give a .h5 name or "
+                        "cache_dir)", path)
+            path = None
+        if path is not None:
+            meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
+            for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
+                del meta[key]
+            meta["kind"] = "tile"
+            srcs = cache.tile_cache(path, meta, srcs, tile)
+            tile_local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
+        else:
+            tile_local = tile
+        out = {}
+        for split, rows in self.split_rows(seed).items():
+            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
+            check_source_finite(src, rows, tile_local)
+            out[split] = (StreamArray(src, rows, tile_local, scaler, dtype),
+                          self._labels(src, rows))
+        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
+                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
+                 scaler.describe())
+        return out
+
+    def _labels(self, src, rows):
+        y = np.asarray(src.labels())
+        return y[rows].astype(np.int64)
+
+    def _in_memory(self, tile, seed, dtype, scaler):
+        out = {}
+        srcs = self.sources()
+        for split, rows in self.split_rows(seed).items():
+            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
+            x = StreamArray(src, rows, tile, scaler, dtype).materialize()
+            check_finite(x, src.where(), rows=rows)
+            out[split] = (x, self._labels(src, rows))
+        for src in srcs.values():
+            src.close()
+        return out
+
+    def check_labels(self, srcs=None):
+        """DataError naming the file unless every label is in ``0 .. nclasses-1``."""
+        srcs = srcs or self.sources()
+        k = self.nclasses
+        for split, src in srcs.items():
+            y = np.asarray(src.labels())
+            if y.ndim != 1 or y.shape[0] != src.shape[0] or y.dtype.kind not in "iu":
+                raise DataError(f"{src.where()}: labels must be {src.shape[0]} integers, got {y.dtype} {y.shape}")
+            if len(y) and (y.min() < 0 or y.max() >= k):
+                bad = int(y.min()) if y.min() < 0 else int(y.max())
+                raise DataError(f"{src.where()}: label {bad} is out of range 0..{k - 1}")

@@ -1,0 +1,129 @@
+"""Explicit scaling of stored values into the model's float dtype: ``scale``, ``mean``, ``std``.
+
+``x_float = (x_stored.astype(dtype) * scale - mean[c]) / std[c]``, computed in ``dtype`` element
+by element, so a minibatch scaled on the fly equals the same rows of the whole split scaled at once
+(bit for bit). Steps that are identities (``scale: 1``, no ``mean``, no ``std``) are skipped.
+
+Keys (of :class:`~distnet.datasets.HDF5Dataset` and :class:`~distnet.datasets.NumpyDataset`):
+
+``scale``
+    A number (``0.00392156862745098``) or a fraction written as a string (``"1/255"``; YAML reads
+    an unquoted ``1/255`` as that string too). Default: ``1`` for float data. For integer data
+    (uint8 pixels) there is no default: distnet refuses to feed raw integers and asks for
+    ``scale`` (``scale: 1`` keeps the values as stored).
+``mean``, ``std``
+    One number, or one number per channel (``[0.49, 0.48, 0.45]``), applied after ``scale``
+    (so in the scaled units). ``std`` values must be > 0.
+"""
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+
+
+def parse_scale(value):
+    """``scale`` as a float, or None when not given. Accepts numbers and ``"a/b"`` strings."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"expected a number such as 0.00392156862745098 or '1/255', got {value!r}",
+                          key="scale")
+    if isinstance(value, str):
+        try:
+            value = float(Fraction(value.strip()))
+        except (ValueError, ZeroDivisionError):
+            raise ConfigError(f"expected a number or a fraction such as '1/255', got {value!r}",
+                              key="scale") from None
+    if not isinstance(value, (int, float)) or not np.isfinite(value) or value == 0:
+        raise ConfigError(f"expected a finite non-zero number, got {value!r}", key="scale")
+    return float(value)
+
+
+def parse_channels(value, key, positive=False):
+    """``mean`` / ``std`` as a tuple of floats (one, or one per channel), or None."""
+    if value is None:
+        return None
+    values = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            try:
+                v = float(Fraction(v.strip()))
+            except (ValueError, ZeroDivisionError):
+                v = None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            raise ConfigError(f"expected a number or a list of numbers (one per channel), got {value!r}",
+                              key=key)
+        if positive and v <= 0:
+            raise ConfigError(f"must be > 0, got {value!r}", key=key)
+        out.append(float(v))
+    if not out:
+        raise ConfigError("give at least one number", key=key)
+    return tuple(out)
+
+
+class Scaler:
+    """The affine map from stored values to the model's dtype (module docstring).
+
+    ``scale``: float; ``mean``, ``std``: tuples of 1 or C floats (or None).
+    """
+
+    def __init__(self, scale=1.0, mean=None, std=None):
+        self.scale = float(scale)
+        self.mean = mean
+        self.std = std
+
+    @classmethod
+    def for_data(cls, scale, mean, std, stored_dtype, channels, where):
+        """The scaler for data of ``stored_dtype`` with ``channels`` channels read from
+        ``where`` (a file name, for messages). Refuses integer data without ``scale``
+        (ConfigError naming the key) and ``mean``/``std`` of the wrong length."""
+        kind = np.dtype(stored_dtype).kind
+        if scale is None:
+            if kind in "biu":
+                raise ConfigError(
+                    f"{where} stores {np.dtype(stored_dtype)} values: set scale to say how they become "
+                    "floats, e.g. scale: 0.00392156862745098 (1/255) for pixels 0..255, or scale: 1 "
+                    "to use them as stored", key="scale")
+            scale = 1.0
+        for key, v in (("mean", mean), ("std", std)):
+            if v is not None and len(v) not in (1, channels):
+                raise ConfigError(f"give 1 or {channels} values (the images of {where} have "
+                                  f"{channels} channels), got {len(v)}", key=key)
+        return cls(scale, mean, std)
+
+    def apply_into(self, raw, out):
+        """``out[...] = scaled raw`` (``raw`` ``(n, C, h, w)`` as stored, ``out`` of the float
+        dtype); the scale is one pass: the ufunc casts ``raw`` to ``out``'s dtype and multiplies
+        in it, the same values as ``raw.astype(dtype) * scale``."""
+        dtype = out.dtype
+        if self.scale != 1.0:
+            np.multiply(raw, dtype.type(self.scale), out=out, dtype=dtype, casting="unsafe")
+        else:
+            np.copyto(out, raw, casting="unsafe")
+        if self.mean is not None:
+            out -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
+        if self.std is not None:
+            out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
+        return out
+
+    def describe(self):
+        parts = [f"scale {self.scale!r}"]
+        if self.mean is not None:
+            parts.append(f"mean {list(self.mean)}")
+        if self.std is not None:
+            parts.append(f"std {list(self.std)}")
+        return ", ".join(parts)
+
+
+def check_finite(x, where, first_row=0, rows=None):
+    """DataError naming ``where`` and the first image holding NaN or inf in float ``x``."""
+    if x.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        image = int(rows[i]) if rows is not None else first_row + i
+        raise DataError(f"{where} holds NaN or inf values (image {image}); clean the data or "
+                        "drop those images")

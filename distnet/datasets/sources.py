@@ -1,0 +1,144 @@
+"""Where one split's images are stored, read a few rows and one tile at a time.
+
+A *source* holds one split of ``N`` images ``(N, C, H, W)`` of a stored dtype and its ``N`` labels.
+``read(rows, tile)`` returns ``x[rows, :, y0:y1, x0:x1]`` in the stored dtype for **increasing**
+``rows`` (h5py's rule for fancy indexing; callers sort and reorder): an HDF5 hyperslab, a slice
+of a memory-mapped ``.npy`` file, or of an array in memory. Labels are small and read at once.
+Read failures (a corrupt chunk, a truncated file) raise :class:`DataError` naming the file.
+"""
+import os
+
+import numpy as np
+
+from ..errors import DataError
+
+
+def _runs(rows, positions):
+    """Split ``rows`` (increasing) and their output ``positions`` into ``(row0, pos0, n)`` runs
+    where both go up by one: one hyperslab read per run."""
+    if len(rows) == 0:
+        return []
+    breaks = np.flatnonzero((np.diff(rows) != 1) | (np.diff(positions) != 1)) + 1
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [len(rows)]])
+    return [(int(rows[a]), int(positions[a]), int(b - a)) for a, b in zip(starts, stops)]
+
+
+class Source:
+    """Base: ``path`` (for messages), ``name`` (split), ``shape``, ``dtype``, :meth:`labels`,
+    :meth:`read`."""
+
+    path = None
+    name = None
+    shape = None
+    dtype = None
+
+    def labels(self):
+        raise NotImplementedError
+
+    def read(self, rows, tile, positions=None, out=None):
+        """``x[rows, :, y0:y1, x0:x1]`` in the stored dtype; ``rows`` non-decreasing. With
+        ``positions``, row ``rows[i]`` goes to ``out[positions[i]]`` (``out`` made if None)."""
+        raise NotImplementedError
+
+    def _out(self, n, tile, out):
+        if out is None:
+            out = np.empty((n, self.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), self.dtype)
+        return out
+
+    def where(self):
+        return f"{self.path} ({self.name})"
+
+    def close(self):
+        pass
+
+
+class H5Source(Source):
+    """Datasets ``<split>/x`` and ``<split>/y`` of an HDF5 file, opened read-only on first use
+    (one handle per source, kept open; h5py serialises its calls with its own lock, so the
+    prefetch thread and a read on demand may share it)."""
+
+    def __init__(self, path, split, shape, dtype):
+        self.path, self.name = path, split
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self._file = None
+
+    def _x(self):
+        if self._file is None:
+            import h5py
+            try:
+                self._file = h5py.File(self.path, "r")
+            except OSError as e:
+                raise DataError(f"cannot open HDF5 file {self.path}: {e}") from None
+        return self._file[f"{self.name}/x"]
+
+    def labels(self):
+        import h5py
+        try:
+            with h5py.File(self.path, "r") as f:
+                return f[f"{self.name}/y"][()]
+        except (OSError, KeyError) as e:
+            raise DataError(f"cannot read {self.name}/y of {self.path}: {e}") from None
+
+    def read(self, rows, tile, positions=None, out=None):
+        ds = self._x()
+        rows = np.asarray(rows, dtype=np.int64)
+        positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
+        out = self._out(len(rows), tile, out)
+        a = n = 0
+        try:
+            for a, at, n in _runs(rows, positions):   # one hyperslab per run of consecutive rows
+                ds.read_direct(out, np.s_[a:a + n, :, tile.y0:tile.y1, tile.x0:tile.x1],
+                               np.s_[at:at + n])
+        except (OSError, ValueError, RuntimeError) as e:
+            raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{a + n - 1}): "
+                            f"{str(e).splitlines()[0]}") from None
+        return out
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ArraySource(Source):
+    """An array in memory or memory-mapped (``np.load(..., mmap_mode='r')``)."""
+
+    def __init__(self, path, split, x, y):
+        self.path, self.name = path, split
+        self._xarr, self._y = x, np.asarray(y)
+        self.shape, self.dtype = tuple(x.shape), x.dtype
+
+    def labels(self):
+        return self._y
+
+    def read(self, rows, tile, positions=None, out=None):
+        rows = np.asarray(rows, dtype=np.int64)
+        out = self._out(len(rows), tile, out)
+        try:
+            if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+                part = self._xarr[int(rows[0]):int(rows[-1]) + 1, :, tile.y0:tile.y1, tile.x0:tile.x1]
+            else:
+                part = self._xarr[rows, :, tile.y0:tile.y1, tile.x0:tile.x1]
+            if positions is None:
+                out[...] = part
+            else:
+                out[np.asarray(positions)] = part
+        except (OSError, ValueError) as e:
+            raise DataError(f"cannot read {self.where()}: {e}") from None
+        return out
+
+
+def npy_source(x_path, y_path, split):
+    """A memory-mapped ``.npy`` pair (``x`` ``(N, C, H, W)`` or ``(N, H, W)``, ``y`` ``(N,)``)."""
+    for p in (x_path, y_path):
+        if not os.path.isfile(p):
+            raise DataError(f"{split} data file {p} does not exist")
+    try:
+        x = np.load(x_path, mmap_mode="r", allow_pickle=False)
+        y = np.load(y_path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {split} arrays {x_path}, {y_path}: {e}") from None
+    if x.ndim == 3:
+        x = x[:, None]
+    return ArraySource(x_path, split, x, y)

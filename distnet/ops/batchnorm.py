@@ -1,0 +1,202 @@
+"""Batch normalisation, split so that a tiled (distributed) run is exact.
+
+Shapes: ``x`` is ``(N, C)`` (FC outputs: per-feature statistics over the batch) or
+``(N, C, H, W)`` (conv outputs: per-channel statistics over the batch and all pixels). Channel
+vectors (``gamma``, ``beta``, ``mean``, ``var``, ``inv_std``, running statistics) are ``(C,)``.
+``count`` is the number of values behind each channel's statistics: ``N`` or ``N*H*W`` of the
+GLOBAL tensor (all tiles, all data replicas).
+
+Every statistic is a per-channel SUM, so a tile computes its partial sums, one Allreduce(SUM)
+over the tiles (and data replicas) makes the global sums, and every rank finishes the formula
+itself. The single-process run is the same code with one tile (no Allreduce). Partial sums are
+accumulated in float64 (a ``(2, C)`` array: one buffer, one Allreduce).
+
+Forward (training)::
+
+    s = bn_stats_partial(x, shift)            # (2, C) float64: [sum(x-K), sum((x-K)^2)]
+    (Allreduce s)                             # over the tiles / replicas
+    mean, var = bn_stats_finish(s, count, shift)   # biased variance (divides by count)
+    y, xhat, inv_std = bn_fprop(x, mean, var, gamma, beta, eps)
+    bn_update_running(run_mean, run_var, mean, var, count, momentum)
+
+Backward::
+
+    g = bn_bprop_partial(dy, xhat)            # (2, C) float64: [sum dy, sum dy*xhat]
+    (Allreduce g)                             # g[0] = dbeta, g[1] = dgamma (GLOBAL already)
+    dx = bn_bprop_dx(dy, xhat, gamma, inv_std, g, count)
+
+The shift ``K`` (per channel, identical on every rank) makes the variance numerically sound:
+``var = E[(x-K)^2] - (E[x-K])^2`` cancels badly only when ``|mean - K| >> std``. Two choices,
+both exact across tiles:
+
+* one pass, one Allreduce: ``shift = running_mean`` (known everywhere, close to the mean after
+  a few steps);
+* two passes, two Allreduces: first ``bn_stats_partial(x)`` (row 0 gives the mean), then
+  ``bn_stats_partial(x, shift=mean)``: row 0 is ~0 and ``var = sum((x-mean)^2)/count``, the
+  textbook two-pass formula.
+
+Evaluation uses the running statistics: ``bn_fprop(x, run_mean, run_var, gamma, beta, eps)``
+(no sums, no communication; its backward is ``dy * gamma * inv_std``, see
+:func:`bn_bprop_dx_inference`).
+
+Running averages follow PyTorch's ``BatchNorm`` (``momentum`` default 0.1)::
+
+    running_mean = (1 - m) * running_mean + m * mean
+    running_var  = (1 - m) * running_var  + m * var * count / (count - 1)   # unbiased
+
+(note: the opposite convention to Keras/TensorFlow, whose momentum weights the old value).
+"""
+from ..backend import get_array_module
+from ..errors import GeometryError
+
+
+def channel_axes(x):
+    """The axes a channel's statistics run over: ``(0,)`` for ``(N, C)``, ``(0, 2, 3)`` for
+    ``(N, C, H, W)``."""
+    if x.ndim == 2:
+        return (0,)
+    if x.ndim == 4:
+        return (0, 2, 3)
+    raise GeometryError(f"batch norm needs (N, C) or (N, C, H, W) arrays, got shape {tuple(x.shape)}")
+
+
+def _bshape(x):
+    """Shape that broadcasts a ``(C,)`` vector against ``x``."""
+    return (1, x.shape[1]) if x.ndim == 2 else (1, x.shape[1], 1, 1)
+
+
+def _as(v, x):
+    """``(C,)`` vector ``v`` in ``x``'s dtype, shaped to broadcast against ``x``."""
+    xp = get_array_module(x)
+    return xp.asarray(v, dtype=x.dtype).reshape(_bshape(x))
+
+
+def local_count(x):
+    """Values per channel in this array: ``N`` or ``N*h*w`` (a tile's share of ``count``)."""
+    return x.size // x.shape[1]
+
+
+# ------------------------------------------------------------------------ forward
+
+def bn_stats_partial(x, shift=None, out=None):
+    """Partial per-channel sums of ``x`` (a tile): ``(2, C)`` float64 array
+    ``[sum(x - shift), sum((x - shift)**2)]`` over :func:`channel_axes`.
+
+    ``shift``: ``(C,)`` (or None = 0), the same on every rank. ``out``: a ``(2, C)`` float64
+    array to write into (e.g. the Allreduce buffer). Partial sums of disjoint tiles add up to
+    the sums of the whole array.
+    """
+    xp = get_array_module(x)
+    axes = channel_axes(x)
+    C = x.shape[1]
+    if out is None:
+        out = xp.empty((2, C), dtype="float64")
+    if shift is None:
+        out[0] = xp.sum(x, axis=axes, dtype="float64")
+        d = x * x
+    else:
+        d = x - _as(shift, x)                # one temporary, squared in place
+        out[0] = xp.sum(d, axis=axes, dtype="float64")
+        xp.multiply(d, d, out=d)
+    out[1] = xp.sum(d, axis=axes, dtype="float64")
+    return out
+
+
+def bn_stats_finish(sums, count, shift=None):
+    """``(mean, var)`` (``(C,)`` float64) from the GLOBAL sums of :func:`bn_stats_partial` over
+    ``count`` values per channel. ``var`` is the biased (population) variance, clamped at 0."""
+    xp = get_array_module(sums)
+    m1 = sums[0] / count
+    var = xp.maximum(sums[1] / count - m1 * m1, 0.0)
+    mean = m1 if shift is None else m1 + xp.asarray(shift, dtype="float64")
+    return mean, var
+
+
+def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
+    """Normalise ``x`` with given statistics: ``xhat = (x - mean) * inv_std``,
+    ``inv_std = 1 / sqrt(var + eps)``, ``y = gamma * xhat + beta``.
+
+    Returns ``(y, xhat, inv_std)``: ``y`` and ``xhat`` shaped like ``x`` in its dtype (``y``
+    written into ``out`` if given), ``inv_std (C,)`` in ``x``'s dtype; keep ``xhat`` and
+    ``inv_std`` for the backward. Training: the batch statistics; evaluation: the running ones.
+    """
+    xp = get_array_module(x)
+    inv_std = 1.0 / xp.sqrt(xp.asarray(var, dtype="float64") + eps)
+    inv_std = inv_std.astype(x.dtype)
+    xhat = x - _as(mean, x)
+    xhat *= inv_std.reshape(_bshape(x))
+    if out is None:
+        out = xp.empty_like(x)
+    xp.multiply(xhat, _as(gamma, x), out=out)
+    out += _as(beta, x)
+    return out, xhat, inv_std
+
+
+def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1):
+    """In place (PyTorch semantics): ``running = (1 - m) * running + m * batch`` with the
+    UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
+    channel; ``count == 1`` uses ``var``)."""
+    xp = get_array_module(running_mean)
+    correction = count / (count - 1) if count > 1 else 1.0
+    new_mean = momentum * xp.asarray(mean, dtype="float64")
+    new_var = (momentum * correction) * xp.asarray(var, dtype="float64")
+    running_mean *= 1 - momentum
+    running_mean += new_mean.astype(running_mean.dtype, copy=False)
+    running_var *= 1 - momentum
+    running_var += new_var.astype(running_var.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------ backward
+
+def bn_bprop_partial(dy, xhat, out=None):
+    """Partial per-channel sums for the backward of a tile: ``(2, C)`` float64
+    ``[sum dy, sum dy * xhat]``. After the Allreduce, row 0 is ``dL/dbeta`` and row 1 is
+    ``dL/dgamma`` of the whole (global) batch: do NOT sum these gradients again."""
+    xp = get_array_module(dy, xhat)
+    axes = channel_axes(dy)
+    if out is None:
+        out = xp.empty((2, dy.shape[1]), dtype="float64")
+    out[0] = xp.sum(dy, axis=axes, dtype="float64")
+    out[1] = xp.sum(dy * xhat, axis=axes, dtype="float64")
+    return out
+
+
+def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
+    """``dx`` of the training-mode forward (batch statistics), given the GLOBAL sums ``sums``
+    of :func:`bn_bprop_partial` and the global ``count``::
+
+        dx = gamma * inv_std * (dy - sum(dy)/count - xhat * sum(dy*xhat)/count)
+
+    Shaped like ``dy`` in its dtype (into ``out`` if given; ``out`` may be ``dy``)."""
+    xp = get_array_module(dy, xhat)
+    b = _bshape(dy)
+    mdy = xp.asarray(sums[0] / count, dtype=dy.dtype).reshape(b)
+    mdyx = xp.asarray(sums[1] / count, dtype=dy.dtype).reshape(b)
+    scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
+    if out is None:
+        out = xp.empty_like(dy)
+    if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
+        t = xhat * mdyx
+        out -= mdy
+        out -= t
+    else:
+        xp.multiply(xhat, mdyx, out=out)
+        xp.subtract(dy, out, out=out)
+        out -= mdy
+    out *= scale
+    return out
+
+
+def bn_bprop_dx_inference(dy, gamma, inv_std, out=None):
+    """``dx = dy * gamma * inv_std`` for the evaluation-mode forward (fixed statistics)."""
+    xp = get_array_module(dy)
+    scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(_bshape(dy))
+    if out is None:
+        out = xp.empty_like(dy)
+    xp.multiply(dy, scale, out=out)
+    return out
+
+
+def bn_param_grads(sums):
+    """``(dgamma, dbeta)`` (``(C,)`` float64) from the global backward sums."""
+    return sums[1], sums[0]

@@ -1,0 +1,160 @@
+"""Learning-rate schedules: a factor ``f(t)`` of a base learning rate, composable by product.
+
+``t`` is a 0-based counter (optimiser steps or epochs: the caller decides and says which); the
+learning rate at ``t`` is ``base_lr * f(t)``. Schedules compose by multiplication
+(``LinearWarmup(5) * CosineSchedule(95, start=5)``: a 5-step linear warm-up, then cosine decay
+over the next 95), or with :class:`ProductSchedule`. Each is a pure function of ``t`` (no hidden
+state), so a resumed run continues exactly and every rank computes the same number. The classes
+are also YAML objects (kind ``schedule``, see :mod:`distnet.ops.learning_rules`).
+
+Closed forms, matching PyTorch's schedulers where they exist (``torch.optim.lr_scheduler``):
+
+* :class:`ConstantSchedule` ``(factor)``: ``factor``.
+* :class:`StepSchedule` ``(step_size, gamma)``: ``gamma ** (t // step_size)`` (``StepLR``).
+* :class:`MultiStepSchedule` ``(milestones, gamma)``: ``gamma ** (number of milestones <= t)``
+  (``MultiStepLR``).
+* :class:`CosineSchedule` ``(total, min_factor=0, start=0)``: 1 before ``start``, then
+  ``min + (1 - min) * (1 + cos(pi * s / total)) / 2`` with ``s = min(t - start, total)``
+  (``CosineAnnealingLR`` with ``eta_min = min_factor * base_lr`` for ``s <= total``; distnet
+  stays at ``min`` afterwards instead of rising again).
+* :class:`LinearWarmup` ``(warmup, start_factor=0)``: ``start + (1 - start) * min(t, warmup) /
+  warmup`` (``LinearLR(start_factor, end_factor=1, total_iters=warmup)``; ``start_factor=0``
+  gives a zero first step, as PyTorch does with 0).
+"""
+import math
+
+from ..errors import ConfigError
+
+
+class Schedule:
+    """A learning-rate factor ``f(t)``; ``a * b`` is their product."""
+
+    def __call__(self, t):
+        raise NotImplementedError
+
+    def lr(self, base_lr, t):
+        """``base_lr * f(t)``."""
+        return base_lr * self(t)
+
+    def __mul__(self, other):
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return ProductSchedule([self, other])
+
+
+def _positive(name, value, kind=int):
+    try:
+        v = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"schedule {name} must be a number, got {value!r}", key=name) from None
+    if v <= 0:
+        raise ConfigError(f"schedule {name} must be > 0, got {value!r}", key=name)
+    return v
+
+
+def _factor(name, value, lo=0.0, hi=None):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"schedule {name} must be a number, got {value!r}", key=name) from None
+    if v < lo or (hi is not None and v > hi):
+        raise ConfigError(f"schedule {name} must be in [{lo}, {hi if hi is not None else 'inf'}), got {v}", key=name)
+    return v
+
+
+class ConstantSchedule(Schedule):
+    """Learning-rate factor ``f(t) = factor`` (default 1) at every ``t``."""
+
+    config_types = {"factor": float}
+
+    def __init__(self, factor=1.0):
+        self.factor = _factor("factor", factor)
+
+    def __call__(self, t):
+        return self.factor
+
+
+class StepSchedule(Schedule):
+    """Learning-rate factor ``f(t) = gamma ** (t // step_size)``: multiplied by ``gamma``
+    (default 0.1) every ``step_size`` units of ``t`` (PyTorch's ``StepLR``)."""
+
+    config_types = {"step_size": int, "gamma": float}
+
+    def __init__(self, step_size, gamma=0.1):
+        self.step_size = _positive("step_size", step_size)
+        self.gamma = _factor("gamma", gamma)
+
+    def __call__(self, t):
+        return self.gamma ** (t // self.step_size)
+
+
+class MultiStepSchedule(Schedule):
+    """Learning-rate factor ``f(t) = gamma ** (number of milestones <= t)``: multiplied by
+    ``gamma`` (default 0.1) at each of the ``milestones`` (a list of integers; PyTorch's
+    ``MultiStepLR``)."""
+
+    config_types = {"milestones": list, "gamma": float}
+
+    def __init__(self, milestones, gamma=0.1):
+        try:
+            self.milestones = sorted(int(m) for m in milestones)
+        except (TypeError, ValueError):
+            raise ConfigError(f"schedule milestones must be a list of integers, got {milestones!r}",
+                              key="milestones") from None
+        self.gamma = _factor("gamma", gamma)
+
+    def __call__(self, t):
+        return self.gamma ** sum(1 for m in self.milestones if m <= t)
+
+
+class CosineSchedule(Schedule):
+    """Cosine decay of the learning-rate factor from 1 to ``min_factor`` (default 0) over
+    ``total`` units of ``t`` beginning at ``start`` (default 0; the factor is 1 before it and
+    ``min_factor`` after ``start + total``): ``min + (1 - min) (1 + cos(pi s / total)) / 2``,
+    ``s = t - start`` (PyTorch's ``CosineAnnealingLR`` with ``eta_min = min_factor * lr``)."""
+
+    config_types = {"total": int, "min_factor": float, "start": int}
+
+    def __init__(self, total, min_factor=0.0, start=0):
+        self.total = _positive("total", total)
+        self.min_factor = _factor("min_factor", min_factor, 0.0, 1.0)
+        self.start = int(start)
+        if self.start < 0:
+            raise ConfigError(f"schedule start must be >= 0, got {start!r}", key="start")
+
+    def __call__(self, t):
+        if t < self.start:
+            return 1.0
+        s = min(t - self.start, self.total)
+        return self.min_factor + (1.0 - self.min_factor) * (1.0 + math.cos(math.pi * s / self.total)) / 2.0
+
+
+class LinearWarmup(Schedule):
+    """Linear warm-up of the learning-rate factor from ``start_factor`` (default 0) at ``t = 0``
+    to 1 at ``t = warmup``, then 1 (PyTorch's ``LinearLR(start_factor, 1.0, warmup)``)."""
+
+    config_types = {"warmup": int, "start_factor": float}
+
+    def __init__(self, warmup, start_factor=0.0):
+        self.warmup = _positive("warmup", warmup)
+        self.start_factor = _factor("start_factor", start_factor, 0.0, 1.0)
+
+    def __call__(self, t):
+        p = min(t, self.warmup) / self.warmup
+        return self.start_factor + (1.0 - self.start_factor) * p
+
+
+class ProductSchedule(Schedule):
+    """The product ``f(t) = prod_i f_i(t)`` of ``schedules`` (what ``a * b`` builds, and what a
+    learning rule's list of schedules means)."""
+
+    def __init__(self, schedules):
+        self.schedules = []
+        for s in schedules:
+            self.schedules.extend(s.schedules if isinstance(s, ProductSchedule) else [s])
+
+    def __call__(self, t):
+        f = 1.0
+        for s in self.schedules:
+            f *= s(t)
+        return f

@@ -1,0 +1,137 @@
+"""`distnet data convert`: image folders (PNG/JPEG through Pillow) and .npy/.npz arrays to the
+HDF5 layout, with class names, seeded test/validation splits and one-line errors for bad data."""
+import builtins
+import os
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from distnet.cli.main import main
+from distnet.datasets import HDF5Dataset
+from distnet.datasets.convert import convert, parse_size
+from distnet.errors import DataError
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def make_folder(root, classes=("cat", "dog", "eel"), n=5, size=(9, 11), mode="RGB", seed=0):
+    """``root/<class>/<i>.png``: random pixels, class k brighter in row block k; returns pixels."""
+    rng = np.random.RandomState(seed)
+    pixels = {}
+    for k, c in enumerate(classes):
+        os.makedirs(root / c, exist_ok=True)
+        for i in range(n):
+            shape = size + ((3,) if mode == "RGB" else ())
+            a = rng.randint(0, 100, shape).astype(np.uint8)
+            a[3 * k:3 * k + 3] += 150
+            Image.fromarray(a, mode).save(root / c / f"{i}.png")
+            pixels[str(root / c / f"{i}.png")] = a
+    return pixels
+
+
+def test_image_folder(tmp_path):
+    pixels = make_folder(tmp_path / "imgs")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.2, valid_fraction=0.2, seed=3)
+    assert info["splits"] == {"train": 9, "valid": 3, "test": 3}
+    assert info["shape"] == (3, 9, 11) and info["dtype"] == "uint8" and info["classes"] == ["cat", "dog", "eel"]
+    with h5py.File(tmp_path / "d.h5") as f:
+        x = f["train/x"]
+        assert x.chunks == (1, 3, 9, 11) and x.fletcher32 and x.dtype == np.uint8
+        assert f.attrs["nclasses"] == 3 and list(f.attrs["class_names"]) == ["cat", "dog", "eel"]
+        everything = np.concatenate([f[f"{s}/x"][()] for s in ("train", "valid", "test")])
+        labels = np.concatenate([f[f"{s}/y"][()] for s in ("train", "valid", "test")])
+    want = {(lab, a.transpose(2, 0, 1).tobytes()) for p, a in pixels.items()
+            for lab in [["cat", "dog", "eel"].index(os.path.basename(os.path.dirname(p)))]}
+    assert {(int(y), x.tobytes()) for x, y in zip(everything, labels)} == want
+    again = convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0.2, valid_fraction=0.2, seed=3)
+    with h5py.File(tmp_path / "d.h5") as f, h5py.File(tmp_path / "e.h5") as g:   # seeded: same split
+        np.testing.assert_array_equal(f["test/x"][()], g["test/x"][()])
+    assert again["splits"] == info["splits"]
+    ds = HDF5Dataset(path=str(tmp_path / "d.h5"), scale="1/255")
+    assert ds.nclasses == 3 and ds.image_shape == (3, 9, 11)
+    assert len(ds.load()["valid"][1]) == 3
+
+
+def test_resize_grayscale_and_given_splits(tmp_path):
+    make_folder(tmp_path / "imgs" / "train", mode="L", size=(6, 6))
+    make_folder(tmp_path / "imgs" / "test", mode="L", size=(8, 4), n=2, seed=1)
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", size="5x7")
+    assert info["splits"] == {"train": 15, "test": 6} and info["shape"] == (1, 5, 7)
+
+
+def test_bad_folders(tmp_path):
+    make_folder(tmp_path / "mixed", n=2)
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "mixed" / "dog" / "odd.png")
+    with pytest.raises(DataError, match=r"different sizes: .*\.png is \d+x\d+, .*odd.png is 4x4; .*--size"):
+        convert(tmp_path / "mixed", tmp_path / "o.h5")
+    assert not (tmp_path / "o.h5").exists()
+    (tmp_path / "mixed" / "dog" / "odd.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match=r"cannot read image .*odd.png"):
+        convert(tmp_path / "mixed", tmp_path / "o.h5")
+    os.unlink(tmp_path / "mixed" / "dog" / "odd.png")
+    os.makedirs(tmp_path / "mixed" / "empty")
+    (tmp_path / "mixed" / "empty" / "notes.txt").write_text("x")
+    with pytest.raises(DataError, match=r"class folder .*empty holds no images"):
+        convert(tmp_path / "mixed", tmp_path / "o.h5")
+    with pytest.raises(DataError, match="size must be HxW"):
+        parse_size("3y4")
+
+
+def test_missing_pillow_names_the_extra(tmp_path, monkeypatch):
+    make_folder(tmp_path / "imgs", n=2)
+    real = builtins.__import__
+
+    def no_pil(name, *a, **kw):
+        if name == "PIL" or name.startswith("PIL."):
+            raise ImportError("no PIL")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_pil)
+    with pytest.raises(DataError, match=r"pip install 'distnet\[images\]'"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5")
+
+
+def test_arrays(tmp_path):
+    rng = np.random.RandomState(0)
+    x = rng.randint(0, 255, (50, 8, 6)).astype(np.uint8)      # (N, H, W): one channel
+    y = rng.randint(0, 4, 50)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    info = convert(tmp_path / "x.npy", tmp_path / "a.h5", labels=tmp_path / "y.npy", test_fraction=0.3, seed=1)
+    assert info["splits"] == {"train": 35, "test": 15} and info["shape"] == (1, 8, 6)
+    perm = np.random.RandomState(1).permutation(50)
+    with h5py.File(tmp_path / "a.h5") as f:
+        np.testing.assert_array_equal(f["test/x"][()][:, 0], x[perm[:15]])     # in the drawn order
+        np.testing.assert_array_equal(f["train/y"][()], y[perm[15:]])
+    np.savez(tmp_path / "d.npz", x_train=x[:40], y_train=y[:40], x_test=x[40:], y_test=y[40:])
+    info = convert(tmp_path / "d.npz", tmp_path / "b.h5")
+    assert info["splits"] == {"train": 40, "test": 10}
+    with h5py.File(tmp_path / "b.h5") as f:
+        np.testing.assert_array_equal(f["train/x"][()][:, 0], x[:40])          # given splits keep order
+
+
+def test_bad_arrays(tmp_path):
+    x = np.zeros((6, 1, 3, 3))
+    np.savez(tmp_path / "neg.npz", x=x, y=np.array([0, 1, -1, 0, 1, 0]))
+    with pytest.raises(DataError, match=r"neg.npz: train label -1 is out of range"):
+        convert(tmp_path / "neg.npz", tmp_path / "o.h5")
+    x[4, 0, 1, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", x_train=x, y_train=np.zeros(6, int), x_test=x[:2], y_test=[0, 0])
+    with pytest.raises(DataError, match=r"nan.npz: train image 4 holds NaN or inf"):
+        convert(tmp_path / "nan.npz", tmp_path / "o.h5")
+    with pytest.raises(DataError, match="--labels"):
+        np.save(tmp_path / "x.npy", x)
+        convert(tmp_path / "x.npy", tmp_path / "o.h5")
+
+
+def test_cli(tmp_path):
+    make_folder(tmp_path / "imgs", n=4)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"),
+                                  "--size", "6x6", "--valid-fraction", "0.25"])
+    assert r.exit_code == 0, r.output
+    assert "train 7, valid 3, test 2 images of 3x6x6 uint8, 3 classes (cat, dog, eel)" in r.output
+    os.makedirs(tmp_path / "imgs" / "fox")
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5")])
+    assert r.exit_code == 2 and "distnet: error: class folder" in r.output and "fox holds no images" in r.output
