@@ -160,6 +160,7 @@ class FitExperiment:
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
         sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""
+        self.model.check_layers()
         mode = self.dataset.dist_mode if self.dist_flag else None
         whole = self.model.input_layout == REPLICATED
         if mode == "vecpar" and not whole:

@@ -68,6 +68,10 @@ class MLP:
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
 
     # -- building ------------------------------------------------------------------------------
+    def check_layers(self):
+        """Refuse layers this model cannot hold (located errors; the experiment calls it as the
+        file is read). MLP holds any sequence."""
+
     def infer_shapes(self, input_shape):
         """Derive every layer's global shapes from the data's ``(C, H, W)``; check the YAML."""
         shape = tuple(input_shape)

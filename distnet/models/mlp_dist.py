@@ -31,10 +31,9 @@ class MLPDist(MLP):
     #: Every rank takes the whole input (not a spatial tile).
     input_layout = REPLICATED
 
-    def __init__(self, layers, num_epochs, **keys):
-        """MLP's keys; every layer but the FC Dist ones is refused at the layer's line, as the
-        file is read (``check`` and ``run`` stop there, before anything runs)."""
-        super().__init__(layers, num_epochs, **keys)
+    def check_layers(self):
+        """Every layer but the FC Dist ones is refused at the layer's line (the experiment calls
+        this as the file is read: ``check`` and ``run`` stop there, before anything runs)."""
         for layer in self.layers:
             if isinstance(layer, LayerWithNoBias) and not isinstance(layer, FCDistMixin):
                 raise layer.error(f"{type(self).__name__} shards fully connected layers by "
@@ -50,6 +49,9 @@ class MLPDist(MLP):
 
     def configure(self, backend, topology):
         for layer in self.layers:
+            if not isinstance(layer, FCDistMixin):
+                raise layer.error(f"MLPDist shards fully connected layers by input features (vecpar): "
+                                  f"use LayerDist or LayerWithNoBiasDist, not {type(layer).__name__}")
             layer.vecpar = True
         super().configure(backend, topology)
 
