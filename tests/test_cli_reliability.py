@@ -122,8 +122,9 @@ def test_nan_data_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path, in
     ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--checkpoint", str(ck),
                "--no-run-dir", "-q", n=2))
     saved = ck.read_bytes()
+    # (ck belongs to another experiment: --force lets this run replace it, had it finished)
     proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck),
-                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), n=2)
+                   "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), "--force", n=2)
     assert proc.returncode in (1, 2), proc.stderr
     msg = "nan.h5 (train) holds NaN or inf values (image 9)"
     assert f"[rank 0] distnet: error: {tmp_path}/{msg}" in proc.stderr

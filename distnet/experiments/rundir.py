@@ -7,9 +7,9 @@ instead of ``runs`` when that is set; ``-2``, ``-3``, ... if the name is taken),
     experiment.yaml   the experiment file as given (a copy of its text)
     resolved.yaml     the experiment with the command-line overrides applied (runnable)
     run.json          command, overrides, resume source, topology (size, grid, data, pipe),
-                      versions (``distnet info``), status (running / finished / failed + the
-                      error), start and end times, timings (setup, restore, data, train, eval,
-                      total seconds), the checkpoint path
+                      versions (``distnet info``), status (see below), start and end times,
+                      timings (setup, restore, data, train, eval, total seconds), the checkpoint
+                      path, the host and pid of rank 0 (``host``, ``pid``, ``pid_start``)
     metrics.jsonl     one JSON line per epoch: epoch, cost, seconds (wall time of the epoch),
                       test_misclass / train_misclass when evaluated (``eval_every``), then a
                       final line ``{"final": true, train_misclass, test_misclass, size, grid}``
@@ -17,20 +17,45 @@ instead of ``runs`` when that is set; ``-2``, ``-3``, ... if the name is taken),
     log.txt           what rank 0 logged (the lines printed, progress lines, the error if any)
 
 A directory named with ``--run-dir`` that already holds a run (a ``run.json``) is refused:
-nothing already written is overwritten.
+nothing already written is overwritten; one that holds other files is refused unless ``force``.
+The directory is claimed by creating ``run.json`` with ``O_EXCL``: of two runs started together
+on one directory, one proceeds and the other is refused.
+
+Status in ``run.json`` (what :func:`run_status` reports):
+
+* ``running``: rank 0 is alive (same host: its pid exists; another host: ``run.json``'s
+  modification time, touched every :data:`HEARTBEAT_SECONDS`, is recent);
+* ``finished``; ``failed`` (``error``; ``failed_rank`` the rank that failed first; ``failures``
+  one ``{rank, status, error}`` per rank that reported); ``interrupted`` (a signal: Ctrl-C,
+  SIGTERM; which rank saw it and which signal);
+* ``crashed`` is never written: it is what a record that still says ``running`` means when its
+  process is gone (``kill -9``, a node lost) — decided by the reader.
+
+Every rank, not only rank 0, records its failure here before it aborts the job
+(:func:`record_failure`, through :func:`~distnet.comm.abort.add_abort_listener`).
 """
+import contextlib
 import datetime
 import json
 import os
+import socket
 import sys
+import threading
+import time
 
 import yaml
 
 from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
+from ..fileio import OutputError, claim_file, pid_alive, reason, write_text
 
 ENV_BASE = "DISTNET_RUNS_DIR"
 LOG_FILE = "log.txt"
+#: Rank 0 touches ``run.json`` this often while the run lives.
+HEARTBEAT_SECONDS = 30
+#: A ``running`` record of another host whose heartbeat is older than this is ``crashed``.
+STALE_SECONDS = 4 * HEARTBEAT_SECONDS
+DONE = ("finished", "failed", "interrupted")
 
 
 class RunDirError(DistnetError):
@@ -102,63 +127,127 @@ def _now():
     return datetime.datetime.now().isoformat(timespec="seconds")
 
 
+def _host():
+    return socket.gethostname()
+
+
+def _pid_start(pid):
+    """Start time of process ``pid`` in clock ticks since boot (Linux), else None: with the pid
+    it tells a process apart from a later one that got the same pid."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _has_content(path):
+    try:
+        return any(True for _ in os.scandir(path))
+    except OSError:
+        return False
+
+
 class RunDir:
     """Writes one run's directory. Create with :meth:`create` (rank 0 only)."""
 
     def __init__(self, path):
         self.path = path
         self.info = {}
+        self._beat = None
 
     @classmethod
-    def create(cls, path=None, experiment_path="run.yaml"):
-        """Make the directory: ``path`` (must not hold a run yet) or a fresh default name."""
+    def create(cls, path=None, experiment_path="run.yaml", force=False):
+        """Make and claim the directory: ``path`` (must not hold a run; must be empty unless
+        ``force``) or a fresh default name. :class:`RunDirError` if it cannot be used."""
         if path:
+            held = RunDirError(f"run directory {path} already holds a run (run.json); give another "
+                               "--run-dir or remove it")
             if os.path.exists(os.path.join(path, "run.json")):
-                raise RunDirError(f"run directory {path} already holds a run (run.json); give another "
-                                  "--run-dir or remove it")
+                raise held
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise RunDirError(f"run directory {path} is not a directory")
+            if not force and _has_content(path):
+                if os.path.exists(os.path.join(path, "run.json")):  # claimed a moment ago
+                    raise held
+                raise RunDirError(f"run directory {path} is not empty and holds no run (no run.json); "
+                                  "give another --run-dir, or --force to write the run into it")
             try:
                 os.makedirs(path, exist_ok=True)
             except OSError as e:
-                raise RunDirError(f"cannot create run directory {path}: {e.strerror}") from None
-            return cls(path)
+                raise RunDirError(f"cannot create run directory {path}: {reason(e)}") from None
+            return cls(path)._claim()
         base = default_run_dir(experiment_path)
         for i in range(1, 1000):
             candidate = base if i == 1 else f"{base}-{i}"
             try:
                 os.makedirs(candidate)
-                return cls(candidate)
+                return cls(candidate)._claim()
             except FileExistsError:
                 continue
             except OSError as e:
-                raise RunDirError(f"cannot create run directory {candidate}: {e.strerror}") from None
+                raise RunDirError(f"cannot create run directory {candidate}: {reason(e)}") from None
         raise RunDirError(f"cannot find a free run directory name like {base}")
+
+    def _claim(self):
+        self.info = {"status": "starting", "host": _host(), "pid": os.getpid(),
+                     "pid_start": _pid_start(os.getpid()), "started": _now()}
+        try:
+            claim_file(self.file("run.json"), json.dumps(self.info, indent=2) + "\n", "run record")
+        except FileExistsError:
+            raise RunDirError(f"run directory {self.path} already holds a run (run.json, just claimed by "
+                              "another run); give another --run-dir") from None
+        except OutputError as e:
+            raise RunDirError(str(e)) from None
+        return self
 
     def file(self, name):
         return os.path.join(self.path, name)
 
     def _write_text(self, name, text):
-        from ..fileio import atomic_target, umask_mode
-        with atomic_target(self.file(name)) as tmp:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            umask_mode(tmp)
+        try:
+            write_text(self.file(name), text, "run record")
+        except OutputError as e:
+            raise RunDirError(str(e)) from None
 
     def start(self, config, command=None, resume=None, checkpoint=None):
-        """Write the experiment, the resolved experiment and ``run.json`` (status running)."""
+        """Write the experiment, the resolved experiment and ``run.json`` (status running), and
+        start the heartbeat (a daemon thread touching ``run.json``)."""
         if config:
             self._write_text("experiment.yaml", config["yaml"])
             self._write_text("resolved.yaml", config["resolved"])
-        self.info = {"command": command if command is not None else sys.argv,
-                     "experiment": config.get("source") if config else None,
-                     "overrides": config.get("overrides", []) if config else [],
-                     "resume": os.path.abspath(resume) if resume else None,
-                     "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
-                     "status": "running", "started": _now()}
+        self.info.update({"command": command if command is not None else sys.argv,
+                          "experiment": config.get("source") if config else None,
+                          "overrides": config.get("overrides", []) if config else [],
+                          "resume": os.path.abspath(resume) if resume else None,
+                          "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+                          "status": "running", "started": _now(),
+                          "heartbeat_seconds": HEARTBEAT_SECONDS})
         self.save_info()
-        open(self.file("metrics.jsonl"), "w").close()
+        self._write_text("metrics.jsonl", "")
+        self._beat = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(self._beat,), daemon=True,
+                         name="distnet-heartbeat").start()
+
+    def _heartbeat(self, stop):
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                os.utime(self.file("run.json"))
+            except OSError:
+                pass
 
     def save_info(self):
-        self._write_text("run.json", json.dumps(self.info, indent=2, default=str) + "\n")
+        """Write ``run.json`` from :attr:`info`, keeping the failures other ranks recorded."""
+        with _locked(self.path):
+            on_disk = read_info(self.file("run.json"))
+            failures = _merge_failures(on_disk.get("failures"), self.info.get("failures"))
+            if failures:
+                self.info["failures"] = failures
+                if self.info.get("status") == "running":  # another rank ended the run
+                    for key in ("status", "error", "failed_rank", "finished"):
+                        if key in on_disk:
+                            self.info[key] = on_disk[key]
+            self._write_text("run.json", json.dumps(self.info, indent=2, default=str) + "\n")
 
     def topology(self, topology, versions_dict):
         self.info["topology"] = {"size": topology.size, "grid": list(topology.grid),
@@ -179,16 +268,109 @@ class RunDir:
             f.write(text + "\n")
 
     def metrics(self, record):
-        with open(self.file("metrics.jsonl"), "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.file("metrics.jsonl"), "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise RunDirError(f"cannot write run record {self.file('metrics.jsonl')}: {reason(e)}") from None
 
-    def finish(self, status, error=None, timings=None):
+    def finish(self, status, error=None, timings=None, rank=None):
+        """Record the end: ``status`` finished / failed / interrupted, the ``error`` text and the
+        ``rank`` it happened on (None: every rank, or one process)."""
+        if self._beat is not None:
+            self._beat.set()
         self.info.update(status=status, finished=_now())
         if error:
             self.info["error"] = error
+            self.info.setdefault("failed_rank", rank)
+            self.info["failures"] = _merge_failures(self.info.get("failures"),
+                                                    [{"rank": rank, "status": status, "error": error}])
         if timings:
             self.info["timings"] = timings
         self.save_info()
+
+
+@contextlib.contextmanager
+def _locked(path, timeout=2.0):
+    """Hold a lock on the directory ``path`` itself (``flock``) while reading and rewriting
+    ``run.json``, so that ranks recording their failures at the same moment do not lose each
+    other's lines. Gives up waiting after ``timeout`` s (a record without the lock beats none)."""
+    try:
+        import fcntl
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_info(path):
+    """The dict in a ``run.json`` file; ``{}`` if it is missing or not a JSON object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _merge_failures(a, b):
+    out = []
+    for rec in list(a or []) + list(b or []):
+        if isinstance(rec, dict) and rec not in out:
+            out.append(rec)
+    return out
+
+
+def record_failure(path, rank, status, message):
+    """Record in ``<path>/run.json`` that ``rank`` ended the run (``status`` failed or
+    interrupted) because of ``message``; called by any rank right before it aborts the job.
+    The first failure sets ``status``, ``error`` and ``failed_rank``; every one is appended to
+    ``failures``. Does nothing if this rank cannot see ``run.json`` (another node's disk)."""
+    target = os.path.join(path, "run.json")
+    if not os.path.exists(target):
+        return
+    with _locked(path):
+        info = read_info(target)
+        if not info:
+            return
+        if info.get("status") in ("starting", "running"):
+            info.update(status=status, error=message, failed_rank=rank, finished=_now())
+        info["failures"] = _merge_failures(info.get("failures"),
+                                           [{"rank": rank, "status": status, "error": message}])
+        write_text(target, json.dumps(info, indent=2, default=str) + "\n", "run record")
+
+
+def run_status(path, info=None, now=None):
+    """The status of the run in directory ``path``: what ``run.json`` says, except that a
+    ``running`` (or ``starting``) record whose process is gone is ``crashed``: on this host, its
+    pid does not exist (or is another process now); on another host, its heartbeat (the
+    modification time of ``run.json``) is older than :data:`STALE_SECONDS`."""
+    info = read_info(os.path.join(path, "run.json")) if info is None else info
+    status = info.get("status")
+    if status not in ("running", "starting"):
+        return status
+    pid, host = info.get("pid"), info.get("host")
+    if host == _host() and isinstance(pid, int):
+        alive = pid_alive(pid) and (info.get("pid_start") is None or _pid_start(pid) in (None, info["pid_start"]))
+        return status if alive else "crashed"
+    try:
+        age = (now or time.time()) - os.stat(os.path.join(path, "run.json")).st_mtime
+    except OSError:
+        return status
+    return "crashed" if age > STALE_SECONDS else status
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +410,8 @@ def read_run(path):
     else:
         raise DistnetError(f"{path}: no such run directory or metrics file")
     epochs, final = read_metrics_file(metrics)
+    if os.path.isdir(path) and info.get("status"):
+        info = dict(info, status=run_status(path, info))
     return {"label": run_label(path, info), "epochs": epochs, "final": final, "info": info}
 
 
@@ -238,4 +422,5 @@ def run_label(path, info):
         return name
     size, (py, px), data = topo["size"], topo["grid"], topo.get("data", 1)
     where = "1 process" if size == 1 else f"{size} ranks, grid {py}x{px}" + (f", data {data}" if data > 1 else "")
-    return f"{name} ({where})"
+    status = info.get("status")
+    return f"{name} ({where}" + (f", {status}" if status and status != "finished" else "") + ")"

@@ -314,6 +314,8 @@ class MLP:
     on_batch = None
     #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
     shuffle_rng = None
+    #: The summed cost of this epoch's batches so far (the progress display reads it).
+    epoch_loss_sum = None
     #: Optional ``callable(list of row-index arrays)``: :meth:`fit` gives it each epoch's
     #: minibatches (this replica's rows) before training on them, so streamed data is read
     #: ahead (``Dataset.read_ahead``); None for data in memory.
@@ -342,7 +344,7 @@ class MLP:
                 self.read_ahead([self.replica_rows(idx) for idx in batches])
             for b, idx in enumerate(batches):
                 if self.on_batch is not None:
-                    self.epoch_loss_sum = total  # progress display: the running cost (h19b hook)
+                    self.epoch_loss_sum = total  # the running cost, for the progress display
                     self.on_batch(epoch, b, len(batches))
                 rows = self.replica_rows(idx)
                 loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))

@@ -112,7 +112,8 @@ def test_h5_cache_has_the_documented_layout(data_dir, tmp_path):
     path = str(tmp_path / "c.h5")
     out = MNIST(repo_path=data_dir, serialized_path=path).load(tile=Box(0, 14, 7, 28), grid=(2, 1))
     with h5py.File(path, "r") as f:
-        meta = {k.split(".", 1)[1]: json.loads(v) for k, v in f.attrs.items()}
+        meta = {k.split(".", 1)[1]: json.loads(v) for k, v in f.attrs.items() if k.startswith("distnet_cache.")}
+        assert f.attrs["distnet_cache_checksum"].startswith("crc32:")
     assert set(meta) == set(FIELDS)
     assert meta["tile"] == [0, 14, 7, 28] and meta["grid"] == [2, 1] and meta["plane"] == [28, 28]
     assert meta["dataset"] == "MNIST" and meta["dtype"] == "float32"
@@ -126,7 +127,7 @@ def test_pkl_cache_is_a_plain_dict(data_dir, tmp_path):
     out = MNIST(repo_path=data_dir, serialized_path=path).load()
     with open(path, "rb") as f:
         obj = pickle.load(f)
-    assert set(obj) == {"distnet_cache", "train", "test"}
+    assert set(obj) == {"distnet_cache", "distnet_cache_checksum", "train", "test"}
     np.testing.assert_array_equal(obj["train"]["x"], out["train"][0])
 
 
@@ -238,6 +239,56 @@ def test_cache_arrays_disagreeing_with_metadata_are_rebuilt(data_dir, tmp_path, 
     assert_same(out, good)
 
 
+@pytest.mark.parametrize("ext", [".h5", ".pkl"])
+@pytest.mark.parametrize("tamper", ["labels", "nan pixels", "label -3", "no checksum"])
+def test_tampered_cache_with_intact_metadata_is_rebuilt(data_dir, tmp_path, caplog, ext, tamper):
+    """Issue 14: arrays changed in place (metadata, shapes and dtypes intact) are detected by the
+    content checksum; the cache is rebuilt from the sources with a warning."""
+    path = str(tmp_path / f"c{ext}")
+    good = MNIST(repo_path=data_dir, serialized_path=path).load()
+    meta, data = cache.read_cache(path)
+    (x, y), test = data["train"], data["test"]
+    x, y = x.copy(), y.copy()
+    if tamper == "labels":
+        y[:5] = (y[:5] + 1) % 10
+    elif tamper == "nan pixels":
+        x[3, 0, 4, 4] = np.nan
+    elif tamper == "label -3":
+        y[0] = -3
+    data = {"train": (x, y), "test": test}
+    if ext == ".h5":
+        with h5py.File(path, "a") as f:
+            f["train/x"][...] = x
+            f["train/y"][...] = y
+            if tamper == "no checksum":
+                del f.attrs["distnet_cache_checksum"]
+    else:
+        with open(path, "rb") as f:
+            obj = pickle.load(f)
+        obj["train"] = {"x": x, "y": y}
+        if tamper == "no checksum":
+            del obj["distnet_cache_checksum"]
+        with open(path, "wb") as f:
+            pickle.dump(obj, f)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = MNIST(repo_path=data_dir, serialized_path=path).load()
+    words = "no content checksum" if tamper == "no checksum" else "arrays were changed after it was written"
+    assert words in caplog.text and "rebuilding it" in caplog.text
+    assert_same(out, good)
+    cache._check_checksum(path, cache.read_cache(path)[1], cache._read(path)[2])   # whole again
+
+
+def test_content_checksum_sees_values_shapes_and_dtypes():
+    x, y = np.zeros((2, 1, 2, 2), np.float32), np.zeros(2, np.int64)
+    base = cache.content_checksum({"train": (x, y), "test": (x, y)})
+    assert base == cache.content_checksum({"train": (x.copy(), y.copy()), "test": (x, y)})
+    assert base != cache.content_checksum({"train": (x.reshape(2, 1, 4, 1), y), "test": (x, y)})
+    assert base != cache.content_checksum({"train": (x.astype(np.float64), y), "test": (x, y)})
+    y2 = y.copy()
+    y2[1] = 1
+    assert base != cache.content_checksum({"train": (x, y2), "test": (x, y)})
+
+
 def test_malicious_pkl_cache_is_refused_and_replaced(data_dir, tmp_path, caplog):
     path = str(tmp_path / "c.pkl")
     marker = tmp_path / "pwned"
@@ -283,3 +334,17 @@ def test_unwritable_cache_warns_and_returns_data(data_dir, tmp_path, caplog):
         out = MNIST(repo_path=data_dir, serialized_path=path).load()
     assert "could not write" in caplog.text
     assert out["train"][0].shape == (40, 1, 28, 28)
+
+
+def test_a_stale_temporary_of_a_killed_write_is_removed_even_when_the_cache_is_used(data_dir, tmp_path):
+    import subprocess
+    import sys
+    from distnet import fileio
+    path = str(tmp_path / "c.h5")
+    MNIST(repo_path=data_dir, serialized_path=path).load()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".c.h5.{fileio._host()}.{dead.pid}.abc.tmp"
+    stale.write_bytes(b"half")
+    MNIST(repo_path=data_dir, serialized_path=path).load()
+    assert not stale.exists() and leftovers(tmp_path) == []

@@ -1,0 +1,131 @@
+"""What ``distnet run`` writes besides the model, checked before training starts (world rank 0).
+
+* the checkpoint destination: an existing file is replaced only if it is a distnet checkpoint of
+  the same experiment file (or the checkpoint being resumed), or with ``--force``; its folder must
+  take files; stale temporaries of an earlier killed write are removed;
+* ``--metrics F``: an existing F is refused without ``--force``; with it, the lines go to a
+  temporary that replaces F only when the run succeeds (a failed run leaves F as it was); a new
+  F is created at once (``O_EXCL``), so an unwritable folder is found now;
+* the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`).
+"""
+import json
+import os
+from dataclasses import dataclass
+
+from ..fileio import (OutputError, atomic_target, check_writable, claim_file, clean_stale_temps,
+                      reason, refuse_existing, same_file)
+
+
+@dataclass
+class Outputs:
+    record: object = None    # RunDir or None
+    metrics: object = None   # MetricsFile or None
+
+
+def checkpoint_owner(path):
+    """``(is a distnet checkpoint, its experiment source path or None)`` of an existing file."""
+    try:
+        import h5py
+        from ..models.checkpoint import FORMAT
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                return False, None
+            source = f["config"].attrs.get("source") if "config" in f else None
+            return True, (source.decode() if isinstance(source, bytes) else source) or None
+    except Exception:  # noqa: BLE001 - not HDF5, not readable: not a checkpoint of ours
+        return False, None
+
+
+def check_checkpoint_destination(path, experiment, resume=None, force=False):
+    """:class:`OutputError` unless writing a checkpoint to ``path`` is allowed and possible."""
+    if os.path.lexists(path) and not force:
+        if os.path.isdir(path):
+            raise OutputError(f"checkpoint {path} is a directory")
+        ours, source = checkpoint_owner(path)
+        if not ours:
+            raise OutputError(f"checkpoint {path} already exists and is not a distnet checkpoint; "
+                              "give another --checkpoint, or --force to replace it")
+        if not (resume and same_file(resume, path)) and \
+                (source is None or not same_file(source, experiment)):
+            raise OutputError(f"checkpoint {path} already exists and belongs to another experiment "
+                              f"({source or 'unknown'}); give another --checkpoint, or --force to replace it")
+    clean_stale_temps(path)
+    check_writable(path, "checkpoint")
+
+
+class MetricsFile:
+    """The ``--metrics`` JSON-lines file (rank 0). A new file is written line by line as the
+    run goes; a replaced one (``--force``) goes to a temporary that takes its name at the end."""
+
+    def __init__(self, path, force=False):
+        self.path = path
+        self._ctx = None
+        clean_stale_temps(path)
+        if os.path.lexists(path):
+            refuse_existing(path, "metrics file", force)
+            if os.path.isdir(path):
+                raise OutputError(f"metrics file {path} is a directory")
+            check_writable(path, "metrics file")
+            self._ctx = atomic_target(path)
+            try:
+                self.target = self._ctx.__enter__()
+            except OSError as e:
+                raise OutputError(f"cannot write metrics file {path}: {reason(e)}") from None
+        else:
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot write metrics file {path}: {reason(e)}") from None
+            try:
+                claim_file(path, "", "metrics file")
+            except FileExistsError:
+                raise OutputError(f"metrics file {path} already exists (just created by another "
+                                  "process); give another --metrics") from None
+            self.target = path
+
+    def write(self, record):
+        try:
+            with open(self.target, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise OutputError(f"cannot write metrics file {self.path}: {reason(e)}") from None
+
+    def close(self, ok):
+        """Replace the old file with the new lines if ``ok``; else keep the old file."""
+        ctx, self._ctx = self._ctx, None
+        if ctx is None:
+            return
+        if ok:
+            try:
+                ctx.__exit__(None, None, None)
+            except OSError as e:
+                raise OutputError(f"cannot write metrics file {self.path}: {reason(e)}") from None
+        else:
+            ctx.__exit__(RuntimeError, RuntimeError("run failed"), None)
+
+
+def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
+    """Check every destination and claim the run directory (world rank 0, before training;
+    a checkpoint that goes into the new run directory needs no check). Returns :class:`Outputs`."""
+    from ..experiments.rundir import RunDir
+    if exp.checkpoint_path:
+        check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force)
+    if metrics_path:
+        if os.path.lexists(metrics_path):
+            refuse_existing(metrics_path, "metrics file", force)
+        check_writable(metrics_path, "metrics file")
+    record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
+    try:
+        metrics = MetricsFile(metrics_path, force) if metrics_path else None
+    except OutputError as e:
+        if record is not None:
+            record.finish("failed", error=f"{type(e).__name__}: {e}")
+        raise
+    return Outputs(record, metrics)
+
+
+def record_failures_in(run_dir):
+    """Every rank: before this rank aborts the job, record which rank and why in ``run_dir``."""
+    from ..comm.abort import add_abort_listener
+    from ..experiments.rundir import record_failure
+    add_abort_listener(lambda rank, status, message: record_failure(run_dir, rank, status, message))

@@ -1,0 +1,48 @@
+"""``distnet runs``: list run directories with their status, as recorded and as it is now."""
+import os
+
+import click
+
+from ..experiments.rundir import ENV_BASE, read_info, run_status
+
+
+def _run_dirs(paths):
+    for path in paths:
+        if os.path.isfile(os.path.join(path, "run.json")):
+            yield path
+        elif os.path.isdir(path):
+            for name in sorted(os.listdir(path)):
+                sub = os.path.join(path, name)
+                if os.path.isfile(os.path.join(sub, "run.json")):
+                    yield sub
+
+
+def describe(path):
+    """One line: directory, status, start time, ranks, and the error (with its rank) if any."""
+    info = read_info(os.path.join(path, "run.json"))
+    status = run_status(path, info) or "unknown"
+    topo = info.get("topology") or {}
+    size = topo.get("size")
+    parts = [path, status, info.get("started", "?")]
+    if size:
+        parts.append("1 process" if size == 1 else f"{size} ranks")
+    if status == "crashed":
+        parts.append(f"recorded as {info.get('status')}; its process (pid {info.get('pid')} on "
+                     f"{info.get('host')}) is gone")
+    elif info.get("error"):
+        rank = info.get("failed_rank")
+        parts.append((f"rank {rank}: " if rank is not None else "") + str(info["error"]))
+    return "  ".join(str(p) for p in parts)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, file_okay=False), metavar="[DIR]...")
+def runs(paths):
+    """List run directories (DIR itself, or the runs inside DIR; default: $DISTNET_RUNS_DIR or
+    runs/) with their status: running, finished, failed, interrupted, or crashed (recorded as
+    running but its process is gone: kill -9, a lost node)."""
+    if not paths:
+        base = os.environ.get(ENV_BASE) or "runs"
+        paths = (base,) if os.path.isdir(base) else ()
+    for path in _run_dirs(paths):
+        click.echo(describe(path))
