@@ -145,7 +145,8 @@ def test_nan_cost_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path):
     ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--checkpoint", str(ck),
                "--no-run-dir", "-q", n=2))
     saved = ck.read_bytes()
-    proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck),
+    # --force: the checkpoint belongs to another experiment file (it is kept all the same: the run fails)
+    proc = distnet("run", str(bad), "--set", "model.shuffle=False", "--checkpoint", str(ck), "--force",
                    "--checkpoint-every", "1", "--run-dir", str(tmp_path / "r"), n=2)
     assert proc.returncode == 1, proc.stderr
     for rank in (0, 1):
