@@ -41,6 +41,9 @@ _add("distnet.layers", "layer", [
     "LayerWithNoBiasDist", "Layer", "LayerDist"], "distnet.layers", "neon.models.layer")
 _add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist", "LCNLayer", "LCNLayerDist"],
      "distnet.layers", "neon.models.layer")
+_add("distnet.experiments.seq2seq", "experiment", ["Seq2SeqExperiment"], "distnet.experiments")
+_add("distnet.models.seq2seq", "model", ["Seq2Seq"], "distnet.models")
+_add("distnet.datasets.sequences", "dataset", ["SequenceDataset"], "distnet.datasets")
 _add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
 _add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")
