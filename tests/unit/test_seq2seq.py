@@ -1,0 +1,71 @@
+"""Seq2Seq on one process: the model's gradient (encoder, states, decoder, embeddings) against
+central differences in float64; the number task; located errors for bad input."""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.datasets.sequences import SequenceDataset, encode, number_words, write_numbers
+from distnet.errors import ConfigError, DataError
+from distnet.models.seq2seq import Seq2Seq
+from tests.numgrad import check_grad
+
+
+def test_number_words():
+    assert number_words(307) == "three hundred seven".split()
+    assert number_words(0) == ["zero"]
+    assert number_words(1015) == "one thousand fifteen".split()
+    assert number_words(90040) == "ninety thousand forty".split()
+
+
+def test_split_is_held_out_and_deterministic():
+    a, b = SequenceDataset(generate="numbers", digits=3, n_train=300, n_test=60, seed=5), \
+        SequenceDataset(generate="numbers", digits=3, n_train=300, n_test=60, seed=5)
+    da, db = a.load(), b.load()
+    for x, y in zip(da["train"] + da["test"], db["train"] + db["test"]):
+        np.testing.assert_array_equal(x, y)
+    key = lambda s: {tuple(r) for r in s}   # noqa: E731
+    assert not key(da["train"][0]) & key(da["test"][0])
+    assert set(da["train"][1]) == {1, 2, 3}
+
+
+def test_model_gradient_matches_central_differences():
+    ds = SequenceDataset(generate="numbers", digits=2, n_train=8, n_test=2, seed=0)
+    src, sl, tgt, tl = ds.load()["train"]
+    m = Seq2Seq(embed=3, hidden=4, nlayers=2, clip=0)
+    m.configure(Numpy64(rng_seed=1), Topology.serial(), len(ds.src_vocab), len(ds.tgt_vocab))
+
+    def loss_and_grads():
+        grads = {}
+        states, cache = m._encode(src, sl)
+        loss, dstates = m._decode_train(states, tgt, tl, 8, grads)
+        m._encode_backward(dstates, cache, grads)
+        return loss / 8, grads
+
+    _, grads = loss_and_grads()
+    for k in ("enc.Wx0", "enc.Wh1", "enc.b0", "enc.embed", "dec.Wx1", "dec.Wh0", "dec.embed", "dec.Wo", "dec.bo"):
+        check_grad(lambda: loss_and_grads()[0], m.params[k], grads[k], eps=1e-5, rtol=1e-5, atol=1e-8)
+
+
+def test_sequences_longer_than_declared_are_refused():
+    with pytest.raises(DataError, match="more than max_tgt_len = 4"):
+        SequenceDataset(generate="numbers", digits=3, n_train=30, n_test=6, max_tgt_len=4).load()
+
+
+def test_unknown_token_and_bad_file(tmp_path):
+    with pytest.raises(DataError, match="token 'x' is not in the vocabulary"):
+        encode([["1", "x"]], ["<pad>", "<unk>", "<bos>", "<eos>", "1"], 3, "source")
+    p = tmp_path / "n.h5"
+    write_numbers(str(p), digits=2, n_train=20, n_test=4)
+    import h5py
+    with h5py.File(p, "a") as f:
+        f["test/tgt"][0, 0] = 99
+    with pytest.raises(DataError, match="test/tgt has token id 99 outside its vocabulary"):
+        SequenceDataset(path=str(p)).load()
+
+
+def test_stage_keys_are_checked():
+    with pytest.raises(ConfigError, match="encoder_stage must be 0 or 1"):
+        Seq2Seq(encoder_stage=2)
+    with pytest.raises(ConfigError, match="decoder must be on the other stage"):
+        Seq2Seq(encoder_stage=1, decoder_stage=1).check_stages(2)
