@@ -113,7 +113,8 @@ def write_numbers(path, digits=4, n_train=12000, n_test=1000, seed=0):
 
 
 class SequenceDataset:
-    """Keys: ``path`` (an HDF5 file in the layout above), or ``generate: numbers`` to build the
+    """Keys: ``path`` (an HDF5 file in the sequence layout of README "Model parallelism": padded
+    token ids + lengths + vocabularies), or ``generate: numbers`` to build the
     shipped number task in memory (then ``digits`` (default 4), ``n_train`` (12000), ``n_test``
     (1000), ``seed`` (0)); ``max_src_len`` / ``max_tgt_len``: the declared maxima (sequences
     longer than these are refused; default: what the data holds)."""

@@ -48,6 +48,20 @@ class Seq2SeqExperiment:
         """Keys that need no MPI: the model's stages against ``pipe``."""
         self.model.check_stages(self.pipe)
 
+    def summary(self):
+        """Lines for ``distnet check``: the data (loaded and checked) and the two halves."""
+        d = self.dataset.load()
+        m = self.model
+        (src, _, tgt, _) = d["train"]
+        return [f"seq2seq, {len(src)} train / {len(d.get('test', [[]])[0])} test sequences, source "
+                f"<= {src.shape[1]} tokens of {len(self.dataset.src_vocab)}, target <= {tgt.shape[1]} "
+                f"tokens of {len(self.dataset.tgt_vocab)}",
+                f"encoder: embedding {m.E}, LSTM {m.L} x {m.H}" +
+                (f", stage {m.encoder_stage}" if self.pipe > 1 else ""),
+                f"decoder: embedding {m.E}, LSTM {m.L} x {m.H}, linear {m.H} -> "
+                f"{len(self.dataset.tgt_vocab)}, softmax cross-entropy" +
+                (f", stage {m.decoder_stage}" if self.pipe > 1 else "")]
+
     def make_topology(self):
         from ..comm.topology import Topology
         from ..geometry.grid import resolve_layout

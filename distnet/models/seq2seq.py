@@ -24,6 +24,7 @@ import numpy as np
 
 from ..comm.p2p import PipeChannel, Recv, Send
 from ..comm.reduce import allreduce_sum
+from ..config.builder import config_error
 from ..errors import ConfigError
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
 from ..ops.lstm import stack_backward, stack_forward
@@ -81,11 +82,11 @@ class Seq2Seq:
     def check_stages(self, npipe):
         """The stage keys against the run's ``pipe`` (ConfigError)."""
         if npipe not in (1, 2):
-            raise ConfigError(f"Seq2Seq runs on 1 or 2 pipeline stages (encoder, decoder), got pipe = {npipe}",
-                              key="pipe")
+            raise config_error(self, f"Seq2Seq runs on 1 or 2 pipeline stages (encoder, decoder), got "
+                               f"pipe = {npipe}")
         if npipe == 2 and self.encoder_stage == self.decoder_stage:
-            raise ConfigError(f"with pipe: 2 the decoder must be on the other stage than its encoder "
-                              f"(both are on stage {self.encoder_stage})", key="decoder_stage")
+            raise config_error(self, f"with pipe: 2 the decoder must be on the other stage than its encoder "
+                               f"(both are on stage {self.encoder_stage})", "decoder_stage")
 
     def configure(self, backend, topology, Vs, Vt):
         """Bind the run and draw every weight (every rank the same, one stream)."""
