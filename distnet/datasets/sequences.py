@@ -176,3 +176,66 @@ class SequenceDataset:
                                     f"its vocabulary of {len(vocab)}")
         self._data = data
         return data
+
+
+def _read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.split() for line in f.read().splitlines()]
+
+
+def build_vocabulary(sentences, max_size=None):
+    """Specials, then tokens by decreasing frequency (ties: alphabetical), at most ``max_size``
+    entries in all (the rest become ``<unk>``)."""
+    counts = {}
+    for toks in sentences:
+        for t in toks:
+            if t in SPECIALS:
+                raise DataError(f"token {t!r} is reserved (the specials are {SPECIALS})")
+            counts[t] = counts.get(t, 0) + 1
+    words = sorted(counts, key=lambda t: (-counts[t], t))
+    if max_size is not None:
+        words = words[:max(0, max_size - len(SPECIALS))]
+    return SPECIALS + words
+
+
+def convert_parallel_text(out, train, test=None, max_src_len=None, max_tgt_len=None, vocab_size=None):
+    """Write the sequence HDF5 layout from parallel text files: ``train`` / ``test`` are
+    ``(source file, target file)`` pairs, one sentence per line, whitespace tokens, line ``n`` of
+    one the translation of line ``n`` of the other. Vocabularies come from the training files
+    (:func:`build_vocabulary`, ``vocab_size`` entries at most); tokens outside them map to
+    ``<unk>``. A sentence longer than ``max_src_len`` (``max_tgt_len`` counting the ``<eos>``),
+    an empty line or files of different line counts are a :class:`DataError` naming file:line."""
+    import h5py
+    splits = {"train": train} if test is None else {"train": train, "test": test}
+    texts = {}
+    for split, (sp, tp) in splits.items():
+        s, t = _read_lines(sp), _read_lines(tp)
+        if len(s) != len(t):
+            raise DataError(f"{sp} has {len(s)} lines but {tp} has {len(t)}: parallel files need one "
+                            "sentence per line each")
+        for path, lines, limit, extra in ((sp, s, max_src_len, 0), (tp, t, max_tgt_len, 1)):
+            for n, toks in enumerate(lines):
+                if not toks:
+                    raise DataError(f"{path}:{n + 1}: empty sentence")
+                if limit is not None and len(toks) + extra > limit:
+                    raise DataError(f"{path}:{n + 1}: {len(toks) + extra} tokens, more than the declared "
+                                    f"maximum {limit}")
+        texts[split] = (s, t)
+    src_vocab = build_vocabulary(texts["train"][0], vocab_size)
+    tgt_vocab = build_vocabulary(texts["train"][1], vocab_size)
+    ms = max_src_len or max(len(x) for s, _ in texts.values() for x in s)
+    mt = max_tgt_len or max(len(x) for _, t in texts.values() for x in t) + 1
+
+    def known(sentences, vocab):
+        v = set(vocab)
+        return [[w if w in v else "<unk>" for w in toks] for toks in sentences]
+
+    with h5py.File(out, "w") as f:
+        for split, (s, t) in texts.items():
+            a, al = encode(known(s, src_vocab), src_vocab, ms, "source")
+            b, bl = encode(known(t, tgt_vocab), tgt_vocab, mt, "target", eos=True)
+            for name, arr in (("src", a), ("src_len", al), ("tgt", b), ("tgt_len", bl)):
+                f.create_dataset(f"{split}/{name}", data=arr)
+        f.attrs["src_vocab"] = json.dumps(src_vocab)
+        f.attrs["tgt_vocab"] = json.dumps(tgt_vocab)
+    return src_vocab, tgt_vocab

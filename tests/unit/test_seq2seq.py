@@ -69,3 +69,23 @@ def test_stage_keys_are_checked():
         Seq2Seq(encoder_stage=2)
     with pytest.raises(ConfigError, match="decoder must be on the other stage"):
         Seq2Seq(encoder_stage=1, decoder_stage=1).check_stages(2)
+
+
+def test_convert_parallel_text(tmp_path):
+    from distnet.datasets.sequences import convert_parallel_text
+    (tmp_path / "s.txt").write_text("a b\nb c c\nb\n")
+    (tmp_path / "t.txt").write_text("x\ny y z\nz q\n")
+    (tmp_path / "ts.txt").write_text("b d\n")
+    (tmp_path / "tt.txt").write_text("y\n")
+    out = str(tmp_path / "p.h5")
+    sv, tv = convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"),
+                                   (tmp_path / "ts.txt", tmp_path / "tt.txt"), vocab_size=7)
+    assert sv == ["<pad>", "<unk>", "<bos>", "<eos>", "b", "c", "a"] and tv[4:] == ["y", "z", "q"]
+    d = SequenceDataset(path=out).load()
+    np.testing.assert_array_equal(d["test"][0], [[4, 1, 0]])    # 'd' is unknown: <unk>
+    np.testing.assert_array_equal(d["train"][3], [2, 4, 3])     # target lengths with <eos>
+    with pytest.raises(DataError, match=r"t.txt:2: 4 tokens, more than the declared maximum 3"):
+        convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"), max_tgt_len=3)
+    (tmp_path / "short.txt").write_text("x\n")
+    with pytest.raises(DataError, match="has 3 lines but .*short.txt has 1"):
+        convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "short.txt"))
