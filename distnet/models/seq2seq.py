@@ -92,6 +92,8 @@ class Seq2Seq:
         """Bind the run and draw every weight (every rank the same, one stream)."""
         self.backend, self.topology = backend, topology
         self.check_stages(topology.npipe)
+        if backend.xp is not np:
+            raise ConfigError(f"Seq2Seq runs on the numpy backends only for now, not {backend}", key="backend")
         self.dtype = backend.dtype
         self.split = topology.npipe == 2
         rng = np.random.RandomState(backend.rng_seed)
