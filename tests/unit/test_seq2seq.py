@@ -89,3 +89,22 @@ def test_convert_parallel_text(tmp_path):
     (tmp_path / "short.txt").write_text("x\n")
     with pytest.raises(DataError, match="has 3 lines but .*short.txt has 1"):
         convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "short.txt"))
+
+
+def test_cli_check_locates_the_errors(tmp_path):
+    """`distnet check` of the shipped experiment: OK; a decoder on its encoder's stage and a
+    declared maximum shorter than the data are one-line errors (exit 2 / 1)."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml")
+    ok = CliRunner().invoke(main, ["check", exp])
+    assert ok.exit_code == 0 and "encoder: embedding 32, LSTM 1 x 64" in ok.output
+    bad = tmp_path / "bad.yaml"
+    text = open(exp).read().replace("decoder_stage: 1", "decoder_stage: 0")
+    bad.write_text(text.replace("eval_every: 1,", "eval_every: 1, pipe: 2,"))
+    r = CliRunner().invoke(main, ["check", str(bad)])
+    line = text.splitlines().index(next(ln for ln in text.splitlines() if "decoder_stage" in ln)) + 1
+    assert r.exit_code != 0 and f"{bad}:{line}: key 'decoder_stage'" in r.output
+    r = CliRunner().invoke(main, ["check", exp, "--set", "dataset.max_src_len=3"])
+    assert r.exit_code != 0 and "more than max_src_len = 3" in r.output
