@@ -55,18 +55,23 @@ class Adam:
 
 class Seq2Seq:
     """Keys: ``embed`` (embedding size, default 32), ``hidden`` (LSTM state size, 64),
-    ``nlayers`` (LSTM layers in each stack, 1), ``num_epochs``, ``batch_size`` (64),
+    ``nlayers`` (LSTM layers in each stack, 1), ``dropout`` (probability of dropping an input of
+    LSTM layers 2 .. nlayers in training, 0; masks drawn per global minibatch from the backend
+    seed, so every layout draws the same), ``num_epochs``, ``batch_size`` (64),
     ``learning_rate`` (Adam, 0.01), ``clip`` (gradient norm clip per replica-summed step, 5.0; 0:
     none), ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with
     ``pipe: 2`` they must differ)."""
 
     config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
-                    "learning_rate": float, "clip": float, "encoder_stage": int, "decoder_stage": int}
+                    "learning_rate": float, "clip": float, "dropout": float, "encoder_stage": int, "decoder_stage": int}
     layers = ()
     input_layout = None
 
     def __init__(self, num_epochs=10, embed=32, hidden=64, nlayers=1, batch_size=64, learning_rate=0.01,
-                 clip=5.0, encoder_stage=0, decoder_stage=1):
+                 clip=5.0, encoder_stage=0, decoder_stage=1, dropout=0.0):
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {dropout}", key="dropout")
+        self.dropout = dropout
         for k, v in (("embed", embed), ("hidden", hidden), ("nlayers", nlayers), ("batch_size", batch_size)):
             if v < 1:
                 raise ConfigError(f"{k} must be >= 1, got {v}", key=k)
@@ -122,6 +127,7 @@ class Seq2Seq:
         self.runs_decoder = not self.split or stage == self.decoder_stage
         self.params = {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}
         self.opt = Adam(self.learning_rate)
+        self._step_key = (0, 0)   # (epoch, batch): keys the dropout masks (fit_epoch sets it)
         if self.split:
             ch = PipeChannel(topology.pipe, backend.host_staging)
             self.channel = ch
@@ -137,18 +143,18 @@ class Seq2Seq:
         return (np.arange(T)[None, :] < lengths[:, None]).astype(dtype)
 
     # -- the two halves -----------------------------------------------------------------------
-    def _encode(self, src, src_len):
+    def _encode(self, src, src_len, drop=None):
         b = len(src)
         zeros = np.zeros((self.L, b, self.H), dtype=self.dtype)
         e = embed(src, self.params["enc.embed"])
         _, hT, cT, caches = stack_forward(e, self._mask(src_len, src.shape[1], self.dtype), zeros, zeros,
-                                          self._weights("enc"))
-        return np.stack([hT, cT]), (src, caches)
+                                          self._weights("enc"), drop)
+        return np.stack([hT, cT]), (src, caches, drop)
 
     def _encode_backward(self, dstates, cache, grads):
-        src, caches = cache
+        src, caches, drop = cache
         dy = np.zeros(src.shape + (self.H,), dtype=self.dtype)
-        de, _, _, g = stack_backward(dy, dstates[0], dstates[1], caches)
+        de, _, _, g = stack_backward(dy, dstates[0], dstates[1], caches, drop)
         self._put(grads, "enc", g)
         grads["enc.embed"] = embed_grad(src, de, self.Vs)
 
@@ -156,18 +162,18 @@ class Seq2Seq:
         for l, (dWx, dWh, db) in enumerate(g):
             grads[f"{prefix}.Wx{l}"], grads[f"{prefix}.Wh{l}"], grads[f"{prefix}.b{l}"] = dWx, dWh, db
 
-    def _decode_train(self, states, tgt, tgt_len, divisor, grads):
+    def _decode_train(self, states, tgt, tgt_len, divisor, grads, drop=None):
         """Teacher-forced decoder forward and backward; returns (summed loss, dstates)."""
         b, T = tgt.shape
         inp = np.concatenate([np.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
         mask = self._mask(tgt_len, T, self.dtype)
         d = embed(inp, self.params["dec.embed"])
-        y, _, _, caches = stack_forward(d, mask, states[0], states[1], self._weights("dec"))
+        y, _, _, caches = stack_forward(d, mask, states[0], states[1], self._weights("dec"), drop)
         z = linear_steps(y, self.params["dec.Wo"], self.params["dec.bo"])
         loss, dz = token_xent(z, tgt, mask)
         dz /= divisor
         dy, grads["dec.Wo"], grads["dec.bo"] = linear_steps_backward(y, self.params["dec.Wo"], dz)
-        dd, dh0, dc0, g = stack_backward(dy, np.zeros_like(states[0]), np.zeros_like(states[1]), caches)
+        dd, dh0, dc0, g = stack_backward(dy, np.zeros_like(states[0]), np.zeros_like(states[1]), caches, drop)
         self._put(grads, "dec", g)
         grads["dec.embed"] = embed_grad(inp, dd, self.Vt)
         return loss, np.stack([dh0, dc0])
@@ -201,23 +207,24 @@ class Seq2Seq:
         """One step on a global minibatch (every rank passes the same rows). Returns the summed
         loss of the batch (the same on every rank). Collective over ``Topology.pipe`` and
         ``Topology.data``."""
-        rows = self._my_rows(len(src))
+        rows, divisor = self._my_rows(len(src)), len(src)
+        de, dd = self._dropout_masks(len(src), src.shape[1], tgt.shape[1], rows)
         src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
-        b, divisor = len(src), self._global_rows
+        b = len(src)
         grads, loss = {}, np.zeros(1, dtype=np.float64)
         if not self.split:
-            states, cache = self._encode(src, src_len)
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads)
+            states, cache = self._encode(src, src_len, de)
+            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
             self._encode_backward(dstates, cache, grads)
             loss[0] = l
         elif self.runs_encoder:
-            states, cache = self._encode(src, src_len)
+            states, cache = self._encode(src, src_len, de)
             self._send.forward(states)
             dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
             self._encode_backward(dstates, cache, grads)
         else:
             states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads)
+            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
             self._recv.backward(dstates)
             loss[0] = l
         if self.split:
@@ -236,6 +243,20 @@ class Seq2Seq:
             self._clip(dict(zip(keys, arrays)))
         self.opt.step(self.params, dict(zip(keys, arrays)))
         return float(loss[0])
+
+    def _dropout_masks(self, n, Ts, Tt, rows):
+        """(encoder, decoder) dropout multipliers of this replica's ``rows`` of the global
+        minibatch (``n`` rows), or ``(None, None)``: drawn for all ``n`` rows on every rank from
+        a stream keyed by the seed, the epoch and the batch."""
+        if not self.dropout or self.L == 1:
+            return None, None
+        rng = np.random.RandomState([self.backend.rng_seed, *self._step_key])
+        keep = 1.0 - self.dropout
+        out = []
+        for T in (Ts, Tt):
+            out.append([((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows]
+                        for _ in range(self.L - 1)])
+        return tuple(out)
 
     def _clip(self, grads):
         """Scale the gradients to global norm <= clip (the norm over both stages)."""
@@ -258,7 +279,7 @@ class Seq2Seq:
             idx = order[k * self.batch_size:(k + 1) * self.batch_size]
             if on_batch is not None:
                 on_batch(epoch, k, nb)
-            self._global_rows = len(idx)
+            self._step_key = (epoch, k)
             total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx])
         return total / len(src)
 

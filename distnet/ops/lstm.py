@@ -82,12 +82,16 @@ def lstm_backward(dy, dhT, dcT, cache):
     return dx, dh, dc, dWx, dWh, db
 
 
-def stack_forward(x, mask, h0, c0, weights):
+def stack_forward(x, mask, h0, c0, weights, drop=None):
     """``len(weights)`` LSTM layers (``weights[l] = (Wx, Wh, b)``), initial states ``h0, c0
-    (L, B, H)``. Returns ``(y (B, T, H), hT (L, B, H), cT (L, B, H), caches)``."""
+    (L, B, H)``; ``drop`` (optional): ``L - 1`` dropout multipliers ``(B, T, H)`` (0 or
+    ``1 / (1 - p)``), ``drop[l - 1]`` scales the input of layer ``l``. Returns ``(y (B, T, H),
+    hT (L, B, H), cT (L, B, H), caches)``."""
     xp = get_array_module(x)
     hT, cT, caches = [], [], []
     for l, (Wx, Wh, b) in enumerate(weights):
+        if l and drop is not None:
+            x = x * drop[l - 1]
         x, h, c, cache = lstm_forward(x, mask, h0[l], c0[l], Wx, Wh, b)
         hT.append(h)
         cT.append(c)
@@ -95,13 +99,15 @@ def stack_forward(x, mask, h0, c0, weights):
     return x, xp.stack(hT), xp.stack(cT), caches
 
 
-def stack_backward(dy, dhT, dcT, caches):
-    """Backward of :func:`stack_forward`. ``dhT, dcT (L, B, H)``. Returns ``(dx, dh0, dc0,
-    grads)`` with ``dh0, dc0 (L, B, H)`` and ``grads[l] = (dWx, dWh, db)``."""
+def stack_backward(dy, dhT, dcT, caches, drop=None):
+    """Backward of :func:`stack_forward` (the same ``drop``). ``dhT, dcT (L, B, H)``. Returns
+    ``(dx, dh0, dc0, grads)`` with ``dh0, dc0 (L, B, H)`` and ``grads[l] = (dWx, dWh, db)``."""
     xp = get_array_module(dy)
     L = len(caches)
     dh0, dc0, grads = [None] * L, [None] * L, [None] * L
     for l in range(L - 1, -1, -1):
         dy, dh0[l], dc0[l], *g = lstm_backward(dy, dhT[l], dcT[l], caches[l])
+        if l and drop is not None:
+            dy = dy * drop[l - 1]
         grads[l] = tuple(g)
     return dy, xp.stack(dh0), xp.stack(dc0), grads

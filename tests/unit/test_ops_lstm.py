@@ -37,6 +37,21 @@ def test_lstm_stack_gradients():
             check_grad(f, w, g)
 
 
+def test_lstm_stack_with_dropout_between_layers():
+    x, mask, h0, c0, weights, (wy, whT, wcT) = _setup(3)
+    drop = [(np.random.default_rng(4).random((B, T, H)) >= 0.3) / 0.7]
+
+    def f():
+        y, hT, cT, _ = stack_forward(x, mask, h0, c0, weights, drop)
+        return (y * wy).sum() + (hT * whT).sum() + (cT * wcT).sum()
+
+    _, _, _, caches = stack_forward(x, mask, h0, c0, weights, drop)
+    dx, dh0, _, grads = stack_backward(wy, whT, wcT, caches, drop)
+    check_grad(f, x, dx)
+    check_grad(f, h0, dh0)
+    check_grad(f, weights[0][0], grads[0][0])
+
+
 def test_lstm_masked_steps_keep_state():
     x, mask, h0, c0, weights, _ = _setup(1)
     y, hT, cT, _ = stack_forward(x, mask, h0, c0, weights)
