@@ -220,7 +220,9 @@ def check(experiment, list_classes, reference, overrides):
             if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
                 raise
             exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
-        if hasattr(exp, "summary"):   # not a chain of layers (Seq2SeqExperiment): its own lines
+        from ..experiments.seq2seq import Seq2SeqExperiment
+        seq2seq = isinstance(exp, Seq2SeqExperiment)   # not a chain of layers: its own lines
+        if seq2seq:
             exp.check()
             lines = exp.summary()
         else:
@@ -228,7 +230,7 @@ def check(experiment, list_classes, reference, overrides):
             getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
-    if hasattr(exp, "summary"):
+    if seq2seq:
         click.echo(f"{experiment}: OK ({lines[0]})")
         for line in lines[1:]:
             click.echo(f"  {line}")
