@@ -28,29 +28,26 @@ from ..config.builder import config_error
 from ..errors import ConfigError
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
 from ..ops.lstm import stack_backward, stack_forward
+from ..ops.optim import adam_step
 
 BOS, EOS = 2, 3
 
 
 class Adam:
-    """Adam (Kingma & Ba) on a dict of arrays; the same arithmetic on every rank."""
+    """Adam on a dict of arrays (the arithmetic is :func:`distnet.ops.optim.adam_step`); the
+    moments live here, one pair per key; the same on every rank."""
 
     def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
         self.lr, self.b1, self.b2, self.eps = lr, beta1, beta2, eps
         self.m, self.v, self.t = {}, {}, 0
 
     def step(self, params, grads):
+        """One step on every ``params[k]`` with ``grads[k]`` (used as scratch)."""
         self.t += 1
-        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
         for k, p in params.items():
-            g = grads[k]
             m = self.m.setdefault(k, np.zeros_like(p))
             v = self.v.setdefault(k, np.zeros_like(p))
-            m *= self.b1
-            m += (1 - self.b1) * g
-            v *= self.b2
-            v += (1 - self.b2) * g * g
-            p -= self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)
+            adam_step(p, grads[k], m, v, self.t, self.lr, self.b1, self.b2, self.eps)
 
 
 class Seq2Seq:
