@@ -308,10 +308,21 @@ def check(experiment, list_classes, reference, overrides):
             if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
                 raise
             exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
-        shape = exp.model.infer_shapes(exp.dataset.image_shape)
-        getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
+        from ..experiments.seq2seq import Seq2SeqExperiment
+        seq2seq = isinstance(exp, Seq2SeqExperiment)   # not a chain of layers: its own lines
+        if seq2seq:
+            exp.check()
+            lines = exp.summary()
+        else:
+            shape = exp.model.infer_shapes(exp.dataset.image_shape)
+            getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
     except DistnetError as e:
         _fail(str(e))
+    if seq2seq:
+        click.echo(f"{experiment}: OK ({lines[0]})")
+        for line in lines[1:]:
+            click.echo(f"  {line}")
+        return
     for level, note in exp.config_notes:
         click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "

@@ -47,6 +47,9 @@ _add("distnet.layers.batchnorm", "layer", ["BatchNormLayer", "BatchNormLayerDist
 _add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer", "GlobalAveragePoolingLayerDist"],
      "distnet.layers")
 _add("distnet.layers.dropout", "layer", ["DropoutLayer", "DropoutLayerDist"], "distnet.layers")
+_add("distnet.experiments.seq2seq", "experiment", ["Seq2SeqExperiment"], "distnet.experiments")
+_add("distnet.models.seq2seq", "model", ["Seq2Seq"], "distnet.models")
+_add("distnet.datasets.sequences", "dataset", ["SequenceDataset"], "distnet.datasets")
 _add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
 _add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")

@@ -1,0 +1,241 @@
+"""Sequence-to-sequence data: the HDF5 layout, the shipped number-words task, and the dataset
+class an experiment names.
+
+HDF5 layout (one file; ``S`` = ``train`` or ``test``)::
+
+    S/src      (N, Ts) int32   source token ids, padded with <pad> (id 0) after each sequence
+    S/src_len  (N,)    int32   source lengths (tokens before the padding), 1 .. Ts
+    S/tgt      (N, Tt) int32   target token ids ending with <eos>, padded with <pad>
+    S/tgt_len  (N,)    int32   target lengths including the <eos>
+    attrs: src_vocab, tgt_vocab   JSON lists of tokens; id = position; both begin with
+           <pad>, <unk>, <bos>, <eos> (ids 0 .. 3)
+
+The shipped task (:func:`write_numbers`): a number 0 .. 10^digits - 1 written in digits, one
+token per digit (``3 0 7``), to the same number in English words (``three hundred seven``).
+Deterministic given its seed; held-out numbers never appear in training.
+"""
+import json
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+
+SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>"]
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def _below_thousand(n):
+    out = []
+    if n >= 100:
+        out += [_ONES[n // 100], "hundred"]
+        n %= 100
+    if n >= 20:
+        out.append(_TENS[n // 10])
+        if n % 10:
+            out.append(_ONES[n % 10])
+    elif n:
+        out.append(_ONES[n])
+    return out
+
+
+def number_words(n):
+    """English words of ``0 <= n < 10**6``: ``307 -> ['three', 'hundred', 'seven']``."""
+    if not 0 <= n < 10 ** 6:
+        raise ValueError(f"number_words takes 0 .. 999999, got {n}")
+    if n == 0:
+        return ["zero"]
+    out = []
+    if n >= 1000:
+        out += _below_thousand(n // 1000) + ["thousand"]
+    return out + _below_thousand(n % 1000)
+
+
+def number_vocabularies():
+    """(source tokens, target tokens) of the number task, specials first."""
+    words = sorted(set(_ONES) | set(_TENS[2:]) | {"hundred", "thousand"})
+    return SPECIALS + [str(d) for d in range(10)], SPECIALS + words
+
+
+def number_split(digits, n_train, n_test, seed):
+    """(train numbers, test numbers): every digit count 1 .. ``digits`` equally often; test
+    numbers are distinct and never in the training set (short numbers, with few distinct values,
+    repeat in training)."""
+    rng = np.random.RandomState(seed)
+    train, test = [], []
+    per_train, per_test = n_train // digits, n_test // digits
+    for k in range(1, digits + 1):
+        lo = 0 if k == 1 else 10 ** (k - 1)
+        pool = rng.permutation(np.arange(lo, 10 ** k))
+        nt = min(per_test, len(pool) // 5)
+        test += list(pool[:nt])
+        rest = pool[nt:]
+        train += list(rest[rng.randint(0, len(rest), per_train)] if len(rest) < per_train
+                      else rest[:per_train])
+    return np.array(rng.permutation(train)), np.array(rng.permutation(test))
+
+
+def encode(sentences, vocab, max_len, what, eos=False):
+    """Token lists -> ``(ids (N, max_len) int32, lengths (N,) int32)``, <eos> appended if
+    ``eos``. Raises DataError for a sequence longer than ``max_len`` or a token not in ``vocab``."""
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = np.zeros((len(sentences), max_len), dtype=np.int32)
+    lengths = np.zeros(len(sentences), dtype=np.int32)
+    for n, toks in enumerate(sentences):
+        toks = list(toks) + (["<eos>"] if eos else [])
+        if len(toks) > max_len:
+            raise DataError(f"{what} sequence {n} has {len(toks)} tokens ({' '.join(toks)}), more "
+                            f"than the declared maximum {max_len}")
+        for t, tok in enumerate(toks):
+            if tok not in index:
+                raise DataError(f"{what} sequence {n}: token {tok!r} is not in the vocabulary")
+            ids[n, t] = index[tok]
+        lengths[n] = len(toks)
+    return ids, lengths
+
+
+def write_numbers(path, digits=4, n_train=12000, n_test=1000, seed=0):
+    """Write the number task in the HDF5 layout to ``path``."""
+    import h5py
+    src_vocab, tgt_vocab = number_vocabularies()
+    max_tgt = max(len(number_words(n)) for n in range(10 ** digits)) + 1
+    with h5py.File(path, "w") as f:
+        for split, nums in zip(("train", "test"), number_split(digits, n_train, n_test, seed)):
+            s, sl = encode([list(str(n)) for n in nums], src_vocab, digits, "source")
+            t, tl = encode([number_words(n) for n in nums], tgt_vocab, max_tgt, "target", eos=True)
+            for name, a in (("src", s), ("src_len", sl), ("tgt", t), ("tgt_len", tl)):
+                f.create_dataset(f"{split}/{name}", data=a)
+        f.attrs["src_vocab"] = json.dumps(src_vocab)
+        f.attrs["tgt_vocab"] = json.dumps(tgt_vocab)
+
+
+class SequenceDataset:
+    """Keys: ``path`` (an HDF5 file in the sequence layout of README "Model parallelism": padded
+    token ids + lengths + vocabularies), or ``generate: numbers`` to build the
+    shipped number task in memory (then ``digits`` (default 4), ``n_train`` (12000), ``n_test``
+    (1000), ``seed`` (0)); ``max_src_len`` / ``max_tgt_len``: the declared maxima (sequences
+    longer than these are refused; default: what the data holds)."""
+
+    config_types = {"path": str, "generate": str, "digits": int, "n_train": int, "n_test": int,
+                    "seed": int, "max_src_len": int, "max_tgt_len": int}
+    dist_flag = False
+    dist_mode = None
+
+    def __init__(self, path=None, generate=None, digits=4, n_train=12000, n_test=1000, seed=0,
+                 max_src_len=None, max_tgt_len=None):
+        if (path is None) == (generate is None):
+            raise ConfigError("give either path (a sequence HDF5 file) or generate: numbers", key="path")
+        if generate is not None and generate != "numbers":
+            raise ConfigError(f"generate: the shipped task is 'numbers', got {generate!r}", key="generate")
+        if not 1 <= digits <= 6:
+            raise ConfigError(f"digits must be 1 .. 6, got {digits}", key="digits")
+        self.path, self.generate = path, generate
+        self.digits, self.n_train, self.n_test, self.seed = digits, n_train, n_test, seed
+        self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
+        self._data = None
+
+    def load(self):
+        """``{split: (src, src_len, tgt, tgt_len)}`` numpy int arrays, plus vocabularies in
+        ``self.src_vocab`` / ``self.tgt_vocab``. Checks lengths and ids (DataError)."""
+        if self._data is not None:
+            return self._data
+        if self.generate:
+            import io
+            buf = io.BytesIO()
+            write_numbers(buf, self.digits, self.n_train, self.n_test, self.seed)
+            buf.seek(0)
+            source = buf
+        else:
+            source = self.path
+        import h5py
+        where = self.path or "generated numbers"
+        try:
+            with h5py.File(source, "r") as f:
+                self.src_vocab = json.loads(f.attrs["src_vocab"])
+                self.tgt_vocab = json.loads(f.attrs["tgt_vocab"])
+                data = {s: tuple(np.asarray(f[f"{s}/{k}"]).astype(np.int64)
+                                 for k in ("src", "src_len", "tgt", "tgt_len"))
+                        for s in ("train", "test") if s in f}
+        except (OSError, KeyError) as e:
+            raise DataError(f"{where}: not a sequence HDF5 file ({e})") from None
+        for v, name in ((self.src_vocab, "src_vocab"), (self.tgt_vocab, "tgt_vocab")):
+            if v[:4] != SPECIALS:
+                raise DataError(f"{where}: {name} must begin with {SPECIALS}, got {v[:4]}")
+        for split, (s, sl, t, tl) in data.items():
+            for ids, lens, vocab, limit, what in ((s, sl, self.src_vocab, self.max_src_len, "src"),
+                                                  (t, tl, self.tgt_vocab, self.max_tgt_len, "tgt")):
+                if limit is not None and lens.max() > limit:
+                    n = int(lens.argmax())
+                    raise DataError(f"{where}: {split}/{what} sequence {n} has {lens[n]} tokens, more "
+                                    f"than max_{what}_len = {limit}")
+                if ids.min() < 0 or ids.max() >= len(vocab):
+                    raise DataError(f"{where}: {split}/{what} has token id {int(ids.max())} outside "
+                                    f"its vocabulary of {len(vocab)}")
+        self._data = data
+        return data
+
+
+def _read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.split() for line in f.read().splitlines()]
+
+
+def build_vocabulary(sentences, max_size=None):
+    """Specials, then tokens by decreasing frequency (ties: alphabetical), at most ``max_size``
+    entries in all (the rest become ``<unk>``)."""
+    counts = {}
+    for toks in sentences:
+        for t in toks:
+            if t in SPECIALS:
+                raise DataError(f"token {t!r} is reserved (the specials are {SPECIALS})")
+            counts[t] = counts.get(t, 0) + 1
+    words = sorted(counts, key=lambda t: (-counts[t], t))
+    if max_size is not None:
+        words = words[:max(0, max_size - len(SPECIALS))]
+    return SPECIALS + words
+
+
+def convert_parallel_text(out, train, test=None, max_src_len=None, max_tgt_len=None, vocab_size=None):
+    """Write the sequence HDF5 layout from parallel text files: ``train`` / ``test`` are
+    ``(source file, target file)`` pairs, one sentence per line, whitespace tokens, line ``n`` of
+    one the translation of line ``n`` of the other. Vocabularies come from the training files
+    (:func:`build_vocabulary`, ``vocab_size`` entries at most); tokens outside them map to
+    ``<unk>``. A sentence longer than ``max_src_len`` (``max_tgt_len`` counting the ``<eos>``),
+    an empty line or files of different line counts are a :class:`DataError` naming file:line."""
+    import h5py
+    splits = {"train": train} if test is None else {"train": train, "test": test}
+    texts = {}
+    for split, (sp, tp) in splits.items():
+        s, t = _read_lines(sp), _read_lines(tp)
+        if len(s) != len(t):
+            raise DataError(f"{sp} has {len(s)} lines but {tp} has {len(t)}: parallel files need one "
+                            "sentence per line each")
+        for path, lines, limit, extra in ((sp, s, max_src_len, 0), (tp, t, max_tgt_len, 1)):
+            for n, toks in enumerate(lines):
+                if not toks:
+                    raise DataError(f"{path}:{n + 1}: empty sentence")
+                if limit is not None and len(toks) + extra > limit:
+                    raise DataError(f"{path}:{n + 1}: {len(toks) + extra} tokens, more than the declared "
+                                    f"maximum {limit}")
+        texts[split] = (s, t)
+    src_vocab = build_vocabulary(texts["train"][0], vocab_size)
+    tgt_vocab = build_vocabulary(texts["train"][1], vocab_size)
+    ms = max_src_len or max(len(x) for s, _ in texts.values() for x in s)
+    mt = max_tgt_len or max(len(x) for _, t in texts.values() for x in t) + 1
+
+    def known(sentences, vocab):
+        v = set(vocab)
+        return [[w if w in v else "<unk>" for w in toks] for toks in sentences]
+
+    with h5py.File(out, "w") as f:
+        for split, (s, t) in texts.items():
+            a, al = encode(known(s, src_vocab), src_vocab, ms, "source")
+            b, bl = encode(known(t, tgt_vocab), tgt_vocab, mt, "target", eos=True)
+            for name, arr in (("src", a), ("src_len", al), ("tgt", b), ("tgt_len", bl)):
+                f.create_dataset(f"{split}/{name}", data=arr)
+        f.attrs["src_vocab"] = json.dumps(src_vocab)
+        f.attrs["tgt_vocab"] = json.dumps(tgt_vocab)
+    return src_vocab, tgt_vocab

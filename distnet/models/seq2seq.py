@@ -1,0 +1,323 @@
+"""Seq2Seq: an encoder LSTM stack and a decoder LSTM stack, on one process or on two pipeline
+stages (model parallelism beyond a chain).
+
+Model (ids are ``(B, T)`` padded token arrays, :mod:`distnet.datasets.sequences`)::
+
+    encoder:  e = Es[src];        _, (hT, cT) = LSTM_enc(e, src mask, zeros)
+    decoder:  d = Et[<bos> tgt[:-1]]; y, _ = LSTM_dec(d, tgt mask, (hT, cT))   (teacher forcing)
+              z = y Wo^T + bo;    loss = sum of token cross-entropies (padding ignored) / B_global
+
+Evaluation decodes greedily from ``<bos>`` for ``max_tgt_len`` steps; a sequence is right when
+every token up to and including its ``<eos>`` is right (token accuracy: the share of the target
+tokens predicted right at their position).
+
+Placement: with ``pipe: 2`` the encoder runs on stage ``encoder_stage`` and the decoder on
+``decoder_stage`` (default 0 and 1). The encoder's final states ``(hT, cT)`` (``2 x (L, b, H)``)
+are one point-to-point message on ``Topology.pipe`` (:class:`distnet.comm.p2p.Send` /
+:class:`~distnet.comm.p2p.Recv`, boundary 0); their gradient comes back as one message at the
+start of the encoder's backward (DESIGN §4). Data replicas (``data: D``) each take a contiguous
+part of every global minibatch and sum their gradients over ``Topology.data``; the loss is summed
+over ``Topology.pipe`` (zero on the encoder stage) and ``Topology.data``. Every rank draws every
+weight from one RNG stream, so all layouts start from the same weights.
+"""
+import numpy as np
+
+from ..comm.p2p import PipeChannel, Recv, Send
+from ..comm.reduce import allreduce_sum
+from ..config.builder import config_error
+from ..errors import ConfigError
+from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
+from ..ops.lstm import stack_backward, stack_forward
+from ..ops.optim import adam_step
+
+BOS, EOS = 2, 3
+
+
+class Adam:
+    """Adam on a dict of arrays (the arithmetic is :func:`distnet.ops.optim.adam_step`); the
+    moments live here, one pair per key; the same on every rank."""
+
+    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, beta1, beta2, eps
+        self.m, self.v, self.t = {}, {}, 0
+
+    def step(self, params, grads):
+        """One step on every ``params[k]`` with ``grads[k]`` (used as scratch)."""
+        self.t += 1
+        for k, p in params.items():
+            m = self.m.setdefault(k, np.zeros_like(p))
+            v = self.v.setdefault(k, np.zeros_like(p))
+            adam_step(p, grads[k], m, v, self.t, self.lr, self.b1, self.b2, self.eps)
+
+
+class Seq2Seq:
+    """Keys: ``embed`` (embedding size, default 32), ``hidden`` (LSTM state size, 64),
+    ``nlayers`` (LSTM layers in each stack, 1), ``dropout`` (probability of dropping an input of
+    LSTM layers 2 .. nlayers in training, 0; masks drawn per global minibatch from the backend
+    seed, so every layout draws the same), ``num_epochs``, ``batch_size`` (64),
+    ``learning_rate`` (Adam, 0.01), ``clip`` (gradient norm clip per replica-summed step, 5.0; 0:
+    none), ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with
+    ``pipe: 2`` they must differ)."""
+
+    config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
+                    "learning_rate": float, "clip": float, "dropout": float, "encoder_stage": int, "decoder_stage": int}
+    layers = ()
+    input_layout = None
+
+    def __init__(self, num_epochs=10, embed=32, hidden=64, nlayers=1, batch_size=64, learning_rate=0.01,
+                 clip=5.0, encoder_stage=0, decoder_stage=1, dropout=0.0):
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {dropout}", key="dropout")
+        self.dropout = dropout
+        for k, v in (("embed", embed), ("hidden", hidden), ("nlayers", nlayers), ("batch_size", batch_size)):
+            if v < 1:
+                raise ConfigError(f"{k} must be >= 1, got {v}", key=k)
+        for k, v in (("encoder_stage", encoder_stage), ("decoder_stage", decoder_stage)):
+            if v not in (0, 1):
+                raise ConfigError(f"{k} must be 0 or 1 (the encoder and the decoder are two stages), got {v}",
+                                  key=k)
+        self.num_epochs, self.E, self.H, self.L = num_epochs, embed, hidden, nlayers
+        self.batch_size, self.learning_rate, self.clip = batch_size, learning_rate, clip
+        self.encoder_stage, self.decoder_stage = encoder_stage, decoder_stage
+
+    # -- set-up -------------------------------------------------------------------------------
+    def check_stages(self, npipe):
+        """The stage keys against the run's ``pipe`` (ConfigError)."""
+        if npipe not in (1, 2):
+            raise config_error(self, f"Seq2Seq runs on 1 or 2 pipeline stages (encoder, decoder), got "
+                               f"pipe = {npipe}")
+        if npipe == 2 and self.encoder_stage == self.decoder_stage:
+            raise config_error(self, f"with pipe: 2 the decoder must be on the other stage than its encoder "
+                               f"(both are on stage {self.encoder_stage})", "decoder_stage")
+
+    def configure(self, backend, topology, Vs, Vt):
+        """Bind the run and draw every weight (every rank the same, one stream)."""
+        self.backend, self.topology = backend, topology
+        self.check_stages(topology.npipe)
+        if backend.xp is not np:
+            raise ConfigError(f"Seq2Seq runs on the numpy backends only for now, not {backend}", key="backend")
+        self.dtype = backend.dtype
+        self.split = topology.npipe == 2
+        rng = np.random.RandomState(backend.rng_seed)
+        E, H, L = self.E, self.H, self.L
+
+        def u(*shape, scale):
+            return rng.uniform(-scale, scale, size=shape).astype(self.dtype)
+
+        def stack(prefix):
+            out = {}
+            for l in range(L):
+                s = 1 / np.sqrt(H)
+                out[f"{prefix}.Wx{l}"] = u(4 * H, E if l == 0 else H, scale=s)
+                out[f"{prefix}.Wh{l}"] = u(4 * H, H, scale=s)
+                b = np.zeros(4 * H, dtype=self.dtype)
+                b[H:2 * H] = 1.0          # forget-gate bias 1
+                out[f"{prefix}.b{l}"] = b
+            return out
+
+        enc = {"enc.embed": u(Vs, E, scale=0.1), **stack("enc")}
+        dec = {"dec.embed": u(Vt, E, scale=0.1), **stack("dec"),
+               "dec.Wo": u(Vt, H, scale=1 / np.sqrt(H)), "dec.bo": np.zeros(Vt, dtype=self.dtype)}
+        self.Vs, self.Vt = Vs, Vt
+        stage = topology.pipe_index
+        self.runs_encoder = not self.split or stage == self.encoder_stage
+        self.runs_decoder = not self.split or stage == self.decoder_stage
+        self.params = {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}
+        self.opt = Adam(self.learning_rate)
+        self._step_key = (0, 0)   # (epoch, batch): keys the dropout masks (fit_epoch sets it)
+        if self.split:
+            ch = PipeChannel(topology.pipe, backend.host_staging)
+            self.channel = ch
+            self._send = Send(ch, self.decoder_stage, 0) if self.runs_encoder else None
+            self._recv = Recv(ch, self.encoder_stage, 0) if self.runs_decoder else None
+
+    def _weights(self, prefix):
+        p = self.params
+        return [(p[f"{prefix}.Wx{l}"], p[f"{prefix}.Wh{l}"], p[f"{prefix}.b{l}"]) for l in range(self.L)]
+
+    @staticmethod
+    def _mask(lengths, T, dtype):
+        return (np.arange(T)[None, :] < lengths[:, None]).astype(dtype)
+
+    # -- the two halves -----------------------------------------------------------------------
+    def _encode(self, src, src_len, drop=None):
+        b = len(src)
+        zeros = np.zeros((self.L, b, self.H), dtype=self.dtype)
+        e = embed(src, self.params["enc.embed"])
+        _, hT, cT, caches = stack_forward(e, self._mask(src_len, src.shape[1], self.dtype), zeros, zeros,
+                                          self._weights("enc"), drop)
+        return np.stack([hT, cT]), (src, caches, drop)
+
+    def _encode_backward(self, dstates, cache, grads):
+        src, caches, drop = cache
+        dy = np.zeros(src.shape + (self.H,), dtype=self.dtype)
+        de, _, _, g = stack_backward(dy, dstates[0], dstates[1], caches, drop)
+        self._put(grads, "enc", g)
+        grads["enc.embed"] = embed_grad(src, de, self.Vs)
+
+    def _put(self, grads, prefix, g):
+        for l, (dWx, dWh, db) in enumerate(g):
+            grads[f"{prefix}.Wx{l}"], grads[f"{prefix}.Wh{l}"], grads[f"{prefix}.b{l}"] = dWx, dWh, db
+
+    def _decode_train(self, states, tgt, tgt_len, divisor, grads, drop=None):
+        """Teacher-forced decoder forward and backward; returns (summed loss, dstates)."""
+        b, T = tgt.shape
+        inp = np.concatenate([np.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
+        mask = self._mask(tgt_len, T, self.dtype)
+        d = embed(inp, self.params["dec.embed"])
+        y, _, _, caches = stack_forward(d, mask, states[0], states[1], self._weights("dec"), drop)
+        z = linear_steps(y, self.params["dec.Wo"], self.params["dec.bo"])
+        loss, dz = token_xent(z, tgt, mask)
+        dz /= divisor
+        dy, grads["dec.Wo"], grads["dec.bo"] = linear_steps_backward(y, self.params["dec.Wo"], dz)
+        dd, dh0, dc0, g = stack_backward(dy, np.zeros_like(states[0]), np.zeros_like(states[1]), caches, drop)
+        self._put(grads, "dec", g)
+        grads["dec.embed"] = embed_grad(inp, dd, self.Vt)
+        return loss, np.stack([dh0, dc0])
+
+    def _decode_greedy(self, states, T):
+        """Greedy decoding for ``T`` steps -> predicted ids ``(b, T)``."""
+        b = states.shape[2]
+        h, c = states[0], states[1]
+        tok = np.full(b, BOS, dtype=np.int64)
+        one = np.ones((b, 1), dtype=self.dtype)
+        out = np.zeros((b, T), dtype=np.int64)
+        w = self._weights("dec")
+        for t in range(T):
+            x = embed(tok[:, None], self.params["dec.embed"])
+            y, h, c, _ = stack_forward(x, one, h, c, w)
+            tok = linear_steps(y, self.params["dec.Wo"], self.params["dec.bo"])[:, 0].argmax(axis=1)
+            out[:, t] = tok
+        return out
+
+    # -- training and evaluation ----------------------------------------------------------------
+    def _my_rows(self, n):
+        """This data replica's contiguous slice of ``n`` rows."""
+        t = self.topology
+        parts = np.array_split(np.arange(n), t.ndata)[t.data_index]
+        return slice(int(parts[0]), int(parts[-1]) + 1) if len(parts) else slice(0, 0)
+
+    def _states_shape(self, b):
+        return (2, self.L, b, self.H)
+
+    def train_batch(self, src, src_len, tgt, tgt_len):
+        """One step on a global minibatch (every rank passes the same rows). Returns the summed
+        loss of the batch (the same on every rank). Collective over ``Topology.pipe`` and
+        ``Topology.data``."""
+        rows, divisor = self._my_rows(len(src)), len(src)
+        de, dd = self._dropout_masks(len(src), src.shape[1], tgt.shape[1], rows)
+        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
+        b = len(src)
+        grads, loss = {}, np.zeros(1, dtype=np.float64)
+        if not self.split:
+            states, cache = self._encode(src, src_len, de)
+            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+            self._encode_backward(dstates, cache, grads)
+            loss[0] = l
+        elif self.runs_encoder:
+            states, cache = self._encode(src, src_len, de)
+            self._send.forward(states)
+            dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
+            self._encode_backward(dstates, cache, grads)
+        else:
+            states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+            self._recv.backward(dstates)
+            loss[0] = l
+        if self.split:
+            self.channel.wait_sends()
+        keys = sorted(self.params)
+        arrays = [grads[k] for k in keys]
+        t = self.topology
+        if t.ndata > 1:
+            allreduce_sum(arrays + ([loss] if self.dtype == np.float64 else []), t.data,
+                          self.backend.host_staging, kind="allreduce_grad")
+            if self.dtype != np.float64:
+                allreduce_sum([loss], t.data, self.backend.host_staging)
+        if self.split:
+            allreduce_sum([loss], t.pipe, self.backend.host_staging)
+        if self.clip:
+            self._clip(dict(zip(keys, arrays)))
+        self.opt.step(self.params, dict(zip(keys, arrays)))
+        return float(loss[0])
+
+    def _dropout_masks(self, n, Ts, Tt, rows):
+        """(encoder, decoder) dropout multipliers of this replica's ``rows`` of the global
+        minibatch (``n`` rows), or ``(None, None)``: drawn for all ``n`` rows on every rank from
+        a stream keyed by the seed, the epoch and the batch."""
+        if not self.dropout or self.L == 1:
+            return None, None
+        rng = np.random.RandomState([self.backend.rng_seed, *self._step_key])
+        keep = 1.0 - self.dropout
+        out = []
+        for T in (Ts, Tt):
+            out.append([((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows]
+                        for _ in range(self.L - 1)])
+        return tuple(out)
+
+    def _clip(self, grads):
+        """Scale the gradients to global norm <= clip (the norm over both stages)."""
+        sq = np.array([sum(float((g * g).sum()) for g in grads.values())])
+        if self.split:
+            allreduce_sum([sq], self.topology.pipe, self.backend.host_staging)
+        norm = np.sqrt(sq[0])
+        if norm > self.clip:
+            for g in grads.values():
+                g *= self.clip / norm
+
+    def fit_epoch(self, data, epoch, on_batch=None):
+        """One epoch over ``data = (src, src_len, tgt, tgt_len)`` in a per-epoch permutation
+        (seeded by the backend seed and epoch: the same on every rank). Returns the mean loss
+        per sequence."""
+        src, src_len, tgt, tgt_len = data
+        order = np.random.RandomState(self.backend.rng_seed * 1000 + epoch).permutation(len(src))
+        total, nb = 0.0, (len(src) + self.batch_size - 1) // self.batch_size
+        for k in range(nb):
+            idx = order[k * self.batch_size:(k + 1) * self.batch_size]
+            if on_batch is not None:
+                on_batch(epoch, k, nb)
+            self._step_key = (epoch, k)
+            total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx])
+        return total / len(src)
+
+    def evaluate(self, data, batch=256):
+        """Greedy decoding of ``data``; returns ``(token accuracy, sequence accuracy)`` in
+        percent, the same on every rank. Collective over ``Topology.pipe`` and ``.data``."""
+        src, src_len, tgt, tgt_len = data
+        rows = self._my_rows(len(src))
+        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
+        counts = np.zeros(3, dtype=np.float64)   # right tokens, target tokens, right sequences
+        for a in range(0, len(src), batch):
+            s = slice(a, a + batch)
+            b = len(src[s])
+            if not self.split or self.runs_encoder:
+                states, _ = self._encode(src[s], src_len[s])
+                if self.split:
+                    self._send.forward(states)
+            if self.split and self.runs_decoder:
+                states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+            if self.runs_decoder:
+                pred = self._decode_greedy(states, tgt.shape[1])
+                mask = self._mask(tgt_len[s], tgt.shape[1], np.float64)
+                right = (pred == tgt[s]) * mask
+                counts += [right.sum(), mask.sum(), (right.sum(axis=1) == mask.sum(axis=1)).sum()]
+            if self.split:
+                self.channel.wait_sends()
+        t = self.topology
+        if self.split:
+            allreduce_sum([counts], t.pipe, self.backend.host_staging)
+        if t.ndata > 1:
+            allreduce_sum([counts], t.data, self.backend.host_staging)
+        return 100 * counts[0] / counts[1], 100 * counts[2] / len(data[0])
+
+    def gather_params(self):
+        """Every parameter (a dict of numpy arrays) on every rank: the decoder's come from its
+        stage. Collective over ``Topology.pipe``."""
+        if not self.split:
+            return {k: v.copy() for k, v in self.params.items()}
+        mine = {k: v.copy() for k, v in self.params.items()}
+        parts = self.topology.pipe.allgather(mine)
+        out = {}
+        for p in parts:
+            out.update(p)
+        return out

@@ -1,0 +1,110 @@
+"""Seq2Seq on one process: the model's gradient (encoder, states, decoder, embeddings) against
+central differences in float64; the number task; located errors for bad input."""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.datasets.sequences import SequenceDataset, encode, number_words, write_numbers
+from distnet.errors import ConfigError, DataError
+from distnet.models.seq2seq import Seq2Seq
+from tests.numgrad import check_grad
+
+
+def test_number_words():
+    assert number_words(307) == "three hundred seven".split()
+    assert number_words(0) == ["zero"]
+    assert number_words(1015) == "one thousand fifteen".split()
+    assert number_words(90040) == "ninety thousand forty".split()
+
+
+def test_split_is_held_out_and_deterministic():
+    a, b = SequenceDataset(generate="numbers", digits=3, n_train=300, n_test=60, seed=5), \
+        SequenceDataset(generate="numbers", digits=3, n_train=300, n_test=60, seed=5)
+    da, db = a.load(), b.load()
+    for x, y in zip(da["train"] + da["test"], db["train"] + db["test"]):
+        np.testing.assert_array_equal(x, y)
+    key = lambda s: {tuple(r) for r in s}   # noqa: E731
+    assert not key(da["train"][0]) & key(da["test"][0])
+    assert set(da["train"][1]) == {1, 2, 3}
+
+
+def test_model_gradient_matches_central_differences():
+    ds = SequenceDataset(generate="numbers", digits=2, n_train=8, n_test=2, seed=0)
+    src, sl, tgt, tl = ds.load()["train"]
+    m = Seq2Seq(embed=3, hidden=4, nlayers=2, clip=0)
+    m.configure(Numpy64(rng_seed=1), Topology.serial(), len(ds.src_vocab), len(ds.tgt_vocab))
+
+    def loss_and_grads():
+        grads = {}
+        states, cache = m._encode(src, sl)
+        loss, dstates = m._decode_train(states, tgt, tl, 8, grads)
+        m._encode_backward(dstates, cache, grads)
+        return loss / 8, grads
+
+    _, grads = loss_and_grads()
+    for k in ("enc.Wx0", "enc.Wh1", "enc.b0", "enc.embed", "dec.Wx1", "dec.Wh0", "dec.embed", "dec.Wo", "dec.bo"):
+        check_grad(lambda: loss_and_grads()[0], m.params[k], grads[k], eps=1e-5, rtol=1e-5, atol=1e-8)
+
+
+def test_sequences_longer_than_declared_are_refused():
+    with pytest.raises(DataError, match="more than max_tgt_len = 4"):
+        SequenceDataset(generate="numbers", digits=3, n_train=30, n_test=6, max_tgt_len=4).load()
+
+
+def test_unknown_token_and_bad_file(tmp_path):
+    with pytest.raises(DataError, match="token 'x' is not in the vocabulary"):
+        encode([["1", "x"]], ["<pad>", "<unk>", "<bos>", "<eos>", "1"], 3, "source")
+    p = tmp_path / "n.h5"
+    write_numbers(str(p), digits=2, n_train=20, n_test=4)
+    import h5py
+    with h5py.File(p, "a") as f:
+        f["test/tgt"][0, 0] = 99
+    with pytest.raises(DataError, match="test/tgt has token id 99 outside its vocabulary"):
+        SequenceDataset(path=str(p)).load()
+
+
+def test_stage_keys_are_checked():
+    with pytest.raises(ConfigError, match="encoder_stage must be 0 or 1"):
+        Seq2Seq(encoder_stage=2)
+    with pytest.raises(ConfigError, match="decoder must be on the other stage"):
+        Seq2Seq(encoder_stage=1, decoder_stage=1).check_stages(2)
+
+
+def test_convert_parallel_text(tmp_path):
+    from distnet.datasets.sequences import convert_parallel_text
+    (tmp_path / "s.txt").write_text("a b\nb c c\nb\n")
+    (tmp_path / "t.txt").write_text("x\ny y z\nz q\n")
+    (tmp_path / "ts.txt").write_text("b d\n")
+    (tmp_path / "tt.txt").write_text("y\n")
+    out = str(tmp_path / "p.h5")
+    sv, tv = convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"),
+                                   (tmp_path / "ts.txt", tmp_path / "tt.txt"), vocab_size=7)
+    assert sv == ["<pad>", "<unk>", "<bos>", "<eos>", "b", "c", "a"] and tv[4:] == ["y", "z", "q"]
+    d = SequenceDataset(path=out).load()
+    np.testing.assert_array_equal(d["test"][0], [[4, 1, 0]])    # 'd' is unknown: <unk>
+    np.testing.assert_array_equal(d["train"][3], [2, 4, 3])     # target lengths with <eos>
+    with pytest.raises(DataError, match=r"t.txt:2: 4 tokens, more than the declared maximum 3"):
+        convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"), max_tgt_len=3)
+    (tmp_path / "short.txt").write_text("x\n")
+    with pytest.raises(DataError, match="has 3 lines but .*short.txt has 1"):
+        convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "short.txt"))
+
+
+def test_cli_check_locates_the_errors(tmp_path):
+    """`distnet check` of the shipped experiment: OK; a decoder on its encoder's stage and a
+    declared maximum shorter than the data are one-line errors (exit 2 / 1)."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml")
+    ok = CliRunner().invoke(main, ["check", exp])
+    assert ok.exit_code == 0 and "encoder: embedding 32, LSTM 1 x 64" in ok.output
+    bad = tmp_path / "bad.yaml"
+    text = open(exp).read().replace("decoder_stage: 1", "decoder_stage: 0")
+    bad.write_text(text.replace("eval_every: 1,", "eval_every: 1, pipe: 2,"))
+    r = CliRunner().invoke(main, ["check", str(bad)])
+    line = text.splitlines().index(next(ln for ln in text.splitlines() if "decoder_stage" in ln)) + 1
+    assert r.exit_code != 0 and f"{bad}:{line}: key 'decoder_stage'" in r.output
+    r = CliRunner().invoke(main, ["check", exp, "--set", "dataset.max_src_len=3"])
+    assert r.exit_code != 0 and "more than max_src_len = 3" in r.output
