@@ -8,6 +8,7 @@ from ..backend import Numpy
 from ..errors import ConfigError
 from ..log import get_logger, setup_logging
 from .fit import RunHooks, RunResult, launcher_size
+from .threads import setup_threads
 
 
 class Seq2SeqExperiment:
@@ -23,6 +24,8 @@ class Seq2SeqExperiment:
     dist_flag = False
     #: No checkpoints yet (the command line's checkpoint options set these and nothing reads them).
     checkpoint_path, checkpoint_every = None, 0
+    #: No watchdog key (``distnet run --watchdog`` works as for any experiment).
+    watchdog = None
 
     def __init__(self, model, datasets, backend=None, data=1, pipe=1, eval_every=0, logging=None):
         if len(datasets) != 1:
@@ -62,15 +65,19 @@ class Seq2SeqExperiment:
                 f"{len(self.dataset.tgt_vocab)}, softmax cross-entropy" +
                 (f", stage {m.decoder_stage}" if self.pipe > 1 else "")]
 
+    def layout(self, nranks, image_shape=None):
+        """How ``nranks`` ranks run it (the one grid resolver): ``data x pipe`` ranks, no grid."""
+        from ..geometry.grid import resolve_layout
+        self.check()
+        return resolve_layout(nranks, data=self.data, pipe=self.pipe)
+
     def make_topology(self):
         from ..comm.topology import Topology
-        from ..geometry.grid import resolve_layout
-        n = launcher_size()
         if self.data == 1 and self.pipe == 1:
-            resolve_layout(n)     # refuses a launch on several ranks
+            self.layout(launcher_size())     # refuses a launch on several ranks
             return Topology.serial()
         world = Topology.world_comm()
-        return Topology.from_layout(resolve_layout(world.Get_size(), data=self.data, pipe=self.pipe), world)
+        return Topology.from_layout(self.layout(world.Get_size()), world)
 
     def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
         """Train and evaluate; returns a :class:`~distnet.experiments.fit.RunResult` (its
@@ -82,6 +89,7 @@ class Seq2SeqExperiment:
         t0 = clock()
         self.check()
         t = self.topology = topology or self.make_topology()
+        self.thread_plan = setup_threads(t.world, self.backend)   # each rank's share of its node
         lc = dict(self.logging)
         setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
         data = self.dataset.load()

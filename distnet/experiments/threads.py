@@ -25,12 +25,17 @@ def setup_threads(world=None, backend=None, env=None):
 
 def threads_summary(use_mpi=False):
     """``distnet info``'s ``threads`` row: the plan a run applied in this process, else the one
-    it would apply here (over ``MPI.COMM_WORLD`` when ``use_mpi``: collective), and the BLAS
-    threads threadpoolctl sees now. Never raises."""
+    it would apply here, and the BLAS threads threadpoolctl sees now. Never raises, and never
+    communicates once MPI runs with several ranks (a run directory's record is written by rank
+    0 alone: a collective there would wait for ranks that never come); ``use_mpi`` lets a
+    process without MPI start it to ask about its node (``distnet info``, one process)."""
     try:
         plan, applied = current_plan(), True
         if plan is None:
-            plan, applied = plan_threads(world_for_plan(use_mpi)), False
+            world = world_for_plan(use_mpi)
+            if world is not None and world.Get_size() > 1:
+                world = None            # this process alone: no collective
+            plan, applied = plan_threads(world), False
         now = ", ".join(f"{lib} {n}" for lib, n in blas_threads()) or "no BLAS library found"
         text = plan.describe()[len("threads "):]
         return f"{text}; BLAS threads now: {now}" + ("" if applied else " (a run applies the plan)")

@@ -59,6 +59,8 @@ class Seq2Seq:
     none), ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with
     ``pipe: 2`` they must differ)."""
 
+    #: The running cost of the epoch for the progress display (not tracked here).
+    epoch_loss_sum = None
     config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
                     "learning_rate": float, "clip": float, "dropout": float, "encoder_stage": int, "decoder_stage": int}
     layers = ()
