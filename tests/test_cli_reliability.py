@@ -167,13 +167,12 @@ def test_a_failure_on_one_rank_ends_the_whole_job(env, tmp_path, kind):
     else:  # not dist_flag: the abort hook must be there too
         exp = tmp_path / "dp.yaml"
         exp.write_text(experiment(CNN, env / "data.h5").replace("Experiment {", "Experiment { data: 2,", 1))
-    start = time.monotonic()
     proc = distnet("run", str(exp), "--no-run-dir", n=2, env={"DISTNET_FAULT_INJECT": "1:1"})
+    # 124/137: the timeout around mpiexec ended a hang
     assert proc.returncode not in (0, 124, 137), f"exit {proc.returncode}: {proc.stderr}"
     assert "[rank 1] InjectedFault: fault injected by DISTNET_FAULT_INJECT=1:1 on rank 1 before epoch 1" \
         in proc.stderr
     assert "aborting all 2 ranks" in proc.stderr and "epoch: 0, total training error" in proc.stderr
-    assert time.monotonic() - start < 60
 
 
 # -- bad input ---------------------------------------------------------------------------------

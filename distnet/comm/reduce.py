@@ -31,6 +31,17 @@ def _flat_buffer(xp, size, dtype, host_staging):
     return buf
 
 
+def _bucket_module(arrays, kind, caller):
+    """The array module of a bucket (one dtype, else ValueError naming ``caller``); counts its
+    bytes under ``kind`` when traffic is being counted."""
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) != 1:
+        raise ValueError(f"{caller} needs one dtype per bucket, got {sorted(map(str, dtypes))}")
+    if TRAFFIC.enabled:
+        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
+    return get_array_module(*arrays)
+
+
 def allreduce_sum(arrays, comm, host_staging=False, kind="allreduce_act"):
     """Sum each array of ``arrays`` over the ranks of ``comm``, in place, with ONE Allreduce.
 
@@ -51,12 +62,7 @@ def allreduce_sum(arrays, comm, host_staging=False, kind="allreduce_act"):
     arrays = list(arrays)
     if not arrays or comm.Get_size() == 1:
         return arrays
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) != 1:
-        raise ValueError(f"allreduce_sum needs one dtype per bucket, got {sorted(map(str, dtypes))}")
-    xp = get_array_module(*arrays)
-    if TRAFFIC.enabled:
-        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
+    xp = _bucket_module(arrays, kind, "allreduce_sum")
     delay = comm_delay() if kind == "allreduce_grad" else 0.0
     if len(arrays) == 1 and arrays[0].flags.c_contiguous and not host_staging:
         comm.Allreduce(in_place(comm), MessageBuffers(arrays, False).outgoing()[0])
@@ -155,12 +161,7 @@ def allreduce_sum_start(arrays, comm, host_staging=False, kind="allreduce_grad")
     started = time.perf_counter()
     if not arrays or comm.Get_size() == 1:
         return PendingSum(arrays, None, None, None, started)
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) != 1:
-        raise ValueError(f"allreduce_sum_start needs one dtype per bucket, got {sorted(map(str, dtypes))}")
-    xp = get_array_module(*arrays)
-    if TRAFFIC.enabled:
-        TRAFFIC.record(kind, sum(a.nbytes for a in arrays))
+    xp = _bucket_module(arrays, kind, "allreduce_sum_start")
     size = sum(a.size for a in arrays)
     key = (int(size), str(arrays[0].dtype), xp.__name__, bool(host_staging))
     free = _FREE.get(key)
