@@ -14,7 +14,7 @@ is the critical one) and in total:
   split plane (``B x nout``, over ``Topology.spatial``);
 * FLOPs per rank (multiply-adds count 2; forward + backward, no input gradient for the first
   layer) and activation memory per rank (each layer's output tile plus the input chunk it
-  keeps for the backward pass) and parameter memory (weights + gradients + velocity);
+  keeps for the backward pass) and parameter memory (weights + gradients + the optimiser's state);
 * a predicted step time from an alpha-beta network model (:class:`Machine`): a message costs
   ``alpha + bytes / beta``, a ring Allreduce of ``n`` bytes on ``P`` ranks
   ``2 (P-1) alpha + 2 (P-1)/P n / beta``, compute ``flops / flop_rate``; nothing overlaps.
@@ -73,7 +73,7 @@ class LayerPlan:
     flops_max: float = 0.0
     mem_bytes_max: float = 0.0  # memory-bound traffic estimate (bytes moved), per rank
     act_bytes_max: int = 0      # activation memory kept per rank
-    param_bytes: int = 0        # weights + gradients (+ velocity) per rank (largest shard)
+    param_bytes: int = 0        # weights + gradients + optimiser state per rank (largest shard)
     time: dict = field(default_factory=dict)
     stage: int = 0              # pipeline stage running the layer
     bucket_bytes: dict = field(default_factory=dict)   # gradient payload per communicator
@@ -163,12 +163,13 @@ def _ring(nbytes, P, m):
 
 
 def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, machine=None,
-               momentum=True, data=1, pipe=1):
+               state_arrays=1, data=1, pipe=1):
     """The :class:`Plan` of ``model`` (an MLP/Convnet/GB; shapes inferred here) on ``nranks``
     spatial ranks (grid chosen as a run would choose it, or ``grid`` checked) times ``data``
     replicas and ``pipe`` stages, for minibatches of ``batch`` rows (default: the model's
     ``batch_size``, else 1; a replica runs ``ceil(batch / data)`` of them) of ``itemsize``-byte
-    numbers. ``momentum``: count a velocity buffer per parameter."""
+    numbers. ``state_arrays``: the optimiser's arrays per parameter beside its value and gradient
+    (1: a momentum velocity, 2: Adam's moments; ``MLP.optimizer_state_names``)."""
     machine = machine or Machine()
     model.infer_shapes(tuple(image_shape))
     planes = model.planes()
@@ -196,7 +197,7 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
         need_dx = i > 0
         local_params = sum(pp.local_size for pp in pl.params)
         lp.stage = st
-        lp.param_bytes = local_params * isz * (3 if momentum else 2)
+        lp.param_bytes = local_params * isz * (2 + state_arrays)
         # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
         lp.bucket_bytes = {over: sum(pp.local_size for pp in pl.params if pp.reduce_over == over) * isz
                            for over, n in ((OVER_GRAD, P * data), (OVER_DATA, data)) if n > 1}

@@ -69,7 +69,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
                                                ("mem_rate", mem_rate)) if v is not None})
         p = plan_model(exp.model, shape, layout.nspatial, grid=layout.grid, batch=batch,
                        itemsize=exp.backend.dtype.itemsize, machine=machine,
-                       momentum=bool(exp.model.momentum(0)), data=layout.data, pipe=layout.pipe)
+                       state_arrays=len(exp.model.optimizer_state_names()), data=layout.data, pipe=layout.pipe)
         text = None if as_json else format_show(exp, experiment, nranks, layout, shape)
     except DistnetError as e:
         _fail(str(e), 2 if isinstance(e, ConfigError) else 1)

@@ -122,8 +122,10 @@ def format_show(exp, path, nranks, layout=None, image_shape=None):
     pr = max(sum(r.params_rank for r in rows if r.stage == s) for s in range(pipe))
     act = max(sum(r.act_bytes for r in rows if r.stage == s) for s in range(pipe))
     where = ", its stage's layers only" if staged else ""
+    state = exp.model.optimizer_state_names()
+    kept = "gradients" + (f" and optimiser state {', '.join(state)}" if state else "")
     out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank{where} "
-               f"({_mib(pr * itemsize)}, x3 with gradients and momentum)")
+               f"({_mib(pr * itemsize)}, x{2 + len(state)} counting {kept})")
     out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
     # rank 0 holds the largest tile of the images

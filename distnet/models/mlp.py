@@ -255,6 +255,17 @@ class MLP:
             return sched(epoch), sched.nesterov
         return of
 
+    def optimizer_state_names(self):
+        """Names of the arrays the optimiser keeps per parameter beside its value and gradient
+        (``("m", "v")`` for Adam, ``("velocity",)`` with momentum, ``()`` for plain SGD): what a
+        parameter costs in memory is ``2 + len(...)`` times its size."""
+        if self.learning_rule is not None:
+            return tuple(self.learning_rule.state_names)
+        schedules = [self.momentum] + [MomentumSchedule(layer.momentum_params) for layer in self.layers
+                                       if layer.momentum_params is not None]
+        moves = any(s.kind == "linear_monotone" or s.coef != 0.0 for s in schedules)
+        return ("velocity",) if moves else ()
+
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
         blocks in replica order (the first ``len(idx) % D`` replicas get one more; a replica may

@@ -107,3 +107,21 @@ def test_cli_plan_errors():
     assert r.exit_code == 1 and "Rank counts that work" in r.output
     r = CliRunner().invoke(plan_cmd, ["benchmarks/experiments/bigimage_dist.yaml", "-n", "2"])
     assert r.exit_code != 0 and "--input-shape" in r.output
+
+
+@pytest.mark.parametrize("path, state", [("experiments/mnist_gb.yaml", ()),
+                                         ("experiments/mnist_cnn.yaml", ("velocity",)),
+                                         ("experiments/mnist_cnn_bn_adam.yaml", ("m", "v"))])
+def test_parameter_memory_counts_the_optimisers_state(path, state):
+    # plain SGD keeps value + gradient, momentum a velocity too, Adam two moments
+    exp = load_experiment(path)
+    assert exp.model.optimizer_state_names() == state
+    shape = exp.dataset.image_shape
+    totals = {n: plan_model(load_experiment(path).model, shape, 1, state_arrays=n).totals()["param_bytes"]
+              for n in (0, len(state))}
+    assert totals[len(state)] * 2 == totals[0] * (2 + len(state))
+    r = CliRunner().invoke(plan_cmd, [path])
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("parameters:"))
+    assert f"x{2 + len(state)} counting gradients" in line and all(n in line for n in state)
+    assert f"parameters {totals[len(state)] / 2**20:.1f} MiB" in r.output
