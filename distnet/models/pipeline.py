@@ -135,13 +135,16 @@ def segments(stage_of):
 
 def micro_slices(n, micro_batches):
     """Contiguous non-empty slices of ``range(n)``: ``np.array_split`` into ``micro_batches``
-    parts (sizes differ by at most 1), empty parts dropped."""
+    parts (sizes differ by at most 1), empty parts dropped; ``[slice(0, 0)]`` when ``n == 0``.
+    A replica without rows in a short last batch still runs one empty micro-batch through its
+    stages: its layers' collectives over the replicas (batch norm's statistics) must meet the
+    other replicas' calls."""
     out, a = [], 0
     for size in (len(p) for p in np.array_split(np.arange(n), micro_batches)):
         if size:
             out.append(slice(a, a + size))
             a += size
-    return out
+    return out or [slice(0, 0)]
 
 
 def local_feature_shape(layer):
@@ -283,8 +286,5 @@ class Pipeline:
             if acc is not None:
                 for a, p in zip(acc[k], own[k]):
                     p.grad[...] = a
-            elif not micro:                                # this replica has no rows in this batch
-                for p in own[k]:
-                    p.grad[...] = 0
         self._finish()
         return self._share_over_pipe(loss)

@@ -244,3 +244,22 @@ def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction)
             os.rmdir(tmp)
     finally:
         topo.free()
+
+
+@pytest.mark.parametrize("ndata,npipe", [pytest.param(2, 2, id="data2-pipe2", marks=pytest.mark.mpi_size(4)),
+                                         pytest.param(4, 1, id="data4", marks=pytest.mark.mpi_size(4))])
+def test_a_replica_without_rows_takes_part(comm, data, ndata, npipe):
+    """11 images in batches of 5: the last batch has 1 row, so a replica gets none; it still
+    joins batch norm's statistics sum and the gradient sum (with nothing), on pipeline stages too."""
+    x, labels = data[0][:11], data[1][:11]
+    topo = Topology.from_world(grid=(1, 1), data=ndata, pipe=npipe, world=comm)
+    stages = [3] if npipe == 2 else None
+    try:
+        ref = build(False, Topology.serial(), "adam", stages=stages)
+        ref_costs = ref.fit(x, labels, K)
+        model = build(True, topo, "adam", stages=stages)
+        costs = model.fit(x, labels, K)
+        np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+        assert model.misclass_rate(x, labels) == ref.misclass_rate(x, labels)
+    finally:
+        topo.free()
