@@ -239,9 +239,10 @@ class MLP:
         """The pipeline stage of every layer on ``npipe`` stages (list of ints):
         :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
         point at the layer's (or the model's) YAML."""
-        if self.towers is not None:
+        if self.towers is not None:   # the pipe rank running each layer (shared layers: 0 and all)
             self.towers.check_pipe(npipe)
-            return [0] * len(self.layers)
+            per = self.towers.T // npipe
+            return [0 if t is None else t // per for t in self.towers.tower_of]
         if npipe > 1 and not self.graph.is_chain:
             raise self.error(f"this model is a graph (its layers name their inputs) and graphs run on one "
                              f"pipeline stage, but the run has pipe = {npipe}; use spatial and data "

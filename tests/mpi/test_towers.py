@@ -70,3 +70,36 @@ def test_towers_equal_single_process(comm, data, name):
                                        ref.predict(x)[model.replica_rows(np.arange(N))], rtol=1e-10, atol=1e-12)
     finally:
         topo.free()
+
+
+@pytest.mark.parametrize("npipe, ndata", [pytest.param(2, 1, id="pipe2", marks=pytest.mark.mpi_size(2)),
+                                          pytest.param(2, 2, id="pipe2-data2", marks=pytest.mark.mpi_size(4))])
+def test_towers_checkpoint_resumes_on_one_process(comm, data, tmp_path_factory, npipe, ndata):
+    """2 epochs on the tower ranks, a checkpoint (each tower rank sends its towers' weights and
+    Adam state), the third epoch on one process: the single-process run's third epoch."""
+    from distnet.models.checkpoint import restore_checkpoint, save_checkpoint
+    from tests.towers_net import tower_model
+    x, labels = data
+    ref, ref_costs, _ = reference(2, x, labels)
+    path = comm.bcast(str(tmp_path_factory.mktemp("towers") / "ck.h5") if comm.Get_rank() == 0 else None)
+    topo = Topology.from_world(grid=(1, 1), data=ndata, pipe=npipe, world=comm)
+    try:
+        model = tower_model(2, K, num_epochs=2)
+        model.infer_shapes((1, 1, D))
+        model.configure(Numpy64(rng_seed=2), topo)
+        model.init_params()
+        model.fit(x, labels, K)
+        save_checkpoint(path, model, topo, epoch=1)
+    finally:
+        topo.free()
+    one = tower_model(2, K, num_epochs=3)
+    one.infer_shapes((1, 1, D))
+    serial = Topology.serial()
+    one.configure(Numpy64(rng_seed=2), serial)
+    one.init_params()
+    restore_checkpoint(one, path, serial)
+    costs = one.fit(x, labels, K)
+    np.testing.assert_allclose(costs, ref_costs[2:], rtol=1e-10)
+    for layer, rl in zip(one.layers, ref.layers):
+        for p, pr in zip(layer.params(), rl.params()):
+            np.testing.assert_allclose(p.value, pr.value, rtol=1e-10, atol=1e-13, err_msg=p.name)
