@@ -25,7 +25,16 @@ class TowerSumLayer(BaseLayer):
     """``y = f(x_0 + x_1 + ... + x_{T-1})``: keys ``inputs`` (one layer of every tower, the same
     global shape ``(F,)`` or ``(C, H, W)`` and layout), ``activation`` (optional, e.g.
     ``!obj:distnet.activations.RectLin {}``: Chainer ParallelMLP's ``relu(z0 + z1)``). The layer
-    itself has no ``tower`` key: its output belongs to every tower."""
+    itself has no ``tower`` key: its output belongs to every tower.
+
+    In a tower network (the model's ``towers: T``) every layer may carry ``tower: t`` (``0 ..
+    T-1``; without it the layer is shared and runs on every rank). A tower's layers read the
+    model's input, shared layers and their own tower's layers; a shared layer reads no tower's
+    output except through a TowerSumLayer; the last layer is shared. The experiment's ``pipe``
+    ranks hold the towers: ``pipe: 1`` all on one process, ``pipe: T`` one per rank (``pipe``
+    dividing ``T``: ``T / pipe`` per rank); ``data: D`` adds replicas (``D x pipe`` ranks). Each
+    TowerSumLayer is one Allreduce over the pipe ranks forward, and the gradient of a shared
+    value read by towers one backward (:mod:`distnet.models.towers`)."""
 
     config_types = {"activation": ("obj", "activation")}
     multi_input = True
