@@ -36,3 +36,22 @@ def tower_model(T, K, num_epochs=3, batch_size=7, dropout=True, max_grad_norm=0.
     return MLP(layers=tower_layers(T, K, dropout), towers=T, num_epochs=num_epochs, batch_size=batch_size,
                shuffle=True, cost=SoftmaxCrossEntropy(),
                learning_rule=Adam(learning_rate=0.03, max_grad_norm=max_grad_norm))
+
+
+def conv_tower_layers(T, K, dist):
+    """Convolutional towers on image tiles (``dist``: the Dist classes for a spatial grid): per
+    tower two 3x3 convolutions, exchange 1 (a spatial TowerSumLayer with ReLU), per tower a
+    stride-2 convolution, exchange 2, a shared fully connected output."""
+    from distnet.layers import ConvLayer, ConvLayerDist, LayerDist
+    Conv, FC = (ConvLayerDist, LayerDist) if dist else (ConvLayer, Layer)
+    layers = []
+    for t in range(T):
+        layers += [Conv(name=f"p{t}", tower=t, inputs=["input"], nofm=2, fshape=3, padding=1, weight_init=WI,
+                        activation=RectLin()),
+                   Conv(name=f"q{t}", tower=t, nofm=3, fshape=3, padding=1, weight_init=WI)]
+    layers.append(TowerSumLayer(name="h", inputs=[f"q{t}" for t in range(T)], activation=RectLin()))
+    layers += [Conv(name=f"r{t}", tower=t, inputs=["h"], nofm=2, fshape=3, stride=2, padding=1, weight_init=WI)
+               for t in range(T)]
+    layers.append(TowerSumLayer(name="s", inputs=[f"r{t}" for t in range(T)], activation=Tanh()))
+    layers.append(FC(name="out", nout=K, weight_init=WI))
+    return layers

@@ -103,3 +103,43 @@ def test_towers_checkpoint_resumes_on_one_process(comm, data, tmp_path_factory, 
     for layer, rl in zip(one.layers, ref.layers):
         for p, pr in zip(layer.params(), rl.params()):
             np.testing.assert_allclose(p.value, pr.value, rtol=1e-10, atol=1e-13, err_msg=p.name)
+
+
+# (grid, towers T, pipe, data)
+CONV = {"grid1x2-T2-pipe2": ((1, 2), 2, 2, 1), "grid2x1-T2-pipe1": ((2, 1), 2, 1, 1),
+        "grid1x2-T2-pipe1-data2": ((1, 2), 2, 1, 2)}
+CH, CW = 6, 5
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(g[0] * g[1] * p * d))
+                                  for n, (g, _, p, d) in CONV.items()])
+def test_conv_towers_on_a_grid_equal_single_process(comm, name):
+    """Towers of convolutions on spatial tiles: the exchanges sum tiles over the pipe ranks,
+    each convolution exchanges its halos on its own grid."""
+    from distnet.geometry import tile_of
+    from distnet.models import Convnet, ConvnetDist
+    from distnet.ops.costs import SoftmaxCrossEntropy
+    from distnet.ops.learning_rules import Adam
+    from tests.towers_net import conv_tower_layers
+    grid, T, npipe, ndata = CONV[name]
+    rng = np.random.RandomState(5)
+    labels = rng.randint(0, K, 11)
+    x = rng.standard_normal((11, 1, CH, CW))
+    x[:, 0, :2, :2] += labels[:, None, None]
+
+    def fit(cls, dist, topo, xs):
+        model = cls(layers=conv_tower_layers(T, K, dist), towers=T, num_epochs=2, batch_size=4, shuffle=True,
+                    cost=SoftmaxCrossEntropy(), learning_rule=Adam(learning_rate=0.05))
+        model.infer_shapes((1, CH, CW))
+        model.configure(Numpy64(rng_seed=6), topo)
+        model.init_params()
+        return model, model.fit(xs, labels, K), model.misclass_rate(xs, labels)
+    _, ref_costs, ref_rate = fit(Convnet, False, Topology.serial(), x)
+    topo = Topology.from_world(grid=grid, data=ndata, pipe=npipe, world=comm)
+    try:
+        t = tile_of((CH, CW), topo.grid, topo.coords)
+        _, costs, rate = fit(ConvnetDist, True, topo, x[:, :, t.y0:t.y1, t.x0:t.x1])
+        np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+        assert rate == ref_rate
+    finally:
+        topo.free()
