@@ -70,6 +70,7 @@ class LayerPlan:
     halo_msgs_max: int = 0      # messages one rank sends per step (both directions)
     allreduce_grad: int = 0     # gradient payload bytes per rank per step
     allreduce_act: int = 0      # activation payload bytes per rank per step
+    allreduce_pipe: int = 0     # the part of it over the pipe ranks (tower exchanges)
     flops_max: float = 0.0
     mem_bytes_max: float = 0.0  # memory-bound traffic estimate (bytes moved), per rank
     act_bytes_max: int = 0      # activation memory kept per rank
@@ -247,6 +248,9 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             lp.allreduce_act = B * isz * sum(c.per_sample for c in pl.collectives
                                              if not c.backward or need_dx)
             lp.allreduce_act += 8 * sum(c.per_step for c in pl.collectives)   # float64 statistics (batch norm)
+            # a tower network's exchanges run over the pipe ranks (the towers), not the spatial grid
+            lp.allreduce_pipe = B * isz * sum(c.per_sample for c in pl.collectives
+                                              if c.over == "pipe" and (not c.backward or need_dx))
             lp.tile = tuple(pl.out_layout.local_shape)
             lp.flops_max = 2.0 * B * pl.macs * (3 if need_dx else 2)
             lp.act_bytes_max = B * isz * nout * 2            # pre-activation and output
@@ -265,7 +269,8 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
                       + (lp.halo_fwd_max + lp.halo_bwd_max) / machine.beta) if P > 1 else 0.0,
              "allreduce": 0.0}
         if lp.allreduce_act:
-            t["allreduce"] += _ring(lp.allreduce_act, P, machine)
+            t["allreduce"] += (_ring(lp.allreduce_act - lp.allreduce_pipe, P, machine)
+                               + _ring(lp.allreduce_pipe, pipe, machine))
         for over, nbytes in lp.bucket_bytes.items():
             if nbytes:
                 n = bucket_ranks[over]

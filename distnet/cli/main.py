@@ -328,7 +328,8 @@ def check(experiment, list_classes, reference, overrides):
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:
-        click.echo(f"  {layer.describe()}")
+        tower = f"  [tower {layer.tower}]" if layer.tower is not None else ""   # tower networks
+        click.echo(f"  {layer.describe()}{tower}")
 
 
 @main.command()

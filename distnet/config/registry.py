@@ -43,6 +43,7 @@ _add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist
      "distnet.layers", "neon.models.layer")
 _add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
 _add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
+_add("distnet.layers.tower_sum", "layer", ["TowerSumLayer"], "distnet.layers")
 _add("distnet.layers.batchnorm", "layer", ["BatchNormLayer", "BatchNormLayerDist"], "distnet.layers")
 _add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer", "GlobalAveragePoolingLayerDist"],
      "distnet.layers")

@@ -11,6 +11,7 @@ from .concat import ConcatLayer
 from .fc import Layer, LayerWithNoBias
 from .lcn import LCNLayer, LCNLayerDist
 from .local import LocalFilteringLayer, LocalFilteringLayerDist
+from .tower_sum import TowerSumLayer
 from .spatial import AveragePoolingLayer, ConvLayer, L2PoolingLayer, MaxPoolingLayer, WindowLayer
 
 __all__ = ["AveragePoolingLayer", "AveragePoolingLayerDist", "BaseLayer", "ConvLayer", "ConvLayerDist",
@@ -19,3 +20,4 @@ __all__ = ["AveragePoolingLayer", "AveragePoolingLayerDist", "BaseLayer", "ConvL
            "REPLICATED", "SPATIAL", "WindowLayer"]
 __all__ += ["LCNLayer", "LCNLayerDist", "LocalFilteringLayer", "LocalFilteringLayerDist"]
 __all__ += ["AddLayer", "ConcatLayer"]
+__all__ += ["TowerSumLayer"]

@@ -71,11 +71,13 @@ class BaseLayer:
     experiment has ``pipe > 1``; default: from the model's ``stages``), ``inputs`` (list of
     layer names, or ``input`` for the model's input: the layers whose outputs this layer reads,
     making the model a graph; default: the previous layer, as in a chain; see
-    :mod:`distnet.models.graph`). neon's per-layer
+    :mod:`distnet.models.graph`), ``tower`` (int: the tower ``0 .. T-1`` the layer belongs to in
+    a model with ``towers: T``; default: no tower, the layer is shared by all towers; see
+    :mod:`distnet.models.towers`). neon's per-layer
     ``backend`` key is accepted and ignored: the experiment's backend is used everywhere."""
 
     config_types = {"name": str, "pos": NonNegativeInt, "batch_size": PositiveInt, "stage": NonNegativeInt,
-                    "inputs": ("list", str)}
+                    "inputs": ("list", str), "tower": NonNegativeInt}
     config_ignored = ("backend",)
     #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
     is_dist = False
@@ -100,9 +102,13 @@ class BaseLayer:
     #: ``place`` / ``configure`` take lists (shapes, layout kinds), ``fprop`` a list of arrays,
     #: and ``bprop`` returns a list of input gradients.
     multi_input = False
+    #: True for the exchange point of a tower network (TowerSumLayer): it reads one output of
+    #: every tower, and the graph hands it only those of this rank's towers.
+    tower_sum = False
 
-    def __init__(self, name=None, pos=None, batch_size=None, stage=None, inputs=None):
+    def __init__(self, name=None, pos=None, batch_size=None, stage=None, inputs=None, tower=None):
         self.name = name
+        self.tower = tower
         self.inputs = list(inputs) if inputs is not None else None
         self.pos = pos
         self.batch_size = batch_size

@@ -29,6 +29,10 @@ class Param:
     sharded: bool = False
     velocity: object = None
     state: dict = None
+    #: True when an identical copy of this parameter is held and counted on another rank of
+    #: ``Topology.pipe`` (a layer shared by the towers of a tower network): the global gradient
+    #: norm skips it here.
+    copy_elsewhere: bool = False
 
     @classmethod
     def from_placement(cls, pp, value, xp, grad=True):

@@ -109,9 +109,10 @@ class TrainingStep:
     def owned(self, p):
         """True when this rank counts ``p``'s gradient in the global norm: data replica 0 only
         (the replicas hold the same sums), every spatial rank for a sharded parameter (disjoint
-        shards), spatial rank 0 for a replicated one; pipeline stages hold different layers."""
+        shards), spatial rank 0 for a replicated one; pipeline stages hold different layers
+        (a tower network's shared layers: pipe rank 0 only, ``copy_elsewhere``)."""
         t = self.topology
-        return t.data_index == 0 and (p.sharded or t.spatial.Get_rank() == 0)
+        return t.data_index == 0 and (p.sharded or t.spatial.Get_rank() == 0) and not p.copy_elsewhere
 
     def global_norm(self, params):
         """The L2 norm of all gradients of the model (``[(layer, Param)]``, already summed):

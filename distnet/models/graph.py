@@ -14,6 +14,12 @@ input feeds the block and its shortcut). Additions and concatenations of tiled a
 local (every input has the same tiles); a window layer on a branch exchanges its own halos
 (each layer has its own chunk exchange), so the distribution rules are the chain's.
 
+Tower networks (:mod:`distnet.models.towers`): layers with a ``tower`` key; a rank runs only
+the shared layers and its own towers' (:meth:`Graph.set_towers`), a TowerSumLayer reads only
+its rank's towers' inputs, and the gradient of a shared value read by tower layers is summed
+over the tower ranks in the backward (the part from tower readers; the part from shared readers
+is complete on every rank).
+
 Single-input layers keep their protocol (``infer_shape(shape)``, ``place(layout, position)``,
 ``fprop(x)``, ``bprop(delta) -> dx``); layers with ``multi_input`` take lists.
 """
@@ -32,7 +38,7 @@ class Graph:
 
     def __init__(self, layers):
         self.layers = layers
-        self.is_chain = all(layer.inputs is None for layer in layers)
+        self.is_chain = all(layer.inputs is None and layer.tower is None for layer in layers)
         if self.is_chain:   # nothing to check: names need not even be unique
             self.sources = [[i - 1] for i in range(len(layers))]
             self.readers = {j: [j + 1] for j in range(-1, len(layers) - 1)}
@@ -86,10 +92,34 @@ class Graph:
             raise ConfigError("no layer reads the model's input ('input')", None, "layers")
         self.last_use = {j: max(r) if r else len(layers) for j, r in self.readers.items()}
 
-    def inputs_of(self, i, values, model_input):
+    #: Tower networks (:meth:`set_towers`): every layer's tower (None: shared), the layers
+    #: this rank runs (None: all), the shared layers read by towers and the backward exchange.
+    tower_of = local = None
+    exchanged = ()
+    exchange = None
+
+    def set_towers(self, tower_of, local, exchanged, exchange):
+        """Run only the layers ``local`` (indices) on this rank; ``exchange(j, part, rows)``
+        sums the tower readers' part of layer ``j``'s output gradient over the tower ranks, for
+        ``j`` in ``exchanged`` (:meth:`~distnet.models.towers.TowerPlan.exchange`)."""
+        self.tower_of, self.local = list(tower_of), set(local)
+        self.exchanged, self.exchange = set(exchanged), exchange
+        self.last_use = {j: max([r for r in rs if r in self.local], default=len(self.layers))
+                         for j, rs in self.readers.items()}
+
+    def sources_here(self, i):
+        """The inputs of layer ``i`` on this rank: a TowerSumLayer reads its rank's towers only."""
+        src = self.sources[i]
+        if self.local is None or not self.layers[i].tower_sum:
+            return src
+        return [j for j in src if j in self.local]
+
+    def inputs_of(self, i, values, model_input, here=False):
         """The values layer ``i`` reads, from ``values`` (dict index -> value) and the model's
-        input: one value, or a list for a ``multi_input`` layer."""
-        got = [model_input if j < 0 else values[j] for j in self.sources[i]]
+        input: one value, or a list for a ``multi_input`` layer (``here``: only those this rank
+        holds, :meth:`sources_here`)."""
+        src = self.sources_here(i) if here else self.sources[i]
+        got = [model_input if j < 0 else values[j] for j in src]
         return got if self.layers[i].multi_input else got[0]
 
     def infer_shapes(self, input_shape):
@@ -113,8 +143,10 @@ class Graph:
         last layer's output."""
         values = {}
         for i, layer in enumerate(self.layers):
-            values[i] = layer.fprop(self.inputs_of(i, values, x))
-            for j in self.sources[i]:
+            if self.local is not None and i not in self.local:
+                continue
+            values[i] = layer.fprop(self.inputs_of(i, values, x, here=True))
+            for j in self.sources_here(i):
                 if j >= 0 and self.last_use[j] == i:
                     del values[j]
         return values[len(self.layers) - 1]
@@ -124,11 +156,19 @@ class Graph:
         ``lowest`` (layers below it neither learn nor need gradients). A layer's output gradient
         is the sum of its readers' input gradients (summed from the last reader down, the same
         order on every rank and grid). Every layer from ``lowest`` up fills its parameters'
-        gradients."""
+        gradients. Tower networks: module docstring (the exchanges are collective over
+        ``Topology.pipe``, in the same order on every rank)."""
         grads = {len(self.layers) - 1: delta}
+        from_towers = {}   # shared layer -> the sum of its tower readers' gradients here
         for i in range(len(self.layers) - 1, lowest - 1, -1):
-            layer, src = self.layers[i], self.sources[i]
-            g = grads.pop(i)
+            if self.local is not None and i not in self.local:
+                continue
+            layer, src = self.layers[i], self.sources_here(i)
+            g = grads.pop(i, None)
+            if i in self.exchanged:
+                part = self.exchange(i, from_towers.pop(i, None), delta.shape[0])
+                g = part if g is None else g + part
+            to = from_towers if self.tower_of is not None and self.tower_of[i] is not None else grads
             need = [j >= lowest for j in src]
             dx = layer.bprop(g, need_input_grad=any(need))
             if not any(need):
@@ -136,5 +176,6 @@ class Graph:
             dxs = dx if layer.multi_input else [dx]
             for j, d, n in zip(src, dxs, need):
                 if n:
-                    grads[j] = d if j not in grads else grads[j] + d
+                    acc = to if j in self.exchanged else grads
+                    acc[j] = d if j not in acc else acc[j] + d
         return None

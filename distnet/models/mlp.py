@@ -24,6 +24,7 @@ from ..ops.sgd import MomentumSchedule
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
 from .pipeline import Pipeline, StagePlanError, assign_stages
+from .towers import TowerPlan
 
 
 class MLP:
@@ -48,13 +49,19 @@ class MLP:
     order of ``layers``; without any ``inputs`` key it is the chain it always was. Graphs run
     on one pipeline stage and one micro-batch.
 
+    ``towers`` (T, a distnet addition): a tower network (Chainer's model-parallel ParallelMLP):
+    layers with ``tower: t`` keys belong to tower ``t``, TowerSumLayers sum one output of every
+    tower, and the experiment's ``pipe`` ranks hold the towers (``pipe: 1``: all on one
+    process; ``pipe: T``: one tower per rank); see :mod:`distnet.models.towers`.
+
     The last batch of an epoch may be smaller than ``batch_size`` (neon crashed there).
     """
 
     config_types = {"layers": ("list", ("obj", "layer")), "num_epochs": NonNegativeInt, "batch_size": PositiveInt,
                     "cost": ("obj", "cost"), "momentum": MOMENTUM, "learning_rate": NonNegative,
                     "shuffle": bool, "serialized_path": str, "stages": ("list", NonNegativeInt),
-                    "micro_batches": PositiveInt, "learning_rule": ("obj", "learning_rule")}
+                    "micro_batches": PositiveInt, "learning_rule": ("obj", "learning_rule"),
+                    "towers": PositiveInt}
     config_ignored = ("backend", "temp_dtype")
     #: Layout of the model's input: each rank's spatial tile (MLPDist: whole images).
     input_layout = SPATIAL
@@ -63,7 +70,7 @@ class MLP:
 
     def __init__(self, layers, num_epochs, cost=None, batch_size=None, momentum=None,
                  learning_rate=None, shuffle=False, serialized_path=None, stages=None, micro_batches=1,
-                 learning_rule=None):
+                 learning_rule=None, towers=None):
         if not layers:
             raise ValueError("layers must list at least one layer")
         self.layers = layers
@@ -92,11 +99,31 @@ class MLP:
             if layer.name is None:
                 layer.name = f"{type(layer).__name__}{i}"
         self.graph = Graph(layers)
+        self.towers = self._tower_plan(towers)
         if not self.graph.is_chain and micro_batches > 1:
             raise ConfigError(f"micro_batches is {micro_batches}, but this model is a graph (its layers name "
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
                               key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
+
+    def _tower_plan(self, ntowers):
+        """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without
+        ``towers``; tower keys and TowerSumLayers then are errors)."""
+        if ntowers is None:
+            for layer in self.layers:
+                if layer.tower is not None:
+                    raise layer.error(f"has tower: {layer.tower} but the model has no towers key; give "
+                                      "the model towers: T (the number of towers)", "tower")
+                if layer.tower_sum:
+                    raise layer.error("a TowerSumLayer sums the outputs of towers, but the model has no "
+                                      "towers key; give the model towers: T and its layers tower keys")
+            return None
+        if self.micro_batches > 1:
+            raise self.error("a tower network runs one micro-batch; remove micro_batches", "micro_batches")
+        if self.stages is not None:
+            raise self.error("in a tower network the pipe ranks hold towers, not pipeline stages; "
+                             "remove stages", "stages")
+        return TowerPlan(self.layers, self.graph, ntowers, self.error)
 
     # -- building ------------------------------------------------------------------------------
     def check_layers(self):
@@ -133,8 +160,9 @@ class MLP:
                 out.append(placement)
         else:
             def place(i, layer, in_layout):
-                out.append(layer.place(in_layout, position))
-                return out[-1].out_layout.kind
+                placement = layer.place(in_layout, position)
+                out.append(placement if self.towers is None else self.towers.with_exchange(i, placement, position))
+                return placement.out_layout.kind
             layout = self.graph.layouts(layout, place)[-1]
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
@@ -149,7 +177,10 @@ class MLP:
         def place(i, layer, in_layout):
             ctx = LayerContext(backend, topology, i, self.run_state)
             layer.bind(ctx)
-            return layer.configure(in_layout, ctx)
+            kind = layer.configure(in_layout, ctx)
+            if self.towers is not None:
+                layer.placement = self.towers.with_exchange(i, layer.placement, topology.position)
+            return kind
         if self.graph.is_chain:
             for i, layer in enumerate(self.layers):
                 layout = place(i, layer, layout)
@@ -194,6 +225,13 @@ class MLP:
         self.stage_of = self.stage_plan(npipe)
         mine = topology.pipe_index
         self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
+        if self.towers is not None:   # the pipe ranks hold towers: no pipeline
+            local = self.towers.local(mine, npipe)
+            self.local_layers = [self.layers[i] for i in local]
+            self.graph.set_towers(self.towers.tower_of, local, self.towers.exchanged,
+                                  self.towers.exchange(topology, self.backend))
+            self.pipeline = None
+            return
         self.pipeline = (Pipeline(self, self.stage_of, self.micro_batches)
                          if npipe > 1 or self.micro_batches > 1 else None)
 
@@ -201,6 +239,10 @@ class MLP:
         """The pipeline stage of every layer on ``npipe`` stages (list of ints):
         :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
         point at the layer's (or the model's) YAML."""
+        if self.towers is not None:   # the pipe rank running each layer (shared layers: 0 and all)
+            self.towers.check_pipe(npipe)
+            per = self.towers.T // npipe
+            return [0 if t is None else t // per for t in self.towers.tower_of]
         if npipe > 1 and not self.graph.is_chain:
             raise self.error(f"this model is a graph (its layers name their inputs) and graphs run on one "
                              f"pipeline stage, but the run has pipe = {npipe}; use spatial and data "
@@ -223,6 +265,11 @@ class MLP:
             if id(layer) not in local:
                 layer.release_params()
         self._params = [(layer, p) for layer in self.local_layers for p in layer.params()]
+        if self.towers is not None and self.topology.pipe_index > 0:
+            for layer in self.local_layers:   # shared layers: counted on pipe rank 0 (gradient norm)
+                if layer.tower is None:
+                    for p in layer.params():
+                        p.copy_elsewhere = True
         self._index = {id(layer): i for i, layer in enumerate(self.layers)}
 
     # -- training ------------------------------------------------------------------------------

@@ -1,140 +1,158 @@
-"""Tower networks (Chainer's model-parallel ParallelMLP): a wide MLP cut into ``T`` towers that
-compute independently and exchange only at two layers.
+"""Tower networks (Chainer's model-parallel ``ParallelMLP``): a graph model whose layers are cut
+into ``T`` towers that compute independently and exchange only at chosen layers.
 
-Each tower ``t`` has two 3-layer MLPs (``Linear -> relu -> Linear -> relu -> Linear``)::
+YAML: the model's ``towers: T`` and a layer's ``tower: t`` (``0 .. T-1``). A layer without a
+``tower`` key is *shared*: it runs on every rank and its output is the same everywhere. The
+exchange points are :class:`~distnet.layers.tower_sum.TowerSumLayer` layers: shared, reading one
+same-shaped output of every tower, summing them over the towers. What a layer may read (its
+``inputs``; :mod:`distnet.models.graph`):
 
-    first_t : D -> u/2 -> u/2 -> u          second_t : u -> u/2 -> u/2 -> K
-    h = relu(sum_t first_t(x))              (exchange 1, after layer 3; every tower gets h)
-    y = sum_t second_t(h)                   (exchange 2, after layer 6)
-    loss = softmax cross-entropy(y, labels) / B_global
+* a layer of tower ``t``: the model's input, shared layers, layers of tower ``t``;
+* a shared layer: the model's input and shared layers (a tower's output leaves it only through
+  a TowerSumLayer);
+* a TowerSumLayer: exactly one layer of every tower.
 
-On one process all towers run in order; on ``T`` ranks (``Topology.pipe``, one tower per rank)
-each exchange is one Allreduce (sum) on ``Topology.pipe``, and so is its backward: ``dL/dz_t`` of
-exchange 1 is the sum over the towers of ``dL/dh`` (every tower's second MLP reads ``h``); the
-gradient of ``y`` is the same on every tower. Two Allreduces per direction per step instead of
-one per layer (vecpar). Data replicas (``Topology.data``) take contiguous parts of every
-minibatch and sum their gradients. Every rank draws every tower's weights from one stream.
+The last layer (the model's output) is shared.
+
+Where the towers run: on the ranks of ``Topology.pipe`` (the experiment's ``pipe``): ``pipe: 1``
+runs every tower on one process (the reference numbers), ``pipe: T`` one tower per rank, any
+``pipe`` dividing ``T`` runs ``T / pipe`` consecutive towers per rank. With ``data: D`` the run has
+``D x pipe`` ranks (each tower rank's data replicas sum its gradients as in every model). A rank
+builds and runs the shared layers and its own towers' layers; every rank draws every layer's
+weights from the one RNG stream (the same global weights as one process) and releases the other
+towers' layers at once, as pipeline stages do.
+
+Exchanges, both ONE Allreduce (sum) over ``Topology.pipe`` when the towers sit on several ranks:
+
+* forward: a TowerSumLayer adds its rank's towers' inputs, then sums over the tower ranks;
+* backward: the gradient of a shared value (a TowerSumLayer's output, the output of a shared
+  layer) is the sum over its readers; the readers of other towers ran elsewhere, so the graph
+  sums the part from tower readers over ``Topology.pipe`` (zeros where a rank holds none of
+  them) and adds the part from shared readers (complete on every rank).
+
+The placements declare both (``Collective(over="pipe")``: the TowerSumLayer's forward, the
+shared node's backward), so ``distnet show`` / ``plan`` report them. Shared parameters (layers
+after an exchange) are identical on every tower rank: their gradients are summed over the data
+replicas only, and the gradient norm counts them on pipe rank 0 only.
 """
+from dataclasses import replace
+
 import numpy as np
 
 from ..comm.reduce import allreduce_sum
-from ..ops.softmax import log_softmax
+from ..layers.placement import Collective
+from ..layers.tower_sum import TOWER_COMM
 
 
-class Towers:
-    """Keys: ``units`` (u, default 64), ``nout`` (K), ``ntowers`` (2), ``num_epochs``,
-    ``batch_size`` (32), ``learning_rate`` (plain SGD, 0.1)."""
+class TowerPlan:
+    """The towers of a model (checked as the YAML is read; errors at the offending key).
 
-    config_types = {"units": int, "nout": int, "ntowers": int, "num_epochs": int, "batch_size": int,
-                    "learning_rate": float}
+    layers : the model's layers; graph : their :class:`~distnet.models.graph.Graph`;
+    ntowers : the model's ``towers`` (T); model_error : ``(message, key) -> ConfigError`` at the
+    model's YAML.
 
-    def __init__(self, nout, units=64, ntowers=2, num_epochs=1, batch_size=32, learning_rate=0.1):
-        self.u, self.K, self.T = units, nout, ntowers
-        self.num_epochs, self.batch_size, self.learning_rate = num_epochs, batch_size, learning_rate
+    ``tower_of[i]``: layer ``i``'s tower (None: shared); ``exchanged``: the shared layers read by
+    tower layers (their output gradient is summed over the tower ranks in the backward).
+    """
 
-    def configure(self, backend, topology, nin):
-        """Draw every tower's weights (one stream) and keep this rank's towers: all of them on
-        one stage, tower ``pipe_index`` when ``Topology.npipe == ntowers``."""
-        if topology.npipe not in (1, self.T):
-            raise ValueError(f"Towers with {self.T} towers runs on 1 or {self.T} pipe ranks, got {topology.npipe}")
-        self.backend, self.topology, self.dtype = backend, topology, backend.dtype
-        rng = np.random.RandomState(backend.rng_seed)
-        u, h = self.u, self.u // 2
-        sizes = {"first": [(nin, h), (h, h), (h, u)], "second": [(u, h), (h, h), (h, self.K)]}
-        towers = []
-        for _ in range(self.T):
-            tw = {}
-            for half, dims in sizes.items():
-                tw[half] = [(rng.normal(0, 1 / np.sqrt(a), size=(b, a)).astype(self.dtype),
-                             np.zeros(b, dtype=self.dtype)) for a, b in dims]
-            towers.append(tw)
-        self.mine = list(range(self.T)) if topology.npipe == 1 else [topology.pipe_index]
-        self.towers = {t: towers[t] for t in self.mine}
+    def __init__(self, layers, graph, ntowers, model_error):
+        self.layers, self.graph, self.T, self.model_error = layers, graph, ntowers, model_error
+        self.tower_of = [layer.tower for layer in layers]
+        T, names = ntowers, [layer.name for layer in layers]
+        for layer in layers:
+            if layer.tower is not None and layer.tower >= T:
+                raise layer.error(f"tower {layer.tower} is out of range: the model has towers: {T} "
+                                  f"(towers 0 .. {T - 1})", "tower")
+        used = {t for t in self.tower_of if t is not None}
+        missing = sorted(set(range(T)) - used)
+        if missing:
+            raise model_error(f"towers is {T} but no layer has tower: {missing[0]} (towers without layers: "
+                              f"{missing}); give every tower its layers or lower towers", "towers")
 
-    def _sum(self, parts):
-        """Sum of this rank's tower arrays, then over ``Topology.pipe`` (collective there)."""
-        s = parts[0].copy()
-        for p in parts[1:]:
-            s += p
-        if self.topology.npipe > 1:
-            allreduce_sum([s], self.topology.pipe, self.backend.host_staging)
-        return s
+        def what(j):
+            return "the model's input" if j < 0 else f"'{names[j]}'" + (
+                f" (tower {self.tower_of[j]})" if self.tower_of[j] is not None else " (shared)")
+        for i, layer in enumerate(layers):
+            src = graph.sources[i]
+            if layer.tower_sum:
+                if layer.tower is not None:
+                    raise layer.error("a TowerSumLayer belongs to every tower (its output is the same on "
+                                      "all of them); remove its tower key", "tower")
+                seen = {}
+                for j in src:
+                    if j < 0 or self.tower_of[j] is None:
+                        raise layer.error(f"reads {what(j)}, which belongs to no tower: a TowerSumLayer "
+                                          "sums one output of every tower", "inputs")
+                    t = self.tower_of[j]
+                    if t in seen:
+                        raise layer.error(f"reads two outputs of tower {t} ('{names[seen[t]]}' and "
+                                          f"'{names[j]}'): a TowerSumLayer sums one output of every tower",
+                                          "inputs")
+                    seen[t] = j
+                if len(seen) != T:
+                    raise layer.error(f"sums towers {sorted(seen)} but the model has towers: {T}; name one "
+                                      f"output of every tower (missing: {sorted(set(range(T)) - set(seen))})",
+                                      "inputs")
+                continue
+            for j in src:
+                if j < 0 or self.tower_of[j] is None or self.tower_of[j] == layer.tower:
+                    continue
+                if layer.tower is None:
+                    raise layer.error(f"is shared by every tower (no tower key) but reads {what(j)}: a "
+                                      "tower's output leaves it only through a TowerSumLayer (or give "
+                                      f"this layer tower: {self.tower_of[j]})", "inputs")
+                raise layer.error(f"belongs to tower {layer.tower} but reads {what(j)}: towers exchange "
+                                  "only through a TowerSumLayer", "inputs")
+        if self.tower_of[-1] is not None:
+            raise layers[-1].error(f"the last layer gives the model's output and must be shared, but it "
+                                   f"has tower: {self.tower_of[-1]}; end the towers in a TowerSumLayer",
+                                   "tower")
+        for layer in layers:
+            if layer.stage is not None:
+                raise layer.error("has a stage key, but in a tower network the pipe ranks hold towers, "
+                                  "not pipeline stages; remove it", "stage")
+        self.exchanged = [j for j in range(len(layers)) if self.tower_of[j] is None
+                          and any(self.tower_of[r] is not None for r in graph.readers[j])]
 
-    @staticmethod
-    def _mlp(layers, x):
-        acts = [x]
-        for k, (W, b) in enumerate(layers):
-            x = x @ W.T + b
-            if k < 2:
-                x = np.maximum(x, 0)
-            acts.append(x)
-        return x, acts
+    # -- where the towers run ------------------------------------------------------------------
+    def check_pipe(self, npipe):
+        """Refuse a ``pipe`` that cannot hold the towers (1, or a divisor of T)."""
+        if npipe != 1 and self.T % npipe:
+            raise self.model_error(f"towers is {self.T} but the run has pipe = {npipe}: the towers sit on "
+                                   f"the pipe ranks, so pipe must be 1 (every tower on one process) or "
+                                   f"divide {self.T} (pipe: {self.T}: one tower per rank)", "towers")
 
-    @staticmethod
-    def _mlp_backward(layers, acts, dy, grads):
-        for k in range(2, -1, -1):
-            if k < 2:
-                dy = dy * (acts[k + 1] > 0)
-            W, _ = layers[k]
-            grads.append((dy.T @ acts[k], dy.sum(axis=0)))
-            dy = dy @ W
-        grads.reverse()
-        return dy
+    def towers_on(self, pipe_index, npipe):
+        """The towers pipe rank ``pipe_index`` of ``npipe`` runs (consecutive blocks)."""
+        per = self.T // npipe
+        return set(range(pipe_index * per, (pipe_index + 1) * per))
 
-    def forward(self, x):
-        """Logits ``(b, K)`` (the same on every tower rank) and the caches."""
-        first = {t: self._mlp(self.towers[t]["first"], x) for t in self.mine}
-        z = self._sum([first[t][0] for t in self.mine])           # exchange 1
-        h = np.maximum(z, 0)
-        second = {t: self._mlp(self.towers[t]["second"], h) for t in self.mine}
-        y = self._sum([second[t][0] for t in self.mine])          # exchange 2
-        return y, (first, second, z)
+    def local(self, pipe_index, npipe):
+        """Indices of the layers pipe rank ``pipe_index`` builds and runs: the shared ones and
+        those of its towers."""
+        mine = self.towers_on(pipe_index, npipe)
+        return [i for i, t in enumerate(self.tower_of) if t is None or t in mine]
 
-    def train_batch(self, x, labels):
-        """One SGD step on a global minibatch (every rank passes the same rows); returns the
-        summed loss of the batch, the same on every rank."""
-        t = self.topology
-        part = np.array_split(np.arange(len(x)), t.ndata)[t.data_index]
-        n, x, labels = len(x), x[part], labels[part]
-        y, (first, second, z) = self.forward(x)
-        logp = log_softmax(y)
-        loss = np.array([-logp[np.arange(len(x)), labels].sum()], dtype=np.float64)
-        dy = np.exp(logp)
-        dy[np.arange(len(x)), labels] -= 1
-        dy /= n
-        grads = {}
-        dh = {}
-        for k in self.mine:
-            g = []
-            dh[k] = self._mlp_backward(self.towers[k]["second"], second[k][1], dy, g)
-            grads[k, "second"] = g
-        dz = self._sum([dh[k] for k in self.mine]) * (z > 0)     # backward of exchange 1
-        for k in self.mine:
-            g = []
-            self._mlp_backward(self.towers[k]["first"], first[k][1], dz, g)
-            grads[k, "first"] = g
-        flat = [a for key in sorted(grads) for pair in grads[key] for a in pair]
-        if t.ndata > 1:
-            allreduce_sum(flat + [loss], t.data, self.backend.host_staging, kind="allreduce_grad")
-        for key in sorted(grads):
-            for (W, b), (dW, db) in zip(self.towers[key[0]][key[1]], grads[key]):
-                W -= self.learning_rate * dW
-                b -= self.learning_rate * db
-        return float(loss[0])
+    # -- placements ----------------------------------------------------------------------------
+    def with_exchange(self, i, placement, position):
+        """Layer ``i``'s placement, with the backward Allreduce over ``pipe`` of its output
+        gradient when it is a shared value read by towers on several ranks."""
+        if i not in self.exchanged or position.comm_size(TOWER_COMM) == 1:
+            return placement
+        n = int(np.prod(placement.out_layout.local_shape))
+        return replace(placement, collectives=placement.collectives + (Collective(TOWER_COMM, n, backward=True),))
 
-    def fit(self, x, labels):
-        """``num_epochs`` epochs in a fixed per-epoch permutation; returns the mean costs."""
-        costs = []
-        for epoch in range(self.num_epochs):
-            order = np.random.RandomState(self.backend.rng_seed * 1000 + epoch).permutation(len(x))
-            total = 0.0
-            for a in range(0, len(x), self.batch_size):
-                idx = order[a:a + self.batch_size]
-                total += self.train_batch(x[idx], labels[idx])
-            costs.append(total / len(x))
-        return costs
+    def exchange(self, topology, backend):
+        """The graph's backward exchange ``(j, part, rows) -> gradient``: ``part`` (the sum of
+        the output gradients of layer ``j`` from this rank's tower readers, or None when it
+        holds none of them) summed over ``Topology.pipe`` (collective there; ``rows``: the batch
+        rows, for the zeros of a rank without such readers)."""
+        comm, xp, dtype = topology.comm(TOWER_COMM), backend.xp, backend.dtype
 
-    def misclass_rate(self, x, labels):
-        """Percent of rows of ``x`` whose largest logit is not their label (this rank's rows of
-        every replica: pass the whole set; collective like :meth:`forward`)."""
-        return 100.0 * float((self.forward(x)[0].argmax(axis=1) != labels).mean())
+        def run(j, part, rows):
+            if part is None:
+                part = xp.zeros((rows,) + tuple(self.layers[j].placement.out_layout.local_shape), dtype=dtype)
+            if comm.Get_size() > 1:
+                allreduce_sum([part], comm, backend.host_staging)
+            return part
+        return run
