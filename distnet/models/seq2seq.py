@@ -26,28 +26,50 @@ from ..comm.p2p import PipeChannel, Recv, Send
 from ..comm.reduce import allreduce_sum
 from ..config.builder import config_error
 from ..errors import ConfigError
+from ..layers.params import Param
+from ..layers.placement import OVER_DATA, ParamPlacement, Placement
+from ..layers.step import TrainingStep
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
+from ..ops.learning_rules import Adam, LearningRule
 from ..ops.lstm import stack_backward, stack_forward
-from ..ops.optim import adam_step
+from .finite import after_step as check_finite_after_step
 
 BOS, EOS = 2, 3
 
 
-class Adam:
-    """Adam on a dict of arrays (the arithmetic is :func:`distnet.ops.optim.adam_step`); the
-    moments live here, one pair per key; the same on every rank."""
+class Half:
+    """The encoder's or the decoder's parameters as one "layer" of the model, so that the one
+    training step (:class:`~distnet.layers.step.TrainingStep`: gradient sums, clipping, learning
+    rule) and checkpoints (:mod:`distnet.models.checkpoint`, every parameter in its global
+    layout) treat them as they treat any layer's. Every parameter is whole on its stage
+    (``sharded`` False) and summed over ``Topology.data``; on the other stage the half holds none."""
 
-    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-        self.lr, self.b1, self.b2, self.eps = lr, beta1, beta2, eps
-        self.m, self.v, self.t = {}, {}, 0
+    def __init__(self, name, shapes, held):
+        self.name = name
+        #: Each parameter's global shape, in model order (a dict name -> shape).
+        self.placement = Placement(None, None, tuple(ParamPlacement(k, tuple(v), tuple(v), reduce_over=OVER_DATA)
+                                                     for k, v in shapes.items()))
+        self.held = held
+        #: The rate of this half (None: the learning rule's).
+        self.learning_rate = None
+        self._params = []
 
-    def step(self, params, grads):
-        """One step on every ``params[k]`` with ``grads[k]`` (used as scratch)."""
-        self.t += 1
-        for k, p in params.items():
-            m = self.m.setdefault(k, np.zeros_like(p))
-            v = self.v.setdefault(k, np.zeros_like(p))
-            adam_step(p, grads[k], m, v, self.t, self.lr, self.b1, self.b2, self.eps)
+    def bind(self, values):
+        """Hold ``values`` (name -> array, this rank's) when this rank runs the half."""
+        self._params = [Param(pp.name, values[pp.name], None, OVER_DATA) for pp in self.placement.params] \
+            if self.held else []
+
+    def params(self):
+        return list(self._params)
+
+    def buffers(self):
+        return []
+
+    def after_update(self):
+        """Nothing to do after an update."""
+
+    def describe(self):
+        return f"{self.name}: {sum(pp.size for pp in self.placement.params)} parameters"
 
 
 class Seq2Seq:
@@ -55,32 +77,53 @@ class Seq2Seq:
     ``nlayers`` (LSTM layers in each stack, 1), ``dropout`` (probability of dropping an input of
     LSTM layers 2 .. nlayers in training, 0; masks drawn per global minibatch from the backend
     seed, so every layout draws the same), ``num_epochs``, ``batch_size`` (64),
-    ``learning_rate`` (Adam, 0.01), ``clip`` (gradient norm clip per replica-summed step, 5.0; 0:
-    none), ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with
-    ``pipe: 2`` they must differ)."""
+    ``learning_rule`` (as for MLP: ``!obj:distnet.learning_rules.Adam {...}``, ``AdamW``,
+    ``GradientDescent``, with their ``schedule``, ``weight_decay`` and ``max_grad_norm`` keys;
+    default ``Adam {learning_rate: <learning_rate>, max_grad_norm: 5.0}``), ``learning_rate``
+    (0.01: the default rule's rate, or the rate of a rule that gives none),
+    ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with ``pipe: 2``
+    they must differ)."""
 
     #: The running cost of the epoch for the progress display (not tracked here).
     epoch_loss_sum = None
     config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
-                    "learning_rate": float, "clip": float, "dropout": float, "encoder_stage": int, "decoder_stage": int}
-    layers = ()
+                    "learning_rate": float, "learning_rule": ("obj", "learning_rule"), "dropout": float,
+                    "encoder_stage": int, "decoder_stage": int}
     input_layout = None
+    #: No shuffle RNG to checkpoint: each epoch's order is drawn from the seed and the epoch.
+    shuffle_rng = None
+    #: ``{"epoch", "shuffle_rng"}`` after a checkpoint was applied to continue training (else None).
+    resume = None
 
     def __init__(self, num_epochs=10, embed=32, hidden=64, nlayers=1, batch_size=64, learning_rate=0.01,
-                 clip=5.0, encoder_stage=0, decoder_stage=1, dropout=0.0):
+                 learning_rule=None, encoder_stage=0, decoder_stage=1, dropout=0.0):
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {dropout}", key="dropout")
         self.dropout = dropout
         for k, v in (("embed", embed), ("hidden", hidden), ("nlayers", nlayers), ("batch_size", batch_size)):
             if v < 1:
                 raise ConfigError(f"{k} must be >= 1, got {v}", key=k)
+        if num_epochs < 0:
+            raise ConfigError(f"num_epochs must be >= 0, got {num_epochs}", key="num_epochs")
+        if not learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {learning_rate}", key="learning_rate")
+        if learning_rule is not None and not isinstance(learning_rule, LearningRule):
+            raise ConfigError(f"learning_rule must be a learning rule object (distnet.learning_rules.Adam, "
+                              f"AdamW, GradientDescent), got {learning_rule!r}", key="learning_rule")
         for k, v in (("encoder_stage", encoder_stage), ("decoder_stage", decoder_stage)):
             if v not in (0, 1):
                 raise ConfigError(f"{k} must be 0 or 1 (the encoder and the decoder are two stages), got {v}",
                                   key=k)
         self.num_epochs, self.E, self.H, self.L = num_epochs, embed, hidden, nlayers
-        self.batch_size, self.learning_rate, self.clip = batch_size, learning_rate, clip
+        self.batch_size, self.learning_rate = batch_size, learning_rate
+        self.learning_rule = (learning_rule if learning_rule is not None
+                              else Adam(learning_rate=learning_rate, max_grad_norm=5.0))
         self.encoder_stage, self.decoder_stage = encoder_stage, decoder_stage
+        #: Optimiser steps done (restored from checkpoints): Adam's bias correction and step
+        #: schedules read it.
+        self.steps = 0
+        #: The encoder's and the decoder's parameters (:class:`Half`), set by :meth:`configure`.
+        self.layers = ()
 
     # -- set-up -------------------------------------------------------------------------------
     def check_stages(self, npipe):
@@ -125,7 +168,17 @@ class Seq2Seq:
         self.runs_encoder = not self.split or stage == self.encoder_stage
         self.runs_decoder = not self.split or stage == self.decoder_stage
         self.params = {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}
-        self.opt = Adam(self.learning_rate)
+        self.layers = (Half("encoder", {k: v.shape for k, v in enc.items()}, self.runs_encoder),
+                       Half("decoder", {k: v.shape for k, v in dec.items()}, self.runs_decoder))
+        rate = None if self.learning_rule.learning_rate is not None else self.learning_rate
+        for half in self.layers:
+            half.bind(self.params)
+            half.learning_rate = rate
+        #: ``[(half, Param)]`` this rank trains (the non-finite check reads it too).
+        self._params = [(half, p) for half in self.layers for p in half.params()]
+        self.step = TrainingStep(topology, backend.host_staging)
+        self.steps = 0
+        self.resume = None
         self._step_key = (0, 0)   # (epoch, batch): keys the dropout masks (fit_epoch sets it)
         if self.split:
             ch = PipeChannel(topology.pipe, backend.host_staging)
@@ -202,45 +255,42 @@ class Seq2Seq:
     def _states_shape(self, b):
         return (2, self.L, b, self.H)
 
-    def train_batch(self, src, src_len, tgt, tgt_len):
-        """One step on a global minibatch (every rank passes the same rows). Returns the summed
-        loss of the batch (the same on every rank). Collective over ``Topology.pipe`` and
-        ``Topology.data``."""
+    def train_batch(self, src, src_len, tgt, tgt_len, epoch=0):
+        """One step on a global minibatch (every rank passes the same rows): forward and backward
+        of this rank's half on its replica's rows, then the one training step's gradient sums
+        over ``Topology.data``, clipping and learning rule (:class:`~distnet.layers.step
+        .TrainingStep`). Returns the summed loss of the batch (the same on every rank).
+        Collective over ``Topology.pipe``, ``Topology.data`` and (clipping) the world."""
         rows, divisor = self._my_rows(len(src)), len(src)
         de, dd = self._dropout_masks(len(src), src.shape[1], tgt.shape[1], rows)
         src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
         b = len(src)
-        grads, loss = {}, np.zeros(1, dtype=np.float64)
-        if not self.split:
-            states, cache = self._encode(src, src_len, de)
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
-            self._encode_backward(dstates, cache, grads)
-            loss[0] = l
-        elif self.runs_encoder:
-            states, cache = self._encode(src, src_len, de)
-            self._send.forward(states)
-            dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
-            self._encode_backward(dstates, cache, grads)
-        else:
-            states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
-            self._recv.backward(dstates)
-            loss[0] = l
-        if self.split:
-            self.channel.wait_sends()
-        keys = sorted(self.params)
-        arrays = [grads[k] for k in keys]
-        t = self.topology
-        if t.ndata > 1:
-            allreduce_sum(arrays + ([loss] if self.dtype == np.float64 else []), t.data,
-                          self.backend.host_staging, kind="allreduce_grad")
-            if self.dtype != np.float64:
-                allreduce_sum([loss], t.data, self.backend.host_staging)
-        if self.split:
-            allreduce_sum([loss], t.pipe, self.backend.host_staging)
-        if self.clip:
-            self._clip(dict(zip(keys, arrays)))
-        self.opt.step(self.params, dict(zip(keys, arrays)))
+
+        def run():
+            grads, loss = {}, np.zeros(1, dtype=np.float64)
+            if not self.split:
+                states, cache = self._encode(src, src_len, de)
+                loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+                self._encode_backward(dstates, cache, grads)
+            elif self.runs_encoder:
+                states, cache = self._encode(src, src_len, de)
+                self._send.forward(states)
+                dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
+                self._encode_backward(dstates, cache, grads)
+            else:
+                states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+                loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+                self._recv.backward(dstates)
+            if self.split:
+                self.channel.wait_sends()
+            for _, p in self._params:
+                p.grad = grads[p.name]
+            return [loss]
+
+        loss, = self.step(run, self._params, rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
+        self.steps += 1
+        if self.split:   # the loss lives on the decoder's stage
+            allreduce_sum([loss], self.topology.pipe, self.backend.host_staging)
         return float(loss[0])
 
     def _dropout_masks(self, n, Ts, Tt, rows):
@@ -257,16 +307,6 @@ class Seq2Seq:
                         for _ in range(self.L - 1)])
         return tuple(out)
 
-    def _clip(self, grads):
-        """Scale the gradients to global norm <= clip (the norm over both stages)."""
-        sq = np.array([sum(float((g * g).sum()) for g in grads.values())])
-        if self.split:
-            allreduce_sum([sq], self.topology.pipe, self.backend.host_staging)
-        norm = np.sqrt(sq[0])
-        if norm > self.clip:
-            for g in grads.values():
-                g *= self.clip / norm
-
     def fit_epoch(self, data, epoch, on_batch=None):
         """One epoch over ``data = (src, src_len, tgt, tgt_len)`` in a per-epoch permutation
         (seeded by the backend seed and epoch: the same on every rank). Returns the mean loss
@@ -279,7 +319,8 @@ class Seq2Seq:
             if on_batch is not None:
                 on_batch(epoch, k, nb)
             self._step_key = (epoch, k)
-            total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx])
+            total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx], epoch)
+            check_finite_after_step(self, epoch, k, nb)   # every 16 steps and at the epoch end
         return total / len(src)
 
     def evaluate(self, data, batch=256):
