@@ -108,3 +108,44 @@ def test_cli_check_locates_the_errors(tmp_path):
     assert r.exit_code != 0 and f"{bad}:{line}: key 'decoder_stage'" in r.output
     r = CliRunner().invoke(main, ["check", exp, "--set", "dataset.max_src_len=3"])
     assert r.exit_code != 0 and "more than max_src_len = 3" in r.output
+
+
+def test_checkpoint_resume_and_evaluate_on_one_process(tmp_path):
+    """`distnet run` 3 epochs == 1 epoch, a checkpoint, `--resume` to 3 (float64, bitwise: costs
+    and every weight), and `distnet evaluate` of the checkpoint prints the run's final test
+    accuracies; the checkpoint holds Adam's moments and the step count."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    from distnet.models.checkpoint import read_checkpoint
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml")
+    small = ["--set", "dataset.digits=2", "--set", "dataset.n_train=200", "--set", "dataset.n_test=40",
+             "--set", "backend.dtype=float64", "--set", "model.hidden=8", "--set", "model.embed=4"]
+
+    def run(epochs, name, *extra):
+        r = CliRunner().invoke(main, ["run", exp, "-q", "--no-progress", "--run-dir", str(tmp_path / name),
+                                      "--set", f"model.num_epochs={epochs}", *small, *extra])
+        assert r.exit_code == 0, r.output
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(x) for x in lines]
+
+    full = run(3, "full")
+    run(1, "part")
+    resumed = run(3, "resumed", "--resume", str(tmp_path / "part" / "checkpoint.h5"))
+    costs = [[r["cost"] for r in m if "cost" in r and "final" not in r] for m in (full, resumed)]
+    assert len(costs[0]) == 3 and costs[0] == costs[1]
+    a, b = (read_checkpoint(tmp_path / n / "checkpoint.h5") for n in ("full", "resumed"))
+    assert a.meta["steps"] == b.meta["steps"] == 3 * 4 and a.epoch == b.epoch == 2
+    for ea, eb in zip(a.params, b.params):
+        assert ea["name"] == eb["name"] and sorted(ea["state"]) == ["m", "v"]
+        np.testing.assert_array_equal(ea["value"], eb["value"])
+        np.testing.assert_array_equal(ea["state"]["v"], eb["state"]["v"])
+    r = CliRunner().invoke(main, ["evaluate", exp, "--checkpoint", str(tmp_path / "full" / "checkpoint.h5"),
+                                  *small])
+    assert r.exit_code == 0, r.output
+    final = full[-2]   # the last epoch's record (the last line is the final summary)
+    assert f"test set: token accuracy {final['test_token_acc']:.2f}%, sequence accuracy " \
+           f"{final['test_seq_acc']:.2f}%" in r.output
