@@ -78,17 +78,62 @@ def test_convert_parallel_text(tmp_path):
     (tmp_path / "ts.txt").write_text("b d\n")
     (tmp_path / "tt.txt").write_text("y\n")
     out = str(tmp_path / "p.h5")
-    sv, tv = convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"),
-                                   (tmp_path / "ts.txt", tmp_path / "tt.txt"), vocab_size=7)
+    info = convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"),
+                                 (tmp_path / "ts.txt", tmp_path / "tt.txt"), vocab_size=7)
+    sv, tv = info["src_vocab"], info["tgt_vocab"]
     assert sv == ["<pad>", "<unk>", "<bos>", "<eos>", "b", "c", "a"] and tv[4:] == ["y", "z", "q"]
     d = SequenceDataset(path=out).load()
     np.testing.assert_array_equal(d["test"][0], [[4, 1, 0]])    # 'd' is unknown: <unk>
     np.testing.assert_array_equal(d["train"][3], [2, 4, 3])     # target lengths with <eos>
-    with pytest.raises(DataError, match=r"t.txt:2: 4 tokens, more than the declared maximum 3"):
+    with pytest.raises(DataError, match=r"t.txt:2: 4 tokens with <eos>, more than max_tgt_len = 3"):
         convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"), max_tgt_len=3)
     (tmp_path / "short.txt").write_text("x\n")
-    with pytest.raises(DataError, match="has 3 lines but .*short.txt has 1"):
+    with pytest.raises(DataError, match="s.txt:2: no matching line in .*short.txt, which has 1 lines"):
         convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "short.txt"))
+    info = convert_parallel_text(out, (tmp_path / "s.txt", tmp_path / "t.txt"), min_count=2)
+    assert info["src_vocab"][4:] == ["b", "c"] and info["tgt_vocab"][4:] == ["y", "z"]
+
+
+def test_cli_converts_parallel_text_with_located_errors(tmp_path):
+    """`distnet data convert SRC OUT --target TGT`: the held-out split, a vocabulary file, and
+    file:line errors for an unknown token, an empty line, a bad vocabulary file, a sentence
+    over --max-src-len, files of different line counts; text options without --target."""
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    (tmp_path / "s.txt").write_text("1 2\n2 3 3\n2\n3 1\n")
+    (tmp_path / "t.txt").write_text("one two\ntwo three three\ntwo\nthree one\n")
+    (tmp_path / "sv.txt").write_text("1\n2\n3\n")
+
+    def convert(*args):
+        r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "s.txt"), str(tmp_path / "o.h5"), *args])
+        return r.exit_code, r.output
+
+    code, out = convert("--target", str(tmp_path / "t.txt"), "--test-fraction", "0.25",
+                        "--src-vocab", str(tmp_path / "sv.txt"))
+    assert code == 0 and "train 3, test 1 sentence pairs, source vocabulary 7 tokens" in out
+    d = SequenceDataset(path=str(tmp_path / "o.h5"), max_src_len=3, max_tgt_len=4)
+    loaded = d.load()
+    assert d.src_vocab[4:] == ["1", "2", "3"] and len(loaded["train"][0]) + len(loaded["test"][0]) == 4
+    (tmp_path / "sv2.txt").write_text("1\n2\n")
+    code, out = convert("--target", str(tmp_path / "t.txt"), "--src-vocab", str(tmp_path / "sv2.txt"))
+    assert code != 0 and "s.txt:2: token '3' is not in the vocabulary" in out
+    (tmp_path / "sv3.txt").write_text("1\n\n2\n")
+    code, out = convert("--target", str(tmp_path / "t.txt"), "--src-vocab", str(tmp_path / "sv3.txt"))
+    assert code != 0 and "sv3.txt:2: empty line" in out
+    (tmp_path / "sv4.txt").write_text("1\n2\n1\n")
+    code, out = convert("--target", str(tmp_path / "t.txt"), "--src-vocab", str(tmp_path / "sv4.txt"))
+    assert code != 0 and "sv4.txt:3: '1' again (first on line 1)" in out
+    (tmp_path / "e.txt").write_text("one\n\ntwo\nthree\n")
+    code, out = convert("--target", str(tmp_path / "e.txt"))
+    assert code != 0 and "e.txt:2: empty line" in out
+    code, out = convert("--target", str(tmp_path / "t.txt"), "--max-src-len", "2")
+    assert code != 0 and "s.txt:2: 3 tokens, more than max_src_len = 2" in out
+    (tmp_path / "long.txt").write_text("a\nb\nc\nd\ne\n")
+    code, out = convert("--target", str(tmp_path / "long.txt"))
+    assert code != 0 and "long.txt:5: no matching line in" in out
+    code, out = convert("--vocab-size", "9")
+    assert code != 0 and "--vocab-size is an option of parallel text" in out
 
 
 def test_cli_check_locates_the_errors(tmp_path):
