@@ -18,6 +18,7 @@ import json
 
 import numpy as np
 
+from ..config.builder import config_error
 from ..errors import ConfigError, DataError
 
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -168,9 +169,10 @@ class SequenceDataset:
             for ids, lens, vocab, limit, what in ((s, sl, self.src_vocab, self.max_src_len, "src"),
                                                   (t, tl, self.tgt_vocab, self.max_tgt_len, "tgt")):
                 if limit is not None and lens.max() > limit:
-                    n = int(lens.argmax())
-                    raise DataError(f"{where}: {split}/{what} sequence {n} has {lens[n]} tokens, more "
-                                    f"than max_{what}_len = {limit}")
+                    n = int(np.argmax(lens > limit))     # the first one too long
+                    raise config_error(self, f"{where}: {split}/{what} sequence {n} has {lens[n]} tokens"
+                                       f"{' with its <eos>' if what == 'tgt' else ''}, more than max_{what}_len"
+                                       f" = {limit}", f"max_{what}_len")
                 if ids.min() < 0 or ids.max() >= len(vocab):
                     raise DataError(f"{where}: {split}/{what} has token id {int(ids.max())} outside "
                                     f"its vocabulary of {len(vocab)}")

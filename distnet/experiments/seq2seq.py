@@ -56,8 +56,11 @@ class Seq2SeqExperiment:
         self.config_record = None
 
     def check(self):
-        """Keys that need no MPI: the model's stages against ``pipe``."""
+        """What needs no MPI: the model's stages against ``pipe``, the data against its declared
+        maxima and vocabularies (located errors; every rank finds the same before any
+        collective)."""
         self.model.check_stages(self.pipe)
+        self.dataset.load()
 
     def summary(self):
         """Lines for ``distnet check``: the data (loaded and checked) and the two halves."""

@@ -48,7 +48,7 @@ def test_model_gradient_matches_central_differences():
 
 
 def test_sequences_longer_than_declared_are_refused():
-    with pytest.raises(DataError, match="more than max_tgt_len = 4"):
+    with pytest.raises(ConfigError, match="sequence [0-9]+ has 5 tokens with its <eos>, more than max_tgt_len = 4"):
         SequenceDataset(generate="numbers", digits=3, n_train=30, n_test=6, max_tgt_len=4).load()
 
 
@@ -153,6 +153,14 @@ def test_cli_check_locates_the_errors(tmp_path):
     assert r.exit_code != 0 and f"{bad}:{line}: key 'decoder_stage'" in r.output
     r = CliRunner().invoke(main, ["check", exp, "--set", "dataset.max_src_len=3"])
     assert r.exit_code != 0 and "more than max_src_len = 3" in r.output
+    short = tmp_path / "short.yaml"       # the key's line and the first sequence too long
+    short.write_text(text.replace("max_src_len: 4", "max_src_len: 3"))
+    line = text.splitlines().index(next(ln for ln in text.splitlines() if "max_src_len" in ln)) + 1
+    src = SequenceDataset(generate="numbers", digits=4, n_train=12000, n_test=1000, seed=0).load()["train"]
+    first = int(np.argmax(src[1] > 3))
+    r = CliRunner().invoke(main, ["run", str(short), "--no-run-dir"])
+    assert r.exit_code == 2 and f"{short}:{line}: key 'max_src_len': generated numbers: train/src sequence " \
+        f"{first} has 4 tokens, more than max_src_len = 3" in r.output
 
 
 def test_checkpoint_resume_and_evaluate_on_one_process(tmp_path):
