@@ -2,13 +2,15 @@
 :class:`~distnet.datasets.sequences.SequenceDataset`, on one process or on ``data x pipe``
 ranks (``pipe: 2`` puts the encoder and the decoder on two stages)."""
 import logging
+import os
 import time
 
 from ..backend import Numpy
 from ..errors import ConfigError
 from ..log import get_logger, setup_logging
 from .fit import RunHooks, RunResult, _check_checkpoint_key, launcher_size
-from .threads import setup_threads
+from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, _count, apply_plan
+from .threads import plan_threads
 
 
 class Seq2SeqExperiment:
@@ -90,11 +92,25 @@ class Seq2SeqExperiment:
         world = Topology.world_comm()
         return Topology.from_layout(self.layout(world.Get_size()), world)
 
+    def plan_threads(self, world, env=None):
+        """The run's thread plan (:func:`~distnet.experiments.threads.plan_threads`, issue 18),
+        except that without a choice of the user (the backend key ``threads``, a BLAS thread
+        variable such as ``OPENBLAS_NUM_THREADS``) every rank runs ONE BLAS thread: the model's
+        products, ``(b, E or H) x (E or H, 4H)`` per time step, are far too small for BLAS threads
+        to pay, and on a busy machine spinning BLAS threads made an epoch of the shipped task
+        10-20x slower (README "Model parallelism"). Not applied. Collective over ``world``."""
+        env = os.environ if env is None else env
+        plan = plan_threads(world, self.backend, env)
+        if self.backend.threads is None and not any(_count(env.get(v, "")) for v in THREAD_VARS):
+            plan = ThreadPlan(1, plan.kernel if _count(env.get(KERNEL_VAR, "")) else 1,
+                              f"1 for seq2seq's small matrices; {plan.source}")
+        return plan
+
     def setup(self, topology=None):
         """Topology, thread plan, logging, data and weights; returns the loaded data."""
         self.check()
         t = self.topology = topology or self.make_topology()
-        self.thread_plan = setup_threads(t.world, self.backend)   # each rank's share of its node
+        self.thread_plan = apply_plan(self.plan_threads(t.world))
         lc = dict(self.logging)
         setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
         data = self.dataset.load()
@@ -134,10 +150,10 @@ class Seq2SeqExperiment:
         data = self.setup(topology)
         t, m = self.topology, self.model
         log = get_logger()
-        log.info("distnet seq2seq: %d rank(s)%s%s, backend %s, %d train / %d test sequences", t.size,
+        log.info("distnet seq2seq: %d rank(s)%s%s, backend %s, %s, %d train / %d test sequences", t.size,
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe} (encoder stage "
                  f"{m.encoder_stage}, decoder stage {m.decoder_stage})" if t.npipe > 1 else "",
-                 self.backend, len(data["train"][0]), len(data.get("test", [[]])[0]))
+                 self.backend, self.thread_plan.describe(), len(data["train"][0]), len(data.get("test", [[]])[0]))
         hooks.started(self, t)
         timings = {"setup": clock() - t0, "train": 0.0, "eval": 0.0}
         result = RunResult(size=t.size)

@@ -202,3 +202,20 @@ def test_checkpoint_resume_and_evaluate_on_one_process(tmp_path):
     final = full[-2]   # the last epoch's record (the last line is the final summary)
     assert f"test set: token accuracy {final['test_token_acc']:.2f}%, sequence accuracy " \
            f"{final['test_seq_acc']:.2f}%" in r.output
+
+
+def test_thread_plan_is_one_blas_thread_unless_the_user_chose():
+    """Seq2Seq's matrices are small: one BLAS thread per rank by default; the backend key
+    ``threads`` and OPENBLAS_NUM_THREADS still win (issue 18's order)."""
+    from distnet.backend import Numpy
+    from distnet.experiments.seq2seq import Seq2SeqExperiment
+
+    def plan(env, **backend):
+        exp = Seq2SeqExperiment(Seq2Seq(), [SequenceDataset(generate="numbers", digits=1, n_train=10, n_test=2)],
+                                backend=Numpy(**backend))
+        return exp.plan_threads(None, env)
+    p = plan({})
+    assert (p.blas, p.kernel) == (1, 1) and p.describe().startswith("threads 1/rank (1 for seq2seq's small matrices; ")
+    assert plan({"OPENBLAS_NUM_THREADS": "2"}).blas == 2
+    assert plan({}, threads=3).blas == 3
+    assert plan({"DISTNET_KERNEL_THREADS": "2"}).kernel == 2
