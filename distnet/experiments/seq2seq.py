@@ -78,6 +78,23 @@ class Seq2SeqExperiment:
                 f"{len(self.dataset.tgt_vocab)}, softmax cross-entropy" +
                 (f", stage {m.decoder_stage}" if self.pipe > 1 else "")]
 
+    def show_lines(self, nranks):
+        """``distnet show -n N``: the layout of ``nranks`` ranks and the parameters each stage
+        holds (no MPI, no training)."""
+        lay = self.layout(nranks)
+        m, Vs, Vt = self.model, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab)
+        E, H, L = m.E, m.H, m.L
+        stack = sum(4 * H * ((E if k == 0 else H) + H + 1) for k in range(L))
+        enc, dec = Vs * E + stack, Vt * E + stack + Vt * H + Vt
+        lines = [f"{nranks} rank(s): data {lay.data} x pipe {lay.pipe}"] + self.summary()
+        if lay.pipe == 2:
+            lines += [f"stage {m.encoder_stage}: encoder, {enc} parameters; stage {m.decoder_stage}: decoder, "
+                      f"{dec} parameters; per minibatch one message of the states (2 x {L} x b x {H}) "
+                      "each way"]
+        else:
+            lines += [f"every rank: encoder and decoder, {enc + dec} parameters"]
+        return lines
+
     def layout(self, nranks, image_shape=None):
         """How ``nranks`` ranks run it (the one grid resolver): ``data x pipe`` ranks, no grid."""
         from ..geometry.grid import resolve_layout

@@ -19,6 +19,14 @@ start of the encoder's backward (DESIGN §4). Data replicas (``data: D``) each t
 part of every global minibatch and sum their gradients over ``Topology.data``; the loss is summed
 over ``Topology.pipe`` (zero on the encoder stage) and ``Topology.data``. Every rank draws every
 weight from one RNG stream, so all layouts start from the same weights.
+
+Training step and checkpoints: the encoder's and the decoder's parameters are two
+:class:`Half` "layers" (``model.layers``) with placements like any layer's (whole tensors,
+summed over ``Topology.data``), so the gradient sums, clipping by global norm and the learning
+rule are the one :class:`~distnet.layers.step.TrainingStep` of every model, and checkpoints
+(:mod:`distnet.models.checkpoint`) store every weight and its Adam moments in the global layout:
+a checkpoint of any layout resumes on any other. Dropout masks and the epoch's order are drawn
+from the seed, the epoch and the batch, so a resumed run needs no RNG state.
 """
 import numpy as np
 

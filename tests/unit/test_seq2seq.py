@@ -219,3 +219,22 @@ def test_thread_plan_is_one_blas_thread_unless_the_user_chose():
     assert plan({"OPENBLAS_NUM_THREADS": "2"}).blas == 2
     assert plan({}, threads=3).blas == 3
     assert plan({"DISTNET_KERNEL_THREADS": "2"}).kernel == 2
+
+
+def test_cli_show_gives_the_layout_and_the_parameters_of_each_stage():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers_pipe2.yaml")
+    r = CliRunner().invoke(main, ["show", exp, "-n", "4", "--set", "data=2"])
+    assert r.exit_code == 0, r.output
+    ds = SequenceDataset(generate="numbers", digits=4, n_train=12000, n_test=1000, seed=0, max_src_len=4,
+                         max_tgt_len=7)
+    ds.load()
+    m = Seq2Seq(embed=32, hidden=64)
+    m.configure(Numpy64(), Topology.serial(), len(ds.src_vocab), len(ds.tgt_vocab))
+    enc, dec = (sum(p.value.size for p in half.params()) for half in m.layers)
+    assert r.output.splitlines()[0] == "4 rank(s): data 2 x pipe 2"
+    assert f"stage 0: encoder, {enc} parameters; stage 1: decoder, {dec} parameters" in r.output
