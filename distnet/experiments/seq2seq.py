@@ -128,6 +128,8 @@ class Seq2SeqExperiment:
         self.check()
         t = self.topology = topology or self.make_topology()
         self.thread_plan = apply_plan(self.plan_threads(t.world))
+        if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
+            self.backend.bind_device(t.local_rank())
         lc = dict(self.logging)
         setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
         data = self.dataset.load()

@@ -147,8 +147,7 @@ class Seq2Seq:
         """Bind the run and draw every weight (every rank the same, one stream)."""
         self.backend, self.topology = backend, topology
         self.check_stages(topology.npipe)
-        if backend.xp is not np:
-            raise ConfigError(f"Seq2Seq runs on the numpy backends only for now, not {backend}", key="backend")
+        self.xp = xp = backend.xp
         self.dtype = backend.dtype
         self.split = topology.npipe == 2
         rng = np.random.RandomState(backend.rng_seed)
@@ -175,7 +174,9 @@ class Seq2Seq:
         stage = topology.pipe_index
         self.runs_encoder = not self.split or stage == self.encoder_stage
         self.runs_decoder = not self.split or stage == self.decoder_stage
-        self.params = {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}
+        # drawn on the host from the one stream, then copied to the backend's device
+        self.params = {k: xp.asarray(v) for k, v in
+                       {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}.items()}
         self.layers = (Half("encoder", {k: v.shape for k, v in enc.items()}, self.runs_encoder),
                        Half("decoder", {k: v.shape for k, v in dec.items()}, self.runs_decoder))
         rate = None if self.learning_rule.learning_rate is not None else self.learning_rate
@@ -198,22 +199,21 @@ class Seq2Seq:
         p = self.params
         return [(p[f"{prefix}.Wx{l}"], p[f"{prefix}.Wh{l}"], p[f"{prefix}.b{l}"]) for l in range(self.L)]
 
-    @staticmethod
-    def _mask(lengths, T, dtype):
-        return (np.arange(T)[None, :] < lengths[:, None]).astype(dtype)
+    def _mask(self, lengths, T, dtype):
+        return (self.xp.arange(T)[None, :] < lengths[:, None]).astype(dtype)
 
     # -- the two halves -----------------------------------------------------------------------
     def _encode(self, src, src_len, drop=None):
         b = len(src)
-        zeros = np.zeros((self.L, b, self.H), dtype=self.dtype)
+        zeros = self.xp.zeros((self.L, b, self.H), dtype=self.dtype)
         e = embed(src, self.params["enc.embed"])
         _, hT, cT, caches = stack_forward(e, self._mask(src_len, src.shape[1], self.dtype), zeros, zeros,
                                           self._weights("enc"), drop)
-        return np.stack([hT, cT]), (src, caches, drop)
+        return self.xp.stack([hT, cT]), (src, caches, drop)
 
     def _encode_backward(self, dstates, cache, grads):
         src, caches, drop = cache
-        dy = np.zeros(src.shape + (self.H,), dtype=self.dtype)
+        dy = self.xp.zeros(src.shape + (self.H,), dtype=self.dtype)
         de, _, _, g = stack_backward(dy, dstates[0], dstates[1], caches, drop)
         self._put(grads, "enc", g)
         grads["enc.embed"] = embed_grad(src, de, self.Vs)
@@ -225,7 +225,8 @@ class Seq2Seq:
     def _decode_train(self, states, tgt, tgt_len, divisor, grads, drop=None):
         """Teacher-forced decoder forward and backward; returns (summed loss, dstates)."""
         b, T = tgt.shape
-        inp = np.concatenate([np.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
+        xp = self.xp
+        inp = xp.concatenate([xp.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
         mask = self._mask(tgt_len, T, self.dtype)
         d = embed(inp, self.params["dec.embed"])
         y, _, _, caches = stack_forward(d, mask, states[0], states[1], self._weights("dec"), drop)
@@ -233,18 +234,19 @@ class Seq2Seq:
         loss, dz = token_xent(z, tgt, mask)
         dz /= divisor
         dy, grads["dec.Wo"], grads["dec.bo"] = linear_steps_backward(y, self.params["dec.Wo"], dz)
-        dd, dh0, dc0, g = stack_backward(dy, np.zeros_like(states[0]), np.zeros_like(states[1]), caches, drop)
+        dd, dh0, dc0, g = stack_backward(dy, xp.zeros_like(states[0]), xp.zeros_like(states[1]), caches, drop)
         self._put(grads, "dec", g)
         grads["dec.embed"] = embed_grad(inp, dd, self.Vt)
-        return loss, np.stack([dh0, dc0])
+        return loss, xp.stack([dh0, dc0])
 
     def _decode_greedy(self, states, T):
         """Greedy decoding for ``T`` steps -> predicted ids ``(b, T)``."""
         b = states.shape[2]
         h, c = states[0], states[1]
-        tok = np.full(b, BOS, dtype=np.int64)
-        one = np.ones((b, 1), dtype=self.dtype)
-        out = np.zeros((b, T), dtype=np.int64)
+        xp = self.xp
+        tok = xp.full(b, BOS, dtype=xp.int64)
+        one = xp.ones((b, 1), dtype=self.dtype)
+        out = xp.zeros((b, T), dtype=xp.int64)
         w = self._weights("dec")
         for t in range(T):
             x = embed(tok[:, None], self.params["dec.embed"])
@@ -271,11 +273,12 @@ class Seq2Seq:
         Collective over ``Topology.pipe``, ``Topology.data`` and (clipping) the world."""
         rows, divisor = self._my_rows(len(src)), len(src)
         de, dd = self._dropout_masks(len(src), src.shape[1], tgt.shape[1], rows)
-        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
+        xp = self.xp
+        src, src_len, tgt, tgt_len = (xp.asarray(a[rows]) for a in (src, src_len, tgt, tgt_len))
         b = len(src)
 
         def run():
-            grads, loss = {}, np.zeros(1, dtype=np.float64)
+            grads, loss = {}, xp.zeros(1, dtype="float64")
             if not self.split:
                 states, cache = self._encode(src, src_len, de)
                 loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
@@ -283,10 +286,10 @@ class Seq2Seq:
             elif self.runs_encoder:
                 states, cache = self._encode(src, src_len, de)
                 self._send.forward(states)
-                dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
+                dstates = self._send.backward(self._states_shape(b), self.dtype, self.xp).wait()
                 self._encode_backward(dstates, cache, grads)
             else:
-                states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+                states = self._recv.forward(self._states_shape(b), self.dtype, self.xp).wait()
                 loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
                 self._recv.backward(dstates)
             if self.split:
@@ -311,7 +314,7 @@ class Seq2Seq:
         keep = 1.0 - self.dropout
         out = []
         for T in (Ts, Tt):
-            out.append([((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows]
+            out.append([self.xp.asarray(((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows])
                         for _ in range(self.L - 1)])
         return tuple(out)
 
@@ -336,8 +339,9 @@ class Seq2Seq:
         percent, the same on every rank. Collective over ``Topology.pipe`` and ``.data``."""
         src, src_len, tgt, tgt_len = data
         rows = self._my_rows(len(src))
-        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
-        counts = np.zeros(3, dtype=np.float64)   # right tokens, target tokens, right sequences
+        xp = self.xp
+        src, src_len, tgt, tgt_len = (xp.asarray(a[rows]) for a in (src, src_len, tgt, tgt_len))
+        counts = np.zeros(3, dtype=np.float64)   # right tokens, target tokens, right sequences (host)
         for a in range(0, len(src), batch):
             s = slice(a, a + batch)
             b = len(src[s])
@@ -346,12 +350,13 @@ class Seq2Seq:
                 if self.split:
                     self._send.forward(states)
             if self.split and self.runs_decoder:
-                states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+                states = self._recv.forward(self._states_shape(b), self.dtype, self.xp).wait()
             if self.runs_decoder:
                 pred = self._decode_greedy(states, tgt.shape[1])
-                mask = self._mask(tgt_len[s], tgt.shape[1], np.float64)
+                mask = self._mask(tgt_len[s], tgt.shape[1], "float64")
                 right = (pred == tgt[s]) * mask
-                counts += [right.sum(), mask.sum(), (right.sum(axis=1) == mask.sum(axis=1)).sum()]
+                counts += [float(right.sum()), float(mask.sum()),
+                           float((right.sum(axis=1) == mask.sum(axis=1)).sum())]
             if self.split:
                 self.channel.wait_sends()
         t = self.topology
@@ -362,11 +367,12 @@ class Seq2Seq:
         return 100 * counts[0] / counts[1], 100 * counts[2] / len(data[0])
 
     def gather_params(self):
-        """Every parameter (a dict of numpy arrays) on every rank: the decoder's come from its
+        """Every parameter (a dict of numpy arrays, host copies) on every rank: the decoder's come from its
         stage. Collective over ``Topology.pipe``."""
+        xp = self.xp
+        mine = {k: np.array(v, copy=True) if xp is np else xp.asnumpy(v) for k, v in self.params.items()}
         if not self.split:
-            return {k: v.copy() for k, v in self.params.items()}
-        mine = {k: v.copy() for k, v in self.params.items()}
+            return mine
         parts = self.topology.pipe.allgather(mine)
         out = {}
         for p in parts:
