@@ -9,8 +9,15 @@ from ..backend import Numpy
 from ..errors import ConfigError
 from ..log import get_logger, setup_logging
 from .fit import RunHooks, RunResult, _check_checkpoint_key, launcher_size
-from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, _count, apply_plan
+from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, apply_plan
 from .threads import plan_threads
+
+
+def _set(value):
+    """Whether a thread variable's value names a count (``"4"``, ``"4,2"``), as
+    :mod:`distnet.ops.threads` reads them."""
+    head = str(value).split(",")[0].strip()
+    return head.isdigit() and int(head) >= 1
 
 
 class Seq2SeqExperiment:
@@ -118,8 +125,8 @@ class Seq2SeqExperiment:
         10-20x slower (README "Model parallelism"). Not applied. Collective over ``world``."""
         env = os.environ if env is None else env
         plan = plan_threads(world, self.backend, env)
-        if self.backend.threads is None and not any(_count(env.get(v, "")) for v in THREAD_VARS):
-            plan = ThreadPlan(1, plan.kernel if _count(env.get(KERNEL_VAR, "")) else 1,
+        if self.backend.threads is None and not any(_set(env.get(v, "")) for v in THREAD_VARS):
+            plan = ThreadPlan(1, plan.kernel if _set(env.get(KERNEL_VAR, "")) else 1,
                               f"1 for seq2seq's small matrices; {plan.source}")
         return plan
 
