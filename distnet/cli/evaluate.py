@@ -37,14 +37,27 @@ def _rank0():
 @_SET
 def evaluate(experiment, checkpoint, overrides):
     """Print the misclassification rates of EXPERIMENT's data splits (train, test) with the
-    weights of a checkpoint. Under mpiexec the experiment's grid is used, whatever grid wrote
+    weights of a checkpoint (a Seq2SeqExperiment: token and whole-sequence accuracies). Under mpiexec the experiment's grid is used, whatever grid wrote
     the checkpoint."""
     from ..experiments.evaluate import evaluate_checkpoint
+    from ..experiments.seq2seq import Seq2SeqExperiment
     try:
         exp = _start(experiment, overrides)
-        result = evaluate_checkpoint(exp, checkpoint)
+        if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
+            ck, accuracies = exp.evaluate_checkpoint(checkpoint)
+        else:
+            result = evaluate_checkpoint(exp, checkpoint)
     except DistnetError as e:
         _error(e)
+    if isinstance(exp, Seq2SeqExperiment):
+        if _rank0():
+            t = exp.topology
+            click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {ck.meta.get('size', '?')} rank(s)), "
+                       f"evaluated on {t.size} rank(s)")
+            for split, (tok, seq, n) in accuracies.items():
+                click.echo(f"{split} set: token accuracy {tok:.2f}%, sequence accuracy {seq:.2f}% "
+                           f"({n} sequences, greedy decoding)")
+        return
     if _rank0():
         grid = "x".join(map(str, result.grid))
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
@@ -67,10 +80,15 @@ def predict(experiment, checkpoint, data_path, output, overrides):
     """Write the class probabilities (the outputs of the model's last layer) and the predicted
     labels of the images in FILE, with the weights of a checkpoint; one row per image, in order."""
     from ..datasets.arrays import prediction_format, read_images, write_predictions
+    from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
+    from ..experiments.seq2seq import Seq2SeqExperiment
     try:
         prediction_format(output)           # a wrong extension fails before any work
         exp = _start(experiment, overrides)
+        if isinstance(exp, Seq2SeqExperiment):
+            raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
+                              "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
         outputs, labels = predict_checkpoint(
             exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))

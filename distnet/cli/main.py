@@ -368,21 +368,67 @@ def mnist_sample(directory, force):
 @click.option("--labels", type=click.Path(exists=True, dir_okay=False),
               help="Labels (.npy of integers) of an .npy SOURCE of images.")
 @click.option("--test-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
-              help="Fraction of the images held out as the test split (when SOURCE has none).")
+              help="Fraction of the images (sentence pairs) held out as the test split (when SOURCE has "
+                   "none; text: without --test-source).")
 @click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Fraction of the images held out as a validation split (when SOURCE has none).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
-def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed):
+@click.option("--target", type=click.Path(exists=True, dir_okay=False), metavar="TGT.txt",
+              help="Parallel text: SOURCE is a text file of source sentences, TGT.txt their translations "
+                   "(one sentence per line, whitespace tokens); writes the sequence layout of README "
+                   "'Model parallelism'.")
+@click.option("--test-source", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Text: source sentences of the test split (with --test-target).")
+@click.option("--test-target", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Text: target sentences of the test split.")
+@click.option("--vocab-size", type=click.IntRange(min=5), metavar="N",
+              help="Text: at most N tokens per vocabulary, specials included (the rarest become <unk>).")
+@click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Text: leave tokens seen fewer than N times in training out of the vocabularies (<unk>).")
+@click.option("--src-vocab", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Text: the source vocabulary (one token per line); a token not in it is an error.")
+@click.option("--tgt-vocab", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Text: the target vocabulary (one token per line).")
+@click.option("--max-src-len", type=click.IntRange(min=1), metavar="N",
+              help="Text: refuse source sentences of more than N tokens (default: the longest).")
+@click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
+              help="Text: refuse target sentences of more than N tokens with their <eos>.")
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, target, test_source,
+                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
-    .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8."""
-    from ..datasets.convert import convert, describe
+    .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
+    With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
+    (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>."""
+    text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
+            "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
+            "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     try:
-        info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
-                       valid_fraction=valid_fraction, seed=seed)
+        if target is None:
+            given = [k for k, v in text.items() if v is not None]
+            if given:
+                raise DistnetError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
+                                   "of parallel text: give the target sentences with --target")
+            from ..datasets.convert import convert, describe
+            info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
+                           valid_fraction=valid_fraction, seed=seed)
+            click.echo(describe(info))
+            return
+        from ..datasets.sequences import convert_parallel_text, describe_text
+        for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None)):
+            if v is not None:
+                raise DistnetError(f"{name} is an option of images; parallel text (--target) takes none")
+        if (test_source is None) != (test_target is None):
+            raise DistnetError("give both --test-source and --test-target (or neither: --test-fraction "
+                               "of the pairs is held out)")
+        info = convert_parallel_text(output, (source, target),
+                                     None if test_source is None else (test_source, test_target),
+                                     max_src_len=max_src_len, max_tgt_len=max_tgt_len, vocab_size=vocab_size,
+                                     min_count=min_count, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
+                                     test_fraction=test_fraction, seed=seed)
+        click.echo(describe_text(info))
     except DistnetError as e:
         _fail(str(e))
-    click.echo(describe(info))
 
 
 @main.command()

@@ -51,6 +51,10 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     from ..plan import Machine, format_plan, plan_model
     try:
         exp = load_experiment(experiment, overrides)
+        from ..experiments.seq2seq import Seq2SeqExperiment   # hS: not a chain of layers
+        if isinstance(exp, Seq2SeqExperiment):
+            click.echo("\n".join(exp.show_lines(nranks)))
+            return
         if grid:
             try:
                 exp.grid = tuple(int(v) for v in grid.lower().split("x"))

@@ -19,6 +19,14 @@ start of the encoder's backward (DESIGN §4). Data replicas (``data: D``) each t
 part of every global minibatch and sum their gradients over ``Topology.data``; the loss is summed
 over ``Topology.pipe`` (zero on the encoder stage) and ``Topology.data``. Every rank draws every
 weight from one RNG stream, so all layouts start from the same weights.
+
+Training step and checkpoints: the encoder's and the decoder's parameters are two
+:class:`Half` "layers" (``model.layers``) with placements like any layer's (whole tensors,
+summed over ``Topology.data``), so the gradient sums, clipping by global norm and the learning
+rule are the one :class:`~distnet.layers.step.TrainingStep` of every model, and checkpoints
+(:mod:`distnet.models.checkpoint`) store every weight and its Adam moments in the global layout:
+a checkpoint of any layout resumes on any other. Dropout masks and the epoch's order are drawn
+from the seed, the epoch and the batch, so a resumed run needs no RNG state.
 """
 import numpy as np
 
@@ -26,28 +34,50 @@ from ..comm.p2p import PipeChannel, Recv, Send
 from ..comm.reduce import allreduce_sum
 from ..config.builder import config_error
 from ..errors import ConfigError
+from ..layers.params import Param
+from ..layers.placement import OVER_DATA, ParamPlacement, Placement
+from ..layers.step import TrainingStep
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
+from ..ops.learning_rules import Adam, LearningRule
 from ..ops.lstm import stack_backward, stack_forward
-from ..ops.optim import adam_step
+from .finite import after_step as check_finite_after_step
 
 BOS, EOS = 2, 3
 
 
-class Adam:
-    """Adam on a dict of arrays (the arithmetic is :func:`distnet.ops.optim.adam_step`); the
-    moments live here, one pair per key; the same on every rank."""
+class Half:
+    """The encoder's or the decoder's parameters as one "layer" of the model, so that the one
+    training step (:class:`~distnet.layers.step.TrainingStep`: gradient sums, clipping, learning
+    rule) and checkpoints (:mod:`distnet.models.checkpoint`, every parameter in its global
+    layout) treat them as they treat any layer's. Every parameter is whole on its stage
+    (``sharded`` False) and summed over ``Topology.data``; on the other stage the half holds none."""
 
-    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-        self.lr, self.b1, self.b2, self.eps = lr, beta1, beta2, eps
-        self.m, self.v, self.t = {}, {}, 0
+    def __init__(self, name, shapes, held):
+        self.name = name
+        #: Each parameter's global shape, in model order (a dict name -> shape).
+        self.placement = Placement(None, None, tuple(ParamPlacement(k, tuple(v), tuple(v), reduce_over=OVER_DATA)
+                                                     for k, v in shapes.items()))
+        self.held = held
+        #: The rate of this half (None: the learning rule's).
+        self.learning_rate = None
+        self._params = []
 
-    def step(self, params, grads):
-        """One step on every ``params[k]`` with ``grads[k]`` (used as scratch)."""
-        self.t += 1
-        for k, p in params.items():
-            m = self.m.setdefault(k, np.zeros_like(p))
-            v = self.v.setdefault(k, np.zeros_like(p))
-            adam_step(p, grads[k], m, v, self.t, self.lr, self.b1, self.b2, self.eps)
+    def bind(self, values):
+        """Hold ``values`` (name -> array, this rank's) when this rank runs the half."""
+        self._params = [Param(pp.name, values[pp.name], None, OVER_DATA) for pp in self.placement.params] \
+            if self.held else []
+
+    def params(self):
+        return list(self._params)
+
+    def buffers(self):
+        return []
+
+    def after_update(self):
+        """Nothing to do after an update."""
+
+    def describe(self):
+        return f"{self.name}: {sum(pp.size for pp in self.placement.params)} parameters"
 
 
 class Seq2Seq:
@@ -55,32 +85,53 @@ class Seq2Seq:
     ``nlayers`` (LSTM layers in each stack, 1), ``dropout`` (probability of dropping an input of
     LSTM layers 2 .. nlayers in training, 0; masks drawn per global minibatch from the backend
     seed, so every layout draws the same), ``num_epochs``, ``batch_size`` (64),
-    ``learning_rate`` (Adam, 0.01), ``clip`` (gradient norm clip per replica-summed step, 5.0; 0:
-    none), ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with
-    ``pipe: 2`` they must differ)."""
+    ``learning_rule`` (as for MLP: ``!obj:distnet.learning_rules.Adam {...}``, ``AdamW``,
+    ``GradientDescent``, with their ``schedule``, ``weight_decay`` and ``max_grad_norm`` keys;
+    default ``Adam {learning_rate: <learning_rate>, max_grad_norm: 5.0}``), ``learning_rate``
+    (0.01: the default rule's rate, or the rate of a rule that gives none),
+    ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with ``pipe: 2``
+    they must differ)."""
 
     #: The running cost of the epoch for the progress display (not tracked here).
     epoch_loss_sum = None
     config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
-                    "learning_rate": float, "clip": float, "dropout": float, "encoder_stage": int, "decoder_stage": int}
-    layers = ()
+                    "learning_rate": float, "learning_rule": ("obj", "learning_rule"), "dropout": float,
+                    "encoder_stage": int, "decoder_stage": int}
     input_layout = None
+    #: No shuffle RNG to checkpoint: each epoch's order is drawn from the seed and the epoch.
+    shuffle_rng = None
+    #: ``{"epoch", "shuffle_rng"}`` after a checkpoint was applied to continue training (else None).
+    resume = None
 
     def __init__(self, num_epochs=10, embed=32, hidden=64, nlayers=1, batch_size=64, learning_rate=0.01,
-                 clip=5.0, encoder_stage=0, decoder_stage=1, dropout=0.0):
+                 learning_rule=None, encoder_stage=0, decoder_stage=1, dropout=0.0):
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {dropout}", key="dropout")
         self.dropout = dropout
         for k, v in (("embed", embed), ("hidden", hidden), ("nlayers", nlayers), ("batch_size", batch_size)):
             if v < 1:
                 raise ConfigError(f"{k} must be >= 1, got {v}", key=k)
+        if num_epochs < 0:
+            raise ConfigError(f"num_epochs must be >= 0, got {num_epochs}", key="num_epochs")
+        if not learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {learning_rate}", key="learning_rate")
+        if learning_rule is not None and not isinstance(learning_rule, LearningRule):
+            raise ConfigError(f"learning_rule must be a learning rule object (distnet.learning_rules.Adam, "
+                              f"AdamW, GradientDescent), got {learning_rule!r}", key="learning_rule")
         for k, v in (("encoder_stage", encoder_stage), ("decoder_stage", decoder_stage)):
             if v not in (0, 1):
                 raise ConfigError(f"{k} must be 0 or 1 (the encoder and the decoder are two stages), got {v}",
                                   key=k)
         self.num_epochs, self.E, self.H, self.L = num_epochs, embed, hidden, nlayers
-        self.batch_size, self.learning_rate, self.clip = batch_size, learning_rate, clip
+        self.batch_size, self.learning_rate = batch_size, learning_rate
+        self.learning_rule = (learning_rule if learning_rule is not None
+                              else Adam(learning_rate=learning_rate, max_grad_norm=5.0))
         self.encoder_stage, self.decoder_stage = encoder_stage, decoder_stage
+        #: Optimiser steps done (restored from checkpoints): Adam's bias correction and step
+        #: schedules read it.
+        self.steps = 0
+        #: The encoder's and the decoder's parameters (:class:`Half`), set by :meth:`configure`.
+        self.layers = ()
 
     # -- set-up -------------------------------------------------------------------------------
     def check_stages(self, npipe):
@@ -96,8 +147,7 @@ class Seq2Seq:
         """Bind the run and draw every weight (every rank the same, one stream)."""
         self.backend, self.topology = backend, topology
         self.check_stages(topology.npipe)
-        if backend.xp is not np:
-            raise ConfigError(f"Seq2Seq runs on the numpy backends only for now, not {backend}", key="backend")
+        self.xp = xp = backend.xp
         self.dtype = backend.dtype
         self.split = topology.npipe == 2
         rng = np.random.RandomState(backend.rng_seed)
@@ -124,8 +174,20 @@ class Seq2Seq:
         stage = topology.pipe_index
         self.runs_encoder = not self.split or stage == self.encoder_stage
         self.runs_decoder = not self.split or stage == self.decoder_stage
-        self.params = {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}
-        self.opt = Adam(self.learning_rate)
+        # drawn on the host from the one stream, then copied to the backend's device
+        self.params = {k: xp.asarray(v) for k, v in
+                       {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}.items()}
+        self.layers = (Half("encoder", {k: v.shape for k, v in enc.items()}, self.runs_encoder),
+                       Half("decoder", {k: v.shape for k, v in dec.items()}, self.runs_decoder))
+        rate = None if self.learning_rule.learning_rate is not None else self.learning_rate
+        for half in self.layers:
+            half.bind(self.params)
+            half.learning_rate = rate
+        #: ``[(half, Param)]`` this rank trains (the non-finite check reads it too).
+        self._params = [(half, p) for half in self.layers for p in half.params()]
+        self.step = TrainingStep(topology, backend.host_staging)
+        self.steps = 0
+        self.resume = None
         self._step_key = (0, 0)   # (epoch, batch): keys the dropout masks (fit_epoch sets it)
         if self.split:
             ch = PipeChannel(topology.pipe, backend.host_staging)
@@ -137,22 +199,21 @@ class Seq2Seq:
         p = self.params
         return [(p[f"{prefix}.Wx{l}"], p[f"{prefix}.Wh{l}"], p[f"{prefix}.b{l}"]) for l in range(self.L)]
 
-    @staticmethod
-    def _mask(lengths, T, dtype):
-        return (np.arange(T)[None, :] < lengths[:, None]).astype(dtype)
+    def _mask(self, lengths, T, dtype):
+        return (self.xp.arange(T)[None, :] < lengths[:, None]).astype(dtype)
 
     # -- the two halves -----------------------------------------------------------------------
     def _encode(self, src, src_len, drop=None):
         b = len(src)
-        zeros = np.zeros((self.L, b, self.H), dtype=self.dtype)
+        zeros = self.xp.zeros((self.L, b, self.H), dtype=self.dtype)
         e = embed(src, self.params["enc.embed"])
         _, hT, cT, caches = stack_forward(e, self._mask(src_len, src.shape[1], self.dtype), zeros, zeros,
                                           self._weights("enc"), drop)
-        return np.stack([hT, cT]), (src, caches, drop)
+        return self.xp.stack([hT, cT]), (src, caches, drop)
 
     def _encode_backward(self, dstates, cache, grads):
         src, caches, drop = cache
-        dy = np.zeros(src.shape + (self.H,), dtype=self.dtype)
+        dy = self.xp.zeros(src.shape + (self.H,), dtype=self.dtype)
         de, _, _, g = stack_backward(dy, dstates[0], dstates[1], caches, drop)
         self._put(grads, "enc", g)
         grads["enc.embed"] = embed_grad(src, de, self.Vs)
@@ -164,7 +225,8 @@ class Seq2Seq:
     def _decode_train(self, states, tgt, tgt_len, divisor, grads, drop=None):
         """Teacher-forced decoder forward and backward; returns (summed loss, dstates)."""
         b, T = tgt.shape
-        inp = np.concatenate([np.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
+        xp = self.xp
+        inp = xp.concatenate([xp.full((b, 1), BOS, dtype=tgt.dtype), tgt[:, :-1]], axis=1)
         mask = self._mask(tgt_len, T, self.dtype)
         d = embed(inp, self.params["dec.embed"])
         y, _, _, caches = stack_forward(d, mask, states[0], states[1], self._weights("dec"), drop)
@@ -172,18 +234,19 @@ class Seq2Seq:
         loss, dz = token_xent(z, tgt, mask)
         dz /= divisor
         dy, grads["dec.Wo"], grads["dec.bo"] = linear_steps_backward(y, self.params["dec.Wo"], dz)
-        dd, dh0, dc0, g = stack_backward(dy, np.zeros_like(states[0]), np.zeros_like(states[1]), caches, drop)
+        dd, dh0, dc0, g = stack_backward(dy, xp.zeros_like(states[0]), xp.zeros_like(states[1]), caches, drop)
         self._put(grads, "dec", g)
         grads["dec.embed"] = embed_grad(inp, dd, self.Vt)
-        return loss, np.stack([dh0, dc0])
+        return loss, xp.stack([dh0, dc0])
 
     def _decode_greedy(self, states, T):
         """Greedy decoding for ``T`` steps -> predicted ids ``(b, T)``."""
         b = states.shape[2]
         h, c = states[0], states[1]
-        tok = np.full(b, BOS, dtype=np.int64)
-        one = np.ones((b, 1), dtype=self.dtype)
-        out = np.zeros((b, T), dtype=np.int64)
+        xp = self.xp
+        tok = xp.full(b, BOS, dtype=xp.int64)
+        one = xp.ones((b, 1), dtype=self.dtype)
+        out = xp.zeros((b, T), dtype=xp.int64)
         w = self._weights("dec")
         for t in range(T):
             x = embed(tok[:, None], self.params["dec.embed"])
@@ -202,45 +265,43 @@ class Seq2Seq:
     def _states_shape(self, b):
         return (2, self.L, b, self.H)
 
-    def train_batch(self, src, src_len, tgt, tgt_len):
-        """One step on a global minibatch (every rank passes the same rows). Returns the summed
-        loss of the batch (the same on every rank). Collective over ``Topology.pipe`` and
-        ``Topology.data``."""
+    def train_batch(self, src, src_len, tgt, tgt_len, epoch=0):
+        """One step on a global minibatch (every rank passes the same rows): forward and backward
+        of this rank's half on its replica's rows, then the one training step's gradient sums
+        over ``Topology.data``, clipping and learning rule (:class:`~distnet.layers.step
+        .TrainingStep`). Returns the summed loss of the batch (the same on every rank).
+        Collective over ``Topology.pipe``, ``Topology.data`` and (clipping) the world."""
         rows, divisor = self._my_rows(len(src)), len(src)
         de, dd = self._dropout_masks(len(src), src.shape[1], tgt.shape[1], rows)
-        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
+        xp = self.xp
+        src, src_len, tgt, tgt_len = (xp.asarray(a[rows]) for a in (src, src_len, tgt, tgt_len))
         b = len(src)
-        grads, loss = {}, np.zeros(1, dtype=np.float64)
-        if not self.split:
-            states, cache = self._encode(src, src_len, de)
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
-            self._encode_backward(dstates, cache, grads)
-            loss[0] = l
-        elif self.runs_encoder:
-            states, cache = self._encode(src, src_len, de)
-            self._send.forward(states)
-            dstates = self._send.backward(self._states_shape(b), self.dtype, np).wait()
-            self._encode_backward(dstates, cache, grads)
-        else:
-            states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
-            l, dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
-            self._recv.backward(dstates)
-            loss[0] = l
-        if self.split:
-            self.channel.wait_sends()
-        keys = sorted(self.params)
-        arrays = [grads[k] for k in keys]
-        t = self.topology
-        if t.ndata > 1:
-            allreduce_sum(arrays + ([loss] if self.dtype == np.float64 else []), t.data,
-                          self.backend.host_staging, kind="allreduce_grad")
-            if self.dtype != np.float64:
-                allreduce_sum([loss], t.data, self.backend.host_staging)
-        if self.split:
-            allreduce_sum([loss], t.pipe, self.backend.host_staging)
-        if self.clip:
-            self._clip(dict(zip(keys, arrays)))
-        self.opt.step(self.params, dict(zip(keys, arrays)))
+
+        def run():
+            grads, loss = {}, xp.zeros(1, dtype="float64")
+            if not self.split:
+                states, cache = self._encode(src, src_len, de)
+                loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+                self._encode_backward(dstates, cache, grads)
+            elif self.runs_encoder:
+                states, cache = self._encode(src, src_len, de)
+                self._send.forward(states)
+                dstates = self._send.backward(self._states_shape(b), self.dtype, self.xp).wait()
+                self._encode_backward(dstates, cache, grads)
+            else:
+                states = self._recv.forward(self._states_shape(b), self.dtype, self.xp).wait()
+                loss[0], dstates = self._decode_train(states, tgt, tgt_len, divisor, grads, dd)
+                self._recv.backward(dstates)
+            if self.split:
+                self.channel.wait_sends()
+            for _, p in self._params:
+                p.grad = grads[p.name]
+            return [loss]
+
+        loss, = self.step(run, self._params, rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
+        self.steps += 1
+        if self.split:   # the loss lives on the decoder's stage
+            allreduce_sum([loss], self.topology.pipe, self.backend.host_staging)
         return float(loss[0])
 
     def _dropout_masks(self, n, Ts, Tt, rows):
@@ -253,19 +314,9 @@ class Seq2Seq:
         keep = 1.0 - self.dropout
         out = []
         for T in (Ts, Tt):
-            out.append([((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows]
+            out.append([self.xp.asarray(((rng.random_sample((n, T, self.H)) < keep) / keep).astype(self.dtype)[rows])
                         for _ in range(self.L - 1)])
         return tuple(out)
-
-    def _clip(self, grads):
-        """Scale the gradients to global norm <= clip (the norm over both stages)."""
-        sq = np.array([sum(float((g * g).sum()) for g in grads.values())])
-        if self.split:
-            allreduce_sum([sq], self.topology.pipe, self.backend.host_staging)
-        norm = np.sqrt(sq[0])
-        if norm > self.clip:
-            for g in grads.values():
-                g *= self.clip / norm
 
     def fit_epoch(self, data, epoch, on_batch=None):
         """One epoch over ``data = (src, src_len, tgt, tgt_len)`` in a per-epoch permutation
@@ -279,7 +330,8 @@ class Seq2Seq:
             if on_batch is not None:
                 on_batch(epoch, k, nb)
             self._step_key = (epoch, k)
-            total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx])
+            total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx], epoch)
+            check_finite_after_step(self, epoch, k, nb)   # every 16 steps and at the epoch end
         return total / len(src)
 
     def evaluate(self, data, batch=256):
@@ -287,8 +339,9 @@ class Seq2Seq:
         percent, the same on every rank. Collective over ``Topology.pipe`` and ``.data``."""
         src, src_len, tgt, tgt_len = data
         rows = self._my_rows(len(src))
-        src, src_len, tgt, tgt_len = src[rows], src_len[rows], tgt[rows], tgt_len[rows]
-        counts = np.zeros(3, dtype=np.float64)   # right tokens, target tokens, right sequences
+        xp = self.xp
+        src, src_len, tgt, tgt_len = (xp.asarray(a[rows]) for a in (src, src_len, tgt, tgt_len))
+        counts = np.zeros(3, dtype=np.float64)   # right tokens, target tokens, right sequences (host)
         for a in range(0, len(src), batch):
             s = slice(a, a + batch)
             b = len(src[s])
@@ -297,12 +350,13 @@ class Seq2Seq:
                 if self.split:
                     self._send.forward(states)
             if self.split and self.runs_decoder:
-                states = self._recv.forward(self._states_shape(b), self.dtype, np).wait()
+                states = self._recv.forward(self._states_shape(b), self.dtype, self.xp).wait()
             if self.runs_decoder:
                 pred = self._decode_greedy(states, tgt.shape[1])
-                mask = self._mask(tgt_len[s], tgt.shape[1], np.float64)
+                mask = self._mask(tgt_len[s], tgt.shape[1], "float64")
                 right = (pred == tgt[s]) * mask
-                counts += [right.sum(), mask.sum(), (right.sum(axis=1) == mask.sum(axis=1)).sum()]
+                counts += [float(right.sum()), float(mask.sum()),
+                           float((right.sum(axis=1) == mask.sum(axis=1)).sum())]
             if self.split:
                 self.channel.wait_sends()
         t = self.topology
@@ -313,11 +367,12 @@ class Seq2Seq:
         return 100 * counts[0] / counts[1], 100 * counts[2] / len(data[0])
 
     def gather_params(self):
-        """Every parameter (a dict of numpy arrays) on every rank: the decoder's come from its
+        """Every parameter (a dict of numpy arrays, host copies) on every rank: the decoder's come from its
         stage. Collective over ``Topology.pipe``."""
+        xp = self.xp
+        mine = {k: np.array(v, copy=True) if xp is np else xp.asnumpy(v) for k, v in self.params.items()}
         if not self.split:
-            return {k: v.copy() for k, v in self.params.items()}
-        mine = {k: v.copy() for k, v in self.params.items()}
+            return mine
         parts = self.topology.pipe.allgather(mine)
         out = {}
         for p in parts:

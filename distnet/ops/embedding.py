@@ -4,6 +4,8 @@ ignores padding. Pure array code, no MPI.
 Shapes: ``ids (B, T)`` integer token ids, ``W (V, E)`` embedding table, ``mask (B, T)`` (1.0 on
 real tokens, 0.0 on padding).
 """
+import numpy as np
+
 from ..backend import get_array_module
 from .softmax import log_softmax
 
@@ -14,12 +16,17 @@ def embed(ids, W):
 
 
 def embed_grad(ids, dy, V):
-    """Gradient of the table: ``dW[v] = sum of dy[b, t] over ids[b, t] == v`` (scatter-add)
-    -> ``(V, E)``."""
+    """Gradient of the table: ``dW[v] = sum of dy[b, t] over ids[b, t] == v`` -> ``(V, E)``
+    (numpy: a scatter-add; a device: a one-hot ``(B*T, V)`` matrix times ``dy``)."""
     xp = get_array_module(dy)
-    dW = xp.zeros((V, dy.shape[-1]), dtype=dy.dtype)
-    xp.add.at(dW, ids.reshape(-1), dy.reshape(-1, dy.shape[-1]))
-    return dW
+    flat = dy.reshape(-1, dy.shape[-1])
+    if xp is np:
+        dW = np.zeros((V, dy.shape[-1]), dtype=dy.dtype)
+        np.add.at(dW, ids.reshape(-1), flat)
+        return dW
+    # a device: one-hot (B*T, V) times the gradients, a GEMM (no scatter-add needed)
+    onehot = (ids.reshape(-1)[:, None] == xp.arange(V)[None, :]).astype(dy.dtype)
+    return onehot.T @ flat
 
 
 def linear_steps(x, W, b):

@@ -68,6 +68,32 @@ def test_seq2seq_equals_single_process(comm, data, reference, name):
 
 
 @pytest.mark.mpi_size(2)
+@pytest.mark.parametrize("host_staging", [True, False], ids=["staged", "cuda-aware"])
+def test_seq2seq_on_device_arrays_across_stages(comm, data, reference, host_staging):
+    """The encoder/decoder split on a device backend (the device-like stand-in for cupy; its
+    arrays refuse every implicit host crossing): the states and their gradients travel staged
+    through host memory or as device buffers to a CUDA-aware MPI, and the run gives the numpy
+    one-process numbers (float64 agreement of tests.backends)."""
+    from tests.backends import assert_agree
+    from tests.devicelike import DeviceLike
+    data_, vs, vt = data
+    ref, ref_costs, ref_test, _ = reference
+    topo = Topology.from_world(grid=(1, 1), pipe=2, world=comm)
+    try:
+        model = Seq2Seq(num_epochs=6, embed=5, hidden=6, nlayers=2, batch_size=16, learning_rate=0.05,
+                        dropout=0.2)
+        model.configure(DeviceLike(rng_seed=4, dtype="float64", cuda_aware_mpi=not host_staging), topo, vs, vt)
+        costs = [model.fit_epoch(data_["train"], e) for e in range(model.num_epochs)]
+        assert_agree(costs, ref_costs, "float64")
+        assert model.evaluate(data_["test"]) == ref_test
+        got, want = model.gather_params(), ref.gather_params()
+        for k in want:
+            assert_agree(got[k], want[k], "float64", k)
+    finally:
+        topo.free()
+
+
+@pytest.mark.mpi_size(2)
 def test_decoder_on_the_encoders_stage_is_refused(comm):
     from distnet.errors import ConfigError
     topo = Topology.from_world(grid=(1, 1), pipe=2, world=comm)
@@ -76,3 +102,81 @@ def test_decoder_on_the_encoders_stage_is_refused(comm):
             Seq2Seq(encoder_stage=1, decoder_stage=1).configure(Numpy64(), topo, 14, 33)
     finally:
         topo.free()
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+def _experiment(pipe, data, checkpoint=None, epochs=4):
+    from distnet.experiments.seq2seq import Seq2SeqExperiment
+    from distnet.ops.learning_rules import Adam
+    model = Seq2Seq(num_epochs=epochs, embed=5, hidden=6, nlayers=2, batch_size=16, dropout=0.2,
+                    learning_rule=Adam(learning_rate=0.05, max_grad_norm=1.0))   # clipping fires
+    ds = SequenceDataset(generate="numbers", digits=2, n_train=70, n_test=20, seed=1)
+    exp = Seq2SeqExperiment(model, [ds], backend=Numpy64(rng_seed=4), data=data, pipe=pipe, eval_every=1,
+                            logging={"level": 30})
+    exp.checkpoint_path = checkpoint
+    return exp
+
+
+def _run(pipe, data, comm, checkpoint=None, resume=None, epochs=4):
+    import logging
+    exp = _experiment(pipe, data, checkpoint, epochs)
+    topo = Topology.serial() if pipe * data == 1 else \
+        Topology.from_world(grid=(1, 1), data=data, pipe=pipe, world=comm)
+    try:
+        result = exp.run(topology=topo, resume=resume)
+        return result, exp.model.gather_params(), exp.model.steps
+    finally:
+        logging.getLogger("distnet").handlers.clear()
+        topo.free()
+
+
+@pytest.fixture(scope="module")
+def shared_dir(comm):
+    import tempfile
+    tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-s2s-") if comm.Get_rank() == 0 else None, root=0)
+    yield tmp
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# name: (pipe, data) of the run that writes the checkpoint, (pipe, data) of the one that resumes
+RESUMES = {
+    "pipe2": ((2, 1), (2, 1)),
+    "pipe2-data2": ((2, 2), (2, 2)),
+    "1proc-to-pipe2": ((1, 1), (2, 1)),
+    "pipe2-data2-to-1proc": ((2, 2), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(max(p * d, q * e)))
+                                  for n, ((p, d), (q, e)) in RESUMES.items()])
+def test_resume_equals_uninterrupted_run(comm, shared_dir, name):
+    """Train 4 epochs without a break, and 2 epochs + a checkpoint + a resumed run to 4 (on the
+    layouts of ``RESUMES``): the same per-epoch costs, accuracies, steps and weights: bitwise
+    against the uninterrupted run on the resuming layout when both runs use one layout; against
+    the one-process run to 1e-10 relative (replicas add their gradients in another order). A one-process run
+    resumes on every rank (each on its own)."""
+    (wp, wd), (rp, rd) = RESUMES[name]
+    ck = f"{shared_dir}/{name}.h5"
+    ref, ref_params, ref_steps = _run(1, 1, comm)
+    full, full_params, _ = _run(rp, rd, comm)
+    if (wp, wd) == (1, 1):      # written by one process: rank 0 writes, the others wait
+        if comm.Get_rank() == 0:
+            _run(1, 1, comm, checkpoint=ck, epochs=2)
+        comm.Barrier()
+    else:
+        _run(wp, wd, comm, checkpoint=ck, epochs=2)
+    got, params, steps = _run(rp, rd, comm, resume=ck)
+    assert got.start_epoch == 2 and steps == ref_steps
+    np.testing.assert_allclose(got.epoch_costs, ref.epoch_costs, rtol=1e-10)
+    assert got.accuracy == ref.accuracy
+    same = (wp, wd) == (rp, rd)
+    for k in ref_params:
+        if same:
+            np.testing.assert_array_equal(params[k], full_params[k], err_msg=k)
+        np.testing.assert_allclose(params[k], ref_params[k], rtol=1e-10, atol=1e-13, err_msg=k)
+    if same:
+        assert got.epoch_costs == full.epoch_costs
