@@ -393,17 +393,24 @@ def mnist_sample(directory, force):
               help="Text: refuse source sentences of more than N tokens (default: the longest).")
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, target, test_source,
-                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len):
+                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
     .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
-    (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>."""
+    (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
+    OUTPUT is kept unless --force."""
+    from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
             "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     try:
+        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab):
+            if p is not None and same_file(output, p):   # read while written: never, even with --force
+                raise OutputError(f"output {output} is also an input ({p}); give another OUTPUT")
+        refuse_existing(output, "output", force, "give another OUTPUT, or --force to replace it")
         if target is None:
             given = [k for k, v in text.items() if v is not None]
             if given:

@@ -132,6 +132,19 @@ def test_cli(tmp_path):
                                   "--size", "6x6", "--valid-fraction", "0.25"])
     assert r.exit_code == 0, r.output
     assert "train 7, valid 3, test 2 images of 3x6x6 uint8, 3 classes (cat, dog, eel)" in r.output
-    os.makedirs(tmp_path / "imgs" / "fox")
+    # an existing output is kept unless --force; an input is never the output
+    before = (tmp_path / "d.h5").read_bytes()
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5")])
+    assert r.exit_code != 0 and "d.h5 already exists; give another OUTPUT, or --force" in r.output
+    assert (tmp_path / "d.h5").read_bytes() == before
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"),
+                                  "--size", "5x5", "--force"])
+    assert r.exit_code == 0 and "of 3x5x5 uint8" in r.output, r.output
+    np.save(tmp_path / "x.npy", np.zeros((4, 1, 3, 3), np.uint8))
+    np.save(tmp_path / "y.npy", np.zeros(4, int))
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
+                                  "--labels", str(tmp_path / "y.npy"), "--force"])
+    assert r.exit_code != 0 and "is also an input" in r.output
+    os.makedirs(tmp_path / "imgs" / "fox")
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d2.h5")])
     assert r.exit_code == 2 and "distnet: error: class folder" in r.output and "fox holds no images" in r.output
