@@ -119,18 +119,21 @@ class Graph:
                     del values[j]
         return values[len(self.layers) - 1]
 
-    def backward(self, delta, lowest=0):
+    def backward(self, delta, lowest=0, after_layer=None):
         """Backpropagate ``delta`` (the gradient of the last layer's output) down to layer
         ``lowest`` (layers below it neither learn nor need gradients). A layer's output gradient
         is the sum of its readers' input gradients (summed from the last reader down, the same
         order on every rank and grid). Every layer from ``lowest`` up fills its parameters'
-        gradients."""
+        gradients, then ``after_layer(layer)`` runs (optional; overlap hook, hO:
+        :func:`distnet.layers.step.backward`)."""
         grads = {len(self.layers) - 1: delta}
         for i in range(len(self.layers) - 1, lowest - 1, -1):
             layer, src = self.layers[i], self.sources[i]
             g = grads.pop(i)
             need = [j >= lowest for j in src]
             dx = layer.bprop(g, need_input_grad=any(need))
+            if after_layer is not None:
+                after_layer(layer)
             if not any(need):
                 continue
             dxs = dx if layer.multi_input else [dx]
