@@ -13,17 +13,37 @@ import os
 import time
 from contextlib import contextmanager
 
-_state = {"delay": None}
+_state = {"delay": None, "halo": None}
+
+
+def _read(key, var):
+    if _state[key] is None:
+        try:
+            _state[key] = max(0.0, float(os.environ.get(var, "0") or 0))
+        except ValueError:
+            _state[key] = 0.0
+    return _state[key]
 
 
 def comm_delay():
     """Seconds added to every gradient Allreduce (0: none)."""
-    if _state["delay"] is None:
-        try:
-            _state["delay"] = max(0.0, float(os.environ.get("DISTNET_COMM_DELAY", "0") or 0))
-        except ValueError:
-            _state["delay"] = 0.0
-    return _state["delay"]
+    return _read("delay", "DISTNET_COMM_DELAY")
+
+
+def halo_delay():
+    """Seconds a forward halo exchange takes at least (0: no delay)."""
+    return _read("halo", "DISTNET_HALO_DELAY")
+
+
+@contextmanager
+def injected_halo_delay(seconds):
+    """Within the block, every forward halo exchange takes at least ``seconds``."""
+    before = _state["halo"]
+    _state["halo"] = max(0.0, float(seconds))
+    try:
+        yield
+    finally:
+        _state["halo"] = before
 
 
 @contextmanager
