@@ -13,7 +13,8 @@ import os
 import time
 from contextlib import contextmanager
 
-_state = {"delay": None, "halo": None}
+_state = {"delay": None, "halo": None, "per_mib": None}
+_wire = {"free": 0.0}
 
 
 def _read(key, var):
@@ -28,6 +29,39 @@ def _read(key, var):
 def comm_delay():
     """Seconds added to every gradient Allreduce (0: none)."""
     return _read("delay", "DISTNET_COMM_DELAY")
+
+
+def seconds_per_mib():
+    """Seconds per MiB added to every gradient Allreduce (0: none)."""
+    return _read("per_mib", "DISTNET_COMM_SECONDS_PER_MIB")
+
+
+def blocking_delay(nbytes):
+    """Seconds a blocking gradient Allreduce of ``nbytes`` sleeps after it (0: no injection)."""
+    return comm_delay() + seconds_per_mib() * nbytes / 2**20
+
+
+def wire_ready_at(started, nbytes):
+    """When a nonblocking gradient Allreduce of ``nbytes`` started at ``started`` may complete:
+    its bytes go on the wire after those of the sums before it, then the fixed delay (None: no
+    injection)."""
+    delay, rate = comm_delay(), seconds_per_mib()
+    if not delay and not rate:
+        return None
+    end = max(started, _wire["free"]) + rate * nbytes / 2**20
+    _wire["free"] = end
+    return end + delay
+
+
+@contextmanager
+def injected_bandwidth(seconds_per_mib_):
+    """Within the block, every gradient Allreduce takes ``seconds_per_mib_`` per MiB more."""
+    before = _state["per_mib"]
+    _state["per_mib"] = max(0.0, float(seconds_per_mib_))
+    try:
+        yield
+    finally:
+        _state["per_mib"] = before
 
 
 def halo_delay():
