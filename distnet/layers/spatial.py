@@ -119,14 +119,16 @@ class WindowLayer(BaseLayer):
         (the outputs that read no ghost pixel; between two bands MPI is given a chance to
         progress the messages), ``borders`` the :func:`~distnet.geometry.overlap.border_boxes`
         computed once the ghosts arrived. None when the split does not pay: one process (no
-        messages), no halo, or an early box below :data:`OVERLAP_MIN_FRACTION` of the tile."""
+        messages), no halo, a tile of fewer than :data:`OVERLAP_MIN_OUTPUTS` pixels, or an early
+        box below :data:`OVERLAP_MIN_FRACTION` of the tile."""
         if self._split is None:
             self._split = False
             plan = self.plan
             if not self.input.zero_padding_only and not self._no_halo() and plan.recvs:
                 t = plan.out_tile
                 early = early_output_box(plan, *self.windows)
-                if not early.is_empty() and early.size >= OVERLAP_MIN_FRACTION * t.size:
+                if (t.size >= OVERLAP_MIN_OUTPUTS and not early.is_empty()
+                        and early.size >= OVERLAP_MIN_FRACTION * t.size):
                     rel = Box(early.y0 - t.y0, early.y1 - t.y0, early.x0 - t.x0, early.x1 - t.x0)
                     h = rel.y1 - rel.y0
                     n = max(1, min(OVERLAP_BANDS, h))
@@ -234,6 +236,10 @@ class WindowLayer(BaseLayer):
 #: The interior/border split of an overlapped halo exchange is used when the interior (the outputs
 #: that read no ghost pixel) is at least this fraction of the output tile.
 OVERLAP_MIN_FRACTION = 0.5
+#: ... and the output tile has at least this many pixels: on small tiles the smaller GEMMs of the
+#: split cost more than the exchange they hide (measured, benchmarks/README.md "Overlap": MNIST's
+#: 24x12 conv tile forward 1.11x slower split; bigimage's 256x128 tile 0.97x).
+OVERLAP_MIN_OUTPUTS = 4096
 #: The interior is computed in this many row bands, MPI progressing the messages between them.
 OVERLAP_BANDS = 2
 

@@ -17,7 +17,7 @@ from distnet.comm import Topology
 from distnet.comm import buckets as buckets_module
 from distnet.comm.overlap import overlap_mode
 from distnet.geometry import tile_of
-from distnet.layers import ConvLayer
+from distnet.layers import ConvLayer, spatial
 from distnet.models import ConvnetDist
 
 MPI_SIZES = (1, 2, 3, 4)
@@ -47,11 +47,13 @@ def _run(mode, bucket, net, topo, x, labels):
         return real(*a, **k)
 
     buckets_module.allreduce_sum_start = counting
+    min_outputs, spatial.OVERLAP_MIN_OUTPUTS = spatial.OVERLAP_MIN_OUTPUTS, 0   # small test tiles split too
     try:
         with overlap_mode(mode, bucket):
             model, costs, out = train(NETS[net](True), ConvnetDist, topo, x, labels)
     finally:
         buckets_module.allreduce_sum_start = real
+        spatial.OVERLAP_MIN_OUTPUTS = min_outputs
     return model, costs, out, len(started)
 
 
