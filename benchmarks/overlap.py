@@ -16,8 +16,10 @@ rounds and the spread (min-max of the round medians):
 for each injected delay (``--delay``, seconds; ``--inject grad``: every gradient Allreduce,
 :data:`DISTNET_COMM_DELAY <distnet.comm.delay>`; ``--inject halo``: every forward halo
 exchange, ``DISTNET_HALO_DELAY``; ``--inject bandwidth``: that many seconds per MiB of
-gradients, the Allreduces sharing one wire, ``DISTNET_COMM_SECONDS_PER_MIB``). hidden = (blocking - overlapped) / (blocking - blocking at
-no delay): the fraction of the injected communication time the overlap removed from the step.
+gradients, the Allreduces sharing one wire, ``DISTNET_COMM_SECONDS_PER_MIB``). Each round also
+times the blocking step without the delay ("no delay"); hidden = (blocking - overlapped) /
+(blocking - no delay), per round (median and range over the rounds): the fraction of the
+injected communication time the overlap removed from the step.
 The first step's loss of every mode is checked equal (to 1e-5: the conv split may round a
 float32 dot product differently).
 
@@ -141,6 +143,9 @@ def _model(a):
         assert abs(first[m] - ref) <= 1e-5 * abs(ref), f"first loss {m} {first[m]} != {ref}"
 
     def timed(mode):
+        if mode == "no delay":            # the blocking step without the injected delay
+            with inject(0):
+                return timed("blocking")
         ts = []
         with overlap_mode(MODES[mode], a.bucket):
             for _ in range(a.steps):
@@ -152,11 +157,12 @@ def _model(a):
 
     rows = {}
     for d in [float(x) for x in a.delay.split(",")]:
-        per = {m: [] for m in modes}
+        timed_modes = modes + (["no delay"] if d > 0 and "blocking" in modes else [])
+        per = {m: [] for m in timed_modes}
         with inject(d):
             for r in range(a.rounds):
-                for k in range(len(modes)):
-                    m = modes[(r + k) % len(modes)]
+                for k in range(len(timed_modes)):
+                    m = timed_modes[(r + k) % len(timed_modes)]
                     per[m].append(timed(m))
         rows[d] = per
     if comm.rank == 0:
@@ -170,17 +176,21 @@ def _model(a):
               f"medians of {a.rounds} interleaved rounds of {a.steps} steps (min-max of the round medians); "
               f"bucket {a.bucket if a.bucket is not None else 'default'} bytes; load average "
               f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
-        print("| delay | " + " | ".join(modes) + " | hidden |")
-        print("| ---: | " + " | ".join("---:" for _ in modes) + " | ---: |")
-        base = statistics.median(rows[min(rows)]["blocking"]) if "blocking" in modes else None
+        print("| delay | " + " | ".join(modes) + " | blocking, no delay | hidden (per-round range) |")
+        print("| ---: | " + " | ".join("---:" for _ in modes) + " | ---: | ---: |")
         for d, per in rows.items():
             med = {m: statistics.median(v) for m, v in per.items()}
             cells = [f"{med[m] * 1e3:.1f} ms ({min(per[m]) * 1e3:.0f}-{max(per[m]) * 1e3:.0f})" for m in modes]
-            hidden = ""
-            if base is not None and "overlapped" in modes and d > 0:
-                cost = med["blocking"] - base
-                hidden = f"{100 * (med['blocking'] - med['overlapped']) / cost:.0f}%" if cost > 0 else "n/a"
-            print(f"| {d * 1e3:.0f} ms | " + " | ".join(cells) + f" | {hidden} |")
+            base, hidden = "", ""
+            if "no delay" in per:
+                base = f"{med['no delay'] * 1e3:.1f} ms"
+            if "no delay" in per and "overlapped" in modes:
+                # per round: (blocking - overlapped) / (blocking - blocking without the delay)
+                fr = [(b - o) / (b - n) for b, o, n in zip(per["blocking"], per["overlapped"], per["no delay"])
+                      if b > n]
+                if fr:
+                    hidden = f"{100 * statistics.median(fr):.0f}% ({100 * min(fr):.0f} to {100 * max(fr):.0f}%)"
+            print(f"| {d * 1e3:.0f} ms | " + " | ".join(cells) + f" | {base} | {hidden} |")
 
 
 def main():
