@@ -30,7 +30,7 @@ repetition by repetition (medians over ``--reps``):
 
 * ``compute``: the GEMMs alone (no communication);
 * ``blocking``: the GEMMs, then one blocking :func:`~distnet.comm.allreduce_sum` per bucket
-  (today's models: the sums follow the whole backward);
+  (the sums follow the whole backward);
 * ``overlapped``: after each layer its bucket's :func:`~distnet.comm.allreduce_sum_start`,
   :func:`~distnet.comm.reduce.progress` between layers, every :meth:`wait` at the end.
 
