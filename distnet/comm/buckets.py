@@ -2,7 +2,8 @@
 nonblocking Allreduce (:func:`~distnet.comm.reduce.allreduce_sum_start`) as soon as the
 layers that fill it are done, so that the sums overlap the backward of the layers below.
 
-Use (a training step; the model wiring is the lead's, see benchmarks/README.md "Overlap")::
+Use (:class:`distnet.layers.step.GradientBuckets` does this for every training step; see
+benchmarks/README.md "Overlap")::
 
     reducer = BucketReducer(host_staging, bucket_bytes=4 << 20)
     for i in reversed(range(len(layers))):          # the backward

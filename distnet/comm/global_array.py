@@ -20,7 +20,10 @@ through pinned host mirrors (:mod:`distnet.comm.staging`).
 This module never imports mpi4py: requests come from the communicator, and ``Waitall`` is reached
 through the request's class.
 """
+import time
+
 from ..backend import get_array_module, same_view
+from .delay import halo_delay, sleep_until
 from .staging import MessageBuffers
 from .traffic import TRAFFIC
 
@@ -39,6 +42,7 @@ class HaloExchange:
     def __init__(self, ga, chunk, requests, ghost):
         self.chunk, self._ga, self._requests, self._ghost = chunk, ga, requests, ghost
         self.done = False
+        self._started = time.perf_counter()
 
     def test(self):
         """Let MPI progress the messages (nonblocking); True once all have arrived."""
@@ -50,6 +54,9 @@ class HaloExchange:
         """Wait for the ghosts, copy them into the chunk, return it. Idempotent."""
         if not self.done:
             _waitall(self._requests)
+            delay = halo_delay() if self._requests else 0.0
+            if delay:      # benchmarks: a slow transport (distnet.comm.delay)
+                sleep_until(self._started + delay)
             box = self._ga.plan.chunk
             for buf, t in zip(self._ghost.arrived(), self._ga.plan.recvs):
                 self.chunk[(Ellipsis,) + t.box.relative_to(box)] = buf

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ..backend import get_array_module
-from .delay import comm_delay, sleep_until
+from .delay import blocking_delay, sleep_until, wire_ready_at
 from .serial import in_place
 from .staging import MessageBuffers
 from .traffic import TRAFFIC
@@ -63,7 +63,7 @@ def allreduce_sum(arrays, comm, host_staging=False, kind="allreduce_act"):
     if not arrays or comm.Get_size() == 1:
         return arrays
     xp = _bucket_module(arrays, kind, "allreduce_sum")
-    delay = comm_delay() if kind == "allreduce_grad" else 0.0
+    delay = blocking_delay(sum(a.nbytes for a in arrays)) if kind == "allreduce_grad" else 0.0
     if len(arrays) == 1 and arrays[0].flags.c_contiguous and not host_staging:
         comm.Allreduce(in_place(comm), MessageBuffers(arrays, False).outgoing()[0])
         if delay:
@@ -114,9 +114,9 @@ class PendingSum:
     :func:`allreduce_sum`'s whatever the timing (same buffer, same operation).
     """
 
-    def __init__(self, arrays, request, flat, key, started):
+    def __init__(self, arrays, request, flat, key, ready_at):
         self.arrays, self._request, self._flat, self._key = arrays, request, flat, key
-        self._started = started
+        self._ready_at = ready_at
         self.done = request is None
 
     def test(self):
@@ -130,9 +130,8 @@ class PendingSum:
         if self.done:
             return self.arrays
         self._request.Wait()
-        delay = comm_delay() if self._started is not None else 0.0
-        if delay:
-            sleep_until(self._started + delay)
+        if self._ready_at is not None:         # an injected slow transport (comm.delay)
+            sleep_until(self._ready_at)
         if self._flat is not None:
             self._flat.arrived()
             _unpack(self._flat.arrays[0], self.arrays)
@@ -160,7 +159,7 @@ def allreduce_sum_start(arrays, comm, host_staging=False, kind="allreduce_grad")
     arrays = list(arrays)
     started = time.perf_counter()
     if not arrays or comm.Get_size() == 1:
-        return PendingSum(arrays, None, None, None, started)
+        return PendingSum(arrays, None, None, None, None)
     xp = _bucket_module(arrays, kind, "allreduce_sum_start")
     size = sum(a.size for a in arrays)
     key = (int(size), str(arrays[0].dtype), xp.__name__, bool(host_staging))
@@ -169,7 +168,8 @@ def allreduce_sum_start(arrays, comm, host_staging=False, kind="allreduce_grad")
                                                   host_staging)
     _pack(arrays, flat.arrays[0])
     request = comm.Iallreduce(in_place(comm), flat.outgoing()[0])
-    pending = PendingSum(arrays, request, flat, key, started if kind == "allreduce_grad" else None)
+    ready_at = wire_ready_at(started, flat.arrays[0].nbytes) if kind == "allreduce_grad" else None
+    pending = PendingSum(arrays, request, flat, key, ready_at)
     _PENDING.add(pending)
     return pending
 

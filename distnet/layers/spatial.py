@@ -14,10 +14,12 @@ from ..backend import get_array_module
 from ..config.types import (WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt,
                             PositiveShape2)
 from ..errors import ConfigError, GeometryError
-from ..geometry import Window, output_plane, plan_halo
+from ..comm.overlap import overlap_enabled
+from ..geometry import Box, Window, output_plane, plan_halo
+from ..geometry.overlap import border_boxes, early_output_box
 from ..ops import conv, pooling
 from ..ops.activations import RectLin
-from ..ops.parallel import parallel_map, shares
+from ..ops.parallel import parallel_map, shares, sub_workspace
 from ..ops.padding import ZeroPadding
 from ..ops.workspace import Workspace
 from .base import BaseLayer
@@ -107,6 +109,57 @@ class WindowLayer(BaseLayer):
         """The chunk exchange: zero padding (Dist layers: their GlobalArray)."""
         self.plan = self.placement.halos[0].plan
         self.input = self.make_exchange(ctx)
+        self._split = None
+
+    # -- overlap: the interior of the output tile while the halo is in flight ---------------------
+    def _overlap_split(self):
+        """The output tile cut for an overlapped exchange (``DISTNET_OVERLAP``,
+        :mod:`distnet.comm.overlap`): ``(early, borders)``, boxes relative to ``plan.out_tile``:
+        ``early`` is a list of row bands of :func:`~distnet.geometry.overlap.early_output_box`
+        (the outputs that read no ghost pixel; between two bands MPI is given a chance to
+        progress the messages), ``borders`` the :func:`~distnet.geometry.overlap.border_boxes`
+        computed once the ghosts arrived. None when the split does not pay: one process (no
+        messages), no halo, a tile of fewer than :data:`OVERLAP_MIN_OUTPUTS` pixels, or an early
+        box below :data:`OVERLAP_MIN_FRACTION` of the tile."""
+        if self._split is None:
+            self._split = False
+            plan = self.plan
+            if not self.input.zero_padding_only and not self._no_halo() and plan.recvs:
+                t = plan.out_tile
+                early = early_output_box(plan, *self.windows)
+                if (t.size >= OVERLAP_MIN_OUTPUTS and not early.is_empty()
+                        and early.size >= OVERLAP_MIN_FRACTION * t.size):
+                    rel = Box(early.y0 - t.y0, early.y1 - t.y0, early.x0 - t.x0, early.x1 - t.x0)
+                    h = rel.y1 - rel.y0
+                    n = max(1, min(OVERLAP_BANDS, h))
+                    cuts = [rel.y0 + h * k // n for k in range(n + 1)]
+                    bands = [Box(a, b, rel.x0, rel.x1) for a, b in zip(cuts, cuts[1:]) if b > a]
+                    borders = [Box(b.y0 - t.y0, b.y1 - t.y0, b.x0 - t.x0, b.x1 - t.x0)
+                               for b in border_boxes(t, early)]
+                    self._split = (bands, borders)
+        return self._split or None
+
+    def _overlapped_chunk(self, x, compute):
+        """The chunk exchange of ``x`` overlapped with ``compute(chunk, box, k)`` of each box of
+        :meth:`_overlap_split` (``k``: the box's number, for its own scratch space): the early
+        bands while the ghosts are in flight, the borders after them. Returns the chunk (planned
+        in :attr:`work`, as :meth:`_chunk_planned`). Collective over my halo peers."""
+        bands, borders = self._overlap_split()
+        shape = tuple(x.shape[:2]) + self.plan.chunk.shape
+        ex = self.input.exchange_begin(x, out=self.work.get("chunk", shape, x.dtype, like=x, zeroed=True))
+        for k, box in enumerate(bands):
+            compute(ex.chunk, box, k)
+            ex.test()                       # MPICH progresses messages only inside MPI calls
+        chunk = ex.finish()
+        for k, box in enumerate(borders, len(bands)):
+            compute(chunk, box, k)
+        return chunk
+
+    def _input_box(self, box):
+        """The chunk slice ``(rows, cols)`` that the outputs of ``box`` (relative to the output
+        tile) read."""
+        (fh, fw), (sy, sx) = self.fshape, self.stride
+        return (slice(box.y0 * sy, (box.y1 - 1) * sy + fh), slice(box.x0 * sx, (box.x1 - 1) * sx + fw))
 
     def make_exchange(self, ctx):
         """This layer's chunk exchange (``exchange`` / ``exchange_adjoint``)."""
@@ -180,6 +233,17 @@ class WindowLayer(BaseLayer):
                 f"s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]}")
 
 
+#: The interior/border split of an overlapped halo exchange is used when the interior (the outputs
+#: that read no ghost pixel) is at least this fraction of the output tile.
+OVERLAP_MIN_FRACTION = 0.5
+#: ... and the output tile has at least this many pixels: on small tiles the smaller GEMMs of the
+#: split cost more than the exchange they hide (measured, benchmarks/README.md "Overlap": MNIST's
+#: 24x12 conv tile forward 1.11x slower split; bigimage's 256x128 tile 0.97x).
+OVERLAP_MIN_OUTPUTS = 4096
+#: The interior is computed in this many row bands, MPI progressing the messages between them.
+OVERLAP_BANDS = 2
+
+
 class ConvLayer(WindowLayer):
     """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, fh, fw)``, no bias. ``W``
     has shape ``(nofm, C, fh, fw)``, drawn as neon's ``(C*fh*fw, nofm)`` array and transposed
@@ -229,17 +293,35 @@ class ConvLayer(WindowLayer):
         activation, if any)."""
         # One process, tile inside its chunk: the conv pads one image at a time (no padded copy).
         self._pad = self._own_crop()
-        self._xc = xc = x if self._pad is not None else self._chunk_planned(x)
         shape = (x.shape[0], self.nofm) + self.plan.out_tile.shape
         act, relu = self.activation, self._fused_relu()
-        z = conv.conv2d_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad,
-                              out=self._out("y", shape, xc.dtype, xc) if act is None or relu
-                              else self.work.get("z", shape, xc.dtype, like=xc))
+        out = (self._out("y", shape, x.dtype, x) if act is None or relu
+               else self.work.get("z", shape, x.dtype, like=x))
+        if self._pad is None and overlap_enabled("halo") and self._overlap_split():
+            # the interior while the halo is in flight, then the borders: the same dot products
+            self._xc = self._overlapped_chunk(x, lambda xc, box, k: self._conv_box(xc, box, k, out, relu))
+            z = out
+        else:
+            self._xc = xc = x if self._pad is not None else self._chunk_planned(x)
+            z = conv.conv2d_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad, out=out)
         if act is None or relu:
             self._y = z
             return z
         self._z, self._y = z, act.fprop(z)
         return self._y
+
+    def _conv_box(self, xc, box, k, out, relu):
+        """The outputs of ``box`` (relative to the output tile) from the chunk ``xc`` into
+        ``out``, with box ``k``'s own scratch space (the flat kernel's input made contiguous
+        in it)."""
+        rows, cols = self._input_box(box)
+        sub = xc[:, :, rows, cols]
+        work = self.work
+        if conv.use_flat(sub.shape, self.W.shape, self.stride, get_array_module(sub)):
+            sub = work.get(f"box{k}.x", sub.shape, sub.dtype, like=sub)
+            sub[...] = xc[:, :, rows, cols]
+        conv.conv2d_fprop(sub, self.W, self.stride, relu=relu, work=sub_workspace(work, f"box{k}."),
+                          out=out[:, :, box.y0:box.y1, box.x0:box.x1])
 
     def bprop(self, delta, need_input_grad=True):
         """``delta`` = dL/d(output) -> gradient on my input tile (or None); sets ``W``'s grad."""

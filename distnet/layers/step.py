@@ -23,7 +23,9 @@ float64 scalar over the world), then ``rule.update`` per parameter with its stat
 import numpy as np
 
 from ..backend import get_array_module
-from ..comm.reduce import allreduce_sum
+from ..comm.buckets import BucketReducer
+from ..comm.overlap import bucket_bytes, overlap_enabled
+from ..comm.reduce import allreduce_sum, progress
 from ..ops.optim import clip_coefficient, scale, sum_of_squares
 from ..ops.sgd import sgd_update
 
@@ -41,23 +43,78 @@ def cost_delta(cost, y, t, batch_size):
     return cost.loss_sum(y, t).reshape(1), cost.grad(y, t) / batch_size
 
 
-def backward(layers, delta, lowest=0, start=0, stop=None):
+def backward(layers, delta, lowest=0, start=0, stop=None, after_layer=None):
     """Backpropagate ``delta`` through ``layers[start:stop]`` from the top down to layer
     ``lowest`` (the layers below it neither learn nor need a gradient); each layer's
-    ``bprop`` fills its parameters' gradients. Returns the gradient below ``max(start, lowest)``
-    (None when ``start <= lowest``: nothing below needs it)."""
+    ``bprop`` fills its parameters' gradients, then ``after_layer(layer)`` runs (if given: the
+    layer's gradients are final, :class:`GradientBuckets` starts their sum). Returns the
+    gradient below ``max(start, lowest)`` (None when ``start <= lowest``: nothing below needs it)."""
     stop = len(layers) if stop is None else stop
     for i in range(stop - 1, max(start, lowest) - 1, -1):
         delta = layers[i].bprop(delta, need_input_grad=i > lowest)
+        if after_layer is not None:
+            after_layer(layers[i])
     return delta
 
 
-def forward_backward(layers, cost, x, t, batch_size, lowest=0):
+def forward_backward(layers, cost, x, t, batch_size, lowest=0, after_layer=None):
     """Forward, cost and backward of a chain of layers on ``x`` with targets ``t``; returns the
-    summed loss (``(1,)`` float64 on the device)."""
+    summed loss (``(1,)`` float64 on the device). ``after_layer``: as in :func:`backward`."""
     loss, delta = cost_delta(cost, forward(layers, x), t, batch_size)
-    backward(layers, delta, lowest)
+    backward(layers, delta, lowest, after_layer=after_layer)
     return loss
+
+
+class GradientBuckets:
+    """The gradient sums of one step, started during the backward (``DISTNET_OVERLAP``,
+    :mod:`distnet.comm.overlap`): called with a layer once its backward is done, it adds that
+    layer's gradients (``Param.grad`` of the trained ``params``, ``[(layer, Param)]``, grouped
+    by ``reduce_over`` in parameter order) to a :class:`~distnet.comm.buckets.BucketReducer`,
+    whose buckets (per communicator and dtype) start a nonblocking Allreduce once they hold
+    :func:`~distnet.comm.overlap.bucket_bytes`; each call also lets MPI progress the sums in
+    flight (MPICH moves them only inside MPI calls). :meth:`finish` adds what no call added (in
+    parameter order), then the ``extra`` arrays (the losses) to the ``data`` bucket of their
+    dtype, and waits for every sum.
+
+    Every rank of a communicator backpropagates the same layers in the same order, so it starts
+    the same buckets in the same order (MPI matches nonblocking collectives by order). Each
+    gradient is summed over the same ranks as by :meth:`TrainingStep.reduce`; only which arrays
+    share a message changes (the sums are per element: bitwise the blocking ones on 1-2 ranks).
+    """
+
+    def __init__(self, topology, params, host_staging=False):
+        self.topology = topology
+        self.reducer = BucketReducer(host_staging, bucket_bytes())
+        self._left = {}    # id(layer) -> [Param] not added yet, in parameter order
+        for layer, p in params:
+            if p.reduce_over is not None:   # None: complete already (the layer summed it)
+                self._left.setdefault(id(layer), []).append(p)
+
+    def __call__(self, layer):
+        """``layer``'s backward is done: its gradients join their buckets."""
+        ps = self._left.pop(id(layer), None)
+        if ps is None:
+            progress()
+            return
+        self._add(ps)
+
+    def _add(self, ps):
+        overs = []
+        for p in ps:
+            if p.reduce_over not in overs:
+                overs.append(p.reduce_over)
+        for over in overs:
+            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over))
+
+    def finish(self, extra=()):
+        """Start the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and
+        wait: afterwards every gradient holds its sum."""
+        for ps in list(self._left.values()):
+            self._add(ps)
+        self._left = {}
+        if extra:
+            self.reducer.add(list(extra), self.topology.comm("data"))
+        self.reducer.finish()
 
 
 class TrainingStep:
@@ -148,14 +205,24 @@ class TrainingStep:
                 layer.after_update()
 
     def __call__(self, run, params, momentum=None, xp=None, reduce_outputs=True,
-                 rule=None, step=1, epoch=0):
+                 rule=None, step=1, epoch=0, layered=False):
         """One step: ``run()`` (forward, cost, backward: fills the gradients of ``params``,
         returns a list of loss arrays), the gradient sums (with the losses summed over the
         data replicas when ``reduce_outputs``), the update: neon's SGD (``momentum(layer) ->
         (mu, nesterov)``, None: plain SGD) or, given a learning ``rule``, its clipping and update at optimiser ``step`` (1-based)
-        and ``epoch``. Returns ``run()``'s list."""
-        outputs = run()
-        self.reduce(params, extra=outputs if reduce_outputs else ())
+        and ``epoch``. Returns ``run()``'s list.
+
+        ``layered``: ``run`` takes a hook, ``run(after_layer)``, which it calls with each layer
+        once that layer's gradients are final (:func:`backward`'s ``after_layer``); the sums
+        then start during the backward (:class:`GradientBuckets`) unless ``DISTNET_OVERLAP``
+        turns the gradient overlap off (``run(None)``; then :meth:`reduce` after it)."""
+        if layered and overlap_enabled("grad"):
+            buckets = GradientBuckets(self.topology, params, self.host_staging)
+            outputs = run(buckets)
+            buckets.finish(outputs if reduce_outputs else ())
+        else:
+            outputs = run(None) if layered else run()
+            self.reduce(params, extra=outputs if reduce_outputs else ())
         if rule is None:
             self.update(params, momentum, xp)
         else:

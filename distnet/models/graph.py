@@ -151,13 +151,14 @@ class Graph:
                     del values[j]
         return values[len(self.layers) - 1]
 
-    def backward(self, delta, lowest=0):
+    def backward(self, delta, lowest=0, after_layer=None):
         """Backpropagate ``delta`` (the gradient of the last layer's output) down to layer
         ``lowest`` (layers below it neither learn nor need gradients). A layer's output gradient
         is the sum of its readers' input gradients (summed from the last reader down, the same
         order on every rank and grid). Every layer from ``lowest`` up fills its parameters'
-        gradients. Tower networks: module docstring (the exchanges are collective over
-        ``Topology.pipe``, in the same order on every rank)."""
+        gradients, then ``after_layer(layer)`` runs (optional; the overlap hook of
+        :func:`distnet.layers.step.backward`). Tower networks: module docstring (the exchanges
+        are collective over ``Topology.pipe``, in the same order on every rank)."""
         grads = {len(self.layers) - 1: delta}
         from_towers = {}   # shared layer -> the sum of its tower readers' gradients here
         for i in range(len(self.layers) - 1, lowest - 1, -1):
@@ -171,6 +172,8 @@ class Graph:
             to = from_towers if self.tower_of is not None and self.tower_of[i] is not None else grads
             need = [j >= lowest for j in src]
             dx = layer.bprop(g, need_input_grad=any(need))
+            if after_layer is not None:
+                after_layer(layer)
             if not any(need):
                 continue
             dxs = dx if layer.multi_input else [dx]

@@ -329,22 +329,24 @@ class MLP:
         """
         batch_size = len(x) if batch_size is None else batch_size
         lowest = self.lowest_trained_layer(epoch)
+        # run(after_layer): the step's hook, called per layer once its gradients are final (the
+        # gradient buckets start their Allreduce during the backward; DISTNET_OVERLAP).
         if self.pipeline is not None:  # stages and/or micro-batches (loss shared over the pipe)
-            def run():
-                return [self.pipeline.forward_backward(x, t, batch_size, lowest)]
+            def run(after_layer):
+                return [self.pipeline.forward_backward(x, t, batch_size, lowest, after_layer)]
         else:
-            def run():                 # the loss stays on the device until the end
-                return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest)]
+            def run(after_layer):      # the loss stays on the device until the end
+                return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest, after_layer)]
             if not self.graph.is_chain:
-                def run():
+                def run(after_layer):
                     loss, delta = cost_delta(self.cost, self.graph.forward(x), t, batch_size)
-                    self.graph.backward(delta, lowest)
+                    self.graph.backward(delta, lowest, after_layer)
                     return [loss]
         st = self.run_state
         st.training, st.step, st.rows = True, self.steps, batch_size
         st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
         loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
-                          rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
+                          rule=self.learning_rule, step=self.steps + 1, epoch=epoch, layered=True)
         self.steps += 1
         return float(loss[0])
 

@@ -224,7 +224,7 @@ class Pipeline:
         return self._share_over_pipe(y)
 
     # -- training -----------------------------------------------------------------------------
-    def forward_backward(self, x, t, batch_size, lowest=0):
+    def forward_backward(self, x, t, batch_size, lowest=0, after_layer=None):
         """One minibatch's forward and backward with micro-batches (module docstring).
 
         x : this rank's input part of this replica's rows ``(b, ...)``; t : targets ``(b, K)``;
@@ -236,6 +236,9 @@ class Pipeline:
         pipeline: the model sums those).
         Returns ``xp.array([loss], float64)``: the summed loss of the ``b`` rows, on every stage.
         Collective over ``Topology.pipe`` and each stage's spatial communicator.
+        ``after_layer(layer)`` (optional, :func:`~distnet.layers.step.backward`'s hook) runs for
+        each of this stage's layers once its gradient is final: after its backward with one
+        micro-batch, after the segment's last micro-batch otherwise.
         """
         model, xp, dtype = self.model, self.model.backend.xp, self.model.backend.dtype
         micro = micro_slices(len(x), self.micro_batches)
@@ -277,7 +280,8 @@ class Pipeline:
                 if cached.get(k) != m:                     # re-materialise this micro-batch's forward
                     self._run(seg, inputs[k][m])
                 cached[k] = None
-                d = backward(self.layers, d, lowest, seg.start, seg.stop)
+                d = backward(self.layers, d, lowest, seg.start, seg.stop,
+                             after_layer=after_layer if acc is None else None)
                 if send_back:
                     self._recv[k].backward(d)
                 if acc is not None:
@@ -286,5 +290,8 @@ class Pipeline:
             if acc is not None:
                 for a, p in zip(acc[k], own[k]):
                     p.grad[...] = a
+            if after_layer is not None and acc is not None:   # one micro-batch: backward() called it
+                for i in range(seg.stop - 1, max(seg.start, lowest) - 1, -1):
+                    after_layer(self.layers[i])
         self._finish()
         return self._share_over_pipe(loss)
