@@ -106,7 +106,9 @@ def test_cli_converts_parallel_text_with_located_errors(tmp_path):
     (tmp_path / "sv.txt").write_text("1\n2\n3\n")
 
     def convert(*args):
-        r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "s.txt"), str(tmp_path / "o.h5"), *args])
+        # --force: every call writes o.h5 (the errors below come before anything is written)
+        r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "s.txt"), str(tmp_path / "o.h5"),
+                                      "--force", *args])
         return r.exit_code, r.output
 
     code, out = convert("--target", str(tmp_path / "t.txt"), "--test-fraction", "0.25",
