@@ -66,3 +66,59 @@ def test_nchw_maxpool_nan_propagates():
     y, arg = pooling.maxpool_fprop(x, (2, 2), (2, 2), work=Workspace())
     assert np.isnan(y[0, 0, 0, 0]) and int(arg[0, 0, 0, 0]) == 1    # as numpy's maximum / greater
     assert (y[0, 0, 1:, :] == 0).all() and (np.asarray(arg)[0, 0, 1:, :] == 0).all()
+
+
+FLAT_CASES = [  # (B, C, H, W, K, fh, fw, pad)
+    (2, 3, 9, 30, 4, 3, 3, 1), (3, 2, 7, 26, 5, 5, 4, 0), (1, 4, 5, 25, 2, 1, 1, 0),
+    (2, 5, 6, 40, 3, 2, 5, 2), (3, 6, 11, 33, 7, 3, 3, 1)]
+
+
+@pytest.mark.parametrize("case", FLAT_CASES)
+@pytest.mark.parametrize("layout", ["shifts", "full"])
+@pytest.mark.parametrize("tile_bytes", [200, 4000, 1 << 20])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_flat_layouts_match_im2col(case, layout, tile_bytes, n_threads, threads, monkeypatch):
+    """Both tile im2col layouts of the flat-shift kernel (shifted rows read in place per filter
+    row, or the full tile im2col), every tile height (one output row per tile, a few, the whole
+    image), 1 and 2 kernel threads: forward (with and without the fused ReLU), weight gradient
+    and data gradient with every crop, float64, against the batch-im2col kernel."""
+    from distnet.ops import conv
+    monkeypatch.setattr(conv, "SHIFT_MIN_INNER", 0 if layout == "shifts" else 10 ** 9)
+    monkeypatch.setattr(conv, "SHIFT_MIN_PER_OUTPUT", 0)
+    monkeypatch.setattr(conv, "TILE_BYTES", tile_bytes)
+    threads(n_threads)
+    B, C, H, W, K, fh, fw, p = case
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((B, C, H, W)), rng.standard_normal((K, C, fh, fw))
+    pad = ((p, p), (p, p)) if p else None
+    ws = Workspace()
+    for _ in range(2):   # the second pass reuses the workspace buffers
+        y = conv.conv2d_fprop(x, w, (1, 1), method="im2col", pad=pad)
+        np.testing.assert_allclose(conv.conv2d_fprop(x, w, (1, 1), method="flat", work=ws, pad=pad), y,
+                                   rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(conv.conv2d_fprop(x, w, (1, 1), method="flat", relu=True, work=ws, pad=pad),
+                                   np.maximum(y, 0), rtol=1e-13, atol=1e-13)
+        dy = rng.standard_normal(y.shape)
+        for crop in [None, ((1, 0), (0, min(2, fw - 1))), ((fh - 1, fh - 1), (fw - 1, fw - 1)), ((fh, 0), (0, 0))]:
+            Hp, Wp = H + 2 * p, W + 2 * p
+            if crop is not None and (sum(crop[0]) >= Hp or sum(crop[1]) >= Wp):
+                continue
+            if pad is not None and crop is not None:
+                continue     # with pad, the crop is the pad (the one-process layer's case)
+            a = conv.conv2d_bprop(x, w, dy, (1, 1), crop=crop, method="im2col", pad=pad)
+            b = conv.conv2d_bprop(x, w, dy, (1, 1), crop=crop, method="flat", work=ws, pad=pad)
+            np.testing.assert_allclose(b[0], a[0], rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(b[1], a[1], rtol=1e-13, atol=1e-12)
+            assert b[0].flags.c_contiguous
+            _, dw = conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=False, method="flat", work=ws, pad=pad)
+            np.testing.assert_allclose(dw, a[1], rtol=1e-13, atol=1e-12)
+
+
+def test_flat_layout_choice():
+    """bigimage: conv1 (RGB) takes the full tile im2col; conv2's forward, both data gradients
+    and every weight gradient with 32 channels the shifted rows; conv3's forward (64 outputs
+    from 32 channels) the full one."""
+    from distnet.ops.conv import _uses_shifts
+    assert not _uses_shifts(3, 3, 32) and not _uses_shifts(3, 3)          # conv1 forward, dw
+    assert _uses_shifts(32, 3, 32) and _uses_shifts(32, 3)                # conv2 forward, dw, dx
+    assert not _uses_shifts(32, 3, 64) and _uses_shifts(64, 3, 32)        # conv3 forward, dx
