@@ -150,8 +150,8 @@ def distnet_layer(layer, threads):
     dgrad = max(both - wgrad, 1e-9)
     if ceiling:   # the flat kernel's data gradient alone (as conv2d_bprop calls it after dw)
         dx = np.empty_like(x)
-        Hp, Wp = H + 2 * p, W + 2 * p
-        dgrad = timeit(lambda: conv._flat_dx(w, dy, (B, C, Hp, Wp), pad or ((0, 0), (0, 0)), ws, out=dx), n)
+        dgrad = timeit(lambda: conv._flat_bprop(x, w, dy, pad or ((0, 0), (0, 0)), ws, pad, need_dw=False,
+                                                dx_out=dx), n)
         gemm["dgrad"] = timeit(ceiling["dgrad"], n)
         res["gemm"] = gemm
     res.update({"fwd": fwd, "wgrad": wgrad, "dgrad": dgrad, "both": both})

@@ -328,73 +328,97 @@ def _flat_conv(x, w, out, work, relu=False, pad=None):
     return out
 
 
-def _flat_dw(x, dy, fh, fw, work, pad=None):
-    """``dw (K, C, fh, fw)``: per tile (stride 1) ``cols.stack @ dy_wide.T`` (one stacked GEMM,
-    inner dimension the tile's wide positions) summed over tiles and images. Images shared out
-    over the kernel threads, the per-thread sums added in thread order (deterministic)."""
-    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad)
-    B, (K, _, Wo) = x.shape[0], dy.shape[1:]
+def _flat_bprop(x, w, dy, crop, work, pad=None, need_dx=True, need_dw=True, dx_out=None, relu_y=None):
+    """``(dx, dw)`` of the flat kernel (stride 1) in one pass over the images (``None`` for the
+    one not needed). ``dx``: the rows/cols of the (padded) chunk kept by ``crop = ((top,
+    bottom), (left, right))`` (needs ``crop <= f - 1``), written into ``dx_out`` if given.
+    ``relu_y``: the output of a fused-ReLU forward; ``dy`` is then the gradient of that output
+    and the gradients are those of the conv itself, ``dz = dy * [relu_y > 0]``.
 
-    def run(share):
-        s, images = share
-        imgs = _Images(x, pad, work, f"xpad{s}")
-        cols = _TileCols(C, fh, fw, W, n, work, f"cols{s}", x)
-        # Wide dy tile: columns Wo..W-1 of every row are never written, so they stay zero and
-        # the garbage columns of cols contribute nothing.
-        dyw = scratch(work, f"dywide{s}", (K, n, W), dy.dtype, like=dy, zeroed=True)
-        dyw2 = dyw.reshape(K, n * W)
-        shape = cols.stack(1).shape[:2] + (K,)
-        acc = scratch(work, f"dw{s}", shape, x.dtype, like=x)
-        acc[...] = 0
-        part = scratch(work, f"dwpart{s}", shape, x.dtype, like=x)
-        for b in images:
-            xf = imgs[b]
-            for i0 in range(0, Ho, n):
-                m = min(n, Ho - i0)
-                L = m * W - (fw - 1)
-                cols.fill(xf, i0, L)
-                dyw[:, :m, :Wo] = dy[b, :, i0:i0 + m, :]
-                xp.matmul(cols.stack(L), dyw2[:, :L].T, out=part)
-                acc += part
-        return cols, acc
-
-    res = parallel_map(run, shares(B, xp), xp)
-    total = res[0][1].copy()
-    for _, p in res[1:]:
-        total += p
-    return res[0][0].weight_grad(total)
-
-
-def _flat_dx(w, dy, x_shape, crop, work, out=None):
-    """``dx`` of the chunk rows/cols kept by ``crop = ((top, bottom), (left, right))``: the full
-    correlation of ``dy`` with the flipped, transposed filters, i.e. the flat kernel on ``dy``
-    zero-padded by ``f - 1 - crop`` on each side (needs ``crop <= f - 1``)."""
-    xp = get_array_module(w, dy)
-    B, C, H, W = x_shape
-    K, _, fh, fw = w.shape
-    Ho, Wo = dy.shape[2:]
+    Per image, on its kernel thread (no batch-sized ``dz``): with ``dx``, ``dz`` is written
+    once into a zero-bordered image ``(K, Hd, Wd)`` (the ReLU mask applied on the way), padded
+    by ``f - 1 - crop`` so that ``dx`` is the full correlation of it with the flipped,
+    transposed filters (:func:`_flat_image`, cropped for free). The weight gradient reads its
+    wide ``dz`` tiles (row pitch ``W``, zeros in the ``fw - 1`` garbage columns) straight from
+    that image when its width is ``W`` (``left + right crop = fw - 1``, e.g. "same" padding),
+    else copies them into a tile buffer (without ``dx``: straight from ``dy``, masked on the
+    way): ``dw += cols.stack @ dz_wide.T`` per tile (one stacked GEMM, inner dimension the
+    tile's wide positions). The per-thread ``dw`` sums are added in thread order
+    (deterministic).
+    """
+    K, C, fh, fw = w.shape
+    xp, x, _, W, Ho, n = _flat_plan(x, fh, fw, pad)
+    B, H = x.shape[0], _padded_hw(x.shape, pad)[0]
+    Wo = W - fw + 1
     (ct, cb), (cl, cr) = crop
     pt, pb, pl, pr = fh - 1 - ct, fh - 1 - cb, fw - 1 - cl, fw - 1 - cr
-    Hd, Wd = Ho + pt + pb, Wo + pl + pr                  # padded dy plane
+    Hd, Wd = Ho + pt + pb, Wo + pl + pr                  # the zero-bordered dz image
     hx, wx = H - ct - cb, W - cl - cr                     # dx plane kept
-    wf = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]        # (C, K, fh, fw): flipped, transposed
-    if out is None:
-        out = xp.empty((B, C, hx, wx), dtype=dy.dtype)
-    n = _tile_rows(K, fh, fw, Wd, hx, dy.dtype.itemsize, C)
+    in_place = need_dx and Wd == W
+    if need_dx:
+        wf = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]    # (C, K, fh, fw): flipped, transposed
+        nx = _tile_rows(K, fh, fw, Wd, hx, dy.dtype.itemsize, C)
+        if dx_out is None:
+            dx_out = xp.empty((B, C, hx, wx), dtype=dy.dtype)
 
     def run(share):
         s, images = share
-        cols = _TileCols(K, fh, fw, Wd, n, work, f"dxcols{s}", dy, C)
-        wg = cols.filters(wf)
-        parts = scratch(work, f"dxparts{s}", (wg.shape[0], C, n * Wd), dy.dtype, like=dy)
-        # One padded image of dy at a time; only its interior is ever written, the border stays 0.
-        dyp = scratch(work, f"dypad{s}", (K, Hd, Wd), dy.dtype, like=dy, zeroed=True)
+        if need_dx:
+            dzp = scratch(work, f"dzpad{s}", (K, Hd, Wd), dy.dtype, like=dy, zeroed=True)
+            dzf, dz = dzp.reshape(K, Hd * Wd), dzp[:, pt:pt + Ho, pl:pl + Wo]   # only dz is written
+        mask = None
+        if relu_y is not None:
+            mask = scratch(work, f"dzmask{s}", (K, Ho if need_dx else n, Wo), "bool", like=dy)
+        if need_dw:
+            imgs = _Images(x, pad, work, f"xpad{s}")
+            cols = _TileCols(C, fh, fw, W, n, work, f"cols{s}", x)
+            shape = cols.stack(1).shape[:2] + (K,)
+            acc = scratch(work, f"dw{s}", shape, x.dtype, like=x)
+            acc[...] = 0
+            part = scratch(work, f"dwpart{s}", shape, x.dtype, like=x)
+            if not in_place:   # columns Wo..W-1 of every row are never written: they stay zero
+                dyw = scratch(work, f"dywide{s}", (K, n, W), dy.dtype, like=dy, zeroed=True)
+        if need_dx:
+            dxcols = _TileCols(K, fh, fw, Wd, nx, work, f"dxcols{s}", dy, C)
+            wg = dxcols.filters(wf)
+            parts = scratch(work, f"dxparts{s}", (wg.shape[0], C, nx * Wd), dy.dtype, like=dy)
         for b in images:
-            dyp[:, pt:pt + Ho, pl:pl + Wo] = dy[b]
-            _flat_image(dyp.reshape(K, Hd * Wd), wg, hx, wx, out[b], cols, parts, False)
+            if need_dx and mask is None:
+                dz[...] = dy[b]
+            elif need_dx:
+                xp.multiply(dy[b], xp.greater(relu_y[b], 0, out=mask), out=dz)
+            if need_dw:
+                xf = imgs[b]
+                for i0 in range(0, Ho, n):
+                    m = min(n, Ho - i0)
+                    L = m * W - (fw - 1)
+                    cols.fill(xf, i0, L)
+                    if in_place:
+                        start = (pt + i0) * Wd + pl
+                        dyt = dzf[:, start:start + L]
+                    else:
+                        if need_dx:
+                            dyw[:, :m, :Wo] = dz[:, i0:i0 + m]
+                        elif mask is None:
+                            dyw[:, :m, :Wo] = dy[b, :, i0:i0 + m]
+                        else:   # the tile's dz only (no dz image without dx)
+                            xp.multiply(dy[b, :, i0:i0 + m], xp.greater(relu_y[b, :, i0:i0 + m], 0,
+                                        out=mask[:, :m]), out=dyw[:, :m, :Wo])
+                        dyt = dyw.reshape(K, n * W)[:, :L]
+                    xp.matmul(cols.stack(L), dyt.T, out=part)
+                    acc += part
+            if need_dx:
+                _flat_image(dzf, wg, hx, wx, dx_out[b], dxcols, parts, False)
+        return (cols, acc) if need_dw else None
 
-    parallel_map(run, shares(B, xp), xp)
-    return out
+    res = parallel_map(run, shares(B, xp), xp)
+    dw = None
+    if need_dw:
+        total = res[0][1].copy()
+        for _, p in res[1:]:
+            total += p
+        dw = res[0][0].weight_grad(total)
+    return (dx_out if need_dx else None), dw
 
 
 # ------------------------------------------------------------------------ public entry points
@@ -444,8 +468,16 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
     return out
 
 
+def fuses_relu_grad(x, w, stride, pad=None, method=None):
+    """Whether :func:`conv2d_bprop` applies ``relu_y``'s mask inside its kernel for these
+    arguments (the flat-shift kernel: no batch-sized ``dz``); otherwise it computes
+    ``dz = dy * [relu_y > 0]`` first, as a caller could."""
+    pad = _norm_pad(pad)
+    return _method(method, x, w, stride, pad) == "flat" and not use_pointwise(w.shape, pad, None, method)
+
+
 def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=None, method=None,
-                 pad=None):
+                 pad=None, relu_y=None):
     """Gradients of :func:`conv2d_fprop` given ``dy (B, K, Ho, Wo)`` = dL/dy.
 
     Returns ``(dx, dw)``: ``dx (B, C, H, W)`` (``None`` if ``need_dx`` is false; pixels that no
@@ -457,7 +489,10 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     left:W-right]`` (a layer's own tile inside its zero-padded chunk), C-contiguous; the flat
     kernel computes just that part. ``dx_out``: write ``dx`` there (its shape after the crop).
     ``pad``: ``x`` is unpadded and was padded by :func:`conv2d_fprop`; ``dx`` is then the
-    gradient of the unpadded ``x`` (``crop`` defaults to ``pad``).
+    gradient of the unpadded ``x`` (``crop`` defaults to ``pad``). ``relu_y``: the output of
+    ``conv2d_fprop(..., relu=True)``; ``dy`` is then the gradient of that output, and the
+    gradients returned are those of the conv, with ``dz = dy * [relu_y > 0]`` (the flat kernel
+    applies the mask as it reads ``dy``, image by image: :func:`fuses_relu_grad`).
     """
     xp = get_array_module(x, w, dy)
     pad = _norm_pad(pad)
@@ -470,15 +505,18 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     if crop is None:
         crop = pad if pad is not None else ((0, 0), (0, 0))
     crop = tuple(tuple(int(c) for c in p) for p in crop)
-    if use_pointwise(w.shape, pad, crop, method):     # 1x1 filters: one GEMM per image
+    pointwise = use_pointwise(w.shape, pad, crop, method)
+    flat = not pointwise and _method(method, x, w, stride, pad) == "flat"
+    if relu_y is not None and not flat:   # the other kernels take dz = dy * [y > 0] as their dy
+        dz = scratch(work, "reludz", dy.shape, dy.dtype, like=dy)
+        xp.multiply(dy, relu_y > 0, out=dz)
+        dy = dz
+    if pointwise:                                     # 1x1 filters: one GEMM per image
         return pointwise_bprop(x, w, dy, stride, need_dx, dx_out)
-    if _method(method, x, w, stride, pad) == "flat":
-        dw = _flat_dw(x, dy, fh, fw, work, pad).reshape(w.shape)
-        if not need_dx:
-            return None, dw
-        if max(crop[0]) <= fh - 1 and max(crop[1]) <= fw - 1:
-            return _flat_dx(w, dy, (B, C, H, W), crop, work, out=dx_out), dw
-        dx = _flat_dx(w, dy, (B, C, H, W), ((0, 0), (0, 0)), work)
+    if flat:
+        if not need_dx or (max(crop[0]) <= fh - 1 and max(crop[1]) <= fw - 1):
+            return _flat_bprop(x, w, dy, crop, work, pad, need_dx, dx_out=dx_out, relu_y=relu_y)
+        dx, dw = _flat_bprop(x, w, dy, ((0, 0), (0, 0)), work, pad, relu_y=relu_y)
     else:
         if pad is not None:
             x = _pad_all(x, pad)

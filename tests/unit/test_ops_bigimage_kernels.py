@@ -122,3 +122,40 @@ def test_flat_layout_choice():
     assert not _uses_shifts(3, 3, 32) and not _uses_shifts(3, 3)          # conv1 forward, dw
     assert _uses_shifts(32, 3, 32) and _uses_shifts(32, 3)                # conv2 forward, dw, dx
     assert not _uses_shifts(32, 3, 64) and _uses_shifts(64, 3, 32)        # conv3 forward, dx
+
+
+@pytest.mark.parametrize("case", FLAT_CASES)
+@pytest.mark.parametrize("method", ["flat", "im2col", None])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_bprop_relu_y(case, method, n_threads, threads, monkeypatch):
+    """``relu_y``: the gradients of the conv given the gradient of its fused-ReLU output equal
+    those of ``dz = dy * [y > 0]`` (the flat kernel applies the mask image by image; the other
+    kernels first), for every crop, with and without ``dx``; ``fuses_relu_grad`` says which."""
+    from distnet.ops import conv
+    monkeypatch.setattr(conv, "TILE_BYTES", 4000)
+    threads(n_threads)
+    B, C, H, W, K, fh, fw, p = case
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((B, C, H, W)), rng.standard_normal((K, C, fh, fw))
+    pad = ((p, p), (p, p)) if p else None
+    ws = Workspace()
+    y = conv.conv2d_fprop(x, w, (1, 1), relu=True, method=method, work=ws, pad=pad)
+    dy = rng.standard_normal(y.shape)
+    dz = dy * (y > 0)
+    fused = conv.fuses_relu_grad(x, w, (1, 1), pad, method)
+    assert fused == (method == "flat" or (method is None and conv.use_flat(
+        (B, C, H + 2 * p, W + 2 * p), w.shape, (1, 1)) and (fh, fw) != (1, 1)))
+    crops = [None] if pad is not None else [None, ((1, 0), (0, min(2, fw - 1))), ((fh, 0), (0, 0))]
+    for crop in crops:
+        if crop is not None and (sum(crop[0]) >= H or sum(crop[1]) >= W):
+            continue
+        for need_dx in (True, False):
+            for _ in range(2):   # workspace reuse
+                a = conv.conv2d_bprop(x, w, dz, (1, 1), need_dx=need_dx, crop=crop, method=method, pad=pad)
+                b = conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=need_dx, crop=crop, method=method, pad=pad,
+                                      work=ws, relu_y=y)
+                np.testing.assert_allclose(b[1], a[1], rtol=1e-13, atol=1e-12)
+                if need_dx:
+                    np.testing.assert_allclose(b[0], a[0], rtol=1e-13, atol=1e-13)
+                else:
+                    assert b[0] is None
