@@ -6,13 +6,18 @@ Two kernels compute the same numbers; :func:`conv2d_fprop` / :func:`conv2d_bprop
 block): image ``b`` is read as the matrix ``xf = x[b] (C, H*W)``. For filter tap ``(u, v)`` the
 slice ``xf[:, (i0+u)*W + v : ... + L]`` holds that tap's input for ``L`` consecutive output
 positions of a *wide* output grid ``Ho x W`` (the last ``fw - 1`` columns of every row are
-garbage and dropped). So the im2col matrix of a tile of ``n`` output rows is ``fh*fw`` plain
-contiguous row copies (no transposes, no gathers) into a buffer of ``C*fh*fw x n*W`` sized to
-stay in a core's L2 cache (:data:`TILE_BYTES`), followed by one GEMM ``w2 @ cols``. Backward:
-``dw += dy_wide @ cols.T`` per tile (garbage columns of ``dy_wide`` held at zero), and ``dx`` is
-the same forward kernel applied to ``dy`` padded by ``f - 1`` with the filters flipped and
-transposed (a "full" correlation), cropped for free by padding ``dy`` less. Nothing is larger
-than one tile except the output; a ReLU can be applied as the tile is written (``relu=True``).
+garbage and dropped). So the im2col of a tile of ``n`` output rows is plain contiguous row
+copies (no transposes, no gathers) into a buffer sized to stay in a core's L2 cache
+(:data:`TILE_BYTES`): either ``fh*fw`` copies (``C*fh*fw x n*W``, one GEMM ``w2 @ cols``), or,
+with enough channels, only ``fw`` (the tile's rows once per column shift; filter row ``u``
+reads them in place ``u`` image rows further on, one stacked GEMM of ``fh`` products summed in
+order): :class:`_TileCols`. Backward, one pass over the images: each image's ``dz`` (``dy``,
+times ``[y > 0]`` for a fused ReLU: ``relu_y``) is written once into a zero-bordered image;
+``dw += cols.stack @ dz_wide.T`` per tile (garbage columns of ``dz_wide`` held at zero), and
+``dx`` is the same forward kernel applied to that image, padded by ``f - 1`` with the filters
+flipped and transposed (a "full" correlation), cropped for free by padding ``dz`` less.
+Nothing is larger than one tile or one image except the output; a ReLU is applied as the tile
+is written (``relu=True``).
 
 **Batch im2col** (small images, strides, cupy): the patch matrix ``cols`` has shape
 ``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is the patch element (NEON.md §3.0), column
