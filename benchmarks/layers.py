@@ -8,8 +8,9 @@ the frameworks alternate round by round. Each worker first measures the sgemm pe
 float32 ``a @ b``, 2048^3, T BLAS threads, median of 7; again after the layers, the larger
 of the two counts: on a shared machine the load moves between minutes), then every layer: forward, weight
 gradient alone (``conv2d_bprop(need_dx=False)``), and the data gradient as (both gradients) -
-(weight gradient alone), because distnet computes them in one call (flat-shift layers: the
-kernel's data-gradient function alone, as ``conv2d_bprop`` calls it); PyTorch: ``F.conv2d``,
+(weight gradient alone), measured in back-to-back pairs, because distnet computes them in one
+call (flat-shift layers: the kernel's data-gradient pass alone, ``_flat_bprop(need_dw=False)``);
+PyTorch: ``F.conv2d``,
 ``torch.nn.grad.conv2d_weight`` and ``conv2d_input``. FLOPs = 2 * B * K * C * fh * fw * Ho * Wo
 for each of the three; no ReLU fused. Reported: per layer the median over all rounds of the
 per-round median time, as GFLOP/s and as a percentage of the median sgemm peak of the same run.
@@ -147,7 +148,12 @@ def distnet_layer(layer, threads):
     if ceiling:
         gemm["wgrad"] = timeit(ceiling["wgrad"], n)
     both = timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=True, work=ws, pad=pad), n)
-    dgrad = max(both - wgrad, 1e-9)
+    # both gradients minus the weight gradient alone, measured in pairs back to back (the median
+    # of the differences; <= 0 when the load moved more than the data gradient costs: no figure)
+    pairs = [timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=True, work=ws, pad=pad), 1) -
+             timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=False, work=ws, pad=pad), 1)
+             for _ in range(n)]
+    dgrad = statistics.median(pairs)
     if ceiling:   # the flat kernel's data gradient alone (as conv2d_bprop calls it after dw)
         dx = np.empty_like(x)
         dgrad = timeit(lambda: conv._flat_bprop(x, w, dy, pad or ((0, 0), (0, 0)), ws, pad, need_dw=False,
@@ -228,14 +234,15 @@ def table(runs):
             cells = []
             for fw in fws:
                 t = statistics.median(r["layers"][layer[0]][key] for r in runs[fw])
-                g = f / t / 1e9
-                cells.append(f"{g:.1f} | {100 * g / peak:.0f}%")
+                g = f / t / 1e9 if t > 0 else float("nan")
+                cells.append(f"{g:.1f} | {100 * g / peak:.0f}%" if t > 0 else "- | -")
             if ceil:
                 gemm = [r["layers"][layer[0]]["gemm"][key] for r in runs["distnet"] if "gemm" in r["layers"][layer[0]]]
                 if gemm:
                     gc = f / statistics.median(gemm) / 1e9
-                    mine = f / statistics.median(r["layers"][layer[0]][key] for r in runs["distnet"]) / 1e9
-                    cells.append(f"{gc:.1f} ({100 * gc / peak:.0f}%) | {100 * mine / gc:.0f}%")
+                    t = statistics.median(r["layers"][layer[0]][key] for r in runs["distnet"])
+                    share = f"{100 * f / t / 1e9 / gc:.0f}%" if t > 0 else "-"
+                    cells.append(f"{gc:.1f} ({100 * gc / peak:.0f}%) | {share}")
                 else:
                     cells.append("- | -")
             lines.append(f"| {layer[0]} | {label} | {f / 1e9:.2f} | " + " | ".join(cells) + " |")
