@@ -378,7 +378,7 @@ def _flat_bprop(x, w, dy, crop, work, pad=None, need_dx=True, need_dw=True, dx_o
             mask = scratch(work, f"dzmask{s}", (K, Ho if need_dx else n, Wo), "bool", like=dy)
         if need_dw:
             imgs = _Images(x, pad, work, f"xpad{s}")
-            cols = _TileCols(C, fh, fw, W, n, work, f"cols{s}", x)
+            cols = _TileCols(C, fh, fw, W, n, work, f"dwcols{s}", x)   # its own: the layout may differ
             shape = cols.stack(1).shape[:2] + (K,)
             acc = scratch(work, f"dw{s}", shape, x.dtype, like=x)
             acc[...] = 0

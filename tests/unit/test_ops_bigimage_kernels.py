@@ -159,3 +159,21 @@ def test_bprop_relu_y(case, method, n_threads, threads, monkeypatch):
                     np.testing.assert_allclose(b[0], a[0], rtol=1e-13, atol=1e-13)
                 else:
                     assert b[0] is None
+
+
+def test_flat_workspace_is_planned_once():
+    """A steady training loop allocates nothing: forward (full tile im2col: 64 outputs from 32
+    channels) and backward (shifted rows for dw and dx) keep their own buffers."""
+    from distnet.ops import conv
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 32, 70, 70)).astype(np.float32)
+    w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
+    pad, ws = ((1, 1), (1, 1)), Workspace()
+    y = conv.conv2d_fprop(x, w, (1, 1), relu=True, work=ws, pad=pad)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    conv.conv2d_bprop(x, w, dy, (1, 1), work=ws, pad=pad, relu_y=y)
+    before = {k: id(v) for k, v in ws._bufs.items()}
+    for _ in range(2):
+        conv.conv2d_fprop(x, w, (1, 1), relu=True, work=ws, pad=pad, out=y)
+        conv.conv2d_bprop(x, w, dy, (1, 1), work=ws, pad=pad, relu_y=y)
+    assert {k: id(v) for k, v in ws._bufs.items()} == before
