@@ -8,10 +8,21 @@ the frameworks alternate round by round. Each worker first measures the sgemm pe
 float32 ``a @ b``, 2048^3, T BLAS threads, median of 7; again after the layers, the larger
 of the two counts: on a shared machine the load moves between minutes), then every layer: forward, weight
 gradient alone (``conv2d_bprop(need_dx=False)``), and the data gradient as (both gradients) -
-(weight gradient alone), because distnet computes them in one call; PyTorch: ``F.conv2d``,
+(weight gradient alone), measured in back-to-back pairs, because distnet computes them in one
+call (flat-shift layers: the kernel's data-gradient pass alone, ``_flat_bprop(need_dw=False)``);
+PyTorch: ``F.conv2d``,
 ``torch.nn.grad.conv2d_weight`` and ``conv2d_input``. FLOPs = 2 * B * K * C * fh * fw * Ho * Wo
 for each of the three; no ReLU fused. Reported: per layer the median over all rounds of the
 per-round median time, as GFLOP/s and as a percentage of the median sgemm peak of the same run.
+
+**GEMM ceiling** (distnet workers, flat-shift layers): the GFLOP/s of exactly the GEMMs the
+flat-shift kernel issues for that pass (same shapes, strides and stacking, from
+``distnet.ops.conv``'s own tile plan and buffers; the batch's images shared out over the
+kernel threads as in the kernel, nothing copied or added; timed right after the pass itself,
+so both see the same machine load), counted with the pass's
+useful FLOPs: what the pass would reach if its copies, sums and writes were free. The pass's
+GFLOP/s over its ceiling is the share of its time spent in GEMMs; the ceiling over the sgemm
+peak is what the thin GEMM shapes (32 or 64 outputs) cost against 2048^3.
 """
 import argparse
 import json
@@ -66,6 +77,52 @@ def reps_for(layer):
     return max(3, min(20, int(2e10 / flops(layer))))
 
 
+def flat_gemm_ceiling(layer):
+    """``{"fwd", "dgrad", "wgrad": fn}``: ``fn()`` runs only the GEMMs the flat-shift kernel
+    issues for the whole batch of ``layer`` in that pass (None for layers that take the batch
+    im2col kernel): the images shared out over the kernel threads as in the kernel, each thread
+    on its own tile buffers, every tile of every image (shapes, strides and stacking from
+    ``distnet.ops.conv``'s own tile plan and :class:`~distnet.ops.conv._TileCols`)."""
+    import numpy as np
+    from distnet.ops import conv
+    from distnet.ops.parallel import parallel_map, shares
+    _, B, C, H, W, K, fh, fw, p = layer
+    Hp, Wp = H + 2 * p, W + 2 * p
+    if not conv.use_flat((B, C, Hp, Wp), (K, C, fh, fw), (1, 1), np):
+        return None
+    rng = np.random.default_rng(2)
+    images = shares(B, np)
+
+    def plan(cin, cout, width, rows_out, summed):
+        n = conv._tile_rows(cin, fh, fw, width, rows_out, 4, cout if summed else 0)
+        tiles = [min(n, rows_out - i0) * width - (fw - 1) for i0 in range(0, rows_out, n)]
+        gemms = []
+        for _ in images:
+            like = np.empty(1, np.float32)
+            cols = conv._TileCols(cin, fh, fw, width, n, None, "c", like, cout if summed else 0)
+            cols.buf[...] = rng.standard_normal(cols.buf.shape, dtype=np.float32)
+            if summed:
+                wg = cols.filters(rng.standard_normal((cout, cin, fh, fw), dtype=np.float32))
+                parts = np.empty((wg.shape[0], cout, n * width), np.float32)
+                gemms.append(lambda L, c=cols, wg=wg, o=parts: np.matmul(wg, c.stack(L), out=o[:, :, :L]))
+            else:
+                dyw = rng.standard_normal((cout, n * width), dtype=np.float32)
+                part = np.empty(cols.stack(1).shape[:2] + (cout,), np.float32)
+                gemms.append(lambda L, c=cols, d=dyw, o=part: np.matmul(c.stack(L), d[:, :L].T, out=o))
+
+        def run(share):
+            s, mine = share
+            for _ in mine:
+                for L in tiles:
+                    gemms[s](L)
+        return lambda: parallel_map(run, images, np)
+
+    Ho = Hp - fh + 1
+    return {"fwd": plan(C, K, Wp, Ho, True),
+            "dgrad": plan(K, C, (Wp - fw + 1) + 2 * (fw - 1) - 2 * p, H, True),
+            "wgrad": plan(C, K, Wp, Ho, False)}
+
+
 def distnet_layer(layer, threads):
     import numpy as np
     from distnet.ops import conv
@@ -82,10 +139,29 @@ def distnet_layer(layer, threads):
     dy = rng.standard_normal(y.shape, dtype=np.float32)
     out = np.empty_like(y)
     n = reps_for(layer)
+    ceiling = flat_gemm_ceiling(layer)
+    res = {}
+    # each pass, then (flat-shift layers) its GEMMs alone, back to back: the same machine load
     fwd = timeit(lambda: conv.conv2d_fprop(x, w, (1, 1), out=out, work=ws, pad=pad), n)
+    gemm = {"fwd": timeit(ceiling["fwd"], n)} if ceiling else {}
     wgrad = timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=False, work=ws, pad=pad), n)
+    if ceiling:
+        gemm["wgrad"] = timeit(ceiling["wgrad"], n)
     both = timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=True, work=ws, pad=pad), n)
-    return {"fwd": fwd, "wgrad": wgrad, "dgrad": max(both - wgrad, 1e-9), "both": both}
+    # both gradients minus the weight gradient alone, measured in pairs back to back (the median
+    # of the differences; <= 0 when the load moved more than the data gradient costs: no figure)
+    pairs = [timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=True, work=ws, pad=pad), 1) -
+             timeit(lambda: conv.conv2d_bprop(x, w, dy, (1, 1), need_dx=False, work=ws, pad=pad), 1)
+             for _ in range(n)]
+    dgrad = statistics.median(pairs)
+    if ceiling:   # the flat kernel's data gradient alone (as conv2d_bprop calls it after dw)
+        dx = np.empty_like(x)
+        dgrad = timeit(lambda: conv._flat_bprop(x, w, dy, pad or ((0, 0), (0, 0)), ws, pad, need_dw=False,
+                                                dx_out=dx), n)
+        gemm["dgrad"] = timeit(ceiling["dgrad"], n)
+        res["gemm"] = gemm
+    res.update({"fwd": fwd, "wgrad": wgrad, "dgrad": dgrad, "both": both})
+    return res
 
 
 def torch_layer(layer, threads):
@@ -146,18 +222,29 @@ def table(runs):
     peak = max(peaks) if peaks else float("nan")
     fws = [fw for fw in runs if runs[fw]]
     names = {"distnet": "distnet", "torch": "PyTorch"}
-    head = "| layer | pass | GFLOP | " + " | ".join(f"{names[f]} GFLOP/s | {names[f]} % of peak" for f in fws) + " |"
+    ceil = "distnet" in fws
+    head = "| layer | pass | GFLOP | " + " | ".join(f"{names[f]} GFLOP/s | {names[f]} % of peak" for f in fws) + \
+        (" | distnet GEMM ceiling GFLOP/s (% of peak) | distnet / ceiling" if ceil else "") + " |"
     lines = [f"sgemm peak (numpy float32 2048^3, the largest of every worker's measurements): "
              f"{peak:.0f} GFLOP/s (per worker {min(peaks):.0f}-{max(peaks):.0f})" if peaks else "no result", "", head,
-             "| --- | --- | ---: |" + " ---: | ---: |" * len(fws)]
+             "| --- | --- | ---: |" + " ---: | ---: |" * len(fws) + (" ---: | ---: |" if ceil else "")]
     for layer in LAYERS:
         f = flops(layer)
         for key, label in (("fwd", "forward"), ("dgrad", "data gradient"), ("wgrad", "weight gradient")):
             cells = []
             for fw in fws:
                 t = statistics.median(r["layers"][layer[0]][key] for r in runs[fw])
-                g = f / t / 1e9
-                cells.append(f"{g:.1f} | {100 * g / peak:.0f}%")
+                g = f / t / 1e9 if t > 0 else float("nan")
+                cells.append(f"{g:.1f} | {100 * g / peak:.0f}%" if t > 0 else "- | -")
+            if ceil:
+                gemm = [r["layers"][layer[0]]["gemm"][key] for r in runs["distnet"] if "gemm" in r["layers"][layer[0]]]
+                if gemm:
+                    gc = f / statistics.median(gemm) / 1e9
+                    t = statistics.median(r["layers"][layer[0]][key] for r in runs["distnet"])
+                    share = f"{100 * f / t / 1e9 / gc:.0f}%" if t > 0 else "-"
+                    cells.append(f"{gc:.1f} ({100 * gc / peak:.0f}%) | {share}")
+                else:
+                    cells.append("- | -")
             lines.append(f"| {layer[0]} | {label} | {f / 1e9:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines), peak
 

@@ -326,7 +326,10 @@ class ConvLayer(WindowLayer):
     def bprop(self, delta, need_input_grad=True):
         """``delta`` = dL/d(output) -> gradient on my input tile (or None); sets ``W``'s grad."""
         xp, act, ws = get_array_module(delta), self.activation, self.work
-        if self._fused_relu():        # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
+        relu_y = None
+        if self._fused_relu() and conv.fuses_relu_grad(self._xc, self.W, self.stride, self._pad):
+            relu_y, dz = self._y, delta   # hK2: the conv kernel applies [y > 0] as it reads delta
+        elif self._fused_relu():      # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
             # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
             dz = delta if self.reuse_buffers else ws.get("dz", delta.shape, delta.dtype, like=delta)
             y = self._y
@@ -347,12 +350,12 @@ class ConvLayer(WindowLayer):
         if self._pad is not None:     # one process: the gradient of my tile only
             dx_shape = tuple(self._xc.shape[:2]) + self.plan.own.shape
             dx, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
-                                       pad=self._pad, work=ws,
+                                       pad=self._pad, work=ws, relu_y=relu_y,
                                        dx_out=self._out("dx", dx_shape, dz.dtype, dz) if need_input_grad else None)
             self._params[0].grad[...] = dw
             return dx
         dxc, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
-                                    work=ws, dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
+                                    work=ws, relu_y=relu_y, dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
                                     if need_input_grad else None)
         self._params[0].grad[...] = dw
         return self._grad_planned(dxc) if need_input_grad else None

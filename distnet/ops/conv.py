@@ -6,13 +6,18 @@ Two kernels compute the same numbers; :func:`conv2d_fprop` / :func:`conv2d_bprop
 block): image ``b`` is read as the matrix ``xf = x[b] (C, H*W)``. For filter tap ``(u, v)`` the
 slice ``xf[:, (i0+u)*W + v : ... + L]`` holds that tap's input for ``L`` consecutive output
 positions of a *wide* output grid ``Ho x W`` (the last ``fw - 1`` columns of every row are
-garbage and dropped). So the im2col matrix of a tile of ``n`` output rows is ``fh*fw`` plain
-contiguous row copies (no transposes, no gathers) into a buffer of ``C*fh*fw x n*W`` sized to
-stay in a core's L2 cache (:data:`TILE_BYTES`), followed by one GEMM ``w2 @ cols``. Backward:
-``dw += dy_wide @ cols.T`` per tile (garbage columns of ``dy_wide`` held at zero), and ``dx`` is
-the same forward kernel applied to ``dy`` padded by ``f - 1`` with the filters flipped and
-transposed (a "full" correlation), cropped for free by padding ``dy`` less. Nothing is larger
-than one tile except the output; a ReLU can be applied as the tile is written (``relu=True``).
+garbage and dropped). So the im2col of a tile of ``n`` output rows is plain contiguous row
+copies (no transposes, no gathers) into a buffer sized to stay in a core's L2 cache
+(:data:`TILE_BYTES`): either ``fh*fw`` copies (``C*fh*fw x n*W``, one GEMM ``w2 @ cols``), or,
+with enough channels, only ``fw`` (the tile's rows once per column shift; filter row ``u``
+reads them in place ``u`` image rows further on, one stacked GEMM of ``fh`` products summed in
+order): :class:`_TileCols`. Backward, one pass over the images: each image's ``dz`` (``dy``,
+times ``[y > 0]`` for a fused ReLU: ``relu_y``) is written once into a zero-bordered image;
+``dw += cols.stack @ dz_wide.T`` per tile (garbage columns of ``dz_wide`` held at zero), and
+``dx`` is the same forward kernel applied to that image, padded by ``f - 1`` with the filters
+flipped and transposed (a "full" correlation), cropped for free by padding ``dz`` less.
+Nothing is larger than one tile or one image except the output; a ReLU is applied as the tile
+is written (``relu=True``).
 
 **Batch im2col** (small images, strides, cupy): the patch matrix ``cols`` has shape
 ``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is the patch element (NEON.md §3.0), column
@@ -28,6 +33,8 @@ one GEMM per image and no patch matrix.
 used; the input dtype is kept (float32 stays float32). Scratch memory comes from an optional
 :class:`~distnet.ops.workspace.Workspace` (``work``), so a training loop allocates it once.
 """
+from numpy.lib.stride_tricks import as_strided
+
 from ..backend import get_array_module
 from ..errors import GeometryError
 from .conv_pointwise import pointwise_bprop, pointwise_fprop, use_pointwise
@@ -38,11 +45,21 @@ from .windows import fold, output_shape, patches
 from .workspace import scratch
 
 #: Bytes of one im2col tile of the flat-shift kernel (a core's L2 is 1-2 MiB on current x86).
-TILE_BYTES = 1 << 20
+#: 2 MiB: bigimage conv2 / conv3 at 2 threads (AVX-512 sgemm) 5-15% faster than 1 MiB, 4 MiB mixed.
+TILE_BYTES = 1 << 21
 #: The flat-shift kernel is used when an image row is at least this wide (padded) and the
 #: wasted columns (``fw - 1`` per row) are at most :data:`FLAT_MAX_WASTE` of the work.
 FLAT_MIN_WIDTH = 64
 FLAT_MAX_WASTE = 0.2
+#: The flat kernel's tile im2col copies each input row once per column shift and reads the
+#: filter rows in place (:class:`_TileCols`) when a filter row has at least this many weights
+#: (``C*fw``; a first layer on RGB has 9: a GEMM of inner dimension 9 is slow) and, for the
+#: products that are summed over filter rows afterwards (forward, data gradient), at least
+#: :data:`SHIFT_MIN_PER_OUTPUT` times the number of outputs ``K``: the ``fh - 1`` sums over
+#: ``(K, tile)`` must cost less than the ``(fh - 1) * C * fw`` row copies they save (measured:
+#: bigimage conv2 C*fw/K = 3: 0.94x the time; conv3 forward 1.5: 1.09x).
+SHIFT_MIN_INNER = 32
+SHIFT_MIN_PER_OUTPUT = 2
 
 
 def _check(x, w, stride, pad=None):
@@ -151,38 +168,115 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, work=None):
 
 # ------------------------------------------------------------------------ flat-shift kernel
 
-def _tile_rows(C, fh, fw, W, Ho, itemsize):
-    """Output rows per tile: the im2col tile ``(C*fh*fw, rows*W)`` fits :data:`TILE_BYTES`."""
-    return max(1, min(Ho, TILE_BYTES // (itemsize * C * fh * fw * W)))
+def _uses_shifts(C, fw, K=0):
+    """Whether the flat kernel's tile im2col is the shifted-rows layout (:class:`_TileCols`) for
+    ``C`` input channels and ``K`` outputs summed over filter rows (0: the weight gradient,
+    whose products per filter row are separate outputs)."""
+    return C * fw >= max(SHIFT_MIN_INNER, SHIFT_MIN_PER_OUTPUT * K)
 
 
-def _fill_cols(cols, xf, i0, L, fh, fw, W):
-    """Tile im2col: ``cols[c, u*fw + v, :L] = xf[c, (i0+u)*W + v : ... + L]``."""
-    for u in range(fh):
-        base = (i0 + u) * W
-        for v in range(fw):
-            cols[:, u * fw + v, :L] = xf[:, base + v:base + v + L]
+def _tile_rows(C, fh, fw, W, Ho, itemsize, K=0):
+    """Output rows per tile: the tile's im2col buffer (:class:`_TileCols`) and, given ``K`` (the
+    forward and data gradient), its partial outputs ``(g, K, n*W)`` each fit :data:`TILE_BYTES`."""
+    if _uses_shifts(C, fw, K):
+        n, g = TILE_BYTES // (itemsize * C * fw * W) - (fh - 1), fh
+    else:
+        n, g = TILE_BYTES // (itemsize * C * fh * fw * W), 1
+    if K:
+        n = min(n, TILE_BYTES // (itemsize * g * K * W))
+    return max(1, min(Ho, n))
 
 
-def _flat_image(xf, w2, fh, fw, W, Ho, Wo, out_b, cols, yw, relu):
+class _TileCols:
+    """The im2col of one tile (``n`` output rows, ``L`` wide output positions) of the flat-shift
+    kernel, in one kernel thread's buffer; filter tap ``(u, v)`` of input row ``i0 + u`` reads
+    ``xf[c, (i0+u)*W + v + l]``, ``l < L`` (``xf (C, H*W)``: an image, row pitch ``W``).
+
+    :meth:`stack` is ``(g, R, L)``: ``g`` matrices whose products with :meth:`filters`
+    ``(g, K, R)``, summed over ``g`` in order, give the tile's ``(K, L)`` output. Two layouts:
+
+    * **shifted rows** (:func:`_uses_shifts`): the tile's ``n + fh - 1`` input rows copied
+      once per column shift ``v`` (``fw`` contiguous copies per channel into ``(C, fw, P)``);
+      ``g = fh``, ``R = C*fw``, ``stack[u]`` (rows ``(c, v)``) is a strided view one image row
+      of ``W`` further along for each filter row ``u``: nothing else is copied.
+    * **full** (few channels, e.g. RGB: a GEMM with an inner dimension of ``C*fw`` = 9 is slow):
+      ``fh*fw`` row copies into ``(C, fh*fw, n*W)``; ``g = 1``, ``R = C*fh*fw``.
+    """
+
+    def __init__(self, C, fh, fw, W, n, work, name, like, K=0):
+        self.C, self.fh, self.fw, self.W = C, fh, fw, W
+        self.shifts = _uses_shifts(C, fw, K)
+        if self.shifts:
+            self.buf = scratch(work, name, (C, fw, (n + fh - 1) * W), like.dtype, like=like)
+            z2 = self.buf.reshape(C * fw, -1)
+            s = z2.strides[1]   # stack[u, r, l] = z2[r, u*W + l]; the last read is z2[r, P - 1]
+            self._stack = as_strided(z2, (fh, C * fw, n * W - (fw - 1)), (W * s, z2.strides[0], s),
+                                     writeable=False)
+        else:
+            self.buf = scratch(work, name, (C, fh * fw, n * W), like.dtype, like=like)
+            self._stack = self.buf.reshape(1, C * fh * fw, n * W)
+
+    def fill(self, xf, i0, L):
+        """Copy the tile of output rows ``i0...`` (``L`` wide positions) into the buffer."""
+        fh, fw, W = self.fh, self.fw, self.W
+        if self.shifts:
+            base, P = i0 * W, (fh - 1) * W + L
+            for v in range(fw):
+                self.buf[:, v, :P] = xf[:, base + v:base + v + P]
+            return
+        for u in range(fh):
+            base = (i0 + u) * W
+            for v in range(fw):
+                self.buf[:, u * fw + v, :L] = xf[:, base + v:base + v + L]
+
+    def stack(self, L):
+        return self._stack[:, :, :L]
+
+    def filters(self, w):
+        """``w (K, C, fh, fw)`` -> ``(g, K, R)`` contiguous, columns matching :meth:`stack`'s rows."""
+        xp = get_array_module(w)
+        K = w.shape[0]
+        if self.shifts:
+            return xp.ascontiguousarray(w.transpose(2, 0, 1, 3)).reshape(self.fh, K, -1)
+        return xp.ascontiguousarray(w).reshape(1, K, -1)
+
+    def weight_grad(self, acc):
+        """``acc (g, R, K)`` (sums of ``stack @ dy_wide.T``) -> ``dw (K, C, fh, fw)``."""
+        xp = get_array_module(acc)
+        C, fh, fw, K = self.C, self.fh, self.fw, acc.shape[2]
+        if self.shifts:
+            return xp.ascontiguousarray(acc.reshape(fh, C, fw, K).transpose(3, 1, 0, 2))
+        return xp.ascontiguousarray(acc.reshape(C, fh, fw, K).transpose(3, 0, 1, 2))
+
+
+def _flat_image(xf, wg, Ho, Wo, out_b, cols, parts, zeros=None):
     """One image: ``out_b (K, Ho, Wo)`` (any strides) = stride-1 valid correlation of
-    ``xf (C, H*W)`` with ``w2 (K, C*fh*fw)``; ``cols (C, fh*fw, n*W)`` and ``yw (K, n*W)`` are
-    the tile buffers (``n`` output rows per tile)."""
+    ``xf (C, H*W)`` with the filters ``wg = cols.filters(w)``; ``cols`` (:class:`_TileCols`) and
+    ``parts (g, K, n*W)`` are the tile buffers. ``zeros``: a ``(K, n*W)`` array of zeros, given
+    for ``max(y, 0)`` (ReLU) instead of ``y``.
+
+    Per tile: fill ``cols``, one stacked GEMM ``parts[u] = wg[u] @ cols.stack[u]``, then
+    ``(parts[0] + parts[1]) + ...`` in that order over the tile's contiguous wide rows (the
+    ReLU too: numpy's ``maximum`` is vectorised only with two array operands whose rows are
+    contiguous, 3-5x faster than ``maximum(y, 0)`` over the strided output), and the valid
+    columns copied out. Every output pixel is the same sum whatever the tile, so a distributed
+    run's tiles give the single-process numbers (up to BLAS's own rounding).
+    """
     xp = get_array_module(xf)
-    K = w2.shape[0]
-    n = yw.shape[1] // W
-    cols2 = cols.reshape(-1, n * W)
+    g, K = wg.shape[:2]
+    W, fw = cols.W, cols.fw
+    n = parts.shape[2] // W
+    acc = parts[0]
     for i0 in range(0, Ho, n):
         m = min(n, Ho - i0)
         L = m * W - (fw - 1)              # the last row's garbage columns would read past the end
-        _fill_cols(cols, xf, i0, L, fh, fw, W)
-        xp.matmul(w2, cols2[:, :L], out=yw[:, :L])
-        src = yw[:, :m * W].reshape(K, m, W)[:, :, :Wo]
-        dst = out_b[:, i0:i0 + m, :]
-        if relu:
-            xp.maximum(src, 0, out=dst)
-        else:
-            dst[...] = src
+        cols.fill(xf, i0, L)
+        xp.matmul(wg, cols.stack(L), out=parts[:, :, :L])
+        for u in range(1, g):
+            xp.add(acc[:, :L], parts[u, :, :L], out=acc[:, :L])
+        if zeros is not None:
+            xp.maximum(acc[:, :L], zeros[:, :L], out=acc[:, :L])
+        out_b[:, i0:i0 + m, :] = acc[:, :m * W].reshape(K, m, W)[:, :, :Wo]   # valid columns (all < L)
 
 
 class _Images:
@@ -207,7 +301,7 @@ class _Images:
         return self.buf.reshape(C, self.H * self.W)
 
 
-def _flat_plan(x, fh, fw, pad):
+def _flat_plan(x, fh, fw, pad, K=0):
     """What both flat kernels start from: ``(xp, x, C, W, Ho, n)`` with ``W`` the padded width,
     ``Ho`` the stride-1 output rows, ``n`` output rows per tile, and ``x`` made contiguous
     when it is read as it is (padding copies every image into a buffer anyway)."""
@@ -215,97 +309,124 @@ def _flat_plan(x, fh, fw, pad):
     C = x.shape[1]
     H, W = _padded_hw(x.shape, pad)
     Ho = H - fh + 1
-    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize)
+    n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize, K)
     return xp, (xp.ascontiguousarray(x) if pad is None else x), C, W, Ho, n
 
 
-def _flat_buffers(x, pad, work, s, cols_shape):
-    """Kernel thread ``s``'s padded-image view and its column buffer ``cols_shape``."""
-    return _Images(x, pad, work, f"xpad{s}"), scratch(work, f"cols{s}", cols_shape, x.dtype, like=x)
-
-
-def _flat_conv(x, w2, fh, fw, out, work, relu=False, pad=None):
+def _flat_conv(x, w, out, work, relu=False, pad=None):
     """``out (B, K, Ho, Wo)`` = stride-1 valid correlation of ``x (B, C, H, W)`` zero-padded
-    by ``pad`` (applied one image at a time). The images are shared out over the kernel
-    threads (:mod:`distnet.ops.parallel`), each with its own tile buffers."""
-    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad)
-    B, K, Wo = x.shape[0], w2.shape[0], W - fw + 1
+    by ``pad`` (applied one image at a time) with ``w (K, C, fh, fw)``. The images are shared
+    out over the kernel threads (:mod:`distnet.ops.parallel`), each with its own tile buffers."""
+    K, _, fh, fw = w.shape
+    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad, K)
+    B, Wo = x.shape[0], W - fw + 1
 
     def run(share):
         s, images = share
-        imgs, cols = _flat_buffers(x, pad, work, s, (C, fh * fw, n * W))
-        yw = scratch(work, f"ywide{s}", (K, n * W), x.dtype, like=x)
+        imgs = _Images(x, pad, work, f"xpad{s}")
+        cols = _TileCols(C, fh, fw, W, n, work, f"cols{s}", x, K)
+        wg = cols.filters(w)
+        parts = scratch(work, f"parts{s}", (wg.shape[0], K, n * W), x.dtype, like=x)
+        # never written: zeros since allocation (the workspace contract)
+        zeros = scratch(work, f"zeros{s}", (K, n * W), x.dtype, like=x, zeroed=True) if relu else None
         for b in images:
-            _flat_image(imgs[b], w2, fh, fw, W, Ho, Wo, out[b], cols, yw, relu)
+            _flat_image(imgs[b], wg, Ho, Wo, out[b], cols, parts, zeros)
 
     parallel_map(run, shares(B, xp), xp)
     return out
 
 
-def _flat_dw(x, dy, fh, fw, work, pad=None):
-    """``dw (K, C*fh*fw) = sum_b sum_tiles dy_wide @ cols.T`` (stride 1); images shared out over
-    the kernel threads, the per-thread sums added in thread order (deterministic)."""
-    xp, x, C, W, Ho, n = _flat_plan(x, fh, fw, pad)
-    B, (K, _, Wo) = x.shape[0], dy.shape[1:]
+def _flat_bprop(x, w, dy, crop, work, pad=None, need_dx=True, need_dw=True, dx_out=None, relu_y=None):
+    """``(dx, dw)`` of the flat kernel (stride 1) in one pass over the images (``None`` for the
+    one not needed). ``dx``: the rows/cols of the (padded) chunk kept by ``crop = ((top,
+    bottom), (left, right))`` (needs ``crop <= f - 1``), written into ``dx_out`` if given.
+    ``relu_y``: the output of a fused-ReLU forward; ``dy`` is then the gradient of that output
+    and the gradients are those of the conv itself, ``dz = dy * [relu_y > 0]``.
 
-    def run(share):
-        s, images = share
-        imgs, cols = _flat_buffers(x, pad, work, s, (C, fh * fw, n * W))
-        cols2 = cols.reshape(-1, n * W)
-        # Wide dy tile: columns Wo..W-1 of every row are never written, so they stay zero and
-        # the garbage columns of cols contribute nothing.
-        dyw = scratch(work, f"dywide{s}", (K, n, W), dy.dtype, like=dy, zeroed=True)
-        dyw2 = dyw.reshape(K, n * W)
-        dw = scratch(work, f"dw{s}", (K, C * fh * fw), x.dtype, like=x)
-        dw[...] = 0
-        part = scratch(work, f"dwpart{s}", (K, C * fh * fw), x.dtype, like=x)
-        for b in images:
-            xf = imgs[b]
-            for i0 in range(0, Ho, n):
-                m = min(n, Ho - i0)
-                L = m * W - (fw - 1)
-                _fill_cols(cols, xf, i0, L, fh, fw, W)
-                dyw[:, :m, :Wo] = dy[b, :, i0:i0 + m, :]
-                xp.matmul(dyw2[:, :L], cols2[:, :L].T, out=part)
-                dw += part
-        return dw
-
-    parts = parallel_map(run, shares(B, xp), xp)
-    total = parts[0].copy()
-    for p in parts[1:]:
-        total += p
-    return total
-
-
-def _flat_dx(w, dy, x_shape, crop, work, out=None):
-    """``dx`` of the chunk rows/cols kept by ``crop = ((top, bottom), (left, right))``: the full
-    correlation of ``dy`` with the flipped, transposed filters, i.e. the flat kernel on ``dy``
-    zero-padded by ``f - 1 - crop`` on each side (needs ``crop <= f - 1``)."""
-    xp = get_array_module(w, dy)
-    B, C, H, W = x_shape
-    K, _, fh, fw = w.shape
-    Ho, Wo = dy.shape[2:]
+    Per image, on its kernel thread (no batch-sized ``dz``): with ``dx``, ``dz`` is written
+    once into a zero-bordered image ``(K, Hd, Wd)`` (the ReLU mask applied on the way), padded
+    by ``f - 1 - crop`` so that ``dx`` is the full correlation of it with the flipped,
+    transposed filters (:func:`_flat_image`, cropped for free). The weight gradient reads its
+    wide ``dz`` tiles (row pitch ``W``, zeros in the ``fw - 1`` garbage columns) straight from
+    that image when its width is ``W`` (``left + right crop = fw - 1``, e.g. "same" padding),
+    else copies them into a tile buffer (without ``dx``: straight from ``dy``, masked on the
+    way): ``dw += cols.stack @ dz_wide.T`` per tile (one stacked GEMM, inner dimension the
+    tile's wide positions). The per-thread ``dw`` sums are added in thread order
+    (deterministic).
+    """
+    K, C, fh, fw = w.shape
+    xp, x, _, W, Ho, n = _flat_plan(x, fh, fw, pad)
+    B, H = x.shape[0], _padded_hw(x.shape, pad)[0]
+    Wo = W - fw + 1
     (ct, cb), (cl, cr) = crop
     pt, pb, pl, pr = fh - 1 - ct, fh - 1 - cb, fw - 1 - cl, fw - 1 - cr
-    Hd, Wd = Ho + pt + pb, Wo + pl + pr                  # padded dy plane
+    Hd, Wd = Ho + pt + pb, Wo + pl + pr                  # the zero-bordered dz image
     hx, wx = H - ct - cb, W - cl - cr                     # dx plane kept
-    wf = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(C, K * fh * fw)
-    if out is None:
-        out = xp.empty((B, C, hx, wx), dtype=dy.dtype)
-    n = _tile_rows(K, fh, fw, Wd, hx, dy.dtype.itemsize)
+    in_place = need_dx and Wd == W
+    if need_dx:
+        wf = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]    # (C, K, fh, fw): flipped, transposed
+        nx = _tile_rows(K, fh, fw, Wd, hx, dy.dtype.itemsize, C)
+        if dx_out is None:
+            dx_out = xp.empty((B, C, hx, wx), dtype=dy.dtype)
 
     def run(share):
         s, images = share
-        cols = scratch(work, f"dxcols{s}", (K, fh * fw, n * Wd), dy.dtype, like=dy)
-        yw = scratch(work, f"dxwide{s}", (C, n * Wd), dy.dtype, like=dy)
-        # One padded image of dy at a time; only its interior is ever written, the border stays 0.
-        dyp = scratch(work, f"dypad{s}", (K, Hd, Wd), dy.dtype, like=dy, zeroed=True)
+        if need_dx:
+            dzp = scratch(work, f"dzpad{s}", (K, Hd, Wd), dy.dtype, like=dy, zeroed=True)
+            dzf, dz = dzp.reshape(K, Hd * Wd), dzp[:, pt:pt + Ho, pl:pl + Wo]   # only dz is written
+        mask = None
+        if relu_y is not None:
+            mask = scratch(work, f"dzmask{s}", (K, Ho if need_dx else n, Wo), "bool", like=dy)
+        if need_dw:
+            imgs = _Images(x, pad, work, f"xpad{s}")
+            cols = _TileCols(C, fh, fw, W, n, work, f"dwcols{s}", x)   # its own: the layout may differ
+            shape = cols.stack(1).shape[:2] + (K,)
+            acc = scratch(work, f"dw{s}", shape, x.dtype, like=x)
+            acc[...] = 0
+            part = scratch(work, f"dwpart{s}", shape, x.dtype, like=x)
+            if not in_place:   # columns Wo..W-1 of every row are never written: they stay zero
+                dyw = scratch(work, f"dywide{s}", (K, n, W), dy.dtype, like=dy, zeroed=True)
+        if need_dx:
+            dxcols = _TileCols(K, fh, fw, Wd, nx, work, f"dxcols{s}", dy, C)
+            wg = dxcols.filters(wf)
+            parts = scratch(work, f"dxparts{s}", (wg.shape[0], C, nx * Wd), dy.dtype, like=dy)
         for b in images:
-            dyp[:, pt:pt + Ho, pl:pl + Wo] = dy[b]
-            _flat_image(dyp.reshape(K, Hd * Wd), wf, fh, fw, Wd, hx, wx, out[b], cols, yw, False)
+            if need_dx and mask is None:
+                dz[...] = dy[b]
+            elif need_dx:
+                xp.multiply(dy[b], xp.greater(relu_y[b], 0, out=mask), out=dz)
+            if need_dw:
+                xf = imgs[b]
+                for i0 in range(0, Ho, n):
+                    m = min(n, Ho - i0)
+                    L = m * W - (fw - 1)
+                    cols.fill(xf, i0, L)
+                    if in_place:
+                        start = (pt + i0) * Wd + pl
+                        dyt = dzf[:, start:start + L]
+                    else:
+                        if need_dx:
+                            dyw[:, :m, :Wo] = dz[:, i0:i0 + m]
+                        elif mask is None:
+                            dyw[:, :m, :Wo] = dy[b, :, i0:i0 + m]
+                        else:   # the tile's dz only (no dz image without dx)
+                            xp.multiply(dy[b, :, i0:i0 + m], xp.greater(relu_y[b, :, i0:i0 + m], 0,
+                                        out=mask[:, :m]), out=dyw[:, :m, :Wo])
+                        dyt = dyw.reshape(K, n * W)[:, :L]
+                    xp.matmul(cols.stack(L), dyt.T, out=part)
+                    acc += part
+            if need_dx:
+                _flat_image(dzf, wg, hx, wx, dx_out[b], dxcols, parts)
+        return (cols, acc) if need_dw else None
 
-    parallel_map(run, shares(B, xp), xp)
-    return out
+    res = parallel_map(run, shares(B, xp), xp)
+    dw = None
+    if need_dw:
+        total = res[0][1].copy()
+        for _, p in res[1:]:
+            total += p
+        dw = res[0][0].weight_grad(total)
+    return (dx_out if need_dx else None), dw
 
 
 # ------------------------------------------------------------------------ public entry points
@@ -337,7 +458,7 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
     if _method(method, x, w, stride, pad) == "flat":
         if out is None:
             out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
-        return _flat_conv(x, w.reshape(K, -1), w.shape[2], w.shape[3], out, work, relu, pad)
+        return _flat_conv(x, w, out, work, relu, pad)
     if pad is not None:
         x = _pad_all(x, pad)
     if out is None:
@@ -355,8 +476,16 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
     return out
 
 
+def fuses_relu_grad(x, w, stride, pad=None, method=None):
+    """Whether :func:`conv2d_bprop` applies ``relu_y``'s mask inside its kernel for these
+    arguments (the flat-shift kernel: no batch-sized ``dz``); otherwise it computes
+    ``dz = dy * [relu_y > 0]`` first, as a caller could."""
+    pad = _norm_pad(pad)
+    return _method(method, x, w, stride, pad) == "flat" and not use_pointwise(w.shape, pad, None, method)
+
+
 def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=None, method=None,
-                 pad=None):
+                 pad=None, relu_y=None):
     """Gradients of :func:`conv2d_fprop` given ``dy (B, K, Ho, Wo)`` = dL/dy.
 
     Returns ``(dx, dw)``: ``dx (B, C, H, W)`` (``None`` if ``need_dx`` is false; pixels that no
@@ -368,7 +497,10 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     left:W-right]`` (a layer's own tile inside its zero-padded chunk), C-contiguous; the flat
     kernel computes just that part. ``dx_out``: write ``dx`` there (its shape after the crop).
     ``pad``: ``x`` is unpadded and was padded by :func:`conv2d_fprop`; ``dx`` is then the
-    gradient of the unpadded ``x`` (``crop`` defaults to ``pad``).
+    gradient of the unpadded ``x`` (``crop`` defaults to ``pad``). ``relu_y``: the output of
+    ``conv2d_fprop(..., relu=True)``; ``dy`` is then the gradient of that output, and the
+    gradients returned are those of the conv, with ``dz = dy * [relu_y > 0]`` (the flat kernel
+    applies the mask as it reads ``dy``, image by image: :func:`fuses_relu_grad`).
     """
     xp = get_array_module(x, w, dy)
     pad = _norm_pad(pad)
@@ -381,15 +513,18 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
     if crop is None:
         crop = pad if pad is not None else ((0, 0), (0, 0))
     crop = tuple(tuple(int(c) for c in p) for p in crop)
-    if use_pointwise(w.shape, pad, crop, method):     # 1x1 filters: one GEMM per image
+    pointwise = use_pointwise(w.shape, pad, crop, method)
+    flat = not pointwise and _method(method, x, w, stride, pad) == "flat"
+    if relu_y is not None and not flat:   # the other kernels take dz = dy * [y > 0] as their dy
+        dz = scratch(work, "reludz", dy.shape, dy.dtype, like=dy)
+        xp.multiply(dy, relu_y > 0, out=dz)
+        dy = dz
+    if pointwise:                                     # 1x1 filters: one GEMM per image
         return pointwise_bprop(x, w, dy, stride, need_dx, dx_out)
-    if _method(method, x, w, stride, pad) == "flat":
-        dw = _flat_dw(x, dy, fh, fw, work, pad).reshape(w.shape)
-        if not need_dx:
-            return None, dw
-        if max(crop[0]) <= fh - 1 and max(crop[1]) <= fw - 1:
-            return _flat_dx(w, dy, (B, C, H, W), crop, work, out=dx_out), dw
-        dx = _flat_dx(w, dy, (B, C, H, W), ((0, 0), (0, 0)), work)
+    if flat:
+        if not need_dx or (max(crop[0]) <= fh - 1 and max(crop[1]) <= fw - 1):
+            return _flat_bprop(x, w, dy, crop, work, pad, need_dx, dx_out=dx_out, relu_y=relu_y)
+        dx, dw = _flat_bprop(x, w, dy, ((0, 0), (0, 0)), work, pad, relu_y=relu_y)
     else:
         if pad is not None:
             x = _pad_all(x, pad)

@@ -1,0 +1,92 @@
+"""The large-image kernels under a process grid: a ConvnetDist whose convs take the flat-shift
+kernel (both tile im2col layouts, several tiles per image, the fused ReLU and its gradient)
+and whose max pooling takes the NCHW path, trained on tiles of uneven grids, ends with the
+same weights, costs and outputs as the single-process Convnet on whole images (float64, to
+1e-10 relative): every output pixel is the same sum whatever tile a rank computes.
+
+The kernel thresholds are lowered so that small images take the large-image paths.
+"""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.geometry import tile_of
+from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWithNoBiasDist,
+                            MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.models import Convnet, ConvnetDist
+from distnet.ops import conv, parallel, pooling
+from distnet.ops.activations import Logistic, RectLin
+
+MPI_SIZES = (1, 2, 3, 4, 6)
+
+N, C, H, W, K = 12, 2, 14, 17, 3   # 12 images in batches of 4
+GRIDS = [(1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (2, 3), (3, 2)]
+WI = {"type": "uniform", "low": -0.3, "high": 0.3}
+
+
+def net(dist):
+    """conv 3x3(12, pad 1)+ReLU [full tile im2col: 2 channels] -> conv 3x3(12, pad 1)+ReLU
+    [shifted rows] -> max pool 2 -> conv 3x3(5, pad 1)+ReLU [shifted rows] -> FC logistic."""
+    Conv, Pool, FC = ((ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist) if dist
+                      else (ConvLayer, MaxPoolingLayer, LayerWithNoBias))
+    return [Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
+            Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
+            Pool(fshape=2, stride=2),
+            Conv(nofm=5, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
+            FC(nout=K, weight_init=WI, learning_rate=0.05, activation=Logistic())]
+
+
+@pytest.fixture(autouse=True)
+def large_image_paths(monkeypatch):
+    monkeypatch.setattr(conv, "FLAT_MIN_WIDTH", 1)   # every tile, however narrow
+    monkeypatch.setattr(conv, "FLAT_MAX_WASTE", 1.0)
+    monkeypatch.setattr(conv, "TILE_BYTES", 3000)          # a few output rows per tile
+    monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0)
+    monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
+
+
+def train(layers, model_cls, topo, x, labels):
+    model = model_cls(layers=layers, num_epochs=2, batch_size=4, shuffle=True,
+                      momentum={"type": "constant", "coef": 0.5})
+    model.infer_shapes((C, H, W))
+    model.configure(Numpy64(rng_seed=5), topo)
+    model.init_params()
+    costs = model.fit(x, labels, K)
+    return model, costs, model.predict(x)
+
+
+def _grid_params():
+    return [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in GRIDS]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("grid", _grid_params())
+def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monkeypatch):
+    parallel.kernel_threads()
+    if threads > 1 and not parallel._state["blas"]:
+        pytest.skip("no BLAS library found by threadpoolctl: kernel threading is off")
+    monkeypatch.setitem(parallel._state, "threads", threads)
+    rng = np.random.RandomState(11)
+    x, labels = rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
+    topo = topologies(grid)
+    layouts = []
+    real = conv._TileCols.__init__
+
+    def spy(self, *a, **k):          # which tile im2col layouts ran (both must)
+        real(self, *a, **k)
+        layouts.append(self.shifts)
+    monkeypatch.setattr(conv._TileCols, "__init__", spy)
+    ref, ref_costs, ref_out = train(net(False), Convnet, Topology.serial(), x, labels)
+    assert set(layouts) == {True, False}
+    t = tile_of((H, W), topo.grid, topo.coords)
+    layouts.clear()
+    dist, costs, out = train(net(True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
+    assert set(layouts) == {True, False}
+
+    np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
+    for lr, ld in zip(ref.layers, dist.layers):
+        for pr, pd in zip(lr.params(), ld.params()):
+            want = pr.value[:, ld.cols] if pd.sharded else pr.value
+            np.testing.assert_allclose(pd.value, want, rtol=1e-10, atol=1e-13, err_msg=pd.name)
