@@ -33,7 +33,7 @@ from ..errors import GeometryError
 from .conv_pointwise import pointwise_bprop, pointwise_fprop, use_pointwise
 from .parallel import matmul as pmatmul
 from .parallel import copyto as pcopyto
-from .parallel import kernel_threads, parallel_map, run_split, shares, sub_workspace
+from .parallel import kernel_threads, parallel_map, run_split, shares
 from .windows import fold, output_shape, patches
 from .workspace import scratch
 
@@ -71,10 +71,6 @@ def _padded_hw(x_shape, pad):
     return (x_shape[2] + pt + pb, x_shape[3] + pl + pr)
 
 
-def _pad_all(x, pad):
-    return get_array_module(x).pad(x, ((0, 0), (0, 0)) + tuple(pad))
-
-
 def use_flat(x_shape, w_shape, stride, xp=None):
     """Whether :func:`conv2d_fprop` takes the flat-shift kernel for these shapes (numpy only)."""
     if xp is not None and xp.__name__ != "numpy":
@@ -96,42 +92,95 @@ def _method(method, x, w, stride, pad=None):
 
 # ------------------------------------------------------------------------ batch im2col kernel
 
-def _to_chwn(x, work=None, name="chwn"):
-    """``x (B, C, H, W)`` copied into (C, H, W, B) memory, still indexed as (B, C, H, W)."""
+def is_chwn(a):
+    """Whether ``a`` (indexed ``(B, C, H, W)``) is held in batch-innermost ``(C, H, W, B)``
+    memory, the layout the batch im2col kernel reads and writes without a copy."""
+    return a.ndim == 4 and a.transpose(1, 2, 3, 0).flags.c_contiguous
+
+
+def empty_chwn(shape, dtype, like=None, work=None, name=None):
+    """A ``(B, C, H, W)``-indexed array in ``(C, H, W, B)`` memory (from ``work[name]`` if given)."""
+    B, C, H, W = shape
+    return scratch(work, name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
+
+
+def output_chwn(x_shape, w_shape, stride, xp=None, pad=None):
+    """Whether :func:`conv2d_fprop` would like ``out`` (and :func:`conv2d_bprop` ``dx_out``) in
+    CHWN memory (:func:`empty_chwn`): the batch im2col kernel on numpy, which then writes its
+    GEMM and its fold straight into them. Any layout is accepted either way."""
+    if xp is not None and xp.__name__ != "numpy":
+        return False
+    shape = tuple(x_shape[:2]) + _padded_hw(x_shape, _norm_pad(pad))
+    return not use_flat(shape, w_shape, stride, xp) and not use_pointwise(w_shape, _norm_pad(pad), None, None)
+
+
+def _to_chwn(x, work=None, name="chwn", pad=None):
+    """``x (B, C, H, W)`` zero-padded by ``pad`` in (C, H, W, B) memory, still indexed as
+    (B, C, H, W): ``x`` itself if it already is and needs no padding, else a copy into the
+    workspace buffer ``name`` (border zeroed once, at allocation)."""
+    if pad is None and is_chwn(x):
+        return x
     B, C, H, W = x.shape
-    xn = scratch(work, name, (C, H, W, B), x.dtype, like=x)
-    pcopyto(xn, x.transpose(1, 2, 3, 0))
-    return xn.transpose(3, 0, 1, 2)
+    Hp, Wp = _padded_hw(x.shape, pad)
+    buf = scratch(work, name, (C, Hp, Wp, B), x.dtype, like=x, zeroed=pad is not None)
+    xn = buf.transpose(3, 0, 1, 2)
+    if pad is None:
+        pcopyto(xn, x, axis=1)
+    else:
+        (pt, _), (pl, _) = pad
+        pcopyto(xn[:, :, pt:pt + H, pl:pl + W], x, axis=1)
+    return xn
 
 
-def im2col(x, fshape, stride, work=None):
-    """Contiguous patch matrix ``(C*fh*fw, Ho*Wo*B)`` of ``x (B, C, H, W)`` (valid windows).
+def _split_axis_of(shape):
+    """The first axis of ``shape`` long enough to cut into kernel-thread shares."""
+    T = kernel_threads()
+    return next((i for i, n in enumerate(shape) if n >= 2 * T), 0)
+
+
+def im2col(x, fshape, stride, work=None, pad=None):
+    """Contiguous patch matrix ``(C*fh*fw, Ho*Wo*B)`` of ``x (B, C, H, W)`` zero-padded by
+    ``pad`` (valid windows of the padded array).
 
     ``cols[(c*fh + u)*fw + v, (i*Wo + j)*B + b] == x[b, c, i*sy + u, j*sx + v]``. With a
-    ``work`` space the matrix is its buffer (reused by the next call).
+    ``work`` space the matrix is its buffer (reused by the next call). The copy reads runs of
+    ``Wo*B`` (stride 1) or ``B`` contiguous elements of the CHWN input.
     """
-    # x in (C, H, W, B) memory order, still indexed as (B, C, H, W): patches() only needs strides.
-    xn = _to_chwn(x, work)
+    xn = _to_chwn(x, work, pad=pad)                      # (C, H, W, B) memory, (B, C, H, W) view
     p = patches(xn, fshape, stride)                      # (B, C, Ho, Wo, fh, fw) view, no copy
     B, C, Ho, Wo, fh, fw = p.shape
     cols = scratch(work, "im2col", (C, fh, fw, Ho, Wo, B), x.dtype, like=x)
-    pcopyto(cols, p.transpose(1, 4, 5, 2, 3, 0))         # the im2col copy
+    pcopyto(cols, p.transpose(1, 4, 5, 2, 3, 0), axis=_split_axis_of(cols.shape))
     return cols.reshape(C * fh * fw, Ho * Wo * B)
 
 
-def _im2col_fprop(x, w, stride, Ho, Wo, work=None):
+def _im2col_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
+    """The whole batch: one im2col copy, one GEMM ``(K, CF) @ (CF, Ho*Wo*B)`` written straight
+    into ``out`` when it is CHWN (else into a scratch matrix, then copied), each cut into
+    kernel-thread shares."""
+    xp = get_array_module(x, w)
     B, K = x.shape[0], w.shape[0]
-    cols = im2col(x, w.shape[2:], stride, work)          # (CF, P*B)
-    y2 = scratch(work, "y2", (K, Ho * Wo * B), x.dtype, like=x)
-    pmatmul(w.reshape(K, -1), cols, out=y2)              # (K, P*B): one GEMM for the whole batch
-    return y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2)   # NCHW-indexed view
+    cols = im2col(x, w.shape[2:], stride, work, pad)     # (CF, P*B)
+    direct = is_chwn(out)
+    y2 = (out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if direct
+          else scratch(work, "y2", (K, Ho * Wo * B), x.dtype, like=x))
+    pmatmul(w.reshape(K, -1), cols, out=y2)              # one GEMM for the whole batch
+    if relu:
+        run_split(lambda r: xp.maximum(y2[r], 0, out=y2[r]), K, xp, size=y2.size)
+    if not direct:
+        pcopyto(out, y2.reshape(K, Ho, Wo, B).transpose(3, 0, 1, 2), axis=1)
+    return out
 
 
-def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, work=None):
+def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
+    """``(dx, dw)`` of the whole batch: ``dw = (cols @ dy2.T).T``, ``dcols = w2.T @ dy2`` (over
+    ``cols``), folded into CHWN memory (``dx_out`` itself when it is CHWN and nothing is
+    cropped), each step cut into kernel-thread shares."""
     xp = get_array_module(x, w, dy)
-    B, C, H, W = x.shape
+    B, C = x.shape[:2]
+    H, W = _padded_hw(x.shape, pad)
     K, _, fh, fw = w.shape
-    cols = im2col(x, (fh, fw), stride, work)             # (CF, P*B); recomputed, not cached
+    cols = im2col(x, (fh, fw), stride, work, pad)        # (CF, P*B); recomputed, not cached
     dy2 = _to_chwn(dy, work, "dy2").transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
     # (CF, K) then a tiny transpose copy: measured faster than dy2 @ cols.T on OpenBLAS.
     dw = pmatmul(cols, dy2.T).T.reshape(w.shape)
@@ -140,13 +189,22 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, work=None):
     # (CF, P*B), written over cols (dead after dw).
     dcols = pmatmul(w.reshape(K, -1).T, dy2, out=cols)
     cols6 = dcols.reshape(C, fh, fw, Ho, Wo, B).transpose(5, 0, 3, 4, 1, 2)  # (B,C,Ho,Wo,fh,fw)
-    # Fold into (C, H, W, B) memory so the adds walk both operands in long contiguous runs.
-    dxn = scratch(work, "dxn", (C, H, W, B), dcols.dtype, like=dcols).transpose(3, 0, 1, 2)
+    (ct, cb), (cl, cr) = crop
+    if crop == ((0, 0), (0, 0)) and dx_out is not None and is_chwn(dx_out):
+        dxn = dx_out
+    else:   # fold into (C, H, W, B) memory: the adds walk both operands in long contiguous runs
+        dxn = empty_chwn((B, C, H, W), dcols.dtype, like=dcols, work=work, name="dxn")
 
     def fold_share(c):
         fold(cols6[:, c], (B, c.stop - c.start, H, W), stride, out=dxn[:, c])
     run_split(fold_share, C, xp, size=cols6.size)
-    return dxn, dw
+    if dxn is dx_out:
+        return dx_out, dw
+    dx = dxn[:, :, ct:H - cb, cl:W - cr]
+    if dx_out is None:
+        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
+    pcopyto(dx_out, dx, axis=1)
+    return dx_out, dw
 
 
 # ------------------------------------------------------------------------ flat-shift kernel
@@ -310,12 +368,6 @@ def _flat_dx(w, dy, x_shape, crop, work, out=None):
 
 # ------------------------------------------------------------------------ public entry points
 
-def _batch_shares(B, xp):
-    """Shares of the batch for the im2col kernel: one per kernel thread when every share gets
-    at least 8 images (small batches: one share, the GEMMs are threaded instead)."""
-    return shares(B, xp) if B >= 8 * kernel_threads() else [(0, range(B))]
-
-
 def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad=None):
     """Valid cross-correlation of ``x (B, C, H, W)`` with ``w (K, C, fh, fw)``.
 
@@ -338,21 +390,9 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
         if out is None:
             out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
         return _flat_conv(x, w.reshape(K, -1), w.shape[2], w.shape[3], out, work, relu, pad)
-    if pad is not None:
-        x = _pad_all(x, pad)
     if out is None:
         out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
-
-    def run(share):   # the batch im2col kernel on a share of the images (own scratch space)
-        s, r = share
-        b = slice(r.start, r.stop)
-        y = _im2col_fprop(x[b], w, stride, Ho, Wo, sub_workspace(work, f"s{s}."))
-        if relu:
-            xp.maximum(y, 0, out=out[b])
-        else:
-            out[b] = y
-    parallel_map(run, _batch_shares(B, xp), xp)
-    return out
+    return _im2col_fprop(x, w, stride, Ho, Wo, out, relu, work, pad)
 
 
 def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=None, method=None,
@@ -391,27 +431,7 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
             return _flat_dx(w, dy, (B, C, H, W), crop, work, out=dx_out), dw
         dx = _flat_dx(w, dy, (B, C, H, W), ((0, 0), (0, 0)), work)
     else:
-        if pad is not None:
-            x = _pad_all(x, pad)
-        parts = _batch_shares(B, xp)
-        dx = xp.empty((B, C, H, W), dtype=dy.dtype) if need_dx and len(parts) > 1 else None
-
-        def run(share):   # each share: its images' dx, and its part of dw
-            s, r = share
-            b = slice(r.start, r.stop)
-            dxs, dws = _im2col_bprop(x[b], w, dy[b], stride, need_dx, Ho, Wo, sub_workspace(work, f"s{s}."))
-            if dx is not None:
-                dx[b] = dxs
-                dxs = None
-            return dxs, dws
-        res = parallel_map(run, parts, xp)
-        dw = res[0][1]
-        for _, d in res[1:]:
-            dw = dw + d
-        if dx is None:
-            dx = res[0][0]
-        if not need_dx:
-            return None, dw
+        return _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad)
     (ct, cb), (cl, cr) = crop
     dx = dx[:, :, ct:H - cb, cl:W - cr]
     if dx_out is None:
