@@ -43,6 +43,8 @@ TILE_BYTES = 1 << 20
 #: wasted columns (``fw - 1`` per row) are at most :data:`FLAT_MAX_WASTE` of the work.
 FLAT_MIN_WIDTH = 64
 FLAT_MAX_WASTE = 0.2
+#: Bytes of one im2col tile of the tiled batch im2col kernel (numpy, small images).
+SMALL_TILE_BYTES = 1 << 20
 
 
 def _check(x, w, stride, pad=None):
@@ -200,6 +202,130 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pa
     run_split(fold_share, C, xp, size=cols6.size)
     if dxn is dx_out:
         return dx_out, dw
+    dx = dxn[:, :, ct:H - cb, cl:W - cr]
+    if dx_out is None:
+        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
+    pcopyto(dx_out, dx, axis=1)
+    return dx_out, dw
+
+
+def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
+    """Output rows per tile of the tiled im2col kernel: the tile ``(CF, rows*Wo*Bs)`` fits
+    :data:`SMALL_TILE_BYTES` (at least one row)."""
+    return max(1, min(Ho, SMALL_TILE_BYTES // (itemsize * CF * Wo * Bs)))
+
+
+def _tiled_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
+    """numpy: the batch im2col kernel in cache-sized tiles. The images are shared out over the
+    kernel threads; each share walks its output rows in tiles of ``(CF, rows*Wo*Bs)`` columns
+    (:func:`_small_tile_rows`): the tile's im2col copy, one GEMM ``w2 @ tile`` (straight into
+    ``out`` when it is CHWN and one share covers the batch), the ReLU, the write into ``out``.
+    Every output pixel is the same dot product of length ``CF`` whatever the tiling."""
+    xp = get_array_module(x, w)
+    xn = _to_chwn(x, work, pad=pad)                      # (C, H, W, B) memory
+    p = patches(xn, w.shape[2:], stride)                 # (B, C, Ho, Wo, fh, fw) view
+    B, C, _, _, fh, fw = p.shape
+    K, CF = w.shape[0], C * fh * fw
+    w2 = w.reshape(K, CF)
+    parts = shares(B, xp)
+    whole = len(parts) == 1 and is_chwn(out)
+    y_all = out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if whole else None
+
+    def run(share):
+        s, images = share
+        b0, b1 = images.start, images.stop
+        Bs = b1 - b0
+        n = _small_tile_rows(CF, Wo, Bs, Ho, x.dtype.itemsize)
+        cbuf = scratch(work, f"tcols{s}", (CF * n * Wo * Bs,), x.dtype, like=x)
+        ybuf = None if whole else scratch(work, f"ty{s}", (K * n * Wo * Bs,), x.dtype, like=x)
+        for i0 in range(0, Ho, n):
+            m = min(n, Ho - i0)
+            L = m * Wo * Bs
+            ct = cbuf[:CF * L].reshape(C, fh, fw, m, Wo, Bs)
+            xp.copyto(ct, p[b0:b1, :, i0:i0 + m].transpose(1, 4, 5, 2, 3, 0))
+            yt = y_all[:, i0 * Wo * B:(i0 + m) * Wo * B] if whole else ybuf[:K * L].reshape(K, L)
+            xp.matmul(w2, ct.reshape(CF, L), out=yt)
+            if relu:
+                xp.maximum(yt, 0, out=yt)
+            if not whole:
+                out[b0:b1, :, i0:i0 + m] = yt.reshape(K, m, Wo, Bs).transpose(3, 0, 1, 2)
+
+    parallel_map(run, parts, xp)
+    return out
+
+
+def _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
+    """numpy: :func:`_im2col_bprop` in the tiles of :func:`_tiled_fprop`. Per share and tile:
+    the im2col copy, ``dw_share += dy_tile @ tile.T``, ``dcols = w2.T @ dy_tile`` (over the
+    tile) folded at once into the share's images of ``dx`` (CHWN). The tiles are walked from
+    the last output row to the first, so every ``dx`` pixel adds its window contributions in
+    the order ``(u, v)`` of the untiled fold, whatever the tiling. ``dw`` = the shares' sums
+    added in share order."""
+    xp = get_array_module(x, w, dy)
+    xn = _to_chwn(x, work, pad=pad)
+    p = patches(xn, w.shape[2:], stride)
+    B, C, _, _, fh, fw = p.shape
+    H, W = xn.shape[2:]
+    (sy, sx) = stride
+    K, CF = w.shape[0], C * fh * fw
+    w2 = w.reshape(K, CF)
+    parts = shares(B, xp)
+    dy_all = (dy.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
+              if len(parts) == 1 and is_chwn(dy) else None)
+    dxn = None
+    if need_dx:
+        dxn = (dx_out if crop == ((0, 0), (0, 0)) and dx_out is not None and is_chwn(dx_out)
+               else empty_chwn((B, C, H, W), dy.dtype, like=dy, work=work, name="dxn"))
+
+    def run(share):
+        s, images = share
+        b0, b1 = images.start, images.stop
+        Bs = b1 - b0
+        n = _small_tile_rows(CF, Wo, Bs, Ho, x.dtype.itemsize)
+        cbuf = scratch(work, f"tcols{s}", (CF * n * Wo * Bs,), x.dtype, like=x)
+        dbuf = None if dy_all is not None else scratch(work, f"tdy{s}", (K * n * Wo * Bs,), dy.dtype, like=dy)
+        dws = scratch(work, f"tdw{s}", (K, CF), x.dtype, like=x)
+        part = scratch(work, f"tpart{s}", (K, CF), x.dtype, like=x)
+        if need_dx:
+            dxs = dxn[b0:b1]
+            dxs[...] = 0
+        for t, i0 in enumerate(reversed(range(0, Ho, n))):
+            m = min(n, Ho - i0)
+            L = m * Wo * Bs
+            ct = cbuf[:CF * L].reshape(C, fh, fw, m, Wo, Bs)
+            ct2 = ct.reshape(CF, L)
+            xp.copyto(ct, p[b0:b1, :, i0:i0 + m].transpose(1, 4, 5, 2, 3, 0))
+            if dy_all is not None:
+                dyt = dy_all[:, i0 * Wo * B:(i0 + m) * Wo * B]
+            else:
+                dyt = dbuf[:K * L].reshape(K, m, Wo, Bs)
+                xp.copyto(dyt, dy[b0:b1, :, i0:i0 + m].transpose(1, 2, 3, 0))
+                dyt = dyt.reshape(K, L)
+            if t == 0:
+                xp.matmul(dyt, ct2.T, out=dws)
+            else:
+                xp.matmul(dyt, ct2.T, out=part)
+                dws += part
+            if not need_dx:
+                continue
+            xp.matmul(w2.T, dyt, out=ct2)                 # dcols of the tile, over its cols
+            for u in range(fh):
+                rows = slice(i0 * sy + u, (i0 + m - 1) * sy + u + 1, sy)
+                for v in range(fw):
+                    cs = slice(v, v + sx * (Wo - 1) + 1, sx)
+                    dxs[:, :, rows, cs] += ct[:, u, v].transpose(3, 0, 1, 2)
+        return dws
+
+    res = parallel_map(run, parts, xp)
+    dw = res[0].copy()
+    for d in res[1:]:
+        dw += d
+    dw = dw.reshape(w.shape)
+    if not need_dx:
+        return None, dw
+    if dxn is dx_out:
+        return dx_out, dw
+    (ct, cb), (cl, cr) = crop
     dx = dxn[:, :, ct:H - cb, cl:W - cr]
     if dx_out is None:
         dx_out = xp.empty(dx.shape, dtype=dx.dtype)
@@ -392,6 +518,8 @@ def conv2d_fprop(x, w, stride, out=None, relu=False, work=None, method=None, pad
         return _flat_conv(x, w.reshape(K, -1), w.shape[2], w.shape[3], out, work, relu, pad)
     if out is None:
         out = xp.empty((B, K, Ho, Wo), dtype=xp.result_type(x.dtype, w.dtype))
+    if xp.__name__ == "numpy":
+        return _tiled_fprop(x, w, stride, Ho, Wo, out, relu, work, pad)
     return _im2col_fprop(x, w, stride, Ho, Wo, out, relu, work, pad)
 
 
@@ -431,6 +559,8 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
             return _flat_dx(w, dy, (B, C, H, W), crop, work, out=dx_out), dw
         dx = _flat_dx(w, dy, (B, C, H, W), ((0, 0), (0, 0)), work)
     else:
+        if xp.__name__ == "numpy":
+            return _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad)
         return _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad)
     (ct, cb), (cl, cr) = crop
     dx = dx[:, :, ct:H - cb, cl:W - cr]
