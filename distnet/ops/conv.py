@@ -19,7 +19,13 @@ than one tile except the output; a ReLU can be applied as the tile is written (`
 ``(i*Wo + j)*B + b`` the output position; fprop ``y2 = w2 @ cols``; bprop ``dw2 = dy2 @ cols.T``
 and ``dcols = w2.T @ dy2``, folded back. Batch-innermost columns ("CHWN", as cuda-convnet and
 neon's GPU kernels) make the im2col copy and the fold move runs of ``Wo*B`` or ``B`` contiguous
-elements; one GEMM covers the whole batch.
+elements, and ``y2`` *is* the output in CHWN memory. So the kernel reads and writes CHWN arrays
+(indexed ``(B, C, H, W)`` as every array, held in ``(C, H, W, B)`` memory: :func:`is_chwn`)
+without a copy, and the layers hand such arrays from layer to layer (:func:`output_chwn`,
+:func:`empty_chwn`); NCHW inputs and outputs are converted. On numpy the matrix is never built
+whole (:func:`_tiled_fprop`, :func:`_tiled_bprop`): each kernel thread takes a share of the
+images and walks its output rows in tiles of about :data:`SMALL_TILE_BYTES`, doing the tile's
+im2col copy, its GEMMs and its part of the fold while the tile is in cache.
 
 **Pointwise** (1x1 filters, no padding, no kernel forced): :mod:`distnet.ops.conv_pointwise`,
 one GEMM per image and no patch matrix.
@@ -212,7 +218,7 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pa
 def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
     """Output rows per tile of the tiled im2col kernel: the tile ``(CF, rows*Wo*Bs)`` fits
     :data:`SMALL_TILE_BYTES` (at least one row)."""
-    return max(1, min(Ho, SMALL_TILE_BYTES // (itemsize * CF * Wo * Bs)))
+    return max(1, min(Ho, SMALL_TILE_BYTES // (itemsize * CF * Wo * max(Bs, 1))))   # Bs 0: empty batch
 
 
 def _tiled_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):

@@ -9,7 +9,10 @@ How: the forward passes loop over the ``fh*fw`` window offsets; for each, one st
 needed. The backward passes are the adjoint (``fold``). Internally every array is kept in
 batch-innermost ("CHWN") memory while still indexed as ``(B, C, H, W)``: the slices then have
 contiguous runs of ``B`` (or ``Wo*B``) elements instead of single pixels, which makes the numpy
-loops 2-8x faster for a small transpose copy in and out.
+loops 2-8x faster. Max pooling takes inputs, outputs and gradients already held in CHWN memory
+(what the small-image conv kernel of :mod:`distnet.ops.conv` returns; :func:`output_chwn`) as they
+are, and transposes only what arrives in NCHW; its work is shared out over the kernel threads by
+channels. Large planes with non-overlapping windows use NCHW directly (no transposes).
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
