@@ -222,30 +222,35 @@ def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
 
 
 def _tiled_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
-    """numpy: the batch im2col kernel in cache-sized tiles. The images are shared out over the
-    kernel threads; each share walks its output rows in tiles of ``(CF, rows*Wo*Bs)`` columns
-    (:func:`_small_tile_rows`): the tile's im2col copy, one GEMM ``w2 @ tile`` (straight into
-    ``out`` when it is CHWN and one share covers the batch), the ReLU, the write into ``out``.
-    Every output pixel is the same dot product of length ``CF`` whatever the tiling."""
+    """numpy: the batch im2col kernel in cache-sized tiles. Each kernel thread takes a block of
+    output rows of the whole batch when ``out`` is CHWN and there are enough rows (the GEMMs
+    then write straight into ``out``), else a share of the images; it walks its part in tiles of
+    ``(CF, rows*Wo*Bs)`` columns (:func:`_small_tile_rows`): the tile's im2col copy, one GEMM
+    ``w2 @ tile``, the ReLU, the write into ``out`` (unless the GEMM wrote there). Every output
+    pixel is the same dot product of length ``CF`` whatever the tiling."""
     xp = get_array_module(x, w)
     xn = _to_chwn(x, work, pad=pad)                      # (C, H, W, B) memory
     p = patches(xn, w.shape[2:], stride)                 # (B, C, Ho, Wo, fh, fw) view
     B, C, _, _, fh, fw = p.shape
     K, CF = w.shape[0], C * fh * fw
     w2 = w.reshape(K, CF)
-    parts = shares(B, xp)
-    whole = len(parts) == 1 and is_chwn(out)
-    y_all = out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if whole else None
+    direct = is_chwn(out)
+    if direct and Ho >= kernel_threads():                # (share, images, output rows)
+        parts = [(s, range(B), rows) for s, rows in shares(Ho, xp)]
+    else:
+        parts = [(s, images, range(Ho)) for s, images in shares(B, xp)]
+    y_all = out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if direct else None
 
     def run(share):
-        s, images = share
+        s, images, rows = share
         b0, b1 = images.start, images.stop
         Bs = b1 - b0
-        n = _small_tile_rows(CF, Wo, Bs, Ho, x.dtype.itemsize)
+        whole = direct and Bs == B
+        n = _small_tile_rows(CF, Wo, Bs, len(rows), x.dtype.itemsize)
         cbuf = scratch(work, f"tcols{s}", (CF * n * Wo * Bs,), x.dtype, like=x)
         ybuf = None if whole else scratch(work, f"ty{s}", (K * n * Wo * Bs,), x.dtype, like=x)
-        for i0 in range(0, Ho, n):
-            m = min(n, Ho - i0)
+        for i0 in range(rows.start, rows.stop, n):
+            m = min(n, rows.stop - i0)
             L = m * Wo * Bs
             ct = cbuf[:CF * L].reshape(C, fh, fw, m, Wo, Bs)
             xp.copyto(ct, p[b0:b1, :, i0:i0 + m].transpose(1, 4, 5, 2, 3, 0))
