@@ -297,8 +297,10 @@ def _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad
         dbuf = None if dy_all is not None else scratch(work, f"tdy{s}", (K * n * Wo * Bs,), dy.dtype, like=dy)
         dws = scratch(work, f"tdw{s}", (K, CF), x.dtype, like=x)
         part = scratch(work, f"tpart{s}", (K, CF), x.dtype, like=x)
-        if need_dx:
-            dxs = dxn[b0:b1]
+        if need_dx:   # several shares: a private CHWN buffer (their images interleave in dxn,
+            # so folding there would write cache lines the other threads write too)
+            dxs = dxn if len(parts) == 1 else empty_chwn((Bs, C, H, W), dy.dtype, like=dy, work=work,
+                                                         name=f"tdx{s}")
             dxs[...] = 0
         for t, i0 in enumerate(reversed(range(0, Ho, n))):
             m = min(n, Ho - i0)
@@ -325,6 +327,8 @@ def _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad
                 for v in range(fw):
                     cs = slice(v, v + sx * (Wo - 1) + 1, sx)
                     dxs[:, :, rows, cs] += ct[:, u, v].transpose(3, 0, 1, 2)
+        if need_dx and dxs is not dxn:
+            dxn[b0:b1] = dxs
         return dws
 
     res = parallel_map(run, parts, xp)
