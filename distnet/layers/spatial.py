@@ -19,7 +19,7 @@ from ..geometry import Box, Window, output_plane, plan_halo
 from ..geometry.overlap import border_boxes, early_output_box
 from ..ops import conv, pooling
 from ..ops.activations import RectLin
-from ..ops.parallel import parallel_map, shares, sub_workspace
+from ..ops.parallel import parallel_map, run_split, shares, sub_workspace
 from ..ops.padding import ZeroPadding
 from ..ops.workspace import Workspace
 from .base import BaseLayer
@@ -183,11 +183,23 @@ class WindowLayer(BaseLayer):
             ws = self._ws = Workspace()
         return ws
 
-    def _out(self, name, shape, dtype, like):
-        """An array the layer returns: its own reused buffer under :attr:`reuse_buffers`, else new."""
+    def _out(self, name, shape, dtype, like, chwn=False):
+        """An array the layer returns: its own reused buffer under :attr:`reuse_buffers`, else new.
+        ``chwn`` (hK1): ``(B, C, H, W)``-indexed but held in ``(C, H, W, B)`` memory, the layout
+        the small-image kernels write without a transpose copy (consumers index it as usual)."""
+        if chwn:
+            B, C, H, W = shape
+            return self._out(name, (C, H, W, B), dtype, like).transpose(3, 0, 1, 2)
         if self.reuse_buffers:
             return self.work.get(name, shape, dtype, like=like)
         return get_array_module(like).empty(shape, dtype=dtype)
+
+    def _work_out(self, name, shape, dtype, like, chwn=False):
+        """A buffer of :attr:`work` of ``shape``, in CHWN memory if ``chwn`` (see :meth:`_out`)."""
+        if chwn:
+            B, C, H, W = shape
+            return self.work.get(name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
+        return self.work.get(name, shape, dtype, like=like)
 
     def _no_halo(self):
         """True when my chunk is exactly my tile and no rank exchanges anything with me for
@@ -295,14 +307,19 @@ class ConvLayer(WindowLayer):
         self._pad = self._own_crop()
         shape = (x.shape[0], self.nofm) + self.plan.out_tile.shape
         act, relu = self.activation, self._fused_relu()
-        out = (self._out("y", shape, x.dtype, x) if act is None or relu
-               else self.work.get("z", shape, x.dtype, like=x))
         if self._pad is None and overlap_enabled("halo") and self._overlap_split():
             # the interior while the halo is in flight, then the borders: the same dot products
+            # (the boxes write into NCHW memory: the split is for large tiles, never CHWN ones)
+            self._chwn = False
+            out = (self._out("y", shape, x.dtype, x) if act is None or relu
+                   else self.work.get("z", shape, x.dtype, like=x))
             self._xc = self._overlapped_chunk(x, lambda xc, box, k: self._conv_box(xc, box, k, out, relu))
             z = out
         else:
             self._xc = xc = x if self._pad is not None else self._chunk_planned(x)
+            self._chwn = conv.output_chwn(xc.shape, self.W.shape, self.stride, get_array_module(xc), self._pad)
+            out = (self._out("y", shape, xc.dtype, xc, self._chwn) if act is None or relu
+                   else self.work.get("z", shape, xc.dtype, like=xc))
             z = conv.conv2d_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad, out=out)
         if act is None or relu:
             self._y = z
@@ -336,6 +353,9 @@ class ConvLayer(WindowLayer):
             if xp is not np:          # device: two kernels over the whole batch, not 2 per image
                 mask = ws.get("mask", delta.shape, "bool", like=delta)
                 xp.multiply(delta, xp.greater(y, 0, out=mask), out=dz)
+            elif conv.is_chwn(y):     # (hK1) CHWN output: by channel blocks, not by image
+                run_split(lambda c: xp.multiply(delta[:, c], y[:, c] > 0, out=dz[:, c]),
+                          y.shape[1], xp, size=y.size)
             else:
                 def relu_grad(share):    # one image at a time: the mask is one image's size
                     s, images = share
@@ -351,7 +371,8 @@ class ConvLayer(WindowLayer):
             dx_shape = tuple(self._xc.shape[:2]) + self.plan.own.shape
             dx, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
                                        pad=self._pad, work=ws, relu_y=relu_y,
-                                       dx_out=self._out("dx", dx_shape, dz.dtype, dz) if need_input_grad else None)
+                                       dx_out=self._out("dx", dx_shape, dz.dtype, dz, self._chwn)
+                                       if need_input_grad else None)
             self._params[0].grad[...] = dw
             return dx
         dxc, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
@@ -380,16 +401,19 @@ class MaxPoolingLayer(WindowLayer):
         xc = self._chunk_planned(x)
         self._xc_shape = xc.shape
         shape = tuple(x.shape[:2]) + self.plan.out_tile.shape
+        self._chwn = pooling.output_chwn(xc.shape, self.fshape, self.stride, get_array_module(xc))
         y, self._argmax = pooling.maxpool_fprop(xc, self.fshape, self.stride, work=self.work,
-                                                out=self._out("y", shape, xc.dtype, xc),
+                                                out=self._out("y", shape, xc.dtype, xc, self._chwn),
                                                 inside=pooling.inside_of(self.plan.chunk, self.plan.in_plane))
         return y
 
     def bprop(self, delta, need_input_grad=True):
         if not need_input_grad:
             return None
+        # (hK1) CHWN where the gradient is returned as it is (no halo)
+        chwn = self._chwn and self._no_halo()
         dxc = pooling.maxpool_bprop(delta, self._argmax, self._xc_shape, self.fshape, self.stride,
-                                    out=self.work.get("dxc", self._xc_shape, delta.dtype, like=delta),
+                                    out=self._work_out("dxc", self._xc_shape, delta.dtype, delta, chwn),
                                     work=self.work)
         return self._grad_planned(dxc)
 

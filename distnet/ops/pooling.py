@@ -9,11 +9,14 @@ How: the forward passes loop over the ``fh*fw`` window offsets; for each, one st
 needed. The backward passes are the adjoint (``fold``). Internally every array is kept in
 batch-innermost ("CHWN") memory while still indexed as ``(B, C, H, W)``: the slices then have
 contiguous runs of ``B`` (or ``Wo*B``) elements instead of single pixels, which makes the numpy
-loops 2-8x faster for a small transpose copy in and out.
+loops 2-8x faster. Max pooling takes inputs, outputs and gradients already held in CHWN memory
+(what the small-image conv kernel of :mod:`distnet.ops.conv` returns; :func:`output_chwn`) as they
+are, and transposes only what arrives in NCHW; its work is shared out over the kernel threads by
+channels. Large planes with non-overlapping windows use NCHW directly (no transposes).
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
-from .parallel import kernel_threads, parallel_map, shares, sub_workspace
+from .parallel import parallel_map, run_split, shares
 from .windows import fold, output_shape
 from .workspace import scratch
 
@@ -126,57 +129,79 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
         pad_with_minus_inf(x, inside, fshape, stride)
     if _nchw_maxpool_ok(x.shape, fshape, stride):
         return _maxpool_fprop_nchw(x, fshape, stride, out, work)
-    parts = _batch_shares(x.shape[0], xp)
-    if len(parts) == 1:
-        return _maxpool_fprop_chwn(x, fshape, stride, out, work)
-    # a share of the images per kernel thread, each in its own CHWN scratch
-    B, C = x.shape[:2]
-    Ho, Wo = _out_hw(x.shape, fshape, stride)
-    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
-    argmax = scratch(work, "argmax_all", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
-
-    def run(share):
-        s, r = share
-        b = slice(r.start, r.stop)
-        _, argmax[b] = _maxpool_fprop_chwn(x[b], fshape, stride, y[b], sub_workspace(work, f"s{s}."))
-    parallel_map(run, parts, xp)
-    return y, argmax
+    return _maxpool_fprop_chwn(x, fshape, stride, out, work)
 
 
 def _idx_dtype(fshape):
     return "uint8" if fshape[0] * fshape[1] <= 256 else "int32"
 
 
-def _batch_shares(B, xp):
-    """One share of the batch per kernel thread when each gets at least 8 images."""
-    return shares(B, xp) if B >= 8 * kernel_threads() else [(0, range(B))]
+def is_chwn(a):
+    """Whether ``a`` (indexed ``(B, C, H, W)``) is held in ``(C, H, W, B)`` memory."""
+    return a.ndim == 4 and a.transpose(1, 2, 3, 0).flags.c_contiguous
+
+
+def _empty_chwn(shape, dtype, like, work, name):
+    B, C, H, W = shape
+    return scratch(work, name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
+
+
+def output_chwn(x_shape, fshape, stride, xp=None):
+    """Whether :func:`maxpool_fprop` would like ``out`` (and :func:`maxpool_bprop` ``out``) in
+    CHWN memory (``(C, H, W, B)`` memory indexed as ``(B, C, H, W)``): small planes on numpy,
+    where it then writes them without a transpose copy. Any layout is accepted either way."""
+    if xp is not None and xp.__name__ != "numpy":
+        return False
+    return not _nchw_maxpool_ok(x_shape, fshape, stride)
+
+
+def _to_chwn(a, work, name):
+    """``a`` in CHWN memory: itself if it already is, else a copy into ``work[name]`` (split
+    over the channels on the kernel threads)."""
+    if is_chwn(a):
+        return a
+    buf = _empty_chwn(a.shape, a.dtype, a, work, name)
+    run_split(lambda c: _copy(buf[:, c], a[:, c]), a.shape[1], get_array_module(a), size=a.size)
+    return buf
+
+
+def _copy(dst, src):
+    dst[...] = src
 
 
 def _maxpool_fprop_chwn(x, fshape, stride, out, work):
-    """Small planes: every array in batch-innermost (CHWN) memory."""
+    """Small planes: every array in batch-innermost (CHWN) memory (``x`` and ``out`` are used
+    as they are when they already are); the channels are shared out over the kernel threads."""
     xp = get_array_module(x)
     idx_dtype = _idx_dtype(fshape)
-    xn = _chwn(x, work)
-    y = argmax = d = None
     B, C = x.shape[:2]
     Ho, Wo = _out_hw(x.shape, fshape, stride)
-    for k, rows, cols in _offsets(x.shape, fshape, stride):
-        s = xn[:, :, rows, cols]
-        if y is None:   # (C, Ho, Wo, B) memory, indexed (B, C, Ho, Wo)
-            y = scratch(work, "ychwn", (C, Ho, Wo, B), x.dtype, like=x).transpose(3, 0, 1, 2)
-            y[...] = s
-            argmax = scratch(work, "argmax", (C, Ho, Wo, B), idx_dtype, like=x).transpose(3, 0, 1, 2)
-            argmax[...] = 0
-            d = scratch(work, "d", (C, Ho, Wo, B), idx_dtype, like=x).transpose(3, 0, 1, 2)
-            continue
-        # Strictly greater, so a later equal value does not replace the first maximum.
-        m = xp.greater(s, y)
-        xp.maximum(y, s, out=y)
-        # argmax = where(m, k, argmax) as plain arithmetic (masked copies are several times
-        # slower): k > every index stored so far, so k - argmax never wraps.
-        xp.subtract(k, argmax, out=d)
-        d *= m
-        argmax += d
+    xn = _to_chwn(x, work, "chwn")
+    shape = (B, C, Ho, Wo)
+    y = out if out is not None and is_chwn(out) else _empty_chwn(shape, x.dtype, x, work, "ychwn")
+    argmax = _empty_chwn(shape, idx_dtype, x, work, "argmax")
+    d = _empty_chwn(shape, idx_dtype, x, work, "d")
+    m = _empty_chwn(shape, "bool", x, work, "m")
+
+    def run(c):
+        xc, yc, ac, dc, mc = xn[:, c], y[:, c], argmax[:, c], d[:, c], m[:, c]
+        for k, rows, cols in _offsets(x.shape, fshape, stride):
+            s = xc[:, :, rows, cols]
+            if k == 0:
+                yc[...] = s
+                ac[...] = 0
+                continue
+            # Strictly greater, so a later equal value does not replace the first maximum.
+            xp.greater(s, yc, out=mc)
+            xp.maximum(yc, s, out=yc)
+            # argmax = where(m, k, argmax) as plain arithmetic (masked copies are several times
+            # slower): k > every index stored so far, so k - argmax never wraps.
+            xp.subtract(k, ac, out=dc)
+            dc *= mc
+            ac += dc
+    run_split(run, C, xp, size=x.size)
+    if y is out:
+        return out, argmax
     if out is not None:
         out[...] = y
         return out, argmax
@@ -323,30 +348,42 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
     xp = get_array_module(dy)
     if _nchw_maxpool_ok(x_shape, fshape, stride):
         return _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work)
-    parts = _batch_shares(dy.shape[0], xp)
-    if len(parts) == 1:
-        return _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work)
-    dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
-
-    def run(share):
-        s, r = share
-        b = slice(r.start, r.stop)
-        _maxpool_bprop_chwn(dy[b], argmax[b], (r.stop - r.start,) + tuple(x_shape[1:]), fshape, stride,
-                            dx[b], sub_workspace(work, f"s{s}."))
-    parallel_map(run, parts, xp)
-    return dx
+    return _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work)
 
 
 def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
+    """Adjoint of :func:`_maxpool_fprop_chwn` in CHWN memory (``dy``, ``argmax`` and ``out``
+    used as they are when they already are), the channels shared out over the kernel threads.
+    Non-overlapping windows write every covered pixel once; overlapping ones add up."""
     xp = get_array_module(dy)
-    dyn, argn = _chwn(dy, work, "dychwn"), _chwn(argmax, work, "argchwn")
     B, C, H, W = x_shape
-    dxn = scratch(work, "dxchwn", (C, H, W, B), dy.dtype, like=dy).transpose(3, 0, 1, 2)
-    dxn[...] = 0
-    t = scratch(work, "t", (C,) + tuple(dy.shape[2:]) + (B,), dy.dtype, like=dy).transpose(3, 0, 1, 2)
-    for k, rows, cols in _offsets(x_shape, fshape, stride):
-        xp.multiply(dyn, argn == k, out=t)
-        dxn[:, :, rows, cols] += t
+    Ho, Wo = dy.shape[2:]
+    (fh, fw), (sy, sx) = fshape, stride
+    dyn = _to_chwn(dy, work, "dychwn")
+    argn = _to_chwn(argmax, work, "argchwn")
+    dxn = out if out is not None and is_chwn(out) else _empty_chwn(x_shape, dy.dtype, dy, work, "dxchwn")
+    m = _empty_chwn(dy.shape, "bool", dy, work, "m")
+    disjoint = sy >= fh and sx >= fw
+    if not disjoint:
+        t = _empty_chwn(dy.shape, dy.dtype, dy, work, "t")
+
+    def run(c):
+        dxc, dyc, ac, mc = dxn[:, c], dyn[:, c], argn[:, c], m[:, c]
+        if not disjoint:
+            dxc[...] = 0
+        elif H != sy * (Ho - 1) + fh or W != sx * (Wo - 1) + fw or sy > fh or sx > fw:
+            dxc[...] = 0          # pixels no window covers (cheaper than finding them)
+        for k, rows, cols in _offsets(x_shape, fshape, stride):
+            xp.equal(ac, k, out=mc)
+            if disjoint:
+                xp.multiply(dyc, mc, out=dxc[:, :, rows, cols])
+            else:
+                tc = t[:, c]
+                xp.multiply(dyc, mc, out=tc)
+                dxc[:, :, rows, cols] += tc
+    run_split(run, C, xp, size=dxn.size)
+    if dxn is out:
+        return out
     if out is not None:
         out[...] = dxn
         return out
