@@ -29,24 +29,15 @@ class AddLayer(BaseLayer):
         """``in_shapes``: the inputs' global shapes (all equal) -> the same shape."""
         if not isinstance(in_shapes, list) or len(in_shapes) < 2:
             raise self.error("an AddLayer sums at least two inputs; name them in its inputs key", "inputs")
-        first = tuple(in_shapes[0])
-        for name, shape in zip(self.inputs[1:], in_shapes[1:]):
-            if tuple(shape) != first:
-                raise self.error(f"its inputs must have one shape, but '{self.inputs[0]}' gives "
-                                 f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
-        self.in_shape = self.out_shape = first
+        self.in_shape = self.out_shape = one_shape(self, in_shapes)
         self.in_shapes = [tuple(s) for s in in_shapes]
         return self.out_shape
 
     def place(self, layouts, position):
         """Every input's layout kind must agree; the output has it too (local sum)."""
-        kinds = sorted(set(layouts))
-        if len(kinds) > 1:
-            which = ", ".join(f"'{n}': {k}" for n, k in zip(self.inputs, layouts))
-            raise self.error(f"its inputs must have one layout to be added locally, but they have {which}; "
-                             "make both branches end in layers of the same kind (both Dist window layers, "
-                             "or both fully connected)", "inputs")
-        layout = Layout.of(kinds[0], self.out_shape, position)
+        kind = one_layout_kind(self, layouts, "to be added locally", "; make both branches end in layers of "
+                               "the same kind (both Dist window layers, or both fully connected)")
+        layout = Layout.of(kind, self.out_shape, position)
         return Placement(layout, layout)
 
     def fprop(self, xs):
@@ -69,6 +60,27 @@ class AddLayer(BaseLayer):
     def describe(self):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
         return f"{self.name}: {' + '.join(self.inputs)} {self.in_shape} -> {self.out_shape}{act}"
+
+
+def one_shape(layer, in_shapes):
+    """The global shape shared by a multi-input ``layer``'s ``in_shapes``; a located error
+    (the ``inputs`` key) naming the first input whose shape differs."""
+    first = tuple(in_shapes[0])
+    for name, shape in zip(layer.inputs[1:], in_shapes[1:]):
+        if tuple(shape) != first:
+            raise layer.error(f"its inputs must have one shape, but '{layer.inputs[0]}' gives "
+                              f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
+    return first
+
+
+def one_layout_kind(layer, layouts, purpose, hint=""):
+    """The layout kind shared by a multi-input ``layer``'s input ``layouts``; a located error
+    listing every input's kind otherwise."""
+    kinds = sorted(set(layouts))
+    if len(kinds) > 1:
+        which = ", ".join(f"'{n}': {k}" for n, k in zip(layer.inputs, layouts))
+        raise layer.error(f"its inputs must have one layout {purpose}, but they have {which}{hint}", "inputs")
+    return kinds[0]
 
 
 def _fmt(shape):

@@ -14,6 +14,7 @@ readers of a shared value over the tower ranks first (the backward exchange of
 import numpy as np
 
 from ..comm.reduce import allreduce_sum
+from .add import one_layout_kind, one_shape
 from .base import BaseLayer
 from .placement import Collective, Layout, Placement
 
@@ -51,23 +52,14 @@ class TowerSumLayer(BaseLayer):
         if not isinstance(in_shapes, list) or not in_shapes:
             raise self.error("a TowerSumLayer sums one output of every tower; name them in its inputs key",
                              "inputs")
-        first = tuple(in_shapes[0])
-        for name, shape in zip(self.inputs[1:], in_shapes[1:]):
-            if tuple(shape) != first:
-                raise self.error(f"its inputs must have one shape, but '{self.inputs[0]}' gives "
-                                 f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
-        self.in_shape = self.out_shape = first
+        self.in_shape = self.out_shape = one_shape(self, in_shapes)
         self.in_shapes = [tuple(s) for s in in_shapes]
         return self.out_shape
 
     def place(self, layouts, position):
         """Every input's layout kind must agree; the output has it too. With towers on several
         pipe ranks, one forward Allreduce over ``pipe`` of the local output."""
-        kinds = sorted(set(layouts))
-        if len(kinds) > 1:
-            which = ", ".join(f"'{n}': {k}" for n, k in zip(self.inputs, layouts))
-            raise self.error(f"its inputs must have one layout to be summed, but they have {which}", "inputs")
-        layout = Layout.of(kinds[0], self.out_shape, position)
+        layout = Layout.of(one_layout_kind(self, layouts, "to be summed"), self.out_shape, position)
         coll = ()
         if position.comm_size(TOWER_COMM) > 1:
             coll = (Collective(TOWER_COMM, int(np.prod(layout.local_shape))),)
@@ -104,6 +96,3 @@ class TowerSumLayer(BaseLayer):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
         return f"{self.name}: sum over towers of {', '.join(self.inputs)} {self.in_shape} -> {self.out_shape}{act}"
 
-
-def _fmt(shape):
-    return "x".join(str(v) for v in shape)
