@@ -45,21 +45,31 @@ class AddLayer(BaseLayer):
         z = xs[0] + xs[1]
         for x in xs[2:]:
             z += x
-        if self.activation is None:
-            return z
-        self._z, self._y = z, self.activation.fprop(z)
-        return self._y
+        return activated(self, z)
 
     def bprop(self, delta, need_input_grad=True):
         """The same gradient for every input (copies: each reader may keep or change its own)."""
-        if not need_input_grad:
-            return None
-        dz = delta if self.activation is None else self.activation.bprop(self._z, self._y, delta)
-        return [dz] + [dz.copy() for _ in self.in_shapes[1:]]
+        return input_grads(self, delta, len(self.in_shapes)) if need_input_grad else None
 
     def describe(self):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
         return f"{self.name}: {' + '.join(self.inputs)} {self.in_shape} -> {self.out_shape}{act}"
+
+
+def activated(layer, z):
+    """``layer.activation(z)`` (``z`` itself without one), keeping ``z`` and the result for
+    :func:`input_grads`."""
+    if layer.activation is None:
+        return z
+    layer._z, layer._y = z, layer.activation.fprop(z)
+    return layer._y
+
+
+def input_grads(layer, delta, n):
+    """The gradient of a sum of ``n`` inputs followed by ``layer.activation``: one array per
+    input (copies: each reader may keep or change its own)."""
+    dz = delta if layer.activation is None else layer.activation.bprop(layer._z, layer._y, delta)
+    return [dz] + [dz.copy() for _ in range(n - 1)]
 
 
 def one_shape(layer, in_shapes):

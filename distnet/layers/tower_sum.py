@@ -14,7 +14,7 @@ readers of a shared value over the tower ranks first (the backward exchange of
 import numpy as np
 
 from ..comm.reduce import allreduce_sum
-from .add import one_layout_kind, one_shape
+from .add import activated, input_grads, one_layout_kind, one_shape
 from .base import BaseLayer
 from .placement import Collective, Layout, Placement
 
@@ -80,17 +80,11 @@ class TowerSumLayer(BaseLayer):
             z += x
         if self.comm is not None and self.comm.Get_size() > 1:
             allreduce_sum([z], self.comm, self.host_staging)
-        if self.activation is None:
-            return z
-        self._z, self._y = z, self.activation.fprop(z)
-        return self._y
+        return activated(self, z)
 
     def bprop(self, delta, need_input_grad=True):
         """The gradient of the sum for every local input (copies: each reader may change its own)."""
-        if not need_input_grad:
-            return None
-        dz = delta if self.activation is None else self.activation.bprop(self._z, self._y, delta)
-        return [dz] + [dz.copy() for _ in range(self._nlocal - 1)]
+        return input_grads(self, delta, self._nlocal) if need_input_grad else None
 
     def describe(self):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
