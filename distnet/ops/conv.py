@@ -70,6 +70,18 @@ SHIFT_MIN_PER_OUTPUT = 2
 SMALL_TILE_BYTES = 1 << 20
 
 
+
+def _crop_into(dx, crop, dx_out, xp):
+    """``dx (B, C, H, W)`` without ``crop = ((top, bottom), (left, right))``, copied into
+    ``dx_out`` (made C-contiguous when None), by channel shares on the kernel threads."""
+    (ct, cb), (cl, cr) = crop
+    H, W = dx.shape[2:]
+    dx = dx[:, :, ct:H - cb, cl:W - cr]
+    if dx_out is None:
+        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
+    pcopyto(dx_out, dx, axis=1)
+    return dx_out
+
 def _check(x, w, stride, pad=None):
     """Validate the shapes of a conv call; return ``(Ho, Wo)``."""
     if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
@@ -214,7 +226,6 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pa
     # (CF, P*B), written over cols (dead after dw).
     dcols = pmatmul(w.reshape(K, -1).T, dy2, out=cols)
     cols6 = dcols.reshape(C, fh, fw, Ho, Wo, B).transpose(5, 0, 3, 4, 1, 2)  # (B,C,Ho,Wo,fh,fw)
-    (ct, cb), (cl, cr) = crop
     if crop == ((0, 0), (0, 0)) and dx_out is not None and is_chwn(dx_out):
         dxn = dx_out
     else:   # fold into (C, H, W, B) memory: the adds walk both operands in long contiguous runs
@@ -225,11 +236,7 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pa
     run_split(fold_share, C, xp, size=cols6.size)
     if dxn is dx_out:
         return dx_out, dw
-    dx = dxn[:, :, ct:H - cb, cl:W - cr]
-    if dx_out is None:
-        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
-    pcopyto(dx_out, dx, axis=1)
-    return dx_out, dw
+    return _crop_into(dxn, crop, dx_out, xp), dw
 
 
 def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
@@ -359,12 +366,7 @@ def _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad
         return None, dw
     if dxn is dx_out:
         return dx_out, dw
-    (ct, cb), (cl, cr) = crop
-    dx = dxn[:, :, ct:H - cb, cl:W - cr]
-    if dx_out is None:
-        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
-    pcopyto(dx_out, dx, axis=1)
-    return dx_out, dw
+    return _crop_into(dxn, crop, dx_out, xp), dw
 
 
 # ------------------------------------------------------------------------ flat-shift kernel
@@ -714,9 +716,4 @@ def conv2d_bprop(x, w, dy, stride, need_dx=True, crop=None, dx_out=None, work=No
         if xp.__name__ == "numpy":
             return _tiled_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad)
         return _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad)
-    (ct, cb), (cl, cr) = crop
-    dx = dx[:, :, ct:H - cb, cl:W - cr]
-    if dx_out is None:
-        dx_out = xp.empty(dx.shape, dtype=dx.dtype)
-    pcopyto(dx_out, dx, axis=1)
-    return dx_out, dw
+    return _crop_into(dx, crop, dx_out, xp), dw
