@@ -11,7 +11,8 @@ slowest rank's time per step), medians per round; the table gives the median ove
 rounds and the spread (min-max of the round medians):
 
 * ``blocking`` (``DISTNET_OVERLAP=0``), ``grad`` (gradient buckets only), ``halo`` (the conv
-  interior/border split only) and ``overlapped`` (both, the default);
+  split: the tile while the halo flies, then its border outputs again) and ``overlapped``
+  (both, ``DISTNET_OVERLAP=1``; the default is ``grad``);
 
 for each injected delay (``--delay``, seconds; ``--inject grad``: every gradient Allreduce,
 :data:`DISTNET_COMM_DELAY <distnet.comm.delay>`; ``--inject halo``: every forward halo

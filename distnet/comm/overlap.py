@@ -3,13 +3,19 @@
 ``DISTNET_OVERLAP`` (read when first asked, never at import; :func:`overlap_mode` sets it for a
 block, e.g. in tests and benchmarks):
 
-* unset, ``1``, ``on``, ``all``: both parts on (the default);
+* unset, ``grad``: only the gradient buckets (their nonblocking Allreduce starts during the
+  backward, :class:`~distnet.comm.buckets.BucketReducer`): the default;
+* ``1``, ``on``, ``all``: the gradient buckets and the halo exchanges (a conv layer computes its
+  output tile while its ghosts are in flight, then the outputs that read them again,
+  :meth:`~distnet.comm.global_array.GlobalArray.exchange_begin`);
+* ``halo``: only the halo exchanges;
 * ``0``, ``off``, ``none``: everything blocking, as before the overlap existed (A/B runs,
-  debugging);
-* ``grad``: only the gradient buckets (their nonblocking Allreduce starts during the backward,
-  :class:`~distnet.comm.buckets.BucketReducer`);
-* ``halo``: only the halo exchanges (a window layer computes the interior of its output tile
-  while its ghosts are in flight, :meth:`~distnet.comm.global_array.GlobalArray.exchange_begin`).
+  debugging).
+
+The halo part is off by default because it costs time where messages are fast: recomputing the
+border outputs made bigimage's 1x2 step 2.5% slower over in-node shared memory (benchmarks/README.md
+"Overlap"), while a 256x128 tile's halo is half a megabyte, microseconds on a cluster network. It
+pays where halo messages are slow against the conv (measured: 60% of a 100 ms halo delay hidden).
 
 ``DISTNET_BUCKET_BYTES`` (default :data:`BUCKET_BYTES`): a gradient bucket starts its Allreduce
 once it holds at least this many bytes (0: one Allreduce per layer and communicator).
@@ -26,7 +32,9 @@ from ..errors import DistnetError
 BUCKET_BYTES = 1 << 20
 
 _PARTS = ("grad", "halo")
-_ALIASES = {"": _PARTS, "1": _PARTS, "on": _PARTS, "all": _PARTS, "true": _PARTS, "yes": _PARTS,
+#: What an unset ``DISTNET_OVERLAP`` means.
+DEFAULT = ("grad",)
+_ALIASES = {"": DEFAULT, "default": DEFAULT, "1": _PARTS, "on": _PARTS, "all": _PARTS, "true": _PARTS, "yes": _PARTS,
             "0": (), "off": (), "none": (), "false": (), "no": ()}
 _state = {"parts": None, "bucket": None}
 
@@ -37,15 +45,15 @@ def _parse(value):
         return frozenset(_ALIASES[value])
     parts = {v.strip() for v in value.split(",") if v.strip()}
     if not parts or parts - set(_PARTS):
-        raise DistnetError(f"DISTNET_OVERLAP={value!r}: use 1/on (default), 0/off, or a list of "
-                           f"{', '.join(_PARTS)}")
+        raise DistnetError(f"DISTNET_OVERLAP={value!r}: use grad (the default), 1/on (both), "
+                           f"0/off, or a list of {', '.join(_PARTS)}")
     return frozenset(parts)
 
 
 def overlap_enabled(part):
     """True when ``part`` (``"grad"`` or ``"halo"``) overlaps its communication."""
     if _state["parts"] is None:
-        _state["parts"] = _parse(os.environ.get("DISTNET_OVERLAP", "1"))
+        _state["parts"] = _parse(os.environ.get("DISTNET_OVERLAP", ""))
     return part in _state["parts"]
 
 

@@ -114,13 +114,16 @@ class WindowLayer(BaseLayer):
     # -- overlap: the interior of the output tile while the halo is in flight ---------------------
     def _overlap_split(self):
         """The output tile cut for an overlapped exchange (``DISTNET_OVERLAP``,
-        :mod:`distnet.comm.overlap`): ``(early, borders)``, boxes relative to ``plan.out_tile``:
-        ``early`` is a list of row bands of :func:`~distnet.geometry.overlap.early_output_box`
-        (the outputs that read no ghost pixel; between two bands MPI is given a chance to
-        progress the messages), ``borders`` the :func:`~distnet.geometry.overlap.border_boxes`
-        computed once the ghosts arrived. None when the split does not pay: one process (no
-        messages), no halo, a tile of fewer than :data:`OVERLAP_MIN_OUTPUTS` pixels, or an early
-        box below :data:`OVERLAP_MIN_FRACTION` of the tile."""
+        :mod:`distnet.comm.overlap`): ``(bands, borders)``, boxes relative to ``plan.out_tile``.
+        ``bands``: the whole tile in full-width row bands, computed while the ghosts are in
+        flight (MPI is given a chance to progress the messages between two bands); the outputs
+        of the ``borders`` (:func:`~distnet.geometry.overlap.border_boxes`: the tile minus
+        :func:`~distnet.geometry.overlap.early_output_box`, the outputs whose windows read a
+        ghost pixel) come out wrong there and are computed again once the ghosts arrived. Full
+        bands keep the kernels' large GEMMs and read the chunk in place; the borders are a thin
+        frame. None when the split does not pay: one process (no messages), no halo, a tile of
+        fewer than :data:`OVERLAP_MIN_OUTPUTS` pixels, or a border frame larger than
+        ``1 - OVERLAP_MIN_FRACTION`` of the tile."""
         if self._split is None:
             self._split = False
             plan = self.plan
@@ -129,11 +132,10 @@ class WindowLayer(BaseLayer):
                 early = early_output_box(plan, *self.windows)
                 if (t.size >= OVERLAP_MIN_OUTPUTS and not early.is_empty()
                         and early.size >= OVERLAP_MIN_FRACTION * t.size):
-                    rel = Box(early.y0 - t.y0, early.y1 - t.y0, early.x0 - t.x0, early.x1 - t.x0)
-                    h = rel.y1 - rel.y0
+                    h, w = t.shape
                     n = max(1, min(OVERLAP_BANDS, h))
-                    cuts = [rel.y0 + h * k // n for k in range(n + 1)]
-                    bands = [Box(a, b, rel.x0, rel.x1) for a, b in zip(cuts, cuts[1:]) if b > a]
+                    cuts = [h * k // n for k in range(n + 1)]
+                    bands = [Box(a, b, 0, w) for a, b in zip(cuts, cuts[1:]) if b > a]
                     borders = [Box(b.y0 - t.y0, b.y1 - t.y0, b.x0 - t.x0, b.x1 - t.x0)
                                for b in border_boxes(t, early)]
                     self._split = (bands, borders)
@@ -141,9 +143,11 @@ class WindowLayer(BaseLayer):
 
     def _overlapped_chunk(self, x, compute):
         """The chunk exchange of ``x`` overlapped with ``compute(chunk, box, k)`` of each box of
-        :meth:`_overlap_split` (``k``: the box's number, for its own scratch space): the early
-        bands while the ghosts are in flight, the borders after them. Returns the chunk (planned
-        in :attr:`work`, as :meth:`_chunk_planned`). Collective over my halo peers."""
+        :meth:`_overlap_split` (``k``: the box's number, for its own scratch space): the bands
+        while the ghosts are in flight (the chunk's ghost pixels still hold the last step's
+        values, or zeros: only border outputs read them), the borders after them, which
+        overwrites those outputs. Returns the chunk (planned in :attr:`work`, as
+        :meth:`_chunk_planned`). Collective over my halo peers."""
         bands, borders = self._overlap_split()
         shape = tuple(x.shape[:2]) + self.plan.chunk.shape
         ex = self.input.exchange_begin(x, out=self.work.get("chunk", shape, x.dtype, like=x, zeroed=True))
@@ -308,7 +312,7 @@ class ConvLayer(WindowLayer):
         shape = (x.shape[0], self.nofm) + self.plan.out_tile.shape
         act, relu = self.activation, self._fused_relu()
         if self._pad is None and overlap_enabled("halo") and self._overlap_split():
-            # the interior while the halo is in flight, then the borders: the same dot products
+            # the tile while the halo is in flight, then the borders again: the same dot products
             # (the boxes write into NCHW memory: the split is for large tiles, never CHWN ones)
             self._chwn = False
             out = (self._out("y", shape, x.dtype, x) if act is None or relu
@@ -329,12 +333,13 @@ class ConvLayer(WindowLayer):
 
     def _conv_box(self, xc, box, k, out, relu):
         """The outputs of ``box`` (relative to the output tile) from the chunk ``xc`` into
-        ``out``, with box ``k``'s own scratch space (the flat kernel's input made contiguous
-        in it)."""
+        ``out``, with box ``k``'s own scratch space (the flat kernel's input copied into it
+        when its rows are not already one after the other: a border strip; a full-width band
+        is read in place)."""
         rows, cols = self._input_box(box)
         sub = xc[:, :, rows, cols]
         work = self.work
-        if conv.use_flat(sub.shape, self.W.shape, self.stride, get_array_module(sub)):
+        if not conv.is_flat_readable(sub):
             sub = work.get(f"box{k}.x", sub.shape, sub.dtype, like=sub)
             sub[...] = xc[:, :, rows, cols]
         conv.conv2d_fprop(sub, self.W, self.stride, relu=relu, work=sub_workspace(work, f"box{k}."),

@@ -482,13 +482,26 @@ def _flat_image(xf, wg, Ho, Wo, out_b, cols, parts, zeros=None):
         out_b[:, i0:i0 + m, :] = acc[:, :m * W].reshape(K, m, W)[:, :, :Wo]   # valid columns (all < L)
 
 
+def is_flat_readable(x):
+    """Whether each image of ``x (B, C, H, W)`` reads as the flat matrix ``(C, H*W)`` without a
+    copy: its rows contiguous and one after the other (a C-contiguous array, or a band of
+    full-width rows of one)."""
+    s, item = x.strides, x.dtype.itemsize
+    return (x.shape[3] == 1 or s[3] == item) and (x.shape[2] == 1 or s[2] == x.shape[3] * item)
+
+
+def flat_readable(x):
+    """``x`` if :func:`is_flat_readable`, else a C-contiguous copy."""
+    return x if is_flat_readable(x) else get_array_module(x).ascontiguousarray(x)
+
+
 class _Images:
     """Image ``b`` of ``x`` as the flat matrix ``(C, H*W)`` of its zero-padded plane: a view if
     ``pad`` is None, else copied into one padded image buffer (border zeroed once)."""
 
     def __init__(self, x, pad, work, name="xpad"):
         xp = get_array_module(x)
-        self.x, self.pad = (xp.ascontiguousarray(x) if pad is None else x), pad
+        self.x, self.pad = (flat_readable(x) if pad is None else x), pad
         B, C = x.shape[:2]
         self.H, self.W = _padded_hw(x.shape, pad)
         if pad is not None:
@@ -513,7 +526,7 @@ def _flat_plan(x, fh, fw, pad, K=0):
     H, W = _padded_hw(x.shape, pad)
     Ho = H - fh + 1
     n = _tile_rows(C, fh, fw, W, Ho, x.dtype.itemsize, K)
-    return xp, (xp.ascontiguousarray(x) if pad is None else x), C, W, Ho, n
+    return xp, (flat_readable(x) if pad is None else x), C, W, Ho, n
 
 
 def _flat_conv(x, w, out, work, relu=False, pad=None):

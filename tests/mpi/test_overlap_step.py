@@ -120,6 +120,41 @@ def test_each_part_alone_equals_blocking(comm, data, mode):
         topo.free()
 
 
+@pytest.mark.parametrize("grid", [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1]))
+                                  for g in [(1, 2), (2, 1), (2, 2), (1, 3)]])
+def test_stale_ghost_pixels_never_reach_an_output(comm, data, grid):
+    """The split computes the whole tile while the ghosts are in flight, then its border outputs
+    again: with the chunk's ghost pixels set to NaN before every exchange, no NaN survives and
+    the numbers are the blocking step's."""
+    from distnet.comm import GlobalArray
+    x, labels = data
+    topo = Topology.from_world(grid=grid, world=comm)
+    real = GlobalArray.exchange_begin
+
+    def poisoned(self, x_local, out=None):
+        if out is not None:
+            for t in self.plan.recvs:
+                out[(Ellipsis,) + t.box.relative_to(self.plan.chunk)] = np.nan
+        return real(self, x_local, out)
+
+    try:
+        t = tile_of((H, W), topo.grid, topo.coords)
+        xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
+        ref, ref_costs, ref_out, _ = _run(False, None, "padded_strided", topo, xt, labels)
+        GlobalArray.exchange_begin = poisoned
+        try:
+            got, costs, out, _ = _run("halo", None, "padded_strided", topo, xt, labels)
+        finally:
+            GlobalArray.exchange_begin = real
+        _same(costs, ref_costs, False, "costs")
+        _same(out, ref_out, False, "outputs")
+        for lr, ld in zip(ref.layers, got.layers):
+            for pr, pd in zip(lr.params(), ld.params()):
+                _same(pd.value, pr.value, False, pd.name)
+    finally:
+        topo.free()
+
+
 PIPES = {"pipe2-data2": (2, (1, 1), 2, 1), "pipe2-data2-m3": (2, (1, 1), 2, 3),
          "pipe2-grid1x2-m2": (2, (1, 2), 1, 2)}
 

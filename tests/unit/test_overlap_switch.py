@@ -13,7 +13,8 @@ def fresh(monkeypatch):
     monkeypatch.setattr(delay, "_wire", {"free": 0.0})
 
 
-@pytest.mark.parametrize("value,grad,halo", [(None, True, True), ("1", True, True), ("on", True, True),
+@pytest.mark.parametrize("value,grad,halo", [(None, True, False), ("default", True, False),
+                                             ("1", True, True), ("on", True, True),
                                              ("0", False, False), ("off", False, False),
                                              ("grad", True, False), ("halo", False, True),
                                              ("grad,halo", True, True)])
