@@ -149,11 +149,37 @@ def scaling(workload, grids, rounds, log, backend="cpu"):
             s["by_tag_per_step"] = r0["by_tag_per_step"]
         s["raw"] = runs[g]
         out[g] = s
+    if backend == "cpu":     # the speed-ups again, the machine's drift taken out (benchmarks/scaling.py)
+        for g in grids:
+            if g != "1x1":
+                out[g]["interleaved"] = interleaved_scaling(workload, g, rounds, log)
     b = out["1x1"].get("peak_rss_per_rank", [0])[0]
     for g in grids:
         pr = out[g].get("peak_rss_per_rank")
         out[g]["peak_rss_ratio"] = max(pr) / b if pr and b else float("nan")
     return out
+
+
+def interleaved_scaling(workload, grid, rounds, log):
+    """:mod:`benchmarks.scaling` on ``grid``: one rank, the no-communication ceiling and the
+    distributed step timed round by round in one job; its RESULT dict, or ``{"error": ...}``."""
+    from distnet.comm.launcher import mpiexec_path
+    py, px = (int(v) for v in grid.split("x"))
+    cmd = [mpiexec_path(), "-n", str(py * px), sys.executable, os.path.join(HERE, "scaling.py"),
+           "--workload", workload, "--grid", grid, "--rounds", str(max(rounds, 5)), "--json"]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=_env(1), capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    res = json.loads(line[7:]) if line else {"error": (p.stderr or p.stdout)[-300:]}
+    if line:
+        d = res["speedup_per_round"]["distributed"]
+        log(f"  {workload:12s} grid {grid:5s} interleaved in one job: distributed {median(d):.2f}x, "
+            f"no-communication ceiling {median(res['speedup_per_round']['no communication']):.2f}x")
+    else:
+        log(f"  {workload:12s} grid {grid:5s} interleaved: {res['error']}")
+    return res
 
 
 def plan_check(workload, grid, measured):
@@ -323,6 +349,14 @@ def gpu_line(rep):
     return "; ".join(parts) or "no GPU job succeeded"
 
 
+def _interleaved_cells(res):
+    """The two scaling.py cells of a scaling row: distributed and ceiling speed-ups (spread)."""
+    if not res or "error" in res:
+        return "- | -"
+    r = res["speedup_per_round"]
+    return " | ".join(f"{median(r[k]):.2f}x ({spread(r[k])})" for k in ("distributed", "no communication"))
+
+
 def tables(rep):
     m = rep["machine"]
     gpu = rep.get("backend") == "gpu"
@@ -363,8 +397,9 @@ def tables(rep):
                   + (", one GPU per rank (ranks share the GPUs when there are fewer)" if gpu else "") + ":", "",
                   "| ranks (grid) | img/s | speedup vs 1 rank (per-round spread) | peak RSS per rank (max) | vs 1 rank | "
                   "halo sent/step/rank (max) | grad allreduce/step/rank | FC allreduce/step/rank |"
-                  + (" device mem per rank (max) |" if gpu else ""),
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gpu else "")]
+                  + (" device mem per rank (max) |" if gpu else
+                     " speedup in one job (scaling.py) | no-communication ceiling |"),
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gpu else " ---: | ---: |")]
         for g, s in rep["scaling"].items():
             py, px = (int(v) for v in g.split("x"))
             bps = s.get("bytes_per_step") or [{}]
@@ -373,7 +408,8 @@ def tables(rep):
                          f"{mib(max(s.get('peak_rss_per_rank', [0])))} | {s['peak_rss_ratio']:.2f} | {kib(halo)} | "
                          f"{kib(max(b.get('allreduce_grad', 0) for b in bps))} | "
                          f"{kib(max(b.get('allreduce_act', 0) for b in bps))} |"
-                         + (f" {mib(max(d or 0 for d in s.get('device_bytes_per_rank') or [0]))} |" if gpu else ""))
+                         + (f" {mib(max(d or 0 for d in s.get('device_bytes_per_rank') or [0]))} |" if gpu
+                            else f" {_interleaved_cells(s.get('interleaved'))} |"))
     checks = list(rep.get("plan_check") or []) + [v["plan_check"] for v in rep.get("extra_dist", {}).values()
                                                   if v.get("plan_check")]
     names = [f"bigimage {c['grid']}" for c in rep.get("plan_check") or []] + \
