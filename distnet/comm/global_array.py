@@ -149,9 +149,11 @@ class GlobalArray:
         return a :class:`HaloExchange` whose ``chunk`` is already valid wherever no ghost pixel
         lies (:func:`distnet.geometry.overlap.early_output_box` says which outputs read only
         those) and whose :meth:`~HaloExchange.finish` waits for the ghosts and returns the
-        chunk. Between the two, a layer computes its early outputs (the overlap); it must not
-        write ``x_local`` or the chunk's ghost parts. Collective over my peers in ``comm``; the
-        same chunk as :meth:`exchange`, whatever the timing.
+        chunk. Between the two, a layer computes (the overlap); until ``finish`` the chunk's ghost
+        pixels keep what they held before (a reused ``out``: the last exchange's ghosts), so only
+        outputs outside ``early_output_box`` may read them, to be computed again after it. The
+        layer must not write ``x_local`` or the chunk's ghost parts. Collective over my peers in
+        ``comm``; the same chunk as :meth:`exchange`, whatever the timing.
         """
         plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
         self._check(x_local, own.shape, "x_local")

@@ -19,13 +19,47 @@ def _version(mod):
         return f"not available ({type(e).__name__})"
 
 
+#: OpenBLAS kernel families without AVX-512 (``OPENBLAS_CORETYPE`` values, lower case).
+_PRE_AVX512 = {"haswell", "zen", "sandybridge", "nehalem", "core2", "penryn", "dunnington",
+               "prescott", "atom", "bulldozer", "piledriver", "steamroller", "excavator",
+               "barcelona", "opteron", "katmai", "coppermine", "northwood", "banias"}
+
+
+def _cpu_flags():
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def coretype_note(env=None, flags=None):
+    """A warning when ``OPENBLAS_CORETYPE`` holds OpenBLAS to a kernel older than the CPU (an
+    AVX2 family such as Haswell on a CPU with AVX-512: half the float32 GEMM speed measured in
+    benchmarks/README.md), else ``""``. ``env``/``flags``: for tests (default: this process)."""
+    import os
+    env = os.environ if env is None else env
+    core = str(env.get("OPENBLAS_CORETYPE", "")).strip()
+    if not core or core.lower() not in _PRE_AVX512:
+        return ""
+    if "avx512f" not in (_cpu_flags() if flags is None else flags):
+        return ""
+    return (f"OPENBLAS_CORETYPE={core} holds OpenBLAS to its {core} kernels on a CPU with AVX-512: "
+            f"unset it for OpenBLAS's own choice (up to 2x faster float32 GEMMs)")
+
+
 def _blas():
     try:
         from threadpoolctl import threadpool_info
         libs = [f"{i['internal_api']} {i.get('version')} ({i.get('architecture')}, {i['num_threads']} threads)"
                 for i in threadpool_info() if i.get("user_api") == "blas"]
         if libs:
-            return "; ".join(libs)
+            note = coretype_note()
+            return "; ".join(libs) + (f" -- {note}" if note else "")
     except ImportError:
         pass
     try:
