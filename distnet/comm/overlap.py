@@ -15,7 +15,8 @@ block, e.g. in tests and benchmarks):
 The halo part is off by default because it costs time where messages are fast: recomputing the
 border outputs made bigimage's 1x2 step 2.5% slower over in-node shared memory (benchmarks/README.md
 "Overlap"), while a 256x128 tile's halo is half a megabyte, microseconds on a cluster network. It
-pays where halo messages are slow against the conv (measured: 60% of a 100 ms halo delay hidden).
+pays where halo messages are slow against the conv (measured: 39% of a 100 ms halo delay hidden,
+of at most 43% there).
 
 ``DISTNET_BUCKET_BYTES`` (default :data:`BUCKET_BYTES`): a gradient bucket starts its Allreduce
 once it holds at least this many bytes (0: one Allreduce per layer and communicator).

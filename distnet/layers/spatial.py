@@ -333,13 +333,14 @@ class ConvLayer(WindowLayer):
 
     def _conv_box(self, xc, box, k, out, relu):
         """The outputs of ``box`` (relative to the output tile) from the chunk ``xc`` into
-        ``out``, with box ``k``'s own scratch space (the flat kernel's input copied into it
-        when its rows are not already one after the other: a border strip; a full-width band
-        is read in place)."""
+        ``out``, with box ``k``'s own scratch space. A full-width band is read in place; for the
+        flat kernel a box whose rows are not one after the other (a border strip) is copied
+        into that space first (the im2col kernels read any strides)."""
         rows, cols = self._input_box(box)
         sub = xc[:, :, rows, cols]
         work = self.work
-        if not conv.is_flat_readable(sub):
+        if (conv.use_flat(sub.shape, self.W.shape, self.stride, get_array_module(sub))
+                and not conv.is_flat_readable(sub)):
             sub = work.get(f"box{k}.x", sub.shape, sub.dtype, like=sub)
             sub[...] = xc[:, :, rows, cols]
         conv.conv2d_fprop(sub, self.W, self.stride, relu=relu, work=sub_workspace(work, f"box{k}."),
