@@ -13,7 +13,7 @@ block, e.g. in tests and benchmarks):
   debugging).
 
 The halo part is off by default because it costs time where messages are fast: recomputing the
-border outputs made bigimage's 1x2 step 2.5% slower over in-node shared memory (benchmarks/README.md
+border outputs made bigimage's 1x2 step 1.6-2.5% slower over in-node shared memory (benchmarks/README.md
 "Overlap"), while a 256x128 tile's halo is half a megabyte, microseconds on a cluster network. It
 pays where halo messages are slow against the conv (measured: 39% of a 100 ms halo delay hidden,
 of at most 43% there).
