@@ -64,6 +64,12 @@ def _same(a, b, exact, what):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15, err_msg=what)
 
 
+def _same_weights(ref, got, exact, prefix=""):
+    for lr, ld in zip(ref.layers, got.layers):
+        for pr, pd in zip(lr.params(), ld.params()):
+            _same(pd.value, pr.value, exact, f"{prefix}{pd.name}")
+
+
 @pytest.mark.parametrize("bucket", [0, None], ids=["per-layer", "default-bucket"])
 @pytest.mark.parametrize("net", list(NETS))
 @pytest.mark.parametrize("ndata,grid", _layouts())
@@ -84,9 +90,7 @@ def test_overlapped_step_equals_blocking(comm, data, ndata, grid, net, bucket):
             assert (n_overlap > 0) == (comm.Get_size() > 1)
             _same(costs, ref_costs, exact, f"{mode}: costs")
             _same(out, ref_out, exact, f"{mode}: outputs")
-            for lr, ld in zip(ref.layers, got.layers):
-                for pr, pd in zip(lr.params(), ld.params()):
-                    _same(pd.value, pr.value, exact, f"{mode}: {pd.name}")
+            _same_weights(ref, got, exact, f"{mode}: ")
     finally:
         topo.free()
 
@@ -113,9 +117,7 @@ def test_each_part_alone_equals_blocking(comm, data, mode):
         assert (comm.allreduce(len(boxes)) > 0) == (mode == "halo")
         exact = comm.Get_size() <= 2 and mode == "grad"
         _same(costs, ref_costs, exact, "costs")
-        for lr, ld in zip(ref.layers, got.layers):
-            for pr, pd in zip(lr.params(), ld.params()):
-                _same(pd.value, pr.value, exact, pd.name)
+        _same_weights(ref, got, exact)
     finally:
         topo.free()
 
@@ -148,9 +150,7 @@ def test_stale_ghost_pixels_never_reach_an_output(comm, data, grid):
             GlobalArray.exchange_begin = real
         _same(costs, ref_costs, False, "costs")
         _same(out, ref_out, False, "outputs")
-        for lr, ld in zip(ref.layers, got.layers):
-            for pr, pd in zip(lr.params(), ld.params()):
-                _same(pd.value, pr.value, False, pd.name)
+        _same_weights(ref, got, False)
     finally:
         topo.free()
 
