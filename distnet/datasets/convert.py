@@ -8,7 +8,8 @@ Sources
   folder holding ``train/`` and ``test/`` (and optionally ``valid/``) folders, each with the same
   class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
   (``pip install 'distnet[images]'``). Images are grayscale (1 channel) when all are, else RGB
-  (3 channels; alpha is dropped). All images must have one size unless ``size`` (``HxW``)
+  (3 channels; alpha is dropped); 16-bit grayscale becomes 8 bits (``round(v / 257)``), and
+  floating-point images (TIFF mode ``F``) are refused. All images must have one size unless ``size`` (``HxW``)
   resizes them (bilinear).
 * An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
   ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
@@ -101,11 +102,30 @@ def _probe(Image, path):
         raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
 
 
+#: Pillow modes of one channel (``LA``: grayscale with alpha, the alpha dropped).
+GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+
+
+def _to_8_bits(Image, im):
+    """``im`` as an 8-bit image: 16-bit grayscale (modes ``I;16*``, and ``I`` holding 0..65535)
+    becomes ``round(v / 257)`` (Pillow's own conversion clips every value above 255 to 255);
+    floating-point pixels (mode ``F``) have no fixed range and are refused."""
+    if im.mode == "F":
+        raise ValueError("floating-point pixels (mode F) have no fixed range to map to 0..255: save "
+                         "the images as an (N, C, H, W) .npy and convert that")
+    if im.mode != "I" and not im.mode.startswith("I;16"):
+        return im
+    a = np.asarray(im).astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise ValueError(f"{im.mode} pixels {a.min()}..{a.max()} are not 16-bit (0..65535)")
+    return Image.fromarray(((a * 255 + 32767) // 65535).astype(np.uint8), "L")
+
+
 def _decode(Image, path, channels, size):
-    """``(C, H, W)`` uint8 pixels of one image."""
+    """``(C, H, W)`` uint8 pixels of one image (16-bit images scaled to 8 bits)."""
     try:
         with Image.open(path) as im:
-            im = im.convert("L" if channels == 1 else "RGB")
+            im = _to_8_bits(Image, im).convert("L" if channels == 1 else "RGB")
             if size is not None and (im.height, im.width) != size:
                 im = im.resize((size[1], size[0]), Image.BILINEAR)
             a = np.asarray(im, dtype=np.uint8)
@@ -164,7 +184,7 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
                         "give a size to resize them all (--size HxW)")
     H, W = size or next(iter(sizes))
-    C = 1 if modes <= {"1", "L", "I", "I;16", "F"} else 3
+    C = 1 if modes <= GRAY_MODES else 3
 
     def fill(split, dset):
         for i, (path, _) in enumerate(splits[split]):

@@ -148,3 +148,21 @@ def test_cli(tmp_path):
     os.makedirs(tmp_path / "imgs" / "fox")
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d2.h5")])
     assert r.exit_code == 2 and "distnet: error: class folder" in r.output and "fox holds no images" in r.output
+
+
+def test_16_bit_images_are_scaled_to_8_bits_not_clipped(tmp_path):
+    """A 16-bit grayscale PNG (mode I;16) once became 255 wherever its value was above 255."""
+    a = np.array([[0, 257, 32768, 65535]], np.uint16).repeat(2, 0)
+    for c in ("a", "b"):
+        os.makedirs(tmp_path / "imgs" / c)
+        Image.fromarray(a).save(tmp_path / "imgs" / c / "0.png")
+        Image.fromarray(np.zeros((2, 4, 2), np.uint8), "LA").save(tmp_path / "imgs" / c / "1.png")
+    assert Image.open(tmp_path / "imgs" / "a" / "0.png").mode.startswith("I")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    assert info["shape"] == (1, 2, 4)       # grayscale with alpha (LA) is grayscale too
+    with h5py.File(tmp_path / "d.h5") as f:
+        x = np.concatenate([f["train/x"][()], f["test/x"][()]])
+    assert {tuple(r[0, 0]) for r in x} == {(0, 1, 128, 255), (0, 0, 0, 0)}
+    Image.fromarray(np.full((2, 4), 0.5, np.float32)).save(tmp_path / "imgs" / "b" / "2.tif")
+    with pytest.raises(DataError, match=r"cannot read image .*2.tif: .*floating-point pixels"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5")
