@@ -138,6 +138,10 @@ def _draw_splits(n, test_fraction, valid_fraction, seed, what):
     """``{split: positions}`` drawn from ``n`` items (module docstring)."""
     perm = np.random.RandomState(seed).permutation(n)
     n_test, n_valid = int(round(n * test_fraction)), int(round(n * valid_fraction))
+    for name, frac, k in (("test_fraction", test_fraction, n_test), ("valid_fraction", valid_fraction, n_valid)):
+        if frac > 0 and k == 0:
+            raise DataError(f"{what}: {name} {frac} of {n} images is round({n * frac:g}) = 0 "
+                            f"{name.split('_')[0]} images; give a larger fraction or more images")
     if n - n_test - n_valid < 1:
         raise DataError(f"{what}: test_fraction {test_fraction} and valid_fraction {valid_fraction} "
                         f"leave no training image of {n}")
@@ -162,6 +166,8 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
             splits["valid"] = [splits["train"][i] for i in pos.get("valid", [])]
             splits["train"] = [splits["train"][i] for i in pos["train"]]
         return classes, splits
+    if test_fraction == 0:
+        raise DataError(f"{src}: no test split (give train/ and test/ folders or a test_fraction > 0)")
     classes = _class_folders(src)
     items = _images_of(src, classes)
     pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)

@@ -166,3 +166,18 @@ def test_16_bit_images_are_scaled_to_8_bits_not_clipped(tmp_path):
     Image.fromarray(np.full((2, 4), 0.5, np.float32)).save(tmp_path / "imgs" / "b" / "2.tif")
     with pytest.raises(DataError, match=r"cannot read image .*2.tif: .*floating-point pixels"):
         convert(tmp_path / "imgs", tmp_path / "e.h5")
+
+
+def test_fractions_that_round_to_no_image_are_refused(tmp_path):
+    """2 images with the default test_fraction 0.2 once wrote a file without a test split, which
+    HDF5Dataset then refused; an .npy said "give a test_fraction > 0" to a user who had."""
+    make_folder(tmp_path / "imgs", classes=("a", "b"), n=1)
+    with pytest.raises(DataError, match=r"test_fraction 0.2 of 2 images is round\(0.4\) = 0 test images"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5")
+    with pytest.raises(DataError, match=r"no test split .*test_fraction > 0"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5", test_fraction=0)
+    np.save(tmp_path / "x.npy", np.zeros((10, 1, 3, 3), np.float32))
+    np.save(tmp_path / "y.npy", np.arange(10) % 2)
+    with pytest.raises(DataError, match=r"valid_fraction 0.04 of 10 images is round\(0.4\) = 0"):
+        convert(tmp_path / "x.npy", tmp_path / "o.h5", labels=tmp_path / "y.npy", valid_fraction=0.04)
+    assert not (tmp_path / "o.h5").exists()
