@@ -181,6 +181,32 @@ def test_corrupt_chunk_names_the_file(tmp_path):
         HDF5Dataset(path=str(path), scale=1, in_memory=True).load()
 
 
+def test_a_file_truncated_or_rewritten_while_streaming_is_an_error(tmp_path):
+    """A truncated HDF5 file read as zeros (HDF5 fills past the end of a file) and the run went
+    on; a truncated memory-mapped .npy killed the rank with SIGBUS."""
+    path = write_uint8(tmp_path / "d.h5", n_train=200)
+    x = HDF5Dataset(path=str(path), scale=1, in_memory=False).load()["train"][0]
+    x.read(np.array([199]))
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(DataError, match=r"d.h5 changed while the run was reading it \(size \d+ -> \d+"):
+        x.read(np.array([199]))
+    rng = np.random.RandomState(0)
+    for name in ("x", "y"):
+        np.save(tmp_path / f"{name}.npy", rng.randint(0, 3, (200, 1, 64, 64) if name == "x" else 200))
+    x = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"), test_x=str(tmp_path / "x.npy"),
+                     test_y=str(tmp_path / "y.npy"), scale=1, in_memory=False).load()["train"][0]
+    x.read(np.array([199]))
+    with open(tmp_path / "x.npy", "r+b") as fh:        # same size, other values: an edit in place
+        fh.seek(-8, 2)
+        fh.write(b"\x01" * 8)
+    os.utime(tmp_path / "x.npy", ns=(1, 1))
+    with pytest.raises(DataError, match=r"x.npy changed while the run was reading it"):
+        x.read(np.array([199]))
+    os.truncate(tmp_path / "x.npy", 4096)
+    with pytest.raises(DataError, match=r"x.npy changed while the run was reading it"):
+        x.read(np.array([199]))
+
+
 def test_memory_per_rank(tmp_path):
     from distnet.datasets.memory import data_memory
     m = data_memory({"train": 2000, "test": 500}, 3, (128, 128), 4, 1, batch_size=32, ndata=2)
