@@ -31,11 +31,12 @@ an error naming the file, never silent garbage); attributes ``nclasses``, ``clas
 ``valid_fraction``. Written to a temporary name and moved into place.
 """
 import os
+import shutil
 
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import atomic_target
+from ..fileio import atomic_target, is_disk_full
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -303,6 +304,29 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     for s, y in labels.items():
         if len(y) and y.max() >= len(classes):
             raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
+    _check_space(out, layout, labels)
+    try:
+        _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction)
+    except (OSError, RuntimeError) as e:    # h5py raises both for a failed write
+        why = "No space left on device" if is_disk_full(e) else str(getattr(e, "strerror", None) or e)
+        raise DataError(f"cannot write {out}: {why.splitlines()[0]}") from None
+
+
+def _check_space(out, layout, labels):
+    """DataError before anything is written when the output's file system lacks the room
+    (h5py meeting a full disk mid-write prints a wall of errors and may crash the process)."""
+    need = sum(n * C * H * W * np.dtype(dt).itemsize + n * 64 for n, (C, H, W), dt in layout.values())
+    need += sum(8 * len(y) for y in labels.values()) + 64 * 1024     # labels, chunk index, header
+    folder = os.path.dirname(os.path.abspath(out))
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise DataError(f"cannot write {out}: it needs about {need / 2**20:.2f} MiB but {folder} has "
+                        f"{free / 2**20:.2f} MiB free")
+
+
+def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
     with atomic_target(out) as tmp:
         with h5py.File(tmp, "w") as f:
             for split in ("train", "valid", "test"):

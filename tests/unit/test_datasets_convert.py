@@ -181,3 +181,24 @@ def test_fractions_that_round_to_no_image_are_refused(tmp_path):
     with pytest.raises(DataError, match=r"valid_fraction 0.04 of 10 images is round\(0.4\) = 0"):
         convert(tmp_path / "x.npy", tmp_path / "o.h5", labels=tmp_path / "y.npy", valid_fraction=0.04)
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_a_full_disk_is_one_line_before_writing(tmp_path, monkeypatch):
+    """Converting onto a full disk printed h5py's traceback wall and died of a segfault."""
+    import errno
+    import shutil
+    from collections import namedtuple
+    make_folder(tmp_path / "imgs", n=4)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(DataError, match=r"cannot write .*d.h5: it needs about 0.0\d MiB but .* has 0.00 MiB free"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    monkeypatch.undo()
+    import distnet.datasets.convert as conv
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "Driver write request failed (file write failed: ...\n...)")
+    monkeypatch.setattr(conv, "_decode", full)
+    with pytest.raises(DataError, match=r"^cannot write .*d.h5: No space left on device$"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    assert os.listdir(tmp_path) == ["imgs"]
