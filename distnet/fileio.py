@@ -18,6 +18,7 @@ reason (``Read-only file system``, ``No space left on device``, ...).
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import tempfile
 
@@ -185,6 +186,15 @@ def same_file(a, b):
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def free_space(path):
+    """``(folder, bytes free)`` of the file system that a file at ``path`` would be written to
+    (the nearest existing folder above it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder, shutil.disk_usage(folder).free
 
 
 def is_disk_full(exc):

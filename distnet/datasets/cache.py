@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps
+from ..fileio import atomic_target, clean_stale_temps, free_space
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,8 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
     file at ``path``: ``{split: H5Source}`` reading it. Built by copying ``rows_per_copy`` images
     at a time (memory flat), used again while its metadata (``meta``: sources, tile, rank, ...)
     matches; a stale or unreadable file is rebuilt with a warning. Only this rank reads and
-    writes it, so it may live on storage no other node sees."""
+    writes it, so it may live on storage no other node sees. None (with a warning) when it
+    cannot be written (no room on its file system, a failed write): read ``sources`` instead."""
     import h5py
     from .sources import H5Source
     meta = normalize(meta)
@@ -297,6 +298,24 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
             log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
         except (OSError, KeyError, ValueError) as e:
             log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
+    need = sum(s.shape[0] * (s.shape[1] * h * w * s.dtype.itemsize + 72) for s in sources.values()) + 2**16
+    folder, free = free_space(path)
+    if need > free:
+        log.warning("not writing tile cache %s: it needs about %.1f MiB but %s has %.1f MiB free; "
+                    "streaming from the data file instead", path, need / 2**20, folder, free / 2**20)
+        return None
+    try:
+        return _write_tile_cache(path, meta, sources, tile, rows_per_copy)
+    except (OSError, RuntimeError) as e:      # h5py raises both for a failed write
+        log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
+                    str(getattr(e, "strerror", None) or e).splitlines()[0])
+        return None
+
+
+def _write_tile_cache(path, meta, sources, tile, rows_per_copy):
+    import h5py
+    from .sources import H5Source
     h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
     out = {}
     with atomic_target(path) as tmp:

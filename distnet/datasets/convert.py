@@ -31,12 +31,11 @@ an error naming the file, never silent garbage); attributes ``nclasses``, ``clas
 ``valid_fraction``. Written to a temporary name and moved into place.
 """
 import os
-import shutil
 
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import atomic_target, is_disk_full
+from ..fileio import atomic_target, free_space, is_disk_full
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -317,10 +316,7 @@ def _check_space(out, layout, labels):
     (h5py meeting a full disk mid-write prints a wall of errors and may crash the process)."""
     need = sum(n * C * H * W * np.dtype(dt).itemsize + n * 64 for n, (C, H, W), dt in layout.values())
     need += sum(8 * len(y) for y in labels.values()) + 64 * 1024     # labels, chunk index, header
-    folder = os.path.dirname(os.path.abspath(out))
-    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free
+    folder, free = free_space(out)
     if need > free:
         raise DataError(f"cannot write {out}: it needs about {need / 2**20:.2f} MiB but {folder} has "
                         f"{free / 2**20:.2f} MiB free")

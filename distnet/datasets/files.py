@@ -205,10 +205,10 @@ class FileDataset(Dataset):
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
                 del meta[key]
             meta["kind"] = "tile"
-            srcs = cache.tile_cache(path, meta, srcs, tile)
-            tile_local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
-        else:
-            tile_local = tile
+            cached = cache.tile_cache(path, meta, srcs, tile)
+        tile_local = tile
+        if path is not None and cached is not None:
+            srcs, tile_local = cached, Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
         out = {}
         for split, rows in self.split_rows(seed).items():
             src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows

@@ -1,5 +1,6 @@
 """Streaming (StreamArray, per-minibatch reads with prefetch) gives the in-memory numbers exactly
 (float64), for HDF5 and memory-mapped .npy, with sample_pct, a validation hold-out and scaling."""
+import logging
 import os
 
 import h5py
@@ -248,3 +249,22 @@ def test_describe_memory(tmp_path):
                            batch_size=8, ndata=2, dtype="float64")
     assert line.startswith("data per rank: 0.0 MiB in memory, ") and line.endswith("(in_memory: false -> stream)")
     assert describe_memory(MNIST(repo_path=str(tmp_path))) == "data per rank: in memory (the whole split)"
+
+
+def test_a_tile_cache_without_room_streams_from_the_file(tmp_path, monkeypatch, caplog):
+    """A cache_dir on a full disk once ended the run with h5py's multi-line write error (the
+    in-memory cache already went on without its cache)."""
+    import shutil
+    from collections import namedtuple
+    path = str(write_uint8(tmp_path / "d.h5"))
+    tile = tile_of((12, 10), (2, 1), (1, 0))
+    want = HDF5Dataset(path=path, scale=1, in_memory=True).load(tile=tile, dtype=np.float64)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 100, 100))
+    ds = HDF5Dataset(path=path, scale=1, in_memory=False, cache_dir=str(tmp_path / "node"))
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.cache"):
+        got = ds.load(tile=tile, dtype=np.float64, rank=1, size=2, grid=(2, 1))
+    x = got["train"][0]
+    np.testing.assert_array_equal(x[np.arange(len(x))], want["train"][0])
+    assert "not writing tile cache" in caplog.text and "streaming from" in caplog.text
+    assert not os.path.exists(tmp_path / "node")
