@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps, free_space
+from ..fileio import atomic_target, clean_stale_temps, free_space, is_disk_full
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,8 @@ def load_or_build(path, meta, build, check=None):
         write_cache(path, meta, data)
         log.info("wrote dataset cache %s", path)
     except (OSError, ValueError, TypeError) as e:
-        log.warning("could not write dataset cache %s (%s); continuing without it", path, e)
+        log.warning("could not write dataset cache %s (%s); continuing without it", path,
+                    "No space left on device" if is_disk_full(e) else str(e).splitlines()[0])
     return data
 
 

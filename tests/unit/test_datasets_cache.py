@@ -348,3 +348,17 @@ def test_a_stale_temporary_of_a_killed_write_is_removed_even_when_the_cache_is_u
     stale.write_bytes(b"half")
     MNIST(repo_path=data_dir, serialized_path=path).load()
     assert not stale.exists() and leftovers(tmp_path) == []
+
+
+def test_a_full_disk_is_a_one_line_warning(data_dir, tmp_path, caplog, monkeypatch):
+    """h5py's ENOSPC error spans two lines (its errno, time, file descriptor, buffer address...)."""
+    import errno
+    from distnet.datasets import cache
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "Can't close file (file write failed: time = ...\n, filename = ...)")
+    monkeypatch.setattr(cache, "write_cache", full)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        MNIST(repo_path=data_dir, serialized_path=str(tmp_path / "c.h5")).load()
+    assert caplog.records[-1].getMessage() == (f"could not write dataset cache {tmp_path / 'c.h5'} (No space "
+                                               "left on device); continuing without it")
