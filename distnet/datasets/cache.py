@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps, free_space, is_disk_full
+from ..fileio import atomic_target, clean_stale_temps, free_space, write_failure
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ def load_or_build(path, meta, build, check=None):
         log.info("wrote dataset cache %s", path)
     except (OSError, ValueError, TypeError) as e:
         log.warning("could not write dataset cache %s (%s); continuing without it", path,
-                    "No space left on device" if is_disk_full(e) else str(e).splitlines()[0])
+                    write_failure(e))
     return data
 
 
@@ -310,7 +310,7 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
         return _write_tile_cache(path, meta, sources, tile, rows_per_copy)
     except (OSError, RuntimeError) as e:      # h5py raises both for a failed write
         log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
-                    str(getattr(e, "strerror", None) or e).splitlines()[0])
+                    write_failure(e))
         return None
 
 

@@ -35,7 +35,7 @@ import os
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import atomic_target, free_space, is_disk_full
+from ..fileio import atomic_target, free_space, write_failure
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -307,8 +307,7 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     try:
         _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction)
     except (OSError, RuntimeError) as e:    # h5py raises both for a failed write
-        why = "No space left on device" if is_disk_full(e) else str(getattr(e, "strerror", None) or e)
-        raise DataError(f"cannot write {out}: {why.splitlines()[0]}") from None
+        raise DataError(f"cannot write {out}: {write_failure(e)}") from None
 
 
 def _check_space(out, layout, labels):
