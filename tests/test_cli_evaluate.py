@@ -134,3 +134,20 @@ def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
     with h5py.File(d / "one.h5", "r") as f, h5py.File(d / "two.h5", "r") as g:
         np.testing.assert_allclose(g["probabilities"][()], f["probabilities"][()], rtol=1e-12)
         assert (g["labels"][()] == f["labels"][()]).all()
+
+
+def test_predict_onto_a_full_disk_is_one_line(trained, tmp_path, monkeypatch):
+    """h5py's ENOSPC text runs over two lines (time, file descriptor, buffer address)."""
+    from click.testing import CliRunner
+    import distnet.datasets.arrays as arrays
+    from distnet.cli.main import main
+    d, exp, dist, run, proc = trained
+
+    def full(*a):
+        raise RuntimeError("Can't close file (file write failed: time = Mon Nov 23 04:04:49 2026\n, "
+                           "errno = 28, error message = 'No space left on device', buf = 0x55a2)")
+    monkeypatch.setattr(arrays, "write_predictions", full)
+    r = CliRunner().invoke(main, ["predict", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--data",
+                                  str(d / "images.npy"), "-o", str(tmp_path / "p.h5")])
+    assert r.exit_code == 1 and r.output.strip().splitlines()[-1] == (
+        f"distnet: error: -o {tmp_path / 'p.h5'}: No space left on device"), r.output

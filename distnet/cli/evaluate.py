@@ -93,10 +93,14 @@ def predict(experiment, checkpoint, data_path, output, overrides):
         outputs, labels = predict_checkpoint(
             exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))
         if _rank0():
-            write_predictions(output, outputs, labels)
+            try:
+                write_predictions(output, outputs, labels)
+            except RuntimeError as e:       # h5py raises it (and OSError) for a failed write
+                raise OSError(str(e)) from None
     except DistnetError as e:
         _error(e)
     except OSError as e:
-        _error(DistnetError(f"-o {output}: {e.strerror or e}"))
+        from ..fileio import write_failure
+        _error(DistnetError(f"-o {output}: {write_failure(e)}"))
     if _rank0():
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")
