@@ -73,6 +73,10 @@ def test_evaluate_gives_the_run_s_error_rates(trained):
     assert float(rates["train"].rstrip("%")) == pytest.approx(final["train_misclass"], abs=1e-5)
     assert float(rates["test"].rstrip("%")) == pytest.approx(final["test_misclass"], abs=1e-5)
     assert out.stdout.splitlines()[0].endswith("(written on 1 rank(s), grid 1x1), evaluated on 1 rank(s), grid 1x1")
+    assert list(rates) == ["train", "test"]     # as the README and a run print them
+    out = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--set",
+                  "datasets.0.serialized_path=null", "--set", "datasets.0.valid_fraction=0.2", check=True)
+    assert list(_rates(out.stdout)) == ["train", "valid", "test"]   # HDF5 without a cache: test came first
 
 
 @pytest.mark.parametrize("n", [2, 4])

@@ -106,7 +106,7 @@ class FileDataset(Dataset):
         self.scaler()
 
     def split_rows(self, seed=0):
-        """``{split: file rows}`` (module docstring)."""
+        """``{split: file rows}`` in the order train, valid, test (module docstring)."""
         srcs = self.sources()
         n_train = srcs["train"].shape[0]
         rows = {"test": np.arange(srcs["test"].shape[0])}
@@ -125,7 +125,7 @@ class FileDataset(Dataset):
         if self.sample_pct != 100:
             train = train[sample_indices(len(train), self.sample_pct, seed)]
         rows["train"] = train
-        return rows
+        return {s: rows[s] for s in ("train", "valid", "test") if s in rows}   # the order runs print
 
     def float_bytes(self, tile=None, dtype=np.float32):
         """Bytes of the rank's float arrays of every split (what in-memory mode holds)."""
