@@ -373,6 +373,9 @@ def mnist_sample(directory, force):
 @click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Fraction of the images held out as a validation split (when SOURCE has none).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
+@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
+              help="Axes of 4-d arrays: nchw (N, C, H, W: stored as they are) or nhwc (N, H, W, C: "
+                   "transposed). Without it, arrays whose last axis looks like channels are refused.")
 @click.option("--target", type=click.Path(exists=True, dir_okay=False), metavar="TGT.txt",
               help="Parallel text: SOURCE is a text file of source sentences, TGT.txt their translations "
                    "(one sentence per line, whitespace tokens); writes the sequence layout of README "
@@ -394,7 +397,7 @@ def mnist_sample(directory, force):
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, target, test_source,
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, layout, target, test_source,
                  test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
@@ -418,11 +421,12 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
                                    "of parallel text: give the target sentences with --target")
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
-                           valid_fraction=valid_fraction, seed=seed)
+                           valid_fraction=valid_fraction, seed=seed, layout=layout)
             click.echo(describe(info))
             return
         from ..datasets.sequences import convert_parallel_text, describe_text
-        for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None)):
+        for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
+                        ("--layout", layout)):
             if v is not None:
                 raise DistnetError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):

@@ -14,7 +14,9 @@ Sources
 * An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
   ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
   ``.npy`` of labels). Images ``(N, C, H, W)`` or ``(N, H, W)``; any numeric dtype, stored as is
-  (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks.
+  (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks. ``(N, H, W, C)``
+  arrays are transposed with ``layout="nhwc"``; without a layout, an array whose last axis looks
+  like channels (1, 3 or 4) and whose second does not is refused (``layout="nchw"`` keeps it).
 
 Splits: the images of a split not given by the source are drawn from the training images with
 ``np.random.RandomState(seed).permutation(N)``: the first ``round(N * test_fraction)`` are the
@@ -229,6 +231,27 @@ def _array_splits(src, labels_path):
     return {"train": (_load_array(src), _load_array(labels_path, mmap=False), labels_path)}
 
 
+#: Channel counts that make a 4-d array's last axis look like channels (gray, RGB, RGBA).
+_CHANNEL_COUNTS = (1, 3, 4)
+
+
+def _check_layout(x, layout, src, split):
+    """``x`` as ``(N, C, H, W)``: transposed from ``(N, H, W, C)`` with ``layout="nhwc"``; with
+    no layout, a DataError when the last axis looks like channels and the second does not."""
+    if x.ndim != 4 or layout == "nchw":
+        return x
+    if layout == "nhwc":
+        return x.transpose(0, 3, 1, 2)
+    if layout is not None:
+        raise DataError(f"layout must be nchw or nhwc, got {layout!r}")
+    if x.shape[3] in _CHANNEL_COUNTS and x.shape[1] not in _CHANNEL_COUNTS:
+        raise DataError(f"{src}: {split} images are {x.shape}, which looks like (N, H, W, C) (channels "
+                        f"last) but distnet stores (N, C, H, W): give --layout nhwc to transpose them, or "
+                        f"--layout nchw if they really are {x.shape[1]} channels of {x.shape[2]}x{x.shape[3]} "
+                        "pixels")
+    return x
+
+
 def _check_arrays(x, y, where, split):
     if x.ndim == 3:
         x = x[:, None]
@@ -246,11 +269,13 @@ def _check_arrays(x, y, where, split):
 
 
 def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
-                   class_names=None):
-    """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary."""
+                   class_names=None, layout=None):
+    """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary.
+    ``layout``: ``"nchw"`` (store 4-d arrays as they are), ``"nhwc"`` (transpose them), None
+    (as they are, refusing arrays whose last axis looks like channels)."""
     if not os.path.isfile(src):
         raise DataError(f"{src} does not exist")
-    given = {s: _check_arrays(x, y, where if s == "train" else src, s)
+    given = {s: _check_arrays(_check_layout(x, layout, src, s), y, where if s == "train" else src, s)
              for s, (x, y, where) in _array_splits(src, labels).items()}
     shape = given["train"][0].shape[1:]
     for s, (x, _) in given.items():
@@ -361,7 +386,7 @@ def describe(info):
             f"{len(info['classes'])} classes ({names})")
 
 
-def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0):
+def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
@@ -370,9 +395,11 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise DataError(f"the output {out} must end in .h5 or .hdf5")
     if os.path.isdir(src):
+        if layout is not None:
+            raise DataError("--layout tells how arrays are laid out; images of a folder need none")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise DataError("--size resizes images of a folder; arrays are stored as they are")
-        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed)
+        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, layout=layout)
     raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

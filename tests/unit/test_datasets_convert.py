@@ -202,3 +202,24 @@ def test_a_full_disk_is_one_line_before_writing(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"^cannot write .*d.h5: No space left on device$"):
         convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
     assert os.listdir(tmp_path) == ["imgs"]
+
+
+def test_channels_last_arrays_are_refused_or_transposed(tmp_path):
+    """(N, H, W, C) arrays were stored as (C=H, H=W, W=C) images: 16x3 pictures of 16 channels."""
+    rng = np.random.RandomState(0)
+    x = rng.randint(0, 255, (20, 6, 5, 3)).astype(np.uint8)
+    np.savez(tmp_path / "nhwc.npz", x=x, y=np.arange(20) % 2)
+    with pytest.raises(DataError, match=r"nhwc.npz: train images are \(20, 6, 5, 3\), which looks like "
+                                        r"\(N, H, W, C\).*--layout nhwc.*--layout nchw"):
+        convert(tmp_path / "nhwc.npz", tmp_path / "o.h5")
+    info = convert(tmp_path / "nhwc.npz", tmp_path / "o.h5", layout="nhwc", test_fraction=0.25)
+    assert info["shape"] == (3, 6, 5)
+    with h5py.File(tmp_path / "o.h5") as f:
+        got = np.concatenate([f["train/x"][()], f["test/x"][()]])
+    perm = np.random.RandomState(0).permutation(20)
+    np.testing.assert_array_equal(got, x.transpose(0, 3, 1, 2)[np.concatenate([perm[5:], perm[:5]])])
+    info = convert(tmp_path / "nhwc.npz", tmp_path / "p.h5", layout="nchw")
+    assert info["shape"] == (6, 5, 3)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "nhwc.npz"), str(tmp_path / "q.h5"),
+                                  "--layout", "nhwc"])
+    assert r.exit_code == 0 and "images of 3x6x5 uint8" in r.output, r.output
