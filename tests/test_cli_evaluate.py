@@ -155,3 +155,29 @@ def test_predict_onto_a_full_disk_is_one_line(trained, tmp_path, monkeypatch):
                                   str(d / "images.npy"), "-o", str(tmp_path / "p.h5")])
     assert r.exit_code == 1 and r.output.strip().splitlines()[-1] == (
         f"distnet: error: -o {tmp_path / 'p.h5'}: No space left on device"), r.output
+
+
+def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_path):
+    """predict fed the images as stored to a model trained on (stored * scale - mean) / std: an
+    HDF5Dataset's scale, mean and std were ignored, so the labels disagreed with evaluate's."""
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    keys = ["--set", "datasets.0.mean=0.4", "--set", "datasets.0.std=0.5", "--set", "datasets.0.scale=2"]
+    x = np.load(d / "images.npy")
+    np.save(tmp_path / "scaled.npy", (x * 2 - 0.4) / 0.5)
+    for data, k, out in (("images.npy", keys, "p.h5"), (tmp_path / "scaled.npy", [], "q.h5"),
+                         ("images.npy", [], "r.h5")):
+        distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / data), "-o", str(tmp_path / out),
+                *k, check=True)
+    p, q, r = (h5py.File(tmp_path / f"{n}.h5", "r")["probabilities"][()] for n in "pqr")
+    np.testing.assert_allclose(p, q, rtol=1e-12)
+    assert not np.allclose(p, r)        # the images as stored give other outputs
+    x[3, 0, 2, 1] = np.nan
+    np.save(tmp_path / "nan.npy", x)
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "nan.npy"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1 and "nan.npy: image 3 holds NaN or inf values" in bad.stderr, bad.stderr
+    np.save(tmp_path / "empty.npy", x[:0])
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty.npy"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1 and bad.stderr.strip() == f"distnet: error: --data {tmp_path / 'empty.npy'}: holds no images"

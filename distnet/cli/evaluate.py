@@ -91,7 +91,7 @@ def predict(experiment, checkpoint, data_path, output, overrides):
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
         outputs, labels = predict_checkpoint(
-            exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))
+            exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
         if _rank0():
             try:
                 write_predictions(output, outputs, labels)

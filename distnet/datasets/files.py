@@ -96,6 +96,11 @@ class FileDataset(Dataset):
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
 
+    def prepare_images(self, x, dtype=np.float64):
+        """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``
+        and ``std`` (:meth:`scaler`, as its own images), in ``dtype`` (``distnet predict``)."""
+        return self.scaler().apply_into(x, np.empty(x.shape, np.dtype(dtype)))
+
     def read_ahead(self, x):
         """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
         return x.schedule if isinstance(x, StreamArray) else None
