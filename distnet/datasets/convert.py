@@ -281,6 +281,9 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
     for s, (x, _) in given.items():
         if x.shape[1:] != shape:
             raise DataError(f"{src}: {s} images are {x.shape[1:]}, train {shape}")
+        if x.dtype != given["train"][0].dtype:      # stored in train's dtype, they would be cast
+            raise DataError(f"{src}: {s} images are {x.dtype} but train images {given['train'][0].dtype}; "
+                            "store every split in one dtype")
     # rows of each output split: (source split, positions)
     plan = {s: (s, np.arange(len(given[s][1]))) for s in given}
     draw_test = "test" not in given

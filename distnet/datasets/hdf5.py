@@ -112,6 +112,10 @@ class HDF5Dataset(FileDataset):
                                     f"got {x.dtype} {x.shape}")
                 if shape is not None and x.shape[1:] != shape:
                     raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
+                if splits and x.dtype != splits["train"][1]:
+                    raise DataError(f"{self.path}: {s}/x stores {x.dtype} values but train/x "
+                                    f"{splits['train'][1]}: scale, mean and std apply to every split "
+                                    "alike, so store the splits alike")
                 shape = x.shape[1:]
                 if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
                     raise DataError(f"{self.path}: {s}/y must hold {x.shape[0]} integer labels, "

@@ -91,6 +91,10 @@ class NumpyDataset(FileDataset):
                                     f"got {src.dtype} {src.shape}")
                 if src.shape[1:] != shape:
                     raise DataError(f"{src.where()}: images are {src.shape[1:]}, train {shape}")
+                if src.dtype != srcs["train"].dtype:
+                    raise DataError(f"{src.where()} stores {src.dtype} values but {srcs['train'].where()} "
+                                    f"{srcs['train'].dtype}: scale, mean and std apply to every split "
+                                    "alike, so store the splits alike")
                 if src.shape[0] == 0:
                     raise DataError(f"{src.where()}: holds no images")
             self._srcs = srcs

@@ -218,3 +218,27 @@ def test_hdf5_header_and_errors(tmp_path):
         f["test/x"], f["test/y"] = np.zeros((2, 1, 5, 4)), np.zeros(2, int)
     with pytest.raises(DataError, match="test/x images"):
         HDF5Dataset(path=path).image_shape
+
+
+def test_splits_stored_in_other_dtypes_are_refused(tmp_path):
+    """uint8 train images with float test images (already in 0..1) went through the same scale:
+    1/255, so the test split was all but zero and its error rate meaningless."""
+    from distnet.datasets import NumpyDataset
+    path = str(tmp_path / "d.h5")
+    with h5py.File(path, "w") as f:
+        f["train/x"], f["train/y"] = np.zeros((2, 1, 4, 4), np.uint8), np.zeros(2, int)
+        f["test/x"], f["test/y"] = np.zeros((2, 1, 4, 4), np.float32), np.zeros(2, int)
+    with pytest.raises(DataError, match=r"d.h5: test/x stores float32 values but train/x uint8: scale, "
+                                        r"mean and std apply to every split alike"):
+        HDF5Dataset(path=path, scale="1/255").image_shape
+    for name, x in (("x", np.zeros((2, 1, 4, 4), np.uint8)), ("xt", np.zeros((2, 1, 4, 4)))):
+        np.save(tmp_path / f"{name}.npy", x)
+    np.save(tmp_path / "y.npy", np.zeros(2, int))
+    with pytest.raises(DataError, match=r"xt.npy \(test\) stores float64 values but .*x.npy \(train\) uint8"):
+        NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                     test_x=str(tmp_path / "xt.npy"), test_y=str(tmp_path / "y.npy"), scale=1).image_shape
+    from distnet.datasets.convert import convert       # it cast the float test images to uint8 (zeros)
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((4, 1, 4, 4), np.uint8), y_train=np.zeros(4, int),
+             x_test=np.full((2, 1, 4, 4), 0.5), y_test=np.zeros(2, int))
+    with pytest.raises(DataError, match=r"d.npz: test images are float64 but train images uint8"):
+        convert(tmp_path / "d.npz", tmp_path / "o.h5")
