@@ -1,10 +1,10 @@
 """The command line (``distnet``; commands in :mod:`.main`).
 
 Imported by the ``distnet`` command (not by a library user or a test), this module first makes
-Ctrl-C and SIGTERM during the imports that follow (a second or two, before the run installs its
-own handlers, :mod:`distnet.comm.signals`) end the process quietly: one line
-``distnet: interrupted by SIGINT`` and exit status 128 + the signal, instead of a
-``KeyboardInterrupt`` traceback from deep inside an import on every rank.
+Ctrl-C and SIGTERM end the process quietly: one line ``distnet: interrupted by SIGINT`` and exit
+status 128 + the signal, instead of a ``KeyboardInterrupt`` traceback from deep inside an import
+on every rank. ``distnet run`` replaces these handlers with its own once MPI is up
+(:mod:`distnet.comm.signals`); the other commands keep them.
 """
 import os
 import signal
@@ -12,12 +12,19 @@ import sys
 
 
 def _quiet_exit(signum, frame):
+    """One line, then exit ``128 + signum``: one process through ``SystemExit`` (``finally``
+    blocks run: a file being written is removed), a rank under mpiexec at once (exiting through
+    MPI_Finalize could wait for ranks that were not signalled; mpiexec ends those)."""
     rank = os.environ.get("PMI_RANK")          # under mpiexec (MPICH's hydra sets it)
     try:
         os.write(2, f"{f'[rank {rank}] ' if rank else 'distnet: '}interrupted by "
                     f"{signal.Signals(signum).name}\n".encode())
-    finally:
-        os._exit(128 + signum)
+    except OSError:
+        pass
+    if rank is None:
+        signal.signal(signum, signal.SIG_DFL)   # a second signal ends the process at once
+        raise SystemExit(128 + signum)
+    os._exit(128 + signum)
 
 
 def _is_the_command(argv0):
