@@ -181,3 +181,26 @@ def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_pa
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty.npy"), "-o",
                   str(tmp_path / "q.csv"))
     assert bad.returncode == 1 and bad.stderr.strip() == f"distnet: error: --data {tmp_path / 'empty.npy'}: holds no images"
+
+
+def test_predict_never_replaces_its_inputs_and_an_existing_file_only_with_force(trained, tmp_path):
+    """-o naming the --data file or the checkpoint wrote the predictions over it (the data or the
+    trained model was gone); any existing file was replaced without --force."""
+    import shutil
+    d, exp, dist, run, proc = trained
+    ck = tmp_path / "ck.h5"
+    shutil.copy(run / "checkpoint.h5", ck)
+    data = tmp_path / "images.h5"
+    shutil.copy(d / "images.h5", data)
+    keep = {p: p.read_bytes() for p in (ck, data)}
+    for out in (data, ck):
+        bad = distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(out), "--force")
+        assert bad.returncode == 1 and f"-o {out} is also an input" in bad.stderr, bad.stderr
+    assert all(p.read_bytes() == b for p, b in keep.items())
+    (tmp_path / "p.csv").write_text("mine\n")
+    bad = distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(tmp_path / "p.csv"))
+    assert bad.returncode == 1 and "p.csv already exists; give another -o, or --force" in bad.stderr, bad.stderr
+    assert (tmp_path / "p.csv").read_text() == "mine\n"
+    distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(tmp_path / "p.csv"),
+            "--force", check=True)
+    assert (tmp_path / "p.csv").read_text().startswith("label,p0")
