@@ -504,9 +504,10 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
     rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
     if plot_path:
-        from .plot import _figure
+        from .plot import _figure, check_target
         try:
             _figure()  # fail before the runs, not after
+            check_target(plot_path, inputs=[single, distributed])
         except DistnetError as e:
             _fail(str(e), 1)
     try:
