@@ -409,8 +409,12 @@ def read_run(path):
             raise DistnetError(f"{path} is not a run directory (no metrics.jsonl)")
         info = {}
         if os.path.exists(os.path.join(path, "run.json")):
-            with open(os.path.join(path, "run.json")) as f:
-                info = json.load(f)
+            try:    # a damaged record only loses the label's details
+                with open(os.path.join(path, "run.json"), encoding="utf-8") as f:
+                    info = json.load(f)
+            except (OSError, ValueError):
+                info = {}
+            info = info if isinstance(info, dict) else {}
     elif os.path.isfile(path):
         metrics, info = path, {}
     else:

@@ -197,6 +197,16 @@ def test_plot_replaces_only_an_earlier_png_and_never_its_inputs(tmp_path):
         plot_runs([a], out)
 
 
+def test_a_damaged_run_json_does_not_stop_a_plot(tmp_path):
+    """A run.json cut short or overwritten was a JSONDecodeError / UnicodeDecodeError traceback."""
+    from distnet.experiments.rundir import read_run
+    a = _run_dir(tmp_path / "a", [2.0, 1.5], {"test_misclass": 7.0})
+    for junk in (b"{not json", b"\x9b\x00\xff", b"[1]"):
+        (Path(a) / "run.json").write_bytes(junk)
+        run = read_run(a)
+        assert run["info"] == {} and [r["cost"] for r in run["epochs"]] == [2.0, 1.5]
+
+
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     from distnet.cli.plot import plot_runs
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # import fails
