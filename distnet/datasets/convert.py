@@ -224,6 +224,11 @@ def _array_splits(src, labels_path):
             if not {"x_train", "y_train"} <= names:
                 raise DataError(f"{src} holds arrays {sorted(names)}; expected x_train, y_train (and "
                                 "optionally x_test, y_test, x_valid, y_valid), or x, y")
+            for s in ("test", "valid"):
+                half = [f"{a}_{s}" for a in "xy" if f"{a}_{s}" in names]
+                if len(half) == 1:
+                    other = ("y_" if half[0][0] == "x" else "x_") + s
+                    raise DataError(f"{src} holds {half[0]} without {other}: give both (or neither)")
             return {s: (z[f"x_{s}"], z[f"y_{s}"], src) for s in ("train", "test", "valid")
                     if f"x_{s}" in names and f"y_{s}" in names}
     if labels_path is None:

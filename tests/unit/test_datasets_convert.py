@@ -223,3 +223,14 @@ def test_channels_last_arrays_are_refused_or_transposed(tmp_path):
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "nhwc.npz"), str(tmp_path / "q.h5"),
                                   "--layout", "nhwc"])
     assert r.exit_code == 0 and "images of 3x6x5 uint8" in r.output, r.output
+
+
+def test_an_npz_split_with_images_but_no_labels_is_refused(tmp_path):
+    """x_test without y_test was ignored: the test split was drawn from the training images."""
+    x = np.zeros((10, 1, 3, 3), np.uint8)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=np.arange(10) % 2, x_test=x[:4])
+    with pytest.raises(DataError, match=r"d.npz holds x_test without y_test"):
+        convert(tmp_path / "d.npz", tmp_path / "o.h5")
+    np.savez(tmp_path / "e.npz", x_train=x, y_train=np.arange(10) % 2, y_valid=np.zeros(2, int))
+    with pytest.raises(DataError, match=r"e.npz holds y_valid without x_valid"):
+        convert(tmp_path / "e.npz", tmp_path / "o.h5")
