@@ -41,6 +41,20 @@ def _open(path):
         raise DataError(f"cannot open HDF5 file {path}: {e}") from None
 
 
+def _dataset(f, name, path):
+    """The HDF5 dataset ``name`` of the open file ``f``; DataError if it is missing, a dangling
+    link or a group."""
+    import h5py
+    try:
+        obj = f.get(name)
+    except (KeyError, OSError, ValueError):
+        obj = None
+    if not isinstance(obj, h5py.Dataset):
+        raise DataError(f"{path}: {name} is missing or not a dataset; the layout is train/x (N,C,H,W), "
+                        "train/y (N,), test/x, test/y, optionally valid/x, valid/y (docs/data.md)")
+    return obj
+
+
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
     with _open(path) as f:
@@ -106,7 +120,7 @@ class HDF5Dataset(FileDataset):
             for s in SPLITS_STORED:
                 if s not in f:
                     continue
-                x, y = f[f"{s}/x"], f[f"{s}/y"]
+                x, y = (_dataset(f, f"{s}/{a}", self.path) for a in "xy")
                 if x.ndim != 4 or x.dtype.kind not in "biuf":
                     raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
                                     f"got {x.dtype} {x.shape}")

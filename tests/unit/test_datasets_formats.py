@@ -242,3 +242,21 @@ def test_splits_stored_in_other_dtypes_are_refused(tmp_path):
              x_test=np.full((2, 1, 4, 4), 0.5), y_test=np.zeros(2, int))
     with pytest.raises(DataError, match=r"d.npz: test images are float64 but train images uint8"):
         convert(tmp_path / "d.npz", tmp_path / "o.h5")
+
+
+def test_hdf5_layout_holes_are_one_line(tmp_path):
+    """valid/x without valid/y (KeyError), a dangling link (KeyError) and a group where a dataset
+    belongs (AttributeError) were tracebacks."""
+    def make(path, change):
+        with h5py.File(path, "w") as f:
+            for s in ("train", "test"):
+                f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 1, 4, 4)), np.zeros(2, int)
+            change(f)
+        return str(path)
+    cases = {"valid/y": lambda f: f.__setitem__("valid/x", np.zeros((2, 1, 4, 4))),
+             "train/y": lambda f: (f.__delitem__("train/y"), f.__setitem__("train/y", h5py.SoftLink("/nowhere"))),
+             "test/y ": lambda f: (f.__delitem__("test/y"), f.create_group("test/y"))}
+    for i, (name, change) in enumerate(cases.items()):
+        path = make(tmp_path / f"d{i}.h5", change)
+        with pytest.raises(DataError, match=rf"d{i}.h5: {name.strip()} is missing or not a dataset"):
+            HDF5Dataset(path=path).image_shape
