@@ -55,6 +55,15 @@ def _dataset(f, name, path):
     return obj
 
 
+def _count(value, path):
+    """The ``nclasses`` attribute as an int >= 1; DataError otherwise."""
+    import numpy as np
+    v = np.asarray(value)
+    if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v) or v != int(v) or int(v) < 1:
+        raise DataError(f"{path}: the attribute nclasses must be a whole number >= 1, got {value!r}")
+    return int(v)
+
+
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
     with _open(path) as f:
@@ -142,7 +151,7 @@ class HDF5Dataset(FileDataset):
                 top = max(top, int(labels.max()))
                 splits[s] = (tuple(int(d) for d in x.shape), x.dtype)
             nclasses = f.attrs.get("nclasses")
-            nclasses = top + 1 if nclasses is None else int(nclasses)
+            nclasses = top + 1 if nclasses is None else _count(nclasses, self.path)
             if top >= nclasses:
                 raise DataError(f"{self.path}: label {top} is out of range 0..{nclasses - 1} "
                                 f"(the file's nclasses is {nclasses})")

@@ -260,3 +260,15 @@ def test_hdf5_layout_holes_are_one_line(tmp_path):
         path = make(tmp_path / f"d{i}.h5", change)
         with pytest.raises(DataError, match=rf"d{i}.h5: {name.strip()} is missing or not a dataset"):
             HDF5Dataset(path=path).image_shape
+
+
+@pytest.mark.parametrize("value", ["ten", 3.7, -1, [3, 4]])
+def test_hdf5_nclasses_attribute_must_be_a_count(tmp_path, value):
+    """'ten' and [3, 4] were ValueError / TypeError tracebacks, 3.7 was taken as 3."""
+    path = str(tmp_path / "d.h5")
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 1, 4, 4)), [0, 1]
+        f.attrs["nclasses"] = value
+    with pytest.raises(DataError, match=r"d.h5: the attribute nclasses must be a whole number >= 1, got"):
+        HDF5Dataset(path=path).nclasses
