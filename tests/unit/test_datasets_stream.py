@@ -102,6 +102,14 @@ def test_npy_files_and_npz(tmp_path):
     np.testing.assert_array_equal(db["train"][0], want)
 
 
+def test_an_npz_split_with_images_but_no_labels_is_refused(tmp_path):
+    """NumpyDataset ignored x_valid without y_valid (no validation split, not a word)."""
+    x = np.zeros((4, 1, 3, 3), np.float32)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=[0, 1, 0, 1], x_test=x, y_test=[0, 1, 0, 1], x_valid=x)
+    with pytest.raises(DataError, match=r"d.npz holds x_valid without y_valid"):
+        NumpyDataset(path=str(tmp_path / "d.npz")).image_shape
+
+
 def test_scaling_keys_and_refusals(tmp_path):
     path = str(write_uint8(tmp_path / "d.h5"))
     with pytest.raises(ConfigError, match="scale: 0.00392156862745098") as e:
