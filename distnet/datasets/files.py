@@ -200,30 +200,55 @@ class FileDataset(Dataset):
             meta["scaling"] = scaler.describe()
             meta["valid_fraction"] = self.valid_fraction
             return cache.load_or_build(path, meta, build)
-        srcs = self.sources()
+        files = self.sources()
         if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
             log.warning("%s: streamed data is cached in HDF5 only; not caching (give a .h5 name or "
                         "cache_dir)", path)
             path = None
+        rows = self.split_rows(seed)
+        srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid)
+        out = {}
+        for split, r in rows.items():
+            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
+            labels = self._labels(files.get(split, files["train"]), r)   # the file's, never a cache's
+            out[split] = (StreamArray(src, r, tile_local, scaler, dtype), labels)
+        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
+                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
+                 scaler.describe())
+        return out
+
+    def _stream_sources(self, files, rows, tile, path, rank, size, grid):
+        """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or
+        this rank's tile cache at ``path``. Float pixels are checked for NaN / inf (in blocks);
+        a cache failing the check while the file passes it was changed behind its metadata and
+        is rebuilt once, with a warning."""
+        def check(srcs, t):
+            for split, r in rows.items():
+                check_source_finite(srcs.get(split, srcs["train"]), r, t)
         if path is not None:
             meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
                 del meta[key]
             meta["kind"] = "tile"
-            cached = cache.tile_cache(path, meta, srcs, tile)
-        tile_local = tile
-        if path is not None and cached is not None:
-            srcs, tile_local = cached, Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
-        out = {}
-        for split, rows in self.split_rows(seed).items():
-            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
-            check_source_finite(src, rows, tile_local)
-            out[split] = (StreamArray(src, rows, tile_local, scaler, dtype),
-                          self._labels(src, rows))
-        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
-                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
-                 scaler.describe())
-        return out
+            local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
+            for attempt in range(2):
+                cached = cache.tile_cache(path, meta, files, tile)
+                if cached is None:
+                    break
+                try:
+                    check(cached, local)
+                    return cached, local
+                except DataError as e:
+                    for src in cached.values():
+                        src.close()
+                    check(files, tile)      # bad data in the file itself: say so, naming the file
+                    if attempt:
+                        raise
+                    log.warning("tile cache %s does not hold what %s does (%s); rebuilding it", path,
+                                self.source_files()[0], e)
+                    os.unlink(path)
+        check(files, tile)
+        return files, tile
 
     def _labels(self, src, rows):
         y = np.asarray(src.labels())

@@ -276,3 +276,27 @@ def test_a_tile_cache_without_room_streams_from_the_file(tmp_path, monkeypatch, 
     np.testing.assert_array_equal(x[np.arange(len(x))], want["train"][0])
     assert "not writing tile cache" in caplog.text and "streaming from" in caplog.text
     assert not os.path.exists(tmp_path / "node")
+
+
+def test_a_tile_cache_edited_behind_its_metadata_is_not_trusted(tmp_path, caplog):
+    """Labels edited in a streaming tile cache (serialized_path / cache_dir) crashed training with
+    an IndexError; a NaN written into it was reported as bad data ("clean the data") though the
+    dataset file was fine."""
+    path = tmp_path / "f.h5"
+    rng = np.random.RandomState(0)
+    with h5py.File(path, "w") as f:
+        for s, n in (("train", 12), ("test", 4)):
+            f[f"{s}/x"], f[f"{s}/y"] = rng.rand(n, 1, 6, 5), rng.randint(0, 3, n)
+    cached = str(tmp_path / "tc.h5")
+    want = HDF5Dataset(path=str(path), in_memory=True).load(dtype=np.float64)
+    HDF5Dataset(path=str(path), in_memory=False, serialized_path=cached).load(dtype=np.float64)
+    with h5py.File(cached, "a") as f:
+        f["train/y"][3] = 7
+        f["train/x"][2, 0, 0, 0] = np.nan
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        got = HDF5Dataset(path=str(path), in_memory=False, serialized_path=cached).load(dtype=np.float64)
+    for split in ("train", "test"):
+        x, y = got[split]
+        np.testing.assert_array_equal(y, want[split][1])
+        np.testing.assert_array_equal(x[np.arange(len(y))], want[split][0])
+    assert "tc.h5" in caplog.text and "rebuilding it" in caplog.text
