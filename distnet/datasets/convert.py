@@ -161,6 +161,10 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
         rng = np.random.RandomState(seed)
         splits = {}
         for s in given:
+            extra = sorted(set(_class_folders(os.path.join(src, s))) - set(classes))
+            if extra:
+                raise DataError(f"{os.path.join(src, s)} has class folder(s) {', '.join(c + '/' for c in extra)} "
+                                f"that {os.path.join(src, 'train')} lacks; every split needs the same classes")
             items = _images_of(os.path.join(src, s), classes)
             splits[s] = [items[i] for i in rng.permutation(len(items))]
         if "valid" not in splits and valid_fraction > 0:

@@ -234,3 +234,11 @@ def test_an_npz_split_with_images_but_no_labels_is_refused(tmp_path):
     np.savez(tmp_path / "e.npz", x_train=x, y_train=np.arange(10) % 2, y_valid=np.zeros(2, int))
     with pytest.raises(DataError, match=r"e.npz holds y_valid without x_valid"):
         convert(tmp_path / "e.npz", tmp_path / "o.h5")
+
+
+def test_a_split_with_a_class_train_lacks_is_refused(tmp_path):
+    """test/c/ (a class train/ does not have) was skipped without a word: its images were lost."""
+    make_folder(tmp_path / "imgs" / "train", classes=("a", "b"), n=2)
+    make_folder(tmp_path / "imgs" / "test", classes=("a", "b", "c"), n=2)
+    with pytest.raises(DataError, match=r"imgs/test has class folder\(s\) c/ that .*train lacks"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5")
