@@ -180,7 +180,8 @@ def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_pa
     np.save(tmp_path / "empty.npy", x[:0])
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty.npy"), "-o",
                   str(tmp_path / "q.csv"))
-    assert bad.returncode == 1 and bad.stderr.strip() == f"distnet: error: --data {tmp_path / 'empty.npy'}: holds no images"
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == f"distnet: error: --data {tmp_path / 'empty.npy'}: holds no images"
 
 
 def test_predict_never_replaces_its_inputs_and_an_existing_file_only_with_force(trained, tmp_path):
