@@ -181,6 +181,29 @@ def test_full_disk_for_the_metrics_file_and_the_run_directory(env, tmp_path, ful
     one_line_error(proc, "No space left on device", 1)
 
 
+def test_full_disk_for_the_checkpoint(env, tmp_path, full_dir):
+    """h5py meeting the full disk raised from its objects' deallocation: a two-line RuntimeError
+    past write_checkpoint's except clause (a segfault at exit on one process)."""
+    proc = distnet("run", str(env / "cnn.yaml"), "--checkpoint", str(full_dir / "ck.h5"), "--no-run-dir")
+    one_line_error(proc, f"cannot write checkpoint {full_dir / 'ck.h5'}: No space left on device", 1)
+    assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
+
+
+def test_an_input_is_never_an_output_even_with_force(env, tmp_path):
+    """--metrics naming the dataset (or the experiment) with --force replaced it by the metrics;
+    --checkpoint naming the dataset with --force replaced the data by the model."""
+    import shutil
+    data = tmp_path / "data.h5"
+    shutil.copy(env / "data.h5", data)
+    exp = tmp_path / "cnn.yaml"
+    exp.write_text((env / "cnn.yaml").read_text().replace(str(env / "data.h5"), str(data)))
+    keep = {p: p.read_bytes() for p in (data, exp)}
+    for option, target in (("--metrics", data), ("--metrics", exp), ("--checkpoint", data)):
+        proc = distnet("run", str(exp), option, str(target), "--no-run-dir", "--force")
+        one_line_error(proc, f"{target} is also an input of the run", 1)
+    assert all(p.read_bytes() == b for p, b in keep.items())
+
+
 def test_full_disk_while_writing_run_json_at_the_end(env, tmp_path, monkeypatch):
     """In-process: the final run.json write fails with ENOSPC."""
     real = fileio.atomic_write_bytes
