@@ -336,8 +336,10 @@ def check(experiment, list_classes, reference, overrides):
 def info():
     """Print versions of distnet and its stack (for bug reports)."""
     from .info import stack_info
-    for k, v in stack_info():
-        click.echo(f"{k:>10}: {v}")
+    rows = stack_info()                 # under mpiexec: every rank (the thread plan is collective)
+    if _world_rank() in (None, 0):      # one report, not one per rank
+        for k, v in rows:
+            click.echo(f"{k:>10}: {v}")
 
 
 @main.group()
