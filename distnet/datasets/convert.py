@@ -37,7 +37,7 @@ import os
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import atomic_target, free_space, write_failure
+from ..fileio import atomic_target, check_writable, free_space, write_failure
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -340,6 +340,7 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     for s, y in labels.items():
         if len(y) and y.max() >= len(classes):
             raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
+    check_writable(out, "output")      # a read-only folder says so, not "no room"
     _check_space(out, layout, labels)
     try:
         _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction)
