@@ -374,7 +374,8 @@ def mnist_sample(directory, force):
                    "none; text: without --test-source).")
 @click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Fraction of the images held out as a validation split (when SOURCE has none).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the split draw.")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
               help="Axes of 4-d arrays: nchw (N, C, H, W: stored as they are) or nhwc (N, H, W, C: "
                    "transposed). Without it, arrays whose last axis looks like channels are refused.")

@@ -242,3 +242,11 @@ def test_a_split_with_a_class_train_lacks_is_refused(tmp_path):
     make_folder(tmp_path / "imgs" / "test", classes=("a", "b", "c"), n=2)
     with pytest.raises(DataError, match=r"imgs/test has class folder\(s\) c/ that .*train lacks"):
         convert(tmp_path / "imgs", tmp_path / "o.h5")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_a_usage_error(tmp_path, seed):
+    """--seed -1 was numpy's ValueError traceback ("Seed must be between 0 and 2**32 - 1")."""
+    make_folder(tmp_path / "imgs", n=2)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"), "--seed", seed])
+    assert r.exit_code == 2 and "--seed" in r.output and "0<=x<=4294967295" in r.output, r.output
