@@ -107,8 +107,15 @@ class FileDataset(Dataset):
 
     def check(self):
         """What can be checked from the file header, before any pixel is read: layout, labels,
-        scaling keys. ``distnet check`` and every rank's setup call it."""
+        scaling keys. ``distnet check`` and every rank's setup call it. Images whose last axis
+        looks like channels (1, 3 or 4 long, the first not) get a warning: ``(N, H, W, C)``
+        arrays read as ``(N, C, H, W)`` train on nonsense without an error."""
         self.scaler()
+        C, H, W = self.image_shape
+        if W in (1, 3, 4) and C not in (1, 3, 4):
+            log.warning("%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels last; distnet "
+                        "reads (N, C, H, W): transpose them (x.transpose(0, 3, 1, 2))",
+                        self.source_files()[0], C, H, W)
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` in the order train, valid, test (module docstring)."""

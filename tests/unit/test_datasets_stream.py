@@ -300,3 +300,18 @@ def test_a_tile_cache_edited_behind_its_metadata_is_not_trusted(tmp_path, caplog
         np.testing.assert_array_equal(y, want[split][1])
         np.testing.assert_array_equal(x[np.arange(len(y))], want[split][0])
     assert "tc.h5" in caplog.text and "rebuilding it" in caplog.text
+
+
+def test_channels_last_images_get_a_warning(tmp_path, caplog):
+    """An (N, H, W, C) file written by hand trained on C=H channels of HxW=WxC pixels, silently."""
+    path = tmp_path / "nhwc.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 16, 16, 3), np.float32), [0, 1]
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        HDF5Dataset(path=str(path)).check()
+    assert "nhwc.h5: images of 16x16x3 (C, H, W) look like (N, H, W, C)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        HDF5Dataset(path=str(write_uint8(tmp_path / "d.h5")), scale=1).check()
+    assert caplog.text == ""
