@@ -25,6 +25,7 @@ from ..geometry.partition import Box
 from . import cache
 from .base import Dataset, sample_indices
 from .scaling import Scaler, check_finite, parse_channels, parse_scale
+from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,10 @@ class FileDataset(Dataset):
             path = None
         rows = self.split_rows(seed)
         srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid)
+        for src in srcs.values() if srcs is files else ():    # (a tile cache has one image per chunk)
+            note = src.chunk_warning() if isinstance(src, H5Source) else None
+            if note:
+                log.warning("%s", note)
         out = {}
         for split, r in rows.items():
             src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows

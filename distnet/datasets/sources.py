@@ -100,6 +100,22 @@ class H5Source(Source):
                 raise DataError(f"cannot open HDF5 file {self.path}: {e}") from None
         return self._file[f"{self.name}/x"]
 
+    def chunk_warning(self):
+        """A sentence when streaming this split is slow by layout: chunks of several images
+        that pass a filter (compression, checksums) and exceed HDF5's 1 MiB chunk cache, so
+        every read of a few rows decodes whole chunks again; else None."""
+        ds = self._x()
+        if not ds.chunks or ds.chunks[0] < 2 or not (ds.compression or ds.fletcher32 or ds.shuffle
+                                                     or ds.scaleoffset is not None):
+            return None
+        nbytes = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        if nbytes <= 2**20:
+            return None
+        return (f"{self.path}: {self.name}/x is stored compressed in chunks of {ds.chunks[0]} images "
+                f"({nbytes / 2**20:.1f} MiB): every minibatch decodes whole chunks, so streaming is slow; "
+                "set cache_dir (a tile cache of one image per chunk), use in_memory: true, or rewrite "
+                "it with chunks=(1, C, H, W)")
+
     def labels(self):
         import h5py
         try:

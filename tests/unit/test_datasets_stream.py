@@ -315,3 +315,19 @@ def test_channels_last_images_get_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
         HDF5Dataset(path=str(write_uint8(tmp_path / "d.h5")), scale=1).check()
     assert caplog.text == ""
+
+
+def test_streaming_a_split_compressed_in_one_chunk_gets_a_warning(tmp_path, caplog):
+    """Every minibatch decompressed the whole split (HDF5's chunk cache holds 1 MiB): one epoch of
+    3000 small images took 11x as long as from the converter's file, quadratic in the images."""
+    path = tmp_path / "gz.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("train/x", data=np.zeros((400, 3, 32, 32), np.uint8), chunks=(400, 3, 32, 32),
+                         compression="gzip")
+        f["train/y"] = np.arange(400) % 2
+        f["test/x"], f["test/y"] = np.zeros((4, 3, 32, 32), np.uint8), [0, 1, 0, 1]
+    for in_memory in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+            HDF5Dataset(path=str(path), scale=1, in_memory=in_memory).load()
+        assert ("train/x is stored compressed in chunks of 400 images" in caplog.text) == (not in_memory)
