@@ -99,7 +99,14 @@ class FileDataset(Dataset):
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``
-        and ``std`` (:meth:`scaler`, as its own images), in ``dtype`` (``distnet predict``)."""
+        and ``std`` (:meth:`scaler`, as its own images), in ``dtype`` (``distnet predict``).
+        DataError when ``x`` holds integers and the training file floats, or the other way round
+        (one scale cannot suit both)."""
+        stored = self.stored_dtype()
+        if (x.dtype.kind == "f") != (stored.kind == "f"):
+            raise DataError(f"images to predict store {x.dtype} values but {self.source_files()[0]} stores "
+                            f"{stored}: give them stored as the training images are (its scale, mean and "
+                            "std apply to both)")
         return self.scaler().apply_into(x, np.empty(x.shape, np.dtype(dtype)))
 
     def read_ahead(self, x):

@@ -331,3 +331,16 @@ def test_streaming_a_split_compressed_in_one_chunk_gets_a_warning(tmp_path, capl
         with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
             HDF5Dataset(path=str(path), scale=1, in_memory=in_memory).load()
         assert ("train/x is stored compressed in chunks of 400 images" in caplog.text) == (not in_memory)
+
+
+def test_images_to_predict_must_be_stored_like_the_training_file(tmp_path):
+    """uint8 images given to a model trained on a float file (already 0..1) went through its
+    scale 1: pixels of 0..255 where the model knew 0..1, and predictions of nonsense."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((2, 1, 3, 3), 0.5, np.float32), [0, 1]
+    ds = HDF5Dataset(path=str(path))
+    np.testing.assert_array_equal(ds.prepare_images(np.full((1, 1, 3, 3), 0.5)), np.full((1, 1, 3, 3), 0.5))
+    with pytest.raises(DataError, match=r"images to predict store uint8 values but .*f.h5 stores float32"):
+        ds.prepare_images(np.zeros((1, 1, 3, 3), np.uint8))
