@@ -159,3 +159,16 @@ def test_info_lists_the_stack():
     out = distnet("info", check=True).stdout
     for word in ("distnet", "numpy", "mpi", "h5py", "gpu", "threads"):
         assert word in out
+
+
+def test_info_under_mpiexec_prints_once_with_the_ranks_thread_plan():
+    """`mpiexec -n 2 distnet info` printed the report twice, interleaved, each saying
+    `threads: 2/rank (2 cores / 1 rank on this node)` for a node running 2 ranks."""
+    from distnet.comm.launcher import THREAD_ENV
+    env = {k: v for k, v in launch_env(2).items() if k not in THREAD_ENV}
+    proc = subprocess.run(["timeout", str(TIMEOUT), mpiexec_path(), "-n", "2", sys.executable, "-m", "distnet",
+                           "info"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    threads = [line for line in proc.stdout.splitlines() if line.strip().startswith("threads:")]
+    assert len(threads) == 1 and proc.stdout.count("distnet: ") == 1, proc.stdout
+    assert "/ 2 ranks on this node)" in threads[0], threads

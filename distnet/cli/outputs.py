@@ -6,7 +6,9 @@
 * ``--metrics F``: an existing F is refused without ``--force``; with it, the lines go to a
   temporary that replaces F only when the run succeeds (a failed run leaves F as it was); a new
   F is created at once (``O_EXCL``), so an unwritable folder is found now;
-* the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`).
+* the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`);
+* never, even with ``--force``, a file the run reads: the experiment, the dataset's files, the
+  checkpoint it resumes (the checkpoint may replace the one it resumes).
 """
 import json
 import os
@@ -114,6 +116,13 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
         if os.path.lexists(metrics_path):
             refuse_existing(metrics_path, "metrics file", force)
         check_writable(metrics_path, "metrics file")
+    from ..datasets.base import Dataset
+    dataset = exp.dataset
+    inputs = [experiment] + (list(dataset.source_files()) if isinstance(dataset, Dataset) else [])
+    for what, path in (("checkpoint", exp.checkpoint_path), ("metrics file", metrics_path)):
+        for src in inputs + ([resume] if resume and what != "checkpoint" else []):
+            if path and same_file(path, src):       # --force replaces outputs, never inputs
+                raise OutputError(f"{what} {path} is also an input of the run ({src}); give another name")
     record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
     try:
         metrics = MetricsFile(metrics_path, force) if metrics_path else None

@@ -380,18 +380,24 @@ def run_status(path, info=None, now=None):
 def read_metrics_file(path):
     """``(epoch records, final record or {})`` of a metrics JSON-lines file."""
     epochs, final = [], {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            if rec.get("final"):
-                final = rec
-            elif "epoch" in rec:
-                epochs.append(rec)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = list(enumerate(f, 1))
+    except UnicodeDecodeError:
+        raise DistnetError(f"{path}: not a metrics file (not UTF-8 text)") from None
+    for n, line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object), got {line.strip()[:40]}")
+        if rec.get("final"):
+            final = rec
+        elif "epoch" in rec:
+            epochs.append(rec)
     return epochs, final
 
 
@@ -403,8 +409,12 @@ def read_run(path):
             raise DistnetError(f"{path} is not a run directory (no metrics.jsonl)")
         info = {}
         if os.path.exists(os.path.join(path, "run.json")):
-            with open(os.path.join(path, "run.json")) as f:
-                info = json.load(f)
+            try:    # a damaged record only loses the label's details
+                with open(os.path.join(path, "run.json"), encoding="utf-8") as f:
+                    info = json.load(f)
+            except (OSError, ValueError):
+                info = {}
+            info = info if isinstance(info, dict) else {}
     elif os.path.isfile(path):
         metrics, info = path, {}
     else:
