@@ -1,0 +1,77 @@
+"""Edge cases of the promise (dist == one process, float64) that the other modules do not reach:
+
+* a data replica with no rows of a short last batch on a plane large enough for the NCHW max
+  pooling kernel (>= ``pooling.NCHW_MIN_PLANE`` pixels, non-overlapping windows): the kernel
+  must take an empty batch (it raised on the empty replica only, and the others hung);
+
+Every rank builds the same global data and runs the single-process oracle itself; the
+distributed run's costs, error rates and gathered weights must equal it.
+"""
+import numpy as np
+import pytest
+
+from distnet.backend import Numpy64
+from distnet.comm import Topology
+from distnet.geometry import tile_of
+from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, MaxPoolingLayer, MaxPoolingLayerDist
+from distnet.models import Convnet, ConvnetDist
+from distnet.models.checkpoint import gather_params
+from distnet.ops import pooling
+from distnet.ops.activations import Logistic, RectLin
+
+MPI_SIZES = (2, 4)
+
+WI = {"type": "uniform", "low": -0.3, "high": 0.3}
+
+
+def _fit(layers_of, shape, x, labels, K, topo, dist, **keys):
+    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles); returns the model, the per-epoch
+    costs and the error rate."""
+    model = (ConvnetDist if dist else Convnet)(layers=layers_of(dist), **keys)
+    model.infer_shapes(shape)
+    model.configure(Numpy64(rng_seed=3), topo)
+    model.init_params()
+    costs = model.fit(x, labels, K)
+    return model, costs, model.misclass_rate(x, labels)
+
+
+def _same_as_one_process(comm, layers_of, shape, x, labels, K, grid, ndata, **keys):
+    """The distributed run on ``grid`` x ``ndata`` replicas equals the one-process run: costs
+    (1e-10 relative), error rate, every gathered weight."""
+    ref, ref_costs, ref_rate = _fit(layers_of, shape, x, labels, K, Topology.serial(), False, **keys)
+    topo = Topology.from_world(grid=grid, data=ndata, world=comm)
+    try:
+        t = tile_of(shape[1:], topo.grid, topo.coords)
+        model, costs, rate = _fit(layers_of, shape, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, K, topo, True, **keys)
+        np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+        assert rate == ref_rate
+        got, want = gather_params(model, topo), gather_params(ref, Topology.serial())
+        if topo.rank == 0:
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g["value"], w["value"], rtol=1e-10, atol=1e-13, err_msg=w["name"])
+    finally:
+        topo.free()
+
+
+def large_plane_net(dist):
+    """conv 3x3 pad 1 + ReLU -> max pool 2x2 (the NCHW kernel's shapes) -> FC."""
+    Conv, Pool, FC = (ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist else (ConvLayer, MaxPoolingLayer, Layer)
+    return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
+            Pool(fshape=2, stride=2),
+            FC(nout=3, weight_init=WI, activation=Logistic())]
+
+
+@pytest.mark.parametrize("grid,ndata", [
+    pytest.param((1, 1), 2, id="data2", marks=pytest.mark.mpi_size(2)),
+    pytest.param((1, 2), 2, id="data2-grid1x2", marks=pytest.mark.mpi_size(4)),
+    pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))])
+def test_replica_without_rows_on_a_large_plane(comm, grid, ndata):
+    """5 images in batches of 4: the last batch has 1 row, so a replica holds none of it (and
+    of the last predict batch). Each tile is 32x32 or larger, so max pooling takes its NCHW
+    kernel on every rank, also on the empty batch."""
+    shape = (1, 32, 32 * grid[1])
+    assert shape[1] * shape[2] // grid[1] >= pooling.NCHW_MIN_PLANE
+    rng = np.random.RandomState(11)
+    x, labels = rng.standard_normal((5,) + shape), rng.randint(0, 3, 5)
+    _same_as_one_process(comm, large_plane_net, shape, x, labels, 3, grid, ndata, num_epochs=2, batch_size=4,
+                         learning_rate=0.05, momentum={"type": "constant", "coef": 0.5})
