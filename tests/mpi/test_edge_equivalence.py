@@ -3,6 +3,10 @@
 * a data replica with no rows of a short last batch on a plane large enough for the NCHW max
   pooling kernel (>= ``pooling.NCHW_MIN_PLANE`` pixels, non-overlapping windows): the kernel
   must take an empty batch (it raised on the empty replica only, and the others hung);
+* tiles of one or two pixels under windows much wider than a tile (5x5 and 7x7 windows on a
+  4x5 image over 1x2, 2x2 and 4x1 grids: ghost pixels come from ranks beyond the neighbours), with
+  LCN, local filtering, pooling whose stride differs from the window, and padding wider than
+  the filter (a tile whose chunk is all padding).
 
 Every rank builds the same global data and runs the single-process oracle itself; the
 distributed run's costs, error rates and gathered weights must equal it.
@@ -13,7 +17,9 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, MaxPoolingLayer, MaxPoolingLayerDist
+from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
+                            L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LCNLayer, LCNLayerDist,
+                            LocalFilteringLayer, LocalFilteringLayerDist, MaxPoolingLayer, MaxPoolingLayerDist)
 from distnet.models import Convnet, ConvnetDist
 from distnet.models.checkpoint import gather_params
 from distnet.ops import pooling
@@ -75,3 +81,34 @@ def test_replica_without_rows_on_a_large_plane(comm, grid, ndata):
     x, labels = rng.standard_normal((5,) + shape), rng.randint(0, 3, 5)
     _same_as_one_process(comm, large_plane_net, shape, x, labels, 3, grid, ndata, num_epochs=2, batch_size=4,
                          learning_rate=0.05, momentum={"type": "constant", "coef": 0.5})
+
+
+def tiny_tile_net(dist):
+    """LCN 7x7 -> conv 5x5 pad 2 + ReLU -> local filtering 5x3 pad (2, 1) -> max pool 3x3 s1 pad 1
+    -> L2 pool 2x2 s(1, 2) pad 1 -> avg pool 1x1 s1 pad 3 (on the 4x1 grid the first output tile
+    reads padding only) -> conv 1x1 pad 1 -> FC (bias)."""
+    LCN, Conv, LF, Max, L2, Avg, FC = (
+        (LCNLayerDist, ConvLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, L2PoolingLayerDist,
+         AveragePoolingLayerDist, LayerDist) if dist else
+        (LCNLayer, ConvLayer, LocalFilteringLayer, MaxPoolingLayer, L2PoolingLayer, AveragePoolingLayer, Layer))
+    return [LCN(fshape=7),
+            Conv(nofm=2, fshape=5, padding=2, weight_init=WI, activation=RectLin()),
+            LF(nofm=2, fshape=[5, 3], padding=[2, 1], weight_init=WI),
+            Max(fshape=3, stride=1, padding=1),
+            L2(fshape=2, stride=[1, 2], padding=1),
+            Avg(fshape=1, stride=1, padding=3),
+            Conv(nofm=2, fshape=1, padding=1, weight_init=WI),
+            FC(nout=3, weight_init=dict(WI, bias_init=0.1), activation=Logistic())]
+
+
+@pytest.mark.parametrize("grid,ndata", [
+    pytest.param((1, 2), 1, id="grid1x2", marks=pytest.mark.mpi_size(2)),
+    pytest.param((2, 2), 1, id="grid2x2", marks=pytest.mark.mpi_size(4)),
+    pytest.param((4, 1), 1, id="grid4x1", marks=pytest.mark.mpi_size(4)),
+    pytest.param((2, 1), 2, id="data2-grid2x1", marks=pytest.mark.mpi_size(4))])
+def test_tiny_tiles_and_wide_windows(comm, grid, ndata):
+    shape = (1, 4, 5)
+    rng = np.random.RandomState(5)
+    x, labels = rng.standard_normal((9,) + shape), rng.randint(0, 3, 9)
+    _same_as_one_process(comm, tiny_tile_net, shape, x, labels, 3, grid, ndata, num_epochs=2, batch_size=4,
+                         shuffle=True, learning_rate=0.05, momentum={"type": "nesterov", "coef": 0.5})
