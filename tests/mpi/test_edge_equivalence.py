@@ -107,6 +107,7 @@ def tiny_tile_net(dist):
     pytest.param((4, 1), 1, id="grid4x1", marks=pytest.mark.mpi_size(4)),
     pytest.param((2, 1), 2, id="data2-grid2x1", marks=pytest.mark.mpi_size(4))])
 def test_tiny_tiles_and_wide_windows(comm, grid, ndata):
+    """9 images of 1x4x5 in shuffled batches of 4, nesterov momentum: the one-process numbers."""
     shape = (1, 4, 5)
     rng = np.random.RandomState(5)
     x, labels = rng.standard_normal((9,) + shape), rng.randint(0, 3, 9)
