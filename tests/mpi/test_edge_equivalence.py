@@ -6,7 +6,11 @@
 * tiles of one or two pixels under windows much wider than a tile (5x5 and 7x7 windows on a
   4x5 image over 1x2, 2x2 and 4x1 grids: ghost pixels come from ranks beyond the neighbours), with
   LCN, local filtering, pooling whose stride differs from the window, and padding wider than
-  the filter (a tile whose chunk is all padding).
+  the filter (a tile whose chunk is all padding);
+* GB pretraining with a dropout layer below the pretrained layer, with data replicas: the
+  layers below ran forward with no minibatch state (each replica drew the mask of its own
+  rows as if they were the whole batch), so the pretrained filters and everything after
+  differed from one process.
 
 Every rank builds the same global data and runs the single-process oracle itself; the
 distributed run's costs, error rates and gathered weights must equal it.
@@ -20,7 +24,9 @@ from distnet.geometry import tile_of
 from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
                             L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LCNLayer, LCNLayerDist,
                             LocalFilteringLayer, LocalFilteringLayerDist, MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.models import Convnet, ConvnetDist
+from distnet.models.gb import GB, GBDist
 from distnet.models.checkpoint import gather_params
 from distnet.ops import pooling
 from distnet.ops.activations import Logistic, RectLin
@@ -30,10 +36,10 @@ MPI_SIZES = (2, 4)
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
-def _fit(layers_of, shape, x, labels, K, topo, dist, **keys):
-    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles); returns the model, the per-epoch
-    costs and the error rate."""
-    model = (ConvnetDist if dist else Convnet)(layers=layers_of(dist), **keys)
+def _fit(layers_of, shape, x, labels, K, topo, dist, models=(Convnet, ConvnetDist), **keys):
+    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles) with ``models[dist]``; returns the
+    model, the per-epoch costs and the error rate."""
+    model = models[dist](layers=layers_of(dist), **keys)
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=3), topo)
     model.init_params()
@@ -51,6 +57,9 @@ def _same_as_one_process(comm, layers_of, shape, x, labels, K, grid, ndata, **ke
         model, costs, rate = _fit(layers_of, shape, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, K, topo, True, **keys)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert rate == ref_rate
+        if isinstance(ref, GB):
+            np.testing.assert_allclose([c[2:] for c in model.pretrain_costs], [c[2:] for c in ref.pretrain_costs],
+                                       rtol=1e-10)
         got, want = gather_params(model, topo), gather_params(ref, Topology.serial())
         if topo.rank == 0:
             for g, w in zip(got, want):
@@ -113,3 +122,31 @@ def test_tiny_tiles_and_wide_windows(comm, grid, ndata):
     x, labels = rng.standard_normal((9,) + shape), rng.randint(0, 3, 9)
     _same_as_one_process(comm, tiny_tile_net, shape, x, labels, 3, grid, ndata, num_epochs=2, batch_size=4,
                          shuffle=True, learning_rate=0.05, momentum={"type": "nesterov", "coef": 0.5})
+
+
+def gb_dropout_below_net(dist):
+    """conv 3x3 pad 1 -> dropout 0.5 -> local filtering 3x3 (pretrained, the max pool after it
+    its sparsity pool) -> max pool 2x2 s1 -> FC."""
+    Conv, Drop, LF, Pool, FC = (
+        (ConvLayerDist, DropoutLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, LayerDist) if dist else
+        (ConvLayer, DropoutLayer, LocalFilteringLayer, MaxPoolingLayer, Layer))
+    return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI),
+            Drop(p=0.5),
+            LF(nofm=2, fshape=3, pretraining=True, pretrain_learning_rate=0.01, sparsity=0.1, weight_init=WI),
+            Pool(fshape=2, stride=1),
+            FC(nout=3, weight_init=WI, activation=Logistic())]
+
+
+@pytest.mark.parametrize("grid,ndata", [
+    pytest.param((1, 1), 2, id="data2", marks=pytest.mark.mpi_size(2)),
+    pytest.param((1, 2), 2, id="data2-grid1x2", marks=pytest.mark.mpi_size(4)),
+    pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))])
+def test_gb_pretraining_below_dropout_with_replicas(comm, grid, ndata):
+    """10 images in batches of 4: pretraining costs, supervised costs, error rate and weights of
+    one process."""
+    shape = (1, 8, 7)
+    rng = np.random.RandomState(2)
+    x, labels = rng.standard_normal((10,) + shape), rng.randint(0, 3, 10)
+    _same_as_one_process(comm, gb_dropout_below_net, shape, x, labels, 3, grid, ndata, models=(GB, GBDist),
+                         num_epochs=2, num_pretrain_epochs=2, pretraining=True, batch_size=4, shuffle=True,
+                         learning_rate=0.1, momentum={"type": "constant", "coef": 0.5})
