@@ -114,6 +114,7 @@ class GB(MLP):
                 rsum = ssum = 0.0
                 batches = self.batches(x.shape[0], shuffle_rng)
                 for idx in batches:
+                    self.start_batch(len(idx))   # the layers below (dropout) see the global batch
                     h = forward(self.layers[:i], xp.asarray(x[self.replica_rows(idx)]))
                     r, s = layer.pretrain_step(h, len(idx), self.step)
                     rsum += r

@@ -342,13 +342,19 @@ class MLP:
                     loss, delta = cost_delta(self.cost, self.graph.forward(x), t, batch_size)
                     self.graph.backward(delta, lowest, after_layer)
                     return [loss]
-        st = self.run_state
-        st.training, st.step, st.rows = True, self.steps, batch_size
-        st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
+        self.start_batch(batch_size)
         loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
                           rule=self.learning_rule, step=self.steps + 1, epoch=epoch, layered=True)
         self.steps += 1
         return float(loss[0])
+
+    def start_batch(self, batch_size):
+        """Tell the layers (:attr:`run_state`) that a training forward of a global minibatch of
+        ``batch_size`` rows starts: training mode, the optimiser step, the global row count and
+        this data replica's first row (dropout addresses its slice of the global mask by them)."""
+        st = self.run_state
+        st.training, st.step, st.rows = True, self.steps, batch_size
+        st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
 
     @contextlib.contextmanager
     def evaluating(self):

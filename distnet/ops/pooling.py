@@ -252,6 +252,8 @@ def _maxpool_fprop_nchw(x, fshape, stride, out, work):
     y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
     argmax = scratch(work, "argmax", (B, C, Ho, Wo), "uint8", like=x)
     blocks = _nchw_blocks(x.shape, x.dtype.itemsize, xp)
+    if not blocks:   # no images (a data replica with no rows of a short batch): nothing to pool
+        return y, argmax
     nb = max(b.stop - b.start for b, _ in blocks)
     nc = max(c.stop - c.start for _, c in blocks)
 
@@ -322,6 +324,8 @@ def _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work):
     (fh, fw), (sy, sx) = fshape, stride
     dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
     blocks = _nchw_blocks(x_shape, dy.dtype.itemsize, xp)
+    if not blocks:   # no images: nothing to spread
+        return dx
     nb = max(b.stop - b.start for b, _ in blocks)
     nc = max(c.stop - c.start for _, c in blocks)
 

@@ -90,6 +90,18 @@ def test_maxpool_large_planes(shape, fshape, stride, be):
     np.testing.assert_array_equal(dx, scatter_to_argmax(x, dy, fshape, stride))
 
 
+@pytest.mark.parametrize("shape,fshape,stride", [((0, 2, 32, 34), (2, 2), (2, 2)), ((0, 2, 5, 6), (3, 3), (1, 2))],
+                         ids=["nchw", "chwn"])
+def test_maxpool_empty_batch(shape, fshape, stride, be):
+    """No images (a data replica with no rows of a short last batch): empty outputs and
+    gradients from both kernels (the NCHW one raised ValueError on its empty block list)."""
+    x = np.zeros(shape)
+    y, arg = maxpool_fprop(be.asarray(x), fshape, stride)
+    assert y.shape == (0,) + naive(np.zeros((1,) + shape[1:]), fshape, stride, np.max).shape[1:]
+    dx = maxpool_bprop(be.asarray(np.zeros(y.shape)), arg, x.shape, fshape, stride)
+    assert dx.shape == shape
+
+
 @pytest.mark.parametrize("shape,fshape,stride", CASES)
 def test_maxpool_backward(shape, fshape, stride, be):
     x = np.random.default_rng(0).standard_normal(shape)   # distinct values: differentiable
