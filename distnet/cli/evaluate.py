@@ -79,8 +79,9 @@ def evaluate(experiment, checkpoint, overrides):
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
               "the experiment).")
 def predict(experiment, checkpoint, data_path, output, overrides, force):
-    """Write the class probabilities (the outputs of the model's last layer) and the predicted
-    labels of the images in FILE, with the weights of a checkpoint; one row per image, in order."""
+    """Write the outputs of the model's last layer (class probabilities after a softmax or
+    logistic activation, raw scores after an identity one) and the predicted labels of
+    the images in FILE, with the weights of a checkpoint; one row per image, in order."""
     from ..datasets.arrays import prediction_format, read_images, write_predictions
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
