@@ -8,7 +8,8 @@ an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), whe
 ``("obj", kind)`` or ``("list", ("obj", kind))``, or a constrained type of :mod:`.types`
 (``PositiveInt``, ``NonNegative``, ``PositiveShape2``, ``WEIGHT_INIT``, ...): sizes, rates and
 ranges are checked here, at build time, so ``distnet check`` and every rank before training
-refuse them with file:line:key. Every ``float`` must be finite. A list of objects may not hold one
+refuse them with file:line:key. Every ``float`` must be finite. ``null`` is accepted only for
+a key whose default is ``None`` (and never as an item of a list). A list of objects may not hold one
 object twice (a layer reused through a YAML alias would be updated twice per step).
 ``config_ignored`` names neon keys that are accepted and dropped (with a note in the docs of that
 class).
@@ -89,6 +90,8 @@ def coerce(spec, value, kind_of):
             raise ValueError(f"expected a list, got {_describe(value)}")
         out, first = [], {}
         for i, v in enumerate(value):
+            if v is None:
+                raise ValueError(f"item {i}: expected {_item_word(spec[1])}, got null")
             try:
                 out.append(coerce(spec[1], v, kind_of))
             except ValueError as e:
@@ -101,6 +104,15 @@ def coerce(spec, value, kind_of):
                 first[id(v)] = i
         return out
     raise AssertionError(f"unknown config type spec {spec!r}")
+
+
+def _item_word(spec):
+    """What an item of a list of ``spec`` must be, for messages."""
+    if isinstance(spec, tuple) and spec[0] == "obj":
+        return f"{_KIND_WORD[spec[1]]} (!obj:...)"
+    if spec in (int, float, str):
+        return {int: "an integer", float: "a number", str: "a string"}[spec]
+    return str(spec)
 
 
 def constructor_params(cls):
@@ -183,6 +195,7 @@ class Builder:
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
+        params = {p.name: p for p in constructor_params(cls)}
         accepted, required = constructor_keys(cls)
         ignored = _ignored_of(cls)
         types = _types_of(cls)
@@ -199,6 +212,8 @@ class Builder:
                 valid = ", ".join(sorted(accepted))
                 raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
             value = self.build(raw, where, key)
+            if value is None:
+                _check_null(params[key], where)
             if key in types:
                 try:
                     value = coerce(types[key], value, self.kind_of)
@@ -226,6 +241,16 @@ class Builder:
             setattr(obj, name, value)
         self._kinds[id(obj)] = kind
         return obj
+
+
+def _check_null(param, where):
+    """``null`` (``~``, an empty value) stands for "not given" only where the default is ``None``;
+    a required key, or one with another default, needs a value (ConfigError naming the key)."""
+    if param.default is inspect.Parameter.empty:
+        raise ConfigError("needs a value, got null", where, param.name)
+    if param.default is not None:
+        raise ConfigError(f"needs a value, got null (leave the key out for its default, "
+                          f"{param.default!r})", where, param.name)
 
 
 def config_error(obj, message, key=None):

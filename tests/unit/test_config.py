@@ -126,3 +126,56 @@ def test_yaml_reference_is_up_to_date():
     from distnet.config.reference import reference_markdown
     doc = Path(__file__).resolve().parents[2] / "docs" / "yaml.md"
     assert doc.read_text() == reference_markdown(), "regenerate: distnet check --reference > docs/yaml.md"
+
+
+@pytest.mark.parametrize("layer, key", [
+    (CONV.replace("nofm: 4", "nofm: null"), "nofm"),          # required
+    (CONV.replace("nofm: 4", "nofm: ~"), "nofm"),
+    (CONV.replace("fshape: 5", "fshape: null"), "fshape"),
+    (CONV.replace("nofm: 4", "nofm: 4, stride: null"), "stride"),   # default 1
+    (CONV.replace("nofm: 4", "nofm: 4, padding: null"), "padding"),
+    (FC.replace("nout: 10", "nout: null"), "nout"),
+])
+def test_null_for_a_key_that_needs_a_value_names_the_key(layer, key):
+    e = error_of(layer, FC)
+    assert e.key == key and "null" in str(e) and "exp.yaml:8" in str(e)
+
+
+def test_null_for_a_key_whose_default_is_none_means_not_given():
+    exp = build(CONV.replace("nofm: 4", "nofm: 4, nifm: null, activation: null"), FC)
+    assert exp.model.infer_shapes((1, 28, 28)) == (10,)
+
+
+@pytest.mark.parametrize("text, key", [
+    (HEADER.replace("num_epochs: 1", "num_epochs: null") + CONV + FOOTER, "num_epochs"),
+    (HEADER.replace("rng_seed: 0", "rng_seed: null") + CONV + FOOTER, "rng_seed"),
+    (HEADER.replace("learning_rate: 0.1", "learning_rate: 0.1, shuffle: null") + CONV + FOOTER, "shuffle"),
+    (HEADER.replace("!obj:distnet.experiments.FitPredictErrorExperiment {",
+                    "!obj:distnet.experiments.FitPredictErrorExperiment { eval_every: null,") + CONV + FOOTER,
+     "eval_every"),
+])
+def test_null_elsewhere_in_the_file(text, key):
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "null" in str(e.value) and "exp.yaml:" in str(e.value)
+
+
+@pytest.mark.parametrize("text, key", [
+    (HEADER + "      null,\n" + CONV + FOOTER, "layers"),
+    (HEADER + CONV + "      ~,\n" + FOOTER, "layers"),
+    (HEADER.replace("datasets: [!obj:", "datasets: [null, !obj:") + CONV + FOOTER, "datasets"),
+    (HEADER.replace("datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere}]", "datasets: [null]")
+     + CONV + FOOTER, "datasets"),
+    (HEADER + CONV.replace("nofm: 4", "nofm: 4, inputs: [null]") + FOOTER, "inputs"),
+])
+def test_a_null_item_in_a_list_is_refused(text, key):
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "item" in str(e.value) and "null" in str(e.value)
+
+
+def test_a_required_object_given_null():
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text("!obj:distnet.experiments.FitExperiment {model: null,\n"
+                             "  datasets: [!obj:distnet.datasets.MNIST {repo_path: x}]}\n", "exp.yaml")
+    assert e.value.key == "model" and "exp.yaml:1" in str(e.value) and "null" in str(e.value)
