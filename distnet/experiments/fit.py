@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
+from ..config.builder import config_error
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
@@ -232,8 +233,13 @@ class FitExperiment:
         tile = self.dataset.rank_tile(t.grid, t.coords) if self.dist_flag else None
 
         def load():
-            return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
-                                     rank=t.rank, size=t.size, grid=t.grid)
+            try:
+                return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
+                                         rank=t.rank, size=t.size, grid=t.grid)
+            except ConfigError as e:   # found on opening the data: at the dataset's YAML line
+                if e.where:
+                    raise
+                raise config_error(self.dataset, e.bare_message, e.key) from None
 
         return run_collectively(load, t.world)
 
