@@ -50,7 +50,8 @@ def reference_markdown():
            "line and key. Shapes are global (whole images), also in distributed runs. Numbers follow "
            "YAML 1.2 (`1e-3`, `.5` are numbers). `null` (`~`) means \"not given\" only for a key whose "
            "default is `None`; a required key, or one with another default, given `null` is an error "
-           "(leave the key out for its default), and so is a `null` item in a list. neon's later schema (`dataset:`, per-layer "
+           "(leave the key out for its default), and so is a `null` item in a list. A key given twice in one mapping keeps its later value, "
+           "with a warning. neon's later schema (`dataset:`, per-layer "
            "`learning_rule`, `weight_init: !obj:params.UniformValGen {...}`, `olayer`) is translated "
            "into these keys: see [neon.md](neon.md).", ""]
     by_kind = {}

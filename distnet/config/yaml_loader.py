@@ -82,6 +82,7 @@ def _make_loader(filename, objects=True):
                 self._depth -= 1
 
         def flatten_mapping(self, node):
+            _warn_duplicates(self, node, filename)
             super().flatten_mapping(node)
             node.value = _last_of_each_key(node.value)
 
@@ -116,6 +117,22 @@ def _make_loader(filename, objects=True):
     if objects:
         Loader.add_multi_constructor("!obj:", construct_obj)
     return Loader
+
+
+def _warn_duplicates(loader, node, filename):
+    """A note for every scalar key written twice in the plain mapping ``node`` (the later value
+    wins, as in an ``!obj:`` mapping); keys merged in with ``<<:`` may be overridden freely."""
+    if not isinstance(node.tag, str) or node.tag.startswith("!obj:"):
+        return   # !obj: mappings warn as they are constructed
+    first = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = f"{filename}:{key.start_mark.line + 1}"
+        if (key.tag, key.value) in first:
+            loader.distnet_notes.append((logging.WARNING, f"{line}: key '{key.value}' is given twice (also at "
+                                         f"{first[(key.tag, key.value)]}); the later value is used"))
+        first.setdefault((key.tag, key.value), line)
 
 
 def _last_of_each_key(pairs):

@@ -179,3 +179,23 @@ def test_a_required_object_given_null():
         load_experiment_text("!obj:distnet.experiments.FitExperiment {model: null,\n"
                              "  datasets: [!obj:distnet.datasets.MNIST {repo_path: x}]}\n", "exp.yaml")
     assert e.value.key == "model" and "exp.yaml:1" in str(e.value) and "null" in str(e.value)
+
+
+def test_a_key_given_twice_in_a_plain_mapping_warns_like_in_an_object():
+    """``weight_init: {low: -0.1, high: 0.1, high: 5}`` keeps the later value (as YAML loaders
+    do), with the same warning as a key given twice in an ``!obj:`` mapping."""
+    import logging
+    exp = load_experiment_text(HEADER + CONV.replace("high: 0.1}", "high: 0.1,\n high: 0.2}") + FOOTER, "exp.yaml")
+    assert exp.model.layers[0].weight_init["high"] == 0.2
+    notes = [t for level, t in exp.config_notes if level == logging.WARNING]
+    assert any(t.startswith("exp.yaml:9: key 'high' is given twice") and "(also at exp.yaml:8)" in t
+               and "later value is used" in t for t in notes), notes
+
+
+def test_merge_keys_are_not_duplicates():
+    """An explicit key overriding one merged in with ``<<:`` is YAML's merge, not a duplicate."""
+    text = HEADER.replace("num_epochs: 1,", "num_epochs: 1, momentum: {<<: &m {type: constant, coef: 0.5}, coef: 0.9},") \
+        + CONV + FOOTER
+    exp = load_experiment_text(text, "exp.yaml")
+    assert exp.model.momentum.coef == 0.9
+    assert not [t for _, t in exp.config_notes if "twice" in t]
