@@ -18,7 +18,7 @@ from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
-from ..log import get_logger, setup_logging
+from ..log import check_logging, get_logger, setup_logging
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
@@ -72,6 +72,22 @@ class RunHooks:
         """After the final error rates, with the :class:`RunResult`."""
 
 
+def setup_experiment_logging(experiment, t):
+    """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
+    (opened by rank 0) ends every rank with the experiment's file:line (collective over
+    ``t.world``)."""
+    from ..comm.abort import run_collectively
+    lc = dict(experiment.logging)
+
+    def setup():
+        try:
+            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
+        except ConfigError as e:
+            raise config_error(experiment, e.bare_message, e.key) from None
+
+    run_collectively(setup, t.world)
+
+
 def launcher_size():
     """World size announced by an MPI launcher's environment (1 if not launched by one)."""
     for var in _LAUNCHER_SIZE_VARS:
@@ -111,7 +127,7 @@ class FitExperiment:
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
     default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
-    mapping: ``level``, ``format``, ``filename``), ``checkpoint`` (mapping: ``every`` N epochs,
+    mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
     ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
@@ -136,7 +152,7 @@ class FitExperiment:
         self.dataset = datasets[0]
         self.backend = backend if backend is not None else Numpy()
         self.dist_flag = dist_flag
-        self.logging = logging or {}
+        self.logging = check_logging(logging)
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
@@ -218,9 +234,7 @@ class FitExperiment:
         self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
-        lc = dict(self.logging)
-        setup_logging(self.topology.rank, self.topology.size, lc.get("level", logging.INFO),
-                      lc.get("format"), lc.get("filename"))
+        setup_experiment_logging(self, self.topology)
         self.model.configure(self.backend, self.topology)
         self.model.init_params()
         return self.topology

@@ -250,3 +250,36 @@ def test_check_refuses_bad_sizes_through_the_cli(files, base_text, tmp_path):
     path = tmp_path / "nofm0.yaml"
     path.write_text(base_text.replace("nofm: 3", "nofm: 0"))
     one_clear_line(distnet("check", str(path)), "nofm0.yaml:8", "key 'nofm'", "expected int >= 1")
+
+
+# -- the logging mapping ---------------------------------------------------------------------
+
+BAD_LOGGING = [
+    # (the logging mapping, words in the message): each was ignored silently or a traceback
+    ("{levl: DEBUG}", "unknown logging key(s) ['levl']; valid: ['filename', 'format', 'level']"),
+    ("{level: bogus}", "logging level must be"),
+    ("{level: [10]}", "logging level must be"),
+    ("{format: 5}", "logging format must be a string"),
+    ("{format: '{message}'}", "logging format '{message}'"),
+    ("{format: '%(foo)s'}", "logging format '%(foo)s'"),
+    ("{filename: 5}", "logging filename must be a string"),
+]
+
+
+@pytest.mark.parametrize("mapping, words", BAD_LOGGING, ids=[b[0] for b in BAD_LOGGING])
+def test_the_logging_mapping_is_checked_at_build_time(base_text, mapping, words):
+    e = error(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+    assert (e.where, e.key) == ("exp.yaml:4", "logging") and words in str(e), str(e)
+
+
+def test_good_logging_mappings(base_text):
+    for mapping in ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
+                    "{level: DEBUG}", "{level: warning}"):
+        load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+
+
+def test_an_unwritable_log_file_is_one_clear_line(files, tmp_path):
+    proc = distnet("run", str(files / "base.yaml"), "--no-run-dir", "--no-checkpoint", "--set",
+                   f"logging={{filename: {tmp_path}/no/such/dir/log.txt}}")
+    one_clear_line(proc, "command line --set logging=", "key 'logging'", "cannot open the log file",
+                   "no/such/dir/log.txt: No such file or directory")
