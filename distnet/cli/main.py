@@ -143,6 +143,10 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         _close_quietly(hooks, record, f"MemoryError: {e}", log_handler)
         _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
               "it smaller or use more ranks; `distnet show -n N` gives the memory per rank)", 1)
+    except FloatingPointError as e:  # numpy's, raised because the backend's seterr_handling asks for it
+        _close_quietly(hooks, record, f"FloatingPointError: {e}", log_handler)
+        _fail(f"floating-point error: {e} (the backend's seterr_handling stops the run on it; lower the "
+              "learning rate or check the data, or let seterr_handling warn or ignore it)", 1)
     except (Interrupted, KeyboardInterrupt) as e:  # one process (ranks abort in their signal thread)
         name = e.name if isinstance(e, Interrupted) else "SIGINT"
         _close_quietly(hooks, record, f"interrupted by {name}", log_handler, f"distnet: interrupted by {name}",

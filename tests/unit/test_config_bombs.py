@@ -283,3 +283,21 @@ def test_an_unwritable_log_file_is_one_clear_line(files, tmp_path):
                    f"logging={{filename: {tmp_path}/no/such/dir/log.txt}}")
     one_clear_line(proc, "command line --set logging=", "key 'logging'", "cannot open the log file",
                    "no/such/dir/log.txt: No such file or directory")
+
+
+@pytest.mark.parametrize("mapping, words", [
+    ("{foo: raise}", "unknown seterr_handling key(s) ['foo']"),
+    ("{all: explode}", "seterr_handling all must be one of"),
+    ("[raise]", "expected a dict"),
+])
+def test_seterr_handling_is_checked(base_text, mapping, words):
+    e = error(base_text.replace("{rng_seed: 5}", "{rng_seed: 5, seterr_handling: " + mapping + "}"))
+    assert (e.where, e.key) == ("exp.yaml:2", "seterr_handling") and words in str(e), str(e)
+
+
+def test_a_floating_point_error_asked_for_by_seterr_is_one_clear_line(files):
+    """``seterr_handling: {all: raise}`` (neon's) stops the run on an overflow: one line, no
+    traceback."""
+    proc = distnet("run", str(files / "base.yaml"), "--no-run-dir", "--no-checkpoint",
+                   "--set", "backend.seterr_handling={all: raise}", "--set", "model.learning_rate=1e300")
+    one_clear_line(proc, "floating-point error", "seterr_handling")
