@@ -159,3 +159,22 @@ def test_info_lists_the_stack():
     out = distnet("info", check=True).stdout
     for word in ("distnet", "numpy", "mpi", "h5py", "gpu", "threads"):
         assert word in out
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--run-dir", "RD", "--no-run-dir"], "--run-dir and --no-run-dir"),
+    (["--checkpoint", "CK.h5", "--no-checkpoint"], "--checkpoint and --no-checkpoint"),
+    (["--checkpoint-every", "2", "--no-checkpoint"], "--checkpoint-every and --no-checkpoint"),
+    (["-v", "-q"], "--verbose and --quiet"),
+    (["--watchdog", "nan"], "--watchdog"),
+    (["--watchdog", "inf"], "--watchdog"),
+])
+def test_conflicting_or_meaningless_flags_are_refused_before_anything_runs(tmp_path, flags, words):
+    """Each of these used to drop one flag silently (or watch nothing)."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    flags = [str(tmp_path / f) if f in ("RD", "CK.h5") else f for f in flags]
+    r = CliRunner().invoke(main, ["run", str(ROOT / "experiments" / "mnist_cnn.yaml"), "--set",
+                                  "model.num_epochs=0", "--set", "dataset.sample_pct=1", *flags])
+    assert r.exit_code == 2 and words in r.output, r.output
+    assert not list(tmp_path.iterdir())         # nothing written

@@ -1,5 +1,6 @@
 """The ``distnet`` command line (thin: every command calls into the package)."""
 import logging
+import math
 import os
 import sys
 
@@ -91,6 +92,14 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     except ValueError:
         raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
                                  param_hint="--progress-every") from None
+    if watchdog is not None and not math.isfinite(watchdog):
+        raise click.BadParameter(f"{watchdog} is not a number of seconds", param_hint="'--watchdog'")
+    for a, b, given in (("--run-dir", "--no-run-dir", run_dir is not None and no_run_dir),
+                        ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
+                        ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
+                        ("--verbose", "--quiet", verbose and quiet)):
+        if given:   # one of them would be dropped silently
+            raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
     comm = _install_abort_hook() if _launched_on_many() else None  # before anything can fail on one rank
     _install_signal_handlers(comm)
     rank0 = _world_rank() in (None, 0)
