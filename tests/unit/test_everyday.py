@@ -153,6 +153,32 @@ def test_show_refuses_sizes_that_cannot_work():
         format_show(grid, "x", 4)
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--flops", "0"], "--flops"),                 # was: ZeroDivisionError
+    (["--beta", "0"], "--beta"),                   # was: ZeroDivisionError
+    (["--mem-rate", "-1"], "--mem-rate"),          # was: a negative step time
+    (["--alpha", "-1"], "--alpha"),
+    (["--beta", "nan"], "--beta"),
+    (["--alpha", "inf"], "--alpha"),
+    (["--input-shape", "0,28,28"], "--input-shape"),
+    (["--input-shape", "1,-28,28"], "--input-shape"),
+])
+def test_show_refuses_meaningless_cost_model_constants_and_shapes(args, words):
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    r = CliRunner().invoke(main, ["show", str(ROOT / "experiments/mnist_cnn_dist.yaml"), "-n", "2", *args])
+    assert r.exit_code == 2 and words in r.output and "predicted step" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_show_refuses_a_grid_for_an_experiment_that_has_none():
+    """``--grid 0x2`` (or any grid) on a non-distributed experiment was accepted and ignored."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    r = CliRunner().invoke(main, ["show", str(ROOT / "experiments/mnist_cnn.yaml"), "--grid", "0x2"])
+    assert r.exit_code == 2 and "--grid" in r.output and "dist_flag" in r.output, r.output
+
+
 # -- distnet plot ------------------------------------------------------------------------------
 
 def _run_dir(path, costs, final):
