@@ -117,6 +117,11 @@ def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
                   str(tmp_path / "p.csv"))
     assert bad.returncode == 1 and "(1, 5, 5)" in bad.stderr and "(1, 12, 10)" in bad.stderr
     assert not (tmp_path / "p.csv").exists()
+    np.save(tmp_path / "none.npy", np.zeros((0, 1, 12, 10)))     # was: a ValueError traceback
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "none.npy"), "-o",
+                  str(tmp_path / "p.csv"))
+    assert bad.returncode == 1 and "holds no images" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "p.csv").exists()
 
 
 def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):

@@ -48,6 +48,8 @@ def read_images(path, image_shape, tile=None, scale_255=False):
     if x.ndim != 4 or tuple(x.shape[1:]) != tuple(image_shape):
         raise DataError(f"--data {path}: images of shape {tuple(x.shape[1:])}, but the experiment "
                         f"takes {tuple(image_shape)} (C, H, W)")
+    if len(x) == 0:
+        raise DataError(f"--data {path}: holds no images (shape {tuple(x.shape)})")
     if x.dtype.kind not in "biuf":
         raise DataError(f"--data {path}: images must be numbers, got dtype {x.dtype}")
     if tile is not None:
