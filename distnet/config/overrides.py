@@ -3,7 +3,7 @@
 The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
 items by index (``model.layers.0.nofm=8``; ``dataset.K`` and ``datasets.0.K`` are one key, in
 files of either spelling). The value is YAML (``1``, ``0.5``, ``1e-3``,
-``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
+``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files, and no ``!obj:`` objects. An override may add a key the
 file does not set; the result is validated like the file itself.
 """
 from ..errors import ConfigError
@@ -29,6 +29,10 @@ def parse_override(text):
     try:
         value = parse_scalar(raw)
     except ConfigError as e:
+        if "!obj:" in raw:
+            raise ConfigError(f"override {short!r}: --set takes plain YAML values (numbers, strings, lists, "
+                              "mappings), not !obj: objects; edit the file to change an object",
+                              "command line") from None
         raise ConfigError(f"override {short!r}: value is not valid YAML ({e.bare_message})",
                           "command line") from None
     return keys, value

@@ -246,6 +246,13 @@ def test_overrides_are_checked_like_the_file(files):
         load_experiment(files / "base.yaml", ["model.layers.0.nofm=0"])
 
 
+def test_an_object_in_set_says_that_set_takes_plain_values(files):
+    """``--set model.cost=!obj:...`` was "could not determine a constructor for the tag"."""
+    with pytest.raises(ConfigError, match=r"--set takes plain YAML values.*!obj:.*edit the file") as e:
+        load_experiment(files / "base.yaml", ["model.cost=!obj:distnet.costs.SumSquaredDiffs {}"])
+    assert "constructor" not in str(e.value)
+
+
 def test_check_refuses_bad_sizes_through_the_cli(files, base_text, tmp_path):
     path = tmp_path / "nofm0.yaml"
     path.write_text(base_text.replace("nofm: 3", "nofm: 0"))
