@@ -46,9 +46,13 @@ def _ignored_of(cls):
     return out
 
 
-def _describe(value):
+def _describe(value, kind_of=None):
     if isinstance(value, ObjSpec):
         return f"!obj:{value.path}"
+    spec = getattr(value, "config_spec", None)    # an object built from the file
+    if isinstance(spec, ObjSpec):
+        kind = kind_of(value) if kind_of is not None else None
+        return f"!obj:{spec.path}" + (f" ({_KIND_WORD[kind]})" if kind in _KIND_WORD else "")
     return _describe_value(value)
 
 
@@ -83,7 +87,7 @@ def coerce(spec, value, kind_of):
     if isinstance(spec, tuple) and spec[0] == "obj":
         kind = kind_of(value)
         if kind != spec[1]:
-            raise ValueError(f"expected {_KIND_WORD[spec[1]]} (!obj:...), got {_describe(value)}")
+            raise ValueError(f"expected {_KIND_WORD[spec[1]]} (!obj:...), got {_describe(value, kind_of)}")
         return value
     if isinstance(spec, tuple) and spec[0] == "list":
         if not isinstance(value, list):
@@ -209,6 +213,8 @@ class Builder:
                                        "backend's dtype"))
                 continue
             if key not in accepted:
+                if not accepted:
+                    raise ConfigError(f"unknown key: {cls.__name__} takes no keys (write {{}})", where, key)
                 valid = ", ".join(sorted(accepted))
                 raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
             value = self.build(raw, where, key)

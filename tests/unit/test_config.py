@@ -199,3 +199,16 @@ def test_merge_keys_are_not_duplicates():
     exp = load_experiment_text(text, "exp.yaml")
     assert exp.model.momentum.coef == 0.9
     assert not [t for _, t in exp.config_notes if "twice" in t]
+
+
+def test_an_object_of_the_wrong_kind_is_named_by_its_class_path():
+    """``cost: !obj:...RectLin {}`` said "got <distnet.ops.activations.RectLin object at 0x...>"."""
+    e = error_of(CONV, FC.replace("nout: 10,", "nout: 10, name: out,").replace(
+        "weight_init: {type: uniform}}", "weight_init: {type: uniform}, activation: !obj:distnet.costs.CrossEntropy {}}"))
+    assert e.key == "activation" and "got !obj:distnet.costs.CrossEntropy (a cost)" in str(e) and " at 0x" not in str(e)
+
+
+def test_an_activation_given_a_key_says_it_takes_none():
+    e = error_of(CONV, FC.replace("weight_init: {type: uniform}}",
+                                  "weight_init: {type: uniform}, activation: !obj:distnet.activations.RectLin {slope: 1}}"))
+    assert e.key == "slope" and "RectLin takes no keys" in str(e)
