@@ -328,7 +328,7 @@ def check(experiment, list_classes, reference, overrides):
             lines = exp.summary()
         else:
             shape = exp.model.infer_shapes(exp.dataset.image_shape)
-            getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
+            exp.check()   # what run checks before training: data headers, outputs vs classes
     except DistnetError as e:
         _fail(str(e))
     if seq2seq:

@@ -136,3 +136,12 @@ def test_dataset_and_datasets_0_are_one_override_key(tmp_path):
     path.write_text(later)                                 # neon's later dataset:
     assert load_experiment(str(path), ["datasets.0.sample_pct=4"]).dataset.sample_pct == 4
     assert load_experiment(str(path), ["dataset.sample_pct=5"]).dataset.sample_pct == 5
+
+
+def test_check_refuses_an_output_layer_that_does_not_fit_the_classes_as_run_does():
+    """`distnet check` said OK to 5 outputs for MNIST's 10 classes; `distnet run` refused them."""
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    r = CliRunner().invoke(main, ["check", exp, "--set", "model.layers.5.nout=5"])
+    assert r.exit_code == 2 and "OK" not in r.output, r.output
+    assert "key 'nout': layer 'output': gives 5 outputs but the dataset has 10 classes" in r.output
