@@ -145,3 +145,23 @@ def test_check_refuses_an_output_layer_that_does_not_fit_the_classes_as_run_does
     r = CliRunner().invoke(main, ["check", exp, "--set", "model.layers.5.nout=5"])
     assert r.exit_code == 2 and "OK" not in r.output, r.output
     assert "key 'nout': layer 'output': gives 5 outputs but the dataset has 10 classes" in r.output
+
+
+@pytest.mark.parametrize("text, words", [
+    ("1:30", "base-60"),         # YAML 1.1: 90
+    ("190:20:30", "base-60"),    # 685230
+    ("010", "leading zero"),     # YAML 1.1: 8; YAML 1.2: 10
+    ("-007", "leading zero"),
+])
+def test_yaml_11_integers_that_read_as_another_number_are_refused(text, words):
+    """YAML 1.1 (PyYAML) reads ``1:30`` as 90 and ``010`` as 8: silently another number than
+    written (``grid: 2:2``, ``nofm: 010``). They are errors naming the line, in files and --set."""
+    with pytest.raises(ConfigError, match=words) as e:
+        parse_yaml(f"a: 1\nb: {text}\n", "e.yaml")
+    assert "e.yaml:2" in str(e.value) and text in str(e.value)
+    with pytest.raises(ConfigError, match=words):
+        parse_override(f"model.x={text}")
+
+
+def test_integers_that_stay_integers():
+    assert parse_yaml("[0, -3, +5, 1_000, 0x10, 0b101, '1:30', '010']") == [0, -3, 5, 1000, 16, 5, "1:30", "010"]
