@@ -380,18 +380,28 @@ def run_status(path, info=None, now=None):
 def read_metrics_file(path):
     """``(epoch records, final record or {})`` of a metrics JSON-lines file."""
     epochs, final = [], {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            if rec.get("final"):
-                final = rec
-            elif "epoch" in rec:
-                epochs.append(rec)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError:
+        raise DistnetError(f"{path}: not a metrics JSON-lines file (not UTF-8 text)") from None
+    except OSError as e:
+        raise DistnetError(f"cannot read {path}: {e.strerror or e}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+        if not isinstance(rec, dict) or ("epoch" in rec and not rec.get("final")
+                                         and not isinstance(rec.get("cost"), (int, float))):
+            raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object with epoch and cost, "
+                               "as distnet run writes)")
+        if rec.get("final"):
+            final = rec
+        elif "epoch" in rec:
+            epochs.append(rec)
     return epochs, final
 
 
@@ -403,8 +413,13 @@ def read_run(path):
             raise DistnetError(f"{path} is not a run directory (no metrics.jsonl)")
         info = {}
         if os.path.exists(os.path.join(path, "run.json")):
-            with open(os.path.join(path, "run.json")) as f:
-                info = json.load(f)
+            try:
+                with open(os.path.join(path, "run.json"), encoding="utf-8") as f:
+                    info = json.load(f)
+            except (ValueError, OSError) as e:   # JSONDecodeError, UnicodeDecodeError
+                raise DistnetError(f"{os.path.join(path, 'run.json')}: not JSON ({e})") from None
+            if not isinstance(info, dict):
+                raise DistnetError(f"{os.path.join(path, 'run.json')}: not JSON of a run record")
     elif os.path.isfile(path):
         metrics, info = path, {}
     else:

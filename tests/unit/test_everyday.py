@@ -3,6 +3,7 @@ directories, ``distnet show``'s geometry, the PNG plot, the progress bar, fault-
 import io
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -205,6 +206,27 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(DistnetError, match=r"pip install 'distnet\[plot\]'"):
         plot_runs([_run_dir(tmp_path / "a", [1.0], {})], str(tmp_path / "x.png"))
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a metrics JSON-lines file"),   # was: UnicodeDecodeError
+    (b"5\n", "m.jsonl:1: not a metrics record"),                               # was: AttributeError
+    (b'{"epoch": 0}\n', "m.jsonl:1: not a metrics record"),                    # was: KeyError 'cost'
+    (b'{"epoch": 0, "cost": "x"}\n', "m.jsonl:1: not a metrics record"),
+])
+def test_read_run_refuses_what_is_no_metrics_file(tmp_path, content, words):
+    from distnet.experiments.rundir import read_run
+    (tmp_path / "m.jsonl").write_bytes(content)
+    with pytest.raises(DistnetError, match=re.escape(words)):
+        read_run(str(tmp_path / "m.jsonl"))
+
+
+def test_read_run_refuses_a_broken_run_json(tmp_path):
+    from distnet.experiments.rundir import read_run
+    d = _run_dir(tmp_path / "a", [1.0], {})
+    (tmp_path / "a" / "run.json").write_text("{not json")
+    with pytest.raises(DistnetError, match="run.json: not JSON"):
+        read_run(d)
 
 
 # -- progress bar ------------------------------------------------------------------------------
