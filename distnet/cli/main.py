@@ -483,17 +483,27 @@ def distribute(source, output, dist_mode, force):
         click.echo(text, nl=False)
 
 
+#: A tolerance of ``distnet compare``: finite and >= 0 (nan would make every comparison agree).
+_TOLERANCE = click.FloatRange(min=0)
+
+
+def _finite(ctx, param, value):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 @main.command()
 @click.argument("single", type=click.Path(exists=True, dir_okay=False))
 @click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
-@click.option("--cost-tol", type=float, default=None,
+@click.option("--cost-tol", type=_TOLERANCE, callback=_finite, default=None,
               help="Accepted relative difference of a per-epoch mean cost [default: 0.05 in "
                    "float32, 1e-9 when both runs are float64].")
-@click.option("--cost-atol", type=float, default=None,
+@click.option("--cost-atol", type=_TOLERANCE, callback=_finite, default=None,
               help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
                    "one (|a - b| <= atol + tol * |a|) [default: 0.01 in float32, 0 in float64].")
-@click.option("--rate-tol", type=float, default=None,
+@click.option("--rate-tol", type=_TOLERANCE, callback=_finite, default=None,
               help="Largest accepted |difference| of an error rate, in percentage points "
                    "[default: 0.5 in float32, 0 in float64].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
