@@ -72,6 +72,13 @@ class RunHooks:
         """After the final error rates, with the :class:`RunResult`."""
 
 
+def epochs_left(done, num_epochs):
+    """The resume line's end: the epochs left after epoch ``done`` of ``num_epochs``."""
+    if done + 1 >= num_epochs:
+        return f"no epoch left to train (num_epochs {num_epochs}): evaluating the checkpoint's model"
+    return f"training epochs {done + 1} to {num_epochs - 1}"
+
+
 def setup_experiment_logging(experiment, t):
     """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
     (opened by rank 0) ends every rank with the experiment's file:line (collective over
@@ -320,10 +327,9 @@ class FitExperiment:
             result.start_epoch = ck.epoch + 1
             for r in history:  # the run's records start at epoch 0, as an uninterrupted run's
                 hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); training epochs "
-                     "%d to %d", resume, ck.epoch, ck.meta.get("size", "?"),
-                     "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
-                     ck.epoch + 1, self.model.num_epochs - 1)
+            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); %s", resume, ck.epoch,
+                     ck.meta.get("size", "?"), "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
+                     epochs_left(ck.epoch, self.model.num_epochs))
         t0 = clock()
         data = self.load_data()
         timings["data"] = clock() - t0

@@ -7,7 +7,8 @@ import time
 from ..backend import Numpy
 from ..errors import ConfigError
 from ..log import check_logging, get_logger
-from .fit import RunHooks, RunResult, _check_checkpoint_key, launcher_size, setup_experiment_logging
+from .fit import (RunHooks, RunResult, _check_checkpoint_key, epochs_left, launcher_size,
+                  setup_experiment_logging)
 from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, apply_plan
 from .threads import plan_threads
 
@@ -190,8 +191,8 @@ class Seq2SeqExperiment:
             start = result.start_epoch = ck.epoch + 1
             for r in history:   # the run's records start at epoch 0, as an uninterrupted run's
                 hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s rank(s)); training epochs %d to %d",
-                     resume, ck.epoch, ck.meta.get("size", "?"), ck.epoch + 1, m.num_epochs - 1)
+            log.info("resumed from %s: epoch %d done (written on %s rank(s)); %s",
+                     resume, ck.epoch, ck.meta.get("size", "?"), epochs_left(ck.epoch, m.num_epochs))
         acc = (None, None)
         for r in history:
             if "test_seq_acc" in r:
