@@ -308,3 +308,23 @@ def test_a_floating_point_error_asked_for_by_seterr_is_one_clear_line(files):
     proc = distnet("run", str(files / "base.yaml"), "--no-run-dir", "--no-checkpoint",
                    "--set", "backend.seterr_handling={all: raise}", "--set", "model.learning_rate=1e300")
     one_clear_line(proc, "floating-point error", "seterr_handling")
+
+
+CONV_INIT = "{type: uniform, low: -0.3, high: 0.3}"
+
+
+@pytest.mark.parametrize("old, init, dtype, line", [
+    (CONV_INIT, "{type: uniform, low: -1e308, high: 1e308}", "Numpy64", 9),   # numpy: OverflowError traceback
+    (CONV_INIT, "{type: uniform, low: -1e39, high: 1e39}", "Numpy", 9),   # inf in float32: NaN outputs, silently
+    (CONV_INIT, "{type: normal, scale: 1e39}", "Numpy", 9),
+    ("out, nout: 3, weight_init: {type: normal, scale: 0.1}", "out, nout: 3, weight_init: {type: normal, "
+     "scale: 0.1, bias_init: 1e39}", "Numpy", 13),
+])
+def test_weights_the_dtype_cannot_hold_are_a_located_error(base_text, old, init, dtype, line):
+    """``num_epochs: 0`` evaluated a model of inf weights (NaN outputs) and printed error rates."""
+    assert old in base_text
+    text = base_text.replace(old, init, 1).replace("Numpy64 {", f"{dtype} {{").replace("num_epochs: 4", "num_epochs: 0")
+    exp = load_experiment_text(text, "exp.yaml")
+    with pytest.raises(ConfigError) as e:
+        exp.run()
+    assert (e.value.key, e.value.where) == ("weight_init", f"exp.yaml:{line}") and "cannot" in str(e.value), str(e.value)
