@@ -140,6 +140,23 @@ def test_config_error_on_every_rank(tiny, tmp_path):
     assert proc.stderr.count("key 'nofm': expected an integer") == 2
 
 
+@pytest.mark.parametrize("override, words", [
+    ("model.layers.0.nofm=null", "key 'nofm': needs a value, got null"),
+    ("model.batch_size=1:30", "base-60 integer"),
+    ("logging={filename: /nonexistent-dir/run.log}", "cannot open the log file /nonexistent-dir/run.log"),
+])
+def test_new_input_errors_on_every_rank(tiny, tmp_path, override, words):
+    """Errors found on one rank only (the log file, opened by rank 0) or on all reach every rank;
+    no rank hangs and none prints a traceback."""
+    _, exp = tiny
+    dist = tmp_path / "d.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    proc = distnet("run", str(dist), "--no-run-dir", "--set", override, n=2)
+    assert proc.returncode not in (0, 124) and "Traceback" not in proc.stderr, proc.stderr
+    assert all(f"[rank {r}] distnet: error:" in proc.stderr for r in (0, 1)), proc.stderr
+    assert words in proc.stderr
+
+
 def test_non_dist_experiment_under_mpiexec_is_refused(tiny):
     _, exp = tiny
     proc = distnet("run", str(exp), n=2)
