@@ -6,6 +6,8 @@
 * ``--metrics F``: an existing F is refused without ``--force``; with it, the lines go to a
   temporary that replaces F only when the run succeeds (a failed run leaves F as it was); a new
   F is created at once (``O_EXCL``), so an unwritable folder is found now;
+* neither output may be the experiment file or the other output, nor ``--metrics`` the checkpoint
+  resumed, even with ``--force``;
 * the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`).
 """
 import json
@@ -104,10 +106,27 @@ class MetricsFile:
             ctx.__exit__(RuntimeError, RuntimeError("run failed"), None)
 
 
+def _same_path(a, b):
+    return same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_overlaps(experiment, resume, checkpoint, metrics):
+    """:class:`OutputError`, even with ``--force``, when an output is an input of the run (the
+    experiment file; for ``--metrics`` the checkpoint resumed) or the other output."""
+    for name, out, what, other in (("--metrics", metrics, "the experiment file", experiment),
+                                   ("--metrics", metrics, "the --resume checkpoint", resume),
+                                   ("--metrics", metrics, "the --checkpoint", checkpoint),
+                                   ("--checkpoint", checkpoint, "the experiment file", experiment)):
+        if out and other and _same_path(out, other):
+            raise OutputError(f"{name} {out} is also {what}; give another {name} (--force never "
+                              "replaces an input of the run or its other output)")
+
+
 def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
     """Check every destination and claim the run directory (world rank 0, before training;
     a checkpoint that goes into the new run directory needs no check). Returns :class:`Outputs`."""
     from ..experiments.rundir import RunDir
+    refuse_overlaps(experiment, resume, exp.checkpoint_path, metrics_path)
     if exp.checkpoint_path:
         check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force)
     if metrics_path:
