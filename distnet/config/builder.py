@@ -19,7 +19,7 @@ import logging
 
 from ..errors import ConfigError, DistnetError
 from . import registry
-from .types import Bounded, MappingOf, Shape2, check_finite
+from .types import Bounded, MappingOf, Shape2, check_finite, short_repr
 from .types import describe as _describe_value
 from .yaml_loader import ObjSpec
 
@@ -170,6 +170,8 @@ class Builder:
     def _build(self, value, where, key_name):
         """``(object, expanded size)`` of a parsed value (an ``!obj:`` counts as one value)."""
         if not isinstance(value, (ObjSpec, list, dict)):
+            if isinstance(value, str) and "\x00" in value:   # no path, HDF5 name or log line holds one
+                raise ConfigError(f"the string {short_repr(value)} holds a NUL character (\\x00)", where, key_name)
             return value, 1 + (len(value) // 64 if isinstance(value, str) else 0)
         key = id(value)
         if key in self._memo:

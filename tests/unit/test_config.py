@@ -212,3 +212,18 @@ def test_an_activation_given_a_key_says_it_takes_none():
     e = error_of(CONV, FC.replace("weight_init: {type: uniform}}",
                                   "weight_init: {type: uniform}, activation: !obj:distnet.activations.RectLin {slope: 1}}"))
     assert e.key == "slope" and "RectLin takes no keys" in str(e)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (('nofm: 4', 'nofm: 4, name: "conv\\x00"'), "name"),                       # a traceback at the checkpoint
+    (("repo_path: ./nowhere", 'repo_path: "now\\0here"'), "repo_path"),
+    (("FitPredictErrorExperiment {", 'FitPredictErrorExperiment { checkpoint: {path: ["c\\x00.h5"]},'),
+     "checkpoint"),                                                           # nested in a mapping and a list
+])
+def test_a_nul_character_in_a_string_is_refused(edit, key):
+    """No file name, HDF5 name or log file can hold NUL: open() raised 'embedded null byte'."""
+    text = (HEADER + CONV + FOOTER).replace(*edit)
+    assert edit[1] in text
+    with pytest.raises(ConfigError, match=r"NUL") as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "exp.yaml:" in str(e.value)
