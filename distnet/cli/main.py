@@ -299,6 +299,9 @@ class _CliHooks:
 def check(experiment, list_classes, reference, overrides):
     """Validate EXPERIMENT without running it: keys, types, classes and layer shapes."""
     from ..config import load_experiment
+    if (list_classes or reference) and (experiment is not None or overrides):
+        raise click.UsageError(f"{'--reference' if reference else '--list-classes'} takes no EXPERIMENT "
+                               "or --set: run it alone, and `distnet check EXPERIMENT` to check a file")
     if list_classes or reference:
         from ..config.reference import reference_markdown
         from ..config.registry import check_plugins, known_classes, plugin_source

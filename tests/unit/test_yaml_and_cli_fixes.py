@@ -165,3 +165,12 @@ def test_yaml_11_integers_that_read_as_another_number_are_refused(text, words):
 
 def test_integers_that_stay_integers():
     assert parse_yaml("[0, -3, +5, 1_000, 0x10, 0b101, '1:30', '010']") == [0, -3, 5, 1000, 16, 5, "1:30", "010"]
+
+
+@pytest.mark.parametrize("flag", ["--reference", "--list-classes"])
+def test_check_with_an_experiment_and_a_listing_flag_is_refused(flag):
+    """`distnet check EXP --reference` printed the reference and checked nothing (exit 0)."""
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    r = CliRunner().invoke(main, ["check", exp, flag])
+    assert r.exit_code == 2 and flag in r.output and "OK" not in r.output, r.output
