@@ -3,6 +3,7 @@ import logging
 import math
 import os
 import sys
+import warnings
 
 import click
 
@@ -29,11 +30,20 @@ def _abort_if_parallel(code):
     abort_world(code)
 
 
+def _one_line_warning(message, category, filename, lineno, line=None):
+    """A Python warning as the user sees it (numpy's ``overflow encountered in matmul`` before
+    the cost check stops a run): one line, no source line of distnet's code."""
+    rank = _world_rank()
+    prefix = f"[rank {rank}] " if rank is not None else ""
+    return f"{prefix}distnet: warning: {message} ({category.__name__})\n"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
 @click.pass_context
 def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    warnings.formatwarning = _one_line_warning
     if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)

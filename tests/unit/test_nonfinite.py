@@ -228,3 +228,15 @@ def test_error_rates_of_non_finite_outputs_are_refused(tmp_path):
     exp = load_experiment_text(text, "exp.yaml")
     with pytest.raises(TrainingError, match=r"outputs are not finite \(NaN or inf\) for \d+ of \d+ images"):
         exp.run()
+
+
+def test_numpy_warnings_are_one_line_without_source_code(tmp_path):
+    """numpy's RuntimeWarning before the cost check stopped a run printed a source line of
+    distnet's kernels ("/.../ops/parallel.py:152: RuntimeWarning: ...\\n  return xp.matmul(...)")."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(experiment(RELU_CNN, write_data(tmp_path / "d.h5")).replace("learning_rate: 0.1", "learning_rate: 1e300"))
+    err = failed_cleanly(distnet("run", str(exp), "--no-run-dir", "--no-checkpoint"))
+    assert "the cost became" in err.splitlines()[-1]
+    warned = [line for line in err.splitlines() if "Warning" in line]
+    assert warned and all(line.startswith("distnet: warning: ") for line in warned), err
+    assert ".py:" not in err and "xp." not in err, err
