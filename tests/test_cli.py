@@ -183,6 +183,7 @@ def test_info_lists_the_stack():
     (["--checkpoint", "CK.h5", "--no-checkpoint"], "--checkpoint and --no-checkpoint"),
     (["--checkpoint-every", "2", "--no-checkpoint"], "--checkpoint-every and --no-checkpoint"),
     (["-v", "-q"], "--verbose and --quiet"),
+    (["--progress", "-q"], "--progress and --quiet"),
     (["--watchdog", "nan"], "--watchdog"),
     (["--watchdog", "inf"], "--watchdog"),
 ])

@@ -107,7 +107,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     for a, b, given in (("--run-dir", "--no-run-dir", run_dir is not None and no_run_dir),
                         ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
                         ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
-                        ("--verbose", "--quiet", verbose and quiet)):
+                        ("--verbose", "--quiet", verbose and quiet),
+                        ("--progress", "--quiet", progress is True and quiet)):
         if given:   # one of them would be dropped silently
             raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
     comm = _install_abort_hook() if _launched_on_many() else None  # before anything can fail on one rank
