@@ -174,3 +174,16 @@ def test_check_with_an_experiment_and_a_listing_flag_is_refused(flag):
     exp = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
     r = CliRunner().invoke(main, ["check", exp, flag])
     assert r.exit_code == 2 and flag in r.output and "OK" not in r.output, r.output
+
+
+def test_set_inside_an_aliased_mapping_changes_only_the_path_it_names():
+    """mnist_cnn.yaml shares ``weight_init: &wt {...}`` among its four weighted layers;
+    ``--set model.layers.0.weight_init.high=0.5`` changed all four."""
+    from pathlib import Path
+    path = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    exp = load_experiment(path, ["model.layers.0.weight_init.high=0.5", "model.layers.5.weight_init.low=-0.2"])
+    inits = [layer.weight_init for layer in exp.model.layers if layer.name in ("conv1", "conv2", "fc1", "output")]
+    assert [(w["low"], w["high"]) for w in inits] == [(-0.1, 0.5), (-0.1, 0.1), (-0.1, 0.1), (-0.2, 0.1)]
+    # an aliased object stays one object: its key changes everywhere it is used
+    exp = load_experiment(path, ["datasets.0.repo_path=elsewhere"])
+    assert exp.dataset.repo_path == "elsewhere"
