@@ -102,13 +102,8 @@ class Backend:
 
 
 class Numpy(Backend):
-    """neon's ``neon.backends._numpy.Numpy``: float32 numpy.
-
-    ``threads`` (every backend): BLAS and distnet kernel threads per rank. Default: the rank's
-    share of its node's cores (cores / ranks on the node, from a shared-memory split of the
-    world), unless ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set;
-    the key wins over both. The run header and ``distnet info`` print the plan, e.g.
-    ``threads 1/rank (2 cores / 2 ranks on this node)``.
+    """neon's ``neon.backends._numpy.Numpy``: float32 numpy (the keys of :class:`Backend`,
+    ``threads`` included).
     """
 
 
@@ -209,13 +204,8 @@ def same_view(a, b):
 
 
 class CPU(Backend):
-    """``distnet.backends.CPU``: numpy on the CPU (same keys as :class:`Backend`).
-
-    ``threads`` (every backend): BLAS and distnet kernel threads per rank. Default: the rank's
-    share of its node's cores (cores / ranks on the node, from a shared-memory split of the
-    world), unless ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set;
-    the key wins over both. The run header and ``distnet info`` print the plan, e.g.
-    ``threads 1/rank (2 cores / 2 ranks on this node)``.
+    """``distnet.backends.CPU``: numpy on the CPU (the keys of :class:`Backend`, ``threads``
+    included).
     """
 
 

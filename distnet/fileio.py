@@ -18,6 +18,8 @@ reason (``Read-only file system``, ``No space left on device``, ...).
 import contextlib
 import errno
 import os
+import re
+import shutil
 import socket
 import tempfile
 
@@ -185,6 +187,26 @@ def same_file(a, b):
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def free_space(path):
+    """``(folder, bytes free)`` of the file system that a file at ``path`` would be written to
+    (the nearest existing folder above it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder, shutil.disk_usage(folder).free
+
+
+def write_failure(exc):
+    """One line saying why a write failed: ``No space left on device`` for a full disk (an
+    ``OSError`` with ENOSPC/EDQUOT, or h5py's text carrying ``error message = '...'``), else the
+    first line of the error's text (h5py's run over several, with times and buffer addresses)."""
+    if is_disk_full(exc):
+        return "No space left on device"
+    text = str(getattr(exc, "strerror", None) or exc)
+    m = re.search(r"error message = '([^']*)'", text)
+    return m.group(1) if m else text.splitlines()[0] if text else type(exc).__name__
 
 
 def is_disk_full(exc):

@@ -196,3 +196,16 @@ def test_conflicting_or_meaningless_flags_are_refused_before_anything_runs(tmp_p
                                   "model.num_epochs=0", "--set", "dataset.sample_pct=1", *flags])
     assert r.exit_code == 2 and words in r.output, r.output
     assert not list(tmp_path.iterdir())         # nothing written
+
+
+def test_info_under_mpiexec_prints_once_with_the_ranks_thread_plan():
+    """`mpiexec -n 2 distnet info` printed the report twice, interleaved, each saying
+    `threads: 2/rank (2 cores / 1 rank on this node)` for a node running 2 ranks."""
+    from distnet.comm.launcher import THREAD_ENV
+    env = {k: v for k, v in launch_env(2).items() if k not in THREAD_ENV}
+    proc = subprocess.run(["timeout", str(TIMEOUT), mpiexec_path(), "-n", "2", sys.executable, "-m", "distnet",
+                           "info"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    threads = [line for line in proc.stdout.splitlines() if line.strip().startswith("threads:")]
+    assert len(threads) == 1 and proc.stdout.count("distnet: ") == 1, proc.stdout
+    assert "/ 2 ranks on this node)" in threads[0], threads

@@ -73,6 +73,10 @@ def test_evaluate_gives_the_run_s_error_rates(trained):
     assert float(rates["train"].rstrip("%")) == pytest.approx(final["train_misclass"], abs=1e-5)
     assert float(rates["test"].rstrip("%")) == pytest.approx(final["test_misclass"], abs=1e-5)
     assert out.stdout.splitlines()[0].endswith("(written on 1 rank(s), grid 1x1), evaluated on 1 rank(s), grid 1x1")
+    assert list(rates) == ["train", "test"]     # as the README and a run print them
+    out = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--set",
+                  "datasets.0.serialized_path=null", "--set", "datasets.0.valid_fraction=0.2", check=True)
+    assert list(_rates(out.stdout)) == ["train", "valid", "test"]   # HDF5 without a cache: test came first
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -117,11 +121,6 @@ def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
                   str(tmp_path / "p.csv"))
     assert bad.returncode == 1 and "(1, 5, 5)" in bad.stderr and "(1, 12, 10)" in bad.stderr
     assert not (tmp_path / "p.csv").exists()
-    np.save(tmp_path / "none.npy", np.zeros((0, 1, 12, 10)))     # was: a ValueError traceback
-    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "none.npy"), "-o",
-                  str(tmp_path / "p.csv"))
-    assert bad.returncode == 1 and "holds no images" in bad.stderr and "Traceback" not in bad.stderr
-    assert not (tmp_path / "p.csv").exists()
 
 
 def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
@@ -139,3 +138,70 @@ def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
     with h5py.File(d / "one.h5", "r") as f, h5py.File(d / "two.h5", "r") as g:
         np.testing.assert_allclose(g["probabilities"][()], f["probabilities"][()], rtol=1e-12)
         assert (g["labels"][()] == f["labels"][()]).all()
+
+
+def test_predict_onto_a_full_disk_is_one_line(trained, tmp_path, monkeypatch):
+    """h5py's ENOSPC text runs over two lines (time, file descriptor, buffer address)."""
+    from click.testing import CliRunner
+    import distnet.datasets.arrays as arrays
+    from distnet.cli.main import main
+    d, exp, dist, run, proc = trained
+
+    def full(*a):
+        raise RuntimeError("Can't close file (file write failed: time = Mon Nov 23 04:04:49 2026\n, "
+                           "errno = 28, error message = 'No space left on device', buf = 0x55a2)")
+    monkeypatch.setattr(arrays, "write_predictions", full)
+    r = CliRunner().invoke(main, ["predict", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--data",
+                                  str(d / "images.npy"), "-o", str(tmp_path / "p.h5")])
+    assert r.exit_code == 1 and r.output.strip().splitlines()[-1] == (
+        f"distnet: error: -o {tmp_path / 'p.h5'}: No space left on device"), r.output
+
+
+def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_path):
+    """predict fed the images as stored to a model trained on (stored * scale - mean) / std: an
+    HDF5Dataset's scale, mean and std were ignored, so the labels disagreed with evaluate's."""
+    d, exp, dist, run, proc = trained
+    ck = str(run / "checkpoint.h5")
+    keys = ["--set", "datasets.0.mean=0.4", "--set", "datasets.0.std=0.5", "--set", "datasets.0.scale=2"]
+    x = np.load(d / "images.npy")
+    np.save(tmp_path / "scaled.npy", (x * 2 - 0.4) / 0.5)
+    for data, k, out in (("images.npy", keys, "p.h5"), (tmp_path / "scaled.npy", [], "q.h5"),
+                         ("images.npy", [], "r.h5")):
+        distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / data), "-o", str(tmp_path / out),
+                *k, check=True)
+    p, q, r = (h5py.File(tmp_path / f"{n}.h5", "r")["probabilities"][()] for n in "pqr")
+    np.testing.assert_allclose(p, q, rtol=1e-12)
+    assert not np.allclose(p, r)        # the images as stored give other outputs
+    x[3, 0, 2, 1] = np.nan
+    np.save(tmp_path / "nan.npy", x)
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "nan.npy"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1 and "nan.npy: image 3 holds NaN or inf values" in bad.stderr, bad.stderr
+    np.save(tmp_path / "empty.npy", x[:0])
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty.npy"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == f"distnet: error: --data {tmp_path / 'empty.npy'}: holds no images"
+
+
+def test_predict_never_replaces_its_inputs_and_an_existing_file_only_with_force(trained, tmp_path):
+    """-o naming the --data file or the checkpoint wrote the predictions over it (the data or the
+    trained model was gone); any existing file was replaced without --force."""
+    import shutil
+    d, exp, dist, run, proc = trained
+    ck = tmp_path / "ck.h5"
+    shutil.copy(run / "checkpoint.h5", ck)
+    data = tmp_path / "images.h5"
+    shutil.copy(d / "images.h5", data)
+    keep = {p: p.read_bytes() for p in (ck, data)}
+    for out in (data, ck):
+        bad = distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(out), "--force")
+        assert bad.returncode == 1 and f"-o {out} is also an input" in bad.stderr, bad.stderr
+    assert all(p.read_bytes() == b for p, b in keep.items())
+    (tmp_path / "p.csv").write_text("mine\n")
+    bad = distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(tmp_path / "p.csv"))
+    assert bad.returncode == 1 and "p.csv already exists; give another -o, or --force" in bad.stderr, bad.stderr
+    assert (tmp_path / "p.csv").read_text() == "mine\n"
+    distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(tmp_path / "p.csv"),
+            "--force", check=True)
+    assert (tmp_path / "p.csv").read_text().startswith("label,p0")

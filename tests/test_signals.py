@@ -271,3 +271,22 @@ def test_watchdog_names_a_busy_rank(exps, tmp_path):
     assert "shows the traceback" not in proc.stderr
     info = json.loads((d / "run.json").read_text())
     assert info["status"] == "failed" and "stalled: rank 1 (at step 2" in info["error"]
+
+
+@pytest.mark.parametrize("sig, rank", [("SIGINT", None), ("SIGTERM", "1")])
+def test_a_signal_during_the_imports_ends_the_command_quietly(sig, rank):
+    """Ctrl-C in the first second or two of a run (importing numpy, h5py, click, mpi4py) printed a
+    KeyboardInterrupt traceback from inside an import on every rank, and exit statuses such as 1
+    or (from mpiexec) 11; SIGTERM killed the ranks without a word (status 15)."""
+    code = ("import os, signal, sys, time; sys.argv[0] = os.path.join('bin', 'distnet'); "
+            "import distnet.cli; os.kill(os.getpid(), signal." + sig + "); time.sleep(10); print('not ended')")
+    env = {k: v for k, v in os.environ.items() if k != "PMI_RANK"}
+    if rank:
+        env["PMI_RANK"] = rank
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 128 + getattr(signal, sig) and p.stdout == ""
+    assert p.stderr == (f"[rank {rank}] " if rank else "distnet: ") + f"interrupted by {sig}\n"
+    library = subprocess.run([sys.executable, "-c", "import signal, distnet.cli; "
+                              "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
+                             capture_output=True, text=True, timeout=60)
+    assert library.stdout.strip() == "True"     # a library user's (or pytest's) Ctrl-C is left alone

@@ -176,7 +176,8 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
             runs = [read_run(ma), read_run(mb)]
             runs[0]["label"] = f"{os.path.basename(path_a)} (1 process)"
             runs[1]["label"] = f"{os.path.basename(path_b)} ({nranks} ranks)"
-            plot_runs(runs, plot, title=f"{os.path.basename(path_a)} vs {os.path.basename(path_b)}")
+            plot_runs(runs, plot, title=f"{os.path.basename(path_a)} vs {os.path.basename(path_b)}",
+                      inputs=[path_a, path_b])
             out(f"plot: {plot}")
     out("")
     out(format_table(rows, "1 process", f"{nranks} ranks"))

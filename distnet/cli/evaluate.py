@@ -76,27 +76,40 @@ def evaluate(experiment, checkpoint, overrides):
               help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels) or OUT.csv "
                    "(label,p0,...,pK-1 per image).")
 @_SET
-def predict(experiment, checkpoint, data_path, output, overrides):
+@click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
+              "the experiment).")
+def predict(experiment, checkpoint, data_path, output, overrides, force):
     """Write the class probabilities (the outputs of the model's last layer) and the predicted
     labels of the images in FILE, with the weights of a checkpoint; one row per image, in order."""
     from ..datasets.arrays import prediction_format, read_images, write_predictions
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
+    from ..fileio import OutputError, check_writable, refuse_existing, same_file
     try:
         prediction_format(output)           # a wrong extension fails before any work
         exp = _start(experiment, overrides)
+        if _rank0():                        # rank 0 writes OUT; a failure here ends every rank
+            for p in (data_path, checkpoint, experiment):
+                if same_file(output, p):    # even with --force
+                    raise OutputError(f"-o {output} is also an input ({p}); give another -o")
+            refuse_existing(output, "output", force, "give another -o, or --force to replace it")
+            check_writable(output, "predictions")
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
         outputs, labels = predict_checkpoint(
-            exp, checkpoint, lambda tile, scale_255: read_images(data_path, shape, tile, scale_255))
+            exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
         if _rank0():
-            write_predictions(output, outputs, labels)
+            try:
+                write_predictions(output, outputs, labels)
+            except RuntimeError as e:       # h5py raises it (and OSError) for a failed write
+                raise OSError(str(e)) from None
     except DistnetError as e:
         _error(e)
     except OSError as e:
-        _error(DistnetError(f"-o {output}: {e.strerror or e}"))
+        from ..fileio import write_failure
+        _error(DistnetError(f"-o {output}: {write_failure(e)}"))
     if _rank0():
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")

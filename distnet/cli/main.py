@@ -363,8 +363,10 @@ def check(experiment, list_classes, reference, overrides):
 def info():
     """Print versions of distnet and its stack (for bug reports)."""
     from .info import stack_info
-    for k, v in stack_info():
-        click.echo(f"{k:>10}: {v}")
+    rows = stack_info()                 # under mpiexec: every rank (the thread plan is collective)
+    if _world_rank() in (None, 0):      # one report, not one per rank
+        for k, v in rows:
+            click.echo(f"{k:>10}: {v}")
 
 
 @main.group()
@@ -399,7 +401,11 @@ def mnist_sample(directory, force):
                    "none; text: without --test-source).")
 @click.option("--valid-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Fraction of the images held out as a validation split (when SOURCE has none).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split draw.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the split draw.")
+@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
+              help="Axes of 4-d arrays: nchw (N, C, H, W: stored as they are) or nhwc (N, H, W, C: "
+                   "transposed). Without it, arrays whose last axis looks like channels are refused.")
 @click.option("--target", type=click.Path(exists=True, dir_okay=False), metavar="TGT.txt",
               help="Parallel text: SOURCE is a text file of source sentences, TGT.txt their translations "
                    "(one sentence per line, whitespace tokens); writes the sequence layout of README "
@@ -421,7 +427,7 @@ def mnist_sample(directory, force):
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, target, test_source,
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, layout, target, test_source,
                  test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
@@ -445,11 +451,12 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
                                    "of parallel text: give the target sentences with --target")
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
-                           valid_fraction=valid_fraction, seed=seed)
+                           valid_fraction=valid_fraction, seed=seed, layout=layout)
             click.echo(describe(info))
             return
         from ..datasets.sequences import convert_parallel_text, describe_text
-        for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None)):
+        for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
+                        ("--layout", layout)):
             if v is not None:
                 raise DistnetError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):
@@ -537,9 +544,10 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
     rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
     if plot_path:
-        from .plot import _figure
+        from .plot import _figure, check_target
         try:
             _figure()  # fail before the runs, not after
+            check_target(plot_path, inputs=[single, distributed])
         except DistnetError as e:
             _fail(str(e), 1)
     try:

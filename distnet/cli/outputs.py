@@ -6,9 +6,10 @@
 * ``--metrics F``: an existing F is refused without ``--force``; with it, the lines go to a
   temporary that replaces F only when the run succeeds (a failed run leaves F as it was); a new
   F is created at once (``O_EXCL``), so an unwritable folder is found now;
-* neither output may be the experiment file or the other output, nor ``--metrics`` the checkpoint
-  resumed, even with ``--force``;
-* the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`).
+* the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`);
+* never, even with ``--force``, a file the run reads: the experiment, the dataset's files, the
+  checkpoint it resumes (the checkpoint may replace the one it resumes); nor one path for both
+  ``--metrics`` and ``--checkpoint``.
 """
 import json
 import os
@@ -106,33 +107,27 @@ class MetricsFile:
             ctx.__exit__(RuntimeError, RuntimeError("run failed"), None)
 
 
-def _same_path(a, b):
-    return same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
-
-
-def refuse_overlaps(experiment, resume, checkpoint, metrics):
-    """:class:`OutputError`, even with ``--force``, when an output is an input of the run (the
-    experiment file; for ``--metrics`` the checkpoint resumed) or the other output."""
-    for name, out, what, other in (("--metrics", metrics, "the experiment file", experiment),
-                                   ("--metrics", metrics, "the --resume checkpoint", resume),
-                                   ("--metrics", metrics, "the --checkpoint", checkpoint),
-                                   ("--checkpoint", checkpoint, "the experiment file", experiment)):
-        if out and other and _same_path(out, other):
-            raise OutputError(f"{name} {out} is also {what}; give another {name} (--force never "
-                              "replaces an input of the run or its other output)")
-
-
 def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
     """Check every destination and claim the run directory (world rank 0, before training;
     a checkpoint that goes into the new run directory needs no check). Returns :class:`Outputs`."""
     from ..experiments.rundir import RunDir
-    refuse_overlaps(experiment, resume, exp.checkpoint_path, metrics_path)
+    if metrics_path and exp.checkpoint_path and (same_file(metrics_path, exp.checkpoint_path) or
+                                                 os.path.realpath(metrics_path) == os.path.realpath(exp.checkpoint_path)):
+        raise OutputError(f"--metrics {metrics_path} is also the --checkpoint; give another name (one file "
+                          "cannot hold both)")
     if exp.checkpoint_path:
         check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force)
     if metrics_path:
         if os.path.lexists(metrics_path):
             refuse_existing(metrics_path, "metrics file", force)
         check_writable(metrics_path, "metrics file")
+    from ..datasets.base import Dataset
+    dataset = exp.dataset
+    inputs = [experiment] + (list(dataset.source_files()) if isinstance(dataset, Dataset) else [])
+    for what, path in (("checkpoint", exp.checkpoint_path), ("metrics file", metrics_path)):
+        for src in inputs + ([resume] if resume and what != "checkpoint" else []):
+            if path and same_file(path, src):       # --force replaces outputs, never inputs
+                raise OutputError(f"{what} {path} is also an input of the run ({src}); give another name")
     record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
     try:
         metrics = MetricsFile(metrics_path, force) if metrics_path else None

@@ -23,10 +23,35 @@ def _figure():
     return Figure
 
 
-def plot_runs(runs, out, title=None):
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def check_target(out, runs=(), inputs=()):
+    """DistnetError unless ``out`` may be written: never one of the files read (the metrics and
+    ``run.json`` of ``runs`` given as paths, ``inputs``), and an existing file only when it is a
+    PNG (an earlier plot)."""
+    import os
+    from ..fileio import same_file
+    files = list(inputs)
+    for r in runs:
+        if isinstance(r, str):
+            files += [r] if os.path.isfile(r) else [os.path.join(r, "metrics.jsonl"), os.path.join(r, "run.json")]
+    for f in files:
+        if same_file(out, f):
+            raise DistnetError(f"cannot write {out}: it is an input ({f}); give another name")
+    if os.path.isfile(out):
+        with open(out, "rb") as fh:
+            if fh.read(len(_PNG)) != _PNG:
+                raise DistnetError(f"cannot write {out}: it exists and is no PNG (only an earlier plot is "
+                                   "replaced); give another name")
+
+
+def plot_runs(runs, out, title=None, inputs=()):
     """Draw ``runs`` (dicts from :func:`~distnet.experiments.rundir.read_run`, or paths) to the
-    PNG file ``out``. Returns ``out``."""
+    PNG file ``out`` (:func:`check_target` first; ``inputs``: other files that must not be
+    replaced). Returns ``out``."""
     Figure = _figure()
+    check_target(out, runs, inputs)
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
     fig = Figure(figsize=(11, 4.2), dpi=100)
     cost_ax, err_ax = fig.subplots(1, 2, sharex=True)

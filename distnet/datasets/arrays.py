@@ -10,15 +10,15 @@ from ..errors import DataError, DistnetError
 PREDICTION_FORMATS = {".h5": "hdf5", ".hdf5": "hdf5", ".csv": "csv"}
 
 
-def read_images(path, image_shape, tile=None, scale_255=False):
+def read_images(path, image_shape, tile=None):
     """Images to classify, ``(N, C, H, W)`` cut to ``tile`` (a :class:`~distnet.geometry.Box`;
-    None: whole images), as float64.
+    None: whole images), as stored (the experiment's dataset turns them into the model's values:
+    :meth:`~distnet.datasets.base.Dataset.prepare_images`).
 
     ``path``: an HDF5 file with a dataset ``x`` (or ``test/x``, the layout of
     :class:`~distnet.datasets.HDF5Dataset`), a ``.npy`` file, or an IDX image file (MNIST's
     ``t10k-images-idx3-ubyte``, ``.gz`` too); ``(N, C, H, W)``, or ``(N, H, W)`` for one
-    channel. Integer pixels are divided by 255 when the experiment's dataset scales its own
-    pixels so (``scale_255``: MNIST, CIFAR-10); floats are used as stored.
+    channel. DataError for no images, or a NaN or infinite value.
     """
     if not os.path.isfile(path):
         raise DataError(f"--data {path}: no such file")
@@ -48,15 +48,18 @@ def read_images(path, image_shape, tile=None, scale_255=False):
     if x.ndim != 4 or tuple(x.shape[1:]) != tuple(image_shape):
         raise DataError(f"--data {path}: images of shape {tuple(x.shape[1:])}, but the experiment "
                         f"takes {tuple(image_shape)} (C, H, W)")
-    if len(x) == 0:
-        raise DataError(f"--data {path}: holds no images (shape {tuple(x.shape)})")
     if x.dtype.kind not in "biuf":
         raise DataError(f"--data {path}: images must be numbers, got dtype {x.dtype}")
+    if len(x) == 0:
+        raise DataError(f"--data {path}: holds no images")
     if tile is not None:
         x = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
-    scale = scale_255 and x.dtype.kind in "biu"
-    x = np.asarray(x, dtype=np.float64)
-    return x / 255 if scale else x
+    x = np.asarray(x)
+    if x.dtype.kind == "f":
+        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        if bad.any():
+            raise DataError(f"--data {path}: image {int(np.argmax(bad))} holds NaN or inf values")
+    return x
 
 
 _IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)

@@ -241,6 +241,15 @@ class Dataset:
         in memory. The model calls it with each epoch's minibatches (``MLP.read_ahead``)."""
         return None
 
+    def prepare_images(self, x, dtype=np.float64):
+        """New images ``x`` ``(N, C, h, w)`` as stored (any numeric dtype) in the values the model
+        was trained on, as ``dtype`` (``distnet predict``): integer pixels divided by 255 when
+        this dataset divides its own so (MNIST, CIFAR-10), else as stored."""
+        scale = self.scale_255 and x.dtype.kind in "biu"
+        dtype = np.dtype(dtype)
+        x = np.asarray(x, dtype=dtype)
+        return x / dtype.type(255) if scale else x
+
     def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
         """Data bytes per rank ``{"memory", "stream", "mode"}``, or None where the dataset cannot
         tell without reading its files (MNIST, CIFAR-10: always in memory; see

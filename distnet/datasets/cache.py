@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps
+from ..fileio import atomic_target, clean_stale_temps, free_space, same_file, write_failure
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -165,8 +165,27 @@ def content_checksum(data):
     return f"crc32:{crc:08x}"
 
 
+class NotACache(DataError):
+    """A readable file at a cache path that holds no distnet cache metadata (someone's data)."""
+
+
+def refuse_foreign(path, meta):
+    """Before a cache at ``path`` is read or written: :class:`ConfigError` if ``path`` is one of
+    the dataset's own files (``meta["sources"]``); a cache written there would replace the data."""
+    for src in meta.get("sources") or []:
+        if same_file(path, src["path"]):
+            raise ConfigError(f"{path} is the dataset's own file: a cache written there would replace "
+                              "the data; give the cache another name", key="serialized_path")
+
+
+def _foreign(path):
+    return DataError(f"{path} exists and is not a distnet dataset cache: remove it or give the cache "
+                     "another name (distnet does not overwrite files it did not write)")
+
+
 def _read(path):
-    """``(metadata, data, stored checksum or None)`` of a cache file (see :func:`read_cache`)."""
+    """``(metadata, data, stored checksum or None)`` of a cache file (see :func:`read_cache`);
+    :class:`NotACache` for a readable file without cache metadata."""
     try:
         if _is_h5(path):
             import h5py
@@ -176,6 +195,8 @@ def _read(path):
                 checksum = f.attrs.get(_CHECKSUM)
         else:
             obj = safe_pickle.load(path)
+            if not isinstance(obj, dict) or _PKL_KEY not in obj:
+                raise NotACache(f"{path} has no distnet cache metadata")
             meta = obj[_PKL_KEY]
             data = {s: (obj[s]["x"], obj[s]["y"]) for s in SPLITS + ("valid",) if s in obj}
             checksum = obj.get(_CHECKSUM)
@@ -184,7 +205,7 @@ def _read(path):
     except Exception as e:  # h5py/json/KeyError/TypeError: all mean "not a usable cache"
         raise DataError(f"cannot read dataset cache {path}: {type(e).__name__}: {e}") from None
     if not isinstance(meta, dict) or not meta:
-        raise DataError(f"{path} has no distnet cache metadata")
+        raise NotACache(f"{path} has no distnet cache metadata")
     if isinstance(checksum, bytes):
         checksum = checksum.decode()
     return meta, data, checksum if isinstance(checksum, str) else None
@@ -249,6 +270,7 @@ def load_or_build(path, meta, build, check=None):
     new cache cannot be written, a warning says so and the built data is returned anyway.
     """
     meta = normalize(meta)
+    refuse_foreign(path, meta)
     clean_stale_temps(path)  # a write killed mid-way (kill -9) left its temporary behind
     if os.path.exists(path):
         try:
@@ -263,6 +285,8 @@ def load_or_build(path, meta, build, check=None):
                 return data
             log.warning("dataset cache %s was written for another run (%s); rebuilding it",
                         path, "; ".join(diffs))
+        except NotACache:
+            raise _foreign(path) from None
         except DataError as e:
             log.warning("dataset cache %s is unusable (%s); rebuilding it", path, e)
     data = build()
@@ -270,7 +294,8 @@ def load_or_build(path, meta, build, check=None):
         write_cache(path, meta, data)
         log.info("wrote dataset cache %s", path)
     except (OSError, ValueError, TypeError) as e:
-        log.warning("could not write dataset cache %s (%s); continuing without it", path, e)
+        log.warning("could not write dataset cache %s (%s); continuing without it", path,
+                    write_failure(e))
     return data
 
 
@@ -281,14 +306,18 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
     file at ``path``: ``{split: H5Source}`` reading it. Built by copying ``rows_per_copy`` images
     at a time (memory flat), used again while its metadata (``meta``: sources, tile, rank, ...)
     matches; a stale or unreadable file is rebuilt with a warning. Only this rank reads and
-    writes it, so it may live on storage no other node sees."""
+    writes it, so it may live on storage no other node sees. None (with a warning) when it
+    cannot be written (no room on its file system, a failed write): read ``sources`` instead."""
     import h5py
     from .sources import H5Source
     meta = normalize(meta)
+    refuse_foreign(path, meta)
     if os.path.exists(path):
         try:
             with h5py.File(path, "r") as f:
                 cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+                if not cached:
+                    raise _foreign(path)
                 shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in sources}
             diffs = differences(cached, meta)
             if not diffs:
@@ -297,6 +326,24 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
             log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
         except (OSError, KeyError, ValueError) as e:
             log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
+    need = sum(s.shape[0] * (s.shape[1] * h * w * s.dtype.itemsize + 72) for s in sources.values()) + 2**16
+    folder, free = free_space(path)
+    if need > free:
+        log.warning("not writing tile cache %s: it needs about %.1f MiB but %s has %.1f MiB free; "
+                    "streaming from the data file instead", path, need / 2**20, folder, free / 2**20)
+        return None
+    try:
+        return _write_tile_cache(path, meta, sources, tile, rows_per_copy)
+    except (OSError, RuntimeError) as e:      # h5py raises both for a failed write
+        log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
+                    write_failure(e))
+        return None
+
+
+def _write_tile_cache(path, meta, sources, tile, rows_per_copy):
+    import h5py
+    from .sources import H5Source
     h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
     out = {}
     with atomic_target(path) as tmp:

@@ -8,12 +8,15 @@ Sources
   folder holding ``train/`` and ``test/`` (and optionally ``valid/``) folders, each with the same
   class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
   (``pip install 'distnet[images]'``). Images are grayscale (1 channel) when all are, else RGB
-  (3 channels; alpha is dropped). All images must have one size unless ``size`` (``HxW``)
+  (3 channels; alpha is dropped); 16-bit grayscale becomes 8 bits (``round(v / 257)``), and
+  floating-point images (TIFF mode ``F``) are refused. All images must have one size unless ``size`` (``HxW``)
   resizes them (bilinear).
 * An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
   ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
   ``.npy`` of labels). Images ``(N, C, H, W)`` or ``(N, H, W)``; any numeric dtype, stored as is
-  (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks.
+  (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks. ``(N, H, W, C)``
+  arrays are transposed with ``layout="nhwc"``; without a layout, an array whose last axis looks
+  like channels (1, 3 or 4) and whose second does not is refused (``layout="nchw"`` keeps it).
 
 Splits: the images of a split not given by the source are drawn from the training images with
 ``np.random.RandomState(seed).permutation(N)``: the first ``round(N * test_fraction)`` are the
@@ -34,7 +37,7 @@ import os
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import atomic_target
+from ..fileio import atomic_target, check_writable, free_space, write_failure
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -101,11 +104,30 @@ def _probe(Image, path):
         raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
 
 
+#: Pillow modes of one channel (``LA``: grayscale with alpha, the alpha dropped).
+GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+
+
+def _to_8_bits(Image, im):
+    """``im`` as an 8-bit image: 16-bit grayscale (modes ``I;16*``, and ``I`` holding 0..65535)
+    becomes ``round(v / 257)`` (Pillow's own conversion clips every value above 255 to 255);
+    floating-point pixels (mode ``F``) have no fixed range and are refused."""
+    if im.mode == "F":
+        raise ValueError("floating-point pixels (mode F) have no fixed range to map to 0..255: save "
+                         "the images as an (N, C, H, W) .npy and convert that")
+    if im.mode != "I" and not im.mode.startswith("I;16"):
+        return im
+    a = np.asarray(im).astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise ValueError(f"{im.mode} pixels {a.min()}..{a.max()} are not 16-bit (0..65535)")
+    return Image.fromarray(((a * 255 + 32767) // 65535).astype(np.uint8), "L")
+
+
 def _decode(Image, path, channels, size):
-    """``(C, H, W)`` uint8 pixels of one image."""
+    """``(C, H, W)`` uint8 pixels of one image (16-bit images scaled to 8 bits)."""
     try:
         with Image.open(path) as im:
-            im = im.convert("L" if channels == 1 else "RGB")
+            im = _to_8_bits(Image, im).convert("L" if channels == 1 else "RGB")
             if size is not None and (im.height, im.width) != size:
                 im = im.resize((size[1], size[0]), Image.BILINEAR)
             a = np.asarray(im, dtype=np.uint8)
@@ -118,6 +140,10 @@ def _draw_splits(n, test_fraction, valid_fraction, seed, what):
     """``{split: positions}`` drawn from ``n`` items (module docstring)."""
     perm = np.random.RandomState(seed).permutation(n)
     n_test, n_valid = int(round(n * test_fraction)), int(round(n * valid_fraction))
+    for name, frac, k in (("test_fraction", test_fraction, n_test), ("valid_fraction", valid_fraction, n_valid)):
+        if frac > 0 and k == 0:
+            raise DataError(f"{what}: {name} {frac} of {n} images is round({n * frac:g}) = 0 "
+                            f"{name.split('_')[0]} images; give a larger fraction or more images")
     if n - n_test - n_valid < 1:
         raise DataError(f"{what}: test_fraction {test_fraction} and valid_fraction {valid_fraction} "
                         f"leave no training image of {n}")
@@ -135,6 +161,10 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
         rng = np.random.RandomState(seed)
         splits = {}
         for s in given:
+            extra = sorted(set(_class_folders(os.path.join(src, s))) - set(classes))
+            if extra:
+                raise DataError(f"{os.path.join(src, s)} has class folder(s) {', '.join(c + '/' for c in extra)} "
+                                f"that {os.path.join(src, 'train')} lacks; every split needs the same classes")
             items = _images_of(os.path.join(src, s), classes)
             splits[s] = [items[i] for i in rng.permutation(len(items))]
         if "valid" not in splits and valid_fraction > 0:
@@ -142,6 +172,8 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
             splits["valid"] = [splits["train"][i] for i in pos.get("valid", [])]
             splits["train"] = [splits["train"][i] for i in pos["train"]]
         return classes, splits
+    if test_fraction == 0:
+        raise DataError(f"{src}: no test split (give train/ and test/ folders or a test_fraction > 0)")
     classes = _class_folders(src)
     items = _images_of(src, classes)
     pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)
@@ -164,7 +196,7 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
                         "give a size to resize them all (--size HxW)")
     H, W = size or next(iter(sizes))
-    C = 1 if modes <= {"1", "L", "I", "I;16", "F"} else 3
+    C = 1 if modes <= GRAY_MODES else 3
 
     def fill(split, dset):
         for i, (path, _) in enumerate(splits[split]):
@@ -196,11 +228,37 @@ def _array_splits(src, labels_path):
             if not {"x_train", "y_train"} <= names:
                 raise DataError(f"{src} holds arrays {sorted(names)}; expected x_train, y_train (and "
                                 "optionally x_test, y_test, x_valid, y_valid), or x, y")
+            for s in ("test", "valid"):
+                half = [f"{a}_{s}" for a in "xy" if f"{a}_{s}" in names]
+                if len(half) == 1:
+                    other = ("y_" if half[0][0] == "x" else "x_") + s
+                    raise DataError(f"{src} holds {half[0]} without {other}: give both (or neither)")
             return {s: (z[f"x_{s}"], z[f"y_{s}"], src) for s in ("train", "test", "valid")
                     if f"x_{s}" in names and f"y_{s}" in names}
     if labels_path is None:
         raise DataError(f"{src} holds images only: give the labels (.npy) with --labels")
     return {"train": (_load_array(src), _load_array(labels_path, mmap=False), labels_path)}
+
+
+#: Channel counts that make a 4-d array's last axis look like channels (gray, RGB, RGBA).
+_CHANNEL_COUNTS = (1, 3, 4)
+
+
+def _check_layout(x, layout, src, split):
+    """``x`` as ``(N, C, H, W)``: transposed from ``(N, H, W, C)`` with ``layout="nhwc"``; with
+    no layout, a DataError when the last axis looks like channels and the second does not."""
+    if x.ndim != 4 or layout == "nchw":
+        return x
+    if layout == "nhwc":
+        return x.transpose(0, 3, 1, 2)
+    if layout is not None:
+        raise DataError(f"layout must be nchw or nhwc, got {layout!r}")
+    if x.shape[3] in _CHANNEL_COUNTS and x.shape[1] not in _CHANNEL_COUNTS:
+        raise DataError(f"{src}: {split} images are {x.shape}, which looks like (N, H, W, C) (channels "
+                        f"last) but distnet stores (N, C, H, W): give --layout nhwc to transpose them, or "
+                        f"--layout nchw if they really are {x.shape[1]} channels of {x.shape[2]}x{x.shape[3]} "
+                        "pixels")
+    return x
 
 
 def _check_arrays(x, y, where, split):
@@ -220,16 +278,21 @@ def _check_arrays(x, y, where, split):
 
 
 def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
-                   class_names=None):
-    """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary."""
+                   class_names=None, layout=None):
+    """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary.
+    ``layout``: ``"nchw"`` (store 4-d arrays as they are), ``"nhwc"`` (transpose them), None
+    (as they are, refusing arrays whose last axis looks like channels)."""
     if not os.path.isfile(src):
         raise DataError(f"{src} does not exist")
-    given = {s: _check_arrays(x, y, where if s == "train" else src, s)
+    given = {s: _check_arrays(_check_layout(x, layout, src, s), y, where if s == "train" else src, s)
              for s, (x, y, where) in _array_splits(src, labels).items()}
     shape = given["train"][0].shape[1:]
     for s, (x, _) in given.items():
         if x.shape[1:] != shape:
             raise DataError(f"{src}: {s} images are {x.shape[1:]}, train {shape}")
+        if x.dtype != given["train"][0].dtype:      # stored in train's dtype, they would be cast
+            raise DataError(f"{src}: {s} images are {x.dtype} but train images {given['train'][0].dtype}; "
+                            "store every split in one dtype")
     # rows of each output split: (source split, positions)
     plan = {s: (s, np.arange(len(given[s][1]))) for s in given}
     draw_test = "test" not in given
@@ -277,6 +340,26 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     for s, y in labels.items():
         if len(y) and y.max() >= len(classes):
             raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
+    check_writable(out, "output")      # a read-only folder says so, not "no room"
+    _check_space(out, layout, labels)
+    try:
+        _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction)
+    except (OSError, RuntimeError) as e:    # h5py raises both for a failed write
+        raise DataError(f"cannot write {out}: {write_failure(e)}") from None
+
+
+def _check_space(out, layout, labels):
+    """DataError before anything is written when the output's file system lacks the room
+    (h5py meeting a full disk mid-write prints a wall of errors and may crash the process)."""
+    need = sum(n * C * H * W * np.dtype(dt).itemsize + n * 64 for n, (C, H, W), dt in layout.values())
+    need += sum(8 * len(y) for y in labels.values()) + 64 * 1024     # labels, chunk index, header
+    folder, free = free_space(out)
+    if need > free:
+        raise DataError(f"cannot write {out}: it needs about {need / 2**20:.2f} MiB but {folder} has "
+                        f"{free / 2**20:.2f} MiB free")
+
+
+def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
     with atomic_target(out) as tmp:
         with h5py.File(tmp, "w") as f:
             for split in ("train", "valid", "test"):
@@ -316,7 +399,7 @@ def describe(info):
             f"{len(info['classes'])} classes ({names})")
 
 
-def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0):
+def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
@@ -325,9 +408,11 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise DataError(f"the output {out} must end in .h5 or .hdf5")
     if os.path.isdir(src):
+        if layout is not None:
+            raise DataError("--layout tells how arrays are laid out; images of a folder need none")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise DataError("--size resizes images of a folder; arrays are stored as they are")
-        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed)
+        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, layout=layout)
     raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

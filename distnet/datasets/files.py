@@ -25,6 +25,7 @@ from ..geometry.partition import Box
 from . import cache
 from .base import Dataset, sample_indices
 from .scaling import Scaler, check_finite, parse_channels, parse_scale
+from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
 log = logging.getLogger(__name__)
@@ -96,17 +97,36 @@ class FileDataset(Dataset):
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
 
+    def prepare_images(self, x, dtype=np.float64):
+        """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``
+        and ``std`` (:meth:`scaler`, as its own images), in ``dtype`` (``distnet predict``).
+        DataError when ``x`` holds integers and the training file floats, or the other way round
+        (one scale cannot suit both)."""
+        stored = self.stored_dtype()
+        if (x.dtype.kind == "f") != (stored.kind == "f"):
+            raise DataError(f"images to predict store {x.dtype} values but {self.source_files()[0]} stores "
+                            f"{stored}: give them stored as the training images are (its scale, mean and "
+                            "std apply to both)")
+        return self.scaler().apply_into(x, np.empty(x.shape, np.dtype(dtype)))
+
     def read_ahead(self, x):
         """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
         return x.schedule if isinstance(x, StreamArray) else None
 
     def check(self):
         """What can be checked from the file header, before any pixel is read: layout, labels,
-        scaling keys. ``distnet check`` and every rank's setup call it."""
+        scaling keys. ``distnet check`` and every rank's setup call it. Images whose last axis
+        looks like channels (1, 3 or 4 long, the first not) get a warning: ``(N, H, W, C)``
+        arrays read as ``(N, C, H, W)`` train on nonsense without an error."""
         self.scaler()
+        C, H, W = self.image_shape
+        if W in (1, 3, 4) and C not in (1, 3, 4):
+            log.warning("%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels last; distnet "
+                        "reads (N, C, H, W): transpose them (x.transpose(0, 3, 1, 2))",
+                        self.source_files()[0], C, H, W)
 
     def split_rows(self, seed=0):
-        """``{split: file rows}`` (module docstring)."""
+        """``{split: file rows}`` in the order train, valid, test (module docstring)."""
         srcs = self.sources()
         n_train = srcs["train"].shape[0]
         rows = {"test": np.arange(srcs["test"].shape[0])}
@@ -125,7 +145,7 @@ class FileDataset(Dataset):
         if self.sample_pct != 100:
             train = train[sample_indices(len(train), self.sample_pct, seed)]
         rows["train"] = train
-        return rows
+        return {s: rows[s] for s in ("train", "valid", "test") if s in rows}   # the order runs print
 
     def float_bytes(self, tile=None, dtype=np.float32):
         """Bytes of the rank's float arrays of every split (what in-memory mode holds)."""
@@ -195,30 +215,59 @@ class FileDataset(Dataset):
             meta["scaling"] = scaler.describe()
             meta["valid_fraction"] = self.valid_fraction
             return cache.load_or_build(path, meta, build)
-        srcs = self.sources()
+        files = self.sources()
         if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
             log.warning("%s: streamed data is cached in HDF5 only; not caching (give a .h5 name or "
                         "cache_dir)", path)
             path = None
+        rows = self.split_rows(seed)
+        srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid)
+        for src in srcs.values() if srcs is files else ():    # (a tile cache has one image per chunk)
+            note = src.chunk_warning() if isinstance(src, H5Source) else None
+            if note:
+                log.warning("%s", note)
+        out = {}
+        for split, r in rows.items():
+            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
+            labels = self._labels(files.get(split, files["train"]), r)   # the file's, never a cache's
+            out[split] = (StreamArray(src, r, tile_local, scaler, dtype), labels)
+        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
+                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
+                 scaler.describe())
+        return out
+
+    def _stream_sources(self, files, rows, tile, path, rank, size, grid):
+        """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or
+        this rank's tile cache at ``path``. Float pixels are checked for NaN / inf (in blocks);
+        a cache failing the check while the file passes it was changed behind its metadata and
+        is rebuilt once, with a warning."""
+        def check(srcs, t):
+            for split, r in rows.items():
+                check_source_finite(srcs.get(split, srcs["train"]), r, t)
         if path is not None:
             meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
                 del meta[key]
             meta["kind"] = "tile"
-            srcs = cache.tile_cache(path, meta, srcs, tile)
-            tile_local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
-        else:
-            tile_local = tile
-        out = {}
-        for split, rows in self.split_rows(seed).items():
-            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
-            check_source_finite(src, rows, tile_local)
-            out[split] = (StreamArray(src, rows, tile_local, scaler, dtype),
-                          self._labels(src, rows))
-        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
-                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
-                 scaler.describe())
-        return out
+            local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
+            for attempt in range(2):
+                cached = cache.tile_cache(path, meta, files, tile)
+                if cached is None:
+                    break
+                try:
+                    check(cached, local)
+                    return cached, local
+                except DataError as e:
+                    for src in cached.values():
+                        src.close()
+                    check(files, tile)      # bad data in the file itself: say so, naming the file
+                    if attempt:
+                        raise
+                    log.warning("tile cache %s does not hold what %s does (%s); rebuilding it", path,
+                                self.source_files()[0], e)
+                    os.unlink(path)
+        check(files, tile)
+        return files, tile
 
     def _labels(self, src, rows):
         y = np.asarray(src.labels())

@@ -41,6 +41,29 @@ def _open(path):
         raise DataError(f"cannot open HDF5 file {path}: {e}") from None
 
 
+def _dataset(f, name, path):
+    """The HDF5 dataset ``name`` of the open file ``f``; DataError if it is missing, a dangling
+    link or a group."""
+    import h5py
+    try:
+        obj = f.get(name)
+    except (KeyError, OSError, ValueError):
+        obj = None
+    if not isinstance(obj, h5py.Dataset):
+        raise DataError(f"{path}: {name} is missing or not a dataset; the layout is train/x (N,C,H,W), "
+                        "train/y (N,), test/x, test/y, optionally valid/x, valid/y (docs/data.md)")
+    return obj
+
+
+def _count(value, path):
+    """The ``nclasses`` attribute as an int >= 1; DataError otherwise."""
+    import numpy as np
+    v = np.asarray(value)
+    if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v) or v != int(v) or int(v) < 1:
+        raise DataError(f"{path}: the attribute nclasses must be a whole number >= 1, got {value!r}")
+    return int(v)
+
+
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
     with _open(path) as f:
@@ -106,12 +129,16 @@ class HDF5Dataset(FileDataset):
             for s in SPLITS_STORED:
                 if s not in f:
                     continue
-                x, y = f[f"{s}/x"], f[f"{s}/y"]
+                x, y = (_dataset(f, f"{s}/{a}", self.path) for a in "xy")
                 if x.ndim != 4 or x.dtype.kind not in "biuf":
                     raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
                                     f"got {x.dtype} {x.shape}")
                 if shape is not None and x.shape[1:] != shape:
                     raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
+                if splits and x.dtype != splits["train"][1]:
+                    raise DataError(f"{self.path}: {s}/x stores {x.dtype} values but train/x "
+                                    f"{splits['train'][1]}: scale, mean and std apply to every split "
+                                    "alike, so store the splits alike")
                 shape = x.shape[1:]
                 if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
                     raise DataError(f"{self.path}: {s}/y must hold {x.shape[0]} integer labels, "
@@ -124,7 +151,7 @@ class HDF5Dataset(FileDataset):
                 top = max(top, int(labels.max()))
                 splits[s] = (tuple(int(d) for d in x.shape), x.dtype)
             nclasses = f.attrs.get("nclasses")
-            nclasses = top + 1 if nclasses is None else int(nclasses)
+            nclasses = top + 1 if nclasses is None else _count(nclasses, self.path)
             if top >= nclasses:
                 raise DataError(f"{self.path}: label {top} is out of range 0..{nclasses - 1} "
                                 f"(the file's nclasses is {nclasses})")

@@ -26,6 +26,10 @@ def npz_arrays(path):
             names = set(z.files)
             out = {}
             for split in ("train", "test", "valid"):
+                half = [f"{a}_{split}" for a in "xy" if f"{a}_{split}" in names]
+                if len(half) == 1:
+                    other = ("y_" if half[0][0] == "x" else "x_") + split
+                    raise DataError(f"{path} holds {half[0]} without {other}: give both (or neither)")
                 if f"x_{split}" in names and f"y_{split}" in names:
                     x = z[f"x_{split}"]
                     out[split] = (x[:, None] if x.ndim == 3 else x, z[f"y_{split}"])
@@ -91,6 +95,10 @@ class NumpyDataset(FileDataset):
                                     f"got {src.dtype} {src.shape}")
                 if src.shape[1:] != shape:
                     raise DataError(f"{src.where()}: images are {src.shape[1:]}, train {shape}")
+                if src.dtype != srcs["train"].dtype:
+                    raise DataError(f"{src.where()} stores {src.dtype} values but {srcs['train'].where()} "
+                                    f"{srcs['train'].dtype}: scale, mean and std apply to every split "
+                                    "alike, so store the splits alike")
                 if src.shape[0] == 0:
                     raise DataError(f"{src.where()}: holds no images")
             self._srcs = srcs

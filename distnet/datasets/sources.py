@@ -5,6 +5,12 @@ A *source* holds one split of ``N`` images ``(N, C, H, W)`` of a stored dtype an
 ``rows`` (h5py's rule for fancy indexing; callers sort and reorder): an HDF5 hyperslab, a slice
 of a memory-mapped ``.npy`` file, or of an array in memory. Labels are small and read at once.
 Read failures (a corrupt chunk, a truncated file) raise :class:`DataError` naming the file.
+
+A file changed in place while the run reads it (truncated, rewritten: same inode, another size
+or modification time than when it was opened) is a :class:`DataError` at the next read, checked
+with one ``stat`` per read: HDF5 reads the part past a truncated end as zeros, without an error,
+and a truncated memory-mapped ``.npy`` kills the process with SIGBUS. A file replaced by another
+(renamed over, deleted) is not an error: the open handle keeps reading the file it opened.
 """
 import os
 
@@ -24,6 +30,15 @@ def _runs(rows, positions):
     return [(int(rows[a]), int(positions[a]), int(b - a)) for a, b in zip(starts, stops)]
 
 
+def file_stamp(path):
+    """``(device, inode, size, mtime_ns)`` of ``path``, or None if it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class Source:
     """Base: ``path`` (for messages), ``name`` (split), ``shape``, ``dtype``, :meth:`labels`,
     :meth:`read`."""
@@ -32,6 +47,18 @@ class Source:
     name = None
     shape = None
     dtype = None
+    #: :func:`file_stamp` of ``path`` when it was opened (None: not a file read from disk).
+    stamp = None
+
+    def check_unchanged(self):
+        """DataError if ``path`` is the file that was opened but changed since (module docstring)."""
+        if self.stamp is None:
+            return
+        now = file_stamp(self.path)
+        if now is not None and now[:2] == self.stamp[:2] and now != self.stamp:
+            what = f"size {self.stamp[2]} -> {now[2]} bytes" if now[2] != self.stamp[2] else "modified"
+            raise DataError(f"{self.path} changed while the run was reading it ({what}): a data file "
+                            "must stay as it is until the run ends (write a new file, then rename it)")
 
     def labels(self):
         raise NotImplementedError
@@ -67,10 +94,27 @@ class H5Source(Source):
         if self._file is None:
             import h5py
             try:
+                self.stamp = file_stamp(self.path)
                 self._file = h5py.File(self.path, "r")
             except OSError as e:
                 raise DataError(f"cannot open HDF5 file {self.path}: {e}") from None
         return self._file[f"{self.name}/x"]
+
+    def chunk_warning(self):
+        """A sentence when streaming this split is slow by layout: chunks of several images
+        that pass a filter (compression, checksums) and exceed HDF5's 1 MiB chunk cache, so
+        every read of a few rows decodes whole chunks again; else None."""
+        ds = self._x()
+        if not ds.chunks or ds.chunks[0] < 2 or not (ds.compression or ds.fletcher32 or ds.shuffle
+                                                     or ds.scaleoffset is not None):
+            return None
+        nbytes = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        if nbytes <= 2**20:
+            return None
+        return (f"{self.path}: {self.name}/x is stored compressed in chunks of {ds.chunks[0]} images "
+                f"({nbytes / 2**20:.1f} MiB): every minibatch decodes whole chunks, so streaming is slow; "
+                "set cache_dir (a tile cache of one image per chunk), use in_memory: true, or rewrite "
+                "it with chunks=(1, C, H, W)")
 
     def labels(self):
         import h5py
@@ -82,6 +126,7 @@ class H5Source(Source):
 
     def read(self, rows, tile, positions=None, out=None):
         ds = self._x()
+        self.check_unchanged()
         rows = np.asarray(rows, dtype=np.int64)
         positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
         out = self._out(len(rows), tile, out)
@@ -115,6 +160,7 @@ class ArraySource(Source):
     def read(self, rows, tile, positions=None, out=None):
         rows = np.asarray(rows, dtype=np.int64)
         out = self._out(len(rows), tile, out)
+        self.check_unchanged()
         try:
             if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
                 part = self._xarr[int(rows[0]):int(rows[-1]) + 1, :, tile.y0:tile.y1, tile.x0:tile.x1]
@@ -135,10 +181,13 @@ def npy_source(x_path, y_path, split):
         if not os.path.isfile(p):
             raise DataError(f"{split} data file {p} does not exist")
     try:
+        stamp = file_stamp(x_path)
         x = np.load(x_path, mmap_mode="r", allow_pickle=False)
         y = np.load(y_path, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise DataError(f"cannot read {split} arrays {x_path}, {y_path}: {e}") from None
     if x.ndim == 3:
         x = x[:, None]
-    return ArraySource(x_path, split, x, y)
+    src = ArraySource(x_path, split, x, y)
+    src.stamp = stamp
+    return src

@@ -63,10 +63,11 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
 
 def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     """The model's outputs for new images with the weights of ``checkpoint``: ``(outputs (N, K),
-    labels (N,))``, labels the argmax. ``read_images(tile, scale_255)`` returns this rank's part
-    of the images, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
-    None for whole images; ``scale_255``: whether the experiment's dataset divides integer
-    pixels by 255), e.g. :func:`distnet.datasets.arrays.read_images` of a file. The result is
+    labels (N,))``, labels the argmax. ``read_images(tile)`` returns this rank's part of the
+    images as stored, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
+    None for whole images), e.g. :func:`distnet.datasets.arrays.read_images` of a file; the
+    experiment's dataset turns them into the values it trained on (``prepare_images``: its
+    ``scale``, ``mean`` and ``std``, or MNIST's division by 255). The result is
     the same on every rank (data replicas each compute their rows; one Allreduce over
     ``Topology.data`` puts them together). Collective over the run's world."""
     from ..comm.abort import run_collectively
@@ -74,8 +75,8 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     _restore(exp, checkpoint, topology)
     t, model = exp.topology, exp.model
     tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
-    x = run_collectively(read_images, t.world, tile, exp.dataset.scale_255)
-    x = x.astype(exp.backend.dtype, copy=False)
+    x = run_collectively(read_images, t.world, tile)
+    x = exp.dataset.prepare_images(x, exp.backend.dtype)   # as the dataset's own: scale, mean, std
     out = model.predict(x)                         # this replica's rows, in order
     bs = model.batch_size or len(x)
     mine = np.concatenate([model.replica_rows(np.arange(i, min(i + bs, len(x)))) for i in range(0, len(x), bs)]

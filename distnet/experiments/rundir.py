@@ -382,22 +382,20 @@ def read_metrics_file(path):
     epochs, final = [], {}
     try:
         with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            lines = list(enumerate(f, 1))
     except UnicodeDecodeError:
-        raise DistnetError(f"{path}: not a metrics JSON-lines file (not UTF-8 text)") from None
-    except OSError as e:
-        raise DistnetError(f"cannot read {path}: {e.strerror or e}") from None
-    for n, line in enumerate(lines, 1):
+        raise DistnetError(f"{path}: not a metrics file (not UTF-8 text)") from None
+    for n, line in lines:
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-        if not isinstance(rec, dict) or ("epoch" in rec and not rec.get("final")
-                                         and not isinstance(rec.get("cost"), (int, float))):
-            raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object with epoch and cost, "
-                               "as distnet run writes)")
+        if not isinstance(rec, dict):
+            raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object), got {line.strip()[:40]}")
+        if "epoch" in rec and not rec.get("final") and not isinstance(rec.get("cost"), (int, float)):
+            raise DistnetError(f"{path}:{n}: not a metrics record: an epoch without a numeric cost")
         if rec.get("final"):
             final = rec
         elif "epoch" in rec:
@@ -413,13 +411,12 @@ def read_run(path):
             raise DistnetError(f"{path} is not a run directory (no metrics.jsonl)")
         info = {}
         if os.path.exists(os.path.join(path, "run.json")):
-            try:
+            try:    # a damaged record only loses the label's details
                 with open(os.path.join(path, "run.json"), encoding="utf-8") as f:
                     info = json.load(f)
-            except (ValueError, OSError) as e:   # JSONDecodeError, UnicodeDecodeError
-                raise DistnetError(f"{os.path.join(path, 'run.json')}: not JSON ({e})") from None
-            if not isinstance(info, dict):
-                raise DistnetError(f"{os.path.join(path, 'run.json')}: not JSON of a run record")
+            except (OSError, ValueError):
+                info = {}
+            info = info if isinstance(info, dict) else {}
     elif os.path.isfile(path):
         metrics, info = path, {}
     else:

@@ -28,13 +28,14 @@ def threads_summary(use_mpi=False):
     it would apply here, and the BLAS threads threadpoolctl sees now. Never raises, and never
     communicates once MPI runs with several ranks (a run directory's record is written by rank
     0 alone: a collective there would wait for ranks that never come); ``use_mpi`` lets a
-    process without MPI start it to ask about its node (``distnet info``, one process)."""
+    process without MPI start it to ask about its node (``distnet info``), and under mpiexec
+    makes the plan the ranks' (collective: every rank of the world must ask)."""
     try:
         plan, applied = current_plan(), True
         if plan is None:
             world = world_for_plan(use_mpi)
-            if world is not None and world.Get_size() > 1:
-                world = None            # this process alone: no collective
+            if world is not None and world.Get_size() > 1 and not use_mpi:
+                world = None            # this process alone: no collective (use_mpi: every rank asks)
             plan, applied = plan_threads(world), False
         now = ", ".join(f"{lib} {n}" for lib, n in blas_threads()) or "no BLAS library found"
         text = plan.describe()[len("threads "):]

@@ -217,8 +217,17 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     JSON-serialisable per-epoch records."""
     import h5py
     from .. import __version__
-    from ..fileio import atomic_target, umask_mode
+    from ..fileio import atomic_target, free_space, umask_mode, write_failure
     meta = dict(meta or {})
+    # h5py meeting a full disk raises from its objects' deallocation too (past the except below)
+    arrays = [a for e in list(entries) + list(buffers or ())
+              for a in [e["value"], e.get("velocity"), *(e.get("state") or {}).values()] if a is not None]
+    need = 2**16 + sum(np.asarray(a).nbytes + 1024 for a in arrays) + len(json.dumps(list(history)))
+    need += sum(len(str(v)) for v in (config or {}).values())
+    folder, free = free_space(path)
+    if need > free:
+        raise CheckpointError(f"cannot write checkpoint {path}: No space left on device (it needs about "
+                              f"{need / 2**20:.2f} MiB, {folder} has {free / 2**20:.2f} MiB free)")
     try:
         with atomic_target(path) as tmp:
             with h5py.File(tmp, "w") as f:
@@ -246,8 +255,8 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
             with open(tmp, "rb+") as fh:  # on disk before it takes the real name
                 os.fsync(fh.fileno())
             umask_mode(tmp)
-    except OSError as e:
-        raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
+    except (OSError, RuntimeError) as e:     # h5py raises both for a failed write
+        raise CheckpointError(f"cannot write checkpoint {path}: {write_failure(e)}") from None
 
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):

@@ -89,6 +89,37 @@ def test_checkpoint_contents(files, tmp_path):
     assert load_experiment(str(resolved)).model.num_epochs == 3
 
 
+def test_h5py_s_runtime_error_on_a_full_disk_is_one_line(files, tmp_path, monkeypatch):
+    """h5py raises RuntimeError ("Can't decrement id ref count (file write failed: time = ...
+    error message = 'No space left on device', buf = 0x...") for some failed writes: it was no
+    CheckpointError, so the run ended with that two-line text as an unexpected exception."""
+    def broken(group, name, a):
+        raise RuntimeError("Can't decrement id ref count (file write failed: time = Mon Nov 23 04:02:33 "
+                           "2026\n, filename = 'x', errno = 28, error message = 'No space left on device', "
+                           "buf = 0x564ac9286170)")
+    monkeypatch.setattr(ckmod, "_dataset", broken)
+    path = tmp_path / "ck.h5"
+    with pytest.raises(CheckpointError) as e:
+        run(files["cnn"], ["model.num_epochs=1"], checkpoint=path)
+    assert str(e.value) == f"cannot write checkpoint {path}: No space left on device"
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_disk_without_room_for_the_checkpoint_is_refused_before_h5py_writes(files, tmp_path, monkeypatch):
+    """h5py meeting a full disk raised from its object deallocation (past our except clause: the
+    job aborted with its two-line RuntimeError, one process segfaulted at exit)."""
+    import shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 4096, 4096))
+    path = tmp_path / "ck.h5"
+    with pytest.raises(CheckpointError, match=rf"^cannot write checkpoint {path}: No space left on device "
+                                              r"\(it needs about 0.\d\d MiB, .* has 0.00 MiB free\)$"):
+        ckmod.write_checkpoint(path, [{"name": "W", "layer": "l", "sharded": False,
+                                       "value": np.zeros((100, 100))}], epoch=0)
+    assert os.listdir(tmp_path) == []
+
+
 def test_checkpoint_every_n_epochs(files, tmp_path, monkeypatch):
     written = []
     real = ckmod.write_checkpoint

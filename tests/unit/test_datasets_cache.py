@@ -348,3 +348,37 @@ def test_a_stale_temporary_of_a_killed_write_is_removed_even_when_the_cache_is_u
     stale.write_bytes(b"half")
     MNIST(repo_path=data_dir, serialized_path=path).load()
     assert not stale.exists() and leftovers(tmp_path) == []
+
+
+def test_a_full_disk_is_a_one_line_warning(data_dir, tmp_path, caplog, monkeypatch):
+    """h5py's ENOSPC error spans two lines (its errno, time, file descriptor, buffer address...)."""
+    import errno
+    from distnet.datasets import cache
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "Can't close file (file write failed: time = ...\n, filename = ...)")
+    monkeypatch.setattr(cache, "write_cache", full)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        MNIST(repo_path=data_dir, serialized_path=str(tmp_path / "c.h5")).load()
+    assert caplog.records[-1].getMessage() == (f"could not write dataset cache {tmp_path / 'c.h5'} (No space "
+                                               "left on device); continuing without it")
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_a_file_that_is_no_cache_is_never_overwritten(tmp_path, in_memory):
+    """serialized_path naming the dataset file itself (or any HDF5 file without cache metadata)
+    replaced it with a cache after a warning: the user's data was gone."""
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((4, 1, 3, 3), np.float32), [0, 1, 0, 1]
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"d.h5 is the dataset's own file"):
+        HDF5Dataset(path=str(path), serialized_path=str(path), in_memory=in_memory).load()
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["results"] = np.arange(3)
+    mine = other.read_bytes()
+    with pytest.raises(DataError, match=r"other.h5 exists and is not a distnet dataset cache: remove it"):
+        HDF5Dataset(path=str(path), serialized_path=str(other), in_memory=in_memory).load()
+    assert path.read_bytes() == before and other.read_bytes() == mine

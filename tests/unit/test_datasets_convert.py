@@ -148,3 +148,105 @@ def test_cli(tmp_path):
     os.makedirs(tmp_path / "imgs" / "fox")
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d2.h5")])
     assert r.exit_code == 2 and "distnet: error: class folder" in r.output and "fox holds no images" in r.output
+
+
+def test_16_bit_images_are_scaled_to_8_bits_not_clipped(tmp_path):
+    """A 16-bit grayscale PNG (mode I;16) once became 255 wherever its value was above 255."""
+    a = np.array([[0, 257, 32768, 65535]], np.uint16).repeat(2, 0)
+    for c in ("a", "b"):
+        os.makedirs(tmp_path / "imgs" / c)
+        Image.fromarray(a).save(tmp_path / "imgs" / c / "0.png")
+        Image.fromarray(np.zeros((2, 4, 2), np.uint8), "LA").save(tmp_path / "imgs" / c / "1.png")
+    assert Image.open(tmp_path / "imgs" / "a" / "0.png").mode.startswith("I")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    assert info["shape"] == (1, 2, 4)       # grayscale with alpha (LA) is grayscale too
+    with h5py.File(tmp_path / "d.h5") as f:
+        x = np.concatenate([f["train/x"][()], f["test/x"][()]])
+    assert {tuple(r[0, 0]) for r in x} == {(0, 1, 128, 255), (0, 0, 0, 0)}
+    Image.fromarray(np.full((2, 4), 0.5, np.float32)).save(tmp_path / "imgs" / "b" / "2.tif")
+    with pytest.raises(DataError, match=r"cannot read image .*2.tif: .*floating-point pixels"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5")
+
+
+def test_fractions_that_round_to_no_image_are_refused(tmp_path):
+    """2 images with the default test_fraction 0.2 once wrote a file without a test split, which
+    HDF5Dataset then refused; an .npy said "give a test_fraction > 0" to a user who had."""
+    make_folder(tmp_path / "imgs", classes=("a", "b"), n=1)
+    with pytest.raises(DataError, match=r"test_fraction 0.2 of 2 images is round\(0.4\) = 0 test images"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5")
+    with pytest.raises(DataError, match=r"no test split .*test_fraction > 0"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5", test_fraction=0)
+    np.save(tmp_path / "x.npy", np.zeros((10, 1, 3, 3), np.float32))
+    np.save(tmp_path / "y.npy", np.arange(10) % 2)
+    with pytest.raises(DataError, match=r"valid_fraction 0.04 of 10 images is round\(0.4\) = 0"):
+        convert(tmp_path / "x.npy", tmp_path / "o.h5", labels=tmp_path / "y.npy", valid_fraction=0.04)
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_a_full_disk_is_one_line_before_writing(tmp_path, monkeypatch):
+    """Converting onto a full disk printed h5py's traceback wall and died of a segfault."""
+    import errno
+    import shutil
+    from collections import namedtuple
+    make_folder(tmp_path / "imgs", n=4)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(DataError, match=r"cannot write .*d.h5: it needs about 0.0\d MiB but .* has 0.00 MiB free"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    monkeypatch.undo()
+    import distnet.datasets.convert as conv
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "Driver write request failed (file write failed: ...\n...)")
+    monkeypatch.setattr(conv, "_decode", full)
+    with pytest.raises(DataError, match=r"^cannot write .*d.h5: No space left on device$"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    assert os.listdir(tmp_path) == ["imgs"]
+
+
+def test_channels_last_arrays_are_refused_or_transposed(tmp_path):
+    """(N, H, W, C) arrays were stored as (C=H, H=W, W=C) images: 16x3 pictures of 16 channels."""
+    rng = np.random.RandomState(0)
+    x = rng.randint(0, 255, (20, 6, 5, 3)).astype(np.uint8)
+    np.savez(tmp_path / "nhwc.npz", x=x, y=np.arange(20) % 2)
+    with pytest.raises(DataError, match=r"nhwc.npz: train images are \(20, 6, 5, 3\), which looks like "
+                                        r"\(N, H, W, C\).*--layout nhwc.*--layout nchw"):
+        convert(tmp_path / "nhwc.npz", tmp_path / "o.h5")
+    info = convert(tmp_path / "nhwc.npz", tmp_path / "o.h5", layout="nhwc", test_fraction=0.25)
+    assert info["shape"] == (3, 6, 5)
+    with h5py.File(tmp_path / "o.h5") as f:
+        got = np.concatenate([f["train/x"][()], f["test/x"][()]])
+    perm = np.random.RandomState(0).permutation(20)
+    np.testing.assert_array_equal(got, x.transpose(0, 3, 1, 2)[np.concatenate([perm[5:], perm[:5]])])
+    info = convert(tmp_path / "nhwc.npz", tmp_path / "p.h5", layout="nchw")
+    assert info["shape"] == (6, 5, 3)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "nhwc.npz"), str(tmp_path / "q.h5"),
+                                  "--layout", "nhwc"])
+    assert r.exit_code == 0 and "images of 3x6x5 uint8" in r.output, r.output
+
+
+def test_an_npz_split_with_images_but_no_labels_is_refused(tmp_path):
+    """x_test without y_test was ignored: the test split was drawn from the training images."""
+    x = np.zeros((10, 1, 3, 3), np.uint8)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=np.arange(10) % 2, x_test=x[:4])
+    with pytest.raises(DataError, match=r"d.npz holds x_test without y_test"):
+        convert(tmp_path / "d.npz", tmp_path / "o.h5")
+    np.savez(tmp_path / "e.npz", x_train=x, y_train=np.arange(10) % 2, y_valid=np.zeros(2, int))
+    with pytest.raises(DataError, match=r"e.npz holds y_valid without x_valid"):
+        convert(tmp_path / "e.npz", tmp_path / "o.h5")
+
+
+def test_a_split_with_a_class_train_lacks_is_refused(tmp_path):
+    """test/c/ (a class train/ does not have) was skipped without a word: its images were lost."""
+    make_folder(tmp_path / "imgs" / "train", classes=("a", "b"), n=2)
+    make_folder(tmp_path / "imgs" / "test", classes=("a", "b", "c"), n=2)
+    with pytest.raises(DataError, match=r"imgs/test has class folder\(s\) c/ that .*train lacks"):
+        convert(tmp_path / "imgs", tmp_path / "o.h5")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_a_usage_error(tmp_path, seed):
+    """--seed -1 was numpy's ValueError traceback ("Seed must be between 0 and 2**32 - 1")."""
+    make_folder(tmp_path / "imgs", n=2)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"), "--seed", seed])
+    assert r.exit_code == 2 and "--seed" in r.output and "0<=x<=4294967295" in r.output, r.output

@@ -218,3 +218,57 @@ def test_hdf5_header_and_errors(tmp_path):
         f["test/x"], f["test/y"] = np.zeros((2, 1, 5, 4)), np.zeros(2, int)
     with pytest.raises(DataError, match="test/x images"):
         HDF5Dataset(path=path).image_shape
+
+
+def test_splits_stored_in_other_dtypes_are_refused(tmp_path):
+    """uint8 train images with float test images (already in 0..1) went through the same scale:
+    1/255, so the test split was all but zero and its error rate meaningless."""
+    from distnet.datasets import NumpyDataset
+    path = str(tmp_path / "d.h5")
+    with h5py.File(path, "w") as f:
+        f["train/x"], f["train/y"] = np.zeros((2, 1, 4, 4), np.uint8), np.zeros(2, int)
+        f["test/x"], f["test/y"] = np.zeros((2, 1, 4, 4), np.float32), np.zeros(2, int)
+    with pytest.raises(DataError, match=r"d.h5: test/x stores float32 values but train/x uint8: scale, "
+                                        r"mean and std apply to every split alike"):
+        HDF5Dataset(path=path, scale="1/255").image_shape
+    for name, x in (("x", np.zeros((2, 1, 4, 4), np.uint8)), ("xt", np.zeros((2, 1, 4, 4)))):
+        np.save(tmp_path / f"{name}.npy", x)
+    np.save(tmp_path / "y.npy", np.zeros(2, int))
+    with pytest.raises(DataError, match=r"xt.npy \(test\) stores float64 values but .*x.npy \(train\) uint8"):
+        NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                     test_x=str(tmp_path / "xt.npy"), test_y=str(tmp_path / "y.npy"), scale=1).image_shape
+    from distnet.datasets.convert import convert       # it cast the float test images to uint8 (zeros)
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((4, 1, 4, 4), np.uint8), y_train=np.zeros(4, int),
+             x_test=np.full((2, 1, 4, 4), 0.5), y_test=np.zeros(2, int))
+    with pytest.raises(DataError, match=r"d.npz: test images are float64 but train images uint8"):
+        convert(tmp_path / "d.npz", tmp_path / "o.h5")
+
+
+def test_hdf5_layout_holes_are_one_line(tmp_path):
+    """valid/x without valid/y (KeyError), a dangling link (KeyError) and a group where a dataset
+    belongs (AttributeError) were tracebacks."""
+    def make(path, change):
+        with h5py.File(path, "w") as f:
+            for s in ("train", "test"):
+                f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 1, 4, 4)), np.zeros(2, int)
+            change(f)
+        return str(path)
+    cases = {"valid/y": lambda f: f.__setitem__("valid/x", np.zeros((2, 1, 4, 4))),
+             "train/y": lambda f: (f.__delitem__("train/y"), f.__setitem__("train/y", h5py.SoftLink("/nowhere"))),
+             "test/y ": lambda f: (f.__delitem__("test/y"), f.create_group("test/y"))}
+    for i, (name, change) in enumerate(cases.items()):
+        path = make(tmp_path / f"d{i}.h5", change)
+        with pytest.raises(DataError, match=rf"d{i}.h5: {name.strip()} is missing or not a dataset"):
+            HDF5Dataset(path=path).image_shape
+
+
+@pytest.mark.parametrize("value", ["ten", 3.7, -1, [3, 4]])
+def test_hdf5_nclasses_attribute_must_be_a_count(tmp_path, value):
+    """'ten' and [3, 4] were ValueError / TypeError tracebacks, 3.7 was taken as 3."""
+    path = str(tmp_path / "d.h5")
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 1, 4, 4)), [0, 1]
+        f.attrs["nclasses"] = value
+    with pytest.raises(DataError, match=r"d.h5: the attribute nclasses must be a whole number >= 1, got"):
+        HDF5Dataset(path=path).nclasses

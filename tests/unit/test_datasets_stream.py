@@ -1,5 +1,6 @@
 """Streaming (StreamArray, per-minibatch reads with prefetch) gives the in-memory numbers exactly
 (float64), for HDF5 and memory-mapped .npy, with sample_pct, a validation hold-out and scaling."""
+import logging
 import os
 
 import h5py
@@ -101,6 +102,14 @@ def test_npy_files_and_npz(tmp_path):
     np.testing.assert_array_equal(db["train"][0], want)
 
 
+def test_an_npz_split_with_images_but_no_labels_is_refused(tmp_path):
+    """NumpyDataset ignored x_valid without y_valid (no validation split, not a word)."""
+    x = np.zeros((4, 1, 3, 3), np.float32)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=[0, 1, 0, 1], x_test=x, y_test=[0, 1, 0, 1], x_valid=x)
+    with pytest.raises(DataError, match=r"d.npz holds x_valid without y_valid"):
+        NumpyDataset(path=str(tmp_path / "d.npz")).image_shape
+
+
 def test_scaling_keys_and_refusals(tmp_path):
     path = str(write_uint8(tmp_path / "d.h5"))
     with pytest.raises(ConfigError, match="scale: 0.00392156862745098") as e:
@@ -181,6 +190,32 @@ def test_corrupt_chunk_names_the_file(tmp_path):
         HDF5Dataset(path=str(path), scale=1, in_memory=True).load()
 
 
+def test_a_file_truncated_or_rewritten_while_streaming_is_an_error(tmp_path):
+    """A truncated HDF5 file read as zeros (HDF5 fills past the end of a file) and the run went
+    on; a truncated memory-mapped .npy killed the rank with SIGBUS."""
+    path = write_uint8(tmp_path / "d.h5", n_train=200)
+    x = HDF5Dataset(path=str(path), scale=1, in_memory=False).load()["train"][0]
+    x.read(np.array([199]))
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(DataError, match=r"d.h5 changed while the run was reading it \(size \d+ -> \d+"):
+        x.read(np.array([199]))
+    rng = np.random.RandomState(0)
+    for name in ("x", "y"):
+        np.save(tmp_path / f"{name}.npy", rng.randint(0, 3, (200, 1, 64, 64) if name == "x" else 200))
+    x = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"), test_x=str(tmp_path / "x.npy"),
+                     test_y=str(tmp_path / "y.npy"), scale=1, in_memory=False).load()["train"][0]
+    x.read(np.array([199]))
+    with open(tmp_path / "x.npy", "r+b") as fh:        # same size, other values: an edit in place
+        fh.seek(-8, 2)
+        fh.write(b"\x01" * 8)
+    os.utime(tmp_path / "x.npy", ns=(1, 1))
+    with pytest.raises(DataError, match=r"x.npy changed while the run was reading it"):
+        x.read(np.array([199]))
+    os.truncate(tmp_path / "x.npy", 4096)
+    with pytest.raises(DataError, match=r"x.npy changed while the run was reading it"):
+        x.read(np.array([199]))
+
+
 def test_memory_per_rank(tmp_path):
     from distnet.datasets.memory import data_memory
     m = data_memory({"train": 2000, "test": 500}, 3, (128, 128), 4, 1, batch_size=32, ndata=2)
@@ -235,3 +270,90 @@ def test_dataset_errors_found_when_loading_name_the_yaml_line(tmp_path, keys, ke
     with pytest.raises(ConfigError) as e:
         exp.run()
     assert e.value.key == key and e.value.where == "exp.yaml:3", str(e.value)
+
+
+def test_a_tile_cache_without_room_streams_from_the_file(tmp_path, monkeypatch, caplog):
+    """A cache_dir on a full disk once ended the run with h5py's multi-line write error (the
+    in-memory cache already went on without its cache)."""
+    import shutil
+    from collections import namedtuple
+    path = str(write_uint8(tmp_path / "d.h5"))
+    tile = tile_of((12, 10), (2, 1), (1, 0))
+    want = HDF5Dataset(path=path, scale=1, in_memory=True).load(tile=tile, dtype=np.float64)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 100, 100))
+    ds = HDF5Dataset(path=path, scale=1, in_memory=False, cache_dir=str(tmp_path / "node"))
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.cache"):
+        got = ds.load(tile=tile, dtype=np.float64, rank=1, size=2, grid=(2, 1))
+    x = got["train"][0]
+    np.testing.assert_array_equal(x[np.arange(len(x))], want["train"][0])
+    assert "not writing tile cache" in caplog.text and "streaming from" in caplog.text
+    assert not os.path.exists(tmp_path / "node")
+
+
+def test_a_tile_cache_edited_behind_its_metadata_is_not_trusted(tmp_path, caplog):
+    """Labels edited in a streaming tile cache (serialized_path / cache_dir) crashed training with
+    an IndexError; a NaN written into it was reported as bad data ("clean the data") though the
+    dataset file was fine."""
+    path = tmp_path / "f.h5"
+    rng = np.random.RandomState(0)
+    with h5py.File(path, "w") as f:
+        for s, n in (("train", 12), ("test", 4)):
+            f[f"{s}/x"], f[f"{s}/y"] = rng.rand(n, 1, 6, 5), rng.randint(0, 3, n)
+    cached = str(tmp_path / "tc.h5")
+    want = HDF5Dataset(path=str(path), in_memory=True).load(dtype=np.float64)
+    HDF5Dataset(path=str(path), in_memory=False, serialized_path=cached).load(dtype=np.float64)
+    with h5py.File(cached, "a") as f:
+        f["train/y"][3] = 7
+        f["train/x"][2, 0, 0, 0] = np.nan
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        got = HDF5Dataset(path=str(path), in_memory=False, serialized_path=cached).load(dtype=np.float64)
+    for split in ("train", "test"):
+        x, y = got[split]
+        np.testing.assert_array_equal(y, want[split][1])
+        np.testing.assert_array_equal(x[np.arange(len(y))], want[split][0])
+    assert "tc.h5" in caplog.text and "rebuilding it" in caplog.text
+
+
+def test_channels_last_images_get_a_warning(tmp_path, caplog):
+    """An (N, H, W, C) file written by hand trained on C=H channels of HxW=WxC pixels, silently."""
+    path = tmp_path / "nhwc.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((2, 16, 16, 3), np.float32), [0, 1]
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        HDF5Dataset(path=str(path)).check()
+    assert "nhwc.h5: images of 16x16x3 (C, H, W) look like (N, H, W, C)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+        HDF5Dataset(path=str(write_uint8(tmp_path / "d.h5")), scale=1).check()
+    assert caplog.text == ""
+
+
+def test_streaming_a_split_compressed_in_one_chunk_gets_a_warning(tmp_path, caplog):
+    """Every minibatch decompressed the whole split (HDF5's chunk cache holds 1 MiB): one epoch of
+    3000 small images took 11x as long as from the converter's file, quadratic in the images."""
+    path = tmp_path / "gz.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("train/x", data=np.zeros((400, 3, 32, 32), np.uint8), chunks=(400, 3, 32, 32),
+                         compression="gzip")
+        f["train/y"] = np.arange(400) % 2
+        f["test/x"], f["test/y"] = np.zeros((4, 3, 32, 32), np.uint8), [0, 1, 0, 1]
+    for in_memory in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+            HDF5Dataset(path=str(path), scale=1, in_memory=in_memory).load()
+        assert ("train/x is stored compressed in chunks of 400 images" in caplog.text) == (not in_memory)
+
+
+def test_images_to_predict_must_be_stored_like_the_training_file(tmp_path):
+    """uint8 images given to a model trained on a float file (already 0..1) went through its
+    scale 1: pixels of 0..255 where the model knew 0..1, and predictions of nonsense."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((2, 1, 3, 3), 0.5, np.float32), [0, 1]
+    ds = HDF5Dataset(path=str(path))
+    np.testing.assert_array_equal(ds.prepare_images(np.full((1, 1, 3, 3), 0.5)), np.full((1, 1, 3, 3), 0.5))
+    with pytest.raises(DataError, match=r"images to predict store uint8 values but .*f.h5 stores float32"):
+        ds.prepare_images(np.zeros((1, 1, 3, 3), np.uint8))

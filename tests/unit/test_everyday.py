@@ -200,6 +200,40 @@ def test_plot_writes_a_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
 
 
+def test_plot_replaces_only_an_earlier_png_and_never_its_inputs(tmp_path):
+    """-o naming a run's metrics.jsonl (or a dataset) wrote the PNG over it; plotting that run
+    again was then a UnicodeDecodeError traceback."""
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import plot_runs
+    a = _run_dir(tmp_path / "a", [2.0, 1.5], {"test_misclass": 7.0})
+    metrics = Path(a) / "metrics.jsonl"
+    before = metrics.read_bytes()
+    for out in (metrics, tmp_path / "a.yaml"):
+        out.write_bytes(before) if out != metrics else None
+        with pytest.raises(DistnetError, match=rf"cannot write {out}: it (is an input|exists and is no PNG)"):
+            plot_runs([a], str(out), inputs=[str(tmp_path / "a.yaml")])
+    assert metrics.read_bytes() == before
+    out = str(tmp_path / "p.png")
+    plot_runs([a], out)
+    plot_runs([a], out)                 # an earlier plot is replaced
+    metrics.write_bytes(b"\x89PNG\r\n\x1a\n....")
+    with pytest.raises(DistnetError, match=r"metrics.jsonl: not a metrics file \(not UTF-8 text\)"):
+        plot_runs([a], out)
+    metrics.write_text("[1, 2]\n")
+    with pytest.raises(DistnetError, match=r"metrics.jsonl:1: not a metrics record"):
+        plot_runs([a], out)
+
+
+def test_a_damaged_run_json_does_not_stop_a_plot(tmp_path):
+    """A run.json cut short or overwritten was a JSONDecodeError / UnicodeDecodeError traceback."""
+    from distnet.experiments.rundir import read_run
+    a = _run_dir(tmp_path / "a", [2.0, 1.5], {"test_misclass": 7.0})
+    for junk in (b"{not json", b"\x9b\x00\xff", b"[1]"):
+        (Path(a) / "run.json").write_bytes(junk)
+        run = read_run(a)
+        assert run["info"] == {} and [r["cost"] for r in run["epochs"]] == [2.0, 1.5]
+
+
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     from distnet.cli.plot import plot_runs
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # import fails
@@ -209,7 +243,7 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a metrics JSON-lines file"),   # was: UnicodeDecodeError
+    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a metrics file"),              # was: UnicodeDecodeError
     (b"5\n", "m.jsonl:1: not a metrics record"),                               # was: AttributeError
     (b'{"epoch": 0}\n', "m.jsonl:1: not a metrics record"),                    # was: KeyError 'cost'
     (b'{"epoch": 0, "cost": "x"}\n', "m.jsonl:1: not a metrics record"),
@@ -219,14 +253,6 @@ def test_read_run_refuses_what_is_no_metrics_file(tmp_path, content, words):
     (tmp_path / "m.jsonl").write_bytes(content)
     with pytest.raises(DistnetError, match=re.escape(words)):
         read_run(str(tmp_path / "m.jsonl"))
-
-
-def test_read_run_refuses_a_broken_run_json(tmp_path):
-    from distnet.experiments.rundir import read_run
-    d = _run_dir(tmp_path / "a", [1.0], {})
-    (tmp_path / "a" / "run.json").write_text("{not json")
-    with pytest.raises(DistnetError, match="run.json: not JSON"):
-        read_run(d)
 
 
 # -- progress bar ------------------------------------------------------------------------------
