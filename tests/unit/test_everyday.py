@@ -152,6 +152,11 @@ def test_show_refuses_sizes_that_cannot_work():
     grid = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"), ["grid=[1, 3]"])
     with pytest.raises(TopologyError, match="grid 1x3 needs 3 ranks, but the run has 4"):
         format_show(grid, "x", 4)
+    # a rank count that the grid divides: the data replicas that would use it are named
+    square = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"), ["grid=[2, 2]"])
+    with pytest.raises(TopologyError, match=r"grid 2x2 needs 4 ranks, but the run has 8\. .*or keep grid 2x2 "
+                                            r"with data: 2 \(2 replicas x 4 = 8 ranks\)"):
+        format_show(square, "x", 8)
 
 
 @pytest.mark.parametrize("args, words", [
