@@ -13,6 +13,23 @@ from .errors import ConfigError
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
+_SETERR_KEYS = ("all", "divide", "over", "under", "invalid")
+_SETERR_MODES = ("ignore", "warn", "raise", "print")   # call, log: need a seterrcall, which YAML cannot give
+
+
+def _check_seterr(mapping):
+    """``seterr_handling`` (numpy's ``seterr`` keywords) checked; ConfigError naming the key."""
+    unknown = sorted(set(map(str, mapping)) - set(_SETERR_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown seterr_handling key(s) {unknown}; valid: {list(_SETERR_KEYS)}",
+                          key="seterr_handling")
+    for k, v in mapping.items():
+        if v not in _SETERR_MODES:
+            raise ConfigError(f"seterr_handling {k} must be one of {', '.join(_SETERR_MODES)}, got {v!r}",
+                              key="seterr_handling")
+    return mapping
+
+
 class Backend:
     """numpy on the CPU.
 
@@ -28,7 +45,9 @@ class Backend:
         Passed to ``numpy.seterr`` (neon compatibility), except that underflow stays ignored
         unless the mapping names ``under`` itself: a value rounding to 0 is harmless in every
         formula here (a logistic unit far in its tail), and neon's ``{all: raise}`` would stop
-        a run on it.
+        a run on it. Keys ``all``, ``divide``, ``over``, ``under``, ``invalid``; values
+        ``ignore``, ``warn``, ``raise``, ``print``. With ``raise``, ``distnet run`` ends on the
+        first such error with one line naming it.
     threads : int, optional
         BLAS and kernel threads of each rank. Default: the rank's share of its node's cores
         (cores / ranks on the node), or ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` /
@@ -52,7 +71,7 @@ class Backend:
         self.dtype = np.dtype(_DTYPES[dtype])
         self.xp = np
         if seterr_handling:
-            np.seterr(**{"under": "ignore", **seterr_handling})
+            np.seterr(**{"under": "ignore", **_check_seterr(seterr_handling)})
         self.rng = np.random.RandomState(self.rng_seed)
 
     def reseed(self):

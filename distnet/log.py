@@ -10,10 +10,50 @@ def get_logger():
     return logging.getLogger(LOGGER_NAME)
 
 
+#: The keys of an experiment's ``logging`` mapping (neon's ``logging.basicConfig`` arguments).
+LOGGING_KEYS = ("filename", "format", "level")
+
+
+def check_logging(mapping):
+    """An experiment's ``logging`` mapping checked: only :data:`LOGGING_KEYS`; ``level`` an int
+    or a level name (``DEBUG``, ``info``, ...), returned as an int; ``format`` a ``%``-style
+    format whose fields a log record has; ``filename`` a string. ConfigError (key ``logging``)
+    otherwise, so a bad value ends the run before it starts, not at its first log line."""
+    from .errors import ConfigError
+    out = dict(mapping or {})
+    unknown = sorted(set(map(str, out)) - set(LOGGING_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown logging key(s) {unknown}; valid: {list(LOGGING_KEYS)}", key="logging")
+    level = out.get("level")
+    if level is not None:
+        names = logging.getLevelNamesMapping()
+        if isinstance(level, str) and level.upper() in names:
+            out["level"] = names[level.upper()]
+        elif isinstance(level, bool) or not isinstance(level, int) or level < 0:
+            raise ConfigError(f"logging level must be an integer >= 0 (10 DEBUG, 20 INFO, ...) or one of "
+                              f"{', '.join(n for n in names if n != 'NOTSET')}, got {level!r}", key="logging")
+    fmt = out.get("format")
+    if fmt is not None:
+        if not isinstance(fmt, str):
+            raise ConfigError(f"logging format must be a string, got {fmt!r}", key="logging")
+        try:
+            record = logging.LogRecord(LOGGER_NAME, logging.INFO, __file__, 0, "a message", (), None)
+            logging.Formatter(fmt).format(record)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"logging format {fmt!r} is not a %-style format of log record fields "
+                              f"such as %(message)s, %(asctime)s, %(levelname)s ({type(e).__name__}: {e})",
+                              key="logging") from None
+    filename = out.get("filename")
+    if filename is not None and not isinstance(filename, str):
+        raise ConfigError(f"logging filename must be a string, got {filename!r}", key="logging")
+    return out
+
+
 def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
     """Configure the ``distnet`` logger for this rank (idempotent).
 
-    ``fmt``/``filename`` come from the experiment's neon-style ``logging`` mapping. Handlers
+    ``fmt``/``filename`` come from the experiment's neon-style ``logging`` mapping (see
+    :func:`check_logging`; a log file that cannot be opened is a ConfigError). Handlers
     marked with :func:`keep_handler` (the run directory's ``log.txt``) stay.
     """
     logger = get_logger()
@@ -21,7 +61,11 @@ def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
         if not getattr(h, "distnet_keep", False):
             logger.removeHandler(h)
     prefix = f"[rank {rank}] " if size > 1 else ""
-    handler = logging.FileHandler(filename) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
+    try:
+        handler = logging.FileHandler(filename) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
+    except OSError as e:
+        from .errors import ConfigError
+        raise ConfigError(f"cannot open the log file {filename}: {e.strerror or e}", key="logging") from None
     handler.setFormatter(logging.Formatter(prefix + (fmt or "%(message)s")))
     logger.addHandler(handler)
     logger.setLevel(level if rank == 0 else max(level, logging.WARNING))

@@ -140,6 +140,23 @@ def test_config_error_on_every_rank(tiny, tmp_path):
     assert proc.stderr.count("key 'nofm': expected an integer") == 2
 
 
+@pytest.mark.parametrize("override, words", [
+    ("model.layers.0.nofm=null", "key 'nofm': needs a value, got null"),
+    ("model.batch_size=1:30", "base-60 integer"),
+    ("logging={filename: /nonexistent-dir/run.log}", "cannot open the log file /nonexistent-dir/run.log"),
+])
+def test_new_input_errors_on_every_rank(tiny, tmp_path, override, words):
+    """Errors found on one rank only (the log file, opened by rank 0) or on all reach every rank;
+    no rank hangs and none prints a traceback."""
+    _, exp = tiny
+    dist = tmp_path / "d.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    proc = distnet("run", str(dist), "--no-run-dir", "--set", override, n=2)
+    assert proc.returncode not in (0, 124) and "Traceback" not in proc.stderr, proc.stderr
+    assert all(f"[rank {r}] distnet: error:" in proc.stderr for r in (0, 1)), proc.stderr
+    assert words in proc.stderr
+
+
 def test_non_dist_experiment_under_mpiexec_is_refused(tiny):
     _, exp = tiny
     proc = distnet("run", str(exp), n=2)
@@ -159,6 +176,26 @@ def test_info_lists_the_stack():
     out = distnet("info", check=True).stdout
     for word in ("distnet", "numpy", "mpi", "h5py", "gpu", "threads"):
         assert word in out
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--run-dir", "RD", "--no-run-dir"], "--run-dir and --no-run-dir"),
+    (["--checkpoint", "CK.h5", "--no-checkpoint"], "--checkpoint and --no-checkpoint"),
+    (["--checkpoint-every", "2", "--no-checkpoint"], "--checkpoint-every and --no-checkpoint"),
+    (["-v", "-q"], "--verbose and --quiet"),
+    (["--progress", "-q"], "--progress and --quiet"),
+    (["--watchdog", "nan"], "--watchdog"),
+    (["--watchdog", "inf"], "--watchdog"),
+])
+def test_conflicting_or_meaningless_flags_are_refused_before_anything_runs(tmp_path, flags, words):
+    """Each of these used to drop one flag silently (or watch nothing)."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    flags = [str(tmp_path / f) if f in ("RD", "CK.h5") else f for f in flags]
+    r = CliRunner().invoke(main, ["run", str(ROOT / "experiments" / "mnist_cnn.yaml"), "--set",
+                                  "model.num_epochs=0", "--set", "dataset.sample_pct=1", *flags])
+    assert r.exit_code == 2 and words in r.output, r.output
+    assert not list(tmp_path.iterdir())         # nothing written
 
 
 def test_info_under_mpiexec_prints_once_with_the_ranks_thread_plan():

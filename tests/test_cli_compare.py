@@ -29,6 +29,17 @@ def test_a_rank_count_that_does_not_fit_is_one_error_before_any_run(files):
     assert len(errors) == 1 and errors[0].startswith(f"distnet: error: {f['cnn_dist']} on -n 200: ")
 
 
+@pytest.mark.parametrize("flag, value", [("--cost-tol", "-1"), ("--cost-tol", "nan"), ("--cost-atol", "-0.1"),
+                                         ("--rate-tol", "-5"), ("--rate-tol", "inf")])
+def test_a_negative_or_non_finite_tolerance_is_refused_before_any_run(files, flag, value):
+    """A nan tolerance made every comparison AGREE, a negative one every comparison DIFFER."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    d, f = files
+    r = CliRunner().invoke(main, ["compare", f["cnn"], f["cnn_dist"], "-n", "2", flag, value])
+    assert r.exit_code == 2 and flag in r.output and "AGREE" not in r.output and "DIFFER" not in r.output, r.output
+
+
 def test_gb_pretraining_costs_in_metrics_and_in_the_table(files, tmp_path):
     d, f = files
     distnet("run", f["gb"], "--run-dir", str(tmp_path / "r"), "--set", "model.num_epochs=2", check=True)

@@ -100,6 +100,26 @@ def test_checkpoint_never_replaces_another_file(env, tmp_path, victim):
     assert path.read_bytes() == before and not (tmp_path / "r").exists()   # refused before anything
 
 
+@pytest.mark.parametrize("case", ["metrics is the experiment", "checkpoint is the experiment",
+                                  "metrics is the checkpoint", "metrics is the resumed checkpoint"])
+def test_an_output_that_is_an_input_or_another_output_is_refused_even_with_force(env, tmp_path, case):
+    """--metrics over the experiment file with --force replaced the YAML with JSON lines; --metrics
+    and --checkpoint on one path wrote both into one file (the metrics were lost)."""
+    exp = tmp_path / "cnn.yaml"
+    exp.write_text((env / "cnn.yaml").read_text())
+    ck = tmp_path / "ck.h5"
+    if case == "metrics is the resumed checkpoint":
+        assert distnet("run", str(exp), "--checkpoint", str(ck), "--no-run-dir").returncode == 0
+    args = {"metrics is the experiment": ["--metrics", str(exp)],
+            "checkpoint is the experiment": ["--checkpoint", str(exp)],
+            "metrics is the checkpoint": ["--metrics", str(tmp_path / "m"), "--checkpoint", str(tmp_path / "m")],
+            "metrics is the resumed checkpoint": ["--resume", str(ck), "--metrics", str(ck)]}[case]
+    before = {p: p.read_bytes() for p in (exp, ck) if p.exists()}
+    proc = distnet("run", str(exp), "--no-run-dir", "--force", *args)
+    one_line_error(proc, "also", 1)
+    assert {p: p.read_bytes() for p in before} == before and not (tmp_path / "m").exists()
+
+
 def test_checkpoint_replacement_rules(env, tmp_path):
     ck = tmp_path / "ck.h5"
     junk = tmp_path / "junk.bin"

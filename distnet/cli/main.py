@@ -1,7 +1,9 @@
 """The ``distnet`` command line (thin: every command calls into the package)."""
 import logging
+import math
 import os
 import sys
+import warnings
 
 import click
 
@@ -28,11 +30,20 @@ def _abort_if_parallel(code):
     abort_world(code)
 
 
+def _one_line_warning(message, category, filename, lineno, line=None):
+    """A Python warning as the user sees it (numpy's ``overflow encountered in matmul`` before
+    the cost check stops a run): one line, no source line of distnet's code."""
+    rank = _world_rank()
+    prefix = f"[rank {rank}] " if rank is not None else ""
+    return f"{prefix}distnet: warning: {message} ({category.__name__})\n"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
 @click.pass_context
 def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    warnings.formatwarning = _one_line_warning
     if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)
@@ -91,6 +102,15 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     except ValueError:
         raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
                                  param_hint="--progress-every") from None
+    if watchdog is not None and not math.isfinite(watchdog):
+        raise click.BadParameter(f"{watchdog} is not a number of seconds", param_hint="'--watchdog'")
+    for a, b, given in (("--run-dir", "--no-run-dir", run_dir is not None and no_run_dir),
+                        ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
+                        ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
+                        ("--verbose", "--quiet", verbose and quiet),
+                        ("--progress", "--quiet", progress is True and quiet)):
+        if given:   # one of them would be dropped silently
+            raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
     comm = _install_abort_hook() if _launched_on_many() else None  # before anything can fail on one rank
     _install_signal_handlers(comm)
     rank0 = _world_rank() in (None, 0)
@@ -143,6 +163,10 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         _close_quietly(hooks, record, f"MemoryError: {e}", log_handler)
         _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
               "it smaller or use more ranks; `distnet show -n N` gives the memory per rank)", 1)
+    except FloatingPointError as e:  # numpy's, raised because the backend's seterr_handling asks for it
+        _close_quietly(hooks, record, f"FloatingPointError: {e}", log_handler)
+        _fail(f"floating-point error: {e} (the backend's seterr_handling stops the run on it; lower the "
+              "learning rate or check the data, or let seterr_handling warn or ignore it)", 1)
     except (Interrupted, KeyboardInterrupt) as e:  # one process (ranks abort in their signal thread)
         name = e.name if isinstance(e, Interrupted) else "SIGINT"
         _close_quietly(hooks, record, f"interrupted by {name}", log_handler, f"distnet: interrupted by {name}",
@@ -286,6 +310,9 @@ class _CliHooks:
 def check(experiment, list_classes, reference, overrides):
     """Validate EXPERIMENT without running it: keys, types, classes and layer shapes."""
     from ..config import load_experiment
+    if (list_classes or reference) and (experiment is not None or overrides):
+        raise click.UsageError(f"{'--reference' if reference else '--list-classes'} takes no EXPERIMENT "
+                               "or --set: run it alone, and `distnet check EXPERIMENT` to check a file")
     if list_classes or reference:
         from ..config.reference import reference_markdown
         from ..config.registry import check_plugins, known_classes, plugin_source
@@ -315,7 +342,7 @@ def check(experiment, list_classes, reference, overrides):
             lines = exp.summary()
         else:
             shape = exp.model.infer_shapes(exp.dataset.image_shape)
-            getattr(exp.dataset, "check", lambda: None)()   # file datasets: scale keys vs stored dtype
+            exp.check()   # what run checks before training: data headers, outputs vs classes
     except DistnetError as e:
         _fail(str(e))
     if seq2seq:
@@ -477,17 +504,27 @@ def distribute(source, output, dist_mode, force):
         click.echo(text, nl=False)
 
 
+#: A tolerance of ``distnet compare``: finite and >= 0 (nan would make every comparison agree).
+_TOLERANCE = click.FloatRange(min=0)
+
+
+def _finite(ctx, param, value):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 @main.command()
 @click.argument("single", type=click.Path(exists=True, dir_okay=False))
 @click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
-@click.option("--cost-tol", type=float, default=None,
+@click.option("--cost-tol", type=_TOLERANCE, callback=_finite, default=None,
               help="Accepted relative difference of a per-epoch mean cost [default: 0.05 in "
                    "float32, 1e-9 when both runs are float64].")
-@click.option("--cost-atol", type=float, default=None,
+@click.option("--cost-atol", type=_TOLERANCE, callback=_finite, default=None,
               help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
                    "one (|a - b| <= atol + tol * |a|) [default: 0.01 in float32, 0 in float64].")
-@click.option("--rate-tol", type=float, default=None,
+@click.option("--rate-tol", type=_TOLERANCE, callback=_finite, default=None,
               help="Largest accepted |difference| of an error rate, in percentage points "
                    "[default: 0.5 in float32, 0 in float64].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",

@@ -8,7 +8,8 @@
   F is created at once (``O_EXCL``), so an unwritable folder is found now;
 * the run directory: claimed atomically (:meth:`~distnet.experiments.rundir.RunDir.create`);
 * never, even with ``--force``, a file the run reads: the experiment, the dataset's files, the
-  checkpoint it resumes (the checkpoint may replace the one it resumes).
+  checkpoint it resumes (the checkpoint may replace the one it resumes); nor one path for both
+  ``--metrics`` and ``--checkpoint``.
 """
 import json
 import os
@@ -110,6 +111,10 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
     """Check every destination and claim the run directory (world rank 0, before training;
     a checkpoint that goes into the new run directory needs no check). Returns :class:`Outputs`."""
     from ..experiments.rundir import RunDir
+    if metrics_path and exp.checkpoint_path and (same_file(metrics_path, exp.checkpoint_path) or
+                                                 os.path.realpath(metrics_path) == os.path.realpath(exp.checkpoint_path)):
+        raise OutputError(f"--metrics {metrics_path} is also the --checkpoint; give another name (one file "
+                          "cannot hold both)")
     if exp.checkpoint_path:
         check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force)
     if metrics_path:

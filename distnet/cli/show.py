@@ -3,6 +3,7 @@ and what one training step costs there, from geometry alone (no MPI, no data). T
 comes from :mod:`distnet.experiments.report`, the cost model from :mod:`distnet.plan`; both read
 the layers' placements on the layout ``distnet run`` would use."""
 import json
+import math
 import sys
 
 import click
@@ -12,9 +13,23 @@ from ..errors import ConfigError, DistnetError
 
 def _shape(text):
     try:
-        return tuple(int(v) for v in text.replace("x", ",").split(","))
+        shape = tuple(int(v) for v in text.replace("x", ",").split(","))
     except ValueError:
-        raise click.BadParameter(f"expected C,H,W (e.g. 3,256,256), got {text!r}") from None
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise click.BadParameter(f"expected C,H,W of positive sizes (e.g. 3,256,256), got {text!r}",
+                                 param_hint="'--input-shape'")
+    return shape
+
+
+#: A cost-model constant: finite and > 0 (``--alpha``: >= 0).
+_RATE = click.FloatRange(min=0, min_open=True)
+
+
+def _finite(ctx, param, value):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def _fail(message, code):
@@ -31,11 +46,13 @@ def _fail(message, code):
               help="Minibatch size for the cost model (default: the model's batch_size).")
 @click.option("--input-shape", default=None, metavar="C,H,W",
               help="Image shape, when the dataset cannot tell it without its files.")
-@click.option("--alpha", type=float, default=None, help="Seconds per message (default 2e-6).")
-@click.option("--beta", type=float, default=None, help="Bytes/s per rank on the network (default 10e9).")
-@click.option("--flops", "flop_rate", type=float, default=None,
+@click.option("--alpha", type=click.FloatRange(min=0), callback=_finite, default=None,
+              help="Seconds per message (default 2e-6).")
+@click.option("--beta", type=_RATE, callback=_finite, default=None,
+              help="Bytes/s per rank on the network (default 10e9).")
+@click.option("--flops", "flop_rate", type=_RATE, callback=_finite, default=None,
               help="FLOP/s per rank for the GEMMs (default 50e9).")
-@click.option("--mem-rate", type=float, default=None,
+@click.option("--mem-rate", type=_RATE, callback=_finite, default=None,
               help="Bytes/s per rank for memory-bound work (default 5e9).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cost model as JSON.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
@@ -55,6 +72,9 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
         if isinstance(exp, Seq2SeqExperiment):
             click.echo("\n".join(exp.show_lines(nranks)))
             return
+        if grid and not exp.dist_flag:
+            raise click.UsageError("--grid is for experiments with dist_flag: True (this one runs on "
+                                   "one process, or on data replicas of whole images)")
         if grid:
             try:
                 exp.grid = tuple(int(v) for v in grid.lower().split("x"))

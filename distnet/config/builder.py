@@ -8,7 +8,8 @@ an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), whe
 ``("obj", kind)`` or ``("list", ("obj", kind))``, or a constrained type of :mod:`.types`
 (``PositiveInt``, ``NonNegative``, ``PositiveShape2``, ``WEIGHT_INIT``, ...): sizes, rates and
 ranges are checked here, at build time, so ``distnet check`` and every rank before training
-refuse them with file:line:key. Every ``float`` must be finite. A list of objects may not hold one
+refuse them with file:line:key. Every ``float`` must be finite. ``null`` is accepted only for
+a key whose default is ``None`` (and never as an item of a list). A list of objects may not hold one
 object twice (a layer reused through a YAML alias would be updated twice per step).
 ``config_ignored`` names neon keys that are accepted and dropped (with a note in the docs of that
 class).
@@ -18,7 +19,7 @@ import logging
 
 from ..errors import ConfigError, DistnetError
 from . import registry
-from .types import Bounded, MappingOf, Shape2, check_finite
+from .types import Bounded, MappingOf, Shape2, check_finite, short_repr
 from .types import describe as _describe_value
 from .yaml_loader import ObjSpec
 
@@ -45,9 +46,13 @@ def _ignored_of(cls):
     return out
 
 
-def _describe(value):
+def _describe(value, kind_of=None):
     if isinstance(value, ObjSpec):
         return f"!obj:{value.path}"
+    spec = getattr(value, "config_spec", None)    # an object built from the file
+    if isinstance(spec, ObjSpec):
+        kind = kind_of(value) if kind_of is not None else None
+        return f"!obj:{spec.path}" + (f" ({_KIND_WORD[kind]})" if kind in _KIND_WORD else "")
     return _describe_value(value)
 
 
@@ -82,13 +87,15 @@ def coerce(spec, value, kind_of):
     if isinstance(spec, tuple) and spec[0] == "obj":
         kind = kind_of(value)
         if kind != spec[1]:
-            raise ValueError(f"expected {_KIND_WORD[spec[1]]} (!obj:...), got {_describe(value)}")
+            raise ValueError(f"expected {_KIND_WORD[spec[1]]} (!obj:...), got {_describe(value, kind_of)}")
         return value
     if isinstance(spec, tuple) and spec[0] == "list":
         if not isinstance(value, list):
             raise ValueError(f"expected a list, got {_describe(value)}")
         out, first = [], {}
         for i, v in enumerate(value):
+            if v is None:
+                raise ValueError(f"item {i}: expected {_item_word(spec[1])}, got null")
             try:
                 out.append(coerce(spec[1], v, kind_of))
             except ValueError as e:
@@ -101,6 +108,15 @@ def coerce(spec, value, kind_of):
                 first[id(v)] = i
         return out
     raise AssertionError(f"unknown config type spec {spec!r}")
+
+
+def _item_word(spec):
+    """What an item of a list of ``spec`` must be, for messages."""
+    if isinstance(spec, tuple) and spec[0] == "obj":
+        return f"{_KIND_WORD[spec[1]]} (!obj:...)"
+    if spec in (int, float, str):
+        return {int: "an integer", float: "a number", str: "a string"}[spec]
+    return str(spec)
 
 
 def constructor_params(cls):
@@ -154,6 +170,8 @@ class Builder:
     def _build(self, value, where, key_name):
         """``(object, expanded size)`` of a parsed value (an ``!obj:`` counts as one value)."""
         if not isinstance(value, (ObjSpec, list, dict)):
+            if isinstance(value, str) and "\x00" in value:   # no path, HDF5 name or log line holds one
+                raise ConfigError(f"the string {short_repr(value)} holds a NUL character (\\x00)", where, key_name)
             return value, 1 + (len(value) // 64 if isinstance(value, str) else 0)
         key = id(value)
         if key in self._memo:
@@ -183,6 +201,7 @@ class Builder:
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
+        params = {p.name: p for p in constructor_params(cls)}
         accepted, required = constructor_keys(cls)
         ignored = _ignored_of(cls)
         types = _types_of(cls)
@@ -196,9 +215,13 @@ class Builder:
                                        "backend's dtype"))
                 continue
             if key not in accepted:
+                if not accepted:
+                    raise ConfigError(f"unknown key: {cls.__name__} takes no keys (write {{}})", where, key)
                 valid = ", ".join(sorted(accepted))
                 raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
             value = self.build(raw, where, key)
+            if value is None:
+                _check_null(params[key], where)
             if key in types:
                 try:
                     value = coerce(types[key], value, self.kind_of)
@@ -226,6 +249,16 @@ class Builder:
             setattr(obj, name, value)
         self._kinds[id(obj)] = kind
         return obj
+
+
+def _check_null(param, where):
+    """``null`` (``~``, an empty value) stands for "not given" only where the default is ``None``;
+    a required key, or one with another default, needs a value (ConfigError naming the key)."""
+    if param.default is inspect.Parameter.empty:
+        raise ConfigError("needs a value, got null", where, param.name)
+    if param.default is not None:
+        raise ConfigError(f"needs a value, got null (leave the key out for its default, "
+                          f"{param.default!r})", where, param.name)
 
 
 def config_error(obj, message, key=None):

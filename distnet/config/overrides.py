@@ -3,8 +3,10 @@
 The path walks the parsed experiment: mapping keys of ``!obj:`` nodes and plain mappings, list
 items by index (``model.layers.0.nofm=8``; ``dataset.K`` and ``datasets.0.K`` are one key, in
 files of either spelling). The value is YAML (``1``, ``0.5``, ``1e-3``,
-``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files. An override may add a key the
-file does not set; the result is validated like the file itself.
+``[2, 3]``, ``float64``), with YAML 1.2's numbers as in files, and no ``!obj:`` objects. An override may add a key the
+file does not set; the result is validated like the file itself. An override changes the one
+place its path names, also inside a mapping or list the file shares through an alias
+(``weight_init: *wt``); an aliased ``!obj:`` object stays one object.
 """
 from ..errors import ConfigError
 from .yaml_loader import ObjSpec, parse_scalar
@@ -29,6 +31,10 @@ def parse_override(text):
     try:
         value = parse_scalar(raw)
     except ConfigError as e:
+        if "!obj:" in raw:
+            raise ConfigError(f"override {short!r}: --set takes plain YAML values (numbers, strings, lists, "
+                              "mappings), not !obj: objects; edit the file to change an object",
+                              "command line") from None
         raise ConfigError(f"override {short!r}: value is not valid YAML ({e.bare_message})",
                           "command line") from None
     return keys, value
@@ -48,6 +54,17 @@ def _dataset_spelling(tree, keys):
     return keys
 
 
+def _own(child):
+    """The node an override walks into: a plain mapping or list is copied (shallow), so that one
+    the file shares through an alias (``weight_init: *wt``) changes only on the path named; an
+    ``!obj:`` node stays itself (an aliased object is one object, changed wherever it is used)."""
+    if isinstance(child, dict):
+        return dict(child)
+    if isinstance(child, list):
+        return list(child)
+    return child
+
+
 def apply_overrides(tree, overrides):
     """Apply ``["a.b=1", ...]`` to a parsed experiment tree (in place); returns the tree."""
     for text in overrides:
@@ -63,14 +80,16 @@ def apply_overrides(tree, overrides):
                     node.kwargs[key] = value
                     node.key_where[key] = f"command line --set {short}"
                 elif key in node.kwargs:
-                    node = node.kwargs[key]
+                    child = node.kwargs[key] = _own(node.kwargs[key])
+                    node = child
                 else:
                     raise ConfigError(f"override {short!r}: {here} ({node.path}) has no key '{key}'", node.where)
             elif isinstance(node, dict):
                 if last:
                     node[key] = value
                 elif key in node:
-                    node = node[key]
+                    child = node[key] = _own(node[key])
+                    node = child
                 else:
                     raise ConfigError(f"override {short!r}: {here} has no key '{key}'", "command line")
             elif isinstance(node, list):
@@ -80,7 +99,8 @@ def apply_overrides(tree, overrides):
                 if last:
                     node[int(key)] = value
                 else:
-                    node = node[int(key)]
+                    child = node[int(key)] = _own(node[int(key)])
+                    node = child
             else:
                 raise ConfigError(f"override {short!r}: {here} is a value, not a mapping or list", "command line")
     return tree

@@ -8,7 +8,9 @@ becomes the same Python object).
 Hostile files end with one located :class:`ConfigError`, never a hang or a traceback: nesting is
 capped at :data:`MAX_DEPTH` levels, merge keys (``<<: [*a, *a, ...]``) keep one pair per key as
 they are flattened (so nested merges cannot multiply), a recursive alias or an integer with too
-many digits is malformed YAML, and a file that is not UTF-8 names the byte offset. Aliased nodes
+many digits is malformed YAML, and a file that is not UTF-8 names the byte offset. Integers that
+YAML 1.1 reads as another number than YAML 1.2 (base 60 ``1:30``, a leading zero ``010``) are
+errors. Aliased nodes
 are parsed once (PyYAML keeps one node per anchor) and built once (see ``builder.Builder``).
 """
 import logging
@@ -82,6 +84,7 @@ def _make_loader(filename, objects=True):
                 self._depth -= 1
 
         def flatten_mapping(self, node):
+            _warn_duplicates(self, node, filename)
             super().flatten_mapping(node)
             node.value = _last_of_each_key(node.value)
 
@@ -107,15 +110,47 @@ def _make_loader(filename, objects=True):
 
     def construct_int(loader, node):
         try:
-            return yaml.SafeLoader.construct_yaml_int(loader, node)
+            value = yaml.SafeLoader.construct_yaml_int(loader, node)
         except ValueError as e:  # more digits than sys.get_int_max_str_digits()
             raise ConfigError(f"malformed YAML: integer {node.value[:20]}... : {e}",
                               f"{filename}:{node.start_mark.line + 1}") from None
+        _refuse_yaml11_int(node.value, value, f"{filename}:{node.start_mark.line + 1}")
+        return value
 
     Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
     if objects:
         Loader.add_multi_constructor("!obj:", construct_obj)
     return Loader
+
+
+def _warn_duplicates(loader, node, filename):
+    """A note for every scalar key written twice in the plain mapping ``node`` (the later value
+    wins, as in an ``!obj:`` mapping); keys merged in with ``<<:`` may be overridden freely."""
+    if not isinstance(node.tag, str) or node.tag.startswith("!obj:"):
+        return   # !obj: mappings warn as they are constructed
+    first = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = f"{filename}:{key.start_mark.line + 1}"
+        if (key.tag, key.value) in first:
+            loader.distnet_notes.append((logging.WARNING, f"{line}: key '{key.value}' is given twice (also at "
+                                         f"{first[(key.tag, key.value)]}); the later value is used"))
+        first.setdefault((key.tag, key.value), line)
+
+
+_LEADING_ZERO = re.compile(r"^[-+]?0[0-7_]+$")
+
+
+def _refuse_yaml11_int(text, value, where):
+    """YAML 1.1 integers that YAML 1.2 reads otherwise and that are rarely meant: base 60
+    (``1:30`` is 90) and a leading zero (``010`` is octal 8). ConfigError at ``where``."""
+    if ":" in text:
+        raise ConfigError(f"{text!r} is a base-60 integer in YAML 1.1 (it reads as {value}); write the "
+                          "number you mean, or quote it for a string", where)
+    if _LEADING_ZERO.match(text):
+        raise ConfigError(f"{text!r} has a leading zero, which YAML 1.1 reads as octal ({value}) and YAML "
+                          f"1.2 as decimal; write {value} or {int(text.replace('_', ''), 10)} without it", where)
 
 
 def _last_of_each_key(pairs):

@@ -19,6 +19,7 @@ import json
 import numpy as np
 
 from ..config.builder import config_error
+from ..config.types import Bounded, PositiveInt
 from ..errors import ConfigError, DataError
 
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -117,11 +118,17 @@ class SequenceDataset:
     """Keys: ``path`` (an HDF5 file in the sequence layout of README "Model parallelism": padded
     token ids + lengths + vocabularies), or ``generate: numbers`` to build the
     shipped number task in memory (then ``digits`` (default 4), ``n_train`` (12000), ``n_test``
-    (1000), ``seed`` (0)); ``max_src_len`` / ``max_tgt_len``: the declared maxima (sequences
+    (1000), ``seed`` (0)): every digit count 1 .. digits gets ``n // digits`` numbers, so a split
+    holds a multiple of ``digits`` (``n_train``, ``n_test``: ``digits`` .. 10,000,000), and
+    the test numbers are distinct and at most a fifth of each digit count's numbers (2 of the
+    10 one-digit numbers, ...): the default task has 450 test sentences, as ``distnet check``
+    says); ``max_src_len`` / ``max_tgt_len``: the declared maxima (sequences
     longer than these are refused; default: what the data holds)."""
 
-    config_types = {"path": str, "generate": str, "digits": int, "n_train": int, "n_test": int,
-                    "seed": int, "max_src_len": int, "max_tgt_len": int}
+    config_types = {"path": str, "generate": str, "digits": int, "n_train": PositiveInt, "n_test": PositiveInt,
+                    "seed": Bounded(int, 0, 2**32 - 1), "max_src_len": PositiveInt, "max_tgt_len": PositiveInt}
+    #: Most numbers ``generate`` makes for one split (the generator is plain Python: ~10 s per million).
+    MAX_GENERATED = 10_000_000
     dist_flag = False
     dist_mode = None
 
@@ -133,6 +140,13 @@ class SequenceDataset:
             raise ConfigError(f"generate: the shipped task is 'numbers', got {generate!r}", key="generate")
         if not 1 <= digits <= 6:
             raise ConfigError(f"digits must be 1 .. 6, got {digits}", key="digits")
+        for name, n in (("n_train", n_train), ("n_test", n_test)):
+            if generate is not None and n < digits:
+                raise ConfigError(f"{name} must be at least digits ({digits}): every digit count gets "
+                                  f"{name} // digits numbers, got {n}", key=name)
+            if generate is not None and n > self.MAX_GENERATED:
+                raise ConfigError(f"{name} must be at most {self.MAX_GENERATED} for the generated task, got {n} "
+                                  "(write a file with `distnet data convert` for more)", key=name)
         self.path, self.generate = path, generate
         self.digits, self.n_train, self.n_test, self.seed = digits, n_train, n_test, seed
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
+from ..config.builder import config_error
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
-from ..log import get_logger, setup_logging
+from ..log import check_logging, get_logger, setup_logging
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
@@ -71,6 +72,29 @@ class RunHooks:
         """After the final error rates, with the :class:`RunResult`."""
 
 
+def epochs_left(done, num_epochs):
+    """The resume line's end: the epochs left after epoch ``done`` of ``num_epochs``."""
+    if done + 1 >= num_epochs:
+        return f"no epoch left to train (num_epochs {num_epochs}): evaluating the checkpoint's model"
+    return f"training epochs {done + 1} to {num_epochs - 1}"
+
+
+def setup_experiment_logging(experiment, t):
+    """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
+    (opened by rank 0) ends every rank with the experiment's file:line (collective over
+    ``t.world``)."""
+    from ..comm.abort import run_collectively
+    lc = dict(experiment.logging)
+
+    def setup():
+        try:
+            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
+        except ConfigError as e:
+            raise config_error(experiment, e.bare_message, e.key) from None
+
+    run_collectively(setup, t.world)
+
+
 def launcher_size():
     """World size announced by an MPI launcher's environment (1 if not launched by one)."""
     for var in _LAUNCHER_SIZE_VARS:
@@ -110,7 +134,7 @@ class FitExperiment:
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
     default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
-    mapping: ``level``, ``format``, ``filename``), ``checkpoint`` (mapping: ``every`` N epochs,
+    mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
     ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
@@ -135,7 +159,7 @@ class FitExperiment:
         self.dataset = datasets[0]
         self.backend = backend if backend is not None else Numpy()
         self.dist_flag = dist_flag
-        self.logging = logging or {}
+        self.logging = check_logging(logging)
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
@@ -217,9 +241,7 @@ class FitExperiment:
         self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
-        lc = dict(self.logging)
-        setup_logging(self.topology.rank, self.topology.size, lc.get("level", logging.INFO),
-                      lc.get("format"), lc.get("filename"))
+        setup_experiment_logging(self, self.topology)
         self.model.configure(self.backend, self.topology)
         self.model.init_params()
         return self.topology
@@ -232,8 +254,13 @@ class FitExperiment:
         tile = self.dataset.rank_tile(t.grid, t.coords) if self.dist_flag else None
 
         def load():
-            return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
-                                     rank=t.rank, size=t.size, grid=t.grid)
+            try:
+                return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
+                                         rank=t.rank, size=t.size, grid=t.grid)
+            except ConfigError as e:   # found on opening the data: at the dataset's YAML line
+                if e.where:
+                    raise
+                raise config_error(self.dataset, e.bare_message, e.key) from None
 
         return run_collectively(load, t.world)
 
@@ -300,10 +327,9 @@ class FitExperiment:
             result.start_epoch = ck.epoch + 1
             for r in history:  # the run's records start at epoch 0, as an uninterrupted run's
                 hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); training epochs "
-                     "%d to %d", resume, ck.epoch, ck.meta.get("size", "?"),
-                     "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
-                     ck.epoch + 1, self.model.num_epochs - 1)
+            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); %s", resume, ck.epoch,
+                     ck.meta.get("size", "?"), "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
+                     epochs_left(ck.epoch, self.model.num_epochs))
         t0 = clock()
         data = self.load_data()
         timings["data"] = clock() - t0

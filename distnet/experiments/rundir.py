@@ -394,6 +394,8 @@ def read_metrics_file(path):
             raise DistnetError(f"{path}:{n}: not a JSON line ({e.msg})") from None
         if not isinstance(rec, dict):
             raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object), got {line.strip()[:40]}")
+        if "epoch" in rec and not rec.get("final") and not isinstance(rec.get("cost"), (int, float)):
+            raise DistnetError(f"{path}:{n}: not a metrics record: an epoch without a numeric cost")
         if rec.get("final"):
             final = rec
         elif "epoch" in rec:

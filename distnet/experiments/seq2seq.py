@@ -1,14 +1,14 @@
 """``Seq2SeqExperiment``: trains a :class:`~distnet.models.seq2seq.Seq2Seq` on a
 :class:`~distnet.datasets.sequences.SequenceDataset`, on one process or on ``data x pipe``
 ranks (``pipe: 2`` puts the encoder and the decoder on two stages)."""
-import logging
 import os
 import time
 
 from ..backend import Numpy
 from ..errors import ConfigError
-from ..log import get_logger, setup_logging
-from .fit import RunHooks, RunResult, _check_checkpoint_key, launcher_size
+from ..log import check_logging, get_logger
+from .fit import (RunHooks, RunResult, _check_checkpoint_key, epochs_left, launcher_size,
+                  setup_experiment_logging)
 from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, apply_plan
 from .threads import plan_threads
 
@@ -54,7 +54,7 @@ class Seq2SeqExperiment:
         self.model, self.dataset = model, dataset
         self.backend = backend if backend is not None else Numpy()
         self.data, self.pipe, self.eval_every = data, pipe, eval_every
-        self.logging = logging or {}
+        self.logging = check_logging(logging)
         ck = _check_checkpoint_key(checkpoint)
         #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
         self.checkpoint_every = ck.get("every", 0)
@@ -137,8 +137,7 @@ class Seq2SeqExperiment:
         self.thread_plan = apply_plan(self.plan_threads(t.world))
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(t.local_rank())
-        lc = dict(self.logging)
-        setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
+        setup_experiment_logging(self, t)
         data = self.dataset.load()
         self.model.configure(self.backend, t, len(self.dataset.src_vocab), len(self.dataset.tgt_vocab))
         return data
@@ -192,8 +191,8 @@ class Seq2SeqExperiment:
             start = result.start_epoch = ck.epoch + 1
             for r in history:   # the run's records start at epoch 0, as an uninterrupted run's
                 hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s rank(s)); training epochs %d to %d",
-                     resume, ck.epoch, ck.meta.get("size", "?"), ck.epoch + 1, m.num_epochs - 1)
+            log.info("resumed from %s: epoch %d done (written on %s rank(s)); %s",
+                     resume, ck.epoch, ck.meta.get("size", "?"), epochs_left(ck.epoch, m.num_epochs))
         acc = (None, None)
         for r in history:
             if "test_seq_acc" in r:

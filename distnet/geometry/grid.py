@@ -143,9 +143,15 @@ def check_grid(grid, nranks, planes=(), replicas=1):
     if grid[0] * grid[1] != nranks:
         need = grid[0] * grid[1] * replicas
         reps = f" x {replicas} data/pipe replicas" if replicas > 1 else ""
+        ranks = grid[0] * grid[1]
+        keep = ""
+        if world % ranks == 0 and world // ranks > 1:   # the grid fits with more replicas
+            k = world // ranks
+            keep = (f"; or keep grid {_fmt_grid(grid)} with data: {k} ({k} replicas x {ranks} = {world} ranks)"
+                    if replicas == 1 else f"; or keep grid {_fmt_grid(grid)} with data x pipe = {k}")
         raise TopologyError(
             f"grid {_fmt_grid(grid)}{reps} needs {need} ranks, but the run has {world}. "
-            f"Grids of {nranks} spatial ranks that fit: {_fmt_grids(valid_grids(nranks, planes))}")
+            f"Grids of {nranks} spatial ranks that fit: {_fmt_grids(valid_grids(nranks, planes))}{keep}")
     why = grid_failure(grid, planes)
     if why is not None:
         raise TopologyError(

@@ -29,6 +29,8 @@ Protocol (the model calls these in order):
 """
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..config.builder import config_error
 from ..config.types import NonNegativeInt, PositiveInt
 from .params import Param
@@ -159,7 +161,14 @@ class BaseLayer:
 
     def init_params(self, rng):
         """Draw the global tensors and keep this rank's part of each (placement's ``index``)."""
-        values = self.draw_params(rng)
+        try:
+            values = self.draw_params(rng)
+        except OverflowError as e:   # numpy: uniform(-1e308, 1e308)
+            raise self.error(f"weight_init cannot be drawn ({e})", "weight_init") from None
+        for v in values:   # every rank draws the same global tensors: all raise alike
+            if not np.isfinite(v).all():
+                raise self.error(f"weight_init draws values that {np.dtype(v.dtype).name} cannot hold "
+                                 "(they become inf); give a smaller range or scale", "weight_init")
         assert len(values) == len(self.placement.params), (self.name, len(values))
         self._params = [Param.from_placement(pp, pp.local_part(v), self.xp)
                         for pp, v in zip(self.placement.params, values)]

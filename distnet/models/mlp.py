@@ -441,8 +441,13 @@ class MLP:
         bs = self.batch_size or x.shape[0]
         mine = np.concatenate([self.replica_rows(np.arange(i, min(i + bs, len(x))))
                                for i in range(0, len(x), bs)])
-        wrong = misclassified(self.predict(x), labels[mine])
-        wrong = allreduce_scalars([wrong], self.topology.data)[0]
+        y = self.predict(x)
+        wrong = misclassified(y, labels[mine])
+        bad = int(np.count_nonzero(~np.isfinite(y).all(axis=1))) if len(y) else 0
+        wrong, bad = allreduce_scalars([wrong, bad], self.topology.data)
+        if bad:   # every rank agrees (outputs are replicated; the counts summed over replicas)
+            raise TrainingError(f"the model's outputs are not finite (NaN or inf) for {int(bad)} of {len(labels)} "
+                                "images, so its error rate means nothing; check the weights (weight_init) and the data")
         return 100.0 * wrong / len(labels)
 
     def error(self, message, key=None):

@@ -21,6 +21,7 @@ before the updates: ``sq = sum_of_squares(owned gradient shards)``, one Allreduc
 ``scale(grads, factor)`` (:mod:`distnet.ops.optim`).
 """
 from ..backend import get_array_module
+from ..config.types import MOMENTUM, NonNegative
 from ..errors import ConfigError
 from .optim import adam_step, sgd_step
 from .schedules import ProductSchedule, Schedule
@@ -32,7 +33,7 @@ _UNITS = ("epoch", "step")
 class LearningRule:
     """Base class: learning rate, schedules, weight decay, gradient clipping."""
 
-    config_types = {"learning_rate": float, "schedule": ("list", ("obj", "schedule")), "schedule_unit": str,
+    config_types = {"learning_rate": NonNegative, "schedule": ("list", ("obj", "schedule")), "schedule_unit": str,
                     "weight_decay": float, "decoupled_weight_decay": bool, "max_grad_norm": float}
     #: Names of the per-parameter state arrays (checkpoint keys).
     state_names = ()
@@ -88,7 +89,7 @@ class GradientDescent(LearningRule):
     schedule objects, multiplied), ``schedule_unit`` (``epoch``, default, or ``step``),
     ``max_grad_norm`` (clip the gradients' global norm first; default none)."""
 
-    config_types = {"momentum": dict}
+    config_types = {"momentum": MOMENTUM}
 
     def __init__(self, learning_rate=None, momentum=None, **common):
         super().__init__(learning_rate, **common)

@@ -40,9 +40,9 @@ class ThreadPlan:
 
 def _count(value):
     """A positive thread count from an environment value (``"4"``, ``"4,2"`` for nested
-    OpenMP: the first level), else None."""
+    OpenMP: the first level) that a C int holds, else None."""
     head = str(value).split(",")[0].strip()
-    return int(head) if head.isdigit() and int(head) >= 1 else None
+    return int(head) if head.isdigit() and 1 <= int(head) < 2**31 else None
 
 
 def thread_plan(node_cores, node_ranks, own_cores=None, env=None, key=None):

@@ -222,9 +222,18 @@ def test_resume_refuses_another_model(files, good):
 
 
 def test_resume_after_the_last_epoch_trains_nothing(files, good):
-    _, result = run(files["cnn"], ["model.num_epochs=1"], resume=good)
+    from distnet.log import get_logger, keep_handler
+    lines = []
+    handler = keep_handler(logging.Handler())
+    handler.emit = lambda record: lines.append(record.getMessage())
+    try:
+        _, result = run(files["cnn"], ["model.num_epochs=1"], resume=good)
+    finally:
+        get_logger().removeHandler(handler)
     assert result.start_epoch == 1 and len(result.epoch_costs) == 1
     assert result.test_misclass is not None
+    # the log said "training epochs 1 to 0"
+    assert any("no epoch left to train (num_epochs 1): evaluating the checkpoint's model" in m for m in lines), lines
 
 
 def test_checkpoint_key_is_validated(files, tmp_path):

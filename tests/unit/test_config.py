@@ -126,3 +126,104 @@ def test_yaml_reference_is_up_to_date():
     from distnet.config.reference import reference_markdown
     doc = Path(__file__).resolve().parents[2] / "docs" / "yaml.md"
     assert doc.read_text() == reference_markdown(), "regenerate: distnet check --reference > docs/yaml.md"
+
+
+@pytest.mark.parametrize("layer, key", [
+    (CONV.replace("nofm: 4", "nofm: null"), "nofm"),          # required
+    (CONV.replace("nofm: 4", "nofm: ~"), "nofm"),
+    (CONV.replace("fshape: 5", "fshape: null"), "fshape"),
+    (CONV.replace("nofm: 4", "nofm: 4, stride: null"), "stride"),   # default 1
+    (CONV.replace("nofm: 4", "nofm: 4, padding: null"), "padding"),
+    (FC.replace("nout: 10", "nout: null"), "nout"),
+])
+def test_null_for_a_key_that_needs_a_value_names_the_key(layer, key):
+    e = error_of(layer, FC)
+    assert e.key == key and "null" in str(e) and "exp.yaml:8" in str(e)
+
+
+def test_null_for_a_key_whose_default_is_none_means_not_given():
+    exp = build(CONV.replace("nofm: 4", "nofm: 4, nifm: null, activation: null"), FC)
+    assert exp.model.infer_shapes((1, 28, 28)) == (10,)
+
+
+@pytest.mark.parametrize("text, key", [
+    (HEADER.replace("num_epochs: 1", "num_epochs: null") + CONV + FOOTER, "num_epochs"),
+    (HEADER.replace("rng_seed: 0", "rng_seed: null") + CONV + FOOTER, "rng_seed"),
+    (HEADER.replace("learning_rate: 0.1", "learning_rate: 0.1, shuffle: null") + CONV + FOOTER, "shuffle"),
+    (HEADER.replace("!obj:distnet.experiments.FitPredictErrorExperiment {",
+                    "!obj:distnet.experiments.FitPredictErrorExperiment { eval_every: null,") + CONV + FOOTER,
+     "eval_every"),
+])
+def test_null_elsewhere_in_the_file(text, key):
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "null" in str(e.value) and "exp.yaml:" in str(e.value)
+
+
+@pytest.mark.parametrize("text, key", [
+    (HEADER + "      null,\n" + CONV + FOOTER, "layers"),
+    (HEADER + CONV + "      ~,\n" + FOOTER, "layers"),
+    (HEADER.replace("datasets: [!obj:", "datasets: [null, !obj:") + CONV + FOOTER, "datasets"),
+    (HEADER.replace("datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere}]", "datasets: [null]")
+     + CONV + FOOTER, "datasets"),
+    (HEADER + CONV.replace("nofm: 4", "nofm: 4, inputs: [null]") + FOOTER, "inputs"),
+])
+def test_a_null_item_in_a_list_is_refused(text, key):
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "item" in str(e.value) and "null" in str(e.value)
+
+
+def test_a_required_object_given_null():
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text("!obj:distnet.experiments.FitExperiment {model: null,\n"
+                             "  datasets: [!obj:distnet.datasets.MNIST {repo_path: x}]}\n", "exp.yaml")
+    assert e.value.key == "model" and "exp.yaml:1" in str(e.value) and "null" in str(e.value)
+
+
+def test_a_key_given_twice_in_a_plain_mapping_warns_like_in_an_object():
+    """``weight_init: {low: -0.1, high: 0.1, high: 5}`` keeps the later value (as YAML loaders
+    do), with the same warning as a key given twice in an ``!obj:`` mapping."""
+    import logging
+    exp = load_experiment_text(HEADER + CONV.replace("high: 0.1}", "high: 0.1,\n high: 0.2}") + FOOTER, "exp.yaml")
+    assert exp.model.layers[0].weight_init["high"] == 0.2
+    notes = [t for level, t in exp.config_notes if level == logging.WARNING]
+    assert any(t.startswith("exp.yaml:9: key 'high' is given twice") and "(also at exp.yaml:8)" in t
+               and "later value is used" in t for t in notes), notes
+
+
+def test_merge_keys_are_not_duplicates():
+    """An explicit key overriding one merged in with ``<<:`` is YAML's merge, not a duplicate."""
+    text = HEADER.replace("num_epochs: 1,", "num_epochs: 1, momentum: {<<: &m {type: constant, coef: 0.5}, coef: 0.9},") \
+        + CONV + FOOTER
+    exp = load_experiment_text(text, "exp.yaml")
+    assert exp.model.momentum.coef == 0.9
+    assert not [t for _, t in exp.config_notes if "twice" in t]
+
+
+def test_an_object_of_the_wrong_kind_is_named_by_its_class_path():
+    """``cost: !obj:...RectLin {}`` said "got <distnet.ops.activations.RectLin object at 0x...>"."""
+    e = error_of(CONV, FC.replace("nout: 10,", "nout: 10, name: out,").replace(
+        "weight_init: {type: uniform}}", "weight_init: {type: uniform}, activation: !obj:distnet.costs.CrossEntropy {}}"))
+    assert e.key == "activation" and "got !obj:distnet.costs.CrossEntropy (a cost)" in str(e) and " at 0x" not in str(e)
+
+
+def test_an_activation_given_a_key_says_it_takes_none():
+    e = error_of(CONV, FC.replace("weight_init: {type: uniform}}",
+                                  "weight_init: {type: uniform}, activation: !obj:distnet.activations.RectLin {slope: 1}}"))
+    assert e.key == "slope" and "RectLin takes no keys" in str(e)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (('nofm: 4', 'nofm: 4, name: "conv\\x00"'), "name"),                       # a traceback at the checkpoint
+    (("repo_path: ./nowhere", 'repo_path: "now\\0here"'), "repo_path"),
+    (("FitPredictErrorExperiment {", 'FitPredictErrorExperiment { checkpoint: {path: ["c\\x00.h5"]},'),
+     "checkpoint"),                                                           # nested in a mapping and a list
+])
+def test_a_nul_character_in_a_string_is_refused(edit, key):
+    """No file name, HDF5 name or log file can hold NUL: open() raised 'embedded null byte'."""
+    text = (HEADER + CONV + FOOTER).replace(*edit)
+    assert edit[1] in text
+    with pytest.raises(ConfigError, match=r"NUL") as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == key and "exp.yaml:" in str(e.value)

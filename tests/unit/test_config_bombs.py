@@ -246,7 +246,85 @@ def test_overrides_are_checked_like_the_file(files):
         load_experiment(files / "base.yaml", ["model.layers.0.nofm=0"])
 
 
+def test_an_object_in_set_says_that_set_takes_plain_values(files):
+    """``--set model.cost=!obj:...`` was "could not determine a constructor for the tag"."""
+    with pytest.raises(ConfigError, match=r"--set takes plain YAML values.*!obj:.*edit the file") as e:
+        load_experiment(files / "base.yaml", ["model.cost=!obj:distnet.costs.SumSquaredDiffs {}"])
+    assert "constructor" not in str(e.value)
+
+
 def test_check_refuses_bad_sizes_through_the_cli(files, base_text, tmp_path):
     path = tmp_path / "nofm0.yaml"
     path.write_text(base_text.replace("nofm: 3", "nofm: 0"))
     one_clear_line(distnet("check", str(path)), "nofm0.yaml:8", "key 'nofm'", "expected int >= 1")
+
+
+# -- the logging mapping ---------------------------------------------------------------------
+
+BAD_LOGGING = [
+    # (the logging mapping, words in the message): each was ignored silently or a traceback
+    ("{levl: DEBUG}", "unknown logging key(s) ['levl']; valid: ['filename', 'format', 'level']"),
+    ("{level: bogus}", "logging level must be"),
+    ("{level: [10]}", "logging level must be"),
+    ("{format: 5}", "logging format must be a string"),
+    ("{format: '{message}'}", "logging format '{message}'"),
+    ("{format: '%(foo)s'}", "logging format '%(foo)s'"),
+    ("{filename: 5}", "logging filename must be a string"),
+]
+
+
+@pytest.mark.parametrize("mapping, words", BAD_LOGGING, ids=[b[0] for b in BAD_LOGGING])
+def test_the_logging_mapping_is_checked_at_build_time(base_text, mapping, words):
+    e = error(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+    assert (e.where, e.key) == ("exp.yaml:4", "logging") and words in str(e), str(e)
+
+
+def test_good_logging_mappings(base_text):
+    for mapping in ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
+                    "{level: DEBUG}", "{level: warning}"):
+        load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+
+
+def test_an_unwritable_log_file_is_one_clear_line(files, tmp_path):
+    proc = distnet("run", str(files / "base.yaml"), "--no-run-dir", "--no-checkpoint", "--set",
+                   f"logging={{filename: {tmp_path}/no/such/dir/log.txt}}")
+    one_clear_line(proc, "command line --set logging=", "key 'logging'", "cannot open the log file",
+                   "no/such/dir/log.txt: No such file or directory")
+
+
+@pytest.mark.parametrize("mapping, words", [
+    ("{foo: raise}", "unknown seterr_handling key(s) ['foo']"),
+    ("{all: explode}", "seterr_handling all must be one of"),
+    ("[raise]", "expected a dict"),
+])
+def test_seterr_handling_is_checked(base_text, mapping, words):
+    e = error(base_text.replace("{rng_seed: 5}", "{rng_seed: 5, seterr_handling: " + mapping + "}"))
+    assert (e.where, e.key) == ("exp.yaml:2", "seterr_handling") and words in str(e), str(e)
+
+
+def test_a_floating_point_error_asked_for_by_seterr_is_one_clear_line(files):
+    """``seterr_handling: {all: raise}`` (neon's) stops the run on an overflow: one line, no
+    traceback."""
+    proc = distnet("run", str(files / "base.yaml"), "--no-run-dir", "--no-checkpoint",
+                   "--set", "backend.seterr_handling={all: raise}", "--set", "model.learning_rate=1e300")
+    one_clear_line(proc, "floating-point error", "seterr_handling")
+
+
+CONV_INIT = "{type: uniform, low: -0.3, high: 0.3}"
+
+
+@pytest.mark.parametrize("old, init, dtype, line", [
+    (CONV_INIT, "{type: uniform, low: -1e308, high: 1e308}", "Numpy64", 9),   # numpy: OverflowError traceback
+    (CONV_INIT, "{type: uniform, low: -1e39, high: 1e39}", "Numpy", 9),   # inf in float32: NaN outputs, silently
+    (CONV_INIT, "{type: normal, scale: 1e39}", "Numpy", 9),
+    ("out, nout: 3, weight_init: {type: normal, scale: 0.1}", "out, nout: 3, weight_init: {type: normal, "
+     "scale: 0.1, bias_init: 1e39}", "Numpy", 13),
+])
+def test_weights_the_dtype_cannot_hold_are_a_located_error(base_text, old, init, dtype, line):
+    """``num_epochs: 0`` evaluated a model of inf weights (NaN outputs) and printed error rates."""
+    assert old in base_text
+    text = base_text.replace(old, init, 1).replace("Numpy64 {", f"{dtype} {{").replace("num_epochs: 4", "num_epochs: 0")
+    exp = load_experiment_text(text, "exp.yaml")
+    with pytest.raises(ConfigError) as e:
+        exp.run()
+    assert (e.value.key, e.value.where) == ("weight_init", f"exp.yaml:{line}") and "cannot" in str(e.value), str(e.value)

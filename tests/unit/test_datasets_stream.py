@@ -259,6 +259,19 @@ def test_describe_memory(tmp_path):
     assert describe_memory(MNIST(repo_path=str(tmp_path))) == "data per rank: in memory (the whole split)"
 
 
+@pytest.mark.parametrize("keys, key", [
+    ("scale: 1, valid_fraction: 0.999", "valid_fraction"),              # holds out every image
+    ("scale: 1, serialized_path: 'cache_{foo}.h5'", "serialized_path"),  # unknown placeholder
+])
+def test_dataset_errors_found_when_loading_name_the_yaml_line(tmp_path, keys, key):
+    """Errors found only when the data is opened still name the dataset's file:line."""
+    path = write_uint8(tmp_path / "d.h5", n_train=3)
+    exp = load_experiment_text(_text(path, keys), "exp.yaml")
+    with pytest.raises(ConfigError) as e:
+        exp.run()
+    assert e.value.key == key and e.value.where == "exp.yaml:3", str(e.value)
+
+
 def test_a_tile_cache_without_room_streams_from_the_file(tmp_path, monkeypatch, caplog):
     """A cache_dir on a full disk once ended the run with h5py's multi-line write error (the
     in-memory cache already went on without its cache)."""

@@ -3,6 +3,7 @@ directories, ``distnet show``'s geometry, the PNG plot, the progress bar, fault-
 import io
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -151,6 +152,37 @@ def test_show_refuses_sizes_that_cannot_work():
     grid = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"), ["grid=[1, 3]"])
     with pytest.raises(TopologyError, match="grid 1x3 needs 3 ranks, but the run has 4"):
         format_show(grid, "x", 4)
+    # a rank count that the grid divides: the data replicas that would use it are named
+    square = load_experiment(str(ROOT / "experiments/mnist_cnn_dist.yaml"), ["grid=[2, 2]"])
+    with pytest.raises(TopologyError, match=r"grid 2x2 needs 4 ranks, but the run has 8\. .*or keep grid 2x2 "
+                                            r"with data: 2 \(2 replicas x 4 = 8 ranks\)"):
+        format_show(square, "x", 8)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--flops", "0"], "--flops"),                 # was: ZeroDivisionError
+    (["--beta", "0"], "--beta"),                   # was: ZeroDivisionError
+    (["--mem-rate", "-1"], "--mem-rate"),          # was: a negative step time
+    (["--alpha", "-1"], "--alpha"),
+    (["--beta", "nan"], "--beta"),
+    (["--alpha", "inf"], "--alpha"),
+    (["--input-shape", "0,28,28"], "--input-shape"),
+    (["--input-shape", "1,-28,28"], "--input-shape"),
+])
+def test_show_refuses_meaningless_cost_model_constants_and_shapes(args, words):
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    r = CliRunner().invoke(main, ["show", str(ROOT / "experiments/mnist_cnn_dist.yaml"), "-n", "2", *args])
+    assert r.exit_code == 2 and words in r.output and "predicted step" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_show_refuses_a_grid_for_an_experiment_that_has_none():
+    """``--grid 0x2`` (or any grid) on a non-distributed experiment was accepted and ignored."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    r = CliRunner().invoke(main, ["show", str(ROOT / "experiments/mnist_cnn.yaml"), "--grid", "0x2"])
+    assert r.exit_code == 2 and "--grid" in r.output and "dist_flag" in r.output, r.output
 
 
 # -- distnet plot ------------------------------------------------------------------------------
@@ -213,6 +245,19 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(DistnetError, match=r"pip install 'distnet\[plot\]'"):
         plot_runs([_run_dir(tmp_path / "a", [1.0], {})], str(tmp_path / "x.png"))
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a metrics file"),              # was: UnicodeDecodeError
+    (b"5\n", "m.jsonl:1: not a metrics record"),                               # was: AttributeError
+    (b'{"epoch": 0}\n', "m.jsonl:1: not a metrics record"),                    # was: KeyError 'cost'
+    (b'{"epoch": 0, "cost": "x"}\n', "m.jsonl:1: not a metrics record"),
+])
+def test_read_run_refuses_what_is_no_metrics_file(tmp_path, content, words):
+    from distnet.experiments.rundir import read_run
+    (tmp_path / "m.jsonl").write_bytes(content)
+    with pytest.raises(DistnetError, match=re.escape(words)):
+        read_run(str(tmp_path / "m.jsonl"))
 
 
 # -- progress bar ------------------------------------------------------------------------------

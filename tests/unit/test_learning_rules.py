@@ -47,6 +47,10 @@ def test_build_from_yaml():
     ("!obj:StepSchedule {step_size: 0}", "step_size"),
     ("!obj:CosineSchedule {total: 5, min_factor: 2}", "min_factor"),
     ("!obj:Adam {betas: [0.9, 0.99]}", "betas"),
+    ("!obj:Adam {learning_rate: -0.001}", "learning_rate"),       # gradient ascent, silently
+    ("!obj:AdamW {learning_rate: -1}", "learning_rate"),
+    ("!obj:GradientDescent {learning_rate: -0.1}", "learning_rate"),
+    ("!obj:GradientDescent {momentum: {type: constant, coef: -0.9}}", "momentum"),
 ])
 def test_yaml_errors(text, needle):
     with pytest.raises(ConfigError) as e:

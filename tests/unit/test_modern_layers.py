@@ -100,6 +100,9 @@ def test_batchnorm_placement_and_errors():
     assert pl.extra["stats_over"] == "grad" and pl.collectives[0].per_step == 7
     with pytest.raises(ConfigError, match="eps"):
         BatchNormLayer(eps=0)
+    from distnet.config import Builder, parse_yaml
+    with pytest.raises(ConfigError, match=r"bn.yaml:1: key 'learning_rate': expected number >= 0"):
+        Builder().build(parse_yaml("!obj:distnet.layers.BatchNormLayer {learning_rate: -0.1}", "bn.yaml"))
 
 
 # ------------------------------------------------------------------ global average pooling

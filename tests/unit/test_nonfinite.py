@@ -215,3 +215,28 @@ def test_a_nan_velocity_reaches_its_parameter_in_the_same_update():
         w, g, v = np.zeros(3), np.ones(3), np.array([0.0, np.nan, 0.0])
         sgd_update(w, g, v, 0.1, 0.9, nesterov)
         assert np.isnan(w[1]) and np.isfinite(w[[0, 2]]).all()
+
+
+def test_error_rates_of_non_finite_outputs_are_refused(tmp_path):
+    """Finite weights whose outputs overflow (float64, weights ~1e200): with ``num_epochs: 0``
+    nothing trained, so no NaN cost stopped the run, and the error rates of NaN outputs (argmax 0
+    for every image) were printed as if they meant something."""
+    text = experiment(RELU_CNN, write_data(tmp_path / "d.h5")).replace("num_epochs: 4", "num_epochs: 0").replace(
+        "{type: uniform, low: -0.3, high: 0.3}", "{type: normal, scale: 1e200}").replace(
+        "hidden, nout: 5, weight_init: {type: normal, scale: 0.1}", "hidden, nout: 5, weight_init: {type: normal, scale: 1e200}")
+    assert text.count("1e200") == 2
+    exp = load_experiment_text(text, "exp.yaml")
+    with pytest.raises(TrainingError, match=r"outputs are not finite \(NaN or inf\) for \d+ of \d+ images"):
+        exp.run()
+
+
+def test_numpy_warnings_are_one_line_without_source_code(tmp_path):
+    """numpy's RuntimeWarning before the cost check stopped a run printed a source line of
+    distnet's kernels ("/.../ops/parallel.py:152: RuntimeWarning: ...\\n  return xp.matmul(...)")."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(experiment(RELU_CNN, write_data(tmp_path / "d.h5")).replace("learning_rate: 0.1", "learning_rate: 1e300"))
+    err = failed_cleanly(distnet("run", str(exp), "--no-run-dir", "--no-checkpoint"))
+    assert "the cost became" in err.splitlines()[-1]
+    warned = [line for line in err.splitlines() if "Warning" in line]
+    assert warned and all(line.startswith("distnet: warning: ") for line in warned), err
+    assert ".py:" not in err and "xp." not in err, err

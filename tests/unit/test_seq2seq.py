@@ -273,3 +273,23 @@ def test_device_backends_train_seq2seq_as_numpy(name, dtype, tmp_path):
         assert_agree(params[k], ref_params[k], dtype, f"{name} {k}")
     ck = read_checkpoint(tmp_path / "ck.h5")
     assert ck.meta["steps"] == 15 and all(sorted(e["state"]) == ["m", "v"] for e in ck.params)
+
+
+@pytest.mark.parametrize("override, words", [
+    ("dataset.n_train=0", "key 'n_train': expected int >= 1, got 0"),
+    ("dataset.n_train=-5", "key 'n_train': expected int >= 1, got -5"),      # was: rest[:-2], ~all numbers
+    ("dataset.n_test=-1", "key 'n_test': expected int >= 1, got -1"),
+    ("dataset.n_train=3", "key 'n_train': n_train must be at least digits (4)"),   # was: a traceback
+    ("dataset.n_test=2", "key 'n_test': n_test must be at least digits (4)"),
+    ("dataset.n_train=20000000", "key 'n_train': n_train must be at most 10000000"),    # was: minutes, then a hang
+    ("dataset.seed=-1", "key 'seed': expected int in [0, 4294967295], got -1"),          # was: a traceback
+    ("dataset.max_src_len=0", "key 'max_src_len': expected int >= 1, got 0"),
+])
+def test_generated_task_sizes_are_checked(override, words):
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml")
+    r = CliRunner().invoke(main, ["check", exp, "--set", override])
+    assert r.exit_code == 2 and f"command line --set {override}: {words}" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)

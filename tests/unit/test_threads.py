@@ -33,6 +33,9 @@ def test_user_variables_win_in_order():
     assert thread_plan(16, 4, env={"OMP_NUM_THREADS": "6,2"}).blas == 6   # nested OpenMP
     # empty or invalid values are not a choice
     assert thread_plan(8, 2, env={"OPENBLAS_NUM_THREADS": "", "OMP_NUM_THREADS": "x"}).blas == 4
+    # nor is a count no C int holds (threadpoolctl's ctypes call raised OverflowError)
+    assert thread_plan(8, 2, env={"MKL_NUM_THREADS": "99999999999999999999"}).blas == 4
+    assert thread_plan(8, 2, env={"DISTNET_KERNEL_THREADS": "99999999999999999999"}).kernel == 4
 
 
 def test_backend_key_wins_over_variables():

@@ -136,3 +136,54 @@ def test_dataset_and_datasets_0_are_one_override_key(tmp_path):
     path.write_text(later)                                 # neon's later dataset:
     assert load_experiment(str(path), ["datasets.0.sample_pct=4"]).dataset.sample_pct == 4
     assert load_experiment(str(path), ["dataset.sample_pct=5"]).dataset.sample_pct == 5
+
+
+def test_check_refuses_an_output_layer_that_does_not_fit_the_classes_as_run_does():
+    """`distnet check` said OK to 5 outputs for MNIST's 10 classes; `distnet run` refused them."""
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    r = CliRunner().invoke(main, ["check", exp, "--set", "model.layers.5.nout=5"])
+    assert r.exit_code == 2 and "OK" not in r.output, r.output
+    assert "key 'nout': layer 'output': gives 5 outputs but the dataset has 10 classes" in r.output
+
+
+@pytest.mark.parametrize("text, words", [
+    ("1:30", "base-60"),         # YAML 1.1: 90
+    ("190:20:30", "base-60"),    # 685230
+    ("010", "leading zero"),     # YAML 1.1: 8; YAML 1.2: 10
+    ("-007", "leading zero"),
+])
+def test_yaml_11_integers_that_read_as_another_number_are_refused(text, words):
+    """YAML 1.1 (PyYAML) reads ``1:30`` as 90 and ``010`` as 8: silently another number than
+    written (``grid: 2:2``, ``nofm: 010``). They are errors naming the line, in files and --set."""
+    with pytest.raises(ConfigError, match=words) as e:
+        parse_yaml(f"a: 1\nb: {text}\n", "e.yaml")
+    assert "e.yaml:2" in str(e.value) and text in str(e.value)
+    with pytest.raises(ConfigError, match=words):
+        parse_override(f"model.x={text}")
+
+
+def test_integers_that_stay_integers():
+    assert parse_yaml("[0, -3, +5, 1_000, 0x10, 0b101, '1:30', '010']") == [0, -3, 5, 1000, 16, 5, "1:30", "010"]
+
+
+@pytest.mark.parametrize("flag", ["--reference", "--list-classes"])
+def test_check_with_an_experiment_and_a_listing_flag_is_refused(flag):
+    """`distnet check EXP --reference` printed the reference and checked nothing (exit 0)."""
+    from pathlib import Path
+    exp = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    r = CliRunner().invoke(main, ["check", exp, flag])
+    assert r.exit_code == 2 and flag in r.output and "OK" not in r.output, r.output
+
+
+def test_set_inside_an_aliased_mapping_changes_only_the_path_it_names():
+    """mnist_cnn.yaml shares ``weight_init: &wt {...}`` among its four weighted layers;
+    ``--set model.layers.0.weight_init.high=0.5`` changed all four."""
+    from pathlib import Path
+    path = str(Path(__file__).resolve().parents[2] / "experiments" / "mnist_cnn.yaml")
+    exp = load_experiment(path, ["model.layers.0.weight_init.high=0.5", "model.layers.5.weight_init.low=-0.2"])
+    inits = [layer.weight_init for layer in exp.model.layers if layer.name in ("conv1", "conv2", "fc1", "output")]
+    assert [(w["low"], w["high"]) for w in inits] == [(-0.1, 0.5), (-0.1, 0.1), (-0.1, 0.1), (-0.2, 0.1)]
+    # an aliased object stays one object: its key changes everywhere it is used
+    exp = load_experiment(path, ["datasets.0.repo_path=elsewhere"])
+    assert exp.dataset.repo_path == "elsewhere"
