@@ -162,7 +162,8 @@ class BaseLayer:
     def init_params(self, rng):
         """Draw the global tensors and keep this rank's part of each (placement's ``index``)."""
         try:
-            values = self.draw_params(rng)
+            with np.errstate(over="ignore", invalid="ignore"):   # the check below says it in one line
+                values = self.draw_params(rng)
         except OverflowError as e:   # numpy: uniform(-1e308, 1e308)
             raise self.error(f"weight_init cannot be drawn ({e})", "weight_init") from None
         for v in values:   # every rank draws the same global tensors: all raise alike

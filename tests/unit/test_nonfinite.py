@@ -217,6 +217,7 @@ def test_a_nan_velocity_reaches_its_parameter_in_the_same_update():
         assert np.isnan(w[1]) and np.isfinite(w[[0, 2]]).all()
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
 def test_error_rates_of_non_finite_outputs_are_refused(tmp_path):
     """Finite weights whose outputs overflow (float64, weights ~1e200): with ``num_epochs: 0``
     nothing trained, so no NaN cost stopped the run, and the error rates of NaN outputs (argmax 0
