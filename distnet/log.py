@@ -1,6 +1,9 @@
 """Rank-aware logging: rank 0 reports progress; other ranks only speak up for warnings and errors,
-each line prefixed with its rank."""
+each line prefixed with its rank. A warning that every rank would log alike, because it is about
+what all ranks read (a data file's layout or chunking), goes through :func:`warn_once_per_job`:
+rank 0 of the job logs it, the others do not, so ``mpiexec -n N`` prints it once, not N times."""
 import logging
+import os
 import sys
 
 LOGGER_NAME = "distnet"
@@ -12,6 +15,29 @@ def get_logger():
 
 #: The keys of an experiment's ``logging`` mapping (neon's ``logging.basicConfig`` arguments).
 LOGGING_KEYS = ("filename", "format", "level")
+
+
+#: The launcher's variables holding this process's rank in the job (MPICH's hydra, PMIx, Open MPI).
+LAUNCHER_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def job_rank():
+    """This process's rank in the job, as its launcher announced it in the environment (known
+    before MPI starts and before :func:`setup_logging`); 0 when no launcher started it."""
+    for var in LAUNCHER_RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def warn_once_per_job(logger, msg, *args):
+    """``logger.warning(msg, *args)`` on rank 0 of the job only (:func:`job_rank`): for warnings
+    that every rank would log alike, about what all ranks read (a data file's layout, its
+    chunking), so ``mpiexec -n N`` prints one line, not N. A warning about one rank's own part
+    (its tile, its cache file) is a plain ``logger.warning`` on that rank, prefixed ``[rank R]``."""
+    if job_rank() == 0:
+        logger.warning(msg, *args)
 
 
 def check_logging(mapping):

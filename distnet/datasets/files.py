@@ -22,6 +22,7 @@ import numpy as np
 from ..config.builder import config_error
 from ..errors import ConfigError, DataError
 from ..geometry.partition import Box
+from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
 from .scaling import Scaler, check_finite, parse_channels, parse_scale
@@ -76,6 +77,7 @@ class FileDataset(Dataset):
         self.cache_dir = cache_dir
         #: ``"memory"`` or ``"stream"``: what the last :meth:`load` chose.
         self.mode = None
+        self._layout_warned = False     # check() warns about a channels-last layout once
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -117,13 +119,15 @@ class FileDataset(Dataset):
         """What can be checked from the file header, before any pixel is read: layout, labels,
         scaling keys. ``distnet check`` and every rank's setup call it. Images whose last axis
         looks like channels (1, 3 or 4 long, the first not) get a warning: ``(N, H, W, C)``
-        arrays read as ``(N, C, H, W)`` train on nonsense without an error."""
+        arrays read as ``(N, C, H, W)`` train on nonsense without an error. The warning is about the
+        file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
         self.scaler()
         C, H, W = self.image_shape
-        if W in (1, 3, 4) and C not in (1, 3, 4):
-            log.warning("%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels last; distnet "
-                        "reads (N, C, H, W): transpose them (x.transpose(0, 3, 1, 2))",
-                        self.source_files()[0], C, H, W)
+        if W in (1, 3, 4) and C not in (1, 3, 4) and not self._layout_warned:
+            self._layout_warned = True
+            warn_once_per_job(log, "%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels "
+                              "last; distnet reads (N, C, H, W): transpose them (x.transpose(0, 3, 1, 2))",
+                              self.source_files()[0], C, H, W)
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` in the order train, valid, test (module docstring)."""
@@ -224,8 +228,8 @@ class FileDataset(Dataset):
         srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid)
         for src in srcs.values() if srcs is files else ():    # (a tile cache has one image per chunk)
             note = src.chunk_warning() if isinstance(src, H5Source) else None
-            if note:
-                log.warning("%s", note)
+            if note:        # about the file every rank streams alike: once per job
+                warn_once_per_job(log, "%s", note)
         out = {}
         for split, r in rows.items():
             src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows

@@ -1,0 +1,88 @@
+"""Dataset warnings under mpiexec: a warning about the file every rank reads alike (its layout, its
+chunking) comes once per job, from world rank 0, not once per rank; a warning about one rank's own
+tile cache still comes from that rank."""
+import logging
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.datasets import HDF5Dataset
+from distnet.geometry import tile_of
+
+MPI_SIZES = (2, 3)
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def warnings_seen():
+    """The warning texts the ``distnet`` loggers emit on this rank during the test."""
+    handler = _Records()
+    logger = logging.getLogger("distnet")
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
+def _write(path, shape, chunks=None, compression=None):
+    rng = np.random.RandomState(0)
+    with h5py.File(path, "w") as f:
+        for split, n in (("train", 16), ("test", 8)):
+            f.create_dataset(f"{split}/x", data=rng.randint(0, 256, (n,) + shape).astype(np.uint8),
+                             chunks=chunks, compression=compression)
+            f[f"{split}/y"] = rng.randint(0, 3, n)
+        f.attrs["nclasses"] = 3
+
+
+@pytest.fixture(scope="module")
+def files(comm, tmp_path_factory):
+    root = None
+    if comm.rank == 0:
+        root = str(tmp_path_factory.mktemp("data"))
+        _write(os.path.join(root, "hwc.h5"), (12, 12, 3))                      # channels last
+        _write(os.path.join(root, "chunked.h5"), (3, 256, 256), chunks=(8, 3, 256, 256),
+               compression="gzip")                                          # 1.5 MiB chunks
+    return comm.bcast(root)
+
+
+def _count(messages, text):
+    return sum(text in m for m in messages)
+
+
+def test_layout_warning_once_per_job(comm, files, warnings_seen):
+    ds = HDF5Dataset(path=os.path.join(files, "hwc.h5"), scale=1, dist_flag=True)
+    ds.check()
+    ds.check()      # `distnet run` checks before and at setup: still one line
+    counts = comm.allgather(_count(warnings_seen, "look like (N, H, W, C)"))
+    assert counts == [1] + [0] * (comm.size - 1)
+
+
+def test_chunk_warning_once_per_job(comm, files, warnings_seen):
+    ds = HDF5Dataset(path=os.path.join(files, "chunked.h5"), scale=1, dist_flag=True, in_memory=False)
+    tile = tile_of((256, 256), (1, comm.size), (0, comm.rank))
+    ds.load(tile=tile, rank=comm.rank, size=comm.size)
+    counts = comm.allgather((_count(warnings_seen, "train/x is stored compressed in chunks of 8 images"),
+                             _count(warnings_seen, "test/x is stored compressed in chunks of 8 images")))
+    assert counts == [(1, 1)] + [(0, 0)] * (comm.size - 1)
+
+
+def test_own_tile_cache_warning_on_every_rank(comm, files, warnings_seen, tmp_path_factory):
+    """A warning about this rank's own cache file differs per rank: every rank prints its own."""
+    folder = str(tmp_path_factory.mktemp(f"cache{comm.rank}"))
+    ds = HDF5Dataset(path=os.path.join(files, "hwc.h5"), scale=1, dist_flag=True, in_memory=False,
+                     cache_dir=folder)
+    path = ds.cache_path(comm.rank, comm.size, "stream")
+    with open(path, "w") as f:
+        f.write("not HDF5")
+    tile = tile_of((12, 3), (1, comm.size), (0, comm.rank))
+    ds.load(tile=tile, rank=comm.rank, size=comm.size)
+    assert _count(warnings_seen, f"tile cache {path} is unusable") == 1
