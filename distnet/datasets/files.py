@@ -14,6 +14,7 @@ else ``valid_fraction`` of the training images (``round(N * valid_fraction)`` of
 ``sample_pct`` keeps a subset of the remaining training images exactly as for every dataset
 (:mod:`.base`). With neither key, train is the file's rows in file order, as before.
 """
+import contextlib
 import logging
 import os
 
@@ -25,7 +26,7 @@ from ..geometry.partition import Box
 from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
-from .scaling import Scaler, check_finite, parse_channels, parse_scale
+from .scaling import Scaler, check_scaled, parse_channels, parse_scale
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
@@ -225,7 +226,7 @@ class FileDataset(Dataset):
                         "cache_dir)", path)
             path = None
         rows = self.split_rows(seed)
-        srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid)
+        srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid, scaler, dtype)
         for src in srcs.values() if srcs is files else ():    # (a tile cache has one image per chunk)
             note = src.chunk_warning() if isinstance(src, H5Source) else None
             if note:        # about the file every rank streams alike: once per job
@@ -240,14 +241,15 @@ class FileDataset(Dataset):
                  scaler.describe())
         return out
 
-    def _stream_sources(self, files, rows, tile, path, rank, size, grid):
+    def _stream_sources(self, files, rows, tile, path, rank, size, grid, scaler, dtype):
         """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or
-        this rank's tile cache at ``path``. Float pixels are checked for NaN / inf (in blocks);
-        a cache failing the check while the file passes it was changed behind its metadata and
-        is rebuilt once, with a warning."""
+        this rank's tile cache at ``path``. Float pixels are checked for NaN / inf (in blocks),
+        as stored and scaled (:meth:`_check_scaling`); a cache failing the check while the file
+        passes it was changed behind its metadata and is rebuilt once, with a warning."""
         def check(srcs, t):
             for split, r in rows.items():
-                check_source_finite(srcs.get(split, srcs["train"]), r, t)
+                with self._check_scaling():
+                    check_source_finite(srcs.get(split, srcs["train"]), r, t, scaler=scaler, dtype=dtype)
         if path is not None:
             meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
@@ -273,6 +275,17 @@ class FileDataset(Dataset):
         check(files, tile)
         return files, tile
 
+    @contextlib.contextmanager
+    def _check_scaling(self):
+        """A ConfigError of the scaling keys (finite data that scale / mean / std turn into NaN or
+        inf) raised inside, pointed at the key's YAML line."""
+        try:
+            yield
+        except ConfigError as e:
+            if e.key not in ("scale", "mean", "std"):
+                raise
+            raise config_error(self, e.bare_message, e.key) from None
+
     def _labels(self, src, rows):
         y = np.asarray(src.labels())
         return y[rows].astype(np.int64)
@@ -283,7 +296,8 @@ class FileDataset(Dataset):
         for split, rows in self.split_rows(seed).items():
             src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
             x = StreamArray(src, rows, tile, scaler, dtype).materialize()
-            check_finite(x, src.where(), rows=rows)
+            with self._check_scaling():
+                check_scaled(x, src.where(), rows, lambda i: src.read(rows[i:i + 1], tile), scaler)
             out[split] = (x, self._labels(src, rows))
         for src in srcs.values():
             src.close()

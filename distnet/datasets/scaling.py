@@ -98,15 +98,43 @@ class Scaler:
         dtype); the scale is one pass: the ufunc casts ``raw`` to ``out``'s dtype and multiplies
         in it, the same values as ``raw.astype(dtype) * scale``."""
         dtype = out.dtype
-        if self.scale != 1.0:
-            np.multiply(raw, dtype.type(self.scale), out=out, dtype=dtype, casting="unsafe")
-        else:
-            np.copyto(out, raw, casting="unsafe")
-        if self.mean is not None:
-            out -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
-        if self.std is not None:
-            out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked after: check_scaled
+            if self.scale != 1.0:
+                np.multiply(raw, dtype.type(self.scale), out=out, dtype=dtype, casting="unsafe")
+            else:
+                np.copyto(out, raw, casting="unsafe")
+            if self.mean is not None:
+                out -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
+            if self.std is not None:
+                out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
         return out
+
+    def overflow_error(self, raw, dtype, where, image=None):
+        """The ConfigError for finite stored values ``raw`` ``(n, C, h, w)`` (image ``image`` of
+        ``where``; None: ``raw`` is the stored type's range) that this scaling turns into inf or
+        NaN in ``dtype``: it names the key whose step (in :meth:`apply_into`'s order) does it,
+        and the values; None if none does."""
+        dtype = np.dtype(dtype)
+        c = (1, -1, 1, 1)
+        steps = (("scale", self.scale, lambda v: v * dtype.type(self.scale)),
+                 ("mean", self.mean, lambda v: v - np.asarray(self.mean, dtype).reshape(c)),
+                 ("std", self.std, lambda v: v / np.asarray(self.std, dtype).reshape(c)))
+        with np.errstate(all="ignore"):
+            x = raw.astype(dtype)
+            key, value = ("scale", self.scale) if not np.isfinite(x).all() else (None, None)
+            for k, v, step in steps:
+                if key is None and v is not None:
+                    x = step(x)
+                    key, value = (k, v) if not np.isfinite(x).all() else (None, None)
+        if key is None:
+            return None
+        shown = value[0] if isinstance(value, tuple) and len(value) == 1 else (
+            list(value) if isinstance(value, tuple) else value)
+        return ConfigError(
+            f"{where} {f'holds finite values ({raw.min():g} .. {raw.max():g} in image {image})' if image is not None else f'stores {raw.dtype} values ({raw.min()} .. {raw.max()})'} but "
+            f"{key} {shown!r} turns them into inf or NaN in {dtype} (largest {np.finfo(dtype).max:.3g}): "
+            f"the data are fine; choose scale, mean and std that keep (x * scale - mean) / std "
+            f"finite ({self.describe()})", key=key)
 
     def describe(self):
         parts = [f"scale {self.scale!r}"]
@@ -115,6 +143,39 @@ class Scaler:
         if self.std is not None:
             parts.append(f"std {list(self.std)}")
         return ", ".join(parts)
+
+
+def check_int_range(source_dtype, channels, dtype, where, scaler):
+    """For integer data of at most 16 bits (not read in full before a streamed run): the
+    ConfigError of :meth:`Scaler.overflow_error` if ``scaler`` turns the smallest or largest value
+    the type can store into inf or NaN in ``dtype``. Wider integers are not checked (their range
+    is far wider than the data's as a rule)."""
+    source_dtype = np.dtype(source_dtype)
+    if source_dtype.kind not in "iu" or source_dtype.itemsize > 2:
+        return
+    info = np.iinfo(source_dtype)
+    raw = np.empty((2, channels, 1, 1), source_dtype)
+    raw[0], raw[1] = info.min, info.max
+    err = scaler.overflow_error(raw, dtype, where)
+    if err is not None:
+        raise err
+
+
+def check_scaled(x, where, rows, read_raw, scaler):
+    """After scaling: if the float ``x`` ``(n, C, h, w)`` (file rows ``rows``) holds NaN or inf,
+    DataError (:func:`check_finite`) when the stored values of the first such image do too
+    (``read_raw(i)``: image ``i`` of ``x`` as stored, ``(1, C, h, w)``), else the ConfigError
+    of :meth:`Scaler.overflow_error`: the data are finite, ``scale``/``mean``/``std`` are not."""
+    bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    raw = read_raw(i)
+    row = int(rows[i])
+    if raw.dtype.kind == "f":
+        check_finite(raw, where, rows=[row])
+    raise scaler.overflow_error(raw, x.dtype, where, row) or DataError(
+        f"{where}: image {row} becomes NaN or inf when scaled ({scaler.describe()})")
 
 
 def check_finite(x, where, first_row=0, rows=None):

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .scaling import check_finite
+from .scaling import check_finite, check_int_range, check_scaled
 
 #: Minibatches read ahead of the one being trained.
 PREFETCH_DEPTH = 2
@@ -184,15 +184,23 @@ class StreamArray:
                 f"tile={self.tile})")
 
 
-def check_source_finite(source, index, tile, rows_per_read=256):
+def check_source_finite(source, index, tile, rows_per_read=256, scaler=None, dtype=None):
     """DataError (naming the file and an image) if the float ``source`` holds NaN or inf in
-    ``tile`` of the rows ``index``; reads in blocks (memory flat)."""
+    ``tile`` of the rows ``index``; reads in blocks (memory flat). With ``scaler`` and ``dtype``,
+    also a ConfigError naming ``scale``/``mean``/``std`` when they turn the finite values into
+    NaN or inf (:func:`~.scaling.check_scaled`; integer sources: :func:`~.scaling.check_int_range`)."""
     if source.dtype.kind != "f":
+        if scaler is not None:
+            check_int_range(source.dtype, source.shape[1], dtype, source.where(), scaler)
         return
     index = np.unique(np.asarray(index, dtype=np.int64))
     for a in range(0, len(index), rows_per_read):
         rows = index[a:a + rows_per_read]
-        check_finite(source.read(rows, tile), source.where(), rows=rows)
+        raw = source.read(rows, tile)
+        check_finite(raw, source.where(), rows=rows)
+        if scaler is not None:
+            x = scaler.apply_into(raw, np.empty(raw.shape, dtype))
+            check_scaled(x, source.where(), rows, lambda i: raw[i:i + 1], scaler)
 
 
 __all__ = ["PREFETCH_DEPTH", "StreamArray", "check_source_finite"]

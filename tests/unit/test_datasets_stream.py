@@ -2,6 +2,8 @@
 (float64), for HDF5 and memory-mapped .npy, with sample_pct, a validation hold-out and scaling."""
 import logging
 import os
+import re
+import warnings
 
 import h5py
 import numpy as np
@@ -357,3 +359,36 @@ def test_images_to_predict_must_be_stored_like_the_training_file(tmp_path):
     np.testing.assert_array_equal(ds.prepare_images(np.full((1, 1, 3, 3), 0.5)), np.full((1, 1, 3, 3), 0.5))
     with pytest.raises(DataError, match=r"images to predict store uint8 values but .*f.h5 stores float32"):
         ds.prepare_images(np.zeros((1, 1, 3, 3), np.uint8))
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("keys,key,value", [("scale: 1e308", "scale", "1e+308"),
+                                            ("scale: 1, std: 1e-300", "std", "1e-300"),
+                                            ("scale: 1e30, std: 1e-30", "std", "1e-30"),
+                                            ("scale: 1e36, mean: -2e38", "mean", "-2e+38")])
+def test_scaling_that_overflows_names_the_keys_not_the_file(tmp_path, keys, key, value, in_memory):
+    """Finite uint8 pixels that scale / mean / std turn into inf or NaN: a ConfigError at the key's
+    YAML line naming the key, not 'the file holds NaN or inf' (and no numpy overflow warning)."""
+    path = write_uint8(tmp_path / "d.h5")
+    text = _text(path, f"{keys}, in_memory: {str(in_memory).lower()}").replace("Numpy64 {", "Numpy {")
+    exp = load_experiment_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # numpy's 'overflow encountered in cast' is noise here
+        with pytest.raises(ConfigError) as e:
+            exp.run()
+    msg = str(e.value)
+    assert f"key '{key}'" in msg and f"{key} {value}" in msg and "float32" in msg, msg
+    assert "d.h5" in msg and "the data are fine" in msg and "holds NaN" not in msg, msg
+    assert re.match(r"<string>:\d+:", msg), msg
+
+
+def test_float_data_that_scale_overflows_is_not_called_nan_data(tmp_path):
+    """Float data, finite in the file, with a scale that overflows: the same ConfigError; a file
+    that does hold inf keeps its DataError (test_bad_data_errors_name_the_file)."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((4, 1, 3, 3), 1e30), [0, 1, 0, 1]
+    for mode in (True, False):
+        with pytest.raises(ConfigError, match=r"scale 1e\+20 turns .* into inf or NaN in float32"):
+            HDF5Dataset(path=str(path), in_memory=mode, scale=1e20).load(dtype=np.float32)
