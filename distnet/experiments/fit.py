@@ -311,8 +311,8 @@ class FitExperiment:
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend,
                  self.thread_plan.describe())  # issue 18 hook: the thread plan
-        for level, note in self.config_notes:  # neon keys translated or ignored
-            log.log(level, "%s", note)
+        for level, note in self.config_notes if t.rank == 0 else ():  # neon keys translated or
+            log.log(level, "%s", note)      # ignored: about the file every rank reads, said once
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
         hooks.started(self, t)

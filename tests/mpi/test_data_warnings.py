@@ -1,6 +1,6 @@
-"""Dataset warnings under mpiexec: a warning about the file every rank reads alike (its layout, its
-chunking) comes once per job, from world rank 0, not once per rank; a warning about one rank's own
-tile cache still comes from that rank."""
+"""Warnings under mpiexec: a warning about what every rank reads alike (a data file's layout or
+chunking, the experiment file's notes) comes once per job, from world rank 0, not once per rank; a
+warning about one rank's own tile cache still comes from that rank."""
 import logging
 import os
 
@@ -8,8 +8,10 @@ import h5py
 import numpy as np
 import pytest
 
+from distnet.config import load_experiment_text
 from distnet.datasets import HDF5Dataset
 from distnet.geometry import tile_of
+from tests.tiny import CNN, experiment, write_data
 
 MPI_SIZES = (2, 3)
 
@@ -27,6 +29,7 @@ class _Records(logging.Handler):
 def warnings_seen():
     """The warning texts the ``distnet`` loggers emit on this rank during the test."""
     handler = _Records()
+    handler.distnet_keep = True         # a run's setup_logging keeps it
     logger = logging.getLogger("distnet")
     logger.addHandler(handler)
     yield handler.messages
@@ -86,3 +89,15 @@ def test_own_tile_cache_warning_on_every_rank(comm, files, warnings_seen, tmp_pa
     tile = tile_of((12, 3), (1, comm.size), (0, comm.rank))
     ds.load(tile=tile, rank=comm.rank, size=comm.size)
     assert _count(warnings_seen, f"tile cache {path} is unusable") == 1
+
+
+def test_config_notes_once_per_job(comm, files, warnings_seen):
+    """A key given twice in the experiment file: every rank reads the file, rank 0 warns."""
+    path = os.path.join(files, "tiny.h5")
+    if comm.rank == 0:
+        write_data(path)
+    comm.barrier()
+    text = experiment(CNN, path, dist=True).replace("num_epochs: 4,", "num_epochs: 1, num_epochs: 1,")
+    load_experiment_text(text).run()
+    counts = comm.allgather(_count(warnings_seen, "key 'num_epochs' is given twice"))
+    assert counts == [1] + [0] * (comm.size - 1)
