@@ -278,11 +278,12 @@ class FileDataset(Dataset):
     @contextlib.contextmanager
     def _check_scaling(self):
         """A ConfigError of the scaling keys (finite data that scale / mean / std turn into NaN or
-        inf) raised inside, pointed at the key's YAML line."""
+        inf; key None: the dtype cannot hold them) raised inside, pointed at the key's (the
+        dataset's) YAML line."""
         try:
             yield
         except ConfigError as e:
-            if e.key not in ("scale", "mean", "std"):
+            if e.key not in ("scale", "mean", "std", None):
                 raise
             raise config_error(self, e.bare_message, e.key) from None
 

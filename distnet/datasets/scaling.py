@@ -113,15 +113,21 @@ class Scaler:
         """The ConfigError for finite stored values ``raw`` ``(n, C, h, w)`` (image ``image`` of
         ``where``; None: ``raw`` is the stored type's range) that this scaling turns into inf or
         NaN in ``dtype``: it names the key whose step (in :meth:`apply_into`'s order) does it,
-        and the values; None if none does."""
+        and the values (key None when ``dtype`` cannot hold them as stored); None if none does."""
         dtype = np.dtype(dtype)
         c = (1, -1, 1, 1)
         steps = (("scale", self.scale, lambda v: v * dtype.type(self.scale)),
                  ("mean", self.mean, lambda v: v - np.asarray(self.mean, dtype).reshape(c)),
                  ("std", self.std, lambda v: v / np.asarray(self.std, dtype).reshape(c)))
+        what = (f"holds finite values ({raw.min():g} .. {raw.max():g} in image {image})" if image is not None
+                else f"stores {raw.dtype} values ({raw.min()} .. {raw.max()})")
+        largest = f"largest {np.finfo(dtype).max:.3g}"
         with np.errstate(all="ignore"):
             x = raw.astype(dtype)
-            key, value = ("scale", self.scale) if not np.isfinite(x).all() else (None, None)
+            if not np.isfinite(x).all():    # cast before scale (apply_into): no scale helps
+                return ConfigError(f"{where} {what} that {dtype} cannot hold ({largest}): store them "
+                                   "scaled into its range, or use a float64 backend (dtype: float64)")
+            key = value = None
             for k, v, step in steps:
                 if key is None and v is not None:
                     x = step(x)
@@ -131,8 +137,7 @@ class Scaler:
         shown = value[0] if isinstance(value, tuple) and len(value) == 1 else (
             list(value) if isinstance(value, tuple) else value)
         return ConfigError(
-            f"{where} {f'holds finite values ({raw.min():g} .. {raw.max():g} in image {image})' if image is not None else f'stores {raw.dtype} values ({raw.min()} .. {raw.max()})'} but "
-            f"{key} {shown!r} turns them into inf or NaN in {dtype} (largest {np.finfo(dtype).max:.3g}): "
+            f"{where} {what} but {key} {shown!r} turns them into inf or NaN in {dtype} ({largest}): "
             f"the data are fine; choose scale, mean and std that keep (x * scale - mean) / std "
             f"finite ({self.describe()})", key=key)
 

@@ -392,3 +392,15 @@ def test_float_data_that_scale_overflows_is_not_called_nan_data(tmp_path):
     for mode in (True, False):
         with pytest.raises(ConfigError, match=r"scale 1e\+20 turns .* into inf or NaN in float32"):
             HDF5Dataset(path=str(path), in_memory=mode, scale=1e20).load(dtype=np.float32)
+
+
+def test_float64_data_beyond_float32_says_the_dtype_cannot_hold_them(tmp_path):
+    """Finite float64 values above float32's range, no scale: the model's dtype is the cause."""
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((4, 1, 3, 3), 1e300), [0, 1, 0, 1]
+    for mode in (True, False):
+        with pytest.raises(ConfigError, match=r"big.h5 \(train\) holds finite values .* that float32 cannot "
+                                              r"hold \(largest 3.4e\+38\): store them scaled"):
+            HDF5Dataset(path=str(path), in_memory=mode).load(dtype=np.float32)
