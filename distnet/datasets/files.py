@@ -104,13 +104,18 @@ class FileDataset(Dataset):
         """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``
         and ``std`` (:meth:`scaler`, as its own images), in ``dtype`` (``distnet predict``).
         DataError when ``x`` holds integers and the training file floats, or the other way round
-        (one scale cannot suit both)."""
+        (one scale cannot suit both); ConfigError (the scaling key's line) when the scaling turns
+        finite images into inf or NaN."""
         stored = self.stored_dtype()
         if (x.dtype.kind == "f") != (stored.kind == "f"):
             raise DataError(f"images to predict store {x.dtype} values but {self.source_files()[0]} stores "
                             f"{stored}: give them stored as the training images are (its scale, mean and "
                             "std apply to both)")
-        return self.scaler().apply_into(x, np.empty(x.shape, np.dtype(dtype)))
+        scaler = self.scaler()
+        out = scaler.apply_into(x, np.empty(x.shape, np.dtype(dtype)))
+        with self._check_scaling():     # finite images that scale / mean / std make inf or NaN
+            check_scaled(out, "images to predict", np.arange(len(x)), lambda i: x[i:i + 1], scaler)
+        return out
 
     def read_ahead(self, x):
         """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""

@@ -404,3 +404,16 @@ def test_float64_data_beyond_float32_says_the_dtype_cannot_hold_them(tmp_path):
         with pytest.raises(ConfigError, match=r"big.h5 \(train\) holds finite values .* that float32 cannot "
                                               r"hold \(largest 3.4e\+38\): store them scaled"):
             HDF5Dataset(path=str(path), in_memory=mode).load(dtype=np.float32)
+
+
+def test_images_to_predict_that_scaling_overflows(tmp_path):
+    """Finite images to predict that the dataset's scale turns into inf: the ConfigError of the
+    training data (predictions of inf / NaN otherwise, silently)."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((2, 1, 3, 3), 0.5, np.float32), [0, 1]
+    ds = HDF5Dataset(path=str(path), scale=1e20)
+    with pytest.raises(ConfigError, match=r"images to predict holds finite values \(1e\+30 .. 1e\+30 in image 1\) "
+                                          r"but scale 1e\+20 turns them into inf or NaN in float32"):
+        ds.prepare_images(np.array([1, 1e30])[:, None, None, None] * np.ones((2, 1, 3, 3)), np.float32)
