@@ -227,8 +227,9 @@ class FileDataset(Dataset):
             return cache.load_or_build(path, meta, build)
         files = self.sources()
         if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
-            log.warning("%s: streamed data is cached in HDF5 only; not caching (give a .h5 name or "
-                        "cache_dir)", path)
+            # the key's value, the same on every rank: said once per job
+            warn_once_per_job(log, "%s: streamed data is cached in HDF5 only; not caching (give a .h5 "
+                              "name or cache_dir)", self.serialized_path)
             path = None
         rows = self.split_rows(seed)
         srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid, scaler, dtype)

@@ -101,3 +101,12 @@ def test_config_notes_once_per_job(comm, files, warnings_seen):
     load_experiment_text(text).run()
     counts = comm.allgather(_count(warnings_seen, "key 'num_epochs' is given twice"))
     assert counts == [1] + [0] * (comm.size - 1)
+
+
+def test_not_caching_a_stream_warning_once_per_job(comm, files, warnings_seen):
+    """serialized_path not HDF5 with streaming: a config choice every rank makes alike."""
+    ds = HDF5Dataset(path=os.path.join(files, "hwc.h5"), scale=1, dist_flag=True, in_memory=False,
+                     serialized_path=os.path.join(files, "c_{rank}.pkl"))
+    ds.load(tile=tile_of((12, 3), (1, comm.size), (0, comm.rank)), rank=comm.rank, size=comm.size)
+    counts = comm.allgather(_count(warnings_seen, "c_{rank}.pkl: streamed data is cached in HDF5 only"))
+    assert counts == [1] + [0] * (comm.size - 1)
