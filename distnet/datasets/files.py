@@ -269,10 +269,10 @@ class FileDataset(Dataset):
                 try:
                     check(cached, local)
                     return cached, local
-                except DataError as e:
+                except (DataError, ConfigError) as e:   # NaN / inf, as stored or scaled
                     for src in cached.values():
                         src.close()
-                    check(files, tile)      # bad data in the file itself: say so, naming the file
+                    check(files, tile)      # bad data (or scaling) of the file itself: name the file
                     if attempt:
                         raise
                     log.warning("tile cache %s does not hold what %s does (%s); rebuilding it", path,

@@ -417,3 +417,15 @@ def test_images_to_predict_that_scaling_overflows(tmp_path):
     with pytest.raises(ConfigError, match=r"images to predict holds finite values \(1e\+30 .. 1e\+30 in image 1\) "
                                           r"but scale 1e\+20 turns them into inf or NaN in float32"):
         ds.prepare_images(np.array([1, 1e30])[:, None, None, None] * np.ones((2, 1, 3, 3)), np.float32)
+
+
+def test_scaling_overflow_with_a_tile_cache_names_the_data_file(tmp_path):
+    """Streamed through a tile cache: the message names the data file, not the cache."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.full((4, 1, 3, 3), 1e30), [0, 1, 0, 1]
+    ds = HDF5Dataset(path=str(path), in_memory=False, scale=1e20, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"f.h5 \(train\) holds finite values") as e:
+        ds.load(dtype=np.float32)
+    assert ".tile." not in str(e.value)
