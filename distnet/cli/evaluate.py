@@ -11,14 +11,14 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE
 
 
 def _start(experiment, overrides):
-    """The experiment, loaded and checked; under mpiexec the abort hook first (as for run)."""
+    """The experiment, loaded and checked, and the world communicator under mpiexec (None on one
+    process); under mpiexec the abort hook first (as for run)."""
     from ..config import load_experiment
     from .main import _install_abort_hook, _launched_on_many
-    if _launched_on_many():
-        _install_abort_hook()
+    comm = _install_abort_hook() if _launched_on_many() else None
     exp = load_experiment(experiment, overrides)
     exp.check()
-    return exp
+    return exp, comm
 
 
 def _error(e):
@@ -42,7 +42,7 @@ def evaluate(experiment, checkpoint, overrides):
     from ..experiments.evaluate import evaluate_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
     try:
-        exp = _start(experiment, overrides)
+        exp, _ = _start(experiment, overrides)
         if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
             ck, accuracies = exp.evaluate_checkpoint(checkpoint)
         else:
@@ -87,15 +87,18 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file
+    from .main import _collectively
     try:
         prediction_format(output)           # a wrong extension fails before any work
-        exp = _start(experiment, overrides)
-        if _rank0():                        # rank 0 writes OUT; a failure here ends every rank
+        exp, comm = _start(experiment, overrides)
+
+        def check_output():                 # rank 0 writes OUT
             for p in (data_path, checkpoint, experiment):
                 if same_file(output, p):    # even with --force
                     raise OutputError(f"-o {output} is also an input ({p}); give another -o")
             refuse_existing(output, "output", force, "give another -o, or --force to replace it")
             check_writable(output, "predictions")
+        _collectively(comm, lambda: check_output() if _rank0() else None)   # a refusal: every rank says it
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
