@@ -208,6 +208,22 @@ def test_launch_size_not_matching_the_topology(env, tmp_path):
     assert proc.stderr.count("the run has 3 ranks, which data=2 x pipe=1 does not divide") == 3, proc.stderr
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_config_error_of_rank_0_alone_exits_2_on_any_rank_count(env, tmp_path, n):
+    """The log file (opened by rank 0 only) cannot be created: the other ranks learn it from rank
+    0 (RemoteError) and exit as rank 0 does, 2 for a ConfigError, whichever rank aborts first."""
+    exp = tmp_path / "log.yaml"
+    log = tmp_path / "not-a-folder" / "log.txt"
+    (tmp_path / "not-a-folder").write_text("a file")
+    exp.write_text((env / "cnn_dist.yaml").read_text().replace(
+        "dist_flag: True,", f"dist_flag: True, logging: {{filename: {log}}},", 1))
+    for _ in range(2 if n > 1 else 1):   # the first rank to abort decides mpiexec's status
+        proc = distnet("run", str(exp), "--no-run-dir", n=n)
+        assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
+        assert proc.stderr.count(f"cannot open the log file {log}") == n, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
 def test_missing_or_truncated_data_file(env, tmp_path, damage):
     data = tmp_path / "data.h5"

@@ -22,8 +22,8 @@ def _start(experiment, overrides):
 
 
 def _error(e):
-    from .main import _config_error_type, _fail
-    _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+    from .main import _fail
+    _fail(str(e), e.exit_code)
 
 
 def _rank0():

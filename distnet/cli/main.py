@@ -158,7 +158,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         failures = e.failures if isinstance(e, RemoteError) else None   # the rank(s) that failed
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler, f"distnet: error: {e}",
                        rank=failures[0][0] if failures else None)
-        _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
+        _fail(str(e), e.exit_code)   # the same on every rank (RemoteError: the failing rank's)
     except MemoryError as e:  # numpy's "Unable to allocate 67 GiB for an array with shape ..."
         _close_quietly(hooks, record, f"MemoryError: {e}", log_handler)
         _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
@@ -220,11 +220,6 @@ def _bcast(value):
     """Rank 0's ``value`` on every rank of a multi-rank run (as is on one process)."""
     from ..comm.world import bcast_from_root
     return bcast_from_root(value)
-
-
-def _config_error_type():
-    from ..errors import ConfigError
-    return ConfigError
 
 
 def _install_abort_hook():
@@ -555,7 +550,7 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
                          overrides=overrides, plot=plot_path, cost_atol=cost_atol,
                          reference_overrides=reference_overrides)
     except DistnetError as e:
-        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+        _fail(str(e), e.exit_code)
     sys.exit(0 if ok else 1)
 
 
