@@ -275,6 +275,10 @@ class _CliHooks:
     def pretrain(self, record):
         self._write(record)
 
+    def trained(self):
+        if self.watchdog is not None:   # the final checkpoint and error rates are not watched
+            self.watchdog.stop()
+
     def finished(self, result):
         if self.watchdog is not None:
             self.watchdog.stop()
