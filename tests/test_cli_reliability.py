@@ -293,3 +293,13 @@ def test_plot_and_compare_plot(env, tmp_path):
     proc = ok(distnet("compare", str(env / "cnn.yaml"), str(env / "cnn_dist.yaml"), "-n", "2",
                       "--cost-tol", "1e-9", "--plot", str(cmp), "--set", "model.num_epochs=2"))
     assert "AGREE" in proc.stdout and cmp.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_plot_that_cannot_be_written_is_refused_before_the_runs(env, tmp_path):
+    """--plot into a folder that cannot be made was found only after both runs had trained."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_text("not a folder")
+    png = tmp_path / "file" / "cmp.png"
+    proc = distnet("compare", str(env / "cnn.yaml"), str(env / "cnn_dist.yaml"), "-n", "2", "--plot", str(png))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout   # no run started
+    assert proc.stderr.strip() == f"distnet: error: cannot write plot {png}: {tmp_path / 'file'} is not a directory"
