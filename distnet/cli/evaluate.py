@@ -86,7 +86,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
-    from ..fileio import OutputError, check_writable, refuse_existing, same_file
+    from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
     from .main import _collectively
     try:
         prediction_format(output)           # a wrong extension fails before any work
@@ -105,15 +105,16 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
         shape = exp.dataset.image_shape
         outputs, labels = predict_checkpoint(
             exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
-        if _rank0():
+
+        def write():                        # rank 0; a failure (a full disk): every rank says it
             try:
                 write_predictions(output, outputs, labels)
-            except RuntimeError as e:       # h5py raises it (and OSError) for a failed write
-                raise OSError(str(e)) from None
+            except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
+                raise OutputError(f"-o {output}: {write_failure(e)}") from None
+        _collectively(comm, lambda: write() if _rank0() else None)
     except DistnetError as e:
         _error(e)
     except OSError as e:
-        from ..fileio import write_failure
         _error(DistnetError(f"-o {output}: {write_failure(e)}"))
     if _rank0():
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")
