@@ -241,9 +241,11 @@ class _CliHooks:
         self.metrics = metrics          # a MetricsFile (rank 0) or None
         self.watchdog_seconds = watchdog
         self.watchdog = None
+        self.world = None               # the world communicator of a multi-rank run (started)
 
     def started(self, experiment, topology):
         self.model = experiment.model
+        self.world = topology.world if topology.size > 1 else None
         if self.watchdog_seconds:
             from ..comm.watchdog import Watchdog
             self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
@@ -262,10 +264,14 @@ class _CliHooks:
             self.bar.batch(epoch, b, n, self.model.epoch_loss_sum)
 
     def _write(self, rec):
-        if self.record is not None:
-            self.record.metrics(rec)
-        if self.metrics is not None:
-            self.metrics.write(rec)
+        """Rank 0 writes ``rec``; every rank calls this at the same point, so a failure (a full
+        disk) ends every rank with rank 0's reason (one allgather over the world, per epoch)."""
+        def write():
+            if self.record is not None:
+                self.record.metrics(rec)
+            if self.metrics is not None:
+                self.metrics.write(rec)
+        _collectively(self.world, write)
 
     def epoch(self, record):
         if self.watchdog is not None:
