@@ -327,3 +327,19 @@ def test_a_metrics_file_that_fills_the_disk_mid_run_under_mpiexec_every_rank_say
         assert "Traceback" not in proc.stderr
     finally:
         subprocess.run(["umount", "-l", str(full)])
+
+
+@pytest.mark.parametrize("command", ["data convert", "data mnist-sample", "distribute", "plot"])
+def test_one_process_commands_that_write_files_under_mpiexec_say_so_on_every_rank(env, tmp_path, command):
+    """Each rank ran the command: N conversions of one file, one of them refusing the file another
+    rank had just written ('already exists', exit 2) while the others said 'wrote'."""
+    out = tmp_path / "out"
+    args = {"data convert": ["data", "convert", str(env / "data.h5"), str(out) + ".h5"],
+            "data mnist-sample": ["data", "mnist-sample", str(out)],
+            "distribute": ["distribute", str(env / "cnn.yaml"), "-o", str(out) + ".yaml"],
+            "plot": ["plot", str(env / "data.h5"), "-o", str(out) + ".png"]}[command]
+    proc = distnet(*args, n=2)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count(f"distnet: error: distnet {command} runs on one process: run it without mpiexec") \
+        == 2, proc.stderr
+    assert list(tmp_path.iterdir()) == []      # nothing written

