@@ -551,11 +551,10 @@ def _finite(ctx, param, value):
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
 def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
             plot_path):
-    """Run SINGLE on one process and DISTRIBUTED on N ranks (compare starts both itself: not
-    under mpiexec); print per-epoch costs (GB: and
-    pretraining costs) and error rates side by side. The rank count is checked against
-    DISTRIBUTED's grid, data and pipe before anything runs. Exit status 1 if they differ beyond
-    the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
+    """Run SINGLE on one process and DISTRIBUTED on N ranks (compare starts both: not under
+    mpiexec); print per-epoch costs (GB: and pretraining costs) and error rates side by side.
+    The rank count is checked against DISTRIBUTED's grid, data and pipe before anything runs.
+    Exit status 1 if they differ beyond the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
     by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
     rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
