@@ -1,13 +1,19 @@
 """Errors a user can cause. Every one is a :class:`DistnetError`; the CLI prints its message
-(on every rank) and exits non-zero instead of showing a traceback."""
+(on every rank) and exits with its ``exit_code`` instead of showing a traceback."""
 
 
 class DistnetError(Exception):
-    """Base class of errors caused by input: configuration, data, topology, checkpoints."""
+    """Base class of errors caused by input: configuration, data, topology, checkpoints.
+    ``exit_code``: the exit status of ``distnet run``/``evaluate``/``predict``/``compare`` that
+    fail with it (1; 2 for a :class:`ConfigError`), on every rank of a multi-rank job."""
+
+    exit_code = 1
 
 
 class ConfigError(DistnetError):
     """A problem in an experiment file. ``where`` is ``"file:line"`` when known."""
+
+    exit_code = 2
 
     def __init__(self, message, where=None, key=None):
         self.where = where

@@ -29,6 +29,16 @@ def test_a_rank_count_that_does_not_fit_is_one_error_before_any_run(files):
     assert len(errors) == 1 and errors[0].startswith(f"distnet: error: {f['cnn_dist']} on -n 200: ")
 
 
+def test_compare_under_mpiexec_is_one_line_on_every_rank(files, tmp_path):
+    """compare starts its own runs (mpiexec -n N for the distributed one): under mpiexec every
+    rank ran both, and the one-process run died in MPI_Init with an MPI error stack."""
+    d, f = files
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "2", n=2)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("distnet: error: distnet compare starts its own runs") == 2, proc.stderr
+    assert "MPI_Init" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("flag, value", [("--cost-tol", "-1"), ("--cost-tol", "nan"), ("--cost-atol", "-0.1"),
                                          ("--rate-tol", "-5"), ("--rate-tol", "inf")])
 def test_a_negative_or_non_finite_tolerance_is_refused_before_any_run(files, flag, value):

@@ -205,3 +205,41 @@ def test_predict_never_replaces_its_inputs_and_an_existing_file_only_with_force(
     distnet("predict", str(exp), "--checkpoint", str(ck), "--data", str(data), "-o", str(tmp_path / "p.csv"),
             "--force", check=True)
     assert (tmp_path / "p.csv").read_text().startswith("label,p0")
+
+
+def test_predict_to_an_unwritable_output_under_mpiexec_every_rank_says_why(trained, tmp_path):
+    d, exp, dist, run, proc = trained
+    out = str(tmp_path / "missing" / "dir" / "p.csv")
+    (tmp_path / "missing").write_text("a file, not a folder")   # the folder cannot be made
+    bad = distnet("predict", str(dist), "--checkpoint", str(run / "checkpoint.h5"), "--data",
+                  str(d / "images.npy"), "-o", out, n=2)
+    assert bad.returncode == 1
+    for rank in (0, 1):   # not only rank 0: the others are not killed without a word
+        line = next(l for l in bad.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:"))
+        assert f"cannot write predictions {out}" in line
+    assert "Traceback" not in bad.stderr
+
+
+def test_predict_onto_a_full_disk_under_mpiexec_every_rank_says_why(trained, tmp_path):
+    """Rank 0 writes OUT after the collective prediction: its failure reached rank 0's stderr only."""
+    from tests.test_cli_files import _mount
+    import subprocess
+    d, exp, dist, run, proc = trained
+    full = _mount(tmp_path / "full", "size=64k")
+    try:
+        try:                                      # every block taken (an empty file still fits)
+            with open(full / "filler", "wb", buffering=0) as f:
+                while True:
+                    f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        out = full / "p.csv"
+        bad = distnet("predict", str(dist), "--checkpoint", str(run / "checkpoint.h5"), "--data",
+                      str(d / "images.npy"), "-o", str(out), n=2)
+        assert bad.returncode == 1, bad.stderr
+        for rank in (0, 1):
+            line = next(l for l in bad.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:"))
+            assert f"-o {out}: No space left on device" in line
+        assert sorted(p.name for p in full.iterdir()) == ["filler"]
+    finally:
+        subprocess.run(["umount", "-l", str(full)])

@@ -208,6 +208,22 @@ def test_launch_size_not_matching_the_topology(env, tmp_path):
     assert proc.stderr.count("the run has 3 ranks, which data=2 x pipe=1 does not divide") == 3, proc.stderr
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_config_error_of_rank_0_alone_exits_2_on_any_rank_count(env, tmp_path, n):
+    """The log file (opened by rank 0 only) cannot be created: the other ranks learn it from rank
+    0 (RemoteError) and exit as rank 0 does, 2 for a ConfigError, whichever rank aborts first."""
+    exp = tmp_path / "log.yaml"
+    log = tmp_path / "not-a-folder" / "log.txt"
+    (tmp_path / "not-a-folder").write_text("a file")
+    exp.write_text((env / "cnn_dist.yaml").read_text().replace(
+        "dist_flag: True,", f"dist_flag: True, logging: {{filename: {log}}},", 1))
+    for _ in range(2 if n > 1 else 1):   # the first rank to abort decides mpiexec's status
+        proc = distnet("run", str(exp), "--no-run-dir", n=n)
+        assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
+        assert proc.stderr.count(f"cannot open the log file {log}") == n, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
 def test_missing_or_truncated_data_file(env, tmp_path, damage):
     data = tmp_path / "data.h5"
@@ -277,3 +293,53 @@ def test_plot_and_compare_plot(env, tmp_path):
     proc = ok(distnet("compare", str(env / "cnn.yaml"), str(env / "cnn_dist.yaml"), "-n", "2",
                       "--cost-tol", "1e-9", "--plot", str(cmp), "--set", "model.num_epochs=2"))
     assert "AGREE" in proc.stdout and cmp.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_plot_that_cannot_be_written_is_refused_before_the_runs(env, tmp_path):
+    """--plot into a folder that cannot be made was found only after both runs had trained."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_text("not a folder")
+    png = tmp_path / "file" / "cmp.png"
+    proc = distnet("compare", str(env / "cnn.yaml"), str(env / "cnn_dist.yaml"), "-n", "2", "--plot", str(png))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout   # no run started
+    assert proc.stderr.strip() == f"distnet: error: cannot write plot {png}: {tmp_path / 'file'} is not a directory"
+
+
+def test_a_metrics_file_that_fills_the_disk_mid_run_under_mpiexec_every_rank_says_why(env, tmp_path):
+    """Rank 0 writes --metrics as the run goes: its failure (a full disk after the file was
+    created) reached rank 0's stderr only, the other ranks were killed without a word."""
+    from tests.test_cli_files import _mount
+    full = _mount(tmp_path / "full", "size=64k")
+    try:
+        try:                                      # every block taken (an empty file still fits)
+            with open(full / "filler", "wb", buffering=0) as f:
+                while True:
+                    f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        m = full / "m.jsonl"
+        proc = distnet("run", str(env / "cnn_dist.yaml"), "--no-run-dir", "--no-checkpoint", "--metrics", str(m),
+                       "-q", n=2)
+        assert proc.returncode == 1, proc.stderr
+        for rank in (0, 1):
+            line = next(l for l in proc.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:"))
+            assert f"cannot write metrics file {m}: No space left on device" in line, proc.stderr
+        assert "Traceback" not in proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(full)])
+
+
+@pytest.mark.parametrize("command", ["data convert", "data mnist-sample", "distribute", "plot"])
+def test_one_process_commands_that_write_files_under_mpiexec_say_so_on_every_rank(env, tmp_path, command):
+    """Each rank ran the command: N conversions of one file, one of them refusing the file another
+    rank had just written ('already exists', exit 2) while the others said 'wrote'."""
+    out = tmp_path / "out"
+    args = {"data convert": ["data", "convert", str(env / "data.h5"), str(out) + ".h5"],
+            "data mnist-sample": ["data", "mnist-sample", str(out)],
+            "distribute": ["distribute", str(env / "cnn.yaml"), "-o", str(out) + ".yaml"],
+            "plot": ["plot", str(env / "data.h5"), "-o", str(out) + ".png"]}[command]
+    proc = distnet(*args, n=2)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count(f"distnet: error: distnet {command} runs on one process: run it without mpiexec") \
+        == 2, proc.stderr
+    assert list(tmp_path.iterdir()) == []      # nothing written

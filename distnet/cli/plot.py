@@ -29,9 +29,9 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 def check_target(out, runs=(), inputs=()):
     """DistnetError unless ``out`` may be written: never one of the files read (the metrics and
     ``run.json`` of ``runs`` given as paths, ``inputs``), and an existing file only when it is a
-    PNG (an earlier plot)."""
+    PNG (an earlier plot); its folder must take files."""
     import os
-    from ..fileio import same_file
+    from ..fileio import check_writable, same_file
     files = list(inputs)
     for r in runs:
         if isinstance(r, str):
@@ -44,6 +44,7 @@ def check_target(out, runs=(), inputs=()):
             if fh.read(len(_PNG)) != _PNG:
                 raise DistnetError(f"cannot write {out}: it exists and is no PNG (only an earlier plot is "
                                    "replaced); give another name")
+    check_writable(out, "plot")   # its folder takes files: found before compare's runs, not after
 
 
 def plot_runs(runs, out, title=None, inputs=()):

@@ -129,11 +129,13 @@ def uninstall_abort_hook():
 class RemoteError(DistnetError):
     """Raised on the ranks where a collectively-run step succeeded while other ranks failed.
 
-    ``failures``: list of ``(rank, "Type: message")`` of the ranks that failed.
+    ``failures``: list of ``(rank, "Type: message")`` of the ranks that failed. ``exit_code``:
+    that of the lowest failing rank's error (what that rank exits with).
     """
 
-    def __init__(self, failures):
+    def __init__(self, failures, exit_code=1):
         self.failures = failures
+        self.exit_code = exit_code
         text = "; ".join(f"rank {r}: {m}" for r, m in failures)
         super().__init__(f"failed on {len(failures)} other rank(s): {text}")
 
@@ -146,7 +148,9 @@ def run_collectively(fn, comm, *args, **kwargs):
     failed ranks and their messages. Collective over ``comm`` (one ``allgather`` of a small
     object). ``fn`` itself must not call collectives that a failing rank could skip: use this for
     local steps (reading files, validating input) whose failure would otherwise desynchronise
-    the ranks.
+    the ranks. Every rank's error gets the ``exit_code`` of the lowest failing rank's
+    (:class:`DistnetError`'s, else 1), so that the job's exit status does not depend on which
+    rank ends it first.
     """
     try:
         result, error = fn(*args, **kwargs), None
@@ -156,11 +160,15 @@ def run_collectively(fn, comm, *args, **kwargs):
         if error is not None:
             raise error
         return result
-    mine = None if error is None else f"{type(error).__name__}: {error}"
+    mine = None if error is None else (f"{type(error).__name__}: {error}",
+                                       error.exit_code if isinstance(error, DistnetError) else 1)
     outcomes = comm.allgather(mine)
-    failures = [(r, m) for r, m in enumerate(outcomes) if m is not None]
+    failures = [(r, m[0]) for r, m in enumerate(outcomes) if m is not None]
+    code = next((m[1] for m in outcomes if m is not None), 1)
     if error is not None:
+        if isinstance(error, DistnetError) and error.exit_code != code:
+            error.exit_code = code      # another rank's error came first: exit as that rank does
         raise error
     if failures:
-        raise RemoteError(failures)
+        raise RemoteError(failures, code)
     return result

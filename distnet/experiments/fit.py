@@ -68,6 +68,10 @@ class RunHooks:
         epoch: ``{"pretrain": layer name, "pretrain_epoch", "cost", "reconstruction",
         "sparsity"}``."""
 
+    def trained(self):
+        """After the last training step and its epoch's end, before the final checkpoint and
+        error rates (``distnet run``'s watchdog stops here: they are not watched)."""
+
     def finished(self, result):
         """After the final error rates, with the :class:`RunResult`."""
 
@@ -380,6 +384,7 @@ class FitExperiment:
                 self.model.read_ahead([])   # forget what was scheduled
             self.model.read_ahead = None
         self._report_pretraining(hooks)
+        hooks.trained()
         timings["train"] = clock() - t0
         result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
         if self.checkpoint_path and self.checkpoint_at_end and history:

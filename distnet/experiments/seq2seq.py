@@ -223,6 +223,7 @@ class Seq2SeqExperiment:
             hooks.epoch(record)
             if on_epoch is not None:
                 on_epoch(epoch, cost)
+        hooks.trained()
         if self.checkpoint_path and self.checkpoint_at_end and history and start < m.num_epochs:
             self.save_checkpoint(self.checkpoint_path, history[-1]["epoch"], history)
             result.checkpoint = self.checkpoint_path

@@ -225,6 +225,36 @@ def test_run_collectively_on_one_process():
     assert "rank 3: ValueError: x" in str(RemoteError([(3, "ValueError: x")]))
 
 
+class _TwoRanks:
+    """Rank 1 of two; rank 0's outcome of the allgather is ``first``."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def Get_size(self):
+        return 2
+
+    def allgather(self, mine):
+        return [self.first, mine]
+
+
+def test_run_collectively_gives_every_rank_the_exit_code_of_the_first_failing_rank():
+    from distnet.errors import ConfigError, DataError
+    config = ("ConfigError: f.yaml:3: bad", 2)
+    with pytest.raises(RemoteError) as e:           # rank 1 succeeded: rank 0's ConfigError's code
+        run_collectively(lambda: None, _TwoRanks(config))
+    assert e.value.exit_code == 2 and e.value.failures == [(0, "ConfigError: f.yaml:3: bad")]
+
+    def fail():
+        raise DataError("data.h5: truncated")
+    with pytest.raises(DataError) as e:             # rank 1 failed too, after rank 0: rank 0's code
+        run_collectively(fail, _TwoRanks(config))
+    assert e.value.exit_code == 2 and DataError.exit_code == 1
+    with pytest.raises(RemoteError) as e:
+        run_collectively(lambda: None, _TwoRanks(("DataError: x", 1)))
+    assert e.value.exit_code == 1 and ConfigError("x").exit_code == 2
+
+
 # -- abort hook ---------------------------------------------------------------------------------
 
 ABORT_SCRIPT = """
