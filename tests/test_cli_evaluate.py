@@ -222,17 +222,9 @@ def test_predict_to_an_unwritable_output_under_mpiexec_every_rank_says_why(train
 
 def test_predict_onto_a_full_disk_under_mpiexec_every_rank_says_why(trained, tmp_path):
     """Rank 0 writes OUT after the collective prediction: its failure reached rank 0's stderr only."""
-    from tests.test_cli_files import _mount
-    import subprocess
+    from tests.test_cli_files import completely_full
     d, exp, dist, run, proc = trained
-    full = _mount(tmp_path / "full", "size=64k")
-    try:
-        try:                                      # every block taken (an empty file still fits)
-            with open(full / "filler", "wb", buffering=0) as f:
-                while True:
-                    f.write(b"\0" * 4096)
-        except OSError:
-            pass
+    with completely_full(tmp_path / "full") as full:
         out = full / "p.csv"
         bad = distnet("predict", str(dist), "--checkpoint", str(run / "checkpoint.h5"), "--data",
                       str(d / "images.npy"), "-o", str(out), n=2)
@@ -241,5 +233,3 @@ def test_predict_onto_a_full_disk_under_mpiexec_every_rank_says_why(trained, tmp
             line = next(l for l in bad.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:"))
             assert f"-o {out}: No space left on device" in line
         assert sorted(p.name for p in full.iterdir()) == ["filler"]
-    finally:
-        subprocess.run(["umount", "-l", str(full)])

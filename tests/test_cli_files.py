@@ -6,6 +6,7 @@ or full destination ends in one line with a non-zero exit, never a traceback.
 Tests run as root, for whom permission bits stop nothing: unwritable places are a path under a
 regular file (ENOTDIR), /proc, a read-only tmpfs and a 64 KiB tmpfs (when ``mount`` is allowed;
 else those cases skip), and monkeypatched OS errors in-process."""
+import contextlib
 import errno
 import importlib.util
 import json
@@ -63,6 +64,23 @@ def _mount(path, options):
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
     return path
+
+
+@contextlib.contextmanager
+def completely_full(path):
+    """A 64 KiB tmpfs mounted at ``path`` with every block taken (an empty file still fits),
+    unmounted afterwards."""
+    full = _mount(path, "size=64k")
+    try:
+        try:
+            with open(full / "filler", "wb", buffering=0) as f:
+                while True:
+                    f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        yield full
+    finally:
+        subprocess.run(["umount", "-l", str(full)])
 
 
 @pytest.fixture

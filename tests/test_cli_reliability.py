@@ -308,15 +308,8 @@ def test_compare_plot_that_cannot_be_written_is_refused_before_the_runs(env, tmp
 def test_a_metrics_file_that_fills_the_disk_mid_run_under_mpiexec_every_rank_says_why(env, tmp_path):
     """Rank 0 writes --metrics as the run goes: its failure (a full disk after the file was
     created) reached rank 0's stderr only, the other ranks were killed without a word."""
-    from tests.test_cli_files import _mount
-    full = _mount(tmp_path / "full", "size=64k")
-    try:
-        try:                                      # every block taken (an empty file still fits)
-            with open(full / "filler", "wb", buffering=0) as f:
-                while True:
-                    f.write(b"\0" * 4096)
-        except OSError:
-            pass
+    from tests.test_cli_files import completely_full
+    with completely_full(tmp_path / "full") as full:
         m = full / "m.jsonl"
         proc = distnet("run", str(env / "cnn_dist.yaml"), "--no-run-dir", "--no-checkpoint", "--metrics", str(m),
                        "-q", n=2)
@@ -325,8 +318,6 @@ def test_a_metrics_file_that_fills_the_disk_mid_run_under_mpiexec_every_rank_say
             line = next(l for l in proc.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:"))
             assert f"cannot write metrics file {m}: No space left on device" in line, proc.stderr
         assert "Traceback" not in proc.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(full)])
 
 
 @pytest.mark.parametrize("command", ["data convert", "data mnist-sample", "distribute", "plot"])
