@@ -357,13 +357,13 @@ def check(experiment, list_classes, reference, overrides):
             exp.check()   # what run checks before training: data headers, outputs vs classes
     except DistnetError as e:
         _fail(str(e))
+    for level, note in exp.config_notes:
+        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     if seq2seq:
         click.echo(f"{experiment}: OK ({lines[0]})")
         for line in lines[1:]:
             click.echo(f"  {line}")
         return
-    for level, note in exp.config_notes:
-        click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
                f"output {shape})")
     for layer in exp.model.layers:

@@ -179,6 +179,8 @@ class Seq2SeqExperiment:
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe} (encoder stage "
                  f"{m.encoder_stage}, decoder stage {m.decoder_stage})" if t.npipe > 1 else "",
                  self.backend, self.thread_plan.describe(), len(data["train"][0]), len(data.get("test", [[]])[0]))
+        for level, note in self.config_notes if t.rank == 0 else ():   # about the file every rank
+            log.log(level, "%s", note)                                   # reads: said once
         hooks.started(self, t)
         timings = {"setup": clock() - t0, "train": 0.0, "eval": 0.0}
         result = RunResult(size=t.size)

@@ -293,3 +293,22 @@ def test_generated_task_sizes_are_checked(override, words):
     r = CliRunner().invoke(main, ["check", exp, "--set", override])
     assert r.exit_code == 2 and f"command line --set {override}: {words}" in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_experiment_file_notes_are_said_by_run_and_check(tmp_path):
+    """A key given twice in a seq2seq experiment file: `distnet check` and `distnet run` say so
+    (as they do for a chain of layers), naming the key."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    text = (Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml").read_text()
+    exp = tmp_path / "twice.yaml"
+    exp.write_text(text.replace("seed: 0,", "seed: 0, seed: 0,", 1))
+    small = ["--set", "dataset.digits=2", "--set", "dataset.n_train=64", "--set", "dataset.n_test=20",
+             "--set", "model.hidden=8", "--set", "model.embed=4", "--set", "model.num_epochs=1"]
+    for args in (["check", str(exp)], ["run", str(exp), "--no-progress", "--no-run-dir", "--no-checkpoint"]):
+        r = CliRunner().invoke(main, args + small)
+        assert r.exit_code == 0, r.output
+        assert "key 'seed' is given twice" in r.output, (args[0], r.output)
