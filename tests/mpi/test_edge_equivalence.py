@@ -68,6 +68,13 @@ def _same_as_one_process(comm, layers_of, shape, x, labels, K, grid, ndata, **ke
         topo.free()
 
 
+#: Data replicas alone and with a spatial grid: layouts where a replica can hold no rows.
+REPLICA_LAYOUTS = [
+    pytest.param((1, 1), 2, id="data2", marks=pytest.mark.mpi_size(2)),
+    pytest.param((1, 2), 2, id="data2-grid1x2", marks=pytest.mark.mpi_size(4)),
+    pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))]
+
+
 def large_plane_net(dist):
     """conv 3x3 pad 1 + ReLU -> max pool 2x2 (the NCHW kernel's shapes) -> FC."""
     Conv, Pool, FC = (ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist else (ConvLayer, MaxPoolingLayer, Layer)
@@ -76,10 +83,7 @@ def large_plane_net(dist):
             FC(nout=3, weight_init=WI, activation=Logistic())]
 
 
-@pytest.mark.parametrize("grid,ndata", [
-    pytest.param((1, 1), 2, id="data2", marks=pytest.mark.mpi_size(2)),
-    pytest.param((1, 2), 2, id="data2-grid1x2", marks=pytest.mark.mpi_size(4)),
-    pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))])
+@pytest.mark.parametrize("grid,ndata", REPLICA_LAYOUTS)
 def test_replica_without_rows_on_a_large_plane(comm, grid, ndata):
     """5 images in batches of 4: the last batch has 1 row, so a replica holds none of it (and
     of the last predict batch). Each tile is 32x32 or larger, so max pooling takes its NCHW
@@ -137,10 +141,7 @@ def gb_dropout_below_net(dist):
             FC(nout=3, weight_init=WI, activation=Logistic())]
 
 
-@pytest.mark.parametrize("grid,ndata", [
-    pytest.param((1, 1), 2, id="data2", marks=pytest.mark.mpi_size(2)),
-    pytest.param((1, 2), 2, id="data2-grid1x2", marks=pytest.mark.mpi_size(4)),
-    pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))])
+@pytest.mark.parametrize("grid,ndata", REPLICA_LAYOUTS)
 def test_gb_pretraining_below_dropout_with_replicas(comm, grid, ndata):
     """10 images in batches of 4: pretraining costs, supervised costs, error rate and weights of
     one process."""
