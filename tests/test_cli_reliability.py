@@ -334,3 +334,49 @@ def test_one_process_commands_that_write_files_under_mpiexec_say_so_on_every_ran
     assert proc.stderr.count(f"distnet: error: distnet {command} runs on one process: run it without mpiexec") \
         == 2, proc.stderr
     assert list(tmp_path.iterdir()) == []      # nothing written
+
+
+#: Loaded by every rank through PYTHONPATH: rank 0's last writes after training meet a full disk.
+_FULL_AFTER_TRAINING = '''
+import errno, os
+_what = os.environ.get("DISTNET_TEST_FULL_AFTER")
+_rank0 = os.environ.get("PMI_RANK", "0") == "0"
+if _what == "run.json" and _rank0:
+    from distnet import fileio
+    _orig = fileio.atomic_write_bytes
+    def atomic_write_bytes(path, payload):
+        if path.endswith("run.json") and b'"status": "finished"' in payload:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return _orig(path, payload)
+    fileio.atomic_write_bytes = atomic_write_bytes
+elif _what == "metrics" and _rank0:
+    _replace = os.replace
+    def replace(src, dst, *a, **k):
+        if str(dst).endswith("m.jsonl"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return _replace(src, dst, *a, **k)
+    os.replace = replace
+'''
+
+
+@pytest.mark.parametrize("what", ["run.json", "metrics"])
+def test_a_write_of_rank_0_after_training_fails_on_every_rank(env, tmp_path, what):
+    """Rank 0's writes after the last collective (run.json's 'finished', the --force --metrics
+    rename) failed on rank 0 alone: the other ranks had already exited 0, mpiexec showed one
+    rank's line. Every rank now says why and the job exits 1."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_FULL_AFTER_TRAINING)
+    m = tmp_path / "m.jsonl"
+    m.write_text("old\n")
+    run_dir = tmp_path / "r"
+    proc = distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(run_dir),
+                   "--no-checkpoint", "--metrics", str(m), "--force", "-q", n=2,
+                   env={"PYTHONPATH": str(tmp_path / "site"), "DISTNET_TEST_FULL_AFTER": what})
+    assert proc.returncode == 1, proc.stderr
+    target = run_dir / "run.json" if what == "run.json" else m
+    for rank in (0, 1):
+        line = next((l for l in proc.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:")), "")
+        assert f"{target}: No space left on device" in line, proc.stderr
+    assert "Traceback" not in proc.stderr
+    if what == "metrics":
+        assert m.read_text() == "old\n"     # the old metrics kept (the run did not succeed)

@@ -156,10 +156,15 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         hooks = _CliHooks(record, outputs.metrics if outputs is not None else None, bar,
                           watchdog=watchdog if watchdog is not None else exp.watchdog)
         result = exp.run(hooks=hooks, resume=resume)
-        hooks.close(ok=True)
-        if record is not None:
-            record.finish("finished", timings=result.timings)
-            get_logger().info("run directory: %s", record.path)
+
+        def finish():   # rank 0's last writes (the --metrics rename, run.json): every rank waits
+            hooks.close(ok=True)
+            if record is not None:
+                record.finish("finished", timings=result.timings)
+                get_logger().info("run directory: %s", record.path)
+        # A failure here (a full disk) ends every rank with rank 0's reason and status, instead
+        # of rank 0 alone while the others had already exited 0.
+        _collectively(comm, finish)
         _drop_handler(log_handler)
     except DistnetError as e:
         failures = e.failures if isinstance(e, RemoteError) else None   # the rank(s) that failed
