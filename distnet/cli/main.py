@@ -10,7 +10,10 @@ import click
 from ..errors import DistnetError
 
 
-def _fail(message, code=2):
+def _fail(message, code):
+    """``distnet: error: message`` and exit ``code`` (2: the user's configuration or command line,
+    1: what running met: data, files, checkpoints; ``DistnetError.exit_code`` says which); under
+    mpiexec the whole job ends with it."""
     if _world_rank() is not None:  # end the whole job: a rank failing alone would leave the others waiting
         from ..comm.world import abort_world_job
         abort_world_job(f"distnet: error: {message}", code)
@@ -336,7 +339,7 @@ def check(experiment, list_classes, reference, overrides):
         try:
             check_plugins()
         except DistnetError as e:
-            _fail(str(e))
+            _fail(str(e), e.exit_code)
         if reference:
             click.echo(reference_markdown(), nl=False)
         else:
@@ -344,7 +347,7 @@ def check(experiment, list_classes, reference, overrides):
                 click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
         return
     if experiment is None:
-        _fail("give an EXPERIMENT file (or --list-classes / --reference)")
+        _fail("give an EXPERIMENT file (or --list-classes / --reference)", 2)
     try:
         try:
             exp = load_experiment(experiment, overrides)
@@ -361,7 +364,7 @@ def check(experiment, list_classes, reference, overrides):
             shape = exp.model.infer_shapes(exp.dataset.image_shape)
             exp.check()   # what run checks before training: data headers, outputs vs classes
     except DistnetError as e:
-        _fail(str(e))
+        _fail(str(e), e.exit_code)   # as run would exit: 2 for the file, 1 for its data
     for level, note in exp.config_notes:
         click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     if seq2seq:
@@ -402,7 +405,7 @@ def mnist_sample(directory, force):
     try:
         paths = write_mnist_sample(directory, force=force)
     except DistnetError as e:
-        _fail(str(e))
+        _fail(str(e), e.exit_code)
     for p in paths:
         click.echo(p)
 
@@ -454,6 +457,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force."""
     _one_process("data convert")
+    from ..errors import OptionError
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
@@ -466,7 +470,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
         if target is None:
             given = [k for k, v in text.items() if v is not None]
             if given:
-                raise DistnetError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
+                raise OptionError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
                                    "of parallel text: give the target sentences with --target")
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
@@ -477,9 +481,9 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
                         ("--layout", layout)):
             if v is not None:
-                raise DistnetError(f"{name} is an option of images; parallel text (--target) takes none")
+                raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):
-            raise DistnetError("give both --test-source and --test-target (or neither: --test-fraction "
+            raise OptionError("give both --test-source and --test-target (or neither: --test-fraction "
                                "of the pairs is held out)")
         info = convert_parallel_text(output, (source, target),
                                      None if test_source is None else (test_source, test_target),
@@ -488,7 +492,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
                                      test_fraction=test_fraction, seed=seed)
         click.echo(describe_text(info))
     except DistnetError as e:
-        _fail(str(e))
+        _fail(str(e), e.exit_code)
 
 
 @main.command()
@@ -514,12 +518,12 @@ def distribute(source, output, dist_mode, force):
             text = distribute_text(f.read(), source, dist_mode)
         if output:
             write_text(output, text, "output")
-    except UnicodeDecodeError as e:
-        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
+    except UnicodeDecodeError as e:   # an experiment file: as run and check say it (2)
+        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})", 2)
     except OSError as e:
-        _fail(f"cannot read {source}: {e.strerror or e}")
+        _fail(f"cannot read {source}: {e.strerror or e}", 1)
     except DistnetError as e:
-        _fail(str(e))
+        _fail(str(e), e.exit_code)
     if not output:
         click.echo(text, nl=False)
 
@@ -565,14 +569,14 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
     from .compare import compare as run_compare
     if _launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
         _fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
-              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")
+              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}", 2)
     if plot_path:
         from .plot import _figure, check_target
         try:
             _figure()  # fail before the runs, not after
             check_target(plot_path, inputs=[single, distributed])
         except DistnetError as e:
-            _fail(str(e), 1)
+            _fail(str(e), e.exit_code)
     try:
         ok = run_compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
                          overrides=overrides, plot=plot_path, cost_atol=cost_atol,
@@ -595,7 +599,7 @@ def plot(runs, output, title):
     try:
         plot_runs(list(runs), output, title)
     except DistnetError as e:
-        _fail(str(e), 1)
+        _fail(str(e), e.exit_code)
     click.echo(output)
 
 

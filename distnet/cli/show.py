@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..errors import ConfigError, DistnetError
+from ..errors import DistnetError
 
 
 def _shape(text):
@@ -96,7 +96,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
                        state_arrays=len(exp.model.optimizer_state_names()), data=layout.data, pipe=layout.pipe)
         text = None if as_json else format_show(exp, experiment, nranks, layout, shape)
     except DistnetError as e:
-        _fail(str(e), 2 if isinstance(e, ConfigError) else 1)
+        _fail(str(e), e.exit_code)
     if as_json:
         click.echo(json.dumps(p.to_dict(), indent=1, default=float))
     else:

@@ -36,7 +36,7 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, OptionError
 from ..fileio import atomic_target, check_writable, free_space, write_failure
 
 FORMAT = "distnet-data/1"
@@ -57,7 +57,7 @@ def parse_size(text):
     if len(vals) == 1:
         vals = vals * 2
     if len(vals) != 2 or min(vals) < 1:
-        raise DataError(f"size must be HxW (e.g. 64x48), got {text!r}")
+        raise OptionError(f"size must be HxW (e.g. 64x48), got {text!r}")
     return tuple(vals)
 
 
@@ -252,7 +252,7 @@ def _check_layout(x, layout, src, split):
     if layout == "nhwc":
         return x.transpose(0, 3, 1, 2)
     if layout is not None:
-        raise DataError(f"layout must be nchw or nhwc, got {layout!r}")
+        raise OptionError(f"layout must be nchw or nhwc, got {layout!r}")
     if x.shape[3] in _CHANNEL_COUNTS and x.shape[1] not in _CHANNEL_COUNTS:
         raise DataError(f"{src}: {split} images are {x.shape}, which looks like (N, H, W, C) (channels "
                         f"last) but distnet stores (N, C, H, W): give --layout nhwc to transpose them, or "
@@ -336,7 +336,7 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     writing the pixels, and ``labels`` (split -> int64 array)."""
     import h5py
     if not str(out).lower().endswith((".h5", ".hdf5")):
-        raise DataError(f"the output {out} must end in .h5 or .hdf5")
+        raise OptionError(f"the output {out} must end in .h5 or .hdf5")
     for s, y in labels.items():
         if len(y) and y.max() >= len(classes):
             raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
@@ -403,16 +403,16 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
-            raise DataError(f"{name} must be in [0, 1), got {v}")
+            raise OptionError(f"{name} must be in [0, 1), got {v}")
     src = os.fspath(src)
     if not str(out).lower().endswith((".h5", ".hdf5")):
-        raise DataError(f"the output {out} must end in .h5 or .hdf5")
+        raise OptionError(f"the output {out} must end in .h5 or .hdf5")
     if os.path.isdir(src):
         if layout is not None:
-            raise DataError("--layout tells how arrays are laid out; images of a folder need none")
+            raise OptionError("--layout tells how arrays are laid out; images of a folder need none")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
-            raise DataError("--size resizes images of a folder; arrays are stored as they are")
+            raise OptionError("--size resizes images of a folder; arrays are stored as they are")
         return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, layout=layout)
-    raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")
+    raise OptionError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

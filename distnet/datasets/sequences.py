@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config.builder import config_error
 from ..config.types import Bounded, PositiveInt
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, OptionError
 
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>"]
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -283,15 +283,15 @@ def convert_parallel_text(out, train, test=None, max_src_len=None, max_tgt_len=N
 
     from ..fileio import atomic_target
     if not str(out).lower().endswith((".h5", ".hdf5")):
-        raise DataError(f"the output {out} must end in .h5 or .hdf5")
+        raise OptionError(f"the output {out} must end in .h5 or .hdf5")
     if not 0 <= test_fraction < 1:
-        raise DataError(f"test_fraction must be in [0, 1), got {test_fraction}")
+        raise OptionError(f"test_fraction must be in [0, 1), got {test_fraction}")
     for name, v in (("vocab_size", vocab_size), ("min_count", min_count), ("max_src_len", max_src_len),
                     ("max_tgt_len", max_tgt_len)):
         if v is not None and v < 1:
-            raise DataError(f"{name} must be >= 1, got {v}")
+            raise OptionError(f"{name} must be >= 1, got {v}")
     if vocab_size is not None and vocab_size <= len(SPECIALS):
-        raise DataError(f"vocab_size {vocab_size} leaves no room beside the {len(SPECIALS)} specials")
+        raise OptionError(f"vocab_size {vocab_size} leaves no room beside the {len(SPECIALS)} specials")
     # every sentence as (file, line number, tokens)
     texts = {}
     for split, pair in (("train", train), ("test", test)):
