@@ -380,3 +380,22 @@ def test_a_write_of_rank_0_after_training_fails_on_every_rank(env, tmp_path, wha
     assert "Traceback" not in proc.stderr
     if what == "metrics":
         assert m.read_text() == "old\n"     # the old metrics kept (the run did not succeed)
+
+
+def test_a_scale_that_overflows_each_ranks_tile_is_one_error_said_alike_on_every_rank(env, tmp_path):
+    """Each rank found the overflow in its own tile and named its own values: N different lines
+    (N different 'holds finite values (a .. b in image 0)') for one key of the file."""
+    rng = np.random.RandomState(0)
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:
+        for split, n in (("train", 30), ("test", 10)):
+            f[f"{split}/x"], f[f"{split}/y"] = (rng.rand(n, 1, 12, 10) * 1e3).astype(np.float32), rng.randint(0, 3, n)
+        f.attrs["nclasses"] = 3
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(experiment(CNN, path, True).replace("Numpy64", "Numpy").replace(
+        f"path: {path}", f"path: {path}, in_memory: false, scale: 1e36"))
+    proc = distnet("run", str(exp), "--no-run-dir", n=2)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l.split("] ", 1)[1] for l in proc.stderr.splitlines() if "distnet: error:" in l]
+    assert len(lines) == 2 and lines[0] == lines[1], proc.stderr
+    assert f"{exp}:3: key 'scale': {path} (train) holds finite values" in lines[0]

@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 
-from ..errors import DistnetError
+from ..errors import ConfigError, DistnetError
 
 _state = {"comm": None, "orig": None, "orig_thread": None}
 _listeners = []
@@ -140,6 +140,14 @@ class RemoteError(DistnetError):
         super().__init__(f"failed on {len(failures)} other rank(s): {text}")
 
 
+def _config_place(error):
+    """``(where, key, bare message)`` of a :class:`ConfigError` that names its place in the
+    experiment file, else None."""
+    if isinstance(error, ConfigError) and error.where:
+        return (error.where, error.key, error.bare_message)
+    return None
+
+
 def run_collectively(fn, comm, *args, **kwargs):
     """``fn(*args, **kwargs)`` on every rank of ``comm``, with one agreed outcome.
 
@@ -150,7 +158,8 @@ def run_collectively(fn, comm, *args, **kwargs):
     local steps (reading files, validating input) whose failure would otherwise desynchronise
     the ranks. Every rank's error gets the ``exit_code`` of the lowest failing rank's
     (:class:`DistnetError`'s, else 1), so that the job's exit status does not depend on which
-    rank ends it first.
+    rank ends it first; ranks failing with a :class:`ConfigError` at the same file:line and key
+    as the lowest failing rank raise that rank's message (one error of the job, one text).
     """
     try:
         result, error = fn(*args, **kwargs), None
@@ -161,11 +170,18 @@ def run_collectively(fn, comm, *args, **kwargs):
             raise error
         return result
     mine = None if error is None else (f"{type(error).__name__}: {error}",
-                                       error.exit_code if isinstance(error, DistnetError) else 1)
+                                       error.exit_code if isinstance(error, DistnetError) else 1,
+                                       _config_place(error))
     outcomes = comm.allgather(mine)
     failures = [(r, m[0]) for r, m in enumerate(outcomes) if m is not None]
-    code = next((m[1] for m in outcomes if m is not None), 1)
+    failed = [m for m in outcomes if m is not None]
+    code = failed[0][1] if failed else 1
     if error is not None:
+        place, first = _config_place(error), failed[0][2]
+        if place is not None and first is not None and place[:2] == first[:2] and place[2] != first[2]:
+            # one setting of the file that each rank found in its own tile (a scale that overflows
+            # its values): the job's error, said alike on every rank, in the lowest rank's words
+            error = ConfigError(first[2], *place[:2])
         if isinstance(error, DistnetError) and error.exit_code != code:
             error.exit_code = code      # another rank's error came first: exit as that rank does
         raise error

@@ -240,7 +240,7 @@ class _TwoRanks:
 
 def test_run_collectively_gives_every_rank_the_exit_code_of_the_first_failing_rank():
     from distnet.errors import ConfigError, DataError
-    config = ("ConfigError: f.yaml:3: bad", 2)
+    config = ("ConfigError: f.yaml:3: bad", 2, ("f.yaml:3", None, "bad"))
     with pytest.raises(RemoteError) as e:           # rank 1 succeeded: rank 0's ConfigError's code
         run_collectively(lambda: None, _TwoRanks(config))
     assert e.value.exit_code == 2 and e.value.failures == [(0, "ConfigError: f.yaml:3: bad")]
@@ -251,8 +251,31 @@ def test_run_collectively_gives_every_rank_the_exit_code_of_the_first_failing_ra
         run_collectively(fail, _TwoRanks(config))
     assert e.value.exit_code == 2 and DataError.exit_code == 1
     with pytest.raises(RemoteError) as e:
-        run_collectively(lambda: None, _TwoRanks(("DataError: x", 1)))
+        run_collectively(lambda: None, _TwoRanks(("DataError: x", 1, None)))
     assert e.value.exit_code == 1 and ConfigError("x").exit_code == 2
+
+
+def test_run_collectively_one_config_error_found_by_every_rank_is_said_in_one_text():
+    """A key of the file each rank finds wrong in its own tile (a scale that overflows the
+    tile's values): every rank says the lowest failing rank's words, not its own tile's."""
+    from distnet.errors import ConfigError, DataError
+    first = ("ConfigError: f.yaml:3: key 'scale': values 1 .. 9 overflow", 2, ("f.yaml:3", "scale", "values 1 .. 9 overflow"))
+
+    def fail(where="f.yaml:3", key="scale"):
+        def f():
+            raise ConfigError("values 4 .. 7 overflow", where, key)
+        return f
+    with pytest.raises(ConfigError) as e:
+        run_collectively(fail(), _TwoRanks(first))
+    assert str(e.value) == "f.yaml:3: key 'scale': values 1 .. 9 overflow" and e.value.exit_code == 2
+    for other in (fail("f.yaml:4"), fail(key="mean")):     # another setting: this rank's own words
+        with pytest.raises(ConfigError, match="values 4 .. 7"):
+            run_collectively(other, _TwoRanks(first))
+
+    def data():
+        raise DataError("image 3 holds NaN")
+    with pytest.raises(DataError, match="image 3"):    # data: each rank's own finding
+        run_collectively(data, _TwoRanks(("DataError: image 1 holds NaN", 1, None)))
 
 
 # -- abort hook ---------------------------------------------------------------------------------
