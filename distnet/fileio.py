@@ -3,7 +3,8 @@
 Low level (imports nothing of distnet but :mod:`distnet.errors`), so that every layer can use it.
 
 * :func:`atomic_target`: write to a temporary next to the destination, move it into place with
-  :func:`os.replace` only when complete. Temporaries are named
+  :func:`os.replace` only when complete; :func:`hdf5_file` opens such a temporary for h5py so
+  that a full disk is an ``OSError``, never a crash. Temporaries are named
   ``.<name>.<host>.<pid>.<random>.tmp``; one whose process is gone (``kill -9`` mid-write) is
   removed the next time the same file is written (:func:`clean_stale_temps`).
 * New files get the mode a plain ``open`` gives (``0o666`` less the umask), not ``mkstemp``'s 0600.
@@ -117,6 +118,23 @@ def atomic_target(path):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def hdf5_file(tmp, sync=False):
+    """An ``h5py.File`` created at ``tmp`` (e.g. a temporary of :func:`atomic_target`) whose
+    writes go through a Python file object. A disk that fills mid-write is then an ``OSError``
+    (ENOSPC) at that write: HDF5's own file driver left unwritable buffers behind instead, which
+    it retried when its objects were freed (an 'Exception ignored in ObjectID.__dealloc__'
+    traceback each) and at exit (a segmentation fault, status 139, after the error was said).
+    ``sync``: on disk (``fsync``) before the caller renames it."""
+    import h5py
+    with open(tmp, "r+b") as fh:
+        with h5py.File(fh, "w") as f:
+            yield f
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
 
 
 def atomic_write_bytes(path, payload):

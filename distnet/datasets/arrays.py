@@ -86,12 +86,11 @@ def write_predictions(path, outputs, labels):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
     and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image.
     Written into a temporary file that replaces ``path`` once complete."""
-    from ..fileio import atomic_target
+    from ..fileio import atomic_target, hdf5_file
     fmt = prediction_format(path)
     with atomic_target(path) as tmp:
         if fmt == "hdf5":
-            import h5py
-            with h5py.File(tmp, "w") as f:
+            with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 f["probabilities"] = outputs
                 f["labels"] = labels.astype(np.int64)
                 f["probabilities"].attrs["meaning"] = "outputs of the model's last layer, one row per image"

@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps, free_space, same_file, write_failure
+from ..fileio import atomic_target, clean_stale_temps, free_space, hdf5_file, same_file, write_failure
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -245,8 +245,7 @@ def write_cache(path, meta, data):
     """Write ``data`` (split -> ``(x, y)``) and ``meta`` to ``path`` atomically."""
     with atomic_target(path) as tmp:
         if _is_h5(path):
-            import h5py
-            with h5py.File(tmp, "w") as f:
+            with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 for key, value in meta.items():
                     f.attrs[_ATTR + key] = json.dumps(value)
                 f.attrs[_CHECKSUM] = content_checksum(data)
@@ -342,12 +341,11 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
 
 
 def _write_tile_cache(path, meta, sources, tile, rows_per_copy):
-    import h5py
     from .sources import H5Source
     h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
     out = {}
     with atomic_target(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with hdf5_file(tmp) as f:     # a disk that fills meanwhile: an OSError, never a crash at exit
             for split, src in sources.items():
                 n, c = src.shape[:2]
                 x = f.create_dataset(f"{split}/x", (n, c, h, w), dtype=src.dtype,

@@ -37,7 +37,7 @@ import os
 import numpy as np
 
 from ..errors import DataError, OptionError
-from ..fileio import atomic_target, check_writable, free_space, write_failure
+from ..fileio import atomic_target, check_writable, free_space, hdf5_file, write_failure
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -361,7 +361,7 @@ def _check_space(out, layout, labels):
 
 def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
     with atomic_target(out) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with hdf5_file(tmp) as f:     # a disk that fills meanwhile: an OSError, never a crash at exit
             for split in ("train", "valid", "test"):
                 if split not in layout:
                     continue

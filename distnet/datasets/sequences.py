@@ -279,9 +279,7 @@ def convert_parallel_text(out, train, test=None, max_src_len=None, max_tgt_len=N
     counting its ``<eos>``), an empty line, or files of different line counts are a DataError
     naming ``file:line``. Written to a temporary name and moved into place. Returns
     ``{"path", "splits": {split: N}, "src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"}``."""
-    import h5py
-
-    from ..fileio import atomic_target
+    from ..fileio import atomic_target, hdf5_file
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise OptionError(f"the output {out} must end in .h5 or .hdf5")
     if not 0 <= test_fraction < 1:
@@ -334,7 +332,7 @@ def convert_parallel_text(out, train, test=None, max_src_len=None, max_tgt_len=N
         return [[w if w in v else "<unk>" for w in toks] for _, _, toks in lines]
 
     with atomic_target(out) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
             for split, (s, t) in texts.items():
                 a, al = encode(known(s, sv), sv, ms, "source")
                 b, bl = encode(known(t, tv), tv, mt, "target", eos=True)

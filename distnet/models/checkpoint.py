@@ -215,11 +215,11 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     :func:`gather_params` returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
     dict with ``yaml``, ``resolved``, ``overrides`` (list), ``source``; ``history`` a list of
     JSON-serialisable per-epoch records."""
-    import h5py
     from .. import __version__
-    from ..fileio import atomic_target, free_space, umask_mode, write_failure
+    from ..fileio import atomic_target, free_space, hdf5_file, is_disk_full, umask_mode, write_failure
     meta = dict(meta or {})
-    # h5py meeting a full disk raises from its objects' deallocation too (past the except below)
+    # refused before a byte is written when the disk cannot hold it; one that fills meanwhile
+    # (another job writing) is an OSError of hdf5_file
     arrays = [a for e in list(entries) + list(buffers or ())
               for a in [e["value"], e.get("velocity"), *(e.get("state") or {}).values()] if a is not None]
     need = 2**16 + sum(np.asarray(a).nbytes + 1024 for a in arrays) + len(json.dumps(list(history)))
@@ -230,7 +230,7 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                               f"{need / 2**20:.2f} MiB, {folder} has {free / 2**20:.2f} MiB free)")
     try:
         with atomic_target(path) as tmp:
-            with h5py.File(tmp, "w") as f:
+            with hdf5_file(tmp, sync=True) as f:    # on disk before it takes the real name
                 f.attrs["format"] = FORMAT
                 f.attrs["version"] = VERSION
                 f.attrs["epoch"] = int(epoch)
@@ -252,11 +252,10 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                 for key in ("yaml", "resolved", "source"):
                     c.attrs[key] = str(config.get(key) or "")
                 c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
-            with open(tmp, "rb+") as fh:  # on disk before it takes the real name
-                os.fsync(fh.fileno())
             umask_mode(tmp)
     except (OSError, RuntimeError) as e:     # h5py raises both for a failed write
-        raise CheckpointError(f"cannot write checkpoint {path}: {write_failure(e)}") from None
+        raise CheckpointError(f"cannot write checkpoint {path}: {write_failure(e)}"
+                              + (f" (it needs about {need / 2**20:.2f} MiB)" if is_disk_full(e) else "")) from None
 
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):
