@@ -20,9 +20,11 @@ def _run_dirs(paths):
 def describe(path):
     """One line: directory, status, start time, ranks, and the error (with its rank) if any."""
     info = read_info(os.path.join(path, "run.json"))
-    status = run_status(path, info) or "unknown"
-    topo = info.get("topology") or {}
-    size = topo.get("size")
+    status = run_status(path, info)
+    status = status if isinstance(status, str) and status else "unknown"   # an edited or foreign record
+    topo = info.get("topology")
+    size = topo.get("size") if isinstance(topo, dict) else None
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 else None
     parts = [path, status, info.get("started", "?")]
     if size:
         parts.append("1 process" if size == 1 else f"{size} ranks")

@@ -396,6 +396,9 @@ def read_metrics_file(path):
             raise DistnetError(f"{path}:{n}: not a metrics record (a JSON object), got {line.strip()[:40]}")
         if "epoch" in rec and not rec.get("final") and not isinstance(rec.get("cost"), (int, float)):
             raise DistnetError(f"{path}:{n}: not a metrics record: an epoch without a numeric cost")
+        if "epoch" in rec and not rec.get("final") and (not isinstance(rec["epoch"], int)
+                                                         or isinstance(rec["epoch"], bool)):
+            raise DistnetError(f"{path}:{n}: not a metrics record: epoch {rec['epoch']!r} is not a whole number")
         if rec.get("final"):
             final = rec
         elif "epoch" in rec:
@@ -427,12 +430,20 @@ def read_run(path):
     return {"label": run_label(path, info), "epochs": epochs, "final": final, "info": info}
 
 
+def _count(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+
+
 def run_label(path, info):
+    """``name (4 ranks, grid 2x2[, data 2][, status])``; only the name when ``run.json``'s
+    topology is missing or not what this distnet writes (another version, an edited file)."""
     name = os.path.basename(os.path.normpath(path))
     topo = info.get("topology")
-    if not topo:
+    topo = topo if isinstance(topo, dict) else {}
+    size, grid, data = _count(topo.get("size")), topo.get("grid"), _count(topo.get("data", 1))
+    if size is None or data is None or not (isinstance(grid, list) and len(grid) == 2 and all(map(_count, grid))):
         return name
-    size, (py, px), data = topo["size"], topo["grid"], topo.get("data", 1)
+    py, px = grid
     where = "1 process" if size == 1 else f"{size} ranks, grid {py}x{px}" + (f", data {data}" if data > 1 else "")
     status = info.get("status")
-    return f"{name} ({where}" + (f", {status}" if status and status != "finished" else "") + ")"
+    return f"{name} ({where}" + (f", {status}" if isinstance(status, str) and status != "finished" else "") + ")"

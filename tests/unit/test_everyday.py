@@ -239,6 +239,19 @@ def test_a_damaged_run_json_does_not_stop_a_plot(tmp_path):
         assert run["info"] == {} and [r["cost"] for r in run["epochs"]] == [2.0, 1.5]
 
 
+@pytest.mark.parametrize("topology", [{"size": 2}, {"size": 2, "grid": 5}, {"size": "x", "grid": [1, 2]},
+                                      [1, 2], {"size": 2, "grid": [1, 2], "data": None}])
+def test_a_run_json_of_another_version_labels_the_run_by_its_name(tmp_path, topology):
+    """A topology this distnet does not write (another version, an edited file) was a KeyError or
+    TypeError traceback in distnet plot and distnet runs."""
+    from distnet.cli.runs import describe
+    from distnet.experiments.rundir import read_run
+    a = _run_dir(tmp_path / "a", [2.0, 1.5], {"test_misclass": 7.0})
+    (Path(a) / "run.json").write_text(json.dumps({"status": "finished", "topology": topology}))
+    assert read_run(a)["label"] == "a"
+    assert describe(a).split()[:3] == [a, "finished", "?"] and "x ranks" not in describe(a)
+
+
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     from distnet.cli.plot import plot_runs
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # import fails
@@ -252,6 +265,7 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     (b"5\n", "m.jsonl:1: not a metrics record"),                               # was: AttributeError
     (b'{"epoch": 0}\n', "m.jsonl:1: not a metrics record"),                    # was: KeyError 'cost'
     (b'{"epoch": 0, "cost": "x"}\n', "m.jsonl:1: not a metrics record"),
+    (b'{"epoch": "zero", "cost": 1.0}\n', "m.jsonl:1: not a metrics record: epoch 'zero'"),   # was plotted
 ])
 def test_read_run_refuses_what_is_no_metrics_file(tmp_path, content, words):
     from distnet.experiments.rundir import read_run
