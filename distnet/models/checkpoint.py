@@ -329,11 +329,18 @@ def _text(v):
 def _read_entries(path, group, what):
     """The entries of ``/params`` or ``/buffers`` (dicts as :func:`gather_params` makes)."""
     out = []
-    for key in sorted(group):
+    keys = sorted(group)
+    if keys != [f"{i:03d}" for i in range(len(keys))]:   # a damaged link name: an entry gone unseen
+        raise _fail(path, f"/{group.name.strip('/')} holds entries {keys[:8]}, expected 000, 001, ...; the "
+                          "file is damaged")
+    for key in keys:
         g = group[key]
         label = f"{what} {key} ({_text(g.attrs.get('name', '?'))})"
         if "value" not in g:
             raise _fail(path, f"{label} has no value")
+        unknown = sorted(set(g) - {"value", "velocity", "state"})
+        if unknown:     # e.g. 'velocity' under a damaged name: resumed without it, silently
+            raise _fail(path, f"{label} holds {unknown[0]!r}, which distnet does not write; the file is damaged")
         state = {k: _read_dataset(path, g["state"][k], f"{label} state {k}") for k in sorted(g["state"])} \
             if "state" in g else {}
         out.append({"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),

@@ -182,6 +182,13 @@ def _drop(name):
     return damage
 
 
+def _rename(name, new):
+    def damage(path):      # a bit flip in a link name: the entry is no longer seen under its own
+        with h5py.File(path, "a") as f:
+            f.move(name, new)
+    return damage
+
+
 DAMAGE = {
     "truncated": (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
                   "not a readable HDF5 file"),
@@ -192,6 +199,10 @@ DAMAGE = {
     "newer version": (_set_attr("version", 99), "format version 99; this distnet reads version 1"),
     "no params": (_drop("params"), "has no /params group"),
     "no epoch": (_drop_attr("epoch"), "unreadable or incomplete (KeyError"),
+    # resumed without the momentum velocity (another cost from then on), without a word:
+    "velocity's name damaged": (_rename("params/001/velocity", "params/001/velocitz"),
+                                "parameter 001 (hidden.W) holds 'velocitz', which distnet does not write"),
+    "a parameter's name damaged": (_rename("params/001", "params/00q"), "/params holds entries"),
 }
 
 
