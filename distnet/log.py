@@ -75,6 +75,41 @@ def check_logging(mapping):
     return out
 
 
+class LogFile(logging.FileHandler):
+    """A log file that a full disk (or any failing write) cannot turn into tracebacks: the first
+    failed write prints one warning naming the file and the reason, and from then on the lines
+    go to ``fallback`` (a stream, e.g. stderr) or nowhere (None: they are printed anyway, as
+    for the run directory's ``log.txt``). Python's ``FileHandler`` printed a '--- Logging error
+    ---' traceback for every line, and raised from ``close``."""
+
+    def __init__(self, filename, fallback=None, prefix=""):
+        super().__init__(filename, encoding="utf-8")
+        self.fallback, self.prefix, self.failed = fallback, prefix, False
+
+    def emit(self, record):
+        if self.failed:
+            if self.fallback is not None:
+                self.fallback.write(self.format(record) + "\n")
+            return
+        super().emit(record)
+
+    def handleError(self, record):
+        error = sys.exc_info()[1]
+        if self.failed or not isinstance(error, OSError):
+            return super().handleError(record)
+        self.failed = True
+        where = "its lines go to stderr from here on" if self.fallback is not None else "it stops here"
+        sys.stderr.write(f"{self.prefix}distnet: warning: cannot write the log file {self.baseFilename}: "
+                         f"{error.strerror or error}; {where}\n")
+        self.emit(record)
+
+    def close(self):
+        try:
+            super().close()
+        except OSError:     # the last lines could not be flushed: said at the first failure
+            pass
+
+
 def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
     """Configure the ``distnet`` logger for this rank (idempotent).
 
@@ -88,7 +123,7 @@ def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
             logger.removeHandler(h)
     prefix = f"[rank {rank}] " if size > 1 else ""
     try:
-        handler = logging.FileHandler(filename) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
+        handler = LogFile(filename, sys.stderr, prefix) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
     except OSError as e:
         from .errors import ConfigError
         raise ConfigError(f"cannot open the log file {filename}: {e.strerror or e}", key="logging") from None

@@ -258,7 +258,9 @@ class RunDir:
     def log_handler(self):
         """A logging handler that appends to ``log.txt`` (plain messages)."""
         import logging
-        handler = logging.FileHandler(self.file(LOG_FILE), encoding="utf-8")
+
+        from ..log import LogFile
+        handler = LogFile(self.file(LOG_FILE))      # a full disk: one warning, not a traceback a line
         handler.setFormatter(logging.Formatter("%(message)s"))
         return handler
 

@@ -1,8 +1,10 @@
 """Everyday tools without MPI: the resolved experiment (YAML dump of the parse tree), run
 directories, ``distnet show``'s geometry, the PNG plot, the progress bar, fault-injection specs."""
+import errno
 import io
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -330,3 +332,35 @@ def test_fault_specs():
     short = fault_hook(0, {"DISTNET_FAULT_INJECT": "0:0:99"})
     with pytest.raises(InjectedFault):           # past the last batch: the last one
         short(0, 2, 3)
+
+
+class _FullDisk:
+    """A file stream whose writes fail as on a full disk."""
+
+    def write(self, text=""):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    flush = close = write
+
+
+@pytest.mark.parametrize("fallback", [None, "stderr"])
+def test_a_log_file_on_a_full_disk_warns_once_instead_of_a_traceback_per_line(tmp_path, capsys, fallback):
+    """log.txt of the run directory (or the experiment's logging filename) on a disk that filled:
+    Python's FileHandler printed '--- Logging error ---' and a traceback for every line, and
+    raised from close() when the run ended."""
+    from distnet.log import LogFile
+    handler = LogFile(str(tmp_path / "log.txt"), sys.stderr if fallback else None)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("distnet.test_full_log")
+    log.propagate, log.handlers = False, [handler]
+    log.warning("before")
+    handler.stream = _FullDisk()
+    for epoch in range(3):
+        log.warning("epoch %d", epoch)
+    handler.close()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Logging error" not in err, err
+    assert err.count(f"distnet: warning: cannot write the log file {tmp_path / 'log.txt'}: No space left on "
+                     "device") == 1
+    assert ("epoch 0\nepoch 1\nepoch 2\n" in err) == bool(fallback)
+    assert (tmp_path / "log.txt").read_text() == "before\n"
