@@ -336,49 +336,55 @@ def test_one_process_commands_that_write_files_under_mpiexec_say_so_on_every_ran
     assert list(tmp_path.iterdir()) == []      # nothing written
 
 
-#: Loaded by every rank through PYTHONPATH: rank 0's last writes after training meet a full disk.
-_FULL_AFTER_TRAINING = '''
+#: Loaded by every rank through PYTHONPATH: rank 0's writes of the run record meet a full disk:
+#: DISTNET_TEST_FULL=NAME[:TEXT] fails the write of the file NAME (holding TEXT), "metrics" the
+#: --force --metrics rename at the end.
+_FULL_DISK_ON_RANK_0 = '''
 import errno, os
-_what = os.environ.get("DISTNET_TEST_FULL_AFTER")
+_what = os.environ.get("DISTNET_TEST_FULL", "")
 _rank0 = os.environ.get("PMI_RANK", "0") == "0"
-if _what == "run.json" and _rank0:
-    from distnet import fileio
-    _orig = fileio.atomic_write_bytes
-    def atomic_write_bytes(path, payload):
-        if path.endswith("run.json") and b'"status": "finished"' in payload:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-        return _orig(path, payload)
-    fileio.atomic_write_bytes = atomic_write_bytes
-elif _what == "metrics" and _rank0:
+if _what == "metrics" and _rank0:
     _replace = os.replace
     def replace(src, dst, *a, **k):
         if str(dst).endswith("m.jsonl"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
         return _replace(src, dst, *a, **k)
     os.replace = replace
+elif _what and _rank0:
+    from distnet import fileio
+    _name, _, _text = _what.partition(":")
+    _orig = fileio.atomic_write_bytes
+    def atomic_write_bytes(path, payload):
+        if path.endswith(_name) and _text.encode() in payload:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return _orig(path, payload)
+    fileio.atomic_write_bytes = atomic_write_bytes
 '''
 
 
-@pytest.mark.parametrize("what", ["run.json", "metrics"])
-def test_a_write_of_rank_0_after_training_fails_on_every_rank(env, tmp_path, what):
-    """Rank 0's writes after the last collective (run.json's 'finished', the --force --metrics
-    rename) failed on rank 0 alone: the other ranks had already exited 0, mpiexec showed one
-    rank's line. Every rank now says why and the job exits 1."""
+@pytest.mark.parametrize("what", ["resolved.yaml", 'run.json:"running"', 'run.json:"topology"',
+                                  'run.json:"finished"', "metrics"])
+def test_a_write_of_rank_0_alone_fails_on_every_rank(env, tmp_path, what):
+    """Rank 0 writes the run record before training (experiment copies, run.json), when the
+    topology is known, and after the last collective (run.json's 'finished', the --force
+    --metrics rename). A failure there reached rank 0's stderr only: before training the other
+    ranks were killed without a word, after it they had already exited 0. Every rank now says
+    why and the job exits 1."""
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(_FULL_AFTER_TRAINING)
+    (tmp_path / "site" / "sitecustomize.py").write_text(_FULL_DISK_ON_RANK_0)
     m = tmp_path / "m.jsonl"
     m.write_text("old\n")
     run_dir = tmp_path / "r"
     proc = distnet("run", str(env / "cnn_dist.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(run_dir),
                    "--no-checkpoint", "--metrics", str(m), "--force", "-q", n=2,
-                   env={"PYTHONPATH": str(tmp_path / "site"), "DISTNET_TEST_FULL_AFTER": what})
+                   env={"PYTHONPATH": str(tmp_path / "site"), "DISTNET_TEST_FULL": what})
     assert proc.returncode == 1, proc.stderr
-    target = run_dir / "run.json" if what == "run.json" else m
+    target = m if what == "metrics" else run_dir / what.split(":")[0]
     for rank in (0, 1):
         line = next((l for l in proc.stderr.splitlines() if l.startswith(f"[rank {rank}] distnet: error:")), "")
         assert f"{target}: No space left on device" in line, proc.stderr
     assert "Traceback" not in proc.stderr
-    if what == "metrics":
+    if what != 'run.json:"finished"':      # (written after the metrics took their place)
         assert m.read_text() == "old\n"     # the old metrics kept (the run did not succeed)
 
 

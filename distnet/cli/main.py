@@ -150,9 +150,12 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
         if where is not None:
             record_failures_in(where)
-        if record is not None:
-            record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
-            log_handler = keep_handler(record.log_handler())  # log.txt: what rank 0 prints
+
+        def start_record():     # rank 0 writes; a failure (a full disk) ends every rank with its reason
+            if record is not None:
+                record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
+                return keep_handler(record.log_handler())  # log.txt: what rank 0 prints
+        log_handler = _collectively(comm, start_record)
         show = rank0 and not quiet and progress is not False
         bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
                            every_batches=every_batches) if show else None)
@@ -264,11 +267,13 @@ class _CliHooks:
         if self.watchdog_seconds:
             from ..comm.watchdog import Watchdog
             self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
-        if self.record is not None:
-            from ..experiments.rundir import versions
-            from ..log import get_logger
-            self.record.topology(topology, versions())
-            get_logger().info("run directory: %s", self.record.path)
+        def record():           # rank 0 writes run.json; its failure (a full disk) is every rank's
+            if self.record is not None:
+                from ..experiments.rundir import versions
+                from ..log import get_logger
+                self.record.topology(topology, versions())
+                get_logger().info("run directory: %s", self.record.path)
+        _collectively(self.world, record)
         if self.bar is not None:
             self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
 

@@ -260,7 +260,10 @@ class RunDir:
         import logging
 
         from ..log import LogFile
-        handler = LogFile(self.file(LOG_FILE))      # a full disk: one warning, not a traceback a line
+        try:
+            handler = LogFile(self.file(LOG_FILE))      # a full disk: one warning, not a traceback a line
+        except OSError as e:
+            raise RunDirError(f"cannot write run record {self.file(LOG_FILE)}: {reason(e)}") from None
         handler.setFormatter(logging.Formatter("%(message)s"))
         return handler
 
