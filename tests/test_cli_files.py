@@ -479,3 +479,14 @@ def test_a_checkpoint_whose_disk_fills_meanwhile_is_one_error_not_a_crash(tmp_pa
     assert proc.stdout.strip().startswith(f"cannot write checkpoint {target}: No space left on device (it needs about")
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
+
+
+def test_run_json_names_the_checkpoint_only_when_one_was_written(env, tmp_path):
+    """checkpoint: {at_end: false} (every 0) writes none, but run.json named checkpoint.h5 in the
+    run directory, a file that did not exist."""
+    exp = tmp_path / "noend.yaml"
+    exp.write_text((env / "cnn.yaml").read_text().replace("FitPredictErrorExperiment {",
+                                                          "FitPredictErrorExperiment { checkpoint: {at_end: false},"))
+    assert distnet("run", str(exp), "--run-dir", str(tmp_path / "r"), "-q").returncode == 0
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["checkpoint"] is None
+    assert not (tmp_path / "r" / "checkpoint.h5").exists()

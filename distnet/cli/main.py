@@ -165,7 +165,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
 
         def finish():   # rank 0's last writes (the --metrics rename, run.json): every rank waits
             hooks.close(ok=True)
-            if record is not None:
+            if record is not None:   # the checkpoint written, if any (none with at_end: false, every: 0)
+                record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
                 record.finish("finished", timings=result.timings)
                 get_logger().info("run directory: %s", record.path)
         # A failure here (a full disk) ends every rank with rank 0's reason and status, instead
