@@ -79,3 +79,17 @@ def test_reference_set_applies_to_a_only_and_float32_differ_suggests_float64(fil
                    "--reference-set", "data=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[rank 0] distnet: 4 rank(s), grid 1x2, data 2" in proc.stderr
+
+
+def test_a_side_that_fails_is_an_error_not_a_difference(files, tmp_path):
+    """A run that failed (NaN pixels in the data of the distributed side) printed 'distnet: error:
+    X failed' on stdout among the table's lines, the same exit as runs that differ."""
+    d, f = files
+    nan = tiny.write_data(tmp_path / "nan.h5", nan_at=3)
+    bad = tmp_path / "bad_dist.yaml"
+    bad.write_text(tiny.experiment(tiny.CNN, nan, True))
+    proc = distnet("compare", f["cnn"], str(bad), "-n", "2")
+    assert proc.returncode == 1 and "AGREE" not in proc.stdout and "DIFFER" not in proc.stdout
+    assert "error" not in proc.stdout, proc.stdout
+    assert f"distnet: error: {bad} failed on 2 ranks (exit status 1): nothing to compare" in proc.stderr
+    assert "non-finite" in proc.stderr or "NaN" in proc.stderr      # the run's own reason, above

@@ -7,6 +7,16 @@ import sys
 import tempfile
 
 from ..comm.launcher import launch_env, mpiexec_path
+from ..errors import DistnetError
+
+
+class RunFailed(DistnetError):
+    """One side of a comparison ended with an error: ``distnet compare`` exits with its status
+    (2 for its experiment file, else 1), not as for runs that differ."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.exit_code = 2 if code == 2 else 1
 
 
 def run_experiment(path, nranks, metrics, overrides=(), timeout=None, threads=None):
@@ -162,13 +172,13 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
         ma, mb = os.path.join(tmp, "a.jsonl"), os.path.join(tmp, "b.jsonl")
         out(f"== both sides with {plan.describe()}")
         out(f"== {path_a} on 1 process")
-        if run_experiment(path_a, 1, ma, list(overrides) + list(reference_overrides), threads=plan.blas) != 0:
-            out(f"distnet: error: {path_a} failed")
-            return False
+        code = run_experiment(path_a, 1, ma, list(overrides) + list(reference_overrides), threads=plan.blas)
+        if code != 0:       # its own error is on stderr above; nothing to compare (not a DIFFER)
+            raise RunFailed(f"{path_a} failed on 1 process (exit status {code}): nothing to compare", code)
         out(f"== {path_b} on {nranks} ranks")
-        if run_experiment(path_b, nranks, mb, overrides, threads=plan.blas) != 0:
-            out(f"distnet: error: {path_b} failed")
-            return False
+        code = run_experiment(path_b, nranks, mb, overrides, threads=plan.blas)
+        if code != 0:
+            raise RunFailed(f"{path_b} failed on {nranks} ranks (exit status {code}): nothing to compare", code)
         rows, max_cost, max_rate = compare_runs(read_metrics(ma), read_metrics(mb))
         if plot:
             from ..experiments.rundir import read_run
