@@ -313,3 +313,39 @@ def test_the_watchdog_is_off_after_the_last_training_step(tmp_path):
     exp.run(hooks=hooks)
     assert seen[0] == ("batch", True) and ("final error rate", True) not in seen
     assert seen[-1] == ("final error rate", False) and not hooks.watchdog._thread.is_alive()
+
+
+_SIGNAL_MID_CHECKPOINT = """
+import os, signal, sys
+import numpy as np
+from distnet.comm.signals import Interrupted, install_signal_handlers
+from distnet.models import checkpoint
+install_signal_handlers(None)                   # what distnet run installs on one process
+entries = lambda v: [{"name": f"p{i}", "layer": f"l{i}", "sharded": False, "value": np.full(50000, v),
+                      "velocity": None, "state": {}} for i in range(6)]
+path = sys.argv[1]
+checkpoint.write_checkpoint(path, entries(1.0), 0, {"grid": [1, 1]})     # the previous checkpoint
+written = []
+_dataset = checkpoint._dataset
+def dataset(group, name, a):                    # SIGTERM arrives while the 3rd array is written
+    written.append(name)
+    if len(written) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return _dataset(group, name, a)
+checkpoint._dataset = dataset
+try:
+    checkpoint.write_checkpoint(path, entries(2.0), 1, {"grid": [1, 1]})
+except Interrupted as e:
+    print("interrupted", e.name)
+print(sorted(os.listdir(os.path.dirname(path))), checkpoint.read_checkpoint(path).epoch)
+"""
+
+
+def test_a_signal_during_the_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
+    """SIGTERM (or Ctrl-C) while one process writes its checkpoint: the previous checkpoint stays
+    whole, no temporary is left behind, and nothing of HDF5 is printed."""
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_MID_CHECKPOINT, str(tmp_path / "ck.h5")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["interrupted SIGTERM", "['ck.h5'] 0"], proc.stdout
+    assert proc.stderr == ""
