@@ -10,10 +10,10 @@ import click
 from ..errors import DistnetError
 
 
-def _fail(message, code):
+def _fail(message, code=2):
     """``distnet: error: message`` and exit ``code`` (2: the user's configuration or command line,
-    1: what running met: data, files, checkpoints; ``DistnetError.exit_code`` says which); under
-    mpiexec the whole job ends with it."""
+    1: what running met: data, files, checkpoints; for a DistnetError pass its ``exit_code``,
+    which says which); under mpiexec the whole job ends with it."""
     if _world_rank() is not None:  # end the whole job: a rank failing alone would leave the others waiting
         from ..comm.world import abort_world_job
         abort_world_job(f"distnet: error: {message}", code)
