@@ -230,6 +230,25 @@ def test_full_disk_for_the_checkpoint(env, tmp_path, full_dir):
     assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
 
 
+@pytest.mark.parametrize("where", ["--checkpoint", "the run directory"])
+def test_a_checkpoint_the_disk_cannot_hold_is_refused_before_training(env, tmp_path, full_dir, where):
+    """An empty file fits a full disk: the destination passed the check before training, and
+    the run trained to its end to fail at the final checkpoint (README: 'not after the last
+    epoch'). Its size is known from the model: refused before the first epoch."""
+    if where == "--checkpoint":
+        target = full_dir / "ck.h5"
+        proc = distnet("run", str(env / "cnn.yaml"), "--checkpoint", str(target), "--no-run-dir")
+    else:
+        target = full_dir / "r" / "checkpoint.h5"
+        proc = distnet("run", str(env / "cnn.yaml"), "--run-dir", str(full_dir / "r"))
+        assert json.loads((full_dir / "r" / "run.json").read_text())["status"] == "failed"
+    one_line_error(proc, f"cannot write checkpoint {target}: No space left on device (it needs about", 1)
+    assert "epoch: 0" not in proc.stderr and not target.exists()
+    proc = distnet("run", str(env / "cnn.yaml"), "--metrics", str(full_dir / "m.jsonl"), "--no-run-dir",
+                   "--no-checkpoint")
+    assert proc.returncode == 0, proc.stderr           # no checkpoint: nothing to refuse
+
+
 def test_an_input_is_never_an_output_even_with_force(env, tmp_path):
     """--metrics naming the dataset (or the experiment) with --force replaced it by the metrics;
     --checkpoint naming the dataset with --force replaced the data by the model."""

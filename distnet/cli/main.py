@@ -143,7 +143,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         # before training; a refusal ends every rank with the reason.
         outputs = _collectively(comm, lambda: prepare_outputs(
             exp, experiment, None if no_run_dir else run_dir, not no_run_dir, metrics_path, resume,
-            force) if rank0 else None)
+            force, checkpoint=not no_checkpoint) if rank0 else None)
         record = outputs.record if outputs is not None else None
         where = _bcast(record.path if record is not None else None)
         if exp.checkpoint_path is None and where is not None and not no_checkpoint:

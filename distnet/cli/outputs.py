@@ -15,8 +15,10 @@ import json
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..fileio import (OutputError, atomic_target, check_writable, claim_file, clean_stale_temps,
-                      reason, refuse_existing, same_file)
+                      free_space, reason, refuse_existing, same_file)
 
 
 @dataclass
@@ -39,8 +41,31 @@ def checkpoint_owner(path):
         return False, None
 
 
-def check_checkpoint_destination(path, experiment, resume=None, force=False):
-    """:class:`OutputError` unless writing a checkpoint to ``path`` is allowed and possible."""
+def checkpoint_need(exp):
+    """About the bytes of ``exp``'s checkpoint (shapes inferred: after ``exp.check()``), or None
+    when the experiment writes none or is no chain of layers (a sequence-to-sequence model)."""
+    from ..models.checkpoint import checkpoint_size
+    from ..models.mlp import MLP
+    if not (exp.checkpoint_at_end or exp.checkpoint_every) or not isinstance(exp.model, MLP):
+        return None
+    return checkpoint_size(exp.model, np.dtype(exp.backend.dtype).itemsize)
+
+
+def check_space(path, need, what="checkpoint"):
+    """:class:`OutputError` when the file system of ``path`` has less than ``need`` bytes free:
+    found before training, not when the checkpoint is written after the last epoch (an empty
+    file still fits a full disk, so :func:`check_writable` cannot tell)."""
+    if need is None:
+        return
+    folder, free = free_space(path)
+    if need > free:
+        raise OutputError(f"cannot write {what} {path}: No space left on device (it needs about "
+                          f"{need / 2**20:.2f} MiB, {folder} has {free / 2**20:.2f} MiB free)")
+
+
+def check_checkpoint_destination(path, experiment, resume=None, force=False, need=None):
+    """:class:`OutputError` unless writing a checkpoint (of about ``need`` bytes) to ``path`` is
+    allowed and possible."""
     if os.path.lexists(path) and not force:
         if os.path.isdir(path):
             raise OutputError(f"checkpoint {path} is a directory")
@@ -54,6 +79,7 @@ def check_checkpoint_destination(path, experiment, resume=None, force=False):
                               f"({source or 'unknown'}); give another --checkpoint, or --force to replace it")
     clean_stale_temps(path)
     check_writable(path, "checkpoint")
+    check_space(path, need)
 
 
 class MetricsFile:
@@ -107,16 +133,18 @@ class MetricsFile:
             ctx.__exit__(RuntimeError, RuntimeError("run failed"), None)
 
 
-def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
-    """Check every destination and claim the run directory (world rank 0, before training;
-    a checkpoint that goes into the new run directory needs no check). Returns :class:`Outputs`."""
+def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force, checkpoint=True):
+    """Check every destination and claim the run directory (world rank 0, before training; a
+    checkpoint that goes into the new run directory (``checkpoint``: unless --no-checkpoint) is
+    checked for room only). Returns :class:`Outputs`."""
+    need = checkpoint_need(exp) if checkpoint else None
     from ..experiments.rundir import RunDir
     if metrics_path and exp.checkpoint_path and (same_file(metrics_path, exp.checkpoint_path) or
                                                  os.path.realpath(metrics_path) == os.path.realpath(exp.checkpoint_path)):
         raise OutputError(f"--metrics {metrics_path} is also the --checkpoint; give another name (one file "
                           "cannot hold both)")
     if exp.checkpoint_path:
-        check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force)
+        check_checkpoint_destination(exp.checkpoint_path, experiment, resume, force, need)
     if metrics_path:
         if os.path.lexists(metrics_path):
             refuse_existing(metrics_path, "metrics file", force)
@@ -130,6 +158,8 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
                 raise OutputError(f"{what} {path} is also an input of the run ({src}); give another name")
     record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
     try:
+        if record is not None and not exp.checkpoint_path:     # checkpoint.h5 in the run directory
+            check_space(record.file("checkpoint.h5"), need)
         metrics = MetricsFile(metrics_path, force) if metrics_path else None
     except OutputError as e:
         if record is not None:

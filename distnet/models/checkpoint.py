@@ -209,6 +209,28 @@ def _write_entries(f, group, entries):
             _dataset(g.require_group("state"), k, a)
 
 
+def _need(nbytes, extra=0):
+    """Bytes to find free before writing arrays of ``nbytes`` (a list): theirs, HDF5's per-array
+    headers and the file's own (:func:`write_checkpoint` checks it; :func:`checkpoint_size` tells
+    it before training)."""
+    return 2**16 + sum(n + 1024 for n in nbytes) + extra
+
+
+def checkpoint_size(model, itemsize):
+    """About the bytes a checkpoint of ``model`` (a chain or graph of layers, shapes inferred,
+    nothing configured) takes: every parameter's global value with the optimiser's arrays
+    (:meth:`~distnet.models.mlp.MLP.optimizer_state_names`) and every buffer, in ``itemsize``-
+    byte numbers, as :func:`write_checkpoint`'s own check counts them. ``distnet run`` checks it
+    against the destination's free space before training, not after the last epoch."""
+    from ..geometry.grid import GridPosition
+    per = 1 + len(model.optimizer_state_names())
+    nbytes = []
+    for placement in model.placements(GridPosition()):
+        nbytes += [pp.size * itemsize for pp in placement.params for _ in range(per)]
+        nbytes += [pp.size * itemsize for pp in placement.buffers]
+    return _need(nbytes)
+
+
 def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=(),
                      buffers=()):
     """Write a checkpoint file atomically (one process). ``entries`` (and ``buffers``) as
@@ -222,8 +244,8 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     # (another job writing) is an OSError of hdf5_file
     arrays = [a for e in list(entries) + list(buffers or ())
               for a in [e["value"], e.get("velocity"), *(e.get("state") or {}).values()] if a is not None]
-    need = 2**16 + sum(np.asarray(a).nbytes + 1024 for a in arrays) + len(json.dumps(list(history)))
-    need += sum(len(str(v)) for v in (config or {}).values())
+    need = _need([np.asarray(a).nbytes for a in arrays], len(json.dumps(list(history))) +
+                 sum(len(str(v)) for v in (config or {}).values()))
     folder, free = free_space(path)
     if need > free:
         raise CheckpointError(f"cannot write checkpoint {path}: No space left on device (it needs about "
