@@ -54,6 +54,11 @@ def plot_runs(runs, out, title=None, inputs=()):
     Figure = _figure()
     check_target(out, runs, inputs)
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
+    for run in runs:
+        if not run["epochs"] and not run["final"]:      # an empty curve, drawn without a word
+            import click
+            click.echo(f"distnet: warning: {run['label']} recorded no epoch (it ended before its first "
+                       "epoch did)", err=True)
     fig = Figure(figsize=(11, 4.2), dpi=100)
     cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
     any_err = False

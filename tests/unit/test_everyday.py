@@ -254,6 +254,19 @@ def test_a_run_json_of_another_version_labels_the_run_by_its_name(tmp_path, topo
     assert describe(a).split()[:3] == [a, "finished", "?"] and "x ranks" not in describe(a)
 
 
+def test_plot_of_a_run_that_recorded_no_epoch_says_so(tmp_path, capsys):
+    """A run that failed before its first epoch ended (empty metrics.jsonl) was drawn as an empty
+    curve without a word."""
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import plot_runs
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    a = _run_dir(tmp_path / "a", [2.0, 1.5], {"test_misclass": 7.0})
+    plot_runs([str(tmp_path / "empty"), a], str(tmp_path / "p.png"))
+    err = capsys.readouterr().err
+    assert err == "distnet: warning: empty recorded no epoch (it ended before its first epoch did)\n"
+
+
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     from distnet.cli.plot import plot_runs
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # import fails
@@ -268,6 +281,7 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     (b'{"epoch": 0}\n', "m.jsonl:1: not a metrics record"),                    # was: KeyError 'cost'
     (b'{"epoch": 0, "cost": "x"}\n', "m.jsonl:1: not a metrics record"),
     (b'{"epoch": "zero", "cost": 1.0}\n', "m.jsonl:1: not a metrics record: epoch 'zero'"),   # was plotted
+    (b'{"final": true, "test_misclass": "7%"}\n', "m.jsonl:1: not a metrics record: test_misclass '7%'"),
 ])
 def test_read_run_refuses_what_is_no_metrics_file(tmp_path, content, words):
     from distnet.experiments.rundir import read_run
