@@ -115,7 +115,7 @@ def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
     ck = str(run / "checkpoint.h5")
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o",
                   str(tmp_path / "p.txt"))
-    assert bad.returncode == 1 and ".h5, .hdf5 (HDF5) or .csv" in bad.stderr
+    assert bad.returncode == 2 and ".h5, .hdf5 (HDF5) or .csv" in bad.stderr   # usage: 2
     np.save(tmp_path / "small.npy", np.zeros((2, 1, 5, 5)))
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "small.npy"), "-o",
                   str(tmp_path / "p.csv"))

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ..errors import DataError, DistnetError
+from ..errors import DataError, OptionError
 
 #: Output formats of :func:`write_predictions`, by file extension.
 PREDICTION_FORMATS = {".h5": "hdf5", ".hdf5": "hdf5", ".csv": "csv"}
@@ -75,10 +75,10 @@ def _is_idx_images(path):
 
 
 def prediction_format(path):
-    """``'hdf5'`` or ``'csv'`` from the extension of ``path`` (DistnetError otherwise)."""
+    """``'hdf5'`` or ``'csv'`` from the extension of ``path`` (OptionError otherwise: exit 2)."""
     fmt = PREDICTION_FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
-        raise DistnetError(f"-o {path}: give a file ending in .h5, .hdf5 (HDF5) or .csv")
+        raise OptionError(f"-o {path}: give a file ending in .h5, .hdf5 (HDF5) or .csv")
     return fmt
 
 
