@@ -405,3 +405,15 @@ def test_a_scale_that_overflows_each_ranks_tile_is_one_error_said_alike_on_every
     lines = [l.split("] ", 1)[1] for l in proc.stderr.splitlines() if "distnet: error:" in l]
     assert len(lines) == 2 and lines[0] == lines[1], proc.stderr
     assert f"{exp}:3: key 'scale': {path} (train) holds finite values" in lines[0]
+
+
+def test_a_checkpoint_of_another_dtype_is_said_once_per_job(env, tmp_path):
+    """Resuming a float64 checkpoint in float32 on N ranks printed one 'cast' line per parameter
+    and per rank (N x P lines about one file)."""
+    ck = tmp_path / "ck.h5"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--checkpoint", str(ck), "--no-run-dir"))
+    proc = ok(distnet("run", str(env / "cnn_dist.yaml"), "--set", "backend.dtype=float32", "--set",
+                      "model.num_epochs=2", "--resume", str(ck), "--no-run-dir", "--no-checkpoint", n=2))
+    lines = [l for l in proc.stderr.splitlines() if "(cast)" in l]
+    assert lines == [f"[rank 0] checkpoint {ck}: conv.W, hidden.W, out.W, out.b are float64, the run uses "
+                     "float32 (cast)"], proc.stderr

@@ -431,6 +431,12 @@ def apply_checkpoint(model, ck, log=None):
     not match (count or global shapes)."""
     xp = model.backend.xp
     dtype = np.dtype(model.backend.dtype)
+    cast = [e for e in list(ck.params) + list(ck.buffers) if e["value"].dtype != dtype]
+    if cast and log is not None:    # about the file every rank reads: one line per job
+        from ..log import warn_once_per_job
+        names = ", ".join(e["name"] for e in cast[:4]) + (f" and {len(cast) - 4} more" if len(cast) > 4 else "")
+        warn_once_per_job(log, "checkpoint %s: %s %s %s, the run uses %s (cast)", ck.path, names,
+                          "is" if len(cast) == 1 else "are", cast[0]["value"].dtype, dtype)
     for group, what, entries in (("params", "parameters", ck.params), ("buffers", "buffers", ck.buffers)):
         slots = param_slots(model, group)
         names = [n for _, _, layer_names in slots for n in layer_names]
@@ -448,9 +454,6 @@ def apply_checkpoint(model, ck, log=None):
                     raise _fail(ck.path, f"{what[:-1]} {e['name']} has shape {tuple(e['value'].shape)} but "
                                          f"the experiment's {p.name} has global shape {tuple(gshape)}; the "
                                          "checkpoint belongs to another model")
-                if e["value"].dtype != dtype and log is not None:
-                    log.warning("checkpoint %s: %s is %s, the run uses %s (cast)", ck.path, e["name"],
-                                e["value"].dtype, dtype)
                 p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
                 p.velocity = None if e["velocity"] is None else local(e["velocity"], index, p)
                 state = e.get("state") or {}
