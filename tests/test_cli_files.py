@@ -509,3 +509,21 @@ def test_run_json_names_the_checkpoint_only_when_one_was_written(env, tmp_path):
     assert distnet("run", str(exp), "--run-dir", str(tmp_path / "r"), "-q").returncode == 0
     assert json.loads((tmp_path / "r" / "run.json").read_text())["checkpoint"] is None
     assert not (tmp_path / "r" / "checkpoint.h5").exists()
+
+
+@pytest.mark.parametrize("flag, name", [("--metrics", "metrics.jsonl"), ("--checkpoint", "log.txt"),
+                                        ("--checkpoint", "run.json"), ("--metrics", "resolved.yaml")])
+def test_an_output_that_is_a_file_of_the_run_directory_is_refused(env, tmp_path, flag, name):
+    """--metrics RUN_DIR/metrics.jsonl wrote every record twice into one file (a plot or compare
+    then read each epoch twice); --checkpoint RUN_DIR/log.txt replaced the log with the checkpoint."""
+    run_dir = tmp_path / "r"
+    proc = distnet("run", str(env / "cnn.yaml"), "--run-dir", str(run_dir), flag, str(run_dir / name))
+    one_line_error(proc, f"{flag} {run_dir / name} is a file of the run directory {run_dir}", 1)
+    assert not run_dir.exists()
+
+
+def test_the_run_directorys_own_checkpoint_name_is_fine(env, tmp_path):
+    run_dir = tmp_path / "r"
+    proc = distnet("run", str(env / "cnn.yaml"), "--run-dir", str(run_dir), "--checkpoint", str(run_dir / "checkpoint.h5"))
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(l)["epoch"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]] == [0]

@@ -138,7 +138,15 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
     checkpoint that goes into the new run directory (``checkpoint``: unless --no-checkpoint) is
     checked for room only). Returns :class:`Outputs`."""
     need = checkpoint_need(exp) if checkpoint else None
-    from ..experiments.rundir import RunDir
+    from ..experiments.rundir import RECORD_FILES, RunDir
+    for path, flag, hint in ((metrics_path, "--metrics", " (or drop --metrics: the run directory has "
+                                                         "metrics.jsonl)"),
+                             (exp.checkpoint_path, "--checkpoint", "")):
+        if path and run_dir and with_run_dir and any(os.path.realpath(path) == os.path.realpath(
+                os.path.join(run_dir, name)) for name in RECORD_FILES):
+            # both would write one file: every metrics line twice, or the log into the checkpoint
+            raise OutputError(f"{flag} {path} is a file of the run directory {run_dir}, which writes "
+                              f"it itself; give another name{hint}")
     if metrics_path and exp.checkpoint_path and (same_file(metrics_path, exp.checkpoint_path) or
                                                  os.path.realpath(metrics_path) == os.path.realpath(exp.checkpoint_path)):
         raise OutputError(f"--metrics {metrics_path} is also the --checkpoint; give another name (one file "

@@ -51,6 +51,8 @@ from ..fileio import OutputError, claim_file, pid_alive, reason, write_text
 
 ENV_BASE = "DISTNET_RUNS_DIR"
 LOG_FILE = "log.txt"
+#: The files a run directory holds beside its checkpoint (no --metrics / --checkpoint may be one).
+RECORD_FILES = ("run.json", "metrics.jsonl", LOG_FILE, "experiment.yaml", "resolved.yaml")
 #: Rank 0 touches ``run.json`` this often while the run lives.
 HEARTBEAT_SECONDS = 30
 #: A ``running`` record of another host whose heartbeat is older than this is ``crashed``.
