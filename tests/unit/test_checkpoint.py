@@ -224,6 +224,19 @@ def test_missing_or_directory(tmp_path):
         read_checkpoint(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["cnn", "gb"])
+def test_the_size_told_before_training_covers_the_checkpoint_written(files, tmp_path, name):
+    """distnet run checks the destination's free space against checkpoint_size before the first
+    epoch: it must not be below what write_checkpoint then writes (nor far above it)."""
+    from distnet.models.checkpoint import checkpoint_size
+    exp = load_experiment(str(files[name]))
+    exp.check()
+    told = checkpoint_size(exp.model, np.dtype(exp.backend.dtype).itemsize)
+    run(files[name], ["model.num_epochs=1"], checkpoint=tmp_path / "ck.h5")
+    written = os.path.getsize(tmp_path / "ck.h5")
+    assert written <= told <= written + 2**17, (written, told)
+
+
 def test_resume_refuses_another_model(files, good):
     with pytest.raises(CheckpointError, match=r"checkpoint .*ck.h5: parameter conv.W has shape \(3, 1, 3, 3\) "
                                               r"but the experiment's conv.W has global shape \(4, 1, 3, 3\)"):
@@ -268,15 +281,3 @@ def test_dtype_change_is_cast_with_a_warning(files, good, caplog):
     assert "the run uses float32 (cast)" in caplog.text
     assert exp.model.layers[0].W.dtype == np.float32 and exp.model.resume["epoch"] == 1
 
-
-@pytest.mark.parametrize("name", ["cnn", "gb"])
-def test_the_size_told_before_training_covers_the_checkpoint_written(files, tmp_path, name):
-    """distnet run checks the destination's free space against checkpoint_size before the first
-    epoch: it must not be below what write_checkpoint then writes (nor far above it)."""
-    from distnet.models.checkpoint import checkpoint_size
-    exp = load_experiment(str(files[name]))
-    exp.check()
-    told = checkpoint_size(exp.model, np.dtype(exp.backend.dtype).itemsize)
-    run(files[name], ["model.num_epochs=1"], checkpoint=tmp_path / "ck.h5")
-    written = os.path.getsize(tmp_path / "ck.h5")
-    assert written <= told <= written + 2**17, (written, told)
