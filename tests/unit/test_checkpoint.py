@@ -280,4 +280,3 @@ def test_dtype_change_is_cast_with_a_warning(files, good, caplog):
         ckmod.apply_checkpoint(exp.model, ck, log)
     assert "the run uses float32 (cast)" in caplog.text
     assert exp.model.layers[0].W.dtype == np.float32 and exp.model.resume["epoch"] == 1
-
