@@ -353,7 +353,7 @@ def check(experiment, list_classes, reference, overrides):
                 click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
         return
     if experiment is None:
-        _fail("give an EXPERIMENT file (or --list-classes / --reference)", 2)
+        _fail("give an EXPERIMENT file (or --list-classes / --reference)")
     try:
         try:
             exp = load_experiment(experiment, overrides)
@@ -524,8 +524,8 @@ def distribute(source, output, dist_mode, force):
             text = distribute_text(f.read(), source, dist_mode)
         if output:
             write_text(output, text, "output")
-    except UnicodeDecodeError as e:   # an experiment file: as run and check say it (2)
-        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})", 2)
+    except UnicodeDecodeError as e:
+        _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
     except OSError as e:
         _fail(f"cannot read {source}: {e.strerror or e}", 1)
     except DistnetError as e:
@@ -575,7 +575,7 @@ def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, override
     from .compare import compare as run_compare
     if _launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
         _fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
-              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}", 2)
+              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")
     if plot_path:
         from .plot import _figure, check_target
         try:
