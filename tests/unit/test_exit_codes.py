@@ -50,3 +50,15 @@ def test_exit_status_says_whose_the_error_is(files, case, monkeypatch):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == code and "distnet: error:" in r.output and words in r.output, r.output
     assert (files / "out.h5").read_text() == "kept"
+
+
+@pytest.mark.parametrize("args", [["run", "cnn.yaml", "--resume", ""], ["run", "cnn.yaml", "--checkpoint", ""],
+                                  ["run", "cnn.yaml", "--metrics", ""], ["run", "cnn.yaml", "--run-dir", ""],
+                                  ["distribute", "cnn.yaml", "-o", ""]])
+def test_an_empty_path_is_a_usage_error(files, monkeypatch, args):
+    """--resume "$CK" with CK unset trained from scratch; --checkpoint "" wrote no checkpoint,
+    --metrics "" no metrics, --run-dir "" the default one, distribute -o "" to stdout: all exit 0."""
+    monkeypatch.chdir(files)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "an empty path (an unset shell variable?)" in r.output, r.output
+    assert not (files / "runs").exists()
