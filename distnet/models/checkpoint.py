@@ -437,12 +437,16 @@ def apply_checkpoint(model, ck, log=None):
         names = ", ".join(e["name"] for e in cast[:4]) + (f" and {len(cast) - 4} more" if len(cast) > 4 else "")
         warn_once_per_job(log, "checkpoint %s: %s %s %s, the run uses %s (cast)", ck.path, names,
                           "is" if len(cast) == 1 else "are", cast[0]["value"].dtype, dtype)
+    overrides = (ck.config or {}).get("overrides") or []
+    # the experiment file of the run directory with the checkpoint lacks its --set: the usual cause
+    hint = (f" (its run had --set {' --set '.join(map(str, overrides))}: give the same, or evaluate with "
+            "the run directory's resolved.yaml)" if overrides else "")
     for group, what, entries in (("params", "parameters", ck.params), ("buffers", "buffers", ck.buffers)):
         slots = param_slots(model, group)
         names = [n for _, _, layer_names in slots for n in layer_names]
         if len(names) != len(entries):
             raise _fail(ck.path, f"holds {len(entries)} {what} ({_names(entries)}) but the experiment's "
-                                 f"model has {len(names)} ({', '.join(names)})")
+                                 f"model has {len(names)} ({', '.join(names)}){hint}")
 
         def local(a, index, p):
             return xp.asarray(np.array(a[index], dtype=dtype).reshape(p.value.shape))
@@ -453,7 +457,7 @@ def apply_checkpoint(model, ck, log=None):
                 if tuple(e["value"].shape) != tuple(gshape):
                     raise _fail(ck.path, f"{what[:-1]} {e['name']} has shape {tuple(e['value'].shape)} but "
                                          f"the experiment's {p.name} has global shape {tuple(gshape)}; the "
-                                         "checkpoint belongs to another model")
+                                         f"checkpoint belongs to another model{hint}")
                 p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
                 p.velocity = None if e["velocity"] is None else local(e["velocity"], index, p)
                 state = e.get("state") or {}

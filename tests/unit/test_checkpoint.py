@@ -245,6 +245,16 @@ def test_resume_refuses_another_model(files, good):
         run(files["gb"], resume=good)
 
 
+def test_a_checkpoint_of_a_run_with_set_names_them_when_the_model_differs(files, tmp_path):
+    """evaluate RUN_DIR/experiment.yaml with RUN_DIR/checkpoint.h5 of a run with --set said 'the
+    checkpoint belongs to another model', the --set that made it so left to guess."""
+    run(files["cnn"], ["model.layers.0.nofm=4", "model.num_epochs=1"], checkpoint=tmp_path / "ck.h5")
+    with pytest.raises(CheckpointError, match=r"belongs to another model \(its run had --set model.layers.0.nofm=4 "
+                                              r"--set model.num_epochs=1: give the same, or evaluate with the run "
+                                              r"directory's resolved.yaml\)"):
+        run(files["cnn"], resume=tmp_path / "ck.h5")
+
+
 def test_resume_after_the_last_epoch_trains_nothing(files, good):
     from distnet.log import get_logger, keep_handler
     lines = []
