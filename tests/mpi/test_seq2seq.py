@@ -131,17 +131,6 @@ def _run(pipe, data, comm, checkpoint=None, resume=None, epochs=4):
         topo.free()
 
 
-@pytest.fixture(scope="module")
-def shared_dir(comm):
-    import tempfile
-    tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-s2s-") if comm.Get_rank() == 0 else None, root=0)
-    yield tmp
-    comm.Barrier()
-    if comm.Get_rank() == 0:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 # name: (pipe, data) of the run that writes the checkpoint, (pipe, data) of the one that resumes
 RESUMES = {
     "pipe2": ((2, 1), (2, 1)),
@@ -153,14 +142,14 @@ RESUMES = {
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(max(p * d, q * e)))
                                   for n, ((p, d), (q, e)) in RESUMES.items()])
-def test_resume_equals_uninterrupted_run(comm, shared_dir, name):
+def test_resume_equals_uninterrupted_run(comm, shared_tmp, name):
     """Train 4 epochs without a break, and 2 epochs + a checkpoint + a resumed run to 4 (on the
     layouts of ``RESUMES``): the same per-epoch costs, accuracies, steps and weights: bitwise
     against the uninterrupted run on the resuming layout when both runs use one layout; against
     the one-process run to 1e-10 relative (replicas add their gradients in another order). A one-process run
     resumes on every rank (each on its own)."""
     (wp, wd), (rp, rd) = RESUMES[name]
-    ck = f"{shared_dir}/{name}.h5"
+    ck = f"{shared_tmp}/{name}.h5"
     ref, ref_params, ref_steps = _run(1, 1, comm)
     full, full_params, _ = _run(rp, rd, comm)
     if (wp, wd) == (1, 1):      # written by one process: rank 0 writes, the others wait
