@@ -4,10 +4,18 @@ that :class:`~distnet.datasets.HDF5Dataset` reads (docs/data.md).
 Sources
 -------
 * A folder with one subfolder per class (``cats/``, ``dogs/``, ...) of PNG/JPEG (also BMP, GIF,
-  TIFF, WebP) images. Classes are the subfolder names in sorted order (label 0 = the first). A
-  folder holding ``train/`` and ``test/`` (and optionally ``valid/``) folders, each with the same
-  class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
-  (``pip install 'distnet[images]'``). Images are grayscale (1 channel) when all are, else RGB
+  TIFF, WebP, PGM/PPM) images, in the class folder or in folders under it (symbolic links
+  followed). Classes are the subfolder names sorted as text (``class_order="text"``, the
+  torchvision/Keras order: label 0 = the first; folders ``0``..``11`` give folder ``10`` label
+  2, which a note says), or, with ``class_order="numeric"``, folders named by integers sorted by
+  value. Names starting with ``.`` (``.DS_Store``, macOS's ``._x.jpg``), ``__MACOSX``,
+  ``Thumbs.db`` and ``desktop.ini`` are skipped; other files that are not images (by extension),
+  and images outside the class folders, are skipped with a note. A folder holding ``train/`` and
+  ``test/`` (and optionally ``valid/``) folders, each
+  with the same class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
+  (``pip install 'distnet[images]'``). An image is taken as it is shown: its EXIF orientation
+  applied (phone photos), its first frame (animated GIF, multi-page TIFF: a note names them).
+  Images are grayscale (1 channel) when all are, else RGB
   (3 channels; alpha is dropped); 16-bit grayscale becomes 8 bits (``round(v / 257)``), and
   floating-point images (TIFF mode ``F``) are refused. All images must have one size unless ``size`` (``HxW``)
   resizes them (bilinear).
@@ -30,7 +38,10 @@ Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``te
 (a rank's tile of a batch touches only its chunks) with Fletcher-32 checksums (a corrupt chunk is
 an error naming the file, never silent garbage); attributes ``nclasses``, ``class_names``,
 ``distnet_format`` (``"distnet-data/1"``), ``source``, ``seed``, ``test_fraction``,
-``valid_fraction``. Written to a temporary name and moved into place.
+``valid_fraction``, and for an image folder ``class_order`` (``class_names[k]`` is the folder of
+label ``k``; names that are not UTF-8 are kept with ``\\xff`` escapes). Written to a temporary name
+and moved into place. The converter returns notes (``info["notes"]``) that the command line prints
+as warnings.
 """
 import os
 
@@ -40,7 +51,8 @@ from ..errors import DataError
 from ..fileio import atomic_target, check_writable, free_space, write_failure
 
 FORMAT = "distnet-data/1"
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jfif", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm",
+                    ".pbm", ".pnm")
 CHUNK_PIXELS = 128
 _COPY_ROWS = 256
 
@@ -72,34 +84,121 @@ def _pillow():
 
 # ----------------------------------------------------------------------------- image folders
 
-def _class_folders(folder):
-    classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d))
-                     and not d.startswith("."))
+#: Names that file managers and archivers leave in folders; never classes or images (besides
+#: every name starting with ``.``: ``.DS_Store``, macOS's ``._x.jpg``, ``.ipynb_checkpoints``).
+IGNORED_NAMES = frozenset({"__MACOSX", "Thumbs.db", "desktop.ini"})
+#: How class folders are ordered into labels (``--class-order``).
+CLASS_ORDERS = ("text", "numeric")
+#: Class mappings and file names shown in full in a note before "...".
+_SHOWN = 3
+
+
+def _visible(name):
+    return not name.startswith(".") and name not in IGNORED_NAMES
+
+
+def _shown(items, n=_SHOWN):
+    """``a, b, c, ... (N in all)`` for a note."""
+    items = list(items)
+    more = f", ... ({len(items)} in all)" if len(items) > n else ""
+    return ", ".join(str(i) for i in items[:n]) + more
+
+
+def _is_int(name):
+    """Whether a folder name is a whole number written in digits (``7``, ``007``)."""
+    return name.isascii() and name.isdigit()
+
+
+def _class_folders(folder, order="text", notes=None):
+    """The class folder names of ``folder`` in label order: ``text`` (sorted as strings, the
+    torchvision/Keras order) or ``numeric`` (names that are all integers, by value). In text
+    order, integer names whose numeric order differs add a note to ``notes``."""
+    classes = sorted(d for d in os.listdir(folder) if _visible(d) and os.path.isdir(os.path.join(folder, d)))
     if not classes:
         raise DataError(f"{folder} has no class subfolders: put the images of each class in a "
                         "subfolder named after the class (e.g. cats/, dogs/)")
+    numeric = all(_is_int(c) for c in classes)
+    if order == "numeric":
+        if not numeric:
+            bad = next(c for c in classes if not _is_int(c))
+            raise DataError(f"--class-order numeric orders class folders named by integers, but {folder} "
+                            f"has {bad}/; use --class-order text")
+        by_value = {}
+        for c in classes:
+            if int(c) in by_value:
+                raise DataError(f"--class-order numeric: class folders {by_value[int(c)]}/ and {c}/ of "
+                                f"{folder} are the same number")
+            by_value[int(c)] = c
+        return sorted(classes, key=int)
+    if order != "text":
+        raise DataError(f"class order must be one of {', '.join(CLASS_ORDERS)}, got {order!r}")
+    by_value = sorted(classes, key=int) if numeric else classes
+    if by_value != classes and notes is not None:
+        moved = [f"{c}/ is label {k}" for k, c in enumerate(classes) if by_value[k] != c]
+        notes.append(f"the class folders of {folder} are numbers, but their labels follow the text order "
+                     f"of the names (as torchvision's and Keras' image folders do), not their value: "
+                     f"{_shown(moved)}; give --class-order numeric for labels in numeric order")
     return classes
 
 
-def _images_of(folder, classes):
-    """``[(path, label)]`` of every image under ``folder/<class>/``; DataError for an empty class."""
-    out = []
+def _walk(top):
+    """Paths of the visible files under ``top``, relative to it with ``/``, sorted; follows
+    symbolic links to folders, each real folder once and never back up to ``top`` or above it
+    (a link to a parent would loop, or pull other classes' images in)."""
+    top_real = os.path.realpath(top)
+    seen, out = set(), []
+    for root, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(root)
+        above = root != top and os.path.commonpath([real, top_real]) == real
+        if real in seen or above:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if _visible(d))
+        rel = os.path.relpath(root, top)
+        out += [f if rel == "." else f"{rel}/{f}" for f in files if _visible(f)]
+    return sorted(out)
+
+
+def _images_of(folder, classes, notes=None):
+    """``[(path, label)]`` of every image under ``folder/<class>/`` (subfolders included,
+    hidden files skipped); DataError for an empty class. Files that are not images (by
+    extension), and images outside a class folder, add a note to ``notes``."""
+    out, skipped = [], []
     for label, name in enumerate(classes):
         sub = os.path.join(folder, name)
         if not os.path.isdir(sub):
             raise DataError(f"{folder} has no class folder {name}/ (other splits have it)")
-        files = sorted(f for f in os.listdir(sub) if f.lower().endswith(IMAGE_EXTENSIONS))
-        if not files:
+        files = _walk(sub)
+        images = [f for f in files if f.lower().endswith(IMAGE_EXTENSIONS)]
+        skipped += [os.path.join(sub, f) for f in files if not f.lower().endswith(IMAGE_EXTENSIONS)]
+        if not images:
             raise DataError(f"class folder {sub} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
-        out += [(os.path.join(sub, f), label) for f in files]
+        out += [(os.path.join(sub, f), label) for f in images]
+    loose = sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                   if _visible(f) and f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f)))
+    if notes is not None and skipped:
+        notes.append(f"skipped {len(skipped)} file(s) that are not images (by the extension): {_shown(skipped)}")
+    if notes is not None and loose:
+        notes.append(f"skipped {len(loose)} image(s) in {folder} itself, outside the class folders: "
+                     f"{_shown(loose)}")
     return out
 
 
+#: EXIF orientations (tag 274) that turn the stored image by 90 degrees (H and W swap).
+_QUARTER_TURNS = (5, 6, 7, 8)
+_ORIENTATION = 0x0112
+
+
 def _probe(Image, path):
-    """``(mode, (H, W))`` of an image, reading its header only."""
+    """``(mode, (H, W), frames)`` of an image as it is shown (its EXIF orientation applied),
+    reading its header only."""
     try:
         with Image.open(path) as im:
-            return im.mode, (im.height, im.width)
+            hw = (im.height, im.width)
+            if im.getexif().get(_ORIENTATION) in _QUARTER_TURNS:
+                hw = hw[::-1]
+            return im.mode, hw, int(getattr(im, "n_frames", 1))
     except Exception as e:  # noqa: BLE001 - PIL raises many types for bad files
         raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
 
@@ -124,9 +223,12 @@ def _to_8_bits(Image, im):
 
 
 def _decode(Image, path, channels, size):
-    """``(C, H, W)`` uint8 pixels of one image (16-bit images scaled to 8 bits)."""
+    """``(C, H, W)`` uint8 pixels of one image as it is shown: the first frame, turned by its
+    EXIF orientation (phone photos), 16-bit images scaled to 8 bits."""
+    from PIL import ImageOps
     try:
         with Image.open(path) as im:
+            im = ImageOps.exif_transpose(im)
             im = _to_8_bits(Image, im).convert("L" if channels == 1 else "RGB")
             if size is not None and (im.height, im.width) != size:
                 im = im.resize((size[1], size[0]), Image.BILINEAR)
@@ -151,13 +253,14 @@ def _draw_splits(n, test_fraction, valid_fraction, seed, what):
     return {k: v for k, v in out.items() if len(v) or k == "train"}
 
 
-def image_folder_splits(src, test_fraction, valid_fraction, seed):
-    """``(classes, {split: [(path, label)]})`` of an image folder (module docstring)."""
+def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None):
+    """``(classes, {split: [(path, label)]})`` of an image folder (module docstring); what the
+    user should know (class order, skipped files) is appended to ``notes``."""
     if not os.path.isdir(src):
         raise DataError(f"{src} is not a folder")
     given = [s for s in ("train", "test", "valid") if os.path.isdir(os.path.join(src, s))]
     if "train" in given and "test" in given:
-        classes = _class_folders(os.path.join(src, "train"))
+        classes = _class_folders(os.path.join(src, "train"), class_order, notes)
         rng = np.random.RandomState(seed)
         splits = {}
         for s in given:
@@ -165,7 +268,7 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
             if extra:
                 raise DataError(f"{os.path.join(src, s)} has class folder(s) {', '.join(c + '/' for c in extra)} "
                                 f"that {os.path.join(src, 'train')} lacks; every split needs the same classes")
-            items = _images_of(os.path.join(src, s), classes)
+            items = _images_of(os.path.join(src, s), classes, notes)
             splits[s] = [items[i] for i in rng.permutation(len(items))]
         if "valid" not in splits and valid_fraction > 0:
             pos = _draw_splits(len(splits["train"]), 0.0, valid_fraction, seed, src)
@@ -174,23 +277,31 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed):
         return classes, splits
     if test_fraction == 0:
         raise DataError(f"{src}: no test split (give train/ and test/ folders or a test_fraction > 0)")
-    classes = _class_folders(src)
-    items = _images_of(src, classes)
+    classes = _class_folders(src, class_order, notes)
+    items = _images_of(src, classes, notes)
     pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)
     return classes, {s: [items[i] for i in p] for s, p in pos.items()}
 
 
-def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=0.0, seed=0):
-    """Write ``out`` from the image folder ``src``; returns a summary dict."""
+def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
+                         class_order="text"):
+    """Write ``out`` from the image folder ``src``; returns a summary dict whose ``notes`` are
+    warnings for the user (class order, skipped files, multi-frame images)."""
     Image = _pillow()
     size = parse_size(size) if isinstance(size, str) else size
-    classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed)
+    notes = []
+    classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes)
     all_items = [it for items in splits.values() for it in items]
-    modes, sizes = set(), {}
+    modes, sizes, frames = set(), {}, []
     for path, _ in all_items:
-        mode, hw = _probe(Image, path)
+        mode, hw, n_frames = _probe(Image, path)
         modes.add(mode)
         sizes.setdefault(hw, path)
+        if n_frames > 1:
+            frames.append(f"{path} ({n_frames} frames)")
+    if frames:
+        notes.append(f"{len(frames)} image(s) hold several frames (animated GIF, multi-page TIFF); only "
+                     f"the first frame of each is converted: {_shown(sorted(frames))}")
     if size is None and len(sizes) > 1:
         (s1, p1), (s2, p2) = list(sizes.items())[:2]
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
@@ -204,8 +315,10 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
 
     labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
     _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
-           src, seed, test_fraction, valid_fraction)
-    return summary(out)
+           src, seed, test_fraction, valid_fraction, {"class_order": class_order})
+    info = summary(out)
+    info["notes"] = notes
+    return info
 
 
 # ----------------------------------------------------------------------------- arrays
@@ -331,9 +444,9 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
 
 # ----------------------------------------------------------------------------- writing
 
-def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
+def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction, attrs=None):
     """Create ``out`` with ``layout`` (split -> (n, (C, H, W), dtype)), ``fill(split, dataset)``
-    writing the pixels, and ``labels`` (split -> int64 array)."""
+    writing the pixels, ``labels`` (split -> int64 array) and the root attributes ``attrs``."""
     import h5py
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise DataError(f"the output {out} must end in .h5 or .hdf5")
@@ -343,7 +456,8 @@ def _write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_f
     check_writable(out, "output")      # a read-only folder says so, not "no room"
     _check_space(out, layout, labels)
     try:
-        _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction)
+        _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction,
+                    attrs or {})
     except (OSError, RuntimeError) as e:    # h5py raises both for a failed write
         raise DataError(f"cannot write {out}: {write_failure(e)}") from None
 
@@ -359,7 +473,13 @@ def _check_space(out, layout, labels):
                         f"{free / 2**20:.2f} MiB free")
 
 
-def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction):
+def attr_text(name):
+    """A file or folder name as UTF-8 text for an HDF5 attribute: bytes that are not UTF-8
+    (Python keeps them as surrogates) are written ``\\xff``, so the name stays readable."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction, attrs):
     with atomic_target(out) as tmp:
         with h5py.File(tmp, "w") as f:
             for split in ("train", "valid", "test"):
@@ -371,36 +491,61 @@ def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fracti
                 fill(split, dset)
                 f[f"{split}/y"] = labels[split]
             f.attrs["nclasses"] = len(classes)
-            f.attrs["class_names"] = [str(c) for c in classes]
+            f.attrs["class_names"] = [attr_text(str(c)) for c in classes]
             f.attrs["distnet_format"] = FORMAT
-            f.attrs["source"] = os.path.abspath(src)
+            f.attrs["source"] = attr_text(os.path.abspath(src))
             f.attrs["seed"] = int(seed)
             f.attrs["test_fraction"] = float(test_fraction)
             f.attrs["valid_fraction"] = float(valid_fraction)
+            for k, v in attrs.items():
+                f.attrs[k] = v
 
 
 def summary(path):
-    """``{"path", "splits": {split: n}, "shape", "dtype", "classes"}`` of a converted file."""
+    """``{"path", "splits": {split: n}, "shape", "dtype", "classes", "class_order"}`` of a
+    converted file (``class_order``: ``text``/``numeric`` for an image folder, else None)."""
     import h5py
     with h5py.File(path, "r") as f:
         splits = {s: int(f[f"{s}/x"].shape[0]) for s in ("train", "valid", "test") if s in f}
         shape = tuple(int(d) for d in f["train/x"].shape[1:])
         dtype = str(f["train/x"].dtype)
         classes = [c.decode() if isinstance(c, bytes) else str(c) for c in f.attrs["class_names"]]
-    return {"path": str(path), "splits": splits, "shape": shape, "dtype": dtype, "classes": classes}
+        order = f.attrs.get("class_order")
+    order = order.decode() if isinstance(order, bytes) else order
+    return {"path": str(path), "splits": splits, "shape": shape, "dtype": dtype, "classes": classes,
+            "class_order": None if order is None else str(order)}
+
+
+#: Labels shown by :func:`label_line` before it shortens the list (``distnet data info`` shows all).
+LABELS_SHOWN = 12
+
+
+def label_line(classes, path):
+    """``labels: 0 = cat/, 1 = dog/, ...``: which class folder became which label."""
+    pairs = [f"{k} = {c}/" for k, c in enumerate(classes)]
+    if len(pairs) > LABELS_SHOWN:
+        pairs = pairs[:LABELS_SHOWN - 2] + ["...", pairs[-1]]
+        return f"labels: {', '.join(pairs)} (all {len(classes)}: distnet data info {path})"
+    return f"labels: {', '.join(pairs)}"
 
 
 def describe(info):
-    """One line for the command line."""
+    """What ``distnet data convert`` prints: one line, and for an image folder a second one
+    with the label of every class folder (:func:`label_line`)."""
     C, H, W = info["shape"]
     parts = ", ".join(f"{s} {n}" for s, n in info["splits"].items())
     names = ", ".join(info["classes"][:8]) + (", ..." if len(info["classes"]) > 8 else "")
-    return (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
+    line = (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
             f"{len(info['classes'])} classes ({names})")
+    if info.get("class_order") is None:
+        return line
+    return line + "\n" + label_line(info["classes"], info["path"])
 
 
-def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None):
-    """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring)."""
+def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
+            class_order=None):
+    """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
+    ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise DataError(f"{name} must be in [0, 1), got {v}")
@@ -410,9 +555,11 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     if os.path.isdir(src):
         if layout is not None:
             raise DataError("--layout tells how arrays are laid out; images of a folder need none")
-        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed)
+        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text")
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise DataError("--size resizes images of a folder; arrays are stored as they are")
+        if class_order is not None:
+            raise DataError("--class-order orders the class folders of images; arrays hold their labels")
         return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, layout=layout)
     raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

@@ -250,3 +250,146 @@ def test_a_seed_numpy_cannot_take_is_a_usage_error(tmp_path, seed):
     make_folder(tmp_path / "imgs", n=2)
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"), "--seed", seed])
     assert r.exit_code == 2 and "--seed" in r.output and "0<=x<=4294967295" in r.output, r.output
+
+
+def _classes_of(path):
+    with h5py.File(path) as f:
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in f.attrs["class_names"]]
+
+
+def test_numbered_class_folders_say_their_labels_and_can_be_ordered_by_value(tmp_path):
+    """Folders 0..13 sorted as text made folder 10 label 2 without a word."""
+    make_folder(tmp_path / "imgs", classes=[str(k) for k in range(14)], n=2, size=(4, 4))
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "t.h5"),
+                                  "--test-fraction", "0.25"])
+    assert r.exit_code == 0, r.output
+    text_order = ["0", "1", "10", "11", "12", "13"] + [str(k) for k in range(2, 10)]
+    assert _classes_of(tmp_path / "t.h5") == text_order          # torchvision's order stays the default
+    assert r.output.count("distnet: warning: the class folders of") == 1
+    assert "10/ is label 2, 11/ is label 3, 12/ is label 4, ... (12 in all)" in r.output
+    assert "--class-order numeric" in r.output
+    assert "labels: 0 = 0/, 1 = 1/, 2 = 10/, 3 = 11/, 4 = 12/, 5 = 13/, 6 = 2/" in r.output
+    assert f"..., 13 = 9/ (all 14: distnet data info {tmp_path / 't.h5'})" in r.output
+    with h5py.File(tmp_path / "t.h5") as f:
+        assert f.attrs["class_order"] == "text"
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "n.h5"),
+                                  "--test-fraction", "0.25", "--class-order", "numeric"])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    assert _classes_of(tmp_path / "n.h5") == [str(k) for k in range(14)]
+    with h5py.File(tmp_path / "n.h5") as f:     # the pixels of folder 10 are label 10
+        assert f.attrs["class_order"] == "numeric"
+        x = np.concatenate([f["train/x"][()], f["test/x"][()]])
+        y = np.concatenate([f["train/y"][()], f["test/y"][()]])
+    row = np.asarray(Image.open(tmp_path / "imgs" / "10" / "0.png")).transpose(2, 0, 1)
+    assert [int(y[i]) for i in range(len(x)) if (x[i] == row).all()] == [10]
+    # names that are not all numbers: numeric order is refused; 7 and 007 are one number
+    os.makedirs(tmp_path / "imgs" / "cat")
+    with pytest.raises(DataError, match="named by integers, but .* has cat/"):
+        convert(tmp_path / "imgs", tmp_path / "m.h5", class_order="numeric")
+    os.rename(tmp_path / "imgs" / "cat", tmp_path / "imgs" / "007")
+    with pytest.raises(DataError, match="folders 007/ and 7/ of .* are the same number"):
+        convert(tmp_path / "imgs", tmp_path / "m.h5", class_order="numeric")
+    # 01..12 sort alike either way: nothing to warn about
+    make_folder(tmp_path / "padded", classes=[f"{k:02d}" for k in range(14)], n=2, size=(4, 4))
+    assert convert(tmp_path / "padded", tmp_path / "p.h5", test_fraction=0.25)["notes"] == []
+
+
+def test_data_info_lists_every_label_with_its_class_and_images(tmp_path):
+    make_folder(tmp_path / "imgs", classes=("cat", "dog", "eel"), n=4, size=(5, 6))
+    convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25, seed=1)
+    r = CliRunner().invoke(main, ["data", "info", str(tmp_path / "d.h5")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == f"{tmp_path / 'd.h5'}: train 9, test 3 images of 3x5x6 uint8 (C x H x W), 3 classes"
+    assert lines[1] == (f"converted from {tmp_path / 'imgs'} (class folders in text order); seed 1, "
+                        "test_fraction 0.25, valid_fraction 0")
+    assert lines[2].split() == ["label", "class", "folder", "train", "test"]
+    rows = [ln.split() for ln in lines[3:]]
+    assert [r_[:2] for r_ in rows] == [["0", "cat/"], ["1", "dog/"], ["2", "eel/"]]
+    assert all(int(tr) + int(te) == 4 for _, _, tr, te in rows)
+    # a hand-written file: no names, an empty class (nclasses 4) said so
+    with h5py.File(tmp_path / "h.h5", "w") as f:
+        f["train/x"], f["train/y"] = np.zeros((3, 1, 2, 2), np.float32), np.array([0, 1, 1])
+        f["test/x"], f["test/y"] = np.zeros((1, 1, 2, 2), np.float32), np.array([0])
+        f.attrs["nclasses"] = 4
+    r = CliRunner().invoke(main, ["data", "info", str(tmp_path / "h.h5")])
+    assert r.exit_code == 0, r.output
+    assert "no class names stored" in r.output and "label(s) 2, 3 have no image in any split" in r.output
+    assert [ln.split() for ln in r.output.splitlines()[3:5]] == [["0", "0", "1", "1"], ["1", "1", "2", "0"]]
+    with h5py.File(tmp_path / "bad.h5", "w") as f:
+        f["train/x"] = np.zeros((3, 1, 2, 2))
+    r = CliRunner().invoke(main, ["data", "info", str(tmp_path / "bad.h5")])
+    assert r.exit_code != 0 and r.output.startswith("distnet: error: ") and "lacks dataset(s)" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """Phone photos store the sensor's pixels and an EXIF orientation; they came out turned."""
+    a = np.zeros((4, 6, 3), np.uint8)
+    a[0, 0] = 255                                       # a white corner, top left as stored
+    for c in ("a", "b"):
+        os.makedirs(tmp_path / "imgs" / c)
+    exif = Image.Exif()
+    exif[0x0112] = 6                                    # shown turned 90 degrees clockwise
+    Image.fromarray(a).save(tmp_path / "imgs" / "a" / "phone.jpg", exif=exif, quality=100)
+    Image.fromarray(a.transpose(1, 0, 2)[:, ::-1].copy()).save(tmp_path / "imgs" / "b" / "0.png")
+    Image.fromarray(a.transpose(1, 0, 2)[:, ::-1].copy()).save(tmp_path / "imgs" / "b" / "1.png")
+    Image.fromarray(a).save(tmp_path / "imgs" / "b" / "2.png")
+    with pytest.raises(DataError, match="different sizes"):        # as shown: 6x4, not 4x6 ...
+        convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.34)
+    os.remove(tmp_path / "imgs" / "b" / "2.png")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.34, seed=0)
+    assert info["shape"] == (3, 6, 4)                   # ... and no size error for the others
+    with h5py.File(tmp_path / "d.h5") as f:
+        x = np.concatenate([f["train/x"][()], f["test/x"][()]])
+        y = np.concatenate([f["train/y"][()], f["test/y"][()]])
+    phone = x[list(y).index(0)]
+    assert phone[:, 0, -1].min() > 200 and phone[:, 0, 0].max() < 60 and phone[:, -1, -1].max() < 60
+
+
+def test_multi_frame_images_warn_naming_the_file_and_frames(tmp_path):
+    for c in ("a", "b"):
+        os.makedirs(tmp_path / "imgs" / c)
+        for i in range(2):
+            Image.fromarray(np.full((3, 3), 50 * i, np.uint8)).save(tmp_path / "imgs" / c / f"{i}.png")
+    frames = [Image.fromarray(np.full((3, 3), v, np.uint8)) for v in (10, 100, 200)]
+    frames[0].save(tmp_path / "imgs" / "a" / "anim.gif", save_all=True, append_images=frames[1:])
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "d.h5"),
+                                  "--test-fraction", "0.2"])
+    assert r.exit_code == 0, r.output
+    assert (f"distnet: warning: 1 image(s) hold several frames (animated GIF, multi-page TIFF); only the "
+            f"first frame of each is converted: {tmp_path / 'imgs' / 'a' / 'anim.gif'} (3 frames)") in r.output
+    with h5py.File(tmp_path / "d.h5") as f:
+        x = np.concatenate([f["train/x"][()], f["test/x"][()]])
+    assert sorted(int(v) for v in x[:, 0, 0, 0]) == [0, 0, 10, 50, 50]
+
+
+def test_hidden_and_foreign_files_subfolders_and_odd_names(tmp_path):
+    """macOS's ._x.png (AppleDouble, not an image) stopped the conversion; __MACOSX became a
+    class; images in subfolders of a class were dropped without a word; a folder name that is
+    not UTF-8 was a UnicodeEncodeError traceback from h5py."""
+    root = tmp_path / "imgs"
+    make_folder(root, classes=("cat", "dog"), n=3, size=(4, 4))
+    (root / "cat" / "._0.png").write_bytes(b"\0\5\26\7AppleDouble")
+    (root / "cat" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (root / "cat" / "notes.txt").write_text("shot on a phone")
+    os.makedirs(root / "__MACOSX" / "cat")
+    (root / "__MACOSX" / "cat" / "._0.png").write_bytes(b"\0\5\26\7")
+    os.makedirs(root / ".ipynb_checkpoints")
+    os.makedirs(root / "dog" / "more" / ".hidden")
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(root / "dog" / "more" / "x.png")
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(root / "dog" / "more" / ".hidden" / "y.png")
+    os.symlink("..", root / "dog" / "more" / "up")                   # a loop, and other classes
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(root / "stray.png")
+    odd = os.path.join(os.fsencode(root), b"caf\xc3\xa9 \xff")      # not UTF-8
+    os.makedirs(odd)
+    for i in range(3):
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(os.path.join(odd, f"ü{i}.png".encode()))
+    info = convert(root, tmp_path / "d.h5", test_fraction=0.2)
+    assert info["classes"] == ["caf\u00e9 \\xff", "cat", "dog"]
+    assert sum(info["splits"].values()) == 3 + 3 + 4
+    notes = "\n".join(info["notes"])
+    assert f"skipped 1 file(s) that are not images (by the extension): {root / 'cat' / 'notes.txt'}" in notes
+    assert f"skipped 1 image(s) in {root} itself, outside the class folders: {root / 'stray.png'}" in notes
+    assert "._0.png" not in notes and "DS_Store" not in notes
+    assert _classes_of(tmp_path / "d.h5") == info["classes"]
