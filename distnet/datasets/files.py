@@ -17,6 +17,7 @@ else ``valid_fraction`` of the training images (``round(N * valid_fraction)`` of
 import contextlib
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
 log = logging.getLogger(__name__)
+
+#: A ``{rank}`` / ``{size}`` placeholder (``{rank:03d}``, ``<rank>``) in a path.
+_PLACEHOLDER = re.compile(r"\{(rank|size)(:[^}]*)?\}|<(rank|size)>")
 
 #: ``in_memory: auto`` holds a rank's data in memory when its float arrays (all splits, the
 #: rank's tile) take at most this many bytes; above it, the data is streamed.
@@ -85,6 +89,32 @@ class FileDataset(Dataset):
     def sources(self):
         """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``."""
         raise NotImplementedError
+
+    #: How messages call the data files.
+    file_kind = "data file"
+
+    def data_files(self):
+        """``{YAML key: path}`` of the data files (resolved inside ``repo_path``)."""
+        raise NotImplementedError
+
+    def source_files(self):
+        """The data files; a DataError at the key's YAML line for one that is missing."""
+        files = self.data_files()
+        for key, path in files.items():
+            if not os.path.isfile(path):
+                raise self._missing_file(key, path)
+        return list(files.values())
+
+    def _missing_file(self, key, path):
+        """The DataError for a data file ``path`` (key ``key``) that is not there; a ``{rank}``
+        in it gets a hint, since only ``serialized_path`` fills placeholders (a data file is one
+        file for the whole job, of which every rank reads its rows and tile)."""
+        what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        hint = ""
+        if _PLACEHOLDER.search(path):
+            hint = (": {rank} and {size} are filled in serialized_path only (a rank's cache); a data "
+                    "file is one file that every rank reads its own rows and tile of, so give its name")
+        return DataError(str(config_error(self, f"{self.file_kind} {path} {what}{hint}", key)))
 
     # -- shapes without pixels ---------------------------------------------------------------
 

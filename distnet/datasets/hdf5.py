@@ -116,8 +116,7 @@ class HDF5Dataset(FileDataset):
         and the labels."""
         if self._header_cache is not None:
             return self._header_cache
-        if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
+        self.source_files()     # a missing file: at the key's YAML line
         with _open(self.path) as f:
             missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
             if missing:
@@ -168,10 +167,10 @@ class HDF5Dataset(FileDataset):
         """The root attribute ``nclasses``, else 1 + the largest label."""
         return self._header()[1]
 
-    def source_files(self):
-        if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
-        return [self.path]
+    file_kind = "HDF5 dataset file"
+
+    def data_files(self):
+        return {"path": self.path}
 
     def sources(self):
         return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}

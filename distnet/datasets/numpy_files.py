@@ -80,6 +80,7 @@ class NumpyDataset(FileDataset):
 
     def sources(self):
         if self._srcs is None:
+            self.source_files()     # a missing file: at the key's YAML line
             if self.path is not None:
                 arrays = npz_arrays(self.path)
                 if "test" not in arrays:
@@ -115,9 +116,5 @@ class NumpyDataset(FileDataset):
         self.sources()
         return self._nclasses
 
-    def source_files(self):
-        files = [self.path] if self.path is not None else list(self.npy.values())
-        for p in files:
-            if not os.path.isfile(p):
-                raise DataError(f"data file {p} does not exist")
-        return files
+    def data_files(self):
+        return {"path": self.path} if self.path is not None else dict(self.npy)

@@ -272,3 +272,26 @@ def test_hdf5_nclasses_attribute_must_be_a_count(tmp_path, value):
         f.attrs["nclasses"] = value
     with pytest.raises(DataError, match=r"d.h5: the attribute nclasses must be a whole number >= 1, got"):
         HDF5Dataset(path=path).nclasses
+
+
+def test_a_missing_data_file_names_the_key_and_its_yaml_line(tmp_path):
+    """'HDF5 dataset file x_{rank}.h5 does not exist' gave neither the YAML line nor why: a data
+    file path is one file for the job ({rank} is filled in serialized_path only)."""
+    from distnet.config import load_experiment_text
+    from tests.tiny import CNN, experiment
+    for name, hint in (("gone.h5", False), ("x_{rank}of{size}.h5", True)):
+        text = experiment(CNN, tmp_path / name).replace(f"path: {tmp_path / name}", f"path: '{tmp_path / name}'")
+        line = next(i for i, ln in enumerate(text.splitlines(), 1) if "HDF5Dataset" in ln)
+        exp = load_experiment_text(text)
+        with pytest.raises(DataError) as e:
+            exp.run()
+        msg = str(e.value)
+        assert msg.startswith(f"<string>:{line}: key 'path': HDF5 dataset file {tmp_path / name} does not exist"), msg
+        assert ("filled in serialized_path only" in msg) == hint, msg
+    from distnet.datasets import NumpyDataset
+    np.save(tmp_path / "x.npy", np.zeros((2, 1, 3, 3)))
+    np.save(tmp_path / "y.npy", np.zeros(2, int))
+    ds = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                      test_x=str(tmp_path / "x.npy"), test_y=str(tmp_path / "y_<rank>.npy"))
+    with pytest.raises(DataError, match=r"key 'test_y': data file .*y_<rank>.npy does not exist: \{rank\}"):
+        ds.load()
