@@ -10,9 +10,10 @@ Sources
   2, which a note says), or, with ``class_order="numeric"``, folders named by integers sorted by
   value. Names starting with ``.`` (``.DS_Store``, macOS's ``._x.jpg``), ``__MACOSX``,
   ``Thumbs.db`` and ``desktop.ini`` are skipped; other files that are not images (by extension),
-  and images outside the class folders, are skipped with a note. A folder holding ``train/`` and
-  ``test/`` (and optionally ``valid/``) folders, each
-  with the same class subfolders, keeps those splits instead of drawing them. Decoding needs Pillow
+  and images outside the class folders, are skipped with a note. A folder holding ``train/``
+  (and ``test/``, ``valid/`` or ``val/`` if it has them: :data:`SPLIT_FOLDERS`), each with the
+  same class subfolders, keeps those splits and draws the missing ones from train; another folder
+  next to ``train/``, or split folders without ``train/``, are refused. Decoding needs Pillow
   (``pip install 'distnet[images]'``). An image is taken as it is shown: its EXIF orientation
   applied (phone photos), its first frame (animated GIF, multi-page TIFF: a note names them).
   Images are grayscale (1 channel) when all are, else RGB
@@ -253,28 +254,75 @@ def _draw_splits(n, test_fraction, valid_fraction, seed, what):
     return {k: v for k, v in out.items() if len(v) or k == "train"}
 
 
+#: Folder names that hold a split (any case): ``val`` and ``validation`` are the validation split.
+SPLIT_FOLDERS = {"train": "train", "test": "test", "valid": "valid", "val": "valid", "validation": "valid"}
+
+
+def _split_folders(src):
+    """``{split: folder name}`` of the split folders of ``src`` (:data:`SPLIT_FOLDERS`)."""
+    named = {}
+    for d in sorted(os.listdir(src)):
+        split = SPLIT_FOLDERS.get(d.lower())
+        if split is None or not _visible(d) or not os.path.isdir(os.path.join(src, d)):
+            continue
+        if split in named:
+            raise DataError(f"{src} has both {named[split]}/ and {d}/: give one folder per split")
+        named[split] = d
+    return named
+
+
+def _holds_images(folder):
+    return any(f.lower().endswith(IMAGE_EXTENSIONS) and _visible(f) for f in os.listdir(folder))
+
+
 def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None):
     """``(classes, {split: [(path, label)]})`` of an image folder (module docstring); what the
-    user should know (class order, skipped files) is appended to ``notes``."""
+    user should know (class order, skipped files) is appended to ``notes``. A folder with a
+    ``train/`` folder is a folder of splits (``test/``, ``valid/`` or ``val/``; those it lacks
+    are drawn from train); any other folder in it is refused, as are split folders without
+    ``train/`` (their images would become the classes ``test``, ``val``)."""
     if not os.path.isdir(src):
         raise DataError(f"{src} is not a folder")
-    given = [s for s in ("train", "test", "valid") if os.path.isdir(os.path.join(src, s))]
-    if "train" in given and "test" in given:
-        classes = _class_folders(os.path.join(src, "train"), class_order, notes)
+    named = _split_folders(src)
+    if "train" in named:
+        others = sorted(d for d in os.listdir(src) if _visible(d) and os.path.isdir(os.path.join(src, d))
+                        and d not in named.values())
+        if others:
+            raise DataError(f"{src} holds the split folders {', '.join(d + '/' for d in named.values())} and "
+                            f"also {', '.join(d + '/' for d in others)}: a folder of splits holds train/, test/ "
+                            "and valid/ (or val/) only, each with one subfolder per class")
+        train_dir = os.path.join(src, named["train"])
+        classes = _class_folders(train_dir, class_order, notes)
         rng = np.random.RandomState(seed)
         splits = {}
-        for s in given:
-            extra = sorted(set(_class_folders(os.path.join(src, s))) - set(classes))
+        for s in ("train", "test", "valid"):
+            if s not in named:
+                continue
+            folder = os.path.join(src, named[s])
+            extra = sorted(set(_class_folders(folder)) - set(classes))
             if extra:
-                raise DataError(f"{os.path.join(src, s)} has class folder(s) {', '.join(c + '/' for c in extra)} "
-                                f"that {os.path.join(src, 'train')} lacks; every split needs the same classes")
-            items = _images_of(os.path.join(src, s), classes, notes)
+                raise DataError(f"{folder} has class folder(s) {', '.join(c + '/' for c in extra)} "
+                                f"that {train_dir} lacks; every split needs the same classes")
+            items = _images_of(folder, classes, notes)
             splits[s] = [items[i] for i in rng.permutation(len(items))]
-        if "valid" not in splits and valid_fraction > 0:
-            pos = _draw_splits(len(splits["train"]), 0.0, valid_fraction, seed, src)
-            splits["valid"] = [splits["train"][i] for i in pos.get("valid", [])]
-            splits["train"] = [splits["train"][i] for i in pos["train"]]
-        return classes, splits
+        draw_test = "test" not in splits
+        draw_valid = "valid" not in splits and valid_fraction > 0
+        if draw_test and test_fraction == 0:
+            raise DataError(f"{src}: no test split (give a test/ folder or a test_fraction > 0)")
+        if draw_test or draw_valid:
+            train = splits["train"]
+            pos = _draw_splits(len(train), test_fraction if draw_test else 0.0,
+                               valid_fraction if draw_valid else 0.0, seed, src)
+            for s in ("test", "valid"):
+                if s in pos and s not in splits:
+                    splits[s] = [train[i] for i in pos[s]]
+            splits["train"] = [train[i] for i in pos["train"]]
+        return classes, {s: splits[s] for s in ("train", "test", "valid") if s in splits}
+    looks_split = [d for d in named.values() if not _holds_images(os.path.join(src, d))]
+    if looks_split:
+        raise DataError(f"{src} has {', '.join(d + '/' for d in looks_split)} but no train/ folder: a folder "
+                        "of splits needs train/ (its class folders decide the labels); or rename the "
+                        "folder if it is a class")
     if test_fraction == 0:
         raise DataError(f"{src}: no test split (give train/ and test/ folders or a test_fraction > 0)")
     classes = _class_folders(src, class_order, notes)

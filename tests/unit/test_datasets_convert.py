@@ -393,3 +393,30 @@ def test_hidden_and_foreign_files_subfolders_and_odd_names(tmp_path):
     assert f"skipped 1 image(s) in {root} itself, outside the class folders: {root / 'stray.png'}" in notes
     assert "._0.png" not in notes and "DS_Store" not in notes
     assert _classes_of(tmp_path / "d.h5") == info["classes"]
+
+
+def test_train_and_val_folders_are_splits_not_two_classes(tmp_path):
+    """A folder of train/ and val/ (ImageNet's names, no test/) was taken as two classes, 'train'
+    and 'val'; other folders next to train/ were ignored without a word."""
+    make_folder(tmp_path / "imgs" / "train", classes=("cat", "dog"), n=5, size=(4, 4))
+    make_folder(tmp_path / "imgs" / "val", classes=("cat", "dog"), n=2, size=(4, 4), seed=1)
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.2)
+    assert info["classes"] == ["cat", "dog"]
+    assert info["splits"] == {"train": 8, "valid": 4, "test": 2}      # test drawn from train's 10
+    with h5py.File(tmp_path / "d.h5") as f:
+        valid = {x.tobytes() for x in f["valid/x"][()]}
+    val_pixels = {np.asarray(Image.open(p)).transpose(2, 0, 1).tobytes()
+                  for p in (tmp_path / "imgs" / "val").glob("*/*.png")}
+    assert valid == val_pixels
+    with pytest.raises(DataError, match=r"no test split \(give a test/ folder or a test_fraction > 0\)"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0)
+    make_folder(tmp_path / "imgs" / "extra", classes=("cat",), n=1, size=(4, 4))
+    with pytest.raises(DataError, match=r"holds the split folders train/, val/ and also extra/"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5")
+    os.rename(tmp_path / "imgs" / "extra", tmp_path / "imgs" / "validation")
+    with pytest.raises(DataError, match=r"has both val/ and validation/"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5")
+    os.rename(tmp_path / "imgs" / "train", tmp_path / "imgs" / "Test")
+    os.rename(tmp_path / "imgs" / "validation", tmp_path / "imgs" / "other")
+    with pytest.raises(DataError, match=r"has Test/, val/ but no train/ folder"):
+        convert(tmp_path / "imgs", tmp_path / "e.h5")
