@@ -340,22 +340,27 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
     notes = []
     classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes)
     all_items = [it for items in splits.values() for it in items]
-    modes, sizes, frames = set(), {}, []
+    sizes, frames, gray, color = {}, [], [], []
     for path, _ in all_items:
         mode, hw, n_frames = _probe(Image, path)
-        modes.add(mode)
+        (gray if mode in GRAY_MODES else color).append(path)
         sizes.setdefault(hw, path)
         if n_frames > 1:
             frames.append(f"{path} ({n_frames} frames)")
     if frames:
         notes.append(f"{len(frames)} image(s) hold several frames (animated GIF, multi-page TIFF); only "
                      f"the first frame of each is converted: {_shown(sorted(frames))}")
+    if gray and color:      # one stray color image makes a grayscale set 3 channels
+        few, many = sorted((gray, color), key=len)
+        kinds = ("grayscale", "color") if few is gray else ("color", "grayscale")
+        notes.append(f"{len(few)} {kinds[0]} image(s) among {len(many)} {kinds[1]} ones: every image is "
+                     f"stored as RGB (3 channels; a gray value in all three): {_shown(sorted(few))}")
     if size is None and len(sizes) > 1:
         (s1, p1), (s2, p2) = list(sizes.items())[:2]
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
                         "give a size to resize them all (--size HxW)")
     H, W = size or next(iter(sizes))
-    C = 1 if modes <= GRAY_MODES else 3
+    C = 3 if color else 1
 
     def fill(split, dset):
         for i, (path, _) in enumerate(splits[split]):

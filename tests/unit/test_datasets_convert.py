@@ -420,3 +420,14 @@ def test_train_and_val_folders_are_splits_not_two_classes(tmp_path):
     os.rename(tmp_path / "imgs" / "validation", tmp_path / "imgs" / "other")
     with pytest.raises(DataError, match=r"has Test/, val/ but no train/ folder"):
         convert(tmp_path / "imgs", tmp_path / "e.h5")
+
+
+def test_a_stray_color_image_among_grayscale_ones_is_named(tmp_path):
+    """One RGB file in a grayscale set made every image 3 channels without a word (a model
+    built for 1 channel then failed on the input shape, far from the cause)."""
+    make_folder(tmp_path / "imgs", classes=("a", "b"), n=4, size=(4, 4), mode="L")
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "imgs" / "b" / "rgb.png")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.2)
+    assert info["shape"] == (3, 4, 4)
+    assert info["notes"] == [f"1 color image(s) among 8 grayscale ones: every image is stored as RGB (3 "
+                             f"channels; a gray value in all three): {tmp_path / 'imgs' / 'b' / 'rgb.png'}"]
