@@ -50,6 +50,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..fileio import atomic_target, check_writable, free_space, write_failure
+from .checks import labels_problem
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jfif", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm",
@@ -434,8 +435,9 @@ def _check_arrays(x, y, where, split):
         raise DataError(f"{where}: {split} images must be a numeric (N, C, H, W) or (N, H, W) array, "
                         f"got {x.dtype} {x.shape}")
     y = np.asarray(y)
-    if y.ndim != 1 or y.dtype.kind not in "iu" or len(y) != len(x):
-        raise DataError(f"{where}: {split} labels must be {len(x)} integers, got {y.dtype} {y.shape}")
+    problem = labels_problem(y, len(x))
+    if problem:
+        raise DataError(f"{where}: {split} labels {problem}")
     if len(y) == 0:
         raise DataError(f"{where}: the {split} split holds no images")
     if y.min() < 0:

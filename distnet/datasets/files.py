@@ -27,6 +27,7 @@ from ..geometry.partition import Box
 from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
+from .checks import labels_problem
 from .scaling import Scaler, check_scaled, parse_channels, parse_scale
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
@@ -346,8 +347,9 @@ class FileDataset(Dataset):
         k = self.nclasses
         for split, src in srcs.items():
             y = np.asarray(src.labels())
-            if y.ndim != 1 or y.shape[0] != src.shape[0] or y.dtype.kind not in "iu":
-                raise DataError(f"{src.where()}: labels must be {src.shape[0]} integers, got {y.dtype} {y.shape}")
+            problem = labels_problem(y, src.shape[0])
+            if problem:
+                raise DataError(f"{src.where()}: labels {problem}")
             if len(y) and (y.min() < 0 or y.max() >= k):
                 bad = int(y.min()) if y.min() < 0 else int(y.max())
                 raise DataError(f"{src.where()}: label {bad} is out of range 0..{k - 1}")

@@ -27,6 +27,7 @@ import os
 
 from ..errors import DataError
 from .base import check_path
+from .checks import labels_problem
 from .files import FileDataset
 from .sources import H5Source
 
@@ -140,8 +141,7 @@ class HDF5Dataset(FileDataset):
                                     "alike, so store the splits alike")
                 shape = x.shape[1:]
                 if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
-                    raise DataError(f"{self.path}: {s}/y must hold {x.shape[0]} integer labels, "
-                                    f"got {y.dtype} {y.shape}")
+                    raise DataError(f"{self.path}: {s}/y {labels_problem(y[()], x.shape[0])}")
                 if x.shape[0] == 0:
                     raise DataError(f"{self.path}: {s}/x holds no images")
                 labels = y[()]

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import check_path
+from .checks import labels_problem
 from .files import FileDataset
 from .sources import ArraySource, npy_source
 
@@ -102,6 +103,10 @@ class NumpyDataset(FileDataset):
                                     "alike, so store the splits alike")
                 if src.shape[0] == 0:
                     raise DataError(f"{src.where()}: holds no images")
+            for src in srcs.values():   # before the largest label is asked for (names: a TypeError)
+                problem = labels_problem(src.labels(), src.shape[0])
+                if problem:
+                    raise DataError(f"{src.where()}: labels {problem}")
             self._srcs = srcs
             self._nclasses = 1 + max(int(np.max(src.labels())) for src in srcs.values())
             self.check_labels(srcs)

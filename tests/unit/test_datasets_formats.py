@@ -295,3 +295,30 @@ def test_a_missing_data_file_names_the_key_and_its_yaml_line(tmp_path):
                       test_x=str(tmp_path / "x.npy"), test_y=str(tmp_path / "y_<rank>.npy"))
     with pytest.raises(DataError, match=r"key 'test_y': data file .*y_<rank>.npy does not exist: \{rank\}"):
         ds.load()
+
+
+@pytest.mark.parametrize("labels,hint", [
+    (np.array([0., 1, 2, 0]), r"float64 \(4,\): whole numbers stored as floats; store y.astype\(np.int64\)"),
+    (np.eye(3)[[0, 1, 2, 0]], r"float64 \(4, 3\): one-hot rows; store the class indices, y.argmax\(1\)"),
+    (np.array([[0], [1], [2], [0]]), r"int64 \(4, 1\): a column of labels; store y.ravel\(\)"),
+    (np.array(["cat", "dog", "eel", "cat"]), r"<U3 \(4,\): class names; store each label's index"),
+])
+def test_labels_that_are_not_class_indices_say_what_they_look_like(tmp_path, labels, hint):
+    """Labels as a pandas / Keras pipeline leaves them: the error says how to store them; class
+    names were a numpy UFuncTypeError traceback from NumpyDataset."""
+    from distnet.datasets import NumpyDataset
+    from distnet.datasets.convert import convert
+    np.save(tmp_path / "x.npy", np.zeros((4, 1, 3, 3), np.float32))
+    np.save(tmp_path / "y.npy", labels)
+    ds = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                      test_x=str(tmp_path / "x.npy"), test_y=str(tmp_path / "y.npy"), scale=1)
+    with pytest.raises(DataError, match=r"x.npy \(train\): labels must be 4 integers, got " + hint):
+        ds.load()
+    with pytest.raises(DataError, match=r"y.npy: train labels must be 4 integers, got " + hint):
+        convert(tmp_path / "x.npy", tmp_path / "o.h5", labels=tmp_path / "y.npy")
+    with h5py.File(tmp_path / "h.h5", "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"] = np.zeros((4, 1, 3, 3), np.float32)
+            f[f"{s}/y"] = labels.astype("S") if labels.dtype.kind == "U" else labels
+    with pytest.raises(DataError, match=r"h.h5: train/y must be 4 integers, got " + hint.replace("<U3", "|S3")):
+        HDF5Dataset(path=str(tmp_path / "h.h5")).nclasses
