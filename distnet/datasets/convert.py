@@ -209,10 +209,11 @@ def _probe(Image, path):
 GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
 
-def _to_8_bits(Image, im):
+def _to_8_bits(Image, im, wide=None):
     """``im`` as an 8-bit image: 16-bit grayscale (modes ``I;16*``, and ``I`` holding 0..65535)
     becomes ``round(v / 257)`` (Pillow's own conversion clips every value above 255 to 255);
-    floating-point pixels (mode ``F``) have no fixed range and are refused."""
+    floating-point pixels (mode ``F``) have no fixed range and are refused. ``wide``: a list
+    that gets the largest value of each 16-bit image."""
     if im.mode == "F":
         raise ValueError("floating-point pixels (mode F) have no fixed range to map to 0..255: save "
                          "the images as an (N, C, H, W) .npy and convert that")
@@ -221,17 +222,36 @@ def _to_8_bits(Image, im):
     a = np.asarray(im).astype(np.int64)
     if a.size and (a.min() < 0 or a.max() > 65535):
         raise ValueError(f"{im.mode} pixels {a.min()}..{a.max()} are not 16-bit (0..65535)")
+    if wide is not None and a.size:
+        wide.append(int(a.max()))
     return Image.fromarray(((a * 255 + 32767) // 65535).astype(np.uint8), "L")
 
 
-def _decode(Image, path, channels, size):
+#: 16-bit images whose values all stay below this (12-bit cameras and scanners) lose most of
+#: their gray levels in ``v / 257``: a note says so.
+_FEW_BITS = 4096
+
+
+def _few_bits_note(wide):
+    """The note for 16-bit images (``wide``: their largest values) that use few of 16 bits."""
+    if not wide or max(wide) >= _FEW_BITS:
+        return None
+    top = max(wide)
+    return (f"{len(wide)} 16-bit image(s) hold values of at most {top} ({top.bit_length()} bits): 8 bits "
+            f"(v / 257) keep {(top * 255 + 32767) // 65535 + 1} gray levels of them; to keep them all, "
+            "write the images to an (N, C, H, W) uint16 .npy, convert that, and set scale: "
+            f"1/{top} (or the sensor's range)")
+
+
+def _decode(Image, path, channels, size, wide=None):
     """``(C, H, W)`` uint8 pixels of one image as it is shown: the first frame, turned by its
-    EXIF orientation (phone photos), 16-bit images scaled to 8 bits."""
+    EXIF orientation (phone photos), 16-bit images scaled to 8 bits (``wide``:
+    :func:`_to_8_bits`)."""
     from PIL import ImageOps
     try:
         with Image.open(path) as im:
             im = ImageOps.exif_transpose(im)
-            im = _to_8_bits(Image, im).convert("L" if channels == 1 else "RGB")
+            im = _to_8_bits(Image, im, wide).convert("L" if channels == 1 else "RGB")
             if size is not None and (im.height, im.width) != size:
                 im = im.resize((size[1], size[0]), Image.BILINEAR)
             a = np.asarray(im, dtype=np.uint8)
@@ -363,15 +383,17 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
     H, W = size or next(iter(sizes))
     C = 3 if color else 1
 
+    wide = []       # the largest value of every 16-bit image
+
     def fill(split, dset):
         for i, (path, _) in enumerate(splits[split]):
-            dset[i] = _decode(Image, path, C, (H, W))
+            dset[i] = _decode(Image, path, C, (H, W), wide)
 
     labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
     _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
            src, seed, test_fraction, valid_fraction, {"class_order": class_order})
     info = summary(out)
-    info["notes"] = notes
+    info["notes"] = notes + [n for n in (_few_bits_note(wide),) if n]
     return info
 
 

@@ -431,3 +431,21 @@ def test_a_stray_color_image_among_grayscale_ones_is_named(tmp_path):
     assert info["shape"] == (3, 4, 4)
     assert info["notes"] == [f"1 color image(s) among 8 grayscale ones: every image is stored as RGB (3 "
                              f"channels; a gray value in all three): {tmp_path / 'imgs' / 'b' / 'rgb.png'}"]
+
+
+def test_16_bit_images_of_a_12_bit_sensor_say_how_few_levels_are_left(tmp_path):
+    """12-bit microscope images in 16-bit PNGs (0..4095) became 0..16 in 8 bits without a word."""
+    for c in ("a", "b"):
+        os.makedirs(tmp_path / "imgs" / c)
+        for i in range(2):
+            Image.fromarray(np.array([[0, 1000 * i, 4000, 4095]], np.uint16)).save(tmp_path / "imgs" / c / f"{i}.png")
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    assert info["notes"] == ["4 16-bit image(s) hold values of at most 4095 (12 bits): 8 bits (v / 257) keep "
+                             "17 gray levels of them; to keep them all, write the images to an (N, C, H, W) "
+                             "uint16 .npy, convert that, and set scale: 1/4095 (or the sensor's range)"]
+    with h5py.File(tmp_path / "d.h5") as f:
+        assert f["train/x"][()].max() == 16
+    for c in ("a", "b"):            # the full 16-bit range: nothing to say
+        Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "0.png")
+        Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "1.png")
+    assert convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0.25)["notes"] == []
