@@ -360,6 +360,14 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
     size = parse_size(size) if isinstance(size, str) else size
     notes = []
     classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes)
+    if len(classes) == 1 and not _holds_images(os.path.join(src, classes[0])):
+        inner = os.path.join(src, classes[0])
+        subs = sorted(d for d in os.listdir(inner) if _visible(d) and os.path.isdir(os.path.join(inner, d)))
+        raise DataError(f"{src} has one class folder, {classes[0]}/, and its images are in its subfolders "
+                        f"{_shown(d + '/' for d in subs)}: give {inner} as SOURCE if those are the classes")
+    if len(classes) == 1:
+        notes.append(f"{src} has one class folder ({classes[0]}/): every image is label 0; SOURCE is the "
+                     "folder that holds one subfolder per class")
     all_items = [it for items in splits.values() for it in items]
     sizes, frames, gray, color = {}, [], [], []
     for path, _ in all_items:

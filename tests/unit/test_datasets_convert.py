@@ -449,3 +449,17 @@ def test_16_bit_images_of_a_12_bit_sensor_say_how_few_levels_are_left(tmp_path):
         Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "0.png")
         Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "1.png")
     assert convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0.25)["notes"] == []
+
+
+def test_one_class_folder_is_said(tmp_path):
+    """SOURCE one level too high (data/ holding my_images/ with the classes) must not make one
+    class of every image (images in subfolders of a class are taken); one class is said."""
+    make_folder(tmp_path / "data" / "my_images", classes=("a", "b"), n=3, size=(4, 4))
+    with pytest.raises(DataError, match=r"data has one class folder, my_images/, and its images are in its "
+                                        r"subfolders a/, b/: give .*data/my_images as SOURCE"):
+        convert(tmp_path / "data", tmp_path / "d.h5", test_fraction=0.25)
+    make_folder(tmp_path / "one", classes=("cat",), n=4, size=(4, 4))
+    info = convert(tmp_path / "one", tmp_path / "d.h5", test_fraction=0.25)
+    assert info["classes"] == ["cat"]
+    assert info["notes"] == [f"{tmp_path / 'one'} has one class folder (cat/): every image is label 0; "
+                             "SOURCE is the folder that holds one subfolder per class"]
