@@ -131,8 +131,10 @@ class HDF5Dataset(FileDataset):
                     continue
                 x, y = (_dataset(f, f"{s}/{a}", self.path) for a in "xy")
                 if x.ndim != 4 or x.dtype.kind not in "biuf":
+                    hint = ("; for (N, H, W) images of one channel, store x[:, None]"
+                            if x.ndim == 3 and x.dtype.kind in "biuf" else "")
                     raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
-                                    f"got {x.dtype} {x.shape}")
+                                    f"got {x.dtype} {x.shape}{hint}")
                 if shape is not None and x.shape[1:] != shape:
                     raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
                 if splits and x.dtype != splits["train"][1]:

@@ -322,3 +322,12 @@ def test_labels_that_are_not_class_indices_say_what_they_look_like(tmp_path, lab
             f[f"{s}/y"] = labels.astype("S") if labels.dtype.kind == "U" else labels
     with pytest.raises(DataError, match=r"h.h5: train/y must be 4 integers, got " + hint.replace("<U3", "|S3")):
         HDF5Dataset(path=str(tmp_path / "h.h5")).nclasses
+
+
+def test_hdf5_images_of_three_axes_say_how_to_store_them(tmp_path):
+    with h5py.File(tmp_path / "n3.h5", "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((4, 5, 5), np.uint8), [0, 1, 0, 1]
+    with pytest.raises(DataError, match=r"n3.h5: train/x must be a numeric \(N, C, H, W\) array, got uint8 "
+                                        r"\(4, 5, 5\); for \(N, H, W\) images of one channel, store x\[:, None\]"):
+        HDF5Dataset(path=str(tmp_path / "n3.h5")).image_shape
