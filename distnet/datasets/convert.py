@@ -4,7 +4,7 @@ that :class:`~distnet.datasets.HDF5Dataset` reads (docs/data.md).
 Sources
 -------
 * A folder with one subfolder per class (``cats/``, ``dogs/``, ...) of PNG/JPEG (also BMP, GIF,
-  TIFF, WebP, PGM/PPM) images, in the class folder or in folders under it (symbolic links
+  TIFF, WebP, AVIF, PGM/PPM) images, in the class folder or in folders under it (symbolic links
   followed). Classes are the subfolder names sorted as text (``class_order="text"``, the
   torchvision/Keras order: label 0 = the first; folders ``0``..``11`` give folder ``10`` label
   2, which a note says), or, with ``class_order="numeric"``, folders named by integers sorted by
@@ -53,8 +53,8 @@ from ..fileio import atomic_target, check_writable, free_space, write_failure
 from .checks import labels_problem
 
 FORMAT = "distnet-data/1"
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jfif", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm",
-                    ".pbm", ".pnm")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jfif", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif", ".pgm",
+                    ".ppm", ".pbm", ".pnm")
 CHUNK_PIXELS = 128
 _COPY_ROWS = 256
 
@@ -180,13 +180,19 @@ def _images_of(folder, classes, notes=None):
     loose = sorted(os.path.join(folder, f) for f in os.listdir(folder)
                    if _visible(f) and f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f)))
     if notes is not None and skipped:
-        notes.append(f"skipped {len(skipped)} file(s) that are not images (by the extension): {_shown(skipped)}")
+        heic = [p for p in skipped if p.lower().endswith(_UNREAD_PHOTOS)]
+        hint = (f" ({len(heic)} HEIC/HEIF photo(s), the iPhone's format, which Pillow does not read: "
+                "convert them to JPEG first)" if heic else "")
+        notes.append(f"skipped {len(skipped)} file(s) that are not images (by the extension): "
+                     f"{_shown(heic + [p for p in skipped if p not in heic])}{hint}")
     if notes is not None and loose:
         notes.append(f"skipped {len(loose)} image(s) in {folder} itself, outside the class folders: "
                      f"{_shown(loose)}")
     return out
 
 
+#: Photo formats Pillow cannot read without a plugin (iPhones save HEIC).
+_UNREAD_PHOTOS = (".heic", ".heif")
 #: EXIF orientations (tag 274) that turn the stored image by 90 degrees (H and W swap).
 _QUARTER_TURNS = (5, 6, 7, 8)
 _ORIENTATION = 0x0112
@@ -524,7 +530,22 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
     labels_out = {s: given[src_split][1][p] for s, (src_split, p) in plan.items()}
     _write(out, {s: (len(p), shape, dtype) for s, (_, p) in plan.items()}, fill, labels_out, names,
            src, seed, test_fraction, valid_fraction)
-    return summary(out)
+    info = summary(out)
+    note = _unused_labels_note(np.concatenate(list(labels_out.values())), len(names))
+    info["notes"] = [note] if note else []
+    return info
+
+
+def _unused_labels_note(y, nclasses):
+    """A note when labels of ``0 .. nclasses-1`` have no image: ``1 .. K`` (MATLAB's and SVHN's
+    1-based labels) make K + 1 classes, label 0 empty, and a model of K outputs is refused."""
+    empty = np.flatnonzero(np.bincount(y, minlength=nclasses) == 0)
+    if not len(empty):
+        return None
+    if list(empty) == [0]:
+        return (f"label 0 has no image: labels 1 .. {nclasses - 1} look 1-based (MATLAB, SVHN), which makes "
+                f"{nclasses} classes; store y - 1 for {nclasses - 1} classes 0 .. {nclasses - 2}")
+    return f"label(s) {_shown(int(k) for k in empty)} of 0 .. {nclasses - 1} have no image"
 
 
 # ----------------------------------------------------------------------------- writing

@@ -392,6 +392,11 @@ def test_hidden_and_foreign_files_subfolders_and_odd_names(tmp_path):
     assert f"skipped 1 file(s) that are not images (by the extension): {root / 'cat' / 'notes.txt'}" in notes
     assert f"skipped 1 image(s) in {root} itself, outside the class folders: {root / 'stray.png'}" in notes
     assert "._0.png" not in notes and "DS_Store" not in notes
+    (root / "dog" / "IMG_0001.HEIC").write_bytes(b"\0\0\0\x18ftypheic")
+    notes = "\n".join(convert(root, tmp_path / "e.h5", test_fraction=0.2)["notes"])
+    assert (f"skipped 2 file(s) that are not images (by the extension): {root / 'dog' / 'IMG_0001.HEIC'}, "
+            f"{root / 'cat' / 'notes.txt'} (1 HEIC/HEIF photo(s), the iPhone's format, which Pillow does "
+            "not read: convert them to JPEG first)") in notes
     assert _classes_of(tmp_path / "d.h5") == info["classes"]
 
 
@@ -463,3 +468,18 @@ def test_one_class_folder_is_said(tmp_path):
     assert info["classes"] == ["cat"]
     assert info["notes"] == [f"{tmp_path / 'one'} has one class folder (cat/): every image is label 0; "
                              "SOURCE is the folder that holds one subfolder per class"]
+
+
+def test_one_based_labels_are_said(tmp_path):
+    """Labels 1..10 (SVHN, MATLAB) became 11 classes with label 0 empty; a 10-output model was
+    then refused with '10 outputs but the dataset has 11 classes', far from the cause."""
+    np.savez(tmp_path / "svhn.npz", x=np.zeros((40, 3, 4, 4), np.uint8), y=np.arange(40) % 10 + 1)
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "svhn.npz"), str(tmp_path / "s.h5")])
+    assert r.exit_code == 0, r.output
+    assert ("distnet: warning: label 0 has no image: labels 1 .. 10 look 1-based (MATLAB, SVHN), which makes "
+            "11 classes; store y - 1 for 10 classes 0 .. 9") in r.output
+    np.savez(tmp_path / "gap.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 3, 0, 1, 3]))
+    assert convert(tmp_path / "gap.npz", tmp_path / "g.h5", test_fraction=0.34)["notes"] == [
+        "label(s) 2 of 0 .. 3 have no image"]
+    np.savez(tmp_path / "ok.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 2, 0, 1, 2]))
+    assert convert(tmp_path / "ok.npz", tmp_path / "o.h5", test_fraction=0.34)["notes"] == []
