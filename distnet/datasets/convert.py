@@ -115,7 +115,13 @@ def _class_folders(folder, order="text", notes=None):
     """The class folder names of ``folder`` in label order: ``text`` (sorted as strings, the
     torchvision/Keras order) or ``numeric`` (names that are all integers, by value). In text
     order, integer names whose numeric order differs add a note to ``notes``."""
-    classes = sorted(d for d in os.listdir(folder) if _visible(d) and os.path.isdir(os.path.join(folder, d)))
+    entries = sorted(d for d in os.listdir(folder) if _visible(d))
+    broken = [d for d in entries if os.path.islink(os.path.join(folder, d)) and not os.path.exists(os.path.join(folder, d))]
+    if broken:      # a class folder on storage that is not mounted: the next classes' labels would shift
+        link = os.path.join(folder, broken[0])
+        raise DataError(f"{link} is a link to {os.readlink(link)}, which does not exist: mount or fix it, or "
+                        "remove the link")
+    classes = [d for d in entries if os.path.isdir(os.path.join(folder, d))]
     if not classes:
         raise DataError(f"{folder} has no class subfolders: put the images of each class in a "
                         "subfolder named after the class (e.g. cats/, dogs/)")

@@ -483,3 +483,12 @@ def test_one_based_labels_are_said(tmp_path):
         "label(s) 2 of 0 .. 3 have no image"]
     np.savez(tmp_path / "ok.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 2, 0, 1, 2]))
     assert convert(tmp_path / "ok.npz", tmp_path / "o.h5", test_fraction=0.34)["notes"] == []
+
+
+def test_a_broken_link_to_a_class_folder_is_refused(tmp_path):
+    """A class folder linked from storage that is not mounted was skipped without a word, and
+    every later class took the label before it."""
+    make_folder(tmp_path / "imgs", classes=("a", "c"), n=3, size=(4, 4))
+    os.symlink(tmp_path / "unmounted" / "b", tmp_path / "imgs" / "b")
+    with pytest.raises(DataError, match=r"imgs/b is a link to .*unmounted/b, which does not exist"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5")
