@@ -116,12 +116,13 @@ def _class_folders(folder, order="text", notes=None):
     torchvision/Keras order) or ``numeric`` (names that are all integers, by value). In text
     order, integer names whose numeric order differs add a note to ``notes``."""
     entries = sorted(d for d in os.listdir(folder) if _visible(d))
-    broken = [d for d in entries if os.path.islink(os.path.join(folder, d)) and not os.path.exists(os.path.join(folder, d))]
+    paths = {d: os.path.join(folder, d) for d in entries}
+    broken = [d for d in entries if os.path.islink(paths[d]) and not os.path.exists(paths[d])]
     if broken:      # a class folder on storage that is not mounted: the next classes' labels would shift
         link = os.path.join(folder, broken[0])
         raise DataError(f"{link} is a link to {os.readlink(link)}, which does not exist: mount or fix it, or "
                         "remove the link")
-    classes = [d for d in entries if os.path.isdir(os.path.join(folder, d))]
+    classes = [d for d in entries if os.path.isdir(paths[d])]
     if not classes:
         raise DataError(f"{folder} has no class subfolders: put the images of each class in a "
                         "subfolder named after the class (e.g. cats/, dogs/)")
@@ -183,8 +184,8 @@ def _images_of(folder, classes, notes=None):
         if not images:
             raise DataError(f"class folder {sub} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
         out += [(os.path.join(sub, f), label) for f in images]
-    loose = sorted(os.path.join(folder, f) for f in os.listdir(folder)
-                   if _visible(f) and f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f)))
+    loose = sorted(p for f in os.listdir(folder) for p in [os.path.join(folder, f)]
+                   if _visible(f) and f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(p))
     if notes is not None and skipped:
         heic = [p for p in skipped if p.lower().endswith(_UNREAD_PHOTOS)]
         hint = (f" ({len(heic)} HEIC/HEIF photo(s), the iPhone's format, which Pillow does not read: "

@@ -443,7 +443,8 @@ def test_16_bit_images_of_a_12_bit_sensor_say_how_few_levels_are_left(tmp_path):
     for c in ("a", "b"):
         os.makedirs(tmp_path / "imgs" / c)
         for i in range(2):
-            Image.fromarray(np.array([[0, 1000 * i, 4000, 4095]], np.uint16)).save(tmp_path / "imgs" / c / f"{i}.png")
+            a = np.array([[0, 1000 * i, 4000, 4095]], np.uint16)
+            Image.fromarray(a).save(tmp_path / "imgs" / c / f"{i}.png")
     info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
     assert info["notes"] == ["4 16-bit image(s) hold values of at most 4095 (12 bits): 8 bits (v / 257) keep "
                              "17 gray levels of them; to keep them all, write the images to an (N, C, H, W) "

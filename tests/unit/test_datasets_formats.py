@@ -286,7 +286,8 @@ def test_a_missing_data_file_names_the_key_and_its_yaml_line(tmp_path):
         with pytest.raises(DataError) as e:
             exp.run()
         msg = str(e.value)
-        assert msg.startswith(f"<string>:{line}: key 'path': HDF5 dataset file {tmp_path / name} does not exist"), msg
+        want = f"<string>:{line}: key 'path': HDF5 dataset file {tmp_path / name} does not exist"
+        assert msg.startswith(want), msg
         assert ("filled in serialized_path only" in msg) == hint, msg
     from distnet.datasets import NumpyDataset
     np.save(tmp_path / "x.npy", np.zeros((2, 1, 3, 3)))
