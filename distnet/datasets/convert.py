@@ -414,7 +414,8 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
     _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
            src, seed, test_fraction, valid_fraction, {"class_order": class_order})
     info = summary(out)
-    info["notes"] = notes + [n for n in (_few_bits_note(wide),) if n]
+    info["notes"] = notes + [n for n in (_few_bits_note(wide), _missing_classes_note(labels, classes, "/"))
+                             if n]
     return info
 
 
@@ -434,6 +435,10 @@ def _array_splits(src, labels_path):
         with z:
             names = set(z.files)
             if {"x", "y"} <= names and "x_train" not in names:
+                split = sorted(names & {f"{a}_{s}" for a in "xy" for s in ("test", "valid")})
+                if split:       # they were ignored, and a test split drawn from x
+                    raise DataError(f"{src} holds x, y and {', '.join(split)}: name the training arrays "
+                                    "x_train, y_train (x, y alone are split by --test-fraction)")
                 return {"train": (z["x"], z["y"], src)}
             if not {"x_train", "y_train"} <= names:
                 raise DataError(f"{src} holds arrays {sorted(names)}; expected x_train, y_train (and "
@@ -539,8 +544,19 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
            src, seed, test_fraction, valid_fraction)
     info = summary(out)
     note = _unused_labels_note(np.concatenate(list(labels_out.values())), len(names))
-    info["notes"] = [note] if note else []
+    info["notes"] = [n for n in (note, None if note else _missing_classes_note(labels_out, names)) if n]
     return info
+
+
+def _missing_classes_note(labels, classes, mark=""):
+    """A note naming the classes that a split (``labels``: split -> labels) has no image of, but
+    another split has: a split drawn at random may miss a small class, and its error rate then
+    says nothing about it."""
+    held = {s: np.bincount(y, minlength=len(classes)) > 0 for s, y in labels.items()}
+    anywhere = np.logical_or.reduce(list(held.values()))
+    parts = [f"{s} has no image of {_shown(classes[k] + mark for k in np.flatnonzero(anywhere & ~h))}"
+             for s, h in held.items() if (anywhere & ~h).any()]
+    return f"{'; '.join(parts)} (see distnet data info)" if parts else None
 
 
 def _unused_labels_note(y, nclasses):

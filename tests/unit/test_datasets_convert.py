@@ -274,7 +274,7 @@ def test_numbered_class_folders_say_their_labels_and_can_be_ordered_by_value(tmp
         assert f.attrs["class_order"] == "text"
     r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "imgs"), str(tmp_path / "n.h5"),
                                   "--test-fraction", "0.25", "--class-order", "numeric"])
-    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    assert r.exit_code == 0 and "are numbers" not in r.output, r.output
     assert _classes_of(tmp_path / "n.h5") == [str(k) for k in range(14)]
     with h5py.File(tmp_path / "n.h5") as f:     # the pixels of folder 10 are label 10
         assert f.attrs["class_order"] == "numeric"
@@ -291,7 +291,8 @@ def test_numbered_class_folders_say_their_labels_and_can_be_ordered_by_value(tmp
         convert(tmp_path / "imgs", tmp_path / "m.h5", class_order="numeric")
     # 01..12 sort alike either way: nothing to warn about
     make_folder(tmp_path / "padded", classes=[f"{k:02d}" for k in range(14)], n=2, size=(4, 4))
-    assert convert(tmp_path / "padded", tmp_path / "p.h5", test_fraction=0.25)["notes"] == []
+    notes = convert(tmp_path / "padded", tmp_path / "p.h5", test_fraction=0.25)["notes"]
+    assert not any("are numbers" in n for n in notes), notes
 
 
 def test_data_info_lists_every_label_with_its_class_and_images(tmp_path):
@@ -446,15 +447,15 @@ def test_16_bit_images_of_a_12_bit_sensor_say_how_few_levels_are_left(tmp_path):
             a = np.array([[0, 1000 * i, 4000, 4095]], np.uint16)
             Image.fromarray(a).save(tmp_path / "imgs" / c / f"{i}.png")
     info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
-    assert info["notes"] == ["4 16-bit image(s) hold values of at most 4095 (12 bits): 8 bits (v / 257) keep "
+    assert info["notes"][0] == ("4 16-bit image(s) hold values of at most 4095 (12 bits): 8 bits (v / 257) keep "
                              "17 gray levels of them; to keep them all, write the images to an (N, C, H, W) "
-                             "uint16 .npy, convert that, and set scale: 1/4095 (or the sensor's range)"]
+                             "uint16 .npy, convert that, and set scale: 1/4095 (or the sensor's range)")
     with h5py.File(tmp_path / "d.h5") as f:
         assert f["train/x"][()].max() == 16
     for c in ("a", "b"):            # the full 16-bit range: nothing to say
         Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "0.png")
         Image.fromarray(np.array([[0, 65535]], np.uint16)).save(tmp_path / "imgs" / c / "1.png")
-    assert convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0.25)["notes"] == []
+    assert not any("16-bit" in n for n in convert(tmp_path / "imgs", tmp_path / "e.h5", test_fraction=0.25)["notes"])
 
 
 def test_one_class_folder_is_said(tmp_path):
@@ -482,8 +483,14 @@ def test_one_based_labels_are_said(tmp_path):
     np.savez(tmp_path / "gap.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 3, 0, 1, 3]))
     assert convert(tmp_path / "gap.npz", tmp_path / "g.h5", test_fraction=0.34)["notes"] == [
         "label(s) 2 of 0 .. 3 have no image"]
-    np.savez(tmp_path / "ok.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 2, 0, 1, 2]))
-    assert convert(tmp_path / "ok.npz", tmp_path / "o.h5", test_fraction=0.34)["notes"] == []
+    np.savez(tmp_path / "ok.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.array([0, 1, 2, 0, 1, 2]),
+             x_test=np.zeros((3, 1, 2, 2), np.uint8), y_test=np.array([0, 1, 2]))
+    with pytest.raises(DataError, match=r"ok.npz holds x, y and x_test, y_test: name the training arrays "
+                                        r"x_train, y_train \(x, y alone are split by --test-fraction\)"):
+        convert(tmp_path / "ok.npz", tmp_path / "o.h5")        # x_test was ignored, a test split drawn
+    np.savez(tmp_path / "ok.npz", x_train=np.zeros((6, 1, 2, 2), np.uint8), y_train=np.array([0, 1, 2, 0, 1, 2]),
+             x_test=np.zeros((3, 1, 2, 2), np.uint8), y_test=np.array([0, 1, 2]))
+    assert convert(tmp_path / "ok.npz", tmp_path / "o.h5")["notes"] == []
 
 
 def test_a_broken_link_to_a_class_folder_is_refused(tmp_path):
@@ -493,3 +500,18 @@ def test_a_broken_link_to_a_class_folder_is_refused(tmp_path):
     os.symlink(tmp_path / "unmounted" / "b", tmp_path / "imgs" / "b")
     with pytest.raises(DataError, match=r"imgs/b is a link to .*unmounted/b, which does not exist"):
         convert(tmp_path / "imgs", tmp_path / "d.h5")
+
+
+def test_a_split_without_images_of_a_class_is_said(tmp_path):
+    """A split drawn at random can miss a small class: its error rate then says nothing about
+    that class, and nothing said so."""
+    make_folder(tmp_path / "imgs", classes=("big", "rare"), n=1, size=(4, 4))
+    make_folder(tmp_path / "imgs", classes=("big",), n=9, size=(4, 4), seed=1)
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.2, seed=0)
+    with h5py.File(tmp_path / "d.h5") as f:
+        missing = [s for s in ("train", "test") if 1 not in f[f"{s}/y"][()]]
+    assert len(missing) == 1
+    assert info["notes"] == [f"{missing[0]} has no image of rare/ (see distnet data info)"]
+    np.savez(tmp_path / "a.npz", x_train=np.zeros((4, 1, 2, 2), np.uint8), y_train=[0, 1, 2, 0],
+             x_test=np.zeros((2, 1, 2, 2), np.uint8), y_test=[0, 0])
+    assert convert(tmp_path / "a.npz", tmp_path / "a.h5")["notes"] == ["test has no image of 1, 2 (see distnet data info)"]
