@@ -26,6 +26,7 @@ Sources
   (uint8 stays uint8). ``.npy`` files are memory-mapped and copied in blocks. ``(N, H, W, C)``
   arrays are transposed with ``layout="nhwc"``; without a layout, an array whose last axis looks
   like channels (1, 3 or 4) and whose second does not is refused (``layout="nchw"`` keeps it).
+  Classes are named ``0``, ``1``, ... unless ``class_names`` names a text file of one name per line.
 
 Splits: the images of a split not given by the source are drawn from the training images with
 ``np.random.RandomState(seed).permutation(N)``: the first ``round(N * test_fraction)`` are the
@@ -523,7 +524,8 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
     nclasses = 1 + max(int(given[s][1].max()) for s in given)
     names = list(class_names) if class_names else [str(k) for k in range(nclasses)]
     if len(names) < nclasses:
-        raise DataError(f"{src}: label {nclasses - 1} is out of range for {len(names)} class names")
+        raise DataError(f"{src}: label {nclasses - 1} is out of range for the {len(names)} class names "
+                        f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
     dtype = given["train"][0].dtype
 
     def fill(split, dset):
@@ -649,9 +651,10 @@ def summary(path):
 LABELS_SHOWN = 12
 
 
-def label_line(classes, path):
-    """``labels: 0 = cat/, 1 = dog/, ...``: which class folder became which label."""
-    pairs = [f"{k} = {c}/" for k, c in enumerate(classes)]
+def label_line(classes, path, mark="/"):
+    """``labels: 0 = cat/, 1 = dog/, ...``: which class folder (``mark`` "/"; class name: "")
+    became which label."""
+    pairs = [f"{k} = {c}{mark}" for k, c in enumerate(classes)]
     if len(pairs) > LABELS_SHOWN:
         pairs = pairs[:LABELS_SHOWN - 2] + ["...", pairs[-1]]
         return f"labels: {', '.join(pairs)} (all {len(classes)}: distnet data info {path})"
@@ -659,22 +662,47 @@ def label_line(classes, path):
 
 
 def describe(info):
-    """What ``distnet data convert`` prints: one line, and for an image folder a second one
-    with the label of every class folder (:func:`label_line`)."""
+    """What ``distnet data convert`` prints: one line, and a second one with the label of every
+    class folder, or class name given (:func:`label_line`)."""
     C, H, W = info["shape"]
     parts = ", ".join(f"{s} {n}" for s, n in info["splits"].items())
     names = ", ".join(info["classes"][:8]) + (", ..." if len(info["classes"]) > 8 else "")
     line = (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
             f"{len(info['classes'])} classes ({names})")
-    if info.get("class_order") is None:
-        return line
-    return line + "\n" + label_line(info["classes"], info["path"])
+    folders = info.get("class_order") is not None
+    if not folders and info["classes"] == [str(k) for k in range(len(info["classes"]))]:
+        return line         # arrays without class names: the labels are the names
+    return line + "\n" + label_line(info["classes"], info["path"], "/" if folders else "")
+
+
+def read_class_names(path):
+    """The class names of a text file, one per line (label 0 first; UTF-8, a byte-order mark
+    dropped); DataError naming ``file:line`` for an empty line or a name given twice."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot read class names {path}: {e}") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    seen = {}
+    for n, line in enumerate(lines, 1):
+        name = line.strip()
+        if not name:
+            raise DataError(f"{path}:{n}: empty line; give one class name per line, label 0 first")
+        if name in seen:
+            raise DataError(f"{path}:{n}: class name {name!r} again (line {seen[name]})")
+        seen[name] = n
+    if not seen:
+        raise DataError(f"{path} holds no class names")
+    return list(seen)
 
 
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
-            class_order=None):
+            class_order=None, class_names=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
-    ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``."""
+    ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
+    (arrays only): a text file of one name per line, label 0 first."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise DataError(f"{name} must be in [0, 1), got {v}")
@@ -684,11 +712,16 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     if os.path.isdir(src):
         if layout is not None:
             raise DataError("--layout tells how arrays are laid out; images of a folder need none")
+        if class_names is not None:
+            raise DataError("--class-names names the labels of arrays; the class folders of images name "
+                            "theirs (--class-order orders them)")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text")
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise DataError("--size resizes images of a folder; arrays are stored as they are")
         if class_order is not None:
             raise DataError("--class-order orders the class folders of images; arrays hold their labels")
-        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, layout=layout)
+        names = read_class_names(class_names) if class_names is not None else None
+        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, class_names=names,
+                              layout=layout)
     raise DataError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

@@ -515,3 +515,27 @@ def test_a_split_without_images_of_a_class_is_said(tmp_path):
     np.savez(tmp_path / "a.npz", x_train=np.zeros((4, 1, 2, 2), np.uint8), y_train=[0, 1, 2, 0],
              x_test=np.zeros((2, 1, 2, 2), np.uint8), y_test=[0, 0])
     assert convert(tmp_path / "a.npz", tmp_path / "a.h5")["notes"] == ["test has no image of 1, 2 (see distnet data info)"]
+
+
+def test_class_names_of_arrays(tmp_path):
+    """Arrays had no way to name their classes: the file said 0, 1, 2 and so did data info."""
+    np.savez(tmp_path / "a.npz", x_train=np.zeros((6, 1, 2, 2), np.uint8), y_train=[0, 1, 2, 0, 1, 2],
+             x_test=np.zeros((3, 1, 2, 2), np.uint8), y_test=[0, 1, 2])
+    (tmp_path / "names.txt").write_bytes("\ufeffairplane\r\nautomobile\r\nbird\r\n".encode())
+    r = CliRunner().invoke(main, ["data", "convert", str(tmp_path / "a.npz"), str(tmp_path / "a.h5"),
+                                  "--class-names", str(tmp_path / "names.txt")])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == "labels: 0 = airplane, 1 = automobile, 2 = bird"
+    assert _classes_of(tmp_path / "a.h5") == ["airplane", "automobile", "bird"]
+    r = CliRunner().invoke(main, ["data", "info", str(tmp_path / "a.h5")])
+    assert [ln.split()[:2] for ln in r.output.splitlines()[-3:]] == [["0", "airplane"], ["1", "automobile"],
+                                                                     ["2", "bird"]]
+    for text, err in (("cat\ndog\n", r"label 2 is out of range for the 2 class names \(cat, dog\)"),
+                      ("cat\n\ndog\n", r"names.txt:2: empty line"),
+                      ("cat\ndog\ncat\n", r"names.txt:3: class name 'cat' again \(line 1\)")):
+        (tmp_path / "names.txt").write_text(text)
+        with pytest.raises(DataError, match=err):
+            convert(tmp_path / "a.npz", tmp_path / "b.h5", class_names=tmp_path / "names.txt")
+    make_folder(tmp_path / "imgs", n=2, size=(3, 3))
+    with pytest.raises(DataError, match="--class-names names the labels of arrays"):
+        convert(tmp_path / "imgs", tmp_path / "c.h5", class_names=tmp_path / "names.txt")
