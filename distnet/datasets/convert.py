@@ -383,13 +383,23 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
         notes.append(f"{src} has one class folder ({classes[0]}/): every image is label 0; SOURCE is the "
                      "folder that holds one subfolder per class")
     all_items = [it for items in splits.values() for it in items]
-    sizes, frames, gray, color = {}, [], [], []
+    sizes, frames, gray, color, bad = {}, [], [], [], []
     for path, _ in all_items:
-        mode, hw, n_frames = _probe(Image, path)
+        try:
+            mode, hw, n_frames = _probe(Image, path)
+        except DataError as e:      # all of them in one message, not one per attempt
+            bad.append((path, str(e)))
+            continue
         (gray if mode in GRAY_MODES else color).append(path)
         sizes.setdefault(hw, path)
         if n_frames > 1:
             frames.append(f"{path} ({n_frames} frames)")
+    bad.sort()
+    if len(bad) == 1:
+        raise DataError(bad[0][1])
+    if bad:
+        raise DataError(f"{len(bad)} images cannot be read (remove or replace them): {bad[0][1]}; and "
+                        f"{_shown([p for p, _ in bad[1:]], 5)}")
     if frames:
         notes.append(f"{len(frames)} image(s) hold several frames (animated GIF, multi-page TIFF); only "
                      f"the first frame of each is converted: {_shown(sorted(frames))}")

@@ -539,3 +539,17 @@ def test_class_names_of_arrays(tmp_path):
     make_folder(tmp_path / "imgs", n=2, size=(3, 3))
     with pytest.raises(DataError, match="--class-names names the labels of arrays"):
         convert(tmp_path / "imgs", tmp_path / "c.h5", class_names=tmp_path / "names.txt")
+
+
+def test_every_unreadable_image_is_named_at_once(tmp_path):
+    """Scraped datasets hold HTML pages saved as .jpg: the converter stopped at the first, so
+    fifty bad files took fifty runs to find."""
+    make_folder(tmp_path / "imgs", classes=("a", "b"), n=3, size=(4, 4))
+    for c, i in (("a", 7), ("a", 8), ("b", 9)):
+        (tmp_path / "imgs" / c / f"{i}.jpg").write_text("<html>404 Not Found</html>")
+    with pytest.raises(DataError) as e:
+        convert(tmp_path / "imgs", tmp_path / "d.h5")
+    msg = str(e.value)
+    assert msg.startswith(f"3 images cannot be read (remove or replace them): cannot read image "
+                          f"{tmp_path / 'imgs' / 'a' / '7.jpg'}: UnidentifiedImageError"), msg
+    assert msg.endswith(f"; and {tmp_path / 'imgs' / 'a' / '8.jpg'}, {tmp_path / 'imgs' / 'b' / '9.jpg'}"), msg
