@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import re
+import zlib
 
 import numpy as np
 
@@ -116,6 +117,16 @@ class FileDataset(Dataset):
             hint = (": {rank} and {size} are filled in serialized_path only (a rank's cache); a data "
                     "file is one file that every rank reads its own rows and tile of, so give its name")
         return DataError(str(config_error(self, f"{self.file_kind} {path} {what}{hint}", key)))
+
+    def fingerprint(self):
+        """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and
+        the labels (:func:`~distnet.datasets.base.check_same_data`)."""
+        out = []
+        for split, src in sorted(self.sources().items()):
+            y = np.ascontiguousarray(np.asarray(src.labels()))
+            out.append((split, tuple(int(d) for d in src.shape), str(src.dtype),
+                        zlib.crc32(memoryview(y).cast("B")) if y.size else 0))
+        return out
 
     # -- shapes without pixels ---------------------------------------------------------------
 
