@@ -310,12 +310,27 @@ def _holds_images(folder):
     return any(f.lower().endswith(IMAGE_EXTENSIONS) and _visible(f) for f in os.listdir(folder))
 
 
+def _check_one_class(folder, classes, notes):
+    """One class folder: a DataError when its images are all in its subfolders (SOURCE one
+    level above the class folders: every image would be label 0), else a note."""
+    if len(classes) != 1:
+        return
+    inner = os.path.join(folder, classes[0])
+    if not _holds_images(inner):
+        subs = sorted(d for d in os.listdir(inner) if _visible(d) and os.path.isdir(os.path.join(inner, d)))
+        raise DataError(f"{folder} has one class folder, {classes[0]}/, and its images are in its subfolders "
+                        f"{_shown(d + '/' for d in subs)}: give {inner} as SOURCE if those are the classes")
+    notes.append(f"{folder} has one class folder ({classes[0]}/): every image is label 0; SOURCE is the "
+                 "folder that holds one subfolder per class")
+
+
 def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None):
     """``(classes, {split: [(path, label)]})`` of an image folder (module docstring); what the
     user should know (class order, skipped files) is appended to ``notes``. A folder with a
     ``train/`` folder is a folder of splits (``test/``, ``valid/`` or ``val/``; those it lacks
     are drawn from train); any other folder in it is refused, as are split folders without
     ``train/`` (their images would become the classes ``test``, ``val``)."""
+    notes = [] if notes is None else notes
     if not os.path.isdir(src):
         raise DataError(f"{src} is not a folder")
     named = _split_folders(src)
@@ -328,6 +343,7 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
                             "and valid/ (or val/) only, each with one subfolder per class")
         train_dir = os.path.join(src, named["train"])
         classes = _class_folders(train_dir, class_order, notes)
+        _check_one_class(train_dir, classes, notes)
         rng = np.random.RandomState(seed)
         splits = {}
         for s in ("train", "test", "valid"):
@@ -361,6 +377,7 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
     if test_fraction == 0:
         raise DataError(f"{src}: no test split (give train/ and test/ folders or a test_fraction > 0)")
     classes = _class_folders(src, class_order, notes)
+    _check_one_class(src, classes, notes)
     items = _images_of(src, classes, notes)
     pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)
     return classes, {s: [items[i] for i in p] for s, p in pos.items()}
@@ -374,14 +391,6 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
     size = parse_size(size) if isinstance(size, str) else size
     notes = []
     classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes)
-    if len(classes) == 1 and not _holds_images(os.path.join(src, classes[0])):
-        inner = os.path.join(src, classes[0])
-        subs = sorted(d for d in os.listdir(inner) if _visible(d) and os.path.isdir(os.path.join(inner, d)))
-        raise DataError(f"{src} has one class folder, {classes[0]}/, and its images are in its subfolders "
-                        f"{_shown(d + '/' for d in subs)}: give {inner} as SOURCE if those are the classes")
-    if len(classes) == 1:
-        notes.append(f"{src} has one class folder ({classes[0]}/): every image is label 0; SOURCE is the "
-                     "folder that holds one subfolder per class")
     all_items = [it for items in splits.values() for it in items]
     sizes, frames, gray, color, bad = {}, [], [], [], []
     for path, _ in all_items:

@@ -553,3 +553,11 @@ def test_every_unreadable_image_is_named_at_once(tmp_path):
     assert msg.startswith(f"3 images cannot be read (remove or replace them): cannot read image "
                           f"{tmp_path / 'imgs' / 'a' / '7.jpg'}: UnidentifiedImageError"), msg
     assert msg.endswith(f"; and {tmp_path / 'imgs' / 'a' / '8.jpg'}, {tmp_path / 'imgs' / 'b' / '9.jpg'}"), msg
+
+
+def test_one_class_in_a_folder_of_splits(tmp_path):
+    make_folder(tmp_path / "imgs" / "train", classes=("cat",), n=4, size=(4, 4))
+    make_folder(tmp_path / "imgs" / "test", classes=("cat",), n=1, size=(4, 4))
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5")
+    assert info["notes"] == [f"{tmp_path / 'imgs' / 'train'} has one class folder (cat/): every image is label "
+                             "0; SOURCE is the folder that holds one subfolder per class"]
