@@ -120,7 +120,7 @@ class FileDataset(Dataset):
 
     def fingerprint(self):
         """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and
-        the labels (:func:`~distnet.datasets.base.check_same_data`)."""
+        the labels (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
         out = []
         for split, src in sorted(self.sources().items()):
             y = np.ascontiguousarray(np.asarray(src.labels()))
