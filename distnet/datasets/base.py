@@ -161,6 +161,10 @@ class Dataset:
         """Paths of the files the data is read from; :class:`DataError` if any is missing."""
         raise NotImplementedError
 
+    def class_names(self):
+        """The name of every class (label 0 first) when the data says them, else None."""
+        return None
+
     def fingerprint(self):
         """What every rank of a job must read alike, as a small picklable value, or None (not
         checked): :meth:`check_same_data` compares it over the ranks."""

@@ -171,6 +171,12 @@ class HDF5Dataset(FileDataset):
 
     file_kind = "HDF5 dataset file"
 
+    def class_names(self):
+        """The file's ``class_names`` attribute (the converter's class folders or
+        ``--class-names``) when it names every class, else None."""
+        names = class_names_of(self.source_files()[0])
+        return names if names is not None and len(names) == self.nclasses else None
+
     def data_files(self):
         return {"path": self.path}
 

@@ -561,3 +561,35 @@ def test_one_class_in_a_folder_of_splits(tmp_path):
     info = convert(tmp_path / "imgs", tmp_path / "d.h5")
     assert info["notes"] == [f"{tmp_path / 'imgs' / 'train'} has one class folder (cat/): every image is label "
                              "0; SOURCE is the folder that holds one subfolder per class"]
+
+
+def test_predictions_name_the_class_of_every_label(tmp_path):
+    """distnet predict wrote label 2 and nothing else: which class folder that was took the
+    converter's sorting rules to work out (folder 10 is label 2 of 0..11)."""
+    from tests.tiny import CNN, experiment
+    make_folder(tmp_path / "imgs", classes=("cat", "dog", "eel, the fish"), n=6, size=(12, 10), mode="L")
+    convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
+    exp = tmp_path / "e.yaml"
+    exp.write_text(experiment(CNN, tmp_path / "d.h5").replace("{path:", "{scale: 1/255, path:")
+                   .replace("num_epochs: 4", "num_epochs: 1"))
+    run = CliRunner().invoke(main, ["run", str(exp), "--no-run-dir", "--checkpoint", str(tmp_path / "ck.h5")])
+    assert run.exit_code == 0, run.output
+    np.save(tmp_path / "new.npy", np.zeros((2, 1, 12, 10), np.uint8))
+    for out in ("p.csv", "p.h5"):
+        r = CliRunner().invoke(main, ["predict", str(exp), "--checkpoint", str(tmp_path / "ck.h5"), "--data",
+                                      str(tmp_path / "new.npy"), "-o", str(tmp_path / out)])
+        assert r.exit_code == 0, r.output
+    import csv
+    with open(tmp_path / "p.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["label", "class", "p0", "p1", "p2"] and len(rows) == 3
+    names = ["cat", "dog", "eel, the fish"]
+    assert all(r[1] == names[int(r[0])] and len(r) == 5 for r in rows[1:])
+    with h5py.File(tmp_path / "p.h5") as f:
+        assert list(f["labels"].attrs["class_names"]) == ["cat", "dog", "eel, the fish"]
+    from distnet.datasets.arrays import write_predictions
+    write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.9, 0.0]]), np.array([1]))   # no names
+    assert (tmp_path / "q.csv").read_text().splitlines() == ["label,p0,p1,p2", "1,0.1,0.9,0"]
+    write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.0, 0.9]]), np.array([2]),
+                      ["cat", "dog", 'eel "the fish"'])
+    assert (tmp_path / "q.csv").read_text().splitlines()[1] == '2,"eel ""the fish""",0.1,0,0.9'
