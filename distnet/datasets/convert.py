@@ -734,12 +734,18 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         if class_names is not None:
             raise DataError("--class-names names the labels of arrays; the class folders of images name "
                             "theirs (--class-order orders them)")
+        if labels is not None:
+            raise DataError("--labels gives the labels of an .npy of images; the class folders of images "
+                            "give theirs")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text")
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise DataError("--size resizes images of a folder; arrays are stored as they are")
         if class_order is not None:
             raise DataError("--class-order orders the class folders of images; arrays hold their labels")
+        if labels is not None and src.lower().endswith(".npz"):
+            raise DataError(f"--labels gives the labels of an .npy of images; {src} holds its own (y_train, "
+                            "or y)")
         names = read_class_names(class_names) if class_names is not None else None
         return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, class_names=names,
                               layout=layout)

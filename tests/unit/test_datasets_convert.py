@@ -593,3 +593,14 @@ def test_predictions_name_the_class_of_every_label(tmp_path):
     write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.0, 0.9]]), np.array([2]),
                       ["cat", "dog", 'eel "the fish"'])
     assert (tmp_path / "q.csv").read_text().splitlines()[1] == '2,"eel ""the fish""",0.1,0,0.9'
+
+
+def test_labels_for_a_source_that_has_its_own_are_refused(tmp_path):
+    """--labels with a folder or an .npz was ignored without a word."""
+    make_folder(tmp_path / "imgs", n=2, size=(3, 3))
+    np.save(tmp_path / "y.npy", np.zeros(6, int))
+    with pytest.raises(DataError, match="--labels gives the labels of an .npy of images; the class folders"):
+        convert(tmp_path / "imgs", tmp_path / "d.h5", labels=tmp_path / "y.npy")
+    np.savez(tmp_path / "a.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.zeros(6, int))
+    with pytest.raises(DataError, match=r"a.npz holds its own \(y_train, or y\)"):
+        convert(tmp_path / "a.npz", tmp_path / "d.h5", labels=tmp_path / "y.npy")
