@@ -358,6 +358,9 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
             splits[s] = [items[i] for i in rng.permutation(len(items))]
         draw_test = "test" not in splits
         draw_valid = "valid" not in splits and valid_fraction > 0
+        if "valid" in splits and valid_fraction > 0:
+            notes.append(f"valid_fraction {valid_fraction:g} is not used: {os.path.join(src, named['valid'])} "
+                         "is the validation split")
         if draw_test and test_fraction == 0:
             raise DataError(f"{src}: no test split (give a test/ folder or a test_fraction > 0)")
         if draw_test or draw_valid:
@@ -533,6 +536,8 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
     plan = {s: (s, np.arange(len(given[s][1]))) for s in given}
     draw_test = "test" not in given
     draw_valid = "valid" not in given and valid_fraction > 0
+    unused = (f"valid_fraction {valid_fraction:g} is not used: {src} holds the validation split (x_valid, "
+              "y_valid)") if "valid" in given and valid_fraction > 0 else None
     if draw_test or draw_valid:
         pos = _draw_splits(len(given["train"][1]), test_fraction if draw_test else 0.0,
                            valid_fraction if draw_valid else 0.0, seed, src)
@@ -565,7 +570,7 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
            src, seed, test_fraction, valid_fraction)
     info = summary(out)
     note = _unused_labels_note(np.concatenate(list(labels_out.values())), len(names))
-    info["notes"] = [n for n in (note, None if note else _missing_classes_note(labels_out, names)) if n]
+    info["notes"] = [n for n in (unused, note, None if note else _missing_classes_note(labels_out, names)) if n]
     return info
 
 

@@ -604,3 +604,17 @@ def test_labels_for_a_source_that_has_its_own_are_refused(tmp_path):
     np.savez(tmp_path / "a.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.zeros(6, int))
     with pytest.raises(DataError, match=r"a.npz holds its own \(y_train, or y\)"):
         convert(tmp_path / "a.npz", tmp_path / "d.h5", labels=tmp_path / "y.npy")
+
+
+def test_a_valid_fraction_beside_a_given_validation_split_is_said(tmp_path):
+    make_folder(tmp_path / "imgs" / "train", classes=("a", "b"), n=4, size=(3, 3))
+    make_folder(tmp_path / "imgs" / "val", classes=("a", "b"), n=1, size=(3, 3))
+    info = convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25, valid_fraction=0.25)
+    assert info["splits"]["valid"] == 2
+    assert f"valid_fraction 0.25 is not used: {tmp_path / 'imgs' / 'val'} is the validation split" in info["notes"]
+    z = {f"{a}_{s}": np.zeros((4, 1, 2, 2), np.uint8) if a == "x" else np.arange(4) % 2
+         for a in "xy" for s in ("train", "test", "valid")}
+    np.savez(tmp_path / "a.npz", **z)
+    info = convert(tmp_path / "a.npz", tmp_path / "a.h5", valid_fraction=0.25)
+    assert info["notes"] == [f"valid_fraction 0.25 is not used: {tmp_path / 'a.npz'} holds the validation split "
+                             "(x_valid, y_valid)"]
