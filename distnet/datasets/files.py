@@ -85,6 +85,7 @@ class FileDataset(Dataset):
         #: ``"memory"`` or ``"stream"``: what the last :meth:`load` chose.
         self.mode = None
         self._layout_warned = False     # check() warns about a channels-last layout once
+        self._valid_warned = False      # ... and about a valid_fraction that the file's valid split overrides
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -106,6 +107,11 @@ class FileDataset(Dataset):
             if not os.path.isfile(path):
                 raise self._missing_file(key, path)
         return list(files.values())
+
+    def _where(self, key):
+        """``file:line`` of ``key`` in the YAML this dataset came from (the key alone without one)."""
+        e = config_error(self, "", key)
+        return f"{e.where}: key '{key}'" if e.where else f"key '{key}'"
 
     def _missing_file(self, key, path):
         """The DataError for a data file ``path`` (key ``key``) that is not there; a ``{rank}``
@@ -171,6 +177,11 @@ class FileDataset(Dataset):
         file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
         self.scaler()
         C, H, W = self.image_shape
+        if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
+            self._valid_warned = True       # the file's valid split is used: the key does nothing
+            warn_once_per_job(log, "%s: %g is not used: %s holds a validation split (valid/x, valid/y), "
+                              "which is used instead", self._where("valid_fraction"), self.valid_fraction,
+                              self.source_files()[0])
         if W in (1, 3, 4) and C not in (1, 3, 4) and not self._layout_warned:
             self._layout_warned = True
             warn_once_per_job(log, "%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels "

@@ -460,3 +460,16 @@ def test_wide_integers_that_scaling_overflows_name_the_key_streamed_too(tmp_path
     x = ds.load(dtype=np.float32)["test"][0]
     x = x if in_memory else x.materialize()
     assert np.isfinite(x).all() and x.max() == np.float32(199) * np.float32(1e30)
+
+
+def test_a_valid_fraction_that_the_files_valid_split_overrides_is_said(tmp_path, caplog):
+    """valid_fraction with a file holding valid/x, valid/y did nothing, without a word."""
+    path = write_uint8(tmp_path / "v.h5", valid=4)
+    text = _text(path, "scale: 1/255, valid_fraction: 0.2").replace("num_epochs: 4", "num_epochs: 1")
+    exp = load_experiment_text(text)
+    with caplog.at_level(logging.WARNING, logger="distnet"):
+        exp.check()
+        exp.check()
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "HDF5Dataset" in ln)
+    assert caplog.text.count(f"<string>:{line}: key 'valid_fraction': 0.2 is not used: {path} holds a "
+                             "validation split (valid/x, valid/y), which is used instead") == 1, caplog.text
