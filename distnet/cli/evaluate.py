@@ -108,7 +108,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
 
         def write():                        # rank 0; a failure (a full disk): every rank says it
             try:
-                write_predictions(output, outputs, labels)
+                write_predictions(output, outputs, labels, exp.dataset.class_names())
             except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
                 raise OutputError(f"-o {output}: {write_failure(e)}") from None
         _collectively(comm, lambda: write() if _rank0() else None)

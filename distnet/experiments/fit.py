@@ -266,7 +266,9 @@ class FitExperiment:
                     raise
                 raise config_error(self.dataset, e.bare_message, e.key) from None
 
-        return run_collectively(load, t.world)
+        data = run_collectively(load, t.world)
+        self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
+        return data
 
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
