@@ -59,9 +59,8 @@ def evaluate(experiment, checkpoint, overrides):
                            f"({n} sequences, greedy decoding)")
         return
     if _rank0():
-        grid = "x".join(map(str, result.grid))
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
-                   f"{result.size} rank(s), grid {grid}")
+                   f"{result.evaluated_on}")
         for split, rate in result.rates.items():
             click.echo(f"{split} set misclass rate: {rate:.5f}% ({result.counts[split]} images)")
 
