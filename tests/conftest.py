@@ -12,6 +12,7 @@ import tempfile
 import pytest
 
 from distnet.log import LOGGER_NAME
+from distnet.ops import parallel
 from tests.backends import BACKENDS
 
 _made = []
@@ -52,3 +53,17 @@ def restore_logger():
     logger.handlers[:], logger.filters[:] = saved[0], saved[3]
     logger.setLevel(saved[1])
     logger.propagate = saved[2]
+
+
+@pytest.fixture
+def restore_threads():
+    """Put BLAS threads, kernel threads and the plan back after the test (a fresh pool)."""
+    parallel.kernel_threads()
+    before = {k: parallel._state[k] for k in ("threads", "plan")}
+    blas = [c.get_num_threads() for c in parallel._state["blas"]]
+    yield
+    for c, n in zip(parallel._state["blas"], blas):
+        c.set_num_threads(n)
+    if parallel._state["pool"] is not None:
+        parallel._state["pool"].shutdown()
+    parallel._state.update(before, pool=None)

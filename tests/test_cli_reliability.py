@@ -237,6 +237,22 @@ def test_missing_or_truncated_data_file(env, tmp_path, damage):
     assert proc.returncode == 1 and str(data) in proc.stderr and words in proc.stderr, proc.stderr
 
 
+def test_a_per_rank_data_path_under_mpiexec_is_said_by_every_rank(env, tmp_path):
+    """A data path with {rank} (per-rank shard files, as neon's serialized_path): every rank names
+    the key's YAML line and the reason ({rank} is filled in serialized_path only), exit 1."""
+    shard = tmp_path / "shard_{rank}.h5"
+    (tmp_path / "shard_0.h5").write_bytes((env / "data.h5").read_bytes())   # rank 0's is there
+    exp = tmp_path / "e.yaml"
+    exp.write_text((env / "cnn_dist.yaml").read_text().replace(str(env / "data.h5"), f"'{shard}'"))
+    proc = distnet("run", str(exp), "--no-run-dir", n=2)
+    assert proc.returncode == 1, proc.stderr
+    line = next(i for i, ln in enumerate(exp.read_text().splitlines(), 1) if "HDF5Dataset" in ln)
+    for rank in (0, 1):
+        assert (f"[rank {rank}] distnet: error: {exp}:{line}: key 'path': HDF5 dataset file {shard} does not "
+                "exist: {rank} and {size} are filled in serialized_path only") in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_missing_mnist_files_are_listed(tmp_path):
     exp = tmp_path / "m.yaml"
     exp.write_text((ROOT / "experiments" / "mnist_cnn.yaml").read_text().replace("./datasets", str(tmp_path)))

@@ -59,9 +59,8 @@ def evaluate(experiment, checkpoint, overrides):
                            f"({n} sequences, greedy decoding)")
         return
     if _rank0():
-        grid = "x".join(map(str, result.grid))
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
-                   f"{result.size} rank(s), grid {grid}")
+                   f"{result.evaluated_on}")
         for split, rate in result.rates.items():
             click.echo(f"{split} set misclass rate: {rate:.5f}% ({result.counts[split]} images)")
 
@@ -108,7 +107,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
 
         def write():                        # rank 0; a failure (a full disk): every rank says it
             try:
-                write_predictions(output, outputs, labels)
+                write_predictions(output, outputs, labels, exp.dataset.class_names())
             except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
                 raise OutputError(f"-o {output}: {write_failure(e)}") from None
         _collectively(comm, lambda: write() if _rank0() else None)

@@ -439,6 +439,12 @@ def mnist_sample(directory, force):
               help="Fraction of the images held out as a validation split (when SOURCE has none).")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
               help="Seed of the split draw.")
+@click.option("--class-order", type=click.Choice(["text", "numeric"]), default=None,
+              help="Labels of the class folders: text (sorted as text, as torchvision and Keras do: "
+                   "folder 10 before 2; the default) or numeric (folders named by integers, by value). "
+                   "The labels are printed and kept in OUTPUT (distnet data info).")
+@click.option("--class-names", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Arrays: the class names, one per line, label 0 first (kept in OUTPUT; default 0, 1, ...).")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
               help="Axes of 4-d arrays: nchw (N, C, H, W: stored as they are) or nhwc (N, H, W, C: "
                    "transposed). Without it, arrays whose last axis looks like channels are refused.")
@@ -463,7 +469,8 @@ def mnist_sample(directory, force):
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, layout, target, test_source,
+def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, class_order, class_names,
+                 layout, target, test_source,
                  test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
@@ -478,7 +485,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
             "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     try:
-        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab):
+        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names):
             if p is not None and same_file(output, p):   # read while written: never, even with --force
                 raise OutputError(f"output {output} is also an input ({p}); give another OUTPUT")
         refuse_existing(output, "output", force, "give another OUTPUT, or --force to replace it")
@@ -489,12 +496,15 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
                                    "of parallel text: give the target sentences with --target")
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
-                           valid_fraction=valid_fraction, seed=seed, layout=layout)
+                           valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
+                           class_names=class_names)
+            for note in info.get("notes", ()):
+                click.echo(f"distnet: warning: {note}", err=True)
             click.echo(describe(info))
             return
         from ..datasets.sequences import convert_parallel_text, describe_text
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
-                        ("--layout", layout)):
+                        ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):
@@ -508,6 +518,22 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
         click.echo(describe_text(info))
     except DistnetError as e:
         _fail(str(e), e.exit_code)
+
+
+@data.command("info")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+def data_info(file):
+    """Describe FILE, a dataset in the HDF5 layout of docs/data.md (what distnet data convert
+    writes): its splits, image shape and type, and every label with its class name and its
+    number of images per split. Reads the header and the labels, not the pixels."""
+    _one_process("data info")
+    from ..datasets.fileinfo import dataset_info, info_lines
+    try:
+        lines = info_lines(dataset_info(file))
+    except DistnetError as e:
+        _fail(str(e), e.exit_code)      # a file that is no dataset: 1
+    for line in lines:
+        click.echo(line)
 
 
 @main.command()

@@ -82,20 +82,33 @@ def prediction_format(path):
     return fmt
 
 
-def write_predictions(path, outputs, labels):
+def _csv_field(text):
+    """``text`` as one CSV field (quoted when it holds a comma, a quote or a line break)."""
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
+
+
+def write_predictions(path, outputs, labels, class_names=None):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
-    and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image.
-    Written into a temporary file that replaces ``path`` once complete."""
+    and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image. With
+    ``class_names`` (K names: the training file's, e.g. the converter's class folders) the
+    HDF5 ``labels`` get the attribute ``class_names`` and the CSV a column ``class`` after
+    ``label``, so a label is never a guess. Written into a temporary file that replaces
+    ``path`` once complete."""
     from ..fileio import atomic_target, hdf5_file
     fmt = prediction_format(path)
+    names = list(class_names) if class_names is not None and len(class_names) == outputs.shape[1] else None
     with atomic_target(path) as tmp:
         if fmt == "hdf5":
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 f["probabilities"] = outputs
                 f["labels"] = labels.astype(np.int64)
                 f["probabilities"].attrs["meaning"] = "outputs of the model's last layer, one row per image"
+                if names is not None:
+                    f["labels"].attrs["class_names"] = names
         else:
             with open(tmp, "w", encoding="utf-8") as f:
-                f.write(",".join(["label"] + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
+                head = ["label"] + (["class"] if names is not None else [])
+                f.write(",".join(head + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
                 for lab, row in zip(labels, outputs):
-                    f.write(f"{int(lab)}," + ",".join(f"{v:.9g}" for v in row) + "\n")
+                    name = f"{_csv_field(names[int(lab)])}," if names is not None else ""
+                    f.write(f"{int(lab)},{name}" + ",".join(f"{v:.9g}" for v in row) + "\n")

@@ -161,6 +161,44 @@ class Dataset:
         """Paths of the files the data is read from; :class:`DataError` if any is missing."""
         raise NotImplementedError
 
+    def class_names(self):
+        """The name of every class (label 0 first) when the data says them, else None."""
+        return None
+
+    def fingerprint(self):
+        """What every rank of a job must read alike, as a small picklable value, or None (not
+        checked): :meth:`check_same_data` compares it over the ranks."""
+        return None
+
+    def check_same_data(self, comm):
+        """Collective over ``comm`` (one ``allgather`` of :meth:`fingerprint`): a DataError on
+        every rank when some ranks read data that differ from rank 0's. Every rank opens the
+        data file on its own, so nodes without a shared file system read their own copies; a
+        copy left from an earlier conversion (another seed or size) gave those ranks other
+        images and labels, and the run trained on the mixture without a word."""
+        mine = self.fingerprint()
+        if comm.Get_size() == 1 or mine is None:
+            return
+        every = comm.allgather(mine)
+        others = [r for r, f in enumerate(every) if f != every[0]]
+        if not others:
+            return
+        base = {k[0]: k[1:] for k in every[0]}
+        first = {k[0]: k[1:] for k in every[others[0]]}
+        what = []
+        for split in sorted(set(base) | set(first)):
+            a, b = base.get(split), first.get(split)
+            if a is None or b is None:
+                what.append(f"{split} split {'missing' if b is None else 'only there'}")
+            elif a[:2] != b[:2]:
+                what.append(f"{split} images {b[0]} {b[1]}, not {a[0]} {a[1]}")
+            elif a[2] != b[2]:
+                what.append(f"other {split} labels")
+        raise DataError(f"{', '.join(self.source_files())}: rank(s) {', '.join(map(str, others))} read data "
+                        f"that differ from rank 0's (rank {others[0]}: {'; '.join(what)}): every rank must read "
+                        "the same file; copy one file to every node (converting again, with another seed or "
+                        "size, makes another file)")
+
     def _read(self, tile):
         """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:
         ``(N, C, h, w)`` in the stored dtype (uint8 for MNIST and CIFAR), ``y`` ``(N,)`` int64."""
@@ -316,3 +354,4 @@ class Dataset:
     def __repr__(self):
         return (f"{type(self).__name__}(repo_path={self.repo_path!r}, sample_pct={self.sample_pct!r}, "
                 f"serialized_path={self.serialized_path!r})")
+

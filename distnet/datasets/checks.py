@@ -48,5 +48,28 @@ def check_splits(data, nclasses, source, origin=(0, 0)):
         check_split(x, y, nclasses, source, split, origin=origin)
 
 
+def labels_problem(y, n):
+    """None when ``y`` holds ``n`` integer labels ``(n,)``; else what is wrong (``"must be n
+    integers, got float64 (n, 10)"``) with the usual cause and its fix: one-hot rows
+    (``y.argmax(1)``), an ``(n, 1)`` column (``y.ravel()``), whole numbers stored as floats
+    (``y.astype(np.int64)``), class names (their index)."""
+    y = np.asarray(y)
+    if y.ndim == 1 and y.shape[0] == n and y.dtype.kind in "iu":
+        return None
+    hint = ""
+    numeric = y.dtype.kind in "biuf"
+    if numeric and y.ndim == 2 and y.shape[0] == n and y.shape[1] == 1:
+        hint = ": a column of labels; store y.ravel()"
+    elif numeric and y.ndim == 2 and y.shape[0] == n and y.size and np.isin(y, (0, 1)).all() \
+            and (y.sum(axis=1) == 1).all():
+        hint = ": one-hot rows; store the class indices, y.argmax(1)"
+    elif y.dtype.kind == "f" and y.ndim == 1 and y.size and np.isfinite(y).all() and (y == np.round(y)).all():
+        hint = ": whole numbers stored as floats; store y.astype(np.int64)"
+    elif y.dtype.kind in "USO":
+        hint = (": class names; store each label's index in the sorted names, "
+                "names, y = np.unique(y, return_inverse=True)")
+    return f"must be {n} integers, got {y.dtype} {y.shape}{hint}"
+
+
 def _image(index, i):
     return int(index[i]) if index is not None else i

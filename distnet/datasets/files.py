@@ -17,6 +17,8 @@ else ``valid_fraction`` of the training images (``round(N * valid_fraction)`` of
 import contextlib
 import logging
 import os
+import re
+import zlib
 
 import numpy as np
 
@@ -26,11 +28,15 @@ from ..geometry.partition import Box
 from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
+from .checks import labels_problem
 from .scaling import Scaler, check_scaled, parse_channels, parse_scale
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
 log = logging.getLogger(__name__)
+
+#: A ``{rank}`` / ``{size}`` placeholder (``{rank:03d}``, ``<rank>``) in a path.
+_PLACEHOLDER = re.compile(r"\{(rank|size)(:[^}]*)?\}|<(rank|size)>")
 
 #: ``in_memory: auto`` holds a rank's data in memory when its float arrays (all splits, the
 #: rank's tile) take at most this many bytes; above it, the data is streamed.
@@ -79,12 +85,54 @@ class FileDataset(Dataset):
         #: ``"memory"`` or ``"stream"``: what the last :meth:`load` chose.
         self.mode = None
         self._layout_warned = False     # check() warns about a channels-last layout once
+        self._valid_warned = False      # ... and about a valid_fraction that the file's valid split overrides
 
     # -- what subclasses provide -------------------------------------------------------------
 
     def sources(self):
         """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``."""
         raise NotImplementedError
+
+    #: How messages call the data files.
+    file_kind = "data file"
+
+    def data_files(self):
+        """``{YAML key: path}`` of the data files (resolved inside ``repo_path``)."""
+        raise NotImplementedError
+
+    def source_files(self):
+        """The data files; a DataError at the key's YAML line for one that is missing."""
+        files = self.data_files()
+        for key, path in files.items():
+            if not os.path.isfile(path):
+                raise self._missing_file(key, path)
+        return list(files.values())
+
+    def _where(self, key):
+        """``file:line`` of ``key`` in the YAML this dataset came from (the key alone without one)."""
+        e = config_error(self, "", key)
+        return f"{e.where}: key '{key}'" if e.where else f"key '{key}'"
+
+    def _missing_file(self, key, path):
+        """The DataError for a data file ``path`` (key ``key``) that is not there; a ``{rank}``
+        in it gets a hint, since only ``serialized_path`` fills placeholders (a data file is one
+        file for the whole job, of which every rank reads its rows and tile)."""
+        what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        hint = ""
+        if _PLACEHOLDER.search(path):
+            hint = (": {rank} and {size} are filled in serialized_path only (a rank's cache); a data "
+                    "file is one file that every rank reads its own rows and tile of, so give its name")
+        return DataError(str(config_error(self, f"{self.file_kind} {path} {what}{hint}", key)))
+
+    def fingerprint(self):
+        """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and
+        the labels (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
+        out = []
+        for split, src in sorted(self.sources().items()):
+            y = np.ascontiguousarray(np.asarray(src.labels()))
+            out.append((split, tuple(int(d) for d in src.shape), str(src.dtype),
+                        zlib.crc32(memoryview(y).cast("B")) if y.size else 0))
+        return out
 
     # -- shapes without pixels ---------------------------------------------------------------
 
@@ -129,6 +177,11 @@ class FileDataset(Dataset):
         file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
         self.scaler()
         C, H, W = self.image_shape
+        if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
+            self._valid_warned = True       # the file's valid split is used: the key does nothing
+            warn_once_per_job(log, "%s: %g is not used: %s holds a validation split (valid/x, valid/y), "
+                              "which is used instead", self._where("valid_fraction"), self.valid_fraction,
+                              self.source_files()[0])
         if W in (1, 3, 4) and C not in (1, 3, 4) and not self._layout_warned:
             self._layout_warned = True
             warn_once_per_job(log, "%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels "
@@ -316,8 +369,9 @@ class FileDataset(Dataset):
         k = self.nclasses
         for split, src in srcs.items():
             y = np.asarray(src.labels())
-            if y.ndim != 1 or y.shape[0] != src.shape[0] or y.dtype.kind not in "iu":
-                raise DataError(f"{src.where()}: labels must be {src.shape[0]} integers, got {y.dtype} {y.shape}")
+            problem = labels_problem(y, src.shape[0])
+            if problem:
+                raise DataError(f"{src.where()}: labels {problem}")
             if len(y) and (y.min() < 0 or y.max() >= k):
                 bad = int(y.min()) if y.min() < 0 else int(y.max())
                 raise DataError(f"{src.where()}: label {bad} is out of range 0..{k - 1}")

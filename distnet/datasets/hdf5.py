@@ -27,6 +27,7 @@ import os
 
 from ..errors import DataError
 from .base import check_path
+from .checks import labels_problem
 from .files import FileDataset
 from .sources import H5Source
 
@@ -116,8 +117,7 @@ class HDF5Dataset(FileDataset):
         and the labels."""
         if self._header_cache is not None:
             return self._header_cache
-        if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
+        self.source_files()     # a missing file: at the key's YAML line
         with _open(self.path) as f:
             missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
             if missing:
@@ -131,8 +131,10 @@ class HDF5Dataset(FileDataset):
                     continue
                 x, y = (_dataset(f, f"{s}/{a}", self.path) for a in "xy")
                 if x.ndim != 4 or x.dtype.kind not in "biuf":
+                    hint = ("; for (N, H, W) images of one channel, store x[:, None]"
+                            if x.ndim == 3 and x.dtype.kind in "biuf" else "")
                     raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
-                                    f"got {x.dtype} {x.shape}")
+                                    f"got {x.dtype} {x.shape}{hint}")
                 if shape is not None and x.shape[1:] != shape:
                     raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
                 if splits and x.dtype != splits["train"][1]:
@@ -141,8 +143,7 @@ class HDF5Dataset(FileDataset):
                                     "alike, so store the splits alike")
                 shape = x.shape[1:]
                 if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
-                    raise DataError(f"{self.path}: {s}/y must hold {x.shape[0]} integer labels, "
-                                    f"got {y.dtype} {y.shape}")
+                    raise DataError(f"{self.path}: {s}/y {labels_problem(y[()], x.shape[0])}")
                 if x.shape[0] == 0:
                     raise DataError(f"{self.path}: {s}/x holds no images")
                 labels = y[()]
@@ -168,10 +169,16 @@ class HDF5Dataset(FileDataset):
         """The root attribute ``nclasses``, else 1 + the largest label."""
         return self._header()[1]
 
-    def source_files(self):
-        if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
-        return [self.path]
+    file_kind = "HDF5 dataset file"
+
+    def class_names(self):
+        """The file's ``class_names`` attribute (the converter's class folders or
+        ``--class-names``) when it names every class, else None."""
+        names = class_names_of(self.source_files()[0])
+        return names if names is not None and len(names) == self.nclasses else None
+
+    def data_files(self):
+        return {"path": self.path}
 
     def sources(self):
         return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import check_path
+from .checks import labels_problem
 from .files import FileDataset
 from .sources import ArraySource, npy_source
 
@@ -80,6 +81,7 @@ class NumpyDataset(FileDataset):
 
     def sources(self):
         if self._srcs is None:
+            self.source_files()     # a missing file: at the key's YAML line
             if self.path is not None:
                 arrays = npz_arrays(self.path)
                 if "test" not in arrays:
@@ -101,6 +103,10 @@ class NumpyDataset(FileDataset):
                                     "alike, so store the splits alike")
                 if src.shape[0] == 0:
                     raise DataError(f"{src.where()}: holds no images")
+            for src in srcs.values():   # before the largest label is asked for (names: a TypeError)
+                problem = labels_problem(src.labels(), src.shape[0])
+                if problem:
+                    raise DataError(f"{src.where()}: labels {problem}")
             self._srcs = srcs
             self._nclasses = 1 + max(int(np.max(src.labels())) for src in srcs.values())
             self.check_labels(srcs)
@@ -115,9 +121,5 @@ class NumpyDataset(FileDataset):
         self.sources()
         return self._nclasses
 
-    def source_files(self):
-        files = [self.path] if self.path is not None else list(self.npy.values())
-        for p in files:
-            if not os.path.isfile(p):
-                raise DataError(f"data file {p} does not exist")
-        return files
+    def data_files(self):
+        return {"path": self.path} if self.path is not None else dict(self.npy)

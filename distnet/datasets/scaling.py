@@ -151,19 +151,24 @@ class Scaler:
 
 
 def check_int_range(source_dtype, channels, dtype, where, scaler):
-    """For integer data of at most 16 bits (not read in full before a streamed run): the
-    ConfigError of :meth:`Scaler.overflow_error` if ``scaler`` turns the smallest or largest value
-    the type can store into inf or NaN in ``dtype``. Wider integers are not checked (their range
-    is far wider than the data's as a rule)."""
+    """For integer data (not read in full before a streamed run): whether ``scaler`` keeps every
+    value the type can store finite in ``dtype`` (True: nothing more to check). If it does not,
+    types of at most 16 bits raise the ConfigError of :meth:`Scaler.overflow_error` (a scale
+    that overflows 65535 is not meant for pixels); wider types (int32, int64, ...) return False:
+    their range is far wider than the data's as a rule, so the caller checks the values stored
+    (:func:`~.stream.check_source_finite`). Non-integer types: True."""
     source_dtype = np.dtype(source_dtype)
-    if source_dtype.kind not in "iu" or source_dtype.itemsize > 2:
-        return
+    if source_dtype.kind not in "iu":
+        return True
     info = np.iinfo(source_dtype)
     raw = np.empty((2, channels, 1, 1), source_dtype)
     raw[0], raw[1] = info.min, info.max
     err = scaler.overflow_error(raw, dtype, where)
-    if err is not None:
+    if err is None:
+        return True
+    if source_dtype.itemsize <= 2:
         raise err
+    return False
 
 
 def check_scaled(x, where, rows, read_raw, scaler):

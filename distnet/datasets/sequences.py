@@ -194,11 +194,20 @@ class SequenceDataset:
         return data
 
 
+def _text_lines(f):
+    """The lines of the text file ``f`` (opened with universal newlines: ``\\n``, ``\\r\\n``,
+    ``\\r``), and only at those: Unicode line separators inside a sentence (U+2028, U+0085,
+    form feeds, which :meth:`str.splitlines` also splits at) would shift every later pair."""
+    lines = f.read().split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def _read_lines(path):
-    """The whitespace tokens of every line of the text file ``path`` (DataError if unreadable)."""
+    """The whitespace tokens of every line of the text file ``path`` (UTF-8, a byte-order mark
+    dropped; DataError if unreadable)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return [line.split() for line in f.read().splitlines()]
+        with open(path, encoding="utf-8-sig") as f:
+            return [line.split() for line in _text_lines(f)]
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
@@ -227,8 +236,8 @@ def read_vocabulary(path):
     <eos>`` are put first when the file does not begin with them. Empty lines, tokens with
     spaces, duplicates and specials out of place are a DataError naming ``file:line``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open(path, encoding="utf-8-sig") as f:
+            lines = _text_lines(f)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:

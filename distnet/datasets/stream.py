@@ -188,11 +188,13 @@ def check_source_finite(source, index, tile, rows_per_read=256, scaler=None, dty
     """DataError (naming the file and an image) if the float ``source`` holds NaN or inf in
     ``tile`` of the rows ``index``; reads in blocks (memory flat). With ``scaler`` and ``dtype``,
     also a ConfigError naming ``scale``/``mean``/``std`` when they turn the finite values into
-    NaN or inf (:func:`~.scaling.check_scaled`; integer sources: :func:`~.scaling.check_int_range`)."""
+    NaN or inf (:func:`~.scaling.check_scaled`). Integer sources are checked by the range of
+    their type (:func:`~.scaling.check_int_range`), and read like float ones only when that
+    range overflows (int32 / int64 data with a large scale or a tiny std: it went into
+    training as inf, and the first step reported a NaN cost)."""
     if source.dtype.kind != "f":
-        if scaler is not None:
-            check_int_range(source.dtype, source.shape[1], dtype, source.where(), scaler)
-        return
+        if scaler is None or check_int_range(source.dtype, source.shape[1], dtype, source.where(), scaler):
+            return
     index = np.unique(np.asarray(index, dtype=np.int64))
     for a in range(0, len(index), rows_per_read):
         rows = index[a:a + rows_per_read]

@@ -23,9 +23,10 @@ class Evaluation:
     #: ``{split: number of images}``.
     counts: dict = field(default_factory=dict)
     epoch: int = None                 # the last epoch the checkpoint had trained (0-based)
-    written_on: str = ""              # "1 rank(s), grid 1x1" of the checkpoint
+    written_on: str = ""              # "6 rank(s), grid 1x3, data 2" of the checkpoint
     size: int = 1
     grid: tuple = (1, 1)
+    evaluated_on: str = ""            # the same for this run's topology
 
 
 def _restore(exp, checkpoint, topology=None):
@@ -38,9 +39,17 @@ def _restore(exp, checkpoint, topology=None):
     return ck
 
 
-def _written_on(ck):
-    grid = "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?"
-    return f"{ck.meta.get('size', '?')} rank(s), grid {grid}"
+def layout_text(size, grid, data=1, pipe=1):
+    """``"8 rank(s), grid 1x2, data 2, pipe 2"`` (data and pipe only when > 1), as the run
+    header names a layout; ``grid`` None or empty: ``?``."""
+    text = f"{size} rank(s), grid {'x'.join(str(int(g)) for g in grid or ()) or '?'}"
+    return text + "".join(f", {k} {int(v)}" for k, v in (("data", data), ("pipe", pipe)) if int(v) > 1)
+
+
+def written_on(ck):
+    """The layout that wrote checkpoint ``ck`` (:func:`layout_text`)."""
+    m = ck.meta   # checkpoints before the pipe key: without it
+    return layout_text(m.get("size", "?"), m.get("grid"), m.get("data", 1), m.get("pipe", 1))
 
 
 def evaluate_checkpoint(exp, checkpoint, topology=None):
@@ -50,7 +59,8 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
     ck = _restore(exp, checkpoint, topology)
     t = exp.topology
     data = exp.load_data()
-    result = Evaluation(epoch=ck.epoch, written_on=_written_on(ck), size=t.size, grid=tuple(t.grid))
+    result = Evaluation(epoch=ck.epoch, written_on=written_on(ck), size=t.size, grid=tuple(t.grid),
+                        evaluated_on=layout_text(t.size, t.grid, t.ndata, t.npipe))
     for split, (x, y) in data.items():
         result.rates[split] = exp.model.misclass_rate(x, y)
         result.counts[split] = len(y)

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from ..log import check_logging, get_logger, setup_logging
+from .evaluate import written_on
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
@@ -266,7 +267,9 @@ class FitExperiment:
                     raise
                 raise config_error(self.dataset, e.bare_message, e.key) from None
 
-        return run_collectively(load, t.world)
+        data = run_collectively(load, t.world)
+        self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
+        return data
 
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
@@ -331,9 +334,8 @@ class FitExperiment:
             result.start_epoch = ck.epoch + 1
             for r in history:  # the run's records start at epoch 0, as an uninterrupted run's
                 hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s rank(s), grid %s); %s", resume, ck.epoch,
-                     ck.meta.get("size", "?"), "x".join(str(int(g)) for g in ck.meta.get("grid", [])) or "?",
-                     epochs_left(ck.epoch, self.model.num_epochs))
+            log.info("resumed from %s: epoch %d done (written on %s); %s", resume, ck.epoch,
+                     written_on(ck), epochs_left(ck.epoch, self.model.num_epochs))
         t0 = clock()
         data = self.load_data()
         timings["data"] = clock() - t0

@@ -60,7 +60,7 @@ class ConcatLayer(BaseLayer):
         if not need_input_grad:
             return None
         xp = get_array_module(delta)
-        cuts = np.cumsum(self.sizes)[:-1]
+        cuts = [int(c) for c in np.cumsum(self.sizes)[:-1]]   # plain ints: no host array for a device xp
         return [xp.ascontiguousarray(d) for d in xp.split(delta, cuts, axis=1)]
 
     def describe(self):

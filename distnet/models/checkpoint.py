@@ -292,7 +292,7 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
     meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
             "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
-            "steps": int(model.steps)}
+            "pipe": int(topology.npipe), "steps": int(model.steps)}
 
     def write():
         if error is not None:

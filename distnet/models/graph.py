@@ -146,7 +146,7 @@ class Graph:
             if self.local is not None and i not in self.local:
                 continue
             values[i] = layer.fprop(self.inputs_of(i, values, x, here=True))
-            for j in self.sources_here(i):
+            for j in set(self.sources_here(i)):   # a layer may read one value twice
                 if j >= 0 and self.last_use[j] == i:
                     del values[j]
         return values[len(self.layers) - 1]

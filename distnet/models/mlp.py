@@ -130,9 +130,12 @@ class MLP:
         """Refuse layers this model cannot hold (located errors; the experiment calls it as the
         file is read). MLP holds any sequence."""
 
+    #: The data's ``(C, H, W)`` (:meth:`infer_shapes`).
+    input_shape = None
+
     def infer_shapes(self, input_shape):
         """Derive every layer's global shapes from the data's ``(C, H, W)``; check the YAML."""
-        shape = tuple(input_shape)
+        shape = self.input_shape = tuple(input_shape)
         for i, layer in enumerate(self.layers):
             if layer.pos is not None and layer.pos != i:
                 raise layer.error(f"pos is {layer.pos} but the layer is item {i} of the layers list", "pos")
@@ -145,8 +148,12 @@ class MLP:
         return shape
 
     def planes(self):
-        """Every (H, W) plane the process grid must cut (for choosing a grid)."""
-        return [p for layer in self.layers for p in layer.planes()]
+        """Every (H, W) plane the process grid must cut (for choosing a grid): the input images'
+        (tiles of them are the model's input, window layers or not), then the layers'."""
+        own = [p for layer in self.layers for p in layer.planes()]
+        if self.input_layout == SPATIAL and self.input_shape is not None and len(self.input_shape) == 3:
+            own.insert(0, (*self.input_shape[1:], "the input images"))
+        return own
 
     def placements(self, position):
         """Every layer's :class:`~distnet.layers.placement.Placement` on ``position`` (a

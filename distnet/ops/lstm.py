@@ -77,7 +77,7 @@ def lstm_backward(dy, dhT, dcT, cache):
         dh = dh_keep + da @ Wh
         dc = dc_keep + dcn * f
     dx = da_all @ Wx
-    dWx = da_all.reshape(B * T, 4 * H).T @ x.reshape(B * T, -1)
+    dWx = da_all.reshape(B * T, 4 * H).T @ x.reshape(B * T, x.shape[-1])   # B may be 0 (a replica without rows)
     db = da_all.sum(axis=(0, 1))
     return dx, dh, dc, dWx, dWh, db
 

@@ -251,6 +251,20 @@ def mpi(comm):
 
 
 @pytest.fixture(scope="module")
+def shared_tmp(comm, request):
+    """A temporary folder every rank sees (made by world rank 0, its path broadcast; one per
+    module, removed by rank 0 at its end). Collective over ``comm``."""
+    import shutil
+    import tempfile
+    prefix = f"distnet-{request.module.__name__.rpartition('.')[2]}-"
+    tmp = comm.bcast(tempfile.mkdtemp(prefix=prefix) if comm.Get_rank() == 0 else None, root=0)
+    yield tmp
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def topologies(comm):
     """``grid -> Topology`` over ``comm``, made once per grid and module (collective: every rank
     asks for the same grids in the same order); freed at the end of the module."""

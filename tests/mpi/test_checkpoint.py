@@ -4,7 +4,6 @@ data replicas, or on one process, and reaches the weights of an uninterrupted si
 run (float64, 1e-10). Run on 4 ranks: grids 2x2 and 1x4, data 2 x grid 1x2, and 1 process."""
 import logging
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -20,10 +19,9 @@ MPI_TIMEOUT = 180
 
 
 @pytest.fixture(scope="module")
-def files(comm):
+def files(comm, shared_tmp):
     """The data and the experiments (non-dist and dist) in a folder every rank sees."""
-    tmp = tempfile.mkdtemp(prefix="distnet-ck-") if comm.Get_rank() == 0 else None
-    tmp = comm.bcast(tmp, root=0)
+    tmp = shared_tmp
     if comm.Get_rank() == 0:
         write_data(os.path.join(tmp, "data.h5"))
         for name, template in (("cnn", CNN), ("gb", GB)):
@@ -32,11 +30,7 @@ def files(comm):
                 with open(path, "w") as f:
                     f.write(experiment(template, os.path.join(tmp, "data.h5"), dist))
     comm.Barrier()
-    yield tmp
-    comm.Barrier()
-    if comm.Get_rank() == 0:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
 
 
 def run(path, overrides=(), checkpoint=None, resume=None, topology=None):

@@ -63,22 +63,26 @@ def data():
     return rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
 
 
-def train(layers, model_cls, topo, x, labels, epochs=2):
-    model = model_cls(layers=layers, num_epochs=epochs, batch_size=5, shuffle=True,
+def train(layers, model_cls, topo, x, labels, epochs=2, batch_size=5, rng_seed=3, shape=(C, H, W), nclasses=K):
+    """``(model, epoch costs, predictions of x)`` of a model for global images ``shape`` trained
+    on ``x`` (all of them, or this rank's tile of them for a dist model) with momentum 0.5: the oracle and the run under test
+    are this same call on the same global data."""
+    model = model_cls(layers=layers, num_epochs=epochs, batch_size=batch_size, shuffle=True,
                       momentum={"type": "constant", "coef": 0.5})
-    model.infer_shapes((C, H, W))
-    model.configure(Numpy64(rng_seed=3), topo)
+    model.infer_shapes(shape)
+    model.configure(Numpy64(rng_seed=rng_seed), topo)
     model.init_params()
-    costs = model.fit(x, labels, K)
+    costs = model.fit(x, labels, nclasses)
     return model, costs, model.predict(x)
 
 
-def _grid_params():
-    return [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in GRIDS]
+def grid_params(grids=GRIDS):
+    """``grids`` as parameters marked with the rank count each needs."""
+    return [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in grids]
 
 
 @pytest.mark.parametrize("net", list(NETS))
-@pytest.mark.parametrize("grid", _grid_params())
+@pytest.mark.parametrize("grid", grid_params())
 def test_dist_training_equals_single_process(topologies, data, grid, net):
     x, labels = data
     topo = topologies(grid)
@@ -94,7 +98,7 @@ def test_dist_training_equals_single_process(topologies, data, grid, net):
             np.testing.assert_allclose(pd.value, want, rtol=1e-10, atol=1e-13, err_msg=pd.name)
 
 
-@pytest.mark.parametrize("grid", _grid_params())
+@pytest.mark.parametrize("grid", grid_params())
 def test_initial_weights_are_the_global_draw_sliced(topologies, grid):
     topo = topologies(grid)
     ref = Convnet(layers=net_padded_strided(False), num_epochs=0)
@@ -127,7 +131,7 @@ def _pool_layer(cls, topo, **keys):
 @pytest.mark.parametrize("keys", [dict(fshape=3, stride=2, padding=1),
                                   dict(fshape=[2, 3], stride=[1, 2], padding=[1, 2])],
                          ids=["3x3s2p1", "2x3s1x2p1x2"])
-@pytest.mark.parametrize("grid", _grid_params())
+@pytest.mark.parametrize("grid", grid_params())
 def test_padded_maxpool_on_negative_values(topologies, grid, keys):
     """Max pooling's padding is -inf on every rank: on all-negative images a border window gives
     the max of its real pixels (the halo exchange fills zeros outside the image; those must not

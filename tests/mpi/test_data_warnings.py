@@ -110,3 +110,30 @@ def test_not_caching_a_stream_warning_once_per_job(comm, files, warnings_seen):
     ds.load(tile=tile_of((12, 3), (1, comm.size), (0, comm.rank)), rank=comm.rank, size=comm.size)
     counts = comm.allgather(_count(warnings_seen, "c_{rank}.pkl: streamed data is cached in HDF5 only"))
     assert counts == [1] + [0] * (comm.size - 1)
+
+
+def test_ranks_reading_different_copies_of_the_data_stop_together(comm, files):
+    """No shared file system: every node reads its own copy of the data file. A copy converted
+    again (another seed: the same images in another order) on one node gave its ranks other
+    images and labels, and the run trained on the mixture without a word."""
+    from distnet.errors import DataError
+    own = os.path.join(files, f"copy{comm.rank}.h5")
+    write_data(own, seed=1 if comm.rank == 1 else 0)        # rank 1's node has another conversion
+    comm.barrier()
+    text = experiment(CNN, own, dist=True).replace("num_epochs: 4,", "num_epochs: 1,")
+    with pytest.raises(DataError) as e:
+        load_experiment_text(text).run()
+    assert (f"{own}: rank(s) 1 read data that differ from rank 0's (rank 1: other test labels; other "
+            "train labels): every rank must read the same file") in str(e.value)
+    write_data(own, seed=0)                                  # the same file everywhere: no error
+    comm.barrier()
+    HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)
+    with h5py.File(own, "a") as f:                           # one more image on the last rank
+        if comm.rank == comm.size - 1:
+            del f["test/x"], f["test/y"]
+            f["test/x"], f["test/y"] = np.zeros((11, 1, 12, 10)), np.zeros(11, int)
+    comm.barrier()
+    with pytest.raises(DataError, match=rf"rank\(s\) {comm.size - 1} read data that differ from rank 0's "
+                                        rf"\(rank {comm.size - 1}: test images \(11, 1, 12, 10\) float64, not "
+                                        r"\(10, 1, 12, 10\) float64\)"):
+        HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)

@@ -9,7 +9,6 @@ The kernel thresholds are lowered so that small images take the large-image path
 import numpy as np
 import pytest
 
-from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
 from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWithNoBiasDist,
@@ -17,12 +16,14 @@ from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWith
 from distnet.models import Convnet, ConvnetDist
 from distnet.ops import conv, parallel, pooling
 from distnet.ops.activations import Logistic, RectLin
+from tests.mpi.test_convnet_dist import grid_params, train
 
 MPI_SIZES = (1, 2, 3, 4, 6)
 
 N, C, H, W, K = 12, 2, 14, 17, 3   # 12 images in batches of 4
 GRIDS = [(1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (2, 3), (3, 2)]
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
+FIT = {"batch_size": 4, "rng_seed": 5, "shape": (C, H, W), "nclasses": K}
 
 
 def net(dist):
@@ -46,22 +47,8 @@ def large_image_paths(monkeypatch):
     monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
 
 
-def train(layers, model_cls, topo, x, labels):
-    model = model_cls(layers=layers, num_epochs=2, batch_size=4, shuffle=True,
-                      momentum={"type": "constant", "coef": 0.5})
-    model.infer_shapes((C, H, W))
-    model.configure(Numpy64(rng_seed=5), topo)
-    model.init_params()
-    costs = model.fit(x, labels, K)
-    return model, costs, model.predict(x)
-
-
-def _grid_params():
-    return [pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in GRIDS]
-
-
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("grid", _grid_params())
+@pytest.mark.parametrize("grid", grid_params(GRIDS))
 def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monkeypatch):
     parallel.kernel_threads()
     if threads > 1 and not parallel._state["blas"]:
@@ -77,11 +64,11 @@ def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monk
         real(self, *a, **k)
         layouts.append(self.shifts)
     monkeypatch.setattr(conv._TileCols, "__init__", spy)
-    ref, ref_costs, ref_out = train(net(False), Convnet, Topology.serial(), x, labels)
+    ref, ref_costs, ref_out = train(net(False), Convnet, Topology.serial(), x, labels, **FIT)
     assert set(layouts) == {True, False}
     t = tile_of((H, W), topo.grid, topo.coords)
     layouts.clear()
-    dist, costs, out = train(net(True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
+    dist, costs, out = train(net(True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
     assert set(layouts) == {True, False}
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)

@@ -9,7 +9,6 @@ written on the grid restores into the one-process model and continues identicall
 Every rank builds the same global data (same seed) and runs the single-process oracle itself.
 """
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -152,7 +151,7 @@ def test_pipeline_stages_equal_single_process(comm, data, ndata, npipe, grid):
 @pytest.mark.parametrize("ndata,grid", [pytest.param(d, g, id=f"data{d}-grid{g[0]}x{g[1]}",
                                                      marks=pytest.mark.mpi_size(d * g[0] * g[1]))
                                         for d, g in [(1, (1, 2)), (1, (2, 2)), (2, (1, 2))]])
-def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid):
+def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
     """Train one epoch on the grid, checkpoint (Adam moments, batch-norm running statistics,
     step count), restore into a one-process model, train on: equal to two epochs in one go."""
     x, labels = data
@@ -163,8 +162,7 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid):
         t = tile_of((H, W), topo.grid, topo.coords)
         model = build(True, topo, "adam", epochs=1)
         model.fit(x[:, :, t.y0:t.y1, t.x0:t.x1], labels, K)
-        tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-h16L-") if comm.Get_rank() == 0 else None)
-        path = os.path.join(tmp, "ck.h5")
+        path = os.path.join(shared_tmp, f"resume-data{ndata}-{grid[0]}x{grid[1]}.h5")
         save_checkpoint(path, model, topo, epoch=0)
         comm.Barrier()
         ck = read_checkpoint(path)
@@ -176,10 +174,6 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid):
         costs = resumed.fit(x, labels, K)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         np.testing.assert_allclose(resumed.predict(x), ref.predict(x), rtol=1e-9, atol=1e-12)
-        comm.Barrier()
-        if comm.Get_rank() == 0:
-            os.remove(path)
-            os.rmdir(tmp)
     finally:
         topo.free()
 
@@ -208,7 +202,7 @@ def build_sharded(dist, topo, epochs):
 @pytest.mark.parametrize("direction", ["grid_to_one", "one_to_grid"])
 @pytest.mark.parametrize("grid", [pytest.param(g, id=f"grid{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1]))
                                   for g in [(1, 2), (2, 2), (1, 3)]])
-def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction):
+def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction, shared_tmp):
     """Adam moments of column-sharded FC weights and batch-norm statistics gathered from the
     grid's tiles / sliced onto them: a resumed run equals the uninterrupted one."""
     x, labels = data
@@ -218,8 +212,7 @@ def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
         ref = build_sharded(False, Topology.serial(), 2)
         ref_costs = ref.fit(x, labels, K)
-        tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-h16L-") if comm.Get_rank() == 0 else None)
-        path = os.path.join(tmp, "ck.h5")
+        path = os.path.join(shared_tmp, f"sharded-{direction}-{grid[0]}x{grid[1]}.h5")
         if direction == "grid_to_one":
             first = build_sharded(True, topo, 1)
             first.fit(xt, labels, K)
@@ -238,10 +231,6 @@ def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction)
         costs = resumed.fit(xr, labels, K)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         assert resumed.misclass_rate(xr, labels) == ref.misclass_rate(x, labels)
-        comm.Barrier()
-        if comm.Get_rank() == 0:
-            os.remove(path)
-            os.rmdir(tmp)
     finally:
         topo.free()
 

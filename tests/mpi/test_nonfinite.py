@@ -3,7 +3,6 @@
 the others naming that rank; a finite model passes on every rank with one agreed outcome."""
 import logging
 import os
-import tempfile
 
 import pytest
 
@@ -18,19 +17,13 @@ MPI_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def gb_dist(comm):
-    tmp = tempfile.mkdtemp(prefix="distnet-nf-") if comm.Get_rank() == 0 else None
-    tmp = comm.bcast(tmp, root=0)
-    path = os.path.join(tmp, "gb_dist.yaml")
+def gb_dist(comm, shared_tmp):
+    path = os.path.join(shared_tmp, "gb_dist.yaml")
     if comm.Get_rank() == 0:
         with open(path, "w") as f:
-            f.write(experiment(GB, write_data(os.path.join(tmp, "data.h5")), dist=True))
+            f.write(experiment(GB, write_data(os.path.join(shared_tmp, "data.h5")), dist=True))
     comm.Barrier()
-    yield path
-    comm.Barrier()
-    if comm.Get_rank() == 0:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+    return path
 
 
 def test_a_nan_in_one_shard_stops_every_rank(comm, gb_dist):

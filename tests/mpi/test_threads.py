@@ -10,20 +10,6 @@ from distnet.ops.threads import blas_threads
 MPI_SIZES = (1, 2, 4)
 
 
-@pytest.fixture
-def restore_threads():
-    """Put BLAS threads, kernel threads and the plan back after the test (a fresh pool)."""
-    parallel.kernel_threads()
-    before = {k: parallel._state[k] for k in ("threads", "plan")}
-    blas = [c.get_num_threads() for c in parallel._state["blas"]]
-    yield
-    for c, n in zip(parallel._state["blas"], blas):
-        c.set_num_threads(n)
-    if parallel._state["pool"] is not None:
-        parallel._state["pool"].shutdown()
-    parallel._state.update(before, pool=None)
-
-
 def test_node_share_counts_the_ranks_of_this_node(comm):
     node = node_share(comm)
     assert node.ranks == comm.size            # the test job runs on one machine

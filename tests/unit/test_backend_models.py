@@ -124,6 +124,24 @@ def test_gb_agrees_with_numpy(backend, dtype):
     assert_runs_agree(ref, got, dtype)
 
 
+@pytest.mark.parametrize("concat", [False, True], ids=["add", "concat"])
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_residual_graph_agrees_with_numpy(backend, concat):
+    """A layer graph (batch norm, a residual addition or a channel concatenation, global average
+    pooling) on a device: the concatenation's backward split the gradient at a numpy array of
+    indices, which the device array module refused."""
+    from tests.unit.test_graph import resnet
+    x, y = data(9, (2, 7, 6), 3, seed=4, dtype="float64")   # batches of 4: the last one has 1
+
+    def make(name, dt):
+        model = resnet(make_backend(name, dtype=dt, rng_seed=2), concat)
+        model.num_epochs = 2
+        return model
+    ref = train(make, "numpy", "float64", (x, y), x[:5])
+    got = train(make, backend, "float64", (x, y), x[:5])
+    assert_runs_agree(ref, got, "float64")
+
+
 # -- device work per step -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("model", ["convnet", "gb"])

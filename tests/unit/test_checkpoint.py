@@ -83,6 +83,7 @@ def test_checkpoint_contents(files, tmp_path):
     assert ck.config["yaml"] == files["cnn"].read_text()
     assert ck.config["overrides"] == ["model.num_epochs=3"]
     assert ck.meta["model"] == "Convnet" and ck.meta["dtype"] == "float64" and ck.meta["grid"] == [1, 1]
+    assert ck.meta["size"] == ck.meta["data"] == ck.meta["pipe"] == 1
     # the resolved experiment builds the experiment that ran
     resolved = tmp_path / "resolved.yaml"
     resolved.write_text(ck.config["resolved"])
@@ -290,3 +291,15 @@ def test_dtype_change_is_cast_with_a_warning(files, good, caplog):
         ckmod.apply_checkpoint(exp.model, ck, log)
     assert "the run uses float32 (cast)" in caplog.text
     assert exp.model.layers[0].W.dtype == np.float32 and exp.model.resume["epoch"] == 1
+
+
+def test_the_layout_that_wrote_a_checkpoint_is_named_whole():
+    """evaluate / resume name the writing layout as the run header does: 'written on 6 rank(s),
+    grid 1x3' left the user to guess where the other 3 ranks were (data replicas, stages)."""
+    from distnet.experiments.evaluate import layout_text, written_on
+    assert layout_text(1, (1, 1)) == "1 rank(s), grid 1x1"
+    assert layout_text(6, [1, 3], data=2) == "6 rank(s), grid 1x3, data 2"
+    assert layout_text(8, (1, 2), data=2, pipe=2) == "8 rank(s), grid 1x2, data 2, pipe 2"
+    old = ckmod.Checkpoint(path="ck.h5", epoch=0, params=[], meta={"size": 4, "grid": [2, 2]})   # before 'pipe'
+    assert written_on(old) == "4 rank(s), grid 2x2"
+    assert written_on(ckmod.Checkpoint(path="ck.h5", epoch=0, params=[], meta={})) == "? rank(s), grid ?"

@@ -272,3 +272,63 @@ def test_hdf5_nclasses_attribute_must_be_a_count(tmp_path, value):
         f.attrs["nclasses"] = value
     with pytest.raises(DataError, match=r"d.h5: the attribute nclasses must be a whole number >= 1, got"):
         HDF5Dataset(path=path).nclasses
+
+
+def test_a_missing_data_file_names_the_key_and_its_yaml_line(tmp_path):
+    """'HDF5 dataset file x_{rank}.h5 does not exist' gave neither the YAML line nor why: a data
+    file path is one file for the job ({rank} is filled in serialized_path only)."""
+    from distnet.config import load_experiment_text
+    from tests.tiny import CNN, experiment
+    for name, hint in (("gone.h5", False), ("x_{rank}of{size}.h5", True)):
+        text = experiment(CNN, tmp_path / name).replace(f"path: {tmp_path / name}", f"path: '{tmp_path / name}'")
+        line = next(i for i, ln in enumerate(text.splitlines(), 1) if "HDF5Dataset" in ln)
+        exp = load_experiment_text(text)
+        with pytest.raises(DataError) as e:
+            exp.run()
+        msg = str(e.value)
+        want = f"<string>:{line}: key 'path': HDF5 dataset file {tmp_path / name} does not exist"
+        assert msg.startswith(want), msg
+        assert ("filled in serialized_path only" in msg) == hint, msg
+    from distnet.datasets import NumpyDataset
+    np.save(tmp_path / "x.npy", np.zeros((2, 1, 3, 3)))
+    np.save(tmp_path / "y.npy", np.zeros(2, int))
+    ds = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                      test_x=str(tmp_path / "x.npy"), test_y=str(tmp_path / "y_<rank>.npy"))
+    with pytest.raises(DataError, match=r"key 'test_y': data file .*y_<rank>.npy does not exist: \{rank\}"):
+        ds.load()
+
+
+@pytest.mark.parametrize("labels,hint", [
+    (np.array([0., 1, 2, 0]), r"float64 \(4,\): whole numbers stored as floats; store y.astype\(np.int64\)"),
+    (np.eye(3)[[0, 1, 2, 0]], r"float64 \(4, 3\): one-hot rows; store the class indices, y.argmax\(1\)"),
+    (np.array([[0], [1], [2], [0]]), r"int64 \(4, 1\): a column of labels; store y.ravel\(\)"),
+    (np.array(["cat", "dog", "eel", "cat"]), r"<U3 \(4,\): class names; store each label's index"),
+])
+def test_labels_that_are_not_class_indices_say_what_they_look_like(tmp_path, labels, hint):
+    """Labels as a pandas / Keras pipeline leaves them: the error says how to store them; class
+    names were a numpy UFuncTypeError traceback from NumpyDataset."""
+    from distnet.datasets import NumpyDataset
+    from distnet.datasets.convert import convert
+    np.save(tmp_path / "x.npy", np.zeros((4, 1, 3, 3), np.float32))
+    np.save(tmp_path / "y.npy", labels)
+    ds = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
+                      test_x=str(tmp_path / "x.npy"), test_y=str(tmp_path / "y.npy"), scale=1)
+    with pytest.raises(DataError, match=r"x.npy \(train\): labels must be 4 integers, got " + hint):
+        ds.load()
+    with pytest.raises(DataError, match=r"y.npy: train labels must be 4 integers, got " + hint):
+        convert(tmp_path / "x.npy", tmp_path / "o.h5", labels=tmp_path / "y.npy")
+    with h5py.File(tmp_path / "h.h5", "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"] = np.zeros((4, 1, 3, 3), np.float32)
+            f[f"{s}/y"] = labels.astype("S") if labels.dtype.kind == "U" else labels
+    with pytest.raises(DataError, match=r"h.h5: train/y must be 4 integers, got " + hint.replace("<U3", "|S3")):
+        HDF5Dataset(path=str(tmp_path / "h.h5")).nclasses
+
+
+def test_hdf5_images_of_three_axes_say_how_to_store_them(tmp_path):
+    with h5py.File(tmp_path / "n3.h5", "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"], f[f"{s}/y"] = np.zeros((4, 5, 5), np.uint8), [0, 1, 0, 1]
+    with pytest.raises(DataError, match=r"n3.h5: train/x must be a numeric \(N, C, H, W\) array, got uint8 "
+                                        r"\(4, 5, 5\); for \(N, H, W\) images of one channel, store x\[:, None\]"):
+        HDF5Dataset(path=str(tmp_path / "n3.h5")).image_shape

@@ -429,3 +429,47 @@ def test_scaling_overflow_with_a_tile_cache_names_the_data_file(tmp_path):
     with pytest.raises(ConfigError, match=r"f.h5 \(train\) holds finite values") as e:
         ds.load(dtype=np.float32)
     assert ".tile." not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64])
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_wide_integers_that_scaling_overflows_name_the_key_streamed_too(tmp_path, dtype, in_memory):
+    """int32 / int64 data streamed were not checked (their type's range overflows any large
+    scale): values a scale turns into inf went into training, and the first step said 'the
+    cost became nan ... lower the learning rate or check the data'. Their values are checked
+    now when the type's range overflows, so small values with the same scale still run."""
+    def write(path, big):
+        with h5py.File(path, "w") as f:
+            for s, n in (("train", 12), ("test", 4)):
+                x = np.arange(n * 12 * 10, dtype=dtype).reshape(n, 1, 12, 10) % 200
+                if s == "test":
+                    x[3, 0, 5, 5] = big
+                f[f"{s}/x"], f[f"{s}/y"] = x, np.arange(n) % 3
+        return path
+    path = write(tmp_path / "wide.h5", 3_000_000_000 if dtype != np.int32 else 2_000_000_000)
+    exp = load_experiment_text(_text(path, f"scale: 1e30, in_memory: {str(in_memory).lower()}")
+                               .replace("Numpy64 {", "Numpy {"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError) as e:
+            exp.run()
+    msg = str(e.value)
+    assert re.match(r"<string>:\d+: key 'scale': .*wide.h5 \(test\) holds finite values \(.* in image 3\) but "
+                    r"scale 1e\+30 turns them into inf or NaN in float32", msg), msg
+    ds = HDF5Dataset(path=str(write(tmp_path / "small.h5", 7)), scale=1e30, in_memory=in_memory)
+    x = ds.load(dtype=np.float32)["test"][0]
+    x = x if in_memory else x.materialize()
+    assert np.isfinite(x).all() and x.max() == np.float32(199) * np.float32(1e30)
+
+
+def test_a_valid_fraction_that_the_files_valid_split_overrides_is_said(tmp_path, caplog):
+    """valid_fraction with a file holding valid/x, valid/y did nothing, without a word."""
+    path = write_uint8(tmp_path / "v.h5", valid=4)
+    text = _text(path, "scale: 1/255, valid_fraction: 0.2").replace("num_epochs: 4", "num_epochs: 1")
+    exp = load_experiment_text(text)
+    with caplog.at_level(logging.WARNING, logger="distnet"):
+        exp.check()
+        exp.check()
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "HDF5Dataset" in ln)
+    assert caplog.text.count(f"<string>:{line}: key 'valid_fraction': 0.2 is not used: {path} holds a "
+                             "validation split (valid/x, valid/y), which is used instead") == 1, caplog.text

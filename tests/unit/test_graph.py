@@ -174,3 +174,28 @@ def test_single_input_layer_refuses_two_inputs_and_pipelines_refuse_graphs():
         exp.model.stage_plan(2)
     with pytest.raises(ConfigError, match="graphs run one micro-batch"):
         load_experiment_text(text.replace("num_epochs: 1,", "num_epochs: 1, micro_batches: 2,"), "graph.yaml")
+
+
+@pytest.mark.parametrize("merge", ["concat", "add"])
+def test_a_layer_may_read_one_value_twice(merge):
+    """``inputs: [c, c]`` (and ``[input, input]``): forward keeps the value until the layer has
+    read it (it was dropped twice: KeyError in the first step), backward sums both gradients."""
+    Merge = ConcatLayer if merge == "concat" else AddLayer
+    layers = [AddLayer(name="twice_in", inputs=["input", "input"]),
+              ConvLayer(name="c", nofm=2, fshape=3, padding=1, weight_init=WI, activation=Tanh()),
+              Merge(name="twice", inputs=["c", "c"]),
+              Layer(name="out", nout=3, weight_init=WI)]
+    model = Convnet(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
+    model.infer_shapes((1, 5, 4))
+    model.configure(make_backend("numpy", dtype="float64", rng_seed=1), Topology.serial())
+    model.init_params()
+    rng = np.random.RandomState(2)
+    x = rng.standard_normal((4, 1, 5, 4))
+    t = np.eye(3)[rng.randint(0, 3, 4)]
+
+    def loss():
+        return float(model.cost.loss_sum(model.fprop(x), t).sum())
+
+    model.bprop(model.cost.grad(model.fprop(x), t))
+    for layer, p in model._params:
+        check_grad(loss, p.value, p.grad.copy(), rtol=1e-5, atol=1e-7)

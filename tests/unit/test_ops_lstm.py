@@ -37,6 +37,19 @@ def test_lstm_stack_gradients():
             check_grad(f, w, g)
 
 
+def test_lstm_stack_of_an_empty_batch():
+    """A data replica with no rows of a short last batch runs the stack on B = 0: zero weight
+    gradients of the weights' shapes (its backward raised 'cannot reshape array of size 0')."""
+    x, mask, h0, c0, weights, (wy, whT, wcT) = _setup()
+    y, hT, cT, caches = stack_forward(x[:0], mask[:0], h0[:, :0], c0[:, :0], weights)
+    assert y.shape == (0, T, H) and hT.shape == cT.shape == (L, 0, H)
+    dx, dh0, dc0, grads = stack_backward(wy[:0], whT[:, :0], wcT[:, :0], caches)
+    assert dx.shape == (0, T, D) and dh0.shape == dc0.shape == (L, 0, H)
+    for l in range(L):
+        for w, g in zip(weights[l], grads[l]):
+            assert g.shape == w.shape and not g.any()
+
+
 def test_lstm_stack_with_dropout_between_layers():
     x, mask, h0, c0, weights, (wy, whT, wcT) = _setup(3)
     drop = [(np.random.default_rng(4).random((B, T, H)) >= 0.3) / 0.7]

@@ -312,3 +312,19 @@ def test_experiment_file_notes_are_said_by_run_and_check(tmp_path):
         r = CliRunner().invoke(main, args + small)
         assert r.exit_code == 0, r.output
         assert "key 'seed' is given twice" in r.output, (args[0], r.output)
+
+
+def test_parallel_text_from_windows_and_the_web(tmp_path):
+    """A byte-order mark (Notepad's UTF-8) became part of the first token ('\\ufeffhello', not
+    'hello'); a Unicode line separator inside a sentence (U+2028, scraped text) split it in two,
+    shifting every later pair against its translation."""
+    from distnet.datasets.sequences import convert_parallel_text, read_vocabulary
+    (tmp_path / "s.txt").write_bytes("\ufeffhello world\r\nhow\u2028are you\r\nhello\r\n".encode("utf-8"))
+    (tmp_path / "t.txt").write_bytes("bonjour monde\r\ncomment vas tu\r\nbonjour\r\n".encode("utf-8"))
+    info = convert_parallel_text(tmp_path / "p.h5", (tmp_path / "s.txt", tmp_path / "t.txt"), None,
+                                 test_fraction=0.34, seed=0)
+    assert sum(info["splits"].values()) == 3
+    assert "hello" in info["src_vocab"] and not any("\ufeff" in t for t in info["src_vocab"])
+    assert {"how", "are", "you"} <= set(info["src_vocab"])
+    (tmp_path / "v.txt").write_bytes("\ufeffhello\nworld\n".encode("utf-8"))
+    assert read_vocabulary(tmp_path / "v.txt")[-2:] == ["hello", "world"]

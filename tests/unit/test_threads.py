@@ -60,20 +60,6 @@ def test_backend_threads_key():
         Numpy(threads=0)
 
 
-@pytest.fixture
-def restore_threads():
-    """Put BLAS threads, kernel threads and the plan back after the test (a fresh pool)."""
-    parallel.kernel_threads()
-    before = {k: parallel._state[k] for k in ("threads", "plan")}
-    blas = [c.get_num_threads() for c in parallel._state["blas"]]
-    yield
-    for c, n in zip(parallel._state["blas"], blas):
-        c.set_num_threads(n)
-    if parallel._state["pool"] is not None:
-        parallel._state["pool"].shutdown()
-    parallel._state.update(before, pool=None)
-
-
 @pytest.mark.parametrize("n", [1, 2])
 def test_apply_plan_sets_blas_and_kernel_threads(n, restore_threads):
     if not parallel._state["blas"]:
