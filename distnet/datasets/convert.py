@@ -474,7 +474,7 @@ def _array_splits(src, labels_path):
             return {s: (z[f"x_{s}"], z[f"y_{s}"], src) for s in ("train", "test", "valid")
                     if f"x_{s}" in names and f"y_{s}" in names}
     if labels_path is None:
-        raise DataError(f"{src} holds images only: give the labels (.npy) with --labels")
+        raise OptionError(f"{src} holds images only: give the labels (.npy) with --labels")
     return {"train": (_load_array(src), _load_array(labels_path, mmap=False), labels_path)}
 
 

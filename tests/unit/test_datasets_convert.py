@@ -121,7 +121,7 @@ def test_bad_arrays(tmp_path):
     np.savez(tmp_path / "nan.npz", x_train=x, y_train=np.zeros(6, int), x_test=x[:2], y_test=[0, 0])
     with pytest.raises(DataError, match=r"nan.npz: train image 4 holds NaN or inf"):
         convert(tmp_path / "nan.npz", tmp_path / "o.h5")
-    with pytest.raises(DataError, match="--labels"):
+    with pytest.raises(OptionError, match="--labels"):     # usage: exit 2
         np.save(tmp_path / "x.npy", x)
         convert(tmp_path / "x.npy", tmp_path / "o.h5")
 
@@ -537,7 +537,7 @@ def test_class_names_of_arrays(tmp_path):
         with pytest.raises(DataError, match=err):
             convert(tmp_path / "a.npz", tmp_path / "b.h5", class_names=tmp_path / "names.txt")
     make_folder(tmp_path / "imgs", n=2, size=(3, 3))
-    with pytest.raises(DataError, match="--class-names names the labels of arrays"):
+    with pytest.raises(OptionError, match="--class-names names the labels of arrays"):   # usage: exit 2
         convert(tmp_path / "imgs", tmp_path / "c.h5", class_names=tmp_path / "names.txt")
 
 
@@ -599,10 +599,10 @@ def test_labels_for_a_source_that_has_its_own_are_refused(tmp_path):
     """--labels with a folder or an .npz was ignored without a word."""
     make_folder(tmp_path / "imgs", n=2, size=(3, 3))
     np.save(tmp_path / "y.npy", np.zeros(6, int))
-    with pytest.raises(DataError, match="--labels gives the labels of an .npy of images; the class folders"):
+    with pytest.raises(OptionError, match="--labels gives the labels of an .npy of images; the class folders"):
         convert(tmp_path / "imgs", tmp_path / "d.h5", labels=tmp_path / "y.npy")
     np.savez(tmp_path / "a.npz", x=np.zeros((6, 1, 2, 2), np.uint8), y=np.zeros(6, int))
-    with pytest.raises(DataError, match=r"a.npz holds its own \(y_train, or y\)"):
+    with pytest.raises(OptionError, match=r"a.npz holds its own \(y_train, or y\)"):
         convert(tmp_path / "a.npz", tmp_path / "d.h5", labels=tmp_path / "y.npy")
 
 

@@ -33,12 +33,12 @@ CASES = {
     "convert: a text option without --target": (["data", "convert", "x.npy", "o.h5", "--min-count", "2"], 2,
                                                 "--min-count is an option of parallel text"),
     "convert: a bad --size": (["data", "convert", "imgs", "o.h5", "--size", "0x3"], 2, "size must be HxW"),
+    "convert: images without --labels": (["data", "convert", "x.npy", "o.h5"], 2, "images only"),
     # what running met: 1
     "check: a missing data file": (["check", "nodata.yaml"], 1, "missing.h5 does not exist"),
     "distribute: an output that exists": (["distribute", "cnn.yaml", "-o", "out.h5"], 1, "already exists"),
     "convert: an output that exists": (["data", "convert", "x.npy", "out.h5"], 1, "already exists"),
-    "convert: a class folder without images": (["data", "convert", "imgs", "o.h5"], 1, "holds no images"),
-    "convert: images without labels": (["data", "convert", "x.npy", "o.h5"], 1, "images only"),
+    "convert: a folder of no images": (["data", "convert", "imgs", "o.h5"], 1, "class folder"),
     "plot: not a metrics file": (["plot", "data.h5", "-o", "p.png"], 1, "not a metrics file"),
 }
 
