@@ -9,6 +9,7 @@ which is exactly what the one-process run computes there. No communication, no R
 weight RNG stream is untouched, so adding dropout does not change any initial weight), and a
 resumed run continues with the same masks (the step count is in the checkpoint).
 """
+from ..config.types import HalfOpenFraction
 from ..ops.dropout import dropout_bprop, dropout_fprop, dropout_mask, stream_key
 from ..geometry import tile_of
 from .base import BaseLayer
@@ -20,7 +21,7 @@ class DropoutLayer(BaseLayer):
     shape; the output has the input's shape and layout. On a split process grid use
     :class:`DropoutLayerDist`."""
 
-    config_types = {"p": float}
+    config_types = {"p": HalfOpenFraction}
     whole_batch = True
 
     def __init__(self, p=0.5, **common):

@@ -1,0 +1,93 @@
+"""Values a researcher can write that make no sense (a momentum of 1.5, two layers named alike,
+contradictory topology keys, ...): refused before training with file:line and key, instead of
+a run that silently diverges or gives ambiguous logs."""
+import pytest
+
+from distnet.config import load_experiment_text
+from distnet.errors import ConfigError
+from distnet.ops.sgd import MomentumSchedule
+
+HEADER = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: !obj:distnet.backends.Numpy {rng_seed: 0},
+  datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere}],
+  model: !obj:distnet.models.MLP {
+    num_epochs: 1,
+    MODEL_KEYS
+    layers: [
+"""
+FOOTER = """    ],
+  },
+}
+"""
+FC = "      !obj:distnet.layers.LayerWithNoBias {nout: 10, weight_init: {type: uniform}},\n"
+
+
+def load(layers=FC, model_keys="learning_rate: 0.1,"):
+    return load_experiment_text(HEADER.replace("MODEL_KEYS", model_keys) + layers + FOOTER, "exp.yaml")
+
+
+def error_of(**kw):
+    with pytest.raises(ConfigError) as e:
+        load(**kw)
+    return str(e.value)
+
+
+# -- momentum and the other decay coefficients ---------------------------------------------------
+
+@pytest.mark.parametrize("momentum", [
+    "{type: constant, coef: 1.5}",
+    "{type: constant, coef: 1.0}",         # no decay: the velocity sums every gradient ever seen
+    "{type: nesterov, coef: .nan}",
+    "{type: linear_monotone, initial_coef: 0.5, saturated_coef: 1.2, start_epoch: 0, saturate_epoch: 3}",
+])
+def test_model_momentum_outside_0_1_is_refused_at_its_line(momentum):
+    text = error_of(model_keys=f"learning_rate: 0.1,\n    momentum: {momentum},")
+    assert text.startswith("exp.yaml:7: key 'momentum'"), text
+
+
+def test_momentum_schedule_refuses_bad_coefficients_as_a_library_too():
+    for config in ({"type": "constant", "coef": 1.0}, {"type": "nesterov", "coef": -0.1},
+                   {"type": "constant", "coef": "0.9"}):
+        with pytest.raises(ConfigError, match="momentum"):
+            MomentumSchedule(config)
+    assert MomentumSchedule({"type": "constant", "coef": 0.99})(7) == 0.99
+
+
+def test_learning_rule_momentum_outside_0_1_is_refused_at_its_line():
+    rule = "learning_rule: !obj:distnet.learning_rules.GradientDescent {\n      momentum: {type: constant, coef: 1.01}},"
+    text = error_of(model_keys=rule)
+    assert text.startswith("exp.yaml:7: key 'momentum'") and "[0, 1)" in text, text
+
+
+def test_neon_later_per_layer_momentum_params_are_checked_where_written():
+    layer = """      !obj:neon.models.layer.LayerWithNoBias {
+        nout: 10, weight_init: {type: uniform},
+        learning_rule: !obj:neon.models.learning_rule.GradientDescentMomentum {
+          name: lr, lr_params: {learning_rate: 0.1, momentum_params: {type: constant, initial_coef: 1.9}}},
+      },
+"""
+    text = error_of(layers=layer)
+    assert text.startswith("exp.yaml:10:") and "initial_coef" in text and "[0, 1)" in text, text
+
+
+@pytest.mark.parametrize("rule,key", [
+    ("!obj:distnet.learning_rules.Adam {beta1: 1.0}", "beta1"),
+    ("!obj:distnet.learning_rules.Adam {beta2: -0.5}", "beta2"),
+    ("!obj:distnet.learning_rules.AdamW {epsilon: 0.0}", "epsilon"),
+    ("!obj:distnet.learning_rules.AdamW {weight_decay: -0.01}", "weight_decay"),
+    ("!obj:distnet.learning_rules.GradientDescent {max_grad_norm: .inf}", "max_grad_norm"),
+])
+def test_adam_keys_outside_their_range_name_file_line_key(rule, key):
+    text = error_of(model_keys=f"learning_rule: {rule},")
+    assert text.startswith(f"exp.yaml:6: key '{key}'"), text
+
+
+@pytest.mark.parametrize("layer,key", [
+    ("!obj:distnet.layers.DropoutLayer {p: 1.0}", "p"),
+    ("!obj:distnet.layers.DropoutLayer {p: -0.1}", "p"),
+    ("!obj:distnet.layers.BatchNormLayer {eps: 0}", "eps"),
+    ("!obj:distnet.layers.BatchNormLayer {momentum: 1.5}", "momentum"),
+])
+def test_dropout_and_batch_norm_ranges(layer, key):
+    text = error_of(layers=f"      {layer},\n" + FC)
+    assert text.startswith(f"exp.yaml:8: key '{key}'"), text
