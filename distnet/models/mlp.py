@@ -95,9 +95,13 @@ class MLP:
         #: What the layers read: training or evaluation, the step, this rank's rows.
         self.run_state = RunState()
         self.log = get_logger()
+        written = {layer.name for layer in layers if layer.name is not None}
         for i, layer in enumerate(layers):
-            if layer.name is None:
-                layer.name = f"{type(layer).__name__}{i}"
+            if layer.name is None:   # <Class><position>, never a name another layer was given
+                name = f"{type(layer).__name__}{i}"
+                while name in written:
+                    name += "_"
+                layer.name = name
         self.graph = Graph(layers)
         self.towers = self._tower_plan(towers)
         if not self.graph.is_chain and micro_batches > 1:

@@ -91,3 +91,21 @@ def test_adam_keys_outside_their_range_name_file_line_key(rule, key):
 def test_dropout_and_batch_norm_ranges(layer, key):
     text = error_of(layers=f"      {layer},\n" + FC)
     assert text.startswith(f"exp.yaml:8: key '{key}'"), text
+
+
+# -- layer names ---------------------------------------------------------------------------------
+
+def test_two_layers_of_one_name_are_refused_naming_both_lines():
+    layers = ("      !obj:distnet.layers.Layer {name: fc, nout: 20, weight_init: {type: uniform}},\n"
+              "      !obj:distnet.layers.Layer {\n"
+              "        name: fc, nout: 10, weight_init: {type: uniform}},\n")
+    text = error_of(layers=layers)
+    assert text.startswith("exp.yaml:10: key 'name': layer 'fc': the name 'fc' is also the name of layer 0 "
+                           "(exp.yaml:8)"), text
+
+
+def test_unnamed_layers_get_names_no_layer_was_given():
+    layers = ("      !obj:distnet.layers.Layer {nout: 20, weight_init: {type: uniform}},\n"
+              "      !obj:distnet.layers.Layer {name: Layer0, nout: 10, weight_init: {type: uniform}},\n")
+    names = [layer.name for layer in load(layers=layers).model.layers]
+    assert names == ["Layer0_", "Layer0"]
