@@ -46,10 +46,13 @@ class RunState:
     current optimiser step (the number of steps done before it; restored from checkpoints).
     ``row0`` / ``rows``: this rank's first row in the GLOBAL minibatch and the global
     minibatch size (data replicas hold contiguous blocks of rows), so that a layer can address
-    its slice of a global per-sample tensor (dropout's mask)."""
+    its slice of a global per-sample tensor (dropout's mask). ``phase``: 0 in supervised
+    training; ``1 + i`` while GB pretrains layer ``i``, and ``step`` then counts the forward
+    passes of that pretraining (dropout draws a new mask per pass, in a stream of its own)."""
 
     training: bool = True
     step: int = 0
+    phase: int = 0
     row0: int = 0
     rows: int = None
 

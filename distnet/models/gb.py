@@ -110,11 +110,13 @@ class GB(MLP):
             layer = self.layers[i]
             layer.pretrain_mode(self.layers[i + 1])
             self.log.info("pretraining layer %d (%s)", i, layer.name)
+            passes = 0   # this layer's pretraining steps: the layers below draw a new dropout mask each
             for epoch in range(self.num_pretrain_epochs):
                 rsum = ssum = 0.0
                 batches = self.batches(x.shape[0], shuffle_rng)
                 for idx in batches:
-                    self.start_batch(len(idx))   # the layers below (dropout) see the global batch
+                    self.start_batch(len(idx), step=passes, phase=1 + i)   # the global batch
+                    passes += 1
                     h = forward(self.layers[:i], xp.asarray(x[self.replica_rows(idx)]))
                     r, s = layer.pretrain_step(h, len(idx), self.step)
                     rsum += r

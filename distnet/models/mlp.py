@@ -352,12 +352,15 @@ class MLP:
         self.steps += 1
         return float(loss[0])
 
-    def start_batch(self, batch_size):
+    def start_batch(self, batch_size, step=None, phase=0):
         """Tell the layers (:attr:`run_state`) that a training forward of a global minibatch of
-        ``batch_size`` rows starts: training mode, the optimiser step, the global row count and
-        this data replica's first row (dropout addresses its slice of the global mask by them)."""
+        ``batch_size`` rows starts: training mode, the optimiser step (``step``, default the
+        steps done; ``phase``: a pretraining phase and its own step count, see
+        :class:`~distnet.layers.base.RunState`), the global row count and this data replica's
+        first row (dropout addresses its slice of the global mask by them)."""
         st = self.run_state
-        st.training, st.step, st.rows = True, self.steps, batch_size
+        st.training, st.rows = True, batch_size
+        st.step, st.phase = (self.steps, 0) if step is None else (step, phase)
         st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
 
     @contextlib.contextmanager
