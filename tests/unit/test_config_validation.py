@@ -109,3 +109,30 @@ def test_unnamed_layers_get_names_no_layer_was_given():
               "      !obj:distnet.layers.Layer {name: Layer0, nout: 10, weight_init: {type: uniform}},\n")
     names = [layer.name for layer in load(layers=layers).model.layers]
     assert names == ["Layer0_", "Layer0"]
+
+
+# -- process-wide state ---------------------------------------------------------------------------
+
+def test_cli_leaves_the_host_programs_warning_format_alone(tmp_path):
+    """A program (or test) that calls a distnet command keeps its own warnings.formatwarning
+    (distnet's one-line format is for the time the command runs)."""
+    import warnings
+
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+
+    def host_format(message, category, filename, lineno, line=None):
+        return f"HOST {message}\n"
+    before = warnings.formatwarning
+    warnings.formatwarning = host_format
+    try:
+        path = tmp_path / "exp.yaml"
+        path.write_text(HEADER.replace("MODEL_KEYS", "learning_rate: 0.1,") + FC + FOOTER)
+        r = CliRunner().invoke(main, ["check", str(path)])
+        assert r.exit_code == 0 and warnings.formatwarning is host_format, r.output
+        assert warnings.formatwarning("careful", UserWarning, "x.py", 1) == "HOST careful\n"
+        r = CliRunner().invoke(main, [])            # bare `distnet`: help, exit 0
+        assert r.exit_code == 0 and warnings.formatwarning is host_format
+    finally:
+        warnings.formatwarning = before
