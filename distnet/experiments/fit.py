@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy
-from ..config.builder import config_error
+from ..config.builder import config_error, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
-from ..errors import ConfigError
+from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from ..log import check_logging, get_logger, setup_logging
@@ -136,7 +136,7 @@ class FitExperiment:
     ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
-    default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
+    default: all ranks of a pipeline stage, and a ``data`` that is given must be exactly that), ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
@@ -155,7 +155,7 @@ class FitExperiment:
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
     config_notes = ()
 
-    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
+    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=None,
                  pipe=1, checkpoint=None, eval_every=0, watchdog=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
@@ -167,9 +167,11 @@ class FitExperiment:
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
-        if data < 1:
+        if data is not None and data < 1:
             raise ConfigError(f"data (the number of data-parallel replicas) must be >= 1, got {data}", key="data")
-        self.data = data
+        #: Data replicas (1 when not given; with dist_mode datapar: all ranks of a stage).
+        self.data = 1 if data is None else data
+        self._data_given = data is not None
         if pipe < 1:
             raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
         self.pipe = pipe
@@ -215,8 +217,24 @@ class FitExperiment:
             self.check()
         else:
             self.model.infer_shapes(image_shape)
+        self._check_datapar_data(nranks)
         return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
                               data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+
+    def _check_datapar_data(self, nranks):
+        """With ``dist_mode: datapar`` every rank of a pipeline stage is a data replica; a
+        ``data`` key that says another number (``data: 1`` on 4 ranks: one replica, or four?)
+        contradicts it: TopologyError at the key, naming both fixes."""
+        if not (self.dist_flag and self.dataset.dist_mode == "datapar" and self._data_given):
+            return
+        if nranks % self.pipe or self.data * self.pipe == nranks:
+            return     # a launch pipe does not divide: resolve_layout says so
+        where = config_where(self, "data")
+        raise TopologyError(
+            f"{where + ': ' if where else ''}key 'data': dist_mode datapar makes every rank a data replica "
+            f"({nranks // self.pipe} on {nranks} ranks{f' and pipe: {self.pipe}' if self.pipe > 1 else ''}), "
+            f"but data is {self.data}; remove data (every rank a replica) or set data: {nranks // self.pipe}, "
+            f"or launch {self.data * self.pipe} rank(s)")
 
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process

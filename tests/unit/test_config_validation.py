@@ -136,3 +136,33 @@ def test_cli_leaves_the_host_programs_warning_format_alone(tmp_path):
         assert r.exit_code == 0 and warnings.formatwarning is host_format
     finally:
         warnings.formatwarning = before
+
+
+# -- topology keys ---------------------------------------------------------------------------------
+
+DATAPAR = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  dist_flag: True,
+  DATA_KEY
+  datasets: [!obj:distnet.datasets.MNIST {repo_path: ./nowhere, dist_flag: True, dist_mode: datapar}],
+  model: !obj:distnet.models.MLP {num_epochs: 1, learning_rate: 0.1, layers: [
+    !obj:distnet.layers.Layer {name: h, nout: 10, weight_init: {type: uniform}}]},
+}
+"""
+
+
+def datapar(data_key=""):
+    return load_experiment_text(DATAPAR.replace("DATA_KEY", data_key), "dp.yaml")
+
+
+def test_datapar_with_a_data_key_that_contradicts_the_launch_is_refused():
+    from distnet.errors import TopologyError
+    exp = datapar("data: 1,")          # one replica, or every rank one (the default)?
+    with pytest.raises(TopologyError) as e:
+        exp.layout(4, (1, 28, 28))
+    assert str(e.value).startswith("dp.yaml:3: key 'data': dist_mode datapar makes every rank a data "
+                                   "replica (4 on 4 ranks), but data is 1; remove data"), e.value
+    with pytest.raises(TopologyError, match="set data: 4, or launch 2 rank"):
+        datapar("data: 2,").layout(4, (1, 28, 28))
+    assert datapar("data: 4,").layout(4, (1, 28, 28)).data == 4
+    assert datapar("data: 1,").layout(1, (1, 28, 28)).data == 1
+    assert datapar().layout(4, (1, 28, 28)).data == 4       # no data key: all ranks are replicas
