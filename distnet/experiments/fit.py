@@ -205,6 +205,10 @@ class FitExperiment:
         if mode == "halopar" and whole:
             raise ConfigError(f"{type(self.model).__name__} takes whole images on every rank: give its "
                               "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
+        if mode == "vecpar" and self.grid is not None and self.grid[0] != 1:
+            raise ConfigError(f"dist_mode vecpar shards fully connected layers over a 1 x P grid (P blocks "
+                              f"of input features), but grid is [{self.grid[0]}, {self.grid[1]}]; write "
+                              f"grid: [1, {self.grid[0] * self.grid[1]}] or remove grid", key="grid")
         if mode == "datapar" and self.grid is not None:
             raise ConfigError("dist_mode datapar uses no spatial grid (every rank holds whole images); "
                               "remove grid", key="grid")

@@ -166,3 +166,13 @@ def test_datapar_with_a_data_key_that_contradicts_the_launch_is_refused():
     assert datapar("data: 4,").layout(4, (1, 28, 28)).data == 4
     assert datapar("data: 1,").layout(1, (1, 28, 28)).data == 1
     assert datapar().layout(4, (1, 28, 28)).data == 4       # no data key: all ranks are replicas
+
+
+def test_vecpar_with_a_grid_of_several_rows_is_refused_at_the_grid_key():
+    text = DATAPAR.replace("DATA_KEY", "grid: [2, 2],").replace("dist_mode: datapar", "dist_mode: vecpar") \
+        .replace("models.MLP", "models.MLPDist").replace("layers.Layer {", "layers.LayerDist {")
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "vp.yaml")
+    assert str(e.value).startswith("vp.yaml:3: key 'grid': dist_mode vecpar shards fully connected layers "
+                                   "over a 1 x P grid"), e.value
+    assert "grid: [1, 4]" in str(e.value)
