@@ -23,6 +23,7 @@ Closed forms, matching PyTorch's schedulers where they exist (``torch.optim.lr_s
 """
 import math
 
+from ..config.types import NonNegativeInt
 from ..errors import ConfigError
 
 
@@ -58,7 +59,8 @@ def _factor(name, value, lo=0.0, hi=None):
     except (TypeError, ValueError):
         raise ConfigError(f"schedule {name} must be a number, got {value!r}", key=name) from None
     if v < lo or (hi is not None and v > hi):
-        raise ConfigError(f"schedule {name} must be in [{lo}, {hi if hi is not None else 'inf'}), got {v}", key=name)
+        raise ConfigError(f"schedule {name} must be in [{lo}, {f'{hi}]' if hi is not None else 'inf)'}, got {v}",
+                          key=name)
     return v
 
 
@@ -90,17 +92,21 @@ class StepSchedule(Schedule):
 
 class MultiStepSchedule(Schedule):
     """Learning-rate factor ``f(t) = gamma ** (number of milestones <= t)``: multiplied by
-    ``gamma`` (default 0.1) at each of the ``milestones`` (a list of integers; PyTorch's
+    ``gamma`` (default 0.1) at each of the ``milestones`` (increasing integers >= 0; PyTorch's
     ``MultiStepLR``)."""
 
-    config_types = {"milestones": list, "gamma": float}
+    config_types = {"milestones": ("list", NonNegativeInt), "gamma": float}
 
     def __init__(self, milestones, gamma=0.1):
-        try:
-            self.milestones = sorted(int(m) for m in milestones)
-        except (TypeError, ValueError):
-            raise ConfigError(f"schedule milestones must be a list of integers, got {milestones!r}",
-                              key="milestones") from None
+        ok = isinstance(milestones, (list, tuple)) and all(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in milestones)
+        if not ok:     # 2.5 was cut to 2, "30" read as 30, -5 counted from the first step
+            raise ConfigError(f"schedule milestones must be a list of integers >= 0, got {milestones!r}",
+                              key="milestones")
+        if any(a >= b for a, b in zip(milestones, milestones[1:])):
+            raise ConfigError(f"schedule milestones must be increasing, got {list(milestones)} (a typo? "
+                              f"{sorted(set(milestones))} sorted)", key="milestones")
+        self.milestones = list(milestones)
         self.gamma = _factor("gamma", gamma)
 
     def __call__(self, t):

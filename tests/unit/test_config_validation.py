@@ -176,3 +176,29 @@ def test_vecpar_with_a_grid_of_several_rows_is_refused_at_the_grid_key():
     assert str(e.value).startswith("vp.yaml:3: key 'grid': dist_mode vecpar shards fully connected layers "
                                    "over a 1 x P grid"), e.value
     assert "grid: [1, 4]" in str(e.value)
+
+
+# -- learning-rate schedules -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule,needle", [
+    ("!obj:distnet.schedules.MultiStepSchedule {milestones: [60, 30]}", "increasing"),
+    ("!obj:distnet.schedules.MultiStepSchedule {milestones: [30, 30]}", "increasing"),
+    ("!obj:distnet.schedules.MultiStepSchedule {milestones: [2.5, 5]}", "expected an integer"),
+    ("!obj:distnet.schedules.MultiStepSchedule {milestones: [-5, 5]}", "expected int >= 0"),
+    ("!obj:distnet.schedules.StepSchedule {step_size: -2}", "step_size"),
+    ("!obj:distnet.schedules.CosineSchedule {total: 0}", "total"),
+    ("!obj:distnet.schedules.CosineSchedule {total: 10, min_factor: 1.5}", "[0.0, 1.0]"),
+    ("!obj:distnet.schedules.LinearWarmup {warmup: 0}", "warmup"),
+])
+def test_nonsense_schedules_are_refused_at_their_line(schedule, needle):
+    rule = f"learning_rule: !obj:distnet.learning_rules.Adam {{\n      schedule: [{schedule}]}},"
+    text = error_of(model_keys=rule)
+    assert text.startswith("exp.yaml:7") and needle in text, text
+
+
+def test_multistep_schedule_as_a_library_refuses_what_it_used_to_round():
+    from distnet.ops.schedules import MultiStepSchedule
+    for bad in ([2.5], ["30"], [True], [-1], [5, 3]):
+        with pytest.raises(ConfigError, match="milestones"):
+            MultiStepSchedule(bad)
+    assert MultiStepSchedule([3, 6])(6) == pytest.approx(0.01)
