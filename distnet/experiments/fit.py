@@ -290,6 +290,23 @@ class FitExperiment:
 
         return run_collectively(load, t.world)
 
+    def _note_batch_size(self, n, ndata, log):
+        """A warning (file:line) when the model's ``batch_size`` cannot be what it says: larger
+        than the ``n`` training images (every epoch is one step on all of them: a learning rate
+        tuned for that batch size is off), or smaller than the ``ndata`` data replicas (some
+        replicas get no rows of a batch and idle)."""
+        bs = self.model.batch_size
+        if bs is None:
+            return
+        where = config_where(self.model, "batch_size")
+        at = f"{where}: " if where else ""
+        if bs > n:
+            log.warning("%sbatch_size %d is larger than the %d training images: every epoch is one step "
+                        "on all %d", at, bs, n, n)
+        if bs < ndata:
+            log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
+                        "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
+
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
@@ -360,6 +377,8 @@ class FitExperiment:
         data = self.load_data()
         timings["data"] = clock() - t0
         x, y = data["train"]
+        if t.rank == 0:
+            self._note_batch_size(len(x), t.ndata, log)
         eval_splits = ("train", "test") if self.report_errors else ("test",)
         if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
             eval_splits = ("valid",) + eval_splits

@@ -202,3 +202,31 @@ def test_multistep_schedule_as_a_library_refuses_what_it_used_to_round():
         with pytest.raises(ConfigError, match="milestones"):
             MultiStepSchedule(bad)
     assert MultiStepSchedule([3, 6])(6) == pytest.approx(0.01)
+
+
+# -- batch sizes the data cannot give --------------------------------------------------------------
+
+def test_a_batch_size_larger_than_the_training_set_is_a_warning_at_its_line(tmp_path, restore_logger):
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    from tests.tiny import CNN, experiment, write_data
+    data = write_data(tmp_path / "d.h5", n_train=30)
+    path = tmp_path / "exp.yaml"
+    path.write_text(experiment(CNN, data).replace("num_epochs: 4, batch_size: 8", "num_epochs: 1, batch_size: 64"))
+    r = CliRunner().invoke(main, ["run", str(path), "--no-run-dir", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert f"{path}:5: batch_size 64 is larger than the 30 training images: every epoch is " \
+           "one step on all 30" in r.output, r.output
+
+
+def test_a_batch_size_smaller_than_the_data_replicas_is_a_warning():
+    import logging
+    exp = datapar()
+    exp.model.batch_size = 3
+    seen = []
+    log = logging.getLogger("test_config_validation")
+    log.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: seen.append(r.getMessage())})())
+    exp._note_batch_size(100, 4, log)
+    assert seen == ["dp.yaml:5: batch_size 3 is smaller than the 4 data replicas: 1 of them get no rows of a batch "
+                    "(they wait); use a batch_size of at least 4"]
