@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..backend import Numpy
+from ..backend import Numpy, under_seterr_handling
 from ..config.builder import config_error, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError, TopologyError
@@ -334,6 +334,7 @@ class FitExperiment:
             if split in data:
                 record[f"{split}_misclass"] = self.model.misclass_rate(*data[split])
 
+    @under_seterr_handling
     def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
         """Train (and for FitPredictErrorExperiment, evaluate); returns a :class:`RunResult`.
 

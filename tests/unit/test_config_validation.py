@@ -230,3 +230,21 @@ def test_a_batch_size_smaller_than_the_data_replicas_is_a_warning():
     exp._note_batch_size(100, 4, log)
     assert seen == ["dp.yaml:5: batch_size 3 is smaller than the 4 data replicas: 1 of them get no rows of a batch "
                     "(they wait); use a batch_size of at least 4"]
+
+
+def test_seterr_handling_applies_while_the_experiment_runs_not_after_loading(tmp_path, restore_logger):
+    """neon called numpy.seterr when the backend was built: loading a file changed numpy's error
+    handling for the whole program (a notebook, a test suite). distnet applies it during run."""
+    import numpy as np
+
+    from distnet.comm.topology import Topology
+    from tests.tiny import CNN, experiment, write_data
+    text = experiment(CNN, write_data(tmp_path / "d.h5")).replace(
+        "{rng_seed: 5}", "{rng_seed: 5, seterr_handling: {all: raise}}").replace("num_epochs: 4", "num_epochs: 1")
+    before = np.geterr()
+    exp = load_experiment_text(text, "exp.yaml")
+    assert np.geterr() == before
+    during = []
+    exp.run(topology=Topology.serial(), on_epoch=lambda epoch, cost: during.append(np.geterr()))
+    assert during == [{"divide": "raise", "over": "raise", "under": "ignore", "invalid": "raise"}]
+    assert np.geterr() == before
