@@ -307,6 +307,31 @@ class FitExperiment:
             log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
                         "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
 
+    def _note_schedules(self, n, log):
+        """A warning (at the schedule's line) for each learning-rate schedule the run ends
+        before (never acts, or stops short: the factor never reaches its end), with a hint when
+        its numbers fit the run's optimiser steps but are counted in epochs (``schedule_unit:
+        epoch``, the default, where ``step`` was meant). Not when ``num_epochs`` was set on the
+        command line (a short trial run, or a resume that trains longer, knows it)."""
+        from ..ops.schedules import unreached
+        rule, epochs = self.model.learning_rule, self.model.num_epochs
+        if rule is None or rule.schedule is None or epochs == 0:
+            return
+        if (config_where(self.model, "num_epochs") or "").startswith("command line"):
+            return
+        steps = epochs * -(-n // (self.model.batch_size or n))
+        last_t = epochs - 1 if rule.schedule_unit == "epoch" else steps - 1
+        for s in rule.schedule.schedules:
+            why = unreached(s, last_t)
+            if why is None:
+                continue
+            hint = (f"; t counts epochs (schedule_unit: epoch): if it meant the run's {steps} optimiser "
+                    "steps, write schedule_unit: step" if rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
+                    else "")
+            where = config_where(s)
+            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
+                        rule.schedule_unit, epochs, hint)
+
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
@@ -380,6 +405,7 @@ class FitExperiment:
         x, y = data["train"]
         if t.rank == 0:
             self._note_batch_size(len(x), t.ndata, log)
+            self._note_schedules(len(x), log)
         eval_splits = ("train", "test") if self.report_errors else ("test",)
         if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
             eval_splits = ("valid",) + eval_splits

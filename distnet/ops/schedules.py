@@ -33,6 +33,13 @@ class Schedule:
     def __call__(self, t):
         raise NotImplementedError
 
+    def changes(self):
+        """``(first, last)``: the first ``t`` at which the factor differs from ``f(0)``'s
+        course (a step, a milestone, the first decayed value) and the last at which it still
+        changes (None: never, ``math.inf``: forever). What a run that ends before them never
+        sees (:func:`unreached`)."""
+        return None, None
+
     def lr(self, base_lr, t):
         """``base_lr * f(t)``."""
         return base_lr * self(t)
@@ -89,6 +96,9 @@ class StepSchedule(Schedule):
     def __call__(self, t):
         return self.gamma ** (t // self.step_size)
 
+    def changes(self):
+        return self.step_size, math.inf
+
 
 class MultiStepSchedule(Schedule):
     """Learning-rate factor ``f(t) = gamma ** (number of milestones <= t)``: multiplied by
@@ -112,6 +122,9 @@ class MultiStepSchedule(Schedule):
     def __call__(self, t):
         return self.gamma ** sum(1 for m in self.milestones if m <= t)
 
+    def changes(self):
+        return (self.milestones[0], self.milestones[-1]) if self.milestones else (None, None)
+
 
 class CosineSchedule(Schedule):
     """Cosine decay of the learning-rate factor from 1 to ``min_factor`` (default 0) over
@@ -134,6 +147,11 @@ class CosineSchedule(Schedule):
         s = min(t - self.start, self.total)
         return self.min_factor + (1.0 - self.min_factor) * (1.0 + math.cos(math.pi * s / self.total)) / 2.0
 
+    def changes(self):
+        # a run of ``total`` units after ``start`` has the whole decay (PyTorch's T_max = epochs
+        # idiom: the last epoch runs at t = total - 1, just above min_factor)
+        return self.start + 1, self.start + self.total - 1
+
 
 class LinearWarmup(Schedule):
     """Linear warm-up of the learning-rate factor from ``start_factor`` (default 0) at ``t = 0``
@@ -148,6 +166,9 @@ class LinearWarmup(Schedule):
     def __call__(self, t):
         p = min(t, self.warmup) / self.warmup
         return self.start_factor + (1.0 - self.start_factor) * p
+
+    def changes(self):
+        return 1, self.warmup
 
 
 class ProductSchedule(Schedule):
@@ -164,3 +185,22 @@ class ProductSchedule(Schedule):
         for s in self.schedules:
             f *= s(t)
         return f
+
+
+def unreached(schedule, last_t):
+    """What a run whose last ``t`` is ``last_t`` misses of ``schedule`` (one schedule, not a
+    product): a sentence (it never acts, or stops short of its end by more than 5 % of its
+    course: a cosine a step short is complete enough), or None."""
+    first, last = schedule.changes()
+    name = type(schedule).__name__
+    if first is not None and first > last_t:
+        f0 = schedule(0)
+        zero = " (a learning rate of 0: nothing trains)" if f0 == 0 else ""
+        return (f"{name} first changes the learning rate at t = {first}, after the run's last t = {last_t}: "
+                f"its factor is {f0:.3g} throughout{zero}")
+    if last is not None and last != math.inf and last > last_t:
+        end, now = schedule(last), schedule(last_t)
+        if abs(now - end) > 0.05 * abs(schedule(0) - end):
+            return (f"{name} changes the learning rate until t = {last}, after the run's last t = {last_t}: "
+                    f"it stops at factor {now:.3g} (its end: {end:.3g})")
+    return None

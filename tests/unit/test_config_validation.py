@@ -248,3 +248,58 @@ def test_seterr_handling_applies_while_the_experiment_runs_not_after_loading(tmp
     exp.run(topology=Topology.serial(), on_epoch=lambda epoch, cost: during.append(np.geterr()))
     assert during == [{"divide": "raise", "over": "raise", "under": "ignore", "invalid": "raise"}]
     assert np.geterr() == before
+
+
+def _run_tiny_cnn(tmp_path, replace, args=()):
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    from tests.tiny import CNN, experiment, write_data
+    text = experiment(CNN, write_data(tmp_path / "d.h5", n_train=30))   # 4 steps of 8 per epoch
+    for old, new in replace:
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(main, ["run", str(path), "--no-run-dir", "--no-progress", *args])
+    assert r.exit_code == 0, r.output
+    return path, r.output
+
+
+RULE = ("momentum: {type: nesterov, coef: 0.5},",
+        "learning_rule: !obj:distnet.learning_rules.Adam {UNIT\n"
+        "      schedule: [!obj:distnet.schedules.LinearWarmup {warmup: 8},\n"
+        "                 !obj:distnet.schedules.MultiStepSchedule {milestones: [12]}]},")
+
+
+def test_schedules_the_run_ends_before_are_warnings_at_their_lines(tmp_path, restore_logger):
+    """4 epochs of 4 steps: in epochs (the default unit) the warm-up stops at 3/8 and the
+    milestone never comes; counted in steps both fit, which the warning suggests."""
+    path, out = _run_tiny_cnn(tmp_path, [(RULE[0], RULE[1].replace("UNIT", ""))])
+    hint = "; t counts epochs (schedule_unit: epoch): if it meant the run's 16 optimiser steps, write schedule_unit: step"
+    assert (f"{path}:7: LinearWarmup changes the learning rate until t = 8, after the run's last t = 3: it stops "
+            f"at factor 0.375 (its end: 1) (schedule_unit: epoch, num_epochs 4){hint}\n") in out, out
+    assert (f"{path}:8: MultiStepSchedule first changes the learning rate at t = 12, after the run's last t = 3: "
+            f"its factor is 1 throughout (schedule_unit: epoch, num_epochs 4){hint}\n") in out, out
+    _, out = _run_tiny_cnn(tmp_path, [(RULE[0], RULE[1].replace("UNIT", "schedule_unit: step,"))])
+    assert "Schedule" not in out and "Warmup" not in out, out
+    # a shorter trial run from the command line knows it ends early
+    _, out = _run_tiny_cnn(tmp_path, [(RULE[0], RULE[1].replace("UNIT", ""))], ["--set", "model.num_epochs=2"])
+    assert "Schedule" not in out and "Warmup" not in out, out
+
+
+def test_a_warmup_the_run_never_leaves_says_nothing_trains(tmp_path, restore_logger):
+    rule = RULE[1].replace("UNIT", "").replace("milestones: [12]", "milestones: [1]").replace("warmup: 8", "warmup: 5")
+    path, out = _run_tiny_cnn(tmp_path, [(RULE[0], rule), ("num_epochs: 4", "num_epochs: 1")])
+    assert ("LinearWarmup first changes the learning rate at t = 1, after the run's last t = 0: its factor is 0 "
+            "throughout (a learning rate of 0: nothing trains)") in out, out
+
+
+def test_common_schedule_idioms_are_not_warned_about():
+    from distnet.ops.schedules import CosineSchedule, LinearWarmup, MultiStepSchedule, StepSchedule, unreached
+    assert unreached(CosineSchedule(10), 9) is None                 # T_max = the run's epochs
+    assert unreached(CosineSchedule(280, start=40), 319) is None
+    assert unreached(MultiStepSchedule([30, 60, 90]), 89) is None   # the last milestone: 1e-3 -> 1e-4
+    assert unreached(LinearWarmup(5), 5) is None and unreached(StepSchedule(30), 89) is None
+    assert "stops at factor 0.655" in unreached(CosineSchedule(10), 4)
+    assert "throughout" in unreached(MultiStepSchedule([30]), 29)
