@@ -303,3 +303,17 @@ def test_common_schedule_idioms_are_not_warned_about():
     assert unreached(LinearWarmup(5), 5) is None and unreached(StepSchedule(30), 89) is None
     assert "stops at factor 0.655" in unreached(CosineSchedule(10), 4)
     assert "throughout" in unreached(MultiStepSchedule([30]), 29)
+
+
+# -- GB -----------------------------------------------------------------------------------------------
+
+def test_gb_pretraining_without_num_pretrain_epochs_is_refused(tmp_path):
+    from tests.tiny import GB, experiment
+    text = experiment(GB, tmp_path / "none.h5")
+    assert load_experiment_text(text, "gb.yaml").model.num_pretrain_epochs == 1
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text.replace("num_pretrain_epochs: 1, ", ""), "gb.yaml")
+    assert str(e.value).startswith("gb.yaml:5: key 'pretraining': pretraining is True but num_pretrain_epochs "
+                                   "is not given"), e.value
+    skip = load_experiment_text(text.replace("num_pretrain_epochs: 1", "num_pretrain_epochs: 0"), "gb.yaml")
+    assert skip.model.num_pretrain_epochs == 0
