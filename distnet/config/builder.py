@@ -268,6 +268,13 @@ def config_where(obj, key=None):
     return (spec.where_of(key) if key else spec.where) if spec is not None else None
 
 
+def config_given(obj, key):
+    """Whether ``obj``'s YAML wrote ``key`` (False for an object not built from a file, and for
+    a key left at its default)."""
+    spec = getattr(obj, "config_spec", None)
+    return spec is not None and key in spec.kwargs
+
+
 def config_error(obj, message, key=None):
     """A :class:`ConfigError` pointing at ``obj``'s YAML line (or ``key``'s line)."""
     return ConfigError(message, config_where(obj, key), key)

@@ -192,6 +192,11 @@ class FitExperiment:
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
         self._check_dist_mode()
 
+    def build_notes(self):
+        """Notes about keys the built objects do not use (the model's learning rates), for
+        :attr:`config_notes` (:func:`~distnet.config.load_experiment` adds them)."""
+        return self.model.learning_rate_notes()
+
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
         sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""

@@ -7,12 +7,13 @@ name, update), and computes costs and error rates, which are identical on every 
 last layer's output is replicated.
 """
 import contextlib
+import logging
 import math
 
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_error
+from ..config.builder import config_error, config_given, config_where, constructor_keys
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
@@ -109,6 +110,36 @@ class MLP:
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
                               key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
+
+    def learning_rate_notes(self):
+        """``[(logging.WARNING, text)]`` for a ``learning_rate`` no parameter will use, with a
+        learning rule (a layer's own rate wins over the rule's, which wins over the model's):
+        the model's, when the rule has a rate (Adam's default 0.001 counts: a model rate of 0.1
+        beside ``learning_rule: Adam {}`` trained at 0.001), and the rule's, when every layer
+        with weights gives its own. Without a learning rule neon's files give the model a rate
+        that the layers' own replace (NEON.md: stored, unused): no note."""
+        rule = self.learning_rule
+        if rule is None or rule.learning_rate is None:
+            return []
+        def at(obj, key):
+            where = config_where(obj, key)
+            return f"{where}: " if where else ""
+        weighted = [layer for layer in self.layers if "learning_rate" in constructor_keys(type(layer))[0]]
+        own = [layer for layer in weighted if layer.learning_rate is not None]
+        rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
+                                           f", {type(rule).__name__}'s default")
+        notes, all_own = [], bool(weighted) and len(own) == len(weighted)
+        if self.learning_rate is not None:
+            why = ("every layer with weights gives its own learning_rate" if all_own else
+                   f"the learning rule's ({rate}) applies to the layers without their own; give the rate "
+                   "to the learning rule")
+            notes.append((logging.WARNING, f"{at(self, 'learning_rate')}the model's learning_rate "
+                          f"{self.learning_rate:g} is not used: {why}"))
+        if all_own:
+            notes.append((logging.WARNING, f"{at(rule, 'learning_rate')}the learning rule's learning_rate "
+                          f"({rate}) is not used: every layer with weights gives its own learning_rate, "
+                          "which wins; remove those to use the rule's"))
+        return notes
 
     def _tower_plan(self, ntowers):
         """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without

@@ -317,3 +317,26 @@ def test_gb_pretraining_without_num_pretrain_epochs_is_refused(tmp_path):
                                    "is not given"), e.value
     skip = load_experiment_text(text.replace("num_pretrain_epochs: 1", "num_pretrain_epochs: 0"), "gb.yaml")
     assert skip.model.num_pretrain_epochs == 0
+
+
+# -- learning rates no parameter uses ----------------------------------------------------------------
+
+def _notes(model_keys, layers=FC):
+    return [text for _, text in load(layers=layers, model_keys=model_keys).config_notes]
+
+
+def test_a_model_learning_rate_beside_a_rule_with_its_own_is_a_note():
+    notes = _notes("learning_rate: 0.1,\n    learning_rule: !obj:distnet.learning_rules.AdamW {},")
+    assert notes == ["exp.yaml:6: the model's learning_rate 0.1 is not used: the learning rule's (0.001, AdamW's "
+                     "default) applies to the layers without their own; give the rate to the learning rule"]
+    # GradientDescent has no rate of its own: the model's is the layers' default
+    assert _notes("learning_rate: 0.1,\n    learning_rule: !obj:distnet.learning_rules.GradientDescent {},") == []
+
+
+def test_a_rule_rate_every_layer_overrides_is_a_note():
+    layers = FC.replace("nout: 10,", "nout: 10, learning_rate: 0.01,")
+    notes = _notes("learning_rule: !obj:distnet.learning_rules.Adam {learning_rate: 0.002},", layers)
+    assert notes == ["exp.yaml:6: the learning rule's learning_rate (0.002) is not used: every layer with weights "
+                     "gives its own learning_rate, which wins; remove those to use the rule's"]
+    # neon's files: a model rate every layer replaces, without a learning rule, is neon's way
+    assert _notes("learning_rate: 0.1,", layers) == []
