@@ -195,7 +195,7 @@ class FitExperiment:
     def build_notes(self):
         """Notes about keys the built objects do not use (the model's learning rates), for
         :attr:`config_notes` (:func:`~distnet.config.load_experiment` adds them)."""
-        return self.model.learning_rate_notes()
+        return self.model.notes()
 
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers

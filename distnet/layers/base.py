@@ -88,6 +88,9 @@ class BaseLayer:
     is_dist = False
     #: ``learning_rate`` is None for layers without weights.
     learning_rate = None
+    #: The activation the layer applies last (an object of :mod:`distnet.ops.activations`), or
+    #: None for layers without one (the model checks the last layer's against its cost).
+    activation = None
     #: When True, the arrays ``fprop`` / ``bprop`` return may be this layer's own buffers,
     #: reused (overwritten) by its next ``fprop`` / ``bprop``: no large allocation per training
     #: step. The model turns it on when nothing keeps an output across calls (no pipeline).

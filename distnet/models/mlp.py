@@ -20,7 +20,8 @@ from ..layers.base import LayerContext, RunState
 from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_backward
 from ..log import get_logger
-from ..ops.costs import CrossEntropy, misclassified
+from ..ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
+from ..ops.costs import CrossEntropy, SoftmaxCrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
@@ -110,6 +111,27 @@ class MLP:
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
                               key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
+
+    def notes(self):
+        """``[(logging level, text)]`` about this model's keys for the experiment's
+        ``config_notes``: :meth:`learning_rate_notes`, and a last activation that does not suit
+        the cost: CrossEntropy (neon's, binary per output) takes probabilities, so outputs
+        outside [0, 1] (Identity, a Layer's default; RectLin; Tanh) make its clipped logarithms
+        and gradients meaningless (a run may diverge, with advice to lower the learning rate);
+        SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly."""
+        notes = self.learning_rate_notes()
+        last = self.layers[-1]
+        act = type(last.activation).__name__
+        where = config_where(last, "activation")
+        at = f"{where + ': ' if where else ''}layer '{last.name}': "
+        if isinstance(self.cost, CrossEntropy) and isinstance(last.activation, (Identity, RectLin, Tanh)):
+            notes.append((logging.WARNING, f"{at}its activation {act} gives outputs outside [0, 1], but the cost "
+                          "CrossEntropy takes probabilities: give it activation Logistic (or Softmax), or use cost "
+                          "SoftmaxCrossEntropy on Identity outputs (logits)"))
+        if isinstance(self.cost, SoftmaxCrossEntropy) and isinstance(last.activation, (Logistic, Softmax, Tanh)):
+            notes.append((logging.WARNING, f"{at}its activation {act} squashes the logits SoftmaxCrossEntropy "
+                          "takes (it applies the softmax itself; training is slowed); use activation Identity"))
+        return notes
 
     def learning_rate_notes(self):
         """``[(logging.WARNING, text)]`` for a ``learning_rate`` no parameter will use, with a

@@ -19,7 +19,8 @@ FOOTER = """    ],
   },
 }
 """
-FC = "      !obj:distnet.layers.LayerWithNoBias {nout: 10, weight_init: {type: uniform}},\n"
+FC = ("      !obj:distnet.layers.LayerWithNoBias {nout: 10, weight_init: {type: uniform}, "
+      "activation: !obj:distnet.activations.Logistic {}},\n")
 
 
 def load(layers=FC, model_keys="learning_rate: 0.1,"):
@@ -340,3 +341,16 @@ def test_a_rule_rate_every_layer_overrides_is_a_note():
                      "gives its own learning_rate, which wins; remove those to use the rule's"]
     # neon's files: a model rate every layer replaces, without a learning rule, is neon's way
     assert _notes("learning_rate: 0.1,", layers) == []
+
+
+def test_a_last_activation_that_does_not_suit_the_cost_is_a_note():
+    identity = FC.replace("Logistic", "Identity")
+    assert _notes("learning_rate: 0.1,", identity) == [
+        "exp.yaml:8: layer 'LayerWithNoBias0': its activation Identity gives outputs outside [0, 1], but the cost "
+        "CrossEntropy takes probabilities: give it activation Logistic (or Softmax), or use cost "
+        "SoftmaxCrossEntropy on Identity outputs (logits)"]
+    softmax_ce = "learning_rate: 0.1,\n    cost: !obj:distnet.costs.SoftmaxCrossEntropy {},"
+    assert _notes(softmax_ce, FC.replace("Logistic", "Softmax")) == [
+        "exp.yaml:9: layer 'LayerWithNoBias0': its activation Softmax squashes the logits SoftmaxCrossEntropy "
+        "takes (it applies the softmax itself; training is slowed); use activation Identity"]
+    assert _notes(softmax_ce, identity) == [] and _notes("learning_rate: 0.1,") == []
