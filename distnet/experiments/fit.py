@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backend import Numpy, under_seterr_handling
-from ..config.builder import config_error, config_where
+from ..config.builder import config_error, config_given, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
@@ -227,8 +227,24 @@ class FitExperiment:
         else:
             self.model.infer_shapes(image_shape)
         self._check_datapar_data(nranks)
-        return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
-                              data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+        try:
+            return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
+                                  data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+        except TopologyError as e:
+            key = self._topology_key(str(e))
+            where = config_where(self, key) if key else None
+            if where is None:
+                raise
+            raise TopologyError(f"{where}: key '{key}': {e}") from None
+
+    def _topology_key(self, message):
+        """The key of this file that a :func:`resolve_layout` error is about (the file's
+        ``grid``, ``data`` or ``pipe``, when written), or None (the launch's size alone)."""
+        if self.grid is not None and message.startswith("grid "):
+            return "grid"
+        if "data=" in message or "pipe=" in message:
+            return next((k for k in ("data", "pipe") if config_given(self, k)), None)
+        return None
 
     def _check_datapar_data(self, nranks):
         """With ``dist_mode: datapar`` every rank of a pipeline stage is a data replica; a

@@ -354,3 +354,21 @@ def test_a_last_activation_that_does_not_suit_the_cost_is_a_note():
         "exp.yaml:9: layer 'LayerWithNoBias0': its activation Softmax squashes the logits SoftmaxCrossEntropy "
         "takes (it applies the softmax itself; training is slowed); use activation Identity"]
     assert _notes(softmax_ce, identity) == [] and _notes("learning_rate: 0.1,") == []
+
+
+def test_a_grid_or_pipe_of_the_file_that_does_not_fit_the_launch_names_its_line():
+    from distnet.errors import TopologyError
+    text = DATAPAR.replace("dist_mode: datapar", "dist_mode: halopar").replace("models.MLP", "models.MLPDist") \
+        .replace("layers.Layer {", "layers.LayerDist {").replace("dist_mode: halopar", "dist_mode: vecpar")
+    exp = load_experiment_text(text.replace("DATA_KEY", "grid: [1, 3],"), "g.yaml")
+    with pytest.raises(TopologyError) as e:
+        exp.layout(4, (1, 28, 28))
+    assert str(e.value).startswith("g.yaml:3: key 'grid': grid 1x3 needs 3 ranks, but the run has 4"), e.value
+    exp = load_experiment_text(text.replace("DATA_KEY", "pipe: 2,"), "p.yaml")
+    with pytest.raises(TopologyError) as e:
+        exp.layout(3, (1, 28, 28))
+    assert str(e.value).startswith("p.yaml:3: key 'pipe': the run has 3 ranks, which data=1 x pipe=2"), e.value
+    exp = load_experiment_text(text.replace("DATA_KEY", ""), "n.yaml")      # the launch alone: no key
+    with pytest.raises(TopologyError) as e:
+        exp.layout(1000, (1, 28, 28))
+    assert not str(e.value).startswith("n.yaml"), e.value
