@@ -64,6 +64,10 @@ class Seq2SeqExperiment:
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
         self.config_record = None
 
+    def build_notes(self):
+        """Notes about keys the model does not use, for :attr:`config_notes`."""
+        return self.model.notes()
+
     def check(self):
         """What needs no MPI: the model's stages against ``pipe``, the data against its declared
         maxima and vocabularies (located errors; every rank finds the same before any

@@ -372,3 +372,17 @@ def test_a_grid_or_pipe_of_the_file_that_does_not_fit_the_launch_names_its_line(
     with pytest.raises(TopologyError) as e:
         exp.layout(1000, (1, 28, 28))
     assert not str(e.value).startswith("n.yaml"), e.value
+
+
+def test_seq2seq_learning_rate_beside_a_rule_with_its_own_is_a_note():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "experiments" / "seq2seq_numbers.yaml").read_text()
+    old = "learning_rule: !obj:distnet.learning_rules.Adam {learning_rate: 0.01, max_grad_norm: 5.0}"
+    assert old in text
+    assert [n for _, n in load_experiment_text(text, "s.yaml").config_notes] == []
+    text = text.replace(old, "learning_rate: 0.05, learning_rule: !obj:distnet.learning_rules.Adam {}")
+    notes = [n for _, n in load_experiment_text(text, "s.yaml").config_notes]
+    assert len(notes) == 1 and notes[0].endswith(": the model's learning_rate 0.05 is not used: the learning "
+                                                 "rule's (0.001, Adam's default) applies; give the rate to the "
+                                                 "learning rule"), notes
