@@ -37,6 +37,7 @@ class GB(MLP):
     carriers ``sparsity``, ``pretrain_learning_rate``, ``tied_weights`` (accepted and unused: the
     LocalFilteringLayers read their own keys)."""
 
+    pretrains = True
     config_types = {"num_pretrain_epochs": NonNegativeInt, "num_initial_epochs": NonNegativeInt, "pretraining": bool,
                     "pretrain_cost": ("obj", "cost"), "visualize": bool, "spot_check": bool,
                     "sparsity": NonNegative, "pretrain_learning_rate": NonNegative, "tied_weights": bool}

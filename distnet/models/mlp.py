@@ -17,6 +17,7 @@ from ..config.builder import config_error, config_given, config_where, construct
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
+from ..layers.local import LocalFilteringLayer
 from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_backward
 from ..log import get_logger
@@ -112,6 +113,10 @@ class MLP:
                               key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
 
+    #: Whether the model pretrains its LocalFilteringLayers (GB); others ignore their
+    #: ``pretraining`` keys (a note says so).
+    pretrains = False
+
     def notes(self):
         """``[(logging level, text)]`` about this model's keys for the experiment's
         ``config_notes``: :meth:`learning_rate_notes`, and a last activation that does not suit
@@ -120,6 +125,13 @@ class MLP:
         and gradients meaningless (a run may diverge, with advice to lower the learning rate);
         SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly."""
         notes = self.learning_rate_notes()
+        if not self.pretrains:
+            for layer in self.layers:
+                if isinstance(layer, LocalFilteringLayer) and layer.pretraining:
+                    where = config_where(layer, "pretraining")
+                    notes.append((logging.WARNING, f"{where + ': ' if where else ''}layer '{layer.name}': "
+                                  f"pretraining: True, but the model {type(self).__name__} does not pretrain "
+                                  "(GB and GBDist do); use model GB, or remove the layer's pretraining keys"))
         last = self.layers[-1]
         act = type(last.activation).__name__
         where = config_where(last, "activation")

@@ -386,3 +386,13 @@ def test_seq2seq_learning_rate_beside_a_rule_with_its_own_is_a_note():
     assert len(notes) == 1 and notes[0].endswith(": the model's learning_rate 0.05 is not used: the learning "
                                                  "rule's (0.001, Adam's default) applies; give the rate to the "
                                                  "learning rule"), notes
+
+
+def test_a_pretrained_layer_in_a_model_that_does_not_pretrain_is_a_note(tmp_path):
+    from tests.tiny import GB, experiment
+    text = experiment(GB, tmp_path / "none.h5")
+    assert [n for _, n in load_experiment_text(text, "gb.yaml").config_notes] == []
+    text = text.replace("num_pretrain_epochs: 1, num_initial_epochs: 1, pretraining: True,", "")
+    notes = [n for _, n in load_experiment_text(text.replace("models.GB {", "models.Convnet {"), "c.yaml").config_notes]
+    assert notes == ["c.yaml:8: layer 'lf': pretraining: True, but the model Convnet does not pretrain (GB and "
+                     "GBDist do); use model GB, or remove the layer's pretraining keys"], notes
