@@ -70,7 +70,8 @@ class LayerContext:
 
 
 class BaseLayer:
-    """Keys every layer accepts: ``name`` (str), ``pos`` (int: must equal the list index if given,
+    """Keys every layer accepts: ``name`` (str, unique in the model: checkpoints, logs and
+    ``inputs`` lists name layers by it; default ``<Class><index>``), ``pos`` (int: must equal the list index if given,
     neon used it to find the previous layer), ``batch_size`` (accepted for neon files; the model's
     batch size is used), ``stage`` (int: the pipeline stage that runs this layer, when the
     experiment has ``pipe > 1``; default: from the model's ``stages``), ``inputs`` (list of
