@@ -136,7 +136,8 @@ class FitExperiment:
     ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
-    default: all ranks of a pipeline stage, and a ``data`` that is given must be exactly that), ``pipe`` (pipeline stages, default 1: the model's
+    default: all ranks of a pipeline stage, and a ``data`` that is given must say so),
+    ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
@@ -346,9 +347,9 @@ class FitExperiment:
             why = unreached(s, last_t)
             if why is None:
                 continue
+            as_steps = rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
             hint = (f"; t counts epochs (schedule_unit: epoch): if it meant the run's {steps} optimiser "
-                    "steps, write schedule_unit: step" if rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
-                    else "")
+                    "steps, write schedule_unit: step" if as_steps else "")
             where = config_where(s)
             log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
                         rule.schedule_unit, epochs, hint)

@@ -4,8 +4,9 @@ Inverted dropout (``torch.nn.Dropout``): in training each element is zeroed with
 ``p`` and the survivors scaled by ``1 / (1 - p)``; evaluation is the identity. The mask is drawn
 for the GLOBAL tensor ``(B_global, ...)`` of the minibatch from the counter-based stream of
 :mod:`distnet.ops.dropout`, keyed by the backend's ``rng_seed``, the model's optimiser step and
-the layer's index (and, while GB pretrains a layer, the pretraining phase): a rank computes only its slice (its data replica's rows, its spatial tile),
-which is exactly what the one-process run computes there. No communication, no RNG state (the
+the layer's index (and, while GB pretrains a layer, the pretraining phase): a rank computes
+only its slice (its data replica's rows, its spatial tile), which is exactly what the
+one-process run computes there. No communication, no RNG state (the
 weight RNG stream is untouched, so adding dropout does not change any initial weight), and a
 resumed run continues with the same masks (the step count is in the checkpoint).
 """
