@@ -335,7 +335,7 @@ class FitExperiment:
         its numbers fit the run's optimiser steps but are counted in epochs (``schedule_unit:
         epoch``, the default, where ``step`` was meant). Not when ``num_epochs`` was set on the
         command line (a short trial run, or a resume that trains longer, knows it)."""
-        from ..ops.schedules import unreached
+        from ..ops.schedules import unreached, vanishes
         rule, epochs = self.model.learning_rule, self.model.num_epochs
         if rule is None or rule.schedule is None or epochs == 0:
             return
@@ -350,6 +350,16 @@ class FitExperiment:
             as_steps = rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
             hint = (f"; t counts epochs (schedule_unit: epoch): if it meant the run's {steps} optimiser "
                     "steps, write schedule_unit: step" if as_steps else "")
+            where = config_where(s)
+            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
+                        rule.schedule_unit, epochs, hint)
+        for s in rule.schedule.schedules:
+            why = vanishes(s, last_t)
+            if why is None:
+                continue
+            as_epochs = rule.schedule_unit == "step" and vanishes(s, epochs - 1) is None
+            hint = ("; t counts optimiser steps (schedule_unit: step): if it meant epochs, write schedule_unit: "
+                    "epoch" if as_epochs else "")
             where = config_where(s)
             log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
                         rule.schedule_unit, epochs, hint)

@@ -204,3 +204,29 @@ def unreached(schedule, last_t):
             return (f"{name} changes the learning rate until t = {last}, after the run's last t = {last_t}: "
                     f"it stops at factor {now:.3g} (its end: {end:.3g})")
     return None
+
+
+#: A learning-rate factor below this is no learning rate (a step decay meant per epoch, run per step).
+NEGLIGIBLE = 1e-6
+
+
+def vanishes(schedule, last_t):
+    """A sentence when the step decays of ``schedule`` (StepSchedule, MultiStepSchedule) bring
+    its factor below :data:`NEGLIGIBLE` before the run's last ``t`` (``last_t``): the rest of
+    the run trains at no learning rate. None otherwise (and for other schedules: a cosine that
+    ends at 0 is meant to)."""
+    gamma = schedule.gamma if isinstance(schedule, (StepSchedule, MultiStepSchedule)) else 1.0
+    if gamma >= 1.0:
+        return None
+    k = 1 if gamma == 0 else int(math.log(NEGLIGIBLE) / math.log(gamma)) + 1   # decays to go below
+    while k > 1 and gamma ** (k - 1) < NEGLIGIBLE:
+        k -= 1
+    if isinstance(schedule, StepSchedule):
+        small, decays = k * schedule.step_size, last_t // schedule.step_size
+    else:
+        small = schedule.milestones[k - 1] if k <= len(schedule.milestones) else math.inf
+        decays = sum(1 for m in schedule.milestones if m <= last_t)
+    if small > last_t:
+        return None
+    return (f"{type(schedule).__name__} brings the learning-rate factor to {schedule(small):.3g} at t = {small} "
+            f"and {schedule(last_t):.3g} by the run's last t = {last_t} ({decays} decay(s) by {gamma:g})")

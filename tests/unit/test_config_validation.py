@@ -396,3 +396,23 @@ def test_a_pretrained_layer_in_a_model_that_does_not_pretrain_is_a_note(tmp_path
     notes = [n for _, n in load_experiment_text(text.replace("models.GB {", "models.Convnet {"), "c.yaml").config_notes]
     assert notes == ["c.yaml:8: layer 'lf': pretraining: True, but the model Convnet does not pretrain (GB and "
                      "GBDist do); use model GB, or remove the layer's pretraining keys"], notes
+
+
+def test_a_step_decay_that_leaves_no_learning_rate_is_a_warning(tmp_path, restore_logger):
+    """StepSchedule {step_size: 2} meant in epochs but counted in steps (schedule_unit: step):
+    4 epochs of 4 steps decay the rate 7 times, to 1e-7 at t = 14."""
+    rule = ("learning_rule: !obj:distnet.learning_rules.Adam {schedule_unit: step,\n"
+            "      schedule: [!obj:distnet.schedules.StepSchedule {step_size: 2}]},")
+    path, out = _run_tiny_cnn(tmp_path, [(RULE[0], rule)])
+    assert (f"{path}:7: StepSchedule brings the learning-rate factor to 1e-07 at t = 14 and 1e-07 by the run's "
+            "last t = 15 (7 decay(s) by 0.1) (schedule_unit: step, num_epochs 4); t counts optimiser steps "
+            "(schedule_unit: step): if it meant epochs, write schedule_unit: epoch\n") in out, out
+    _, out = _run_tiny_cnn(tmp_path, [(RULE[0], rule.replace("schedule_unit: step,", ""))])
+    assert "StepSchedule" not in out, out
+
+
+def test_schedule_decay_checks_need_no_loop_over_steps():
+    from distnet.ops.schedules import CosineSchedule, MultiStepSchedule, StepSchedule, vanishes
+    assert "at t = 7 " in vanishes(StepSchedule(1), 10**12)                # instant, not 1e12 steps
+    assert vanishes(MultiStepSchedule([30, 60, 90]), 89) is None and vanishes(CosineSchedule(10), 9) is None
+    assert vanishes(StepSchedule(30, gamma=1.5), 10**6) is None
