@@ -329,6 +329,22 @@ class FitExperiment:
             log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
                         "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
 
+    def _note_checkpoints(self, first_epoch, log):
+        """A warning (at the checkpoint key's line) when a checkpoint path is set but no epoch
+        of this run writes one: ``at_end: False`` with ``every`` 0 (only at the end, but not at
+        the end), or an ``every`` no epoch from ``first_epoch`` to the last reaches."""
+        if not self.checkpoint_path or self.checkpoint_at_end:
+            return
+        every, last = self.checkpoint_every, self.model.num_epochs - 1
+        if every and any((e + 1) % every == 0 for e in range(first_epoch, last + 1)):
+            return
+        where = config_where(self, "checkpoint")
+        why = (f"every is {every} and the run's epochs {first_epoch} .. {last} reach no multiple of it"
+               if every else "every is 0 (only at the end)")
+        log.warning("%scheckpoint at_end is False and %s: this run writes no checkpoint to %s; set at_end: True "
+                    "or an every the run reaches (or --no-checkpoint)", f"{where}: " if where else "", why,
+                    self.checkpoint_path)
+
     def _note_schedules(self, n, log):
         """A warning (at the schedule's line) for each learning-rate schedule the run ends
         before (never acts, or stops short: the factor never reaches its end), with a hint when
@@ -438,6 +454,7 @@ class FitExperiment:
         if t.rank == 0:
             self._note_batch_size(len(x), t.ndata, log)
             self._note_schedules(len(x), log)
+            self._note_checkpoints(result.start_epoch, log)
         eval_splits = ("train", "test") if self.report_errors else ("test",)
         if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
             eval_splits = ("valid",) + eval_splits

@@ -416,3 +416,22 @@ def test_schedule_decay_checks_need_no_loop_over_steps():
     assert "at t = 7 " in vanishes(StepSchedule(1), 10**12)                # instant, not 1e12 steps
     assert vanishes(MultiStepSchedule([30, 60, 90]), 89) is None and vanishes(CosineSchedule(10), 9) is None
     assert vanishes(StepSchedule(30, gamma=1.5), 10**6) is None
+
+
+def test_a_checkpoint_no_epoch_writes_is_a_warning(tmp_path, restore_logger):
+    """checkpoint at_end: False with every 0, or an every the 4 epochs never reach: a warning at
+    the checkpoint key (the run wrote nothing without a word); every: 3 writes after epoch 2."""
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    from tests.tiny import CNN, experiment, write_data
+    data, ck, exp = write_data(tmp_path / "d.h5", n_train=30), tmp_path / "ck.h5", tmp_path / "exp.yaml"
+    for keys, written in (("{at_end: False}", False), ("{at_end: False, every: 5}", False),
+                          ("{at_end: False, every: 3}", True)):
+        exp.write_text(experiment(CNN, data).replace(
+            "FitPredictErrorExperiment {", f"FitPredictErrorExperiment {{ checkpoint: {keys},", 1))
+        ck.unlink(missing_ok=True)
+        r = CliRunner().invoke(main, ["run", str(exp), "--no-run-dir", "--no-progress", "--checkpoint", str(ck)])
+        assert r.exit_code == 0, r.output
+        assert ck.exists() == written
+        assert (f"{exp}:1: checkpoint at_end is False and " in r.output) == (not written), r.output
