@@ -50,7 +50,12 @@ def _one_line_warning(message, category, filename, lineno, line=None):
 @click.pass_context
 def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    # One-line warnings while a command runs, and the host's format back when it returns: a
+    # program or test that calls the command (click's standalone_mode=False, CliRunner) keeps
+    # its own warnings.formatwarning.
+    previous = warnings.formatwarning
     warnings.formatwarning = _one_line_warning
+    ctx.call_on_close(lambda: setattr(warnings, "formatwarning", previous))
     if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)

@@ -4,7 +4,7 @@ ranks (``pipe: 2`` puts the encoder and the decoder on two stages)."""
 import os
 import time
 
-from ..backend import Numpy
+from ..backend import Numpy, under_seterr_handling
 from ..errors import ConfigError
 from ..log import check_logging, get_logger
 from .fit import (RunHooks, RunResult, _check_checkpoint_key, epochs_left, launcher_size,
@@ -63,6 +63,10 @@ class Seq2SeqExperiment:
         self.checkpoint_at_end = ck.get("at_end", True)
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
         self.config_record = None
+
+    def build_notes(self):
+        """Notes about keys the model does not use, for :attr:`config_notes`."""
+        return self.model.notes()
 
     def check(self):
         """What needs no MPI: the model's stages against ``pipe``, the data against its declared
@@ -156,6 +160,7 @@ class Seq2SeqExperiment:
         from ..models.checkpoint import restore_checkpoint
         return restore_checkpoint(self.model, path, self.topology, get_logger())
 
+    @under_seterr_handling
     def evaluate_checkpoint(self, path, topology=None):
         """Token and sequence accuracies (percent) of every split with the weights of the
         checkpoint ``path``: ``(checkpoint, {split: (token %, sequence %, sequences)})``, the
@@ -165,6 +170,7 @@ class Seq2SeqExperiment:
         self.model.resume = None
         return ck, {split: self.model.evaluate(d) + (len(d[0]),) for split, d in data.items()}
 
+    @under_seterr_handling
     def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
         """Train and evaluate; returns a :class:`~distnet.experiments.fit.RunResult` (its
         ``accuracy`` attribute: the final test token / sequence accuracies). ``resume``: a
