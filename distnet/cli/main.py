@@ -230,8 +230,11 @@ def _bcast(value):
 
 
 def _install_abort_hook():
-    from ..comm.world import install_world_abort_hook
-    return install_world_abort_hook()
+    from ..comm.world import LauncherMismatch, install_world_abort_hook
+    try:
+        return install_world_abort_hook()
+    except LauncherMismatch as e:   # every process alone: each says so and exits
+        _fail(str(e), e.exit_code)
 
 
 def _install_signal_handlers(comm):

@@ -8,7 +8,6 @@ Callers follow the run through a :class:`RunHooks` object (the CLI writes its ru
 draws its progress bar that way).
 """
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -22,7 +21,6 @@ from ..log import check_logging, get_logger, setup_logging
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
-_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
 _CHECKPOINT_KEYS = {"every", "path", "at_end"}
 
 
@@ -101,10 +99,8 @@ def setup_experiment_logging(experiment, t):
 
 def launcher_size():
     """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    for var in _LAUNCHER_SIZE_VARS:
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 1
+    from ..comm.launcher import launcher_world_size
+    return launcher_world_size()[0]
 
 
 def _check_checkpoint_key(value):
