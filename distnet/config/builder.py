@@ -261,8 +261,13 @@ def _check_null(param, where):
                           f"{param.default!r})", where, param.name)
 
 
+def yaml_where(obj, key=None):
+    """``"file:line"`` of ``obj``'s YAML object (or of its ``key``), None if it was not built
+    from YAML."""
+    spec = getattr(obj, "config_spec", None)
+    return (spec.where_of(key) if key else spec.where) if spec is not None else None
+
+
 def config_error(obj, message, key=None):
     """A :class:`ConfigError` pointing at ``obj``'s YAML line (or ``key``'s line)."""
-    spec = getattr(obj, "config_spec", None)
-    where = (spec.where_of(key) if key else spec.where) if spec is not None else None
-    return ConfigError(message, where, key)
+    return ConfigError(message, yaml_where(obj, key), key)

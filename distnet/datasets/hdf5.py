@@ -117,7 +117,7 @@ class HDF5Dataset(FileDataset):
         if self._header_cache is not None:
             return self._header_cache
         if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
+            raise self.missing(f"HDF5 dataset file {self.path} does not exist", "path", self.path)
         with _open(self.path) as f:
             missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
             if missing:
@@ -170,7 +170,7 @@ class HDF5Dataset(FileDataset):
 
     def source_files(self):
         if not os.path.isfile(self.path):
-            raise DataError(f"HDF5 dataset file {self.path} does not exist")
+            raise self.missing(f"HDF5 dataset file {self.path} does not exist", "path", self.path)
         return [self.path]
 
     def sources(self):

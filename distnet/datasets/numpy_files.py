@@ -78,8 +78,15 @@ class NumpyDataset(FileDataset):
     def __repr__(self):
         return f"NumpyDataset(path={self.path!r}, npy={self.npy!r})"
 
+    def _check_files(self):
+        """MissingDataError naming the key of the first file that is not there."""
+        for key, p in ([("path", self.path)] if self.path is not None else list(self.npy.items())):
+            if not os.path.isfile(p):
+                raise self.missing(f"data file {p} does not exist", key, p)
+
     def sources(self):
         if self._srcs is None:
+            self._check_files()
             if self.path is not None:
                 arrays = npz_arrays(self.path)
                 if "test" not in arrays:
@@ -116,8 +123,5 @@ class NumpyDataset(FileDataset):
         return self._nclasses
 
     def source_files(self):
-        files = [self.path] if self.path is not None else list(self.npy.values())
-        for p in files:
-            if not os.path.isfile(p):
-                raise DataError(f"data file {p} does not exist")
-        return files
+        self._check_files()
+        return [self.path] if self.path is not None else list(self.npy.values())
