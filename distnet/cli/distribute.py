@@ -14,7 +14,8 @@ import re
 
 import yaml
 
-from ..config.registry import check_plugins, known_classes
+from ..config.builder import constructor_params
+from ..config.registry import check_plugins, known_classes, resolve
 from ..errors import ConfigError
 
 _MODEL_DIST = {"MLP": "ConvnetDist", "Convnet": "ConvnetDist", "GB": "GBDist"}
@@ -45,6 +46,24 @@ def _get(node, key):
     return None
 
 
+def _check_root_takes_dist_flag(root, filename):
+    """ConfigError (at the root's line) for an experiment class without ``dist_flag``: a
+    ``Seq2SeqExperiment`` is distributed by its own ``pipe``/``data`` keys, and a file with
+    ``dist_flag`` added would only be refused when run."""
+    tag = root.tag[len("!obj:"):]
+    where = f"{filename}:{root.start_mark.line + 1}"
+    cls, _ = resolve(tag, where)
+    keys = {p.name for p in constructor_params(cls)}
+    if "dist_flag" in keys:
+        return
+    own = [k for k in ("pipe", "data") if k in keys]
+    how = (f"it is distributed by its own key{'s' if len(own) > 1 else ''} "
+           f"{' and '.join(f'`{k}`' for k in own)} (e.g. `pipe: 2`: the encoder and the decoder on "
+           f"their own ranks; `data: D`: D replicas): set {'them' if len(own) > 1 else 'it'} in the file "
+           f"and run it under mpiexec" if own else "it cannot be distributed")
+    raise ConfigError(f"{cls.__name__} has no dist_flag, so neon's recipe does not apply: {how}", where)
+
+
 def distribute_text(text, filename="<string>", dist_mode="halopar"):
     """The distributed version of experiment ``text`` (a string), comments preserved;
     ``dist_mode`` one of :data:`DIST_MODES` (module docstring)."""
@@ -57,6 +76,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
     if root is None or not root.tag.startswith("!obj:"):
         raise ConfigError("the root must be an !obj: experiment", filename)
     check_plugins()  # a plugin's FooLayer becomes its FooLayerDist too
+    _check_root_takes_dist_flag(root, filename)
     layer_dist = _dist_names()
     edits = []  # (start, end, replacement), applied from the end
 
@@ -119,7 +139,9 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
 
     set_keys(root, [("dist_flag", "True")])
     datasets = _get(root, "datasets")
-    for ds in (datasets.value if isinstance(datasets, yaml.SequenceNode) else []):
+    single = _get(root, "dataset")   # neon's later schema: one dataset
+    for ds in ((datasets.value if isinstance(datasets, yaml.SequenceNode) else [])
+               + ([single] if isinstance(single, yaml.MappingNode) else [])):
         set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
         sp = _get(ds, "serialized_path")
         if dist_mode != "datapar" and sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):

@@ -67,3 +67,31 @@ def test_vecpar_refuses_models_with_spatial_layers():
              "    !obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
     with pytest.raises(ConfigError, match="also has ConvLayer"):
         distribute_text(mixed, "m.yaml", "vecpar")
+
+
+def test_neons_later_single_dataset_gets_dist_flag_too():
+    """neon's later schema names one ``dataset:``; the experiment's dist_flag alone was refused
+    when run ('its dataset has dist_flag: False')."""
+    src = (ROOT / "tests" / "data" / "neon_later" / "mnist_halopar_cpu_cnn-20-50-500-10.yaml").read_text()
+    plain = (src.replace("dist_flag: &id001 True", "dist_flag: &id001 False")
+             .replace("ConvnetDist", "Convnet").replace("convnet_dist.Convnet", "mlp.MLP")
+             .replace("ConvLayerDist", "ConvLayer").replace("MaxPoolingLayerDist", "MaxPoolingLayer")
+             .replace("LayerDist", "Layer").replace("  dist_flag: *id001\n", ""))
+    assert "dist_flag: *id001" not in plain and "Dist\n" not in plain
+    out = distribute_text(plain, "plain.yaml")
+    exp = load_experiment_text(out, "d.yaml")
+    assert exp.dist_flag and exp.dataset.dist_flag and type(exp.model).__name__ == "ConvnetDist"
+
+
+def test_an_experiment_without_dist_flag_is_refused_with_its_own_keys():
+    """Seq2SeqExperiment has pipe/data instead: the output had a dist_flag that `distnet run`
+    then refused as an unknown key (distribute itself said nothing, exit 0)."""
+    src = (ROOT / "experiments" / "seq2seq_numbers.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"seq2seq_numbers.yaml:\d+: Seq2SeqExperiment has no dist_flag.*"
+                                          r"`pipe` and `data`"):
+        distribute_text(src, "seq2seq_numbers.yaml")
+
+
+def test_an_unknown_experiment_class_is_refused_at_its_line():
+    with pytest.raises(ConfigError, match=r"x.yaml:2: unknown class !obj:NoSuchExperiment"):
+        distribute_text("# x\n!obj:NoSuchExperiment {model: 1}\n", "x.yaml")
