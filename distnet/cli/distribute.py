@@ -64,9 +64,10 @@ def _check_root_takes_dist_flag(root, filename):
     raise ConfigError(f"{cls.__name__} has no dist_flag, so neon's recipe does not apply: {how}", where)
 
 
-def distribute_text(text, filename="<string>", dist_mode="halopar"):
+def distribute_text(text, filename="<string>", dist_mode="halopar", report=None):
     """The distributed version of experiment ``text`` (a string), comments preserved;
-    ``dist_mode`` one of :data:`DIST_MODES` (module docstring)."""
+    ``dist_mode`` one of :data:`DIST_MODES` (module docstring). ``report``: a list that gets
+    one line per kind of edit made (for the command's summary)."""
     if dist_mode not in DIST_MODES:
         raise ConfigError(f"dist_mode must be one of {', '.join(DIST_MODES)}, got {dist_mode!r}", filename)
     try:
@@ -79,6 +80,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
     _check_root_takes_dist_flag(root, filename)
     layer_dist = _dist_names()
     edits = []  # (start, end, replacement), applied from the end
+    renamed, shards = [], []
 
     paths = {n: (d, p) for n, _, d, p in known_classes()}
 
@@ -100,6 +102,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
             path = new
         start = text.index("!obj:" + tag, node.start_mark.index)
         edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
+        renamed.append(new)
 
     def set_keys(node, pairs):
         """``key: value`` pairs in mapping ``node``: existing values replaced, missing keys added
@@ -148,10 +151,18 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
             base, dot, ext = sp.value.rpartition(".")
             value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
             edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))
+            shards.append(value)
     if model is not None and dist_mode != "datapar":
         retag(model, _MODEL_VECPAR if dist_mode == "vecpar" else _MODEL_DIST)
         for layer in layers:
             retag(layer, layer_dist)
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
+    if report is not None:
+        report.append(f"dist_flag: True on the experiment and its dataset ({dist_mode})")
+        if renamed:
+            counts = {n: renamed.count(n) for n in dict.fromkeys(renamed)}
+            report.append("classes: " + ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items()))
+        if shards:
+            report.append("shard paths: " + ", ".join(shards))
     return text

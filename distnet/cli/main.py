@@ -508,10 +508,14 @@ def distribute(source, output, dist_mode, force):
             hint = "give another -o, or --force to replace it"
             refuse_existing(output, "output" + (" (the SOURCE itself)" if same_file(output, source) else ""),
                             force, hint)
+        report = []
         with open(source, encoding="utf-8") as f:
-            text = distribute_text(f.read(), source, dist_mode)
+            text = distribute_text(f.read(), source, dist_mode, report)
         if output:
             write_text(output, text, "output")
+            click.echo(f"wrote {output}: " + "; ".join(report), err=True)
+            click.echo(f"next: `distnet show {output} -n N` (the grid of N ranks, or the counts that work), "
+                       f"`mpiexec -n N distnet run {output}`", err=True)
     except UnicodeDecodeError as e:
         _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
     except OSError as e:

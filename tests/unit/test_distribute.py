@@ -95,3 +95,15 @@ def test_an_experiment_without_dist_flag_is_refused_with_its_own_keys():
 def test_an_unknown_experiment_class_is_refused_at_its_line():
     with pytest.raises(ConfigError, match=r"x.yaml:2: unknown class !obj:NoSuchExperiment"):
         distribute_text("# x\n!obj:NoSuchExperiment {model: 1}\n", "x.yaml")
+
+
+def test_report_says_what_was_changed():
+    src = (ROOT / "experiments" / "mnist_cnn.yaml").read_text()
+    report = []
+    distribute_text(src, "mnist_cnn.yaml", "halopar", report)
+    assert report == ["dist_flag: True on the experiment and its dataset (halopar)",
+                      "classes: ConvnetDist, ConvLayerDist x2, MaxPoolingLayerDist x2, LayerWithNoBiasDist x2"]
+    src = src.replace("repo_path: ./datasets", "repo_path: ./datasets, serialized_path: c/m.pkl")
+    report = []
+    distribute_text(src, "mnist_cnn.yaml", "datapar", report)
+    assert report == ["dist_flag: True on the experiment and its dataset (datapar)"]   # whole images: one cache
