@@ -8,7 +8,8 @@ keeping its comments and layout: ``dist_flag: True`` on the experiment and its d
   Convnet become ConvnetDist, GB becomes GBDist);
 * ``vecpar``: a fully connected MLP becomes MLPDist with LayerDist layers, each rank holding a
   block of every layer's input features (whole images in);
-* ``datapar``: classes unchanged, every rank a data replica of whole images (no shard paths).
+* ``datapar``: classes unchanged, every rank a data replica of whole images (a cache path
+  still gets ``{rank}``: under mpiexec every rank writes its own).
 """
 import re
 
@@ -147,7 +148,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar", report=None)
                + ([single] if isinstance(single, yaml.MappingNode) else [])):
         set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
         sp = _get(ds, "serialized_path")
-        if dist_mode != "datapar" and sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
+        if sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
             base, dot, ext = sp.value.rpartition(".")
             value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
             edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))

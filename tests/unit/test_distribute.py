@@ -48,12 +48,14 @@ def test_vecpar_of_the_mlp_is_the_shipped_vecpar_experiment():
     assert _summary(shipped)[:4] == ("MLPDist", True, True, "vecpar")
 
 
-def test_datapar_keeps_the_classes_and_the_cache_paths():
+def test_datapar_keeps_the_classes_and_gives_the_cache_its_rank():
     src = ("!obj:FitExperiment {\n  datasets: [!obj:MNIST {repo_path: d, serialized_path: c/m.h5}],\n"
            "  model: !obj:MLP {num_epochs: 1, layers: [!obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
     out = distribute_text(src, "m.yaml", "datapar")
     assert "!obj:MNIST { dist_flag: True, dist_mode: datapar, repo_path: d," in out
-    assert "c/m.h5" in out and "{rank}" not in out   # every rank reads whole images
+    # every rank reads whole images, but writes its own cache: a path without {rank} is
+    # refused under mpiexec (the file distribute wrote could not run)
+    assert "'c/m-{rank}of{size}.h5'" in out
     exp = load_experiment_text(out, "d.yaml")
     assert _summary(exp)[:4] == ("MLP", True, True, "datapar")
 
@@ -106,4 +108,5 @@ def test_report_says_what_was_changed():
     src = src.replace("repo_path: ./datasets", "repo_path: ./datasets, serialized_path: c/m.pkl")
     report = []
     distribute_text(src, "mnist_cnn.yaml", "datapar", report)
-    assert report == ["dist_flag: True on the experiment and its dataset (datapar)"]   # whole images: one cache
+    assert report == ["dist_flag: True on the experiment and its dataset (datapar)",
+                      "shard paths: c/m-{rank}of{size}.pkl"]
