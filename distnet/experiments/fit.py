@@ -129,7 +129,8 @@ class FitExperiment:
     says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
     gives every rank whole images and an ``MLPDist`` model shards its FC layers over a ``1 x P``
     grid, ``datapar`` gives every rank whole images and makes the ranks data replicas), ``grid``
-    ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
+    ([Py, Px]; an int N is N x N; default: the most square grid that fits, of two mirror grids
+    the one with rows <= columns), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
     default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
