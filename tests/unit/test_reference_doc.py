@@ -70,3 +70,11 @@ NEON_PATHS = [   # NEON.md §2.2 (neon v0.4.0's classes) and §2.3
 def test_neon_class_paths_are_accepted(path):
     cls, _ = registry.resolve(path)
     assert cls.__name__ == path.rsplit(".", 1)[1]
+
+
+def test_seq2seq_experiment_keys_show_their_bounds():
+    """data/pipe >= 1 and eval_every >= 0 were checked but documented as a bare 'int'."""
+    doc = reference_markdown()
+    section = doc.split("### Seq2SeqExperiment\n", 1)[1].split("\n### ", 1)[0]
+    assert "| `data` | int >= 1 | `1` |" in section and "| `pipe` | int >= 1 | `1` |" in section
+    assert "| `eval_every` | int >= 0 | `0` |" in section
