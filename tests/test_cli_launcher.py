@@ -43,3 +43,22 @@ def test_foreign_mpiexec_is_one_line_and_exit_2(command):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("distnet: error: launched as process 1 of 4 (OMPI_COMM_WORLD_SIZE=4), but MPI "
                                "sees this process alone"), lines
+
+
+def test_check_under_mpiexec_checks_that_rank_count_once():
+    """`mpiexec -n N distnet check` said OK N times, also for an N that `distnet run` refuses."""
+    from distnet.comm.launcher import launch_env, mpiexec_path
+
+    def check(n):
+        return subprocess.run(["timeout", "120", mpiexec_path(), "-n", str(n), sys.executable, "-m", "distnet",
+                               "check", "experiments/mnist_cnn_dist.yaml"], cwd=ROOT, env=launch_env(n),
+                              capture_output=True, text=True)
+    ok = check(2)
+    assert ok.returncode == 0, ok.stderr
+    heads = [line for line in ok.stdout.splitlines() if not line.startswith("  ")]
+    assert heads == ["experiments/mnist_cnn_dist.yaml: OK (6 layers, input (1, 28, 28), output (10,); "
+                     "on these 2 ranks: data 1 x pipe 1 x grid 1x2)"], ok.stdout
+    bad = check(5)
+    assert bad.returncode == 2 and "OK" not in bad.stdout
+    errors = bad.stderr.strip().splitlines()
+    assert len(errors) == 5 and all("Rank counts that work: 1, 2, 3, 4, 6, 8, 9, 12, 16" in e for e in errors)

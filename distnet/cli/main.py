@@ -358,17 +358,27 @@ def check(experiment, list_classes, reference, overrides):
         else:
             shape = exp.model.infer_shapes(exp.dataset.image_shape)
             exp.check()   # what run checks before training: data headers, outputs vs classes
+        # under mpiexec: the layout `distnet run` would cut from these ranks (the same resolver;
+        # no MPI needed), so `mpiexec -n 5 distnet check` cannot say OK to what run refuses
+        from ..experiments.fit import launcher_size
+        nranks = launcher_size()
+        layout = exp.layout(nranks) if nranks > 1 else None
     except DistnetError as e:
         _fail(str(e))
+    from ..log import job_rank
+    if job_rank() != 0:     # under mpiexec: one report (rank 0's), errors from every rank
+        return
     for level, note in exp.config_notes:
         click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
+    on = (f"; on these {nranks} ranks: data {layout.data} x pipe {layout.pipe} x grid "
+          f"{layout.grid[0]}x{layout.grid[1]}" if layout is not None else "")
     if seq2seq:
-        click.echo(f"{experiment}: OK ({lines[0]})")
+        click.echo(f"{experiment}: OK ({lines[0]}{on})")
         for line in lines[1:]:
             click.echo(f"  {line}")
         return
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
-               f"output {shape})")
+               f"output {shape}{on})")
     for layer in exp.model.layers:
         tower = f"  [tower {layer.tower}]" if layer.tower is not None else ""   # tower networks
         click.echo(f"  {layer.describe()}{tower}")
