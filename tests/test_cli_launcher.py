@@ -62,3 +62,13 @@ def test_check_under_mpiexec_checks_that_rank_count_once():
     assert bad.returncode == 2 and "OK" not in bad.stdout
     errors = bad.stderr.strip().splitlines()
     assert len(errors) == 5 and all("Rank counts that work: 1, 2, 3, 4, 6, 8, 9, 12, 16" in e for e in errors)
+
+
+def test_show_under_mpiexec_reports_once():
+    from distnet.comm.launcher import launch_env, mpiexec_path
+    proc = subprocess.run(["timeout", "120", mpiexec_path(), "-n", "2", sys.executable, "-m", "distnet", "show",
+                           "experiments/mnist_cnn_dist.yaml", "-n", "4"], cwd=ROOT, env=launch_env(2),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("experiments/mnist_cnn_dist.yaml: 4 rank(s) = data 1 x pipe 1 x grid 2x2") == 1
+    assert proc.stdout.count("predicted step:") == 1
