@@ -323,7 +323,9 @@ class _CliHooks:
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
-    """Validate EXPERIMENT without running it: keys, types, classes and layer shapes."""
+    """Validate EXPERIMENT without running it: keys, types, classes and layer shapes. Under
+    `mpiexec -n N`, also the layout (grid, replicas, stages) that `distnet run` would cut from
+    those N ranks, reported once."""
     from ..config import load_experiment
     if (list_classes or reference) and (experiment is not None or overrides):
         raise click.UsageError(f"{'--reference' if reference else '--list-classes'} takes no EXPERIMENT "
