@@ -134,12 +134,13 @@ def distribute_text(text, filename="<string>", dist_mode="halopar", report=None)
     layers = [n for n in (layers.value if isinstance(layers, yaml.SequenceNode) else []) if n.tag.startswith("!obj:")]
     if dist_mode == "vecpar":
         if model_name not in _MODEL_VECPAR:
-            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}", filename)
-        spatial = [n.tag[5:].rpartition(".")[2] for n in layers
-                   if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
+            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}",
+                              f"{filename}:{model.start_mark.line + 1}" if model is not None else filename)
+        spatial = [n for n in layers if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
         if spatial:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
-                              f"{', '.join(spatial)} (use halopar)", filename)
+                              f"{', '.join(n.tag[5:].rpartition('.')[2] for n in spatial)} (use halopar)",
+                              f"{filename}:{spatial[0].start_mark.line + 1}")
 
     set_keys(root, [("dist_flag", "True")])
     datasets = _get(root, "datasets")

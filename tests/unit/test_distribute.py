@@ -62,12 +62,13 @@ def test_datapar_keeps_the_classes_and_gives_the_cache_its_rank():
 
 def test_vecpar_refuses_models_with_spatial_layers():
     src = (ROOT / "experiments" / "mnist_cnn.yaml").read_text()
-    with pytest.raises(ConfigError, match="vecpar distributes a fully connected MLP, not Convnet"):
+    with pytest.raises(ConfigError, match=r"^mnist_cnn.yaml:15: dist_mode vecpar distributes a fully connected "
+                                          r"MLP, not Convnet"):
         distribute_text(src, "mnist_cnn.yaml", "vecpar")
     mixed = ("!obj:FitExperiment {\n  datasets: [!obj:MNIST {repo_path: d}],\n  model: !obj:MLP {num_epochs: 1, "
              "layers: [!obj:ConvLayer {nofm: 2, fshape: 3, weight_init: {type: uniform}},\n"
              "    !obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
-    with pytest.raises(ConfigError, match="also has ConvLayer"):
+    with pytest.raises(ConfigError, match=r"^m.yaml:3: .*also has ConvLayer"):   # the layer's line
         distribute_text(mixed, "m.yaml", "vecpar")
 
 
