@@ -8,7 +8,6 @@ Callers follow the run through a :class:`RunHooks` object (the CLI writes its ru
 draws its progress bar that way).
 """
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -23,7 +22,6 @@ from .evaluate import written_on
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
-_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
 _CHECKPOINT_KEYS = {"every", "path", "at_end"}
 
 
@@ -102,10 +100,8 @@ def setup_experiment_logging(experiment, t):
 
 def launcher_size():
     """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    for var in _LAUNCHER_SIZE_VARS:
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 1
+    from ..comm.launcher import launcher_world_size
+    return launcher_world_size()[0]
 
 
 def _check_checkpoint_key(value):
@@ -134,7 +130,8 @@ class FitExperiment:
     says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
     gives every rank whole images and an ``MLPDist`` model shards its FC layers over a ``1 x P``
     grid, ``datapar`` gives every rank whole images and makes the ranks data replicas), ``grid``
-    ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
+    ([Py, Px]; an int N is N x N; default: the most square grid that fits, of two mirror grids
+    the one with rows <= columns), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
     default: all ranks of a pipeline stage, and a ``data`` that is given must say so),

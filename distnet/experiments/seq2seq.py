@@ -5,6 +5,7 @@ import os
 import time
 
 from ..backend import Numpy, under_seterr_handling
+from ..config.types import NonNegativeInt, PositiveInt
 from ..errors import ConfigError
 from ..log import check_logging, get_logger
 from .fit import (RunHooks, RunResult, _check_checkpoint_key, epochs_left, launcher_size,
@@ -30,7 +31,8 @@ class Seq2SeqExperiment:
     accuracy of the test split (greedy decoding)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")), "backend": ("obj", "backend"),
-                    "data": int, "pipe": int, "eval_every": int, "logging": dict, "checkpoint": dict}
+                    "data": PositiveInt, "pipe": PositiveInt, "eval_every": NonNegativeInt, "logging": dict,
+                    "checkpoint": dict}
     config_notes = ()
     dist_flag = False
     #: No watchdog key (``distnet run --watchdog`` works as for any experiment).

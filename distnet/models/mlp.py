@@ -32,12 +32,14 @@ from .towers import TowerPlan
 
 class MLP:
     """Keys: ``layers`` (list), ``num_epochs`` (int), ``batch_size`` (int, default: all training
-    images), ``cost`` (default CrossEntropy), ``momentum`` (schedule dict, default none),
-    ``learning_rate`` (default for layers that give none; neon stored it unused), ``shuffle``
-    (bool, default False: neon's fixed order; True reshuffles every epoch from the backend seed),
-    ``serialized_path`` (accepted; model files are not written yet), and for pipelined runs
-    (experiment ``pipe > 1``) ``stages`` (list of the layer indices where stages 1, 2, ... begin,
-    like PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
+    images), ``cost`` (default CrossEntropy), ``momentum`` (a schedule mapping: see "Mappings"
+    at the end of the reference; default none), ``learning_rate`` (default for layers that give
+    none; neon stored it unused), ``shuffle`` (bool, default False: neon's fixed order; True
+    reshuffles every epoch from the backend seed), ``serialized_path`` (neon's model pickle:
+    accepted and ignored, with a warning; a run writes ``checkpoint.h5`` in its run directory,
+    and ``distnet run --resume`` continues from one), and for pipelined runs (experiment
+    ``pipe > 1``) ``stages`` (list of the layer indices where stages 1, 2, ... begin, like
+    PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
     micro-batches per minibatch, default 1).
 
     ``learning_rule`` (a distnet addition: ``!obj:distnet.learning_rules.Adam {...}``,
