@@ -49,7 +49,7 @@ class MissingDataError(DataError):
         hint = ""
         if path is not None and not os.path.isabs(str(path)):
             hint = f" (a relative path is read from the current directory, {os.getcwd()})"
-        prefix = (f"{where}: " if where else "") + (f"key '{key}': " if where and key else "")
+        prefix = (f"{where}: " if where else "") + (f"key '{key}': " if key else "")
         super().__init__(f"{prefix}{message}{hint}")
 
     def located(self, where):
