@@ -5,12 +5,25 @@ Every weight of a model is drawn from ``Backend.rng`` in the order of the YAML `
 with the *global* shape, so that a distributed model slices exactly the weights the
 single-process model draws (DESIGN §4, NEON.md §3.12).
 """
+import contextlib
+import functools
+
 import numpy as np
 
 from .config.types import Bounded, NonNegativeInt, PositiveInt
 from .errors import ConfigError
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def under_seterr_handling(fn):
+    """Decorator of an experiment's entry points (``run``, evaluate, predict): ``fn(exp, ...)``
+    runs under ``exp.backend``'s ``seterr_handling`` (:meth:`Backend.errstate`)."""
+    @functools.wraps(fn)
+    def wrapped(exp, *args, **kwargs):
+        with exp.backend.errstate():
+            return fn(exp, *args, **kwargs)
+    return wrapped
 
 
 _SETERR_KEYS = ("all", "divide", "over", "under", "invalid")
@@ -42,7 +55,9 @@ class Backend:
     dtype : 'float32' | 'float64', default 'float32'
         dtype of parameters, activations and data.
     seterr_handling : dict, optional
-        Passed to ``numpy.seterr`` (neon compatibility), except that underflow stays ignored
+        numpy's error handling while the experiment runs (``numpy.errstate``, neon's
+        ``numpy.seterr`` at construction: distnet leaves the state of the program that loads
+        an experiment alone, and restores it when a run returns), except that underflow stays ignored
         unless the mapping names ``under`` itself: a value rounding to 0 is harmless in every
         formula here (a logistic unit far in its tail), and neon's ``{all: raise}`` would stop
         a run on it. Keys ``all``, ``divide``, ``over``, ``under``, ``invalid``; values
@@ -70,9 +85,14 @@ class Backend:
         self.rng_seed = int(rng_seed)
         self.dtype = np.dtype(_DTYPES[dtype])
         self.xp = np
-        if seterr_handling:
-            np.seterr(**{"under": "ignore", **_check_seterr(seterr_handling)})
+        #: numpy error handling of :meth:`errstate` (None: the caller's).
+        self.seterr = {"under": "ignore", **_check_seterr(seterr_handling)} if seterr_handling else None
         self.rng = np.random.RandomState(self.rng_seed)
+
+    def errstate(self):
+        """A context manager that applies ``seterr_handling`` while an experiment runs (what the
+        experiments' ``run`` / ``evaluate`` enter); numpy's state is the caller's afterwards."""
+        return np.errstate(**self.seterr) if self.seterr else contextlib.nullcontext()
 
     def reseed(self):
         """Restart the weight RNG (a model built twice in one process draws the same weights)."""

@@ -45,6 +45,27 @@ class DataError(DistnetError):
     """Missing, truncated or inconsistent data files and shards."""
 
 
+class MissingDataError(DataError):
+    """A data file or folder that an experiment names is not there. ``key``: the dataset key
+    that names it (``repo_path``, ``path``); ``path``: the path as that key gives it: a relative
+    one is read from the current directory, which the message then names (the usual slip:
+    running from another folder than the one the experiment's paths are relative to).
+    ``where``: the dataset's ``file:line``, added by the experiment that loads it."""
+
+    def __init__(self, message, key=None, path=None, where=None):
+        import os
+        self.bare_message, self.key, self.path, self.where = message, key, path, where
+        hint = ""
+        if path is not None and not os.path.isabs(str(path)):
+            hint = f" (a relative path is read from the current directory, {os.getcwd()})"
+        prefix = (f"{where}: " if where else "") + (f"key '{key}': " if key else "")
+        super().__init__(f"{prefix}{message}{hint}")
+
+    def located(self, where):
+        """The same error at ``where`` (``file:line``)."""
+        return MissingDataError(self.bare_message, self.key, self.path, where)
+
+
 class CheckpointError(DistnetError):
     """A checkpoint that cannot be read or does not fit the experiment."""
 

@@ -8,13 +8,15 @@ keeping its comments and layout: ``dist_flag: True`` on the experiment and its d
   Convnet become ConvnetDist, GB becomes GBDist);
 * ``vecpar``: a fully connected MLP becomes MLPDist with LayerDist layers, each rank holding a
   block of every layer's input features (whole images in);
-* ``datapar``: classes unchanged, every rank a data replica of whole images (no shard paths).
+* ``datapar``: classes unchanged, every rank a data replica of whole images (a cache path
+  still gets ``{rank}``: under mpiexec every rank writes its own).
 """
 import re
 
 import yaml
 
-from ..config.registry import check_plugins, known_classes
+from ..config.builder import constructor_params
+from ..config.registry import check_plugins, known_classes, resolve
 from ..errors import ConfigError
 
 _MODEL_DIST = {"MLP": "ConvnetDist", "Convnet": "ConvnetDist", "GB": "GBDist"}
@@ -45,9 +47,28 @@ def _get(node, key):
     return None
 
 
-def distribute_text(text, filename="<string>", dist_mode="halopar"):
+def _check_root_takes_dist_flag(root, filename):
+    """ConfigError (at the root's line) for an experiment class without ``dist_flag``: a
+    ``Seq2SeqExperiment`` is distributed by its own ``pipe``/``data`` keys, and a file with
+    ``dist_flag`` added would only be refused when run."""
+    tag = root.tag[len("!obj:"):]
+    where = f"{filename}:{root.start_mark.line + 1}"
+    cls, _ = resolve(tag, where)
+    keys = {p.name for p in constructor_params(cls)}
+    if "dist_flag" in keys:
+        return
+    own = [k for k in ("pipe", "data") if k in keys]
+    how = (f"it is distributed by its own key{'s' if len(own) > 1 else ''} "
+           f"{' and '.join(f'`{k}`' for k in own)} (e.g. `pipe: 2`: the encoder and the decoder on "
+           f"their own ranks; `data: D`: D replicas): set {'them' if len(own) > 1 else 'it'} in the file "
+           f"and run it under mpiexec" if own else "it cannot be distributed")
+    raise ConfigError(f"{cls.__name__} has no dist_flag, so neon's recipe does not apply: {how}", where)
+
+
+def distribute_text(text, filename="<string>", dist_mode="halopar", report=None):
     """The distributed version of experiment ``text`` (a string), comments preserved;
-    ``dist_mode`` one of :data:`DIST_MODES` (module docstring)."""
+    ``dist_mode`` one of :data:`DIST_MODES` (module docstring). ``report``: a list that gets
+    one line per kind of edit made (for the command's summary)."""
     if dist_mode not in DIST_MODES:
         raise ConfigError(f"dist_mode must be one of {', '.join(DIST_MODES)}, got {dist_mode!r}", filename)
     try:
@@ -57,8 +78,10 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
     if root is None or not root.tag.startswith("!obj:"):
         raise ConfigError("the root must be an !obj: experiment", filename)
     check_plugins()  # a plugin's FooLayer becomes its FooLayerDist too
+    _check_root_takes_dist_flag(root, filename)
     layer_dist = _dist_names()
     edits = []  # (start, end, replacement), applied from the end
+    renamed, shards = [], []
 
     paths = {n: (d, p) for n, _, d, p in known_classes()}
 
@@ -80,6 +103,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
             path = new
         start = text.index("!obj:" + tag, node.start_mark.index)
         edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
+        renamed.append(new)
 
     def set_keys(node, pairs):
         """``key: value`` pairs in mapping ``node``: existing values replaced, missing keys added
@@ -110,26 +134,37 @@ def distribute_text(text, filename="<string>", dist_mode="halopar"):
     layers = [n for n in (layers.value if isinstance(layers, yaml.SequenceNode) else []) if n.tag.startswith("!obj:")]
     if dist_mode == "vecpar":
         if model_name not in _MODEL_VECPAR:
-            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}", filename)
-        spatial = [n.tag[5:].rpartition(".")[2] for n in layers
-                   if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
+            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}",
+                              f"{filename}:{model.start_mark.line + 1}" if model is not None else filename)
+        spatial = [n for n in layers if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
         if spatial:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
-                              f"{', '.join(spatial)} (use halopar)", filename)
+                              f"{', '.join(n.tag[5:].rpartition('.')[2] for n in spatial)} (use halopar)",
+                              f"{filename}:{spatial[0].start_mark.line + 1}")
 
     set_keys(root, [("dist_flag", "True")])
     datasets = _get(root, "datasets")
-    for ds in (datasets.value if isinstance(datasets, yaml.SequenceNode) else []):
+    single = _get(root, "dataset")   # neon's later schema: one dataset
+    for ds in ((datasets.value if isinstance(datasets, yaml.SequenceNode) else [])
+               + ([single] if isinstance(single, yaml.MappingNode) else [])):
         set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
         sp = _get(ds, "serialized_path")
-        if dist_mode != "datapar" and sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
+        if sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
             base, dot, ext = sp.value.rpartition(".")
             value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
             edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))
+            shards.append(value)
     if model is not None and dist_mode != "datapar":
         retag(model, _MODEL_VECPAR if dist_mode == "vecpar" else _MODEL_DIST)
         for layer in layers:
             retag(layer, layer_dist)
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
+    if report is not None:
+        report.append(f"dist_flag: True on the experiment and its dataset ({dist_mode})")
+        if renamed:
+            counts = {n: renamed.count(n) for n in dict.fromkeys(renamed)}
+            report.append("classes: " + ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items()))
+        if shards:
+            report.append("shard paths: " + ", ".join(shards))
     return text

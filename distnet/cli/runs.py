@@ -43,8 +43,13 @@ def runs(paths):
     """List run directories (DIR itself, or the runs inside DIR; default: $DISTNET_RUNS_DIR or
     runs/) with their status: running, finished, failed, interrupted, or crashed (recorded as
     running but its process is gone: kill -9, a lost node)."""
+    where = paths
     if not paths:
         base = os.environ.get(ENV_BASE) or "runs"
         paths = (base,) if os.path.isdir(base) else ()
-    for path in _run_dirs(paths):
+        where = (base,)
+    found = list(_run_dirs(paths))
+    for path in found:
         click.echo(describe(path))
+    if not found:   # say so: an empty answer looks like a command that did nothing
+        click.echo(f"no run directories in {', '.join(where)} (`distnet run` records each run there)", err=True)

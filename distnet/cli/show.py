@@ -65,12 +65,15 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     (constants settable; see distnet.plan.Machine)."""
     from ..config import load_experiment
     from ..experiments.report import format_show
+    from ..log import job_rank
     from ..plan import Machine, format_plan, plan_model
+    # under mpiexec: one report (rank 0's) instead of one per rank; errors come from every rank
+    say = click.echo if job_rank() == 0 else (lambda *args, **kwargs: None)
     try:
         exp = load_experiment(experiment, overrides)
         from ..experiments.seq2seq import Seq2SeqExperiment   # hS: not a chain of layers
         if isinstance(exp, Seq2SeqExperiment):
-            click.echo("\n".join(exp.show_lines(nranks)))
+            say("\n".join(exp.show_lines(nranks)))
             return
         if grid and not exp.dist_flag:
             raise click.UsageError("--grid is for experiments with dist_flag: True (this one runs on "
@@ -98,7 +101,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     except DistnetError as e:
         _fail(str(e), e.exit_code)
     if as_json:
-        click.echo(json.dumps(p.to_dict(), indent=1, default=float))
+        say(json.dumps(p.to_dict(), indent=1, default=float))
     else:
-        click.echo(text)
-        click.echo(format_plan(p))
+        say(text)
+        say(format_plan(p))

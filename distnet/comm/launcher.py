@@ -15,6 +15,40 @@ MPICH_YIELD_ENV = {
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+#: Variables in which launchers announce how many ranks they started in all (MPICH/Hydra and
+#: Slurm's PMI, Open MPI, PMIx, MPICH's node-local count last).
+WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
+#: Variables in which launchers announce this process's rank.
+WORLD_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def launcher_world_size(env=None):
+    """``(size, variable)``: the number of ranks a launcher announces in ``env`` (default
+    ``os.environ``) and the variable that says so; ``(1, None)`` without a launcher. Pure."""
+    env = os.environ if env is None else env
+    for var in WORLD_SIZE_VARS:
+        if str(env.get(var, "")).isdigit():
+            return int(env[var]), var
+    return 1, None
+
+
+def launcher_mismatch(mpi_size, mpi_library, env=None):
+    """The error message when a launcher announced several ranks (``env``) but MPI sees
+    ``mpi_size`` == 1: the ``mpiexec`` belongs to another MPI library than mpi4py's
+    (``mpi_library``: its version line), so every process started alone and would train the
+    whole job by itself. ``None`` when they agree. Pure."""
+    env = os.environ if env is None else env
+    size, var = launcher_world_size(env)
+    if size <= 1 or mpi_size != 1:
+        return None
+    rank = next((env[v] for v in WORLD_RANK_VARS if str(env.get(v, "")).isdigit()), None)
+    who = f"process {rank} of {size}" if rank is not None else f"one of {size} processes"
+    return (f"launched as {who} ({var}={size}), but MPI sees this process alone: the mpiexec that "
+            f"started it belongs to another MPI library than the one mpi4py uses ({mpi_library}). "
+            f"Launch with distnet's own: {mpiexec_path() or 'the mpiexec of its virtualenv'} "
+            f"(activate the virtualenv first, or call that path)")
+
+
 #: Variables in which launchers announce how many ranks they started on this node.
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
                    "SLURM_NTASKS_PER_NODE")

@@ -8,11 +8,17 @@ only package that imports mpi4py).
 import sys
 import time
 
+from ..errors import DistnetError
+
 
 def _running_world():
     """``MPI.COMM_WORLD`` of a running MPI with more than one rank, else None."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+    # vars(): a warning raised while mpi4py.MPI is still importing (its check of the launcher's
+    # environment) finds the module without its functions yet
+    is_initialized = vars(mpi).get("Is_initialized") if mpi is not None else None
+    if is_initialized is not None and is_initialized() and not mpi.Is_finalized() \
+            and mpi.COMM_WORLD.Get_size() > 1:
         return mpi.COMM_WORLD
     return None
 
@@ -53,13 +59,26 @@ def abort_world_job(message, code):
     abort_job(world, message, code, hint=False)
 
 
+class LauncherMismatch(DistnetError):
+    """An ``mpiexec`` of another MPI library than mpi4py's started this process: MPI sees one
+    rank where the launcher started several (exit status 2, like a usage error)."""
+
+    exit_code = 2
+
+
 def install_world_abort_hook():
     """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
     an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``."""
-    from .launcher import prepare_mpi_env
+    from .launcher import launcher_mismatch, prepare_mpi_env
     prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
-    from mpi4py import MPI
+    import warnings
+    with warnings.catch_warnings():   # mpi4py's own warning about it: LauncherMismatch says more
+        warnings.filterwarnings("ignore", message="suspicious MPI execution environment")
+        from mpi4py import MPI
 
     from .abort import install_abort_hook
+    mismatch = launcher_mismatch(MPI.COMM_WORLD.Get_size(), " ".join(MPI.Get_library_version().splitlines()[0].split()))
+    if mismatch:
+        raise LauncherMismatch(mismatch)
     install_abort_hook(MPI.COMM_WORLD)
     return MPI.COMM_WORLD

@@ -54,8 +54,10 @@ def _build_root(tree, filename, gpu_as_cpu=False):
         raise ConfigError(f"the root object is {tree.path}, not an experiment "
                           "(FitExperiment or FitPredictErrorExperiment)", tree.where)
     root.source_path = filename
-    #: ``(logging level, text)`` about neon keys translated or ignored; logged when it runs.
-    root.config_notes = notes + builder.notes
+    #: ``(logging level, text)`` about neon keys translated or ignored, and keys the built
+    #: objects do not use (``build_notes``); logged when it runs, printed by ``distnet check``.
+    build_notes = getattr(root, "build_notes", None)
+    root.config_notes = notes + builder.notes + (list(build_notes()) if build_notes is not None else [])
     return root
 
 

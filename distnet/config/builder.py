@@ -261,8 +261,20 @@ def _check_null(param, where):
                           f"{param.default!r})", where, param.name)
 
 
+def config_where(obj, key=None):
+    """``"file:line"`` of ``obj``'s YAML (or of its ``key``), None for an object not built from
+    a file."""
+    spec = getattr(obj, "config_spec", None)
+    return (spec.where_of(key) if key else spec.where) if spec is not None else None
+
+
+def config_given(obj, key):
+    """Whether ``obj``'s YAML wrote ``key`` (False for an object not built from a file, and for
+    a key left at its default)."""
+    spec = getattr(obj, "config_spec", None)
+    return spec is not None and key in spec.kwargs
+
+
 def config_error(obj, message, key=None):
     """A :class:`ConfigError` pointing at ``obj``'s YAML line (or ``key``'s line)."""
-    spec = getattr(obj, "config_spec", None)
-    where = (spec.where_of(key) if key else spec.where) if spec is not None else None
-    return ConfigError(message, where, key)
+    return ConfigError(message, config_where(obj, key), key)

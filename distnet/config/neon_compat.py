@@ -33,6 +33,7 @@ Notes and warnings are collected as ``(logging level, text)`` in the ``notes`` l
 import logging
 
 from ..errors import ConfigError
+from .types import MOMENTUM
 from .yaml_loader import ObjSpec
 
 WARNING, INFO = logging.WARNING, logging.INFO
@@ -169,7 +170,10 @@ class _Translator:
             if not isinstance(momentum, dict) or "type" not in momentum:
                 raise ConfigError("GradientDescentMomentum needs lr_params.momentum_params "
                                   "{type: constant | linear_monotone, ...}", rule.where, "lr_params")
-            momentum = dict(momentum)
+            try:    # here, where the file's line is known (the schedule is built at set-up)
+                momentum = MOMENTUM.coerce(momentum)
+            except ValueError as e:
+                raise ConfigError(f"{kind}: momentum_params: {e}", rule.where, "lr_params") from None
             if momentum.get("type") == "constant" and "coef" not in momentum:
                 # neon's constant momentum used initial_coef when coef was absent
                 momentum["coef"] = momentum.get("initial_coef", 0.0)

@@ -38,6 +38,75 @@ def _keys(cls):
             for p in constructor_params(cls)]
 
 
+#: The keys that take a plain mapping and whose own keys no class table lists (a test checks
+#: these lists against the code that reads them: distnet/layers/params.py, distnet/ops/sgd.py).
+MAPPINGS = """## Mappings: `weight_init` and `momentum`
+
+### weight_init
+
+Every layer with weights (`ConvLayer`, `Layer`, `LayerWithNoBias`, `LocalFilteringLayer`, their
+`Dist` classes) needs one; it is drawn as neon drew it (NEON.md §2.2), from the backend's
+`rng_seed`, for the *global* weight array, so every grid starts from the same weights.
+
+| `type` | keys (default) | draws |
+| --- | --- | --- |
+| `uniform` | `low` (0.0), `high` (1.0) | U[low, high); `low <= high` |
+| `gaussian` or `normal` | `loc` (0.0), `scale` (1.0, >= 0) | N(loc, scale²) |
+| `node_normalized` | `scale` (1.0, >= 0) | U[-a, a), a = scale · sqrt(6 / (sum of the weight array's dimensions)): Glorot's rule |
+
+Every type also takes `bias_init` (a number: the bias column of a biased `Layer` is set to it;
+other layers have no bias and ignore it) and `dtype` (the dtype of the draw before it is cast to
+the backend's). Another `type` or key is an error at the line. Example:
+`weight_init: {type: uniform, low: -0.1, high: 0.1}` (anchor it, `&wt`, and reuse it with `*wt`).
+
+### momentum
+
+The model's `momentum` (neon's key; with a `learning_rule`, give `momentum` to
+`GradientDescent` instead) is a schedule of the coefficient mu(e) for the 0-based epoch e,
+applied to every layer with weights (neon 0.4 applied it only to the biased `Layer`: see
+[neon.md](neon.md)): `v <- mu(e) v - lr G`, `W <- W + v`.
+
+| `type` | keys (default) | mu(e) |
+| --- | --- | --- |
+| `constant` | `coef` (0) | `coef` |
+| `nesterov` | `coef` (0) | `coef`, with the Nesterov update `W <- W + mu v - lr G` |
+| `linear_monotone` | `initial_coef`, `saturated_coef` (each default `coef`, default 0), `start_epoch`, `saturate_epoch` (>= `start_epoch`) | `initial_coef` before `start_epoch`, a linear ramp to `saturated_coef` at `saturate_epoch`, then `saturated_coef` (neon 0.4 ran this ramp backwards) |
+
+Coefficients are numbers >= 0, epochs integers >= 0. Without `momentum` (and without a
+`learning_rule`) training is plain SGD. Example:
+`momentum: {type: linear_monotone, initial_coef: 0.5, saturated_coef: 0.9, start_epoch: 0, saturate_epoch: 10}`.
+"""
+
+
+def _backend_keys(kind_classes):
+    """The docstring of the backends' common base class (its YAML keys), or ``""``."""
+    for name, _, _ in kind_classes:
+        cls, _ = registry.resolve(name)
+        base = next((b for b in cls.__mro__ if b.__name__ == "Backend"), None)
+        if base is not None:
+            return _numpy_params_markdown(inspect.getdoc(base) or "")
+    return ""
+
+
+def _numpy_params_markdown(doc):
+    """The ``Parameters`` section of a numpy-style docstring as a Markdown list (a ``----``
+    underline would otherwise make a heading): ``* `key` (type, default): text``."""
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Parameters")), None)
+    if start is None:
+        return ""
+    items = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            continue
+        if not line.startswith(" ") and " : " in line:
+            key, kind = line.split(" : ", 1)
+            items.append(f"* `{key.strip()}` ({kind.strip()}):")
+        elif items:
+            items[-1] += " " + line.strip()
+    return "\n".join(items)
+
+
 def reference_markdown():
     """Markdown text of the whole YAML reference."""
     out = ["# distnet YAML reference", "",
@@ -61,9 +130,13 @@ def reference_markdown():
         by_kind.setdefault(kind, []).append((name, dpath, npath))
     for kind in _KIND_ORDER:
         out += [f"## {_KIND_TITLE[kind]}", ""]
+        if kind == "backend":
+            common = _backend_keys(by_kind.get(kind, []))
+            if common:
+                out += ["Every backend takes these keys (`Backend`):", "", common, ""]
         for name, dpath, npath in sorted(by_kind.get(kind, [])):
             cls, _ = registry.resolve(name)
-            paths = ", ".join(f"`{p}`" for p in (dpath, npath, *registry.extra_paths(name)) if p)
+            paths = ", ".join(f"`{p}`" for p in dict.fromkeys((dpath, npath, *registry.extra_paths(name))) if p)
             out += [f"### {name}", "", f"Paths: {paths}", ""]
             doc = inspect.getdoc(cls) or ""
             if doc:
@@ -76,4 +149,5 @@ def reference_markdown():
             ignored = sorted(_ignored_of(cls))
             if ignored:
                 out += ["Accepted and ignored (neon compatibility): " + ", ".join(f"`{k}`" for k in ignored), ""]
+    out += [MAPPINGS]
     return "\n".join(out).rstrip() + "\n"

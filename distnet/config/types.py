@@ -47,21 +47,24 @@ SIZE_CAP = 2**31 - 1
 
 
 class Bounded:
-    """An int or a finite number in ``[low, high]`` (``open_low``: ``low`` excluded). ``cap``:
-    a sanity limit on ints, not shown in the reference (:data:`SIZE_CAP` for sizes)."""
+    """An int or a finite number in ``[low, high]`` (``open_low``: ``low`` excluded,
+    ``open_high``: ``high`` excluded). ``cap``: a sanity limit on ints, not shown in the
+    reference (:data:`SIZE_CAP` for sizes)."""
 
-    def __init__(self, base, low=None, high=None, open_low=False, cap=None):
+    def __init__(self, base, low=None, high=None, open_low=False, cap=None, open_high=False):
         assert base in (int, float)
         self.base, self.low, self.high, self.open_low, self.cap = base, low, high, open_low, cap
+        self.open_high = open_high
 
     def describe(self):
         word = "int" if self.base is int else "number"
         if self.low is not None and self.high is not None:
-            return f"{word} in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+            return (f"{word} in {'(' if self.open_low else '['}{self.low}, "
+                    f"{self.high}{')' if self.open_high else ']'}")
         if self.low is not None:
             return f"{word} {'>' if self.open_low else '>='} {self.low}"
         if self.high is not None:
-            return f"{word} <= {self.high}"
+            return f"{word} {'<' if self.open_high else '<='} {self.high}"
         return f"finite {word}" if self.base is float else word
 
     __str__ = __repr__ = describe
@@ -74,7 +77,7 @@ class Bounded:
         else:
             value = check_finite(value)
         too_low = self.low is not None and (value <= self.low if self.open_low else value < self.low)
-        too_high = self.high is not None and value > self.high
+        too_high = self.high is not None and (value >= self.high if self.open_high else value > self.high)
         if too_low or too_high:
             raise ValueError(f"expected {self.describe()}, got {short_repr(value)}")
         if self.cap is not None and value > self.cap:
@@ -95,6 +98,10 @@ Positive = Bounded(float, 0, open_low=True)
 Finite = Bounded(float)
 #: Fractions in [0, 1].
 Fraction = Bounded(float, 0, 1)
+#: Fractions in [0, 1): decay coefficients (momentum, Adam's betas: at 1 nothing decays, the
+#: velocity sums every gradient ever seen, and above 1 it grows geometrically: training diverges
+#: without an error) and dropout's probability (at 1 every unit is dropped).
+HalfOpenFraction = Bounded(float, 0, 1, open_high=True)
 
 
 class Shape2:
@@ -162,6 +169,7 @@ class MappingOf:
 WEIGHT_INIT = MappingOf({"low": Finite, "high": Finite, "loc": Finite, "scale": NonNegative,
                          "bias_init": Finite}, ordered=[("low", "high")])
 #: A model's ``momentum`` schedule (its ``type`` and key names are checked by the schedule).
-MOMENTUM = MappingOf({"coef": NonNegative, "initial_coef": NonNegative, "saturated_coef": NonNegative,
+MOMENTUM = MappingOf({"coef": HalfOpenFraction, "initial_coef": HalfOpenFraction,
+                      "saturated_coef": HalfOpenFraction,
                       "start_epoch": NonNegativeInt, "saturate_epoch": NonNegativeInt},
                      ordered=[("start_epoch", "saturate_epoch")])

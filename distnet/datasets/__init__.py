@@ -13,10 +13,10 @@ from .hdf5 import HDF5Dataset
 from .mnist import MNIST
 from .numpy_files import NumpyDataset
 from .stream import StreamArray
-from .sample import write_mnist_sample
+from .sample import existing_mnist_sample, write_mnist_sample
 
 #: YAML name -> class.
 DATASETS = {"MNIST": MNIST, "CIFAR10": CIFAR10, "HDF5Dataset": HDF5Dataset, "NumpyDataset": NumpyDataset}
 
 __all__ = ["CIFAR10", "DATASETS", "Dataset", "HDF5Dataset", "MNIST", "NumpyDataset", "StreamArray", "fill_placeholders",
-           "sample_indices", "write_mnist_sample"]
+           "sample_indices", "existing_mnist_sample", "write_mnist_sample"]

@@ -37,8 +37,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..config.builder import config_where
 from ..config.types import Bounded, PositiveInt
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, MissingDataError
 from ..geometry.partition import Box, tile_of
 from . import cache
 from .checks import check_split, check_splits
@@ -156,6 +157,11 @@ class Dataset:
     nclasses = None
     #: ``(C, H, W)`` of one image.
     image_shape = None
+
+    def missing(self, message, key, path):
+        """A :class:`MissingDataError` for a file or folder that ``key`` (given as ``path``)
+        names and that is not there, at this dataset's YAML ``file:line``."""
+        return MissingDataError(message, key, path, config_where(self, key) or config_where(self))
 
     def source_files(self):
         """Paths of the files the data is read from; :class:`DataError` if any is missing."""

@@ -72,10 +72,10 @@ class CIFAR10(Dataset):
                  "test": [os.path.join(self.folder, n) for n in TEST_FILES]}
         missing = [os.path.basename(p) for ps in paths.values() for p in ps if not os.path.isfile(p)]
         if missing:
-            raise DataError(
+            raise self.missing(
                 f"CIFAR-10 files missing in {self.folder}: {', '.join(missing)}. distnet downloads "
                 f"nothing: fetch {URL} and extract it in {os.path.join(self.repo_path, 'CIFAR10')} "
-                f"(`tar xzf cifar-10-python.tar.gz` makes cifar-10-batches-py/)")
+                f"(`tar xzf cifar-10-python.tar.gz` makes cifar-10-batches-py/)", "repo_path", self.repo_path)
         return paths
 
     def source_files(self):

@@ -122,7 +122,7 @@ class FileDataset(Dataset):
         if _PLACEHOLDER.search(path):
             hint = (": {rank} and {size} are filled in serialized_path only (a rank's cache); a data "
                     "file is one file that every rank reads its own rows and tile of, so give its name")
-        return DataError(str(config_error(self, f"{self.file_kind} {path} {what}{hint}", key)))
+        return self.missing(f"{self.file_kind} {path} {what}{hint}", key, path)
 
     def fingerprint(self):
         """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and

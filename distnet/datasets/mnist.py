@@ -53,11 +53,12 @@ class MNIST(Dataset):
                 paths.append(path)
             found[split] = tuple(paths)
         if missing:
-            raise DataError(
+            raise self.missing(
                 f"MNIST files missing in {self.folder}: {', '.join(missing)} (looked for each name "
                 f"and the name + '.gz'). distnet downloads nothing: run `distnet data mnist-sample "
                 f"{self.repo_path}` for the 5000-image sample, or put the four IDX files from the "
-                f"MNIST site (http://yann.lecun.com/exdb/mnist/, gzipped or not) in {self.folder}")
+                f"MNIST site (http://yann.lecun.com/exdb/mnist/, gzipped or not) in {self.folder}",
+                "repo_path", self.repo_path)
         return found
 
     def source_files(self):

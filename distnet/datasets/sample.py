@@ -76,6 +76,30 @@ def split_mnist_5k(x, y):
     return x[train], y[train], x[test], y[test]
 
 
+def _targets(out_dir):
+    folder = os.path.join(os.path.expanduser(os.fspath(out_dir)), "MNIST")
+    return [os.path.join(folder, FILES[split][i]) for split in ("train", "test") for i in (0, 1)]
+
+
+def existing_mnist_sample(out_dir, csv_path=None):
+    """The four IDX paths under ``<out_dir>/MNIST/`` when they already hold exactly the sample
+    :func:`write_mnist_sample` would write (``bin/main`` made them), else None: then writing it
+    again is nothing to do rather than a refusal. None too when the sample cannot be read."""
+    from .idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx
+    targets = _targets(out_dir)
+    if not all(os.path.isfile(p) for p in targets):
+        return None
+    try:
+        x_train, y_train, x_test, y_test = split_mnist_5k(*read_mnist_5k(csv_path))
+        for path, array, magic in zip(targets, (x_train, y_train, x_test, y_test),
+                                      (IMAGES_MAGIC, LABELS_MAGIC) * 2):
+            if not np.array_equal(read_idx(path, magic), array):
+                return None
+    except DataError:
+        return None
+    return targets
+
+
 def write_mnist_sample(out_dir, csv_path=None, force=False):
     """Write the 4000/1000 MNIST sample as IDX files into ``<out_dir>/MNIST/``.
 
@@ -84,8 +108,7 @@ def write_mnist_sample(out_dir, csv_path=None, force=False):
     missing or its file is not what is expected, or if one of the four files exists already
     (unless ``force``); :class:`~distnet.fileio.OutputError` if the folder cannot be written.
     """
-    folder = os.path.join(os.path.expanduser(os.fspath(out_dir)), "MNIST")
-    targets = [os.path.join(folder, FILES[split][i]) for split in ("train", "test") for i in (0, 1)]
+    targets = _targets(out_dir)
     existing = [p for p in targets if os.path.lexists(p)]
     if existing and not force:
         raise DataError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..backend import under_seterr_handling
 from ..log import get_logger
 
 
@@ -52,6 +53,7 @@ def written_on(ck):
     return layout_text(m.get("size", "?"), m.get("grid"), m.get("data", 1), m.get("pipe", 1))
 
 
+@under_seterr_handling
 def evaluate_checkpoint(exp, checkpoint, topology=None):
     """Misclassification rates of every split of ``exp``'s dataset (train and test) with the
     weights of ``checkpoint``. Collective over the run's world; returns an :class:`Evaluation`
@@ -71,6 +73,7 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
 # predict
 # ---------------------------------------------------------------------------------------------
 
+@under_seterr_handling
 def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     """The model's outputs for new images with the weights of ``checkpoint``: ``(outputs (N, K),
     labels (N,))``, labels the argmax. ``read_images(tile)`` returns this rank's part of the

@@ -8,14 +8,13 @@ Callers follow the run through a :class:`RunHooks` object (the CLI writes its ru
 draws its progress bar that way).
 """
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 
-from ..backend import Numpy
-from ..config.builder import config_error
+from ..backend import Numpy, under_seterr_handling
+from ..config.builder import config_error, config_given, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
-from ..errors import ConfigError
+from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from ..log import check_logging, get_logger, setup_logging
@@ -23,7 +22,6 @@ from .evaluate import written_on
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
-_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
 _CHECKPOINT_KEYS = {"every", "path", "at_end"}
 
 
@@ -102,10 +100,8 @@ def setup_experiment_logging(experiment, t):
 
 def launcher_size():
     """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    for var in _LAUNCHER_SIZE_VARS:
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 1
+    from ..comm.launcher import launcher_world_size
+    return launcher_world_size()[0]
 
 
 def _check_checkpoint_key(value):
@@ -134,10 +130,12 @@ class FitExperiment:
     says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
     gives every rank whole images and an ``MLPDist`` model shards its FC layers over a ``1 x P``
     grid, ``datapar`` gives every rank whole images and makes the ranks data replicas), ``grid``
-    ([Py, Px]; default: the most square grid that fits), ``data`` (number of data-parallel
+    ([Py, Px]; an int N is N x N; default: the most square grid that fits, of two mirror grids
+    the one with rows <= columns), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
-    default: all ranks of a pipeline stage), ``pipe`` (pipeline stages, default 1: the model's
+    default: all ranks of a pipeline stage, and a ``data`` that is given must say so),
+    ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
@@ -156,7 +154,7 @@ class FitExperiment:
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
     config_notes = ()
 
-    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=1,
+    def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=None,
                  pipe=1, checkpoint=None, eval_every=0, watchdog=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
@@ -168,9 +166,11 @@ class FitExperiment:
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
-        if data < 1:
+        if data is not None and data < 1:
             raise ConfigError(f"data (the number of data-parallel replicas) must be >= 1, got {data}", key="data")
-        self.data = data
+        #: Data replicas (1 when not given; with dist_mode datapar: all ranks of a stage).
+        self.data = 1 if data is None else data
+        self._data_given = data is not None
         if pipe < 1:
             raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
         self.pipe = pipe
@@ -191,6 +191,11 @@ class FitExperiment:
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
         self._check_dist_mode()
 
+    def build_notes(self):
+        """Notes about keys the built objects do not use (the model's learning rates), for
+        :attr:`config_notes` (:func:`~distnet.config.load_experiment` adds them)."""
+        return self.model.notes()
+
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
         sharded) goes with ``vecpar`` or ``datapar``, spatial tiles (``halopar``) with the others."""
@@ -204,6 +209,10 @@ class FitExperiment:
         if mode == "halopar" and whole:
             raise ConfigError(f"{type(self.model).__name__} takes whole images on every rank: give its "
                               "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
+        if mode == "vecpar" and self.grid is not None and self.grid[0] != 1:
+            raise ConfigError(f"dist_mode vecpar shards fully connected layers over a 1 x P grid (P blocks "
+                              f"of input features), but grid is [{self.grid[0]}, {self.grid[1]}]; write "
+                              f"grid: [1, {self.grid[0] * self.grid[1]}] or remove grid", key="grid")
         if mode == "datapar" and self.grid is not None:
             raise ConfigError("dist_mode datapar uses no spatial grid (every rank holds whole images); "
                               "remove grid", key="grid")
@@ -216,8 +225,40 @@ class FitExperiment:
             self.check()
         else:
             self.model.infer_shapes(image_shape)
-        return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
-                              data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+        self._check_datapar_data(nranks)
+        try:
+            return resolve_layout(nranks, dist_flag=self.dist_flag, dist_mode=self.dataset.dist_mode,
+                                  data=self.data, pipe=self.pipe, grid=self.grid, planes=self.model.planes())
+        except TopologyError as e:
+            key = self._topology_key(str(e))
+            where = config_where(self, key) if key else None
+            if where is None:
+                raise
+            raise TopologyError(f"{where}: key '{key}': {e}") from None
+
+    def _topology_key(self, message):
+        """The key of this file that a :func:`resolve_layout` error is about (the file's
+        ``grid``, ``data`` or ``pipe``, when written), or None (the launch's size alone)."""
+        if self.grid is not None and message.startswith("grid "):
+            return "grid"
+        if "data=" in message or "pipe=" in message:
+            return next((k for k in ("data", "pipe") if config_given(self, k)), None)
+        return None
+
+    def _check_datapar_data(self, nranks):
+        """With ``dist_mode: datapar`` every rank of a pipeline stage is a data replica; a
+        ``data`` key that says another number (``data: 1`` on 4 ranks: one replica, or four?)
+        contradicts it: TopologyError at the key, naming both fixes."""
+        if not (self.dist_flag and self.dataset.dist_mode == "datapar" and self._data_given):
+            return
+        if nranks % self.pipe or self.data * self.pipe == nranks:
+            return     # a launch pipe does not divide: resolve_layout says so
+        where = config_where(self, "data")
+        raise TopologyError(
+            f"{where + ': ' if where else ''}key 'data': dist_mode datapar makes every rank a data replica "
+            f"({nranks // self.pipe} on {nranks} ranks{f' and pipe: {self.pipe}' if self.pipe > 1 else ''}), "
+            f"but data is {self.data}; remove data (every rank a replica) or set data: {nranks // self.pipe}, "
+            f"or launch {self.data * self.pipe} rank(s)")
 
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
@@ -271,6 +312,74 @@ class FitExperiment:
         self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
         return data
 
+    def _note_batch_size(self, n, ndata, log):
+        """A warning (file:line) when the model's ``batch_size`` cannot be what it says: larger
+        than the ``n`` training images (every epoch is one step on all of them: a learning rate
+        tuned for that batch size is off), or smaller than the ``ndata`` data replicas (some
+        replicas get no rows of a batch and idle)."""
+        bs = self.model.batch_size
+        if bs is None:
+            return
+        where = config_where(self.model, "batch_size")
+        at = f"{where}: " if where else ""
+        if bs > n:
+            log.warning("%sbatch_size %d is larger than the %d training images: every epoch is one step "
+                        "on all %d", at, bs, n, n)
+        if bs < ndata:
+            log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
+                        "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
+
+    def _note_checkpoints(self, first_epoch, log):
+        """A warning (at the checkpoint key's line) when a checkpoint path is set but no epoch
+        of this run writes one: ``at_end: False`` with ``every`` 0 (only at the end, but not at
+        the end), or an ``every`` no epoch from ``first_epoch`` to the last reaches."""
+        if not self.checkpoint_path or self.checkpoint_at_end:
+            return
+        every, last = self.checkpoint_every, self.model.num_epochs - 1
+        if every and any((e + 1) % every == 0 for e in range(first_epoch, last + 1)):
+            return
+        where = config_where(self, "checkpoint")
+        why = (f"every is {every} and the run's epochs {first_epoch} .. {last} reach no multiple of it"
+               if every else "every is 0 (only at the end)")
+        log.warning("%scheckpoint at_end is False and %s: this run writes no checkpoint to %s; set at_end: True "
+                    "or an every the run reaches (or --no-checkpoint)", f"{where}: " if where else "", why,
+                    self.checkpoint_path)
+
+    def _note_schedules(self, n, log):
+        """A warning (at the schedule's line) for each learning-rate schedule the run ends
+        before (never acts, or stops short: the factor never reaches its end), with a hint when
+        its numbers fit the run's optimiser steps but are counted in epochs (``schedule_unit:
+        epoch``, the default, where ``step`` was meant). Not when ``num_epochs`` was set on the
+        command line (a short trial run, or a resume that trains longer, knows it)."""
+        from ..ops.schedules import unreached, vanishes
+        rule, epochs = self.model.learning_rule, self.model.num_epochs
+        if rule is None or rule.schedule is None or epochs == 0:
+            return
+        if (config_where(self.model, "num_epochs") or "").startswith("command line"):
+            return
+        steps = epochs * -(-n // (self.model.batch_size or n))
+        last_t = epochs - 1 if rule.schedule_unit == "epoch" else steps - 1
+        for s in rule.schedule.schedules:
+            why = unreached(s, last_t)
+            if why is None:
+                continue
+            as_steps = rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
+            hint = (f"; t counts epochs (schedule_unit: epoch): if it meant the run's {steps} optimiser "
+                    "steps, write schedule_unit: step" if as_steps else "")
+            where = config_where(s)
+            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
+                        rule.schedule_unit, epochs, hint)
+        for s in rule.schedule.schedules:
+            why = vanishes(s, last_t)
+            if why is None:
+                continue
+            as_epochs = rule.schedule_unit == "step" and vanishes(s, epochs - 1) is None
+            hint = ("; t counts optimiser steps (schedule_unit: step): if it meant epochs, write schedule_unit: "
+                    "epoch" if as_epochs else "")
+            where = config_where(s)
+            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
+                        rule.schedule_unit, epochs, hint)
+
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
@@ -298,6 +407,7 @@ class FitExperiment:
             if split in data:
                 record[f"{split}_misclass"] = self.model.misclass_rate(*data[split])
 
+    @under_seterr_handling
     def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
         """Train (and for FitPredictErrorExperiment, evaluate); returns a :class:`RunResult`.
 
@@ -340,6 +450,10 @@ class FitExperiment:
         data = self.load_data()
         timings["data"] = clock() - t0
         x, y = data["train"]
+        if t.rank == 0:
+            self._note_batch_size(len(x), t.ndata, log)
+            self._note_schedules(len(x), log)
+            self._note_checkpoints(result.start_epoch, log)
         eval_splits = ("train", "test") if self.report_errors else ("test",)
         if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
             eval_splits = ("valid",) + eval_splits

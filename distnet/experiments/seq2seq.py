@@ -4,7 +4,8 @@ ranks (``pipe: 2`` puts the encoder and the decoder on two stages)."""
 import os
 import time
 
-from ..backend import Numpy
+from ..backend import Numpy, under_seterr_handling
+from ..config.types import NonNegativeInt, PositiveInt
 from ..errors import ConfigError
 from ..log import check_logging, get_logger
 from .fit import (RunHooks, RunResult, _check_checkpoint_key, epochs_left, launcher_size,
@@ -30,7 +31,8 @@ class Seq2SeqExperiment:
     accuracy of the test split (greedy decoding)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")), "backend": ("obj", "backend"),
-                    "data": int, "pipe": int, "eval_every": int, "logging": dict, "checkpoint": dict}
+                    "data": PositiveInt, "pipe": PositiveInt, "eval_every": NonNegativeInt, "logging": dict,
+                    "checkpoint": dict}
     config_notes = ()
     dist_flag = False
     #: No watchdog key (``distnet run --watchdog`` works as for any experiment).
@@ -63,6 +65,10 @@ class Seq2SeqExperiment:
         self.checkpoint_at_end = ck.get("at_end", True)
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
         self.config_record = None
+
+    def build_notes(self):
+        """Notes about keys the model does not use, for :attr:`config_notes`."""
+        return self.model.notes()
 
     def check(self):
         """What needs no MPI: the model's stages against ``pipe``, the data against its declared
@@ -156,6 +162,7 @@ class Seq2SeqExperiment:
         from ..models.checkpoint import restore_checkpoint
         return restore_checkpoint(self.model, path, self.topology, get_logger())
 
+    @under_seterr_handling
     def evaluate_checkpoint(self, path, topology=None):
         """Token and sequence accuracies (percent) of every split with the weights of the
         checkpoint ``path``: ``(checkpoint, {split: (token %, sequence %, sequences)})``, the
@@ -165,6 +172,7 @@ class Seq2SeqExperiment:
         self.model.resume = None
         return ck, {split: self.model.evaluate(d) + (len(d[0]),) for split, d in data.items()}
 
+    @under_seterr_handling
     def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
         """Train and evaluate; returns a :class:`~distnet.experiments.fit.RunResult` (its
         ``accuracy`` attribute: the final test token / sequence accuracies). ``resume``: a

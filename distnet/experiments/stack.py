@@ -11,12 +11,20 @@ from ..comm.mpi_info import cuda_aware_mpi, mpi_version
 from ..config.registry import plugin_summary
 
 
-def _version(mod):
+def _version(mod, dist=None):
+    """The installed version of module ``mod`` (its distribution ``dist``, default the module's
+    name): the package metadata's version, as pip reports it, else the module's own
+    ``__version__``. Click 8.2+ serves ``__version__`` only through a deprecated module
+    ``__getattr__``, so the metadata comes first."""
     try:
         m = __import__(mod)
-        return vars(m).get("__version__", "installed")
     except Exception as e:  # noqa: BLE001 - report anything that stops an import
         return f"not available ({type(e).__name__})"
+    from importlib import metadata
+    try:
+        return metadata.version(dist or mod)
+    except metadata.PackageNotFoundError:
+        return vars(m).get("__version__", "installed")
 
 
 #: OpenBLAS kernel families without AVX-512 (``OPENBLAS_CORETYPE`` values, lower case).
@@ -96,7 +104,7 @@ def stack_info(init_mpi=True, probe_gpu=None):
             ("threads", threads_summary(init_mpi)),
             ("mpi", mpi_version(init_mpi)),
             ("h5py", _version("h5py")),
-            ("pyyaml", _version("yaml")),
+            ("pyyaml", _version("yaml", "PyYAML")),
             ("click", _version("click")),
             *gpu_stack(probe_gpu),
             ("cuda-mpi", cuda_aware_mpi()),

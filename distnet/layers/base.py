@@ -46,10 +46,13 @@ class RunState:
     current optimiser step (the number of steps done before it; restored from checkpoints).
     ``row0`` / ``rows``: this rank's first row in the GLOBAL minibatch and the global
     minibatch size (data replicas hold contiguous blocks of rows), so that a layer can address
-    its slice of a global per-sample tensor (dropout's mask)."""
+    its slice of a global per-sample tensor (dropout's mask). ``phase``: 0 in supervised
+    training; ``1 + i`` while GB pretrains layer ``i``, and ``step`` then counts the forward
+    passes of that pretraining (dropout draws a new mask per pass, in a stream of its own)."""
 
     training: bool = True
     step: int = 0
+    phase: int = 0
     row0: int = 0
     rows: int = None
 
@@ -67,7 +70,8 @@ class LayerContext:
 
 
 class BaseLayer:
-    """Keys every layer accepts: ``name`` (str), ``pos`` (int: must equal the list index if given,
+    """Keys every layer accepts: ``name`` (str, unique in the model: checkpoints, logs and
+    ``inputs`` lists name layers by it; default ``<Class><index>``), ``pos`` (int: must equal the list index if given,
     neon used it to find the previous layer), ``batch_size`` (accepted for neon files; the model's
     batch size is used), ``stage`` (int: the pipeline stage that runs this layer, when the
     experiment has ``pipe > 1``; default: from the model's ``stages``), ``inputs`` (list of
@@ -85,6 +89,9 @@ class BaseLayer:
     is_dist = False
     #: ``learning_rate`` is None for layers without weights.
     learning_rate = None
+    #: The activation the layer applies last (an object of :mod:`distnet.ops.activations`), or
+    #: None for layers without one (the model checks the last layer's against its cost).
+    activation = None
     #: When True, the arrays ``fprop`` / ``bprop`` return may be this layer's own buffers,
     #: reused (overwritten) by its next ``fprop`` / ``bprop``: no large allocation per training
     #: step. The model turns it on when nothing keeps an output across calls (no pipeline).

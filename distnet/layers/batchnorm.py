@@ -26,7 +26,7 @@ replicated, stored in checkpoints, restored on any grid. Evaluation (the model's
 import numpy as np
 
 from ..comm.reduce import allreduce_sum
-from ..config.types import NonNegative
+from ..config.types import Fraction, NonNegative, Positive
 from ..ops.batchnorm import (bn_bprop_dx, bn_bprop_dx_inference, bn_bprop_partial, bn_fprop,
                              bn_stats_finish, bn_stats_partial, bn_update_running, local_count)
 from .base import BaseLayer
@@ -44,7 +44,7 @@ class BatchNormLayer(BaseLayer):
     ``gamma`` (ones) and ``beta`` (zeros), ``(C,)``; buffers ``running_mean`` (zeros),
     ``running_var`` (ones). On a split process grid use :class:`BatchNormLayerDist`."""
 
-    config_types = {"eps": float, "momentum": float, "learning_rate": NonNegative,
+    config_types = {"eps": Positive, "momentum": Fraction, "learning_rate": NonNegative,
                     "activation": ("obj", "activation")}
     whole_batch = True
 

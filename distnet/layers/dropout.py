@@ -4,11 +4,13 @@ Inverted dropout (``torch.nn.Dropout``): in training each element is zeroed with
 ``p`` and the survivors scaled by ``1 / (1 - p)``; evaluation is the identity. The mask is drawn
 for the GLOBAL tensor ``(B_global, ...)`` of the minibatch from the counter-based stream of
 :mod:`distnet.ops.dropout`, keyed by the backend's ``rng_seed``, the model's optimiser step and
-the layer's index: a rank computes only its slice (its data replica's rows, its spatial tile),
-which is exactly what the one-process run computes there. No communication, no RNG state (the
+the layer's index (and, while GB pretrains a layer, the pretraining phase): a rank computes
+only its slice (its data replica's rows, its spatial tile), which is exactly what the
+one-process run computes there. No communication, no RNG state (the
 weight RNG stream is untouched, so adding dropout does not change any initial weight), and a
 resumed run continues with the same masks (the step count is in the checkpoint).
 """
+from ..config.types import HalfOpenFraction
 from ..ops.dropout import dropout_bprop, dropout_fprop, dropout_mask, stream_key
 from ..geometry import tile_of
 from .base import BaseLayer
@@ -20,7 +22,7 @@ class DropoutLayer(BaseLayer):
     shape; the output has the input's shape and layout. On a split process grid use
     :class:`DropoutLayerDist`."""
 
-    config_types = {"p": float}
+    config_types = {"p": HalfOpenFraction}
     whole_batch = True
 
     def __init__(self, p=0.5, **common):
@@ -60,7 +62,8 @@ class DropoutLayer(BaseLayer):
             return x
         run = self.run
         rows = x.shape[0] if run.rows is None else run.rows
-        key = stream_key(self._seed, run.step, self._index)
+        key = (stream_key(self._seed, run.step, self._index) if run.phase == 0 else
+               stream_key(self._seed, run.step, self._index, run.phase))
         index = (slice(run.row0, run.row0 + x.shape[0]),) + self._cut
         self._mask = dropout_mask(key, self.p, (rows,) + self.in_shape, index, xp=self.xp, dtype=x.dtype)
         return dropout_fprop(x, self._mask)

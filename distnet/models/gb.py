@@ -29,18 +29,20 @@ _POOLING = (L2PoolingLayer, MaxPoolingLayer, AveragePoolingLayer)
 
 
 class GB(MLP):
-    """Keys: :class:`MLP`'s, plus ``num_pretrain_epochs`` (int, default 0), ``num_initial_epochs``
+    """Keys: :class:`MLP`'s, plus ``num_pretrain_epochs`` (int; required with ``pretraining:
+    True``, where a missing key silently skipped pretraining; 0 skips it), ``num_initial_epochs``
     (int, default 0: top-layer-only epochs), ``pretraining`` (bool, default False),
     ``pretrain_cost`` (SumSquaredDiffs, the only reconstruction cost neon had), ``visualize``
     and ``spot_check`` (accepted for neon files; only False: not supported), and neon's anchor
     carriers ``sparsity``, ``pretrain_learning_rate``, ``tied_weights`` (accepted and unused: the
     LocalFilteringLayers read their own keys)."""
 
+    pretrains = True
     config_types = {"num_pretrain_epochs": NonNegativeInt, "num_initial_epochs": NonNegativeInt, "pretraining": bool,
                     "pretrain_cost": ("obj", "cost"), "visualize": bool, "spot_check": bool,
                     "sparsity": NonNegative, "pretrain_learning_rate": NonNegative, "tied_weights": bool}
 
-    def __init__(self, layers, num_epochs, num_pretrain_epochs=0, num_initial_epochs=0,
+    def __init__(self, layers, num_epochs, num_pretrain_epochs=None, num_initial_epochs=0,
                  pretraining=False, pretrain_cost=None, visualize=False, spot_check=False,
                  sparsity=None, pretrain_learning_rate=None, tied_weights=None, **mlp_keys):
         super().__init__(layers, num_epochs, **mlp_keys)
@@ -52,6 +54,11 @@ class GB(MLP):
             raise ConfigError(f"pretrain_cost must be SumSquaredDiffs (the sparse autoencoder's "
                               f"reconstruction cost), got {type(pretrain_cost).__name__}",
                               key="pretrain_cost")
+        if pretraining and num_pretrain_epochs is None:
+            raise ConfigError("pretraining is True but num_pretrain_epochs is not given (without it no "
+                              "layer would be pretrained); give num_pretrain_epochs: N (0 skips pretraining)",
+                              key="pretraining")
+        num_pretrain_epochs = num_pretrain_epochs or 0
         for key, value in (("num_pretrain_epochs", num_pretrain_epochs),
                            ("num_initial_epochs", num_initial_epochs)):
             if value < 0:
@@ -110,11 +117,13 @@ class GB(MLP):
             layer = self.layers[i]
             layer.pretrain_mode(self.layers[i + 1])
             self.log.info("pretraining layer %d (%s)", i, layer.name)
+            passes = 0   # this layer's pretraining steps: the layers below draw a new dropout mask each
             for epoch in range(self.num_pretrain_epochs):
                 rsum = ssum = 0.0
                 batches = self.batches(x.shape[0], shuffle_rng)
                 for idx in batches:
-                    self.start_batch(len(idx))   # the layers below (dropout) see the global batch
+                    self.start_batch(len(idx), step=passes, phase=1 + i)   # the global batch
+                    passes += 1
                     h = forward(self.layers[:i], xp.asarray(x[self.replica_rows(idx)]))
                     r, s = layer.pretrain_step(h, len(idx), self.step)
                     rsum += r

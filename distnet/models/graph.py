@@ -23,10 +23,27 @@ is complete on every rank).
 Single-input layers keep their protocol (``infer_shape(shape)``, ``place(layout, position)``,
 ``fprop(x)``, ``bprop(delta) -> dx``); layers with ``multi_input`` take lists.
 """
+from ..config.builder import config_where
 from ..errors import ConfigError
 
 #: The name of the model's input in ``inputs`` lists.
 INPUT = "input"
+
+
+def _unique_names(layers):
+    """``{name: index}`` of the layers; ConfigError (at the second layer's ``name``, naming the
+    first one's line) if two share a name, in chains too: checkpoints, the logs and plans,
+    pretraining records and ``inputs`` lists name layers by it, and two layers of one name
+    would make each of them ambiguous."""
+    index = {}
+    for i, layer in enumerate(layers):
+        j = index.setdefault(layer.name, i)
+        if j != i:
+            first = config_where(layers[j], "name")
+            what = f"layer {j}" + (f" ({first})" if first else "")
+            raise layers[i].error(f"the name '{layer.name}' is also the name of {what}; layer names must "
+                                  "be unique (checkpoints, logs and inputs lists name layers by it)", "name")
+    return index
 
 
 class Graph:
@@ -39,20 +56,16 @@ class Graph:
     def __init__(self, layers):
         self.layers = layers
         self.is_chain = all(layer.inputs is None and layer.tower is None for layer in layers)
-        if self.is_chain:   # nothing to check: names need not even be unique
+        index = _unique_names(layers)
+        if self.is_chain:
             self.sources = [[i - 1] for i in range(len(layers))]
             self.readers = {j: [j + 1] for j in range(-1, len(layers) - 1)}
             self.readers[len(layers) - 1] = []
             self.last_use = {j: j + 1 for j in range(-1, len(layers))}
             return
-        index = {}
-        for i, layer in enumerate(layers):
+        for layer in layers:
             if layer.name == INPUT:
                 raise layer.error(f"'{INPUT}' names the model's input in inputs lists; rename the layer", "name")
-            if layer.name in index:
-                raise layer.error(f"the name '{layer.name}' is also the name of layer {index[layer.name]}; "
-                                  "names must be unique when layers name their inputs", "name")
-            index[layer.name] = i
         self.sources = []
         for i, layer in enumerate(layers):
             if layer.inputs is None:

@@ -7,19 +7,22 @@ name, update), and computes costs and error rates, which are identical on every 
 last layer's output is replicated.
 """
 import contextlib
+import logging
 import math
 
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_error
+from ..config.builder import config_error, config_given, config_where, constructor_keys
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
+from ..layers.local import LocalFilteringLayer
 from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_backward
 from ..log import get_logger
-from ..ops.costs import CrossEntropy, misclassified
+from ..ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
+from ..ops.costs import CrossEntropy, SoftmaxCrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
@@ -29,12 +32,14 @@ from .towers import TowerPlan
 
 class MLP:
     """Keys: ``layers`` (list), ``num_epochs`` (int), ``batch_size`` (int, default: all training
-    images), ``cost`` (default CrossEntropy), ``momentum`` (schedule dict, default none),
-    ``learning_rate`` (default for layers that give none; neon stored it unused), ``shuffle``
-    (bool, default False: neon's fixed order; True reshuffles every epoch from the backend seed),
-    ``serialized_path`` (accepted; model files are not written yet), and for pipelined runs
-    (experiment ``pipe > 1``) ``stages`` (list of the layer indices where stages 1, 2, ... begin,
-    like PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
+    images), ``cost`` (default CrossEntropy), ``momentum`` (a schedule mapping: see "Mappings"
+    at the end of the reference; default none), ``learning_rate`` (default for layers that give
+    none; neon stored it unused), ``shuffle`` (bool, default False: neon's fixed order; True
+    reshuffles every epoch from the backend seed), ``serialized_path`` (neon's model pickle:
+    accepted and ignored, with a warning; a run writes ``checkpoint.h5`` in its run directory,
+    and ``distnet run --resume`` continues from one), and for pipelined runs (experiment
+    ``pipe > 1``) ``stages`` (list of the layer indices where stages 1, 2, ... begin, like
+    PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
     micro-batches per minibatch, default 1).
 
     ``learning_rule`` (a distnet addition: ``!obj:distnet.learning_rules.Adam {...}``,
@@ -95,9 +100,13 @@ class MLP:
         #: What the layers read: training or evaluation, the step, this rank's rows.
         self.run_state = RunState()
         self.log = get_logger()
+        written = {layer.name for layer in layers if layer.name is not None}
         for i, layer in enumerate(layers):
-            if layer.name is None:
-                layer.name = f"{type(layer).__name__}{i}"
+            if layer.name is None:   # <Class><position>, never a name another layer was given
+                name = f"{type(layer).__name__}{i}"
+                while name in written:
+                    name += "_"
+                layer.name = name
         self.graph = Graph(layers)
         self.towers = self._tower_plan(towers)
         if not self.graph.is_chain and micro_batches > 1:
@@ -105,6 +114,68 @@ class MLP:
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
                               key="micro_batches")
         self.stage_plan(1)  # the placement's own errors now (``distnet check``); pipe's in configure
+
+    #: Whether the model pretrains its LocalFilteringLayers (GB); others ignore their
+    #: ``pretraining`` keys (a note says so).
+    pretrains = False
+
+    def notes(self):
+        """``[(logging level, text)]`` about this model's keys for the experiment's
+        ``config_notes``: :meth:`learning_rate_notes`, and a last activation that does not suit
+        the cost: CrossEntropy (neon's, binary per output) takes probabilities, so outputs
+        outside [0, 1] (Identity, a Layer's default; RectLin; Tanh) make its clipped logarithms
+        and gradients meaningless (a run may diverge, with advice to lower the learning rate);
+        SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly."""
+        notes = self.learning_rate_notes()
+        if not self.pretrains:
+            for layer in self.layers:
+                if isinstance(layer, LocalFilteringLayer) and layer.pretraining:
+                    where = config_where(layer, "pretraining")
+                    notes.append((logging.WARNING, f"{where + ': ' if where else ''}layer '{layer.name}': "
+                                  f"pretraining: True, but the model {type(self).__name__} does not pretrain "
+                                  "(GB and GBDist do); use model GB, or remove the layer's pretraining keys"))
+        last = self.layers[-1]
+        act = type(last.activation).__name__
+        where = config_where(last, "activation")
+        at = f"{where + ': ' if where else ''}layer '{last.name}': "
+        if isinstance(self.cost, CrossEntropy) and isinstance(last.activation, (Identity, RectLin, Tanh)):
+            notes.append((logging.WARNING, f"{at}its activation {act} gives outputs outside [0, 1], but the cost "
+                          "CrossEntropy takes probabilities: give it activation Logistic (or Softmax), or use cost "
+                          "SoftmaxCrossEntropy on Identity outputs (logits)"))
+        if isinstance(self.cost, SoftmaxCrossEntropy) and isinstance(last.activation, (Logistic, Softmax, Tanh)):
+            notes.append((logging.WARNING, f"{at}its activation {act} squashes the logits SoftmaxCrossEntropy "
+                          "takes (it applies the softmax itself; training is slowed); use activation Identity"))
+        return notes
+
+    def learning_rate_notes(self):
+        """``[(logging.WARNING, text)]`` for a ``learning_rate`` no parameter will use, with a
+        learning rule (a layer's own rate wins over the rule's, which wins over the model's):
+        the model's, when the rule has a rate (Adam's default 0.001 counts: a model rate of 0.1
+        beside ``learning_rule: Adam {}`` trained at 0.001), and the rule's, when every layer
+        with weights gives its own. Without a learning rule neon's files give the model a rate
+        that the layers' own replace (NEON.md: stored, unused): no note."""
+        rule = self.learning_rule
+        if rule is None or rule.learning_rate is None:
+            return []
+        def at(obj, key):
+            where = config_where(obj, key)
+            return f"{where}: " if where else ""
+        weighted = [layer for layer in self.layers if "learning_rate" in constructor_keys(type(layer))[0]]
+        own = [layer for layer in weighted if layer.learning_rate is not None]
+        rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
+                                           f", {type(rule).__name__}'s default")
+        notes, all_own = [], bool(weighted) and len(own) == len(weighted)
+        if self.learning_rate is not None:
+            why = ("every layer with weights gives its own learning_rate" if all_own else
+                   f"the learning rule's ({rate}) applies to the layers without their own; give the rate "
+                   "to the learning rule")
+            notes.append((logging.WARNING, f"{at(self, 'learning_rate')}the model's learning_rate "
+                          f"{self.learning_rate:g} is not used: {why}"))
+        if all_own:
+            notes.append((logging.WARNING, f"{at(rule, 'learning_rate')}the learning rule's learning_rate "
+                          f"({rate}) is not used: every layer with weights gives its own learning_rate, "
+                          "which wins; remove those to use the rule's"))
+        return notes
 
     def _tower_plan(self, ntowers):
         """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without
@@ -355,12 +426,15 @@ class MLP:
         self.steps += 1
         return float(loss[0])
 
-    def start_batch(self, batch_size):
+    def start_batch(self, batch_size, step=None, phase=0):
         """Tell the layers (:attr:`run_state`) that a training forward of a global minibatch of
-        ``batch_size`` rows starts: training mode, the optimiser step, the global row count and
-        this data replica's first row (dropout addresses its slice of the global mask by them)."""
+        ``batch_size`` rows starts: training mode, the optimiser step (``step``, default the
+        steps done; ``phase``: a pretraining phase and its own step count, see
+        :class:`~distnet.layers.base.RunState`), the global row count and this data replica's
+        first row (dropout addresses its slice of the global mask by them)."""
         st = self.run_state
-        st.training, st.step, st.rows = True, self.steps, batch_size
+        st.training, st.rows = True, batch_size
+        st.step, st.phase = (self.steps, 0) if step is None else (step, phase)
         st.row0 = _replica_row0(batch_size, self.topology.ndata, self.topology.data_index)
 
     @contextlib.contextmanager

@@ -28,11 +28,13 @@ rule are the one :class:`~distnet.layers.step.TrainingStep` of every model, and 
 a checkpoint of any layout resumes on any other. Dropout masks and the epoch's order are drawn
 from the seed, the epoch and the batch, so a resumed run needs no RNG state.
 """
+import logging
+
 import numpy as np
 
 from ..comm.p2p import PipeChannel, Recv, Send
 from ..comm.reduce import allreduce_sum
-from ..config.builder import config_error
+from ..config.builder import config_error, config_given, config_where
 from ..errors import ConfigError
 from ..layers.params import Param
 from ..layers.placement import OVER_DATA, ParamPlacement, Placement
@@ -132,6 +134,19 @@ class Seq2Seq:
         self.steps = 0
         #: The encoder's and the decoder's parameters (:class:`Half`), set by :meth:`configure`.
         self.layers = ()
+
+    def notes(self):
+        """``[(logging.WARNING, text)]`` when the file's ``learning_rate`` is not used: a
+        ``learning_rule`` with a rate of its own (Adam's default 0.001 counts) replaces it."""
+        rule = self.learning_rule
+        if not (config_given(self, "learning_rate") and config_given(self, "learning_rule")
+                and rule.learning_rate is not None):
+            return []
+        where = config_where(self, "learning_rate")
+        rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
+                                           f", {type(rule).__name__}'s default")
+        return [(logging.WARNING, f"{where}: the model's learning_rate {self.learning_rate:g} is not used: the "
+                 f"learning rule's ({rate}) applies; give the rate to the learning rule")]
 
     # -- set-up -------------------------------------------------------------------------------
     def check_stages(self, npipe):

@@ -21,7 +21,7 @@ before the updates: ``sq = sum_of_squares(owned gradient shards)``, one Allreduc
 ``scale(grads, factor)`` (:mod:`distnet.ops.optim`).
 """
 from ..backend import get_array_module
-from ..config.types import MOMENTUM, NonNegative
+from ..config.types import MOMENTUM, HalfOpenFraction, NonNegative, Positive
 from ..errors import ConfigError
 from .optim import adam_step, sgd_step
 from .schedules import ProductSchedule, Schedule
@@ -34,7 +34,7 @@ class LearningRule:
     """Base class: learning rate, schedules, weight decay, gradient clipping."""
 
     config_types = {"learning_rate": NonNegative, "schedule": ("list", ("obj", "schedule")), "schedule_unit": str,
-                    "weight_decay": float, "decoupled_weight_decay": bool, "max_grad_norm": float}
+                    "weight_decay": NonNegative, "decoupled_weight_decay": bool, "max_grad_norm": Positive}
     #: Names of the per-parameter state arrays (checkpoint keys).
     state_names = ()
 
@@ -114,7 +114,7 @@ class Adam(LearningRule):
     ``schedule_unit``, ``max_grad_norm`` as for ``GradientDescent``. State: the moments ``m``
     and ``v`` of every parameter."""
 
-    config_types = {"beta1": float, "beta2": float, "epsilon": float}
+    config_types = {"beta1": HalfOpenFraction, "beta2": HalfOpenFraction, "epsilon": Positive}
     state_names = ("m", "v")
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, **common):

