@@ -517,7 +517,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
             given = [k for k, v in text.items() if v is not None]
             if given:
                 raise OptionError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
-                                   "of parallel text: give the target sentences with --target")
+                                  "of parallel text: give the target sentences with --target")
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
@@ -533,7 +533,7 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):
             raise OptionError("give both --test-source and --test-target (or neither: --test-fraction "
-                               "of the pairs is held out)")
+                              "of the pairs is held out)")
         info = convert_parallel_text(output, (source, target),
                                      None if test_source is None else (test_source, test_target),
                                      max_src_len=max_src_len, max_tgt_len=max_tgt_len, vocab_size=vocab_size,
