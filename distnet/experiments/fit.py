@@ -19,6 +19,7 @@ from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from ..log import check_logging, get_logger, setup_logging
 from .evaluate import written_on
+from .run_notes import note_run_start
 from .threads import setup_threads
 
 # Environment variables by which MPI launchers announce the world size.
@@ -312,74 +313,6 @@ class FitExperiment:
         self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
         return data
 
-    def _note_batch_size(self, n, ndata, log):
-        """A warning (file:line) when the model's ``batch_size`` cannot be what it says: larger
-        than the ``n`` training images (every epoch is one step on all of them: a learning rate
-        tuned for that batch size is off), or smaller than the ``ndata`` data replicas (some
-        replicas get no rows of a batch and idle)."""
-        bs = self.model.batch_size
-        if bs is None:
-            return
-        where = config_where(self.model, "batch_size")
-        at = f"{where}: " if where else ""
-        if bs > n:
-            log.warning("%sbatch_size %d is larger than the %d training images: every epoch is one step "
-                        "on all %d", at, bs, n, n)
-        if bs < ndata:
-            log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
-                        "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
-
-    def _note_checkpoints(self, first_epoch, log):
-        """A warning (at the checkpoint key's line) when a checkpoint path is set but no epoch
-        of this run writes one: ``at_end: False`` with ``every`` 0 (only at the end, but not at
-        the end), or an ``every`` no epoch from ``first_epoch`` to the last reaches."""
-        if not self.checkpoint_path or self.checkpoint_at_end:
-            return
-        every, last = self.checkpoint_every, self.model.num_epochs - 1
-        if every and any((e + 1) % every == 0 for e in range(first_epoch, last + 1)):
-            return
-        where = config_where(self, "checkpoint")
-        why = (f"every is {every} and the run's epochs {first_epoch} .. {last} reach no multiple of it"
-               if every else "every is 0 (only at the end)")
-        log.warning("%scheckpoint at_end is False and %s: this run writes no checkpoint to %s; set at_end: True "
-                    "or an every the run reaches (or --no-checkpoint)", f"{where}: " if where else "", why,
-                    self.checkpoint_path)
-
-    def _note_schedules(self, n, log):
-        """A warning (at the schedule's line) for each learning-rate schedule the run ends
-        before (never acts, or stops short: the factor never reaches its end), with a hint when
-        its numbers fit the run's optimiser steps but are counted in epochs (``schedule_unit:
-        epoch``, the default, where ``step`` was meant). Not when ``num_epochs`` was set on the
-        command line (a short trial run, or a resume that trains longer, knows it)."""
-        from ..ops.schedules import unreached, vanishes
-        rule, epochs = self.model.learning_rule, self.model.num_epochs
-        if rule is None or rule.schedule is None or epochs == 0:
-            return
-        if (config_where(self.model, "num_epochs") or "").startswith("command line"):
-            return
-        steps = epochs * -(-n // (self.model.batch_size or n))
-        last_t = epochs - 1 if rule.schedule_unit == "epoch" else steps - 1
-        for s in rule.schedule.schedules:
-            why = unreached(s, last_t)
-            if why is None:
-                continue
-            as_steps = rule.schedule_unit == "epoch" and unreached(s, steps - 1) is None
-            hint = (f"; t counts epochs (schedule_unit: epoch): if it meant the run's {steps} optimiser "
-                    "steps, write schedule_unit: step" if as_steps else "")
-            where = config_where(s)
-            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
-                        rule.schedule_unit, epochs, hint)
-        for s in rule.schedule.schedules:
-            why = vanishes(s, last_t)
-            if why is None:
-                continue
-            as_epochs = rule.schedule_unit == "step" and vanishes(s, epochs - 1) is None
-            hint = ("; t counts optimiser steps (schedule_unit: step): if it meant epochs, write schedule_unit: "
-                    "epoch" if as_epochs else "")
-            where = config_where(s)
-            log.warning("%s%s (schedule_unit: %s, num_epochs %d)%s", f"{where}: " if where else "", why,
-                        rule.schedule_unit, epochs, hint)
-
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
@@ -451,9 +384,7 @@ class FitExperiment:
         timings["data"] = clock() - t0
         x, y = data["train"]
         if t.rank == 0:
-            self._note_batch_size(len(x), t.ndata, log)
-            self._note_schedules(len(x), log)
-            self._note_checkpoints(result.start_epoch, log)
+            note_run_start(self, len(x), t.ndata, result.start_epoch, log)
         eval_splits = ("train", "test") if self.report_errors else ("test",)
         if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
             eval_splits = ("valid",) + eval_splits

@@ -5,6 +5,7 @@ import pytest
 
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
+from distnet.experiments.run_notes import note_batch_size
 from distnet.ops.sgd import MomentumSchedule
 
 HEADER = """!obj:distnet.experiments.FitPredictErrorExperiment {
@@ -228,7 +229,7 @@ def test_a_batch_size_smaller_than_the_data_replicas_is_a_warning():
     seen = []
     log = logging.getLogger("test_config_validation")
     log.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: seen.append(r.getMessage())})())
-    exp._note_batch_size(100, 4, log)
+    note_batch_size(exp, 100, 4, log)
     assert seen == ["dp.yaml:5: batch_size 3 is smaller than the 4 data replicas: 1 of them get no rows of a batch "
                     "(they wait); use a batch_size of at least 4"]
 
