@@ -1,5 +1,7 @@
 """distnet compare's verdict: costs within atol + rtol*|a| per epoch, rates within points."""
-from distnet.cli.compare import compare_runs, costs_agree
+import pytest
+
+from distnet.cli.compare import allowance_used, compare_runs, costs_agree
 
 
 def test_costs_agree_uses_absolute_plus_relative_tolerance():
@@ -10,6 +12,10 @@ def test_costs_agree_uses_absolute_plus_relative_tolerance():
     assert not costs_agree(rows, rtol=0.01, atol=0.0)      # 4% relative on the small cost
     assert costs_agree(rows, rtol=0.01, atol=0.002)        # 0.002 <= 0.002 + 0.0005
     assert not costs_agree(rows, rtol=0.0, atol=0.0001)
+    # epoch 1 is the closest: 0.002 of 0.002 + 0.01 * 0.05 = 0.0025 allowed
+    assert allowance_used(rows, rtol=0.01, atol=0.002) == pytest.approx(0.8)
+    assert allowance_used(rows, rtol=0.0, atol=0.0) == float("inf")
+    assert allowance_used(compare_runs(a, a)[0], rtol=0.0, atol=0.0) == 0.0
 
 
 def test_missing_epochs_never_agree():
@@ -18,8 +24,6 @@ def test_missing_epochs_never_agree():
 
 
 # -- pretraining rows, checks before running, tolerances by dtype, the float64 rerun ----------
-
-import pytest  # noqa: E402
 
 from distnet.cli.compare import TOLERANCES, check_runs, read_metrics, rerun_command  # noqa: E402
 from distnet.errors import TopologyError  # noqa: E402
