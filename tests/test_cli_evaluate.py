@@ -83,7 +83,7 @@ def test_evaluate_gives_the_run_s_error_rates(trained):
 def test_evaluate_a_one_process_checkpoint_on_a_grid_equals_one_process(trained, n):
     d, exp, dist, run, proc = trained
     oracle = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), check=True)
-    out = distnet("evaluate", str(dist), "--checkpoint", str(run / "checkpoint.h5"), n=n, check=True)
+    out = distnet("evaluate", str(dist), "--checkpoint", str(run), n=n, check=True)   # a run directory: its checkpoint
     assert _rates(out.stdout) == _rates(oracle.stdout)
     assert f"evaluated on {n} rank(s)" in out.stdout
     assert out.stdout.count("test set misclass rate") == 1       # rank 0 prints

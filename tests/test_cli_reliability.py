@@ -73,7 +73,7 @@ def test_run_directory_then_resume_with_overrides(env):
     assert "num_epochs: 2" in (a / "resolved.yaml").read_text()
     saved = (a / "checkpoint.h5").read_bytes()
 
-    ok(distnet("run", str(env / "cnn.yaml"), "--resume", str(a / "checkpoint.h5"),
+    ok(distnet("run", str(env / "cnn.yaml"), "--resume", str(a),      # a run directory: its checkpoint.h5
                "--set", "model.num_epochs=4", "--run-dir", str(b)))
     proc = ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=4", "--run-dir", str(c)))
     assert "run directory: " + str(c) in proc.stderr
@@ -88,6 +88,9 @@ def test_run_directory_then_resume_with_overrides(env):
     assert rb[-1]["test_misclass"] == rc[-1]["test_misclass"] and rb[-1]["start_epoch"] == 2
     assert json.loads((b / "run.json").read_text())["resume"] == str(a / "checkpoint.h5")
     assert (a / "checkpoint.h5").read_bytes() == saved      # the source is never touched
+    (env / "empty").mkdir()
+    bad = distnet("run", str(env / "cnn.yaml"), "--resume", str(env / "empty"), "--no-run-dir")
+    assert bad.returncode == 2 and "is a folder without checkpoint.h5" in bad.stderr, bad.stderr
 
 
 def test_default_run_directory_and_no_run_dir(env, tmp_path):

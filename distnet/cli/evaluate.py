@@ -4,9 +4,11 @@ register with ``main.add_command``)."""
 import click
 
 from ..errors import DistnetError
+from .options import checkpoint_argument
 
-_CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=click.Path(dir_okay=False),
-                           metavar="CK.h5", help="A checkpoint written by distnet run (any grid).")
+_CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=click.Path(),
+                           callback=checkpoint_argument, metavar="CK.h5",
+                           help="A checkpoint written by distnet run (any grid), or a run directory.")
 _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 
 

@@ -8,6 +8,7 @@ import warnings
 import click
 
 from ..errors import DistnetError
+from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 
 
 def _fail(message, code=2):
@@ -48,15 +49,6 @@ def _one_line_warning(message, category, filename, lineno, line=None):
     return f"{prefix}distnet: warning: {message} ({category.__name__})\n"
 
 
-def _given(ctx, param, value):
-    """An option's path must not be empty: ``--resume "$CK"`` with CK unset trained from scratch,
-    ``--checkpoint ""`` wrote no checkpoint, ``--metrics ""`` no metrics, without a word."""
-    if value is not None and not str(value).strip():
-        raise click.BadParameter("an empty path (an unset shell variable?); give a path, or leave "
-                                 "the option out")
-    return value
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="distnet")
 @click.pass_context
@@ -75,19 +67,20 @@ def main(ctx):
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
-@click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False), callback=_given,
+@click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False), callback=given_path,
               help="Also write per-epoch costs and final error rates as JSON lines here (rank 0).")
 @click.option("-v", "--verbose", is_flag=True, help="Log per-layer plans and debug lines.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value of the experiment, e.g. --set model.num_epochs=1 (repeatable).")
-@click.option("--resume", type=click.Path(dir_okay=False), metavar="CHECKPOINT", callback=_given,
-              help="Continue from a checkpoint (written on any grid or number of ranks); --set "
-                   "applies to the experiment, e.g. --set model.num_epochs=20 to train longer.")
-@click.option("--run-dir", type=click.Path(file_okay=False), callback=_given,
+@click.option("--resume", type=click.Path(), metavar="CHECKPOINT", callback=checkpoint_argument,
+              help="Continue from a checkpoint (written on any grid or number of ranks), or a run "
+                   "directory's checkpoint.h5; --set applies to the experiment, e.g. --set "
+                   "model.num_epochs=20 to train longer.")
+@click.option("--run-dir", type=click.Path(file_okay=False), callback=given_path,
               help="Record the run here (default: runs/<experiment>-<time>, or under $DISTNET_RUNS_DIR).")
 @click.option("--no-run-dir", is_flag=True, help="Do not write a run directory.")
-@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False), callback=_given,
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False), callback=given_path,
               help="Checkpoint file (default: the experiment's checkpoint.path, else checkpoint.h5 "
                    "in the run directory).")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
@@ -161,7 +154,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         record = outputs.record if outputs is not None else None
         where = _bcast(record.path if record is not None else None)
         if exp.checkpoint_path is None and where is not None and not no_checkpoint:
-            exp.checkpoint_path = os.path.join(where, "checkpoint.h5")
+            exp.checkpoint_path = os.path.join(where, RUN_CHECKPOINT)
         if where is not None:
             record_failures_in(where)
 
@@ -562,7 +555,7 @@ def data_info(file):
 
 @main.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), callback=_given,
+@click.option("-o", "--output", type=click.Path(dir_okay=False), callback=given_path,
               help="Write here (default: stdout).")
 @click.option("--dist-mode", type=click.Choice(["halopar", "vecpar", "datapar"]), default="halopar",
               show_default=True, help="halopar: spatial tiles; vecpar: an FC MLP as MLPDist (feature "
@@ -626,7 +619,7 @@ def _finite(ctx, param, value):
 @click.option("--reference-set", "reference_overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in SINGLE only, e.g. --reference-set pipe=1 to compare a file "
                    "with pipe:/data: against its own one-process run.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png", callback=_given,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png", callback=given_path,
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
 def compare(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
             plot_path):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..fileio import (OutputError, atomic_target, check_writable, claim_file, clean_stale_temps,
                       free_space, reason, refuse_existing, same_file)
+from .options import RUN_CHECKPOINT
 
 
 @dataclass
@@ -167,7 +168,7 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
     record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
     try:
         if record is not None and not exp.checkpoint_path:     # checkpoint.h5 in the run directory
-            check_space(record.file("checkpoint.h5"), need)
+            check_space(record.file(RUN_CHECKPOINT), need)
         metrics = MetricsFile(metrics_path, force) if metrics_path else None
     except OutputError as e:
         if record is not None:

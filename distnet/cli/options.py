@@ -1,0 +1,30 @@
+"""Click callbacks shared by the commands' path options (light: imported when the CLI starts)."""
+import os
+
+import click
+
+#: The checkpoint a run directory holds (``distnet run`` writes it there unless told otherwise).
+RUN_CHECKPOINT = "checkpoint.h5"
+
+
+def given_path(ctx, param, value):
+    """An option's path must not be empty: ``--resume "$CK"`` with CK unset trained from scratch,
+    ``--checkpoint ""`` wrote no checkpoint, ``--metrics ""`` no metrics, without a word."""
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("an empty path (an unset shell variable?); give a path, or leave "
+                                 "the option out")
+    return value
+
+
+def checkpoint_argument(ctx, param, value):
+    """The options that read a checkpoint (``run --resume``, ``evaluate`` / ``predict
+    --checkpoint``): a non-empty path (:func:`given_path`), and a run directory stands for its
+    :data:`RUN_CHECKPOINT`."""
+    value = given_path(ctx, param, value)
+    if value is None or not os.path.isdir(value):
+        return value
+    path = os.path.join(value, RUN_CHECKPOINT)
+    if not os.path.isfile(path):
+        raise click.BadParameter(f"{value} is a folder without {RUN_CHECKPOINT} (the run directory of a "
+                                 "run that wrote no checkpoint?); give the checkpoint file")
+    return path
