@@ -112,15 +112,14 @@ class Job:
         return _descendant_ranks(self.proc.pid)
 
     def end(self, grace=GRACE):
-        """``(exit status or "hung", seconds, stderr)``."""
-        t0 = time.monotonic()
+        """``(exit status, or "hung" when it did not end within grace seconds, stderr)``."""
         try:
             _, err = self.proc.communicate(timeout=grace)
-            return self.proc.returncode, time.monotonic() - t0, err
+            return self.proc.returncode, err
         except subprocess.TimeoutExpired:
             self.kill()
             _, err = self.proc.communicate()
-            return "hung", time.monotonic() - t0, err
+            return "hung", err
 
     def kill(self):
         try:
@@ -151,7 +150,7 @@ def test_ctrl_c_of_a_four_rank_run(exps, tmp_path):
         job = Job(exps / "dist.yaml", tmp_path / f"run{trial}", 4)
         job.wait_training(extra=0.3 * trial)
         os.killpg(job.proc.pid, signal.SIGINT)
-        rc, _, err = job.end()
+        rc, err = job.end()
         _check_ended(job, rc, err)
         assert "interrupted by SIGINT" in err
         info = job.info()
@@ -164,7 +163,7 @@ def test_sigterm_of_a_four_rank_run(exps, tmp_path, target):
     job.wait_training()
     pid = job.proc.pid if target == "mpiexec" else job.ranks()[2]
     os.kill(pid, signal.SIGTERM)
-    rc, _, err = job.end()
+    rc, err = job.end()
     _check_ended(job, rc, err)
     info = job.info()
     assert "interrupted by SIGTERM" in info["error"]
@@ -180,7 +179,7 @@ def test_signal_to_a_single_process(exps, tmp_path, sig):
         os.killpg(job.proc.pid, signal.SIGINT)
     else:
         os.kill(job.proc.pid, signal.SIGTERM)
-    rc, _, err = job.end()
+    rc, err = job.end()
     _check_ended(job, rc, err)
     assert rc == 128 + getattr(signal, sig)
     assert err.strip().splitlines()[-1] == f"distnet: interrupted by {sig}"
@@ -222,7 +221,7 @@ def test_watchdog_names_a_stopped_rank(exps, tmp_path):
     job.wait_training(extra=1.0)
     os.kill(job.ranks()[2], signal.SIGSTOP)
     try:
-        rc, _, err = job.end(grace=60)
+        rc, err = job.end(grace=60)
     finally:
         job.kill()
     assert rc not in (0, "hung"), f"exit {rc}\n{err}"
@@ -250,7 +249,7 @@ def test_kill_9_of_a_non_writer_rank(exps, tmp_path):
     job = Job(exps / "dist.yaml", tmp_path / "run", 4)
     job.wait_training()
     os.kill(job.ranks()[1], signal.SIGKILL)
-    rc, _, err = job.end()
+    rc, err = job.end()
     assert rc not in (0, "hung"), err
     deadline = time.monotonic() + 5
     while [p for p in job.rank_pids.values() if _alive(p)] and time.monotonic() < deadline:

@@ -114,7 +114,8 @@ def allowance_used(rows, rtol, atol):
         if r[1] is None or r[2] is None:
             return float("inf")
         bound = atol + rtol * abs(r[1])
-        used = max(used, r[3] / bound if bound > 0 else (0.0 if r[3] == 0 else float("inf")))
+        share = r[3] / bound if bound > 0 else (0.0 if r[3] == 0 else float("inf"))
+        used = max(used, share if share == share else float("inf"))   # a NaN cost uses it all
     return used
 
 

@@ -16,6 +16,8 @@ def test_costs_agree_uses_absolute_plus_relative_tolerance():
     assert allowance_used(rows, rtol=0.01, atol=0.002) == pytest.approx(0.8)
     assert allowance_used(rows, rtol=0.0, atol=0.0) == float("inf")
     assert allowance_used(compare_runs(a, a)[0], rtol=0.0, atol=0.0) == 0.0
+    nan = compare_runs(([1.0, float("nan")], {}), ([1.0, 0.5], {}))[0]
+    assert allowance_used(nan, rtol=0.05, atol=0.01) == float("inf") and not costs_agree(nan, 0.05, 0.01)
 
 
 def test_missing_epochs_never_agree():
