@@ -1,6 +1,7 @@
-"""The README's command examples, run and compared with what they print (a cram-style check).
+"""The command examples of README.md and of every docs/*.md page, run and compared with what
+they print (a cram-style check).
 
-Format (README.md): in a fenced block, a line ``$ command`` is a shell command (continued on the
+Format (any page): in a fenced block, a line ``$ command`` is a shell command (continued on the
 next lines while a line ends with ``\\``); the lines after it, up to the next ``$`` line or the
 end of the block, are what it prints (stdout and stderr together). In expected output:
 
@@ -18,17 +19,20 @@ reader sees: ``<!-- readme-test: skip: REASON -->`` (not run), ``<!-- readme-tes
 REASON -->`` (run; it must exit 0; its output is an example, e.g. versions of this machine),
 ``<!-- readme-test: any-order -->`` (lines of several ranks in any order).
 
-Commands run in order, in one scratch folder holding ``experiments/`` (a link to the
-repository's) and the MNIST sample in ``datasets/`` (``runs/``, ``my_dist.yaml`` etc. are made
-there), with the virtualenv's ``distnet`` and ``mpiexec`` first on PATH. ``$?`` is the previous
-command's exit status. A run directory printed by a command replaces the README's name of it in
-later commands (``--resume runs/mnist_cnn-20261122-071923/checkpoint.h5``).
+Pages are independent: each page's commands run in page order in a scratch folder of its own,
+holding ``experiments/`` (a link to the repository's) and the MNIST sample in ``datasets/``, with
+the virtualenv's ``distnet`` and ``mpiexec`` first on PATH. A page uses only the files its own
+earlier commands made (``runs/``, ``my_dist.yaml`` ...), never another page's, so any page can be
+checked or updated alone and no command runs twice to serve two pages. ``$?`` is the previous
+command's exit status. A run directory printed by a command replaces the page's name of it in
+later commands of that page (``--resume runs/mnist_cnn-20261122-071923/checkpoint.h5``).
 
-Updating the README after a change of output: ``bin/readme-update`` (all blocks, or the README
-lines given: ``bin/readme-update 230 301``) reruns the commands and rewrites each expected output
-that no longer matches, keeping its ``...`` lines, the README's run directory names and the
-lines with ``...`` inside (other lines take this run's text and digits); ``--refresh`` rewrites
-the outputs that still match too (this machine's digits). Review with ``git diff README.md``.
+Updating a page after a change of output: ``bin/readme-update [PAGE] [LINE...]`` (PAGE defaults
+to README.md, e.g. ``bin/readme-update docs/commands.md``; all its blocks, or those whose fence is
+at the given 1-based lines) reruns the page's commands and rewrites each expected output that no
+longer matches, keeping its ``...`` lines, the page's run directory names and the lines with
+``...`` inside (other lines take this run's text and digits); ``--refresh`` rewrites the outputs
+that still match too (this machine's digits). Review with ``git diff PAGE``.
 """
 import os
 import re
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 TIMEOUT = 900
 
 _FENCE = re.compile(r"^(\s*)```")
@@ -54,8 +58,8 @@ _PROGRESS = re.compile(r"^(\[rank \d+\] )?progress: ")
 @dataclass
 class Command:
     text: str              # the command as bash runs it (continuation lines included)
-    line: int              # 0-based README line of the "$ " line
-    out_start: int         # README lines [out_start, out_end) hold the expected output
+    line: int              # 0-based page line of the "$ " line
+    out_start: int         # page lines [out_start, out_end) hold the expected output
     out_end: int
     indent: str
     expected: list = field(default_factory=list)
@@ -63,18 +67,30 @@ class Command:
 
 @dataclass
 class Block:
-    line: int              # 0-based README line of the opening fence
+    line: int              # 0-based page line of the opening fence
     mode: str = "check"    # check / skip / run-only / any-order
     reason: str = ""
     commands: list = field(default_factory=list)
+    page: str = "README.md"
 
     @property
     def name(self):
-        return f"README.md:{self.line + 1}"
+        return f"{self.page}:{self.line + 1}"
 
 
-def parse(text):
-    """The session blocks of a README text (blocks with at least one ``$`` line)."""
+def pages():
+    """The pages whose examples are checked, as paths relative to the repository: README.md,
+    then every ``docs/*.md`` by name."""
+    return ["README.md"] + sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))
+
+
+def page_blocks(page):
+    """The session blocks of one page (a path relative to the repository)."""
+    return parse((ROOT / page).read_text(), page)
+
+
+def parse(text, page="README.md"):
+    """The session blocks of a page's text (blocks with at least one ``$`` line)."""
     lines = text.split("\n")
     blocks, i = [], 0
     while i < len(lines):
@@ -86,7 +102,7 @@ def parse(text):
         j = i + 1
         while j < len(lines) and not (lines[j].startswith(indent + "```") and lines[j].strip() == "```"):
             j += 1
-        block = Block(start)
+        block = Block(start, page=page)
         d = _DIRECTIVE.search(lines[start - 1]) if start > 0 else None
         if d:
             block.mode, block.reason = d.group(1), d.group(2)
@@ -145,7 +161,7 @@ def line_matches(expected, actual):
 def optional(expected):
     """MPICH's own ``Abort(N) on node ...`` line after a distnet abort: mpiexec tears the job
     down as soon as a rank calls ``MPI_Abort`` and now and then drops that rank's last stderr
-    line before forwarding it, so a README block may show it without a run printing it."""
+    line before forwarding it, so a page may show it without a run printing it."""
     return expected.startswith("Abort(") and "application called MPI_Abort" in expected
 
 
@@ -240,12 +256,12 @@ class Session:
         self.dir = Path(root or tempfile.mkdtemp(prefix="distnet-readme-"))
         (self.dir / "experiments").symlink_to(ROOT / "experiments")
         self.status = 0
-        self.run_dirs = {}       # README's run directory name -> this session's
+        self.run_dirs = {}       # the page's run directory name -> this session's
         bindir = os.path.dirname(sys.executable)
         env = dict(os.environ)
         env.pop("DISTNET_RUNS_DIR", None)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-        env["OPENBLAS_NUM_THREADS"] = "1"   # the README's digits are those of one BLAS thread
+        env["OPENBLAS_NUM_THREADS"] = "1"   # the pages' digits are those of one BLAS thread
         env["OMP_NUM_THREADS"] = "1"
         env["COLUMNS"] = "100"
         self.env = env
@@ -259,10 +275,10 @@ class Session:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def run(self, command):
-        """Run one README command; returns its printed lines (progress lines dropped)."""
+        """Run one command of a page; returns its printed lines (progress lines dropped)."""
         text = command.text
-        for readme_name, mine in self.run_dirs.items():
-            text = text.replace(readme_name, mine)
+        for page_name, mine in self.run_dirs.items():
+            text = text.replace(page_name, mine)
         proc = subprocess.run(["bash", "-c", f"(exit {self.status}); {text}"], cwd=self.dir, env=self.env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
         self.status = proc.returncode
@@ -272,7 +288,7 @@ class Session:
         return [line.rstrip() for line in lines if not _PROGRESS.match(line)]
 
     def learn_run_dirs(self, steps):
-        """Pair the run directories of matched lines: README name -> the name printed here."""
+        """Pair the run directories of matched lines: the page's name -> the name printed here."""
         for kind, e, a in steps:
             if kind in ("keep", "sub") and e is not None and a is not None:
                 for x, y in zip(_RUN_DIR.finditer(e), _RUN_DIR.finditer(a)):
@@ -280,9 +296,9 @@ class Session:
                         self.run_dirs.setdefault(x.group(0), y.group(0))
 
     def readme_names(self, line):
-        """``line`` with this session's run directory names put back to the README's."""
-        for readme_name, mine in self.run_dirs.items():
-            line = line.replace(mine, readme_name)
+        """``line`` with this session's run directory names put back to the page's."""
+        for page_name, mine in self.run_dirs.items():
+            line = line.replace(mine, page_name)
         return line
 
 
@@ -303,7 +319,7 @@ def check_command(session, block, command):
 def updated_lines(session, steps):
     """New expected lines from an alignment: ``...`` lines and lines with ``...`` inside kept,
     every other line as printed now (matching lines too, so that their digits are this run's),
-    with the README's run directory names; an :func:`optional` line a run did not print stays."""
+    with the page's run directory names; an :func:`optional` line a run did not print stays."""
     out = []
     for kind, e, a in steps:
         if kind == "dots" or (kind == "keep" and "..." in e) or (kind == "del" and optional(e)):
@@ -323,23 +339,40 @@ def _split_blank_tail(lines):
 
 
 def main(argv=None):
-    """``bin/readme-update [LINE...]``: rerun the README's commands and rewrite the expected
-    output of those that no longer match (only the blocks at the given 1-based lines)."""
+    """``bin/readme-update [PAGE] [LINE...]``: rerun the commands of one page (README.md unless
+    PAGE is given, e.g. docs/commands.md) and rewrite the expected output of those that no longer
+    match (only in the blocks whose fences are at the given 1-based lines, when some are given)."""
     import argparse
     ap = argparse.ArgumentParser(prog="bin/readme-update", description=main.__doc__)
-    ap.add_argument("lines", nargs="*", type=int, help="README line of a block's fence (default: all)")
-    ap.add_argument("--check", action="store_true", help="Only report; do not rewrite README.md.")
+    ap.add_argument("args", nargs="*", metavar="[PAGE] [LINE]",
+                    help="a page (README.md or docs/NAME.md; default README.md), then lines of its "
+                         "blocks' fences (default: all blocks)")
+    ap.add_argument("--check", action="store_true", help="Only report; do not rewrite the page.")
     ap.add_argument("--refresh", action="store_true",
                     help="Also rewrite outputs that match within the tolerances (this run's digits).")
     args = ap.parse_args(argv)
-    text = README.read_text()
+    page, wanted_lines = "README.md", args.args
+    if wanted_lines and not wanted_lines[0].isdigit():
+        page, wanted_lines = wanted_lines[0], wanted_lines[1:]
+    path = (Path.cwd() / page).resolve()
+    try:
+        page = str(path.relative_to(ROOT))
+    except ValueError:
+        ap.error(f"{page} is not a page of this repository ({ROOT})")
+    if page not in pages():
+        ap.error(f"{page} is not one of the checked pages: {', '.join(pages())}")
+    try:
+        wanted_lines = [int(x) for x in wanted_lines]
+    except ValueError:
+        ap.error(f"lines must be numbers: {' '.join(wanted_lines)}")
+    text = path.read_text()
     lines = text.split("\n")
     session = Session()
     changes = []
     failed = 0
     try:
         session.prepare_data()
-        for block in parse(text):
+        for block in parse(text, page):
             if block.mode == "skip":
                 print(f"{block.name}: skipped ({block.reason})")
                 continue
@@ -350,7 +383,7 @@ def main(argv=None):
                 if not ok:
                     failed += 1
                     print(diff_text(steps))
-                wanted = not args.lines or block.line + 1 in args.lines
+                wanted = not wanted_lines or block.line + 1 in wanted_lines
                 if block.mode in ("check", "any-order") and wanted and (not ok or args.refresh):
                     tail = _split_blank_tail(command.expected)[1]
                     new = updated_lines(session, steps) + tail
@@ -361,8 +394,8 @@ def main(argv=None):
     if changes and not args.check:
         for command, new in sorted(changes, key=lambda c: -c[0].out_start):
             lines[command.out_start:command.out_end] = [command.indent + x if x else x for x in new]
-        README.write_text("\n".join(lines))
-        print(f"README.md: rewrote the output of {len(changes)} command(s); review with git diff README.md")
+        path.write_text("\n".join(lines))
+        print(f"{page}: rewrote the output of {len(changes)} command(s); review with git diff {page}")
     return 1 if failed and args.check else 0
 
 

