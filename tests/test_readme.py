@@ -79,6 +79,14 @@ def test_mpich_abort_line_may_be_missing_from_a_run():
     assert rc.updated_lines(session, steps) == expected + ["tail 2"]
 
 
+def test_update_takes_a_checked_page_only(capsys):
+    for argv in (["docs/no-such-page.md"], ["../README.md"], ["README.md", "x"]):
+        with pytest.raises(SystemExit) as e:
+            rc.main(argv)
+        assert e.value.code == 2, argv
+    assert "not one of the checked pages" in capsys.readouterr().err
+
+
 def test_every_block_is_checked_or_says_why_not():
     assert any(b.page == "README.md" for b in BLOCKS), "README.md has no $ command blocks"
     for block in BLOCKS:
