@@ -2,6 +2,10 @@
 MPI library mpi4py loads (a missing one is printed, not raised: this is a report)."""
 import importlib
 import sys
+import warnings
+
+# click 8.2+ deprecates __version__; the report still wants it
+warnings.simplefilter("ignore", DeprecationWarning)
 
 MODULES = ("numpy", "cupy", "torch", "h5py", "mpi4py", "yaml", "click", "threadpoolctl", "pytest",
            "xdist", "pytest_timeout", "mlxtend", "distnet")
