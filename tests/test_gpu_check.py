@@ -3,6 +3,7 @@ that exist and are selected, experiment files that exist, ``distnet`` and ``benc
 options their parsers accept, and the names its helper scripts import. Nothing is trained here."""
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -36,13 +37,30 @@ def plan(gc, tmp_path, cpu):
     return {s.name: s for s in gc.build_plan(gc.parse_args(args), {}, str(tmp_path / "bench"))}
 
 
-def collected(args):
-    """How many tests ``pytest --collect-only args`` selects."""
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    m = re.search(r"(\d+)(?:/\d+)? tests? collected", p.stdout)
-    assert m, p.stdout[-2000:] + p.stderr[-2000:]
-    return int(m.group(1))
+# Collects each selection in one interpreter: the test modules are imported once, not per selection
+# (selections that share a module name in different folders need one interpreter each).
+COUNT = r"""
+import json, sys
+import pytest
+
+class Count:
+    def pytest_collection_finish(self, session):
+        self.n = len(session.items)   # after -k deselected
+
+for args in json.loads(sys.argv[1]):
+    c = Count()
+    pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", *args], plugins=[c])
+    print("COUNT", getattr(c, "n", -1))
+"""
+
+
+def collected(selections):
+    """How many tests ``pytest --collect-only args`` selects, for each ``args`` of ``selections``."""
+    p = subprocess.run([sys.executable, "-c", COUNT, json.dumps(selections)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    counts = [int(line.split()[1]) for line in p.stdout.splitlines() if line.startswith("COUNT ")]
+    assert len(counts) == len(selections), p.stdout[-2000:] + p.stderr[-2000:]
+    return counts
 
 
 def after(argv, marker):
@@ -72,15 +90,14 @@ def test_every_file_the_plan_names_exists(tmp_path, cpu, gc):
         assert (ROOT / a).exists(), a
 
 
-@pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
-def test_the_test_selections_select_tests(tmp_path, cpu, gc):
-    steps = plan(gc, tmp_path, cpu)
-    unit = steps["pytest_unit"].argv
-    selection = ["tests/unit", "-k", unit[unit.index("-k") + 1]]
-    assert collected(selection) > 100
-    if not cpu:   # the same files on 4 ranks either way
-        mpi = after(steps["mpi_neon_files_n4"].argv, "-rfEs")
-        assert collected(mpi) > 0
+def test_the_test_selections_select_tests(tmp_path, gc):
+    gpu, cpu = plan(gc, tmp_path, cpu=False), plan(gc, tmp_path, cpu=True)
+    unit = [s["pytest_unit"].argv for s in (gpu, cpu)]
+    n_gpu, n_cpu = collected([["tests/unit", "-k", argv[argv.index("-k") + 1]] for argv in unit])
+    # apart: tests/unit and tests/mpi both have a test_neon_files module (no packages)
+    assert cpu["mpi_neon_files_n4"].argv == gpu["mpi_neon_files_n4"].argv   # the same files on 4 ranks
+    n_mpi, = collected([after(gpu["mpi_neon_files_n4"].argv, "-rfEs")])
+    assert n_gpu > 100 and n_cpu > 100 and n_mpi > 0, (n_gpu, n_cpu, n_mpi)
 
 
 def resolve(group, args):
