@@ -5,7 +5,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings

@@ -11,7 +11,8 @@ import cupy as cp
 cp.show_config()
 t = time.perf_counter()
 a = cp.arange(1 << 20, dtype=cp.float32)
-print("elementwise + reduction:", float((a * 2 + 1).sum()), f"({time.perf_counter() - t:.2f} s incl. NVRTC compiles)")
+print("elementwise + reduction:", float((a * 2 + 1).sum()),
+      f"({time.perf_counter() - t:.2f} s incl. NVRTC compiles)")
 rng = np.random.RandomState(0)
 h = rng.standard_normal((512, 512))
 ref = h @ h
