@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -180,3 +181,5 @@ def test_download_entry_runs_the_repository_script(tmp_path, gc):
     p = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert os.access(SCRIPT, os.X_OK)
+    if (ROOT / ".git").exists() and shutil.which("git"):   # the folder never gets committed
+        assert subprocess.run(["git", "check-ignore", "-q", ".whl/x.whl"], cwd=ROOT).returncode == 0
