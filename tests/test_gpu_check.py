@@ -155,16 +155,19 @@ def test_helper_scripts_find_what_they_import():
 
 def test_install_asks_only_for_what_is_missing(tmp_path, gc):
     everything = {k: True for k in ("mpi", "mlxtend", "pytest_timeout", "xdist", "cupy", *gc.REQUIRED)}
+    (tmp_path / "h5py-3.16.0-cp312-cp312-manylinux_2_28_x86_64.whl").touch()
+    (tmp_path / "cupy_cuda13x-14.0.0-cp312-cp312-manylinux2014_x86_64.whl").touch()
     opts = gc.parse_args(["--wheels", str(tmp_path)])
-    assert gc.install_steps(opts, everything) == []
-    steps = gc.install_steps(opts, dict(everything, mpi=False, h5py=False))
+    assert gc.install_steps(opts, everything) == ([], [])
+    steps, absent = gc.install_steps(opts, dict(everything, mpi=False, h5py=False, numpy=False, cupy=False))
     pinned, missing = (s.argv for s in steps)
     assert pinned[-2:] == ["mpich", "mpi4py"] and "--ignore-installed" in pinned
-    assert missing[-1] == "h5py" and ["--no-index", "--find-links", str(tmp_path)] == \
-        missing[missing.index("--no-index"):missing.index("--no-index") + 3]
-    online = gc.install_steps(gc.parse_args([]), dict(everything, cupy=False), cuda_major=13)
-    assert online[0].argv[-1] == "cupy-cuda13x>=13" and "--no-index" not in online[0].argv
-    assert gc.install_steps(gc.parse_args(["--no-install"]), {}) == []
+    assert missing[-2:] == ["h5py", "cupy_cuda13x"] and absent == ["numpy>=1.22"]
+    i = missing.index("--no-index")
+    assert missing[i:i + 3] == ["--no-index", "--find-links", str(tmp_path)]
+    (online,), absent = gc.install_steps(gc.parse_args([]), dict(everything, cupy=False), cuda_major=13)
+    assert online.argv[-1] == "cupy-cuda13x>=13" and "--no-index" not in online.argv and absent == []
+    assert gc.install_steps(gc.parse_args(["--no-install"]), {}) == ([], [])
 
 
 @pytest.mark.parametrize("argv", [["--python-version", "3.12"], ["--wheels", "w", "--no-install"],
