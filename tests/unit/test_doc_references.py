@@ -14,10 +14,14 @@ Resolution:
 * an anchor must be the slug of a heading of the target page (GitHub's rule: lower case,
   punctuation dropped, each space a hyphen, ``-1``, ``-2`` ... for repeats) or an explicit
   ``<a id="...">`` / ``<a name="...">``;
-* output files that programs write and git ignores (the benchmark reports) are not pages.
+* output files that programs write and git ignores (the benchmark reports) are not pages;
+* a section named in quotes after a README (``README "Threads"``, ``benchmarks/README.md
+  "Overlap"``, ``the README's "GPU"``) must begin a heading of that README (the one at the root
+  when no folder is given).
 
-It also fails on any mention of design notes that live outside the repository: every reference
-must be followed by someone who has only the repository.
+It also fails on any mention of design notes that live outside the repository, and on ticket or
+work-session numbers and work-tracking tags: every reference must be followed by someone who has
+only the repository, and a comment says why, not which piece of work wrote it.
 """
 import re
 import subprocess
@@ -41,9 +45,14 @@ LINK = re.compile(r"\]\(\s*<?([^)\s>]+?\.md)(#[^)\s>]*)?>?(?:\s+\"[^\"]*\")?\s*\
 MENTION = re.compile(r"(?<![\w./-])((?:\.{1,2}/)*(?:[\w.-]+/)*[\w-][\w.-]*\.md)(#[\w-]+)?(?![\w/-])")
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+QUOTED_SECTION = re.compile(r"((?:[\w.-]+/)*README(?:\.md)?)(?:'s)? \"([^\"]+)\"")
 HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
 # Spelled in pieces so that this file does not mention what it forbids.
 FORBIDDEN = re.compile(r"\b(?:" + "DES" + r"IGN\b|" + "NE" + r"ON(?:\.md\b|\s*\u00a7))|\.\./" + r"shared\b")
+
+# An issue, session or ticket number ("issue" and "12", one space apart), and tags made of an "h"
+# and a number or K-number.
+WORK_TRACKING = re.compile(r"\b(?:[Ii]ssue|[Ss]ession|[Tt]icket)s? #?\d+\b|\bh(?:K\d+|\d{2}[a-z])\b")
 
 
 def repository_files():
@@ -82,20 +91,26 @@ def github_slug(heading):
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def anchors(text):
-    """Every anchor of a Markdown page: heading slugs (repeats numbered as GitHub does) and
-    explicit HTML anchors."""
-    found, seen, fenced = set(HTML_ANCHOR.findall(text)), {}, False
+def headings(text):
+    """The text of every heading of a Markdown page (fenced code blocks skipped)."""
+    out, fenced = [], False
     for line in text.splitlines():
         if FENCE.match(line):
             fenced = not fenced
-            continue
-        m = None if fenced else HEADING.match(line)
-        if m:
-            slug = github_slug(m.group(2))
-            n = seen.get(slug, 0)
-            seen[slug] = n + 1
-            found.add(slug if n == 0 else f"{slug}-{n}")
+        elif not fenced and (m := HEADING.match(line)):
+            out.append(m.group(2))
+    return out
+
+
+def anchors(text):
+    """Every anchor of a Markdown page: heading slugs (repeats numbered as GitHub does) and
+    explicit HTML anchors."""
+    found, seen = set(HTML_ANCHOR.findall(text)), {}
+    for heading in headings(text):
+        slug = github_slug(heading)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
     return found
 
 
@@ -134,6 +149,21 @@ def resolve(path, target, is_link):
     return None
 
 
+def quoted_section_problems():
+    bad = []
+    for path, text in TEXTS.items():
+        for i, line in enumerate(text.splitlines(), 1):
+            for m in QUOTED_SECTION.finditer(line):
+                name = m.group(1) if m.group(1).endswith(".md") else m.group(1) + ".md"
+                page = next((ROOT / f / name for f in (Path("."), path.parent)
+                             if (ROOT / f / name).is_file()), None)
+                titles = [] if page is None else headings(page.read_text(encoding="utf-8"))
+                wanted = m.group(2).lower()
+                if not any(t.replace("`", "").lower().startswith(wanted) for t in titles):
+                    bad.append(f"{path}:{i}: {m.group(0)}: no such section")
+    return bad
+
+
 def problems():
     bad = []
     for path, text in TEXTS.items():
@@ -153,7 +183,7 @@ def test_the_scan_sees_the_repository():
 
 
 def test_every_page_reference_resolves():
-    bad = problems()
+    bad = problems() + quoted_section_problems()
     assert not bad, "references that do not resolve:\n  " + "\n  ".join(bad)
 
 
@@ -182,3 +212,10 @@ def test_anchor_rules():
                                            f"https://example.org/y{MD}; a{MD}#b.")
     assert [(r[1], r[2], r[3]) for r in refs] == [(f"../R{MD}", "x", True),
                                                   (f"docs/d{MD}", "", False), (f"a{MD}", "b", False)]
+
+
+def test_no_ticket_numbers_or_work_tags():
+    bad = [f"{path}:{i}: {line.strip()}" for path, text in TEXTS.items()
+           for i, line in enumerate(text.splitlines(), 1) if WORK_TRACKING.search(line)]
+    assert not bad, ("ticket or session numbers and work tags (say the reason instead):\n  "
+                     + "\n  ".join(bad))
