@@ -2,9 +2,10 @@
 
 Code, tests, docs, experiment files, benchmarks and scripts point readers at pages such as
 ``docs/design.md#distribution-rules``, in Markdown links (``[text](neon-semantics.md#caching)``
-in a page of ``docs/``) and in plain mentions (``see docs/data.md``). A page that is renamed, or a heading that is reworded, would
-leave them pointing nowhere; this test scans every text file of the repository (whatever pages
-exist: the list is not written down here) and fails on each reference that does not resolve.
+in a page of ``docs/``) and in plain mentions (``see docs/data.md``). A page that is renamed, or a
+heading that is reworded, would leave them pointing nowhere; this test scans every text file of
+the repository (whatever pages exist: the list is not written down here) and fails on each
+reference that does not resolve.
 
 Resolution:
 
