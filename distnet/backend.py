@@ -3,7 +3,8 @@
 This is the only module that may import cupy (and only when a GPU backend is asked for).
 Every weight of a model is drawn from ``Backend.rng`` in the order of the YAML ``layers`` list,
 with the *global* shape, so that a distributed model slices exactly the weights the
-single-process model draws (DESIGN §4, NEON.md §3.12).
+single-process model draws (docs/design.md#initialisation; neon's draw order:
+docs/neon-semantics.md#weight-draws-and-rng-order).
 """
 import contextlib
 import functools

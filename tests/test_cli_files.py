@@ -1,4 +1,4 @@
-"""Files (issue 14): nothing that exists is replaced without --force (except a checkpoint by the
+"""Files: nothing that exists is replaced without --force (except a checkpoint by the
 same experiment's), destinations are checked before training, run directories are claimed with
 O_EXCL, stale temporaries are cleaned, new files honour the umask, and an unwritable, read-only
 or full destination ends in one line with a non-zero exit, never a traceback.

@@ -140,7 +140,7 @@ def test_nan_data_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path, in
 
 def test_nan_cost_stops_on_every_rank_and_keeps_the_checkpoint(env, tmp_path):
     # NaN pixels are refused when the data is loaded (tests/unit/test_nonfinite.py); a NaN cost
-    # comes from RectLin layers and a huge learning rate (h14a)
+    # comes from RectLin layers and a huge learning rate
     relu = CNN.replace("padding: 1,", "padding: 1, activation: !obj:distnet.activations.RectLin {},")
     bad = tmp_path / "nan.yaml"
     bad.write_text(experiment(relu, env / "data.h5", dist=True).replace("learning_rate: 0.1", "learning_rate: 1e300"))

@@ -71,7 +71,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     say = click.echo if job_rank() == 0 else (lambda *args, **kwargs: None)
     try:
         exp = load_experiment(experiment, overrides)
-        from ..experiments.seq2seq import Seq2SeqExperiment   # hS: not a chain of layers
+        from ..experiments.seq2seq import Seq2SeqExperiment   # not a chain of layers
         if isinstance(exp, Seq2SeqExperiment):
             say("\n".join(exp.show_lines(nranks)))
             return

@@ -2,8 +2,8 @@
 this is, rank 0's value on every rank, and ending every rank.
 
 None of these starts MPI: they look at an mpi4py that the run already initialised (a one-process
-run never imports it). The command line calls these instead of mpi4py (DESIGN §3: comm is the
-only package that imports mpi4py).
+run never imports it). The command line calls these instead of mpi4py (comm is the only package
+that imports mpi4py: docs/design.md#layers-of-the-code).
 """
 import sys
 import time

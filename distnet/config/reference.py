@@ -45,7 +45,8 @@ MAPPINGS = """## Mappings: `weight_init` and `momentum`
 ### weight_init
 
 Every layer with weights (`ConvLayer`, `Layer`, `LayerWithNoBias`, `LocalFilteringLayer`, their
-`Dist` classes) needs one; it is drawn as neon drew it (NEON.md §2.2), from the backend's
+`Dist` classes) needs one; it is drawn as neon drew it
+([neon-semantics.md](neon-semantics.md#weight-initialisation-keys)), from the backend's
 `rng_seed`, for the *global* weight array, so every grid starts from the same weights.
 
 | `type` | keys (default) | draws |

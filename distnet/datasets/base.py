@@ -4,7 +4,8 @@ A dataset yields, per rank, ``{'train': (x, y), 'test': (x, y)}`` where ``x`` is
 *n-rant* — its tile of every image, ``(N, C, h, w)`` — and ``y`` all ``N`` labels (labels are
 never split). The tile is a :class:`~distnet.geometry.partition.Box` computed by the caller with
 :func:`~distnet.geometry.partition.tile_of`, the function that also drives the model's geometry
-(DESIGN §5). This package never talks to MPI: rank, size and grid arrive as arguments.
+(docs/design.md#datasets-and-shards). This package never talks to MPI: rank, size and grid
+arrive as arguments.
 
 ``sample_pct`` — one meaning for every dataset
 ----------------------------------------------
@@ -17,7 +18,7 @@ A percentage in (0, 100] of the training images to keep; the test split is alway
   — in that **shuffled order**, which is also the order every epoch starts from. Labels are
   selected with the same indices.
 
-Differences from neon v0.4.0 (NEON.md §5.3):
+Differences from neon v0.4.0 (docs/neon-semantics.md#subsampling):
 
 * neon's MNIST divided ``sample_pct >= 1`` by 100 but took smaller values as fractions, so ``1``
   meant 1 % while ``0.5`` meant 50 %. Here ``0.5`` means 0.5 %.
@@ -260,7 +261,7 @@ class Dataset:
             return self._limit_test(self._build(tile, seed, dtype))
         path = cache.fill_placeholders(self.serialized_path, rank, size)
         meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        return self._limit_test(cache.load_or_build(  # h14a: a cache failing the check is rebuilt
+        return self._limit_test(cache.load_or_build(  # a cache failing the check is rebuilt
             path, meta, lambda: self._build(tile, seed, dtype),
             check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
 
@@ -348,7 +349,7 @@ class Dataset:
             if self.scale_255:
                 x /= 255
             check_split(x, y, self.nclasses, ", ".join(map(str, self.source_files())), split, keep,
-                        (tile.y0, tile.x0))  # h14a: finite pixels, labels in range
+                        (tile.y0, tile.x0))  # refuses non-finite pixels, labels out of range
             out[split] = (x, np.asarray(y, dtype=np.int64))
         return out
 

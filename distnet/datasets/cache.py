@@ -1,4 +1,5 @@
-"""Per-rank dataset caches at ``serialized_path`` (DESIGN §5, NEON.md §2.2 and §5.5).
+"""Per-rank dataset caches at ``serialized_path`` (docs/design.md#datasets-and-shards; neon's:
+docs/neon-semantics.md#cache-paths, docs/neon-semantics.md#caching).
 
 neon pickled each rank's loaded dataset and trusted the pickle blindly: a file written for
 another grid, sample or seed was silently used. Here a cache carries metadata and is used only

@@ -1,4 +1,4 @@
-"""CIFAR-10 from the python batches (NEON.md §5.2). Nothing is downloaded.
+"""CIFAR-10 from the python batches (docs/neon-semantics.md#cifar-10). Nothing is downloaded.
 
 Files, in ``<repo_path>/CIFAR10/cifar-10-batches-py/``: ``data_batch_1`` … ``data_batch_5``
 (train, concatenated in that order) and ``test_batch``. Each is a python-2 pickle of a dict whose

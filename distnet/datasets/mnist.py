@@ -1,4 +1,5 @@
-"""MNIST from the four IDX files (NEON.md §5.1), plain or gzipped. Nothing is downloaded.
+"""MNIST from the four IDX files (docs/neon-semantics.md#mnist), plain or gzipped. Nothing is
+downloaded.
 
 Files, in ``<repo_path>/MNIST/`` (each may also be the same name plus ``.gz``; an uncompressed
 file wins when both exist)::

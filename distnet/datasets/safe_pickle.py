@@ -1,4 +1,5 @@
-"""Unpickling that cannot run code: plain containers and numpy arrays only (DESIGN §5).
+"""Unpickling that cannot run code: plain containers and numpy arrays only
+(docs/design.md#datasets-and-shards).
 
 A pickle names the callables that rebuild it (``GLOBAL module name``), and a plain
 :func:`pickle.load` imports and calls whatever it names, ``os.system`` included. The CIFAR-10

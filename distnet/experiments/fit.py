@@ -1,5 +1,6 @@
 """Experiments: the YAML root. ``FitExperiment`` trains; ``FitPredictErrorExperiment`` also
-reports the misclassification rates of the training and test sets (NEON.md §4.2).
+reports the misclassification rates of the training and test sets
+(docs/neon-semantics.md#predict-and-error-rates).
 
 ``run()`` is the whole life of a job on one rank: topology, model planning, weights (or a
 checkpoint to resume from), data (this rank's tile of every image), training with periodic
@@ -285,7 +286,7 @@ class FitExperiment:
         """Shapes, topology, layer plans and weights; returns the topology."""
         self.check()
         self.topology = topology or self.make_topology()
-        self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
+        self.thread_plan = setup_threads(self.topology.world, self.backend)  # before any BLAS call
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
         setup_experiment_logging(self, self.topology)
@@ -316,7 +317,7 @@ class FitExperiment:
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
         from ..models.checkpoint import save_checkpoint
-        from ..models.finite import check_parameters  # h14a: never a checkpoint of NaN weights
+        from ..models.finite import check_parameters  # never a checkpoint of NaN weights
         check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
         save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
 
@@ -360,7 +361,7 @@ class FitExperiment:
         log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s, %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend,
-                 self.thread_plan.describe())  # issue 18 hook: the thread plan
+                 self.thread_plan.describe())  # this rank's BLAS and kernel threads
         for level, note in self.config_notes if t.rank == 0 else ():  # neon keys translated or
             log.log(level, "%s", note)      # ignored: about the file every rank reads, said once
         for layer in self.model.layers:

@@ -50,7 +50,7 @@ def layer_rows(exp, grid, batch, data=1, pipe=1):
     """One :class:`LayerRow` per layer of the (shape-inferred) model on ``grid`` (x ``data``
     replicas x ``pipe`` stages), for ``batch`` rows per replica."""
     itemsize = np.dtype(exp.backend.dtype).itemsize
-    # rank (0, 0): the largest tile and the most parameters; chunks and halos per axis (h14a)
+    # rank (0, 0): the largest tile and the most parameters; chunks, halos per axis (no rank loop)
     per_rank = [exp.model.placements(GridPosition(tuple(grid), (0, 0), data, pipe))]
     rows = []
     for i, layer in enumerate(exp.model.layers):

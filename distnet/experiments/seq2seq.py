@@ -123,7 +123,7 @@ class Seq2SeqExperiment:
         return Topology.from_layout(self.layout(world.Get_size()), world)
 
     def plan_threads(self, world, env=None):
-        """The run's thread plan (:func:`~distnet.experiments.threads.plan_threads`, issue 18),
+        """The run's thread plan (:func:`~distnet.experiments.threads.plan_threads`),
         except that without a choice of the user (the backend key ``threads``, a BLAS thread
         variable such as ``OPENBLAS_NUM_THREADS``) every rank runs ONE BLAS thread: the model's
         products, ``(b, E or H) x (E or H, 4H)`` per time step, are far too small for BLAS threads

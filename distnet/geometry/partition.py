@@ -1,7 +1,7 @@
 """Block partition of a length over the ranks of one grid axis, and of a plane over a 2-D grid.
 
 The same functions cut the images in the datasets and the activations in the model, so the two
-can never disagree about which rank owns which pixel (DESIGN §5).
+can never disagree about which rank owns which pixel (docs/design.md#datasets-and-shards).
 """
 from dataclasses import dataclass
 
@@ -12,8 +12,8 @@ def block_partition(length, parts):
     """Split ``range(length)`` into ``parts`` contiguous blocks.
 
     Returns a list of ``(offset, size)``; the first ``length % parts`` blocks are one longer
-    (neon's rule, NEON.md §6.1), so sizes differ by at most 1. Raises :class:`GeometryError` when
-    a block would be empty.
+    (neon's rule, docs/neon-semantics.md#grid-and-tiles), so sizes differ by at most 1. Raises
+    :class:`GeometryError` when a block would be empty.
     """
     if parts < 1:
         raise GeometryError(f"cannot split into {parts} parts")

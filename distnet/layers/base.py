@@ -208,10 +208,10 @@ class BaseLayer:
 
     def release_params(self):
         """Drop this layer's parameters: another pipeline stage owns the layer. Every rank draws
-        every layer's weights (one RNG stream, DESIGN §4) and then releases the layers it does not
-        run; afterwards ``params()`` is ``[]`` and the arrays (values, gradients, optimiser state)
-        are no longer referenced by the layer (its placement still names them: checkpoints
-        count and match them)."""
+        every layer's weights (one RNG stream, docs/design.md#initialisation) and then releases
+        the layers it does not run; afterwards ``params()`` is ``[]`` and the arrays (values,
+        gradients, optimiser state) are no longer referenced by the layer (its placement still
+        names them: checkpoints count and match them)."""
         arrays = {id(a) for p in (*self._params, *self._buffers)
                   for a in (p, p.value, p.grad, p.velocity) if a is not None}
         for name, value in list(vars(self).items()):

@@ -1,4 +1,5 @@
-"""Dist layers: each is its non-dist parent plus a rule for its input and its weights (DESIGN §4).
+"""Dist layers: each is its non-dist parent plus a rule for its input and its weights
+(docs/design.md#distribution-rules).
 
 * Window layers (conv, pooling) get a :class:`~distnet.comm.global_array.GlobalArray` as their
   chunk exchange ``self.input`` (where the non-dist layer zero-pads); ``get_fprop_view`` builds

@@ -57,7 +57,7 @@ class LayerWithNoBias(BaseLayer):
         ``nfeat`` features: ``...`` for all, a slice or an index array) and its activation
         Allreduces. ``W (nout, nfeat)`` sharded by those columns; ``b (nout,)`` replicated;
         both complete on this rank for its samples (summed over data replicas only)."""
-        ncols = (self.nfeat if cols is Ellipsis else  # h14a: no arange(nfeat) per rank (show -n 10^6)
+        ncols = (self.nfeat if cols is Ellipsis else  # no arange(nfeat) per rank (show -n 10^6)
                  len(range(self.nfeat)[cols]) if isinstance(cols, slice) else len(cols))
         sharded = cols is not Ellipsis
         params = [ParamPlacement(f"{self.name}.W", (self.nout, self.nfeat), (self.nout, ncols),

@@ -1,4 +1,5 @@
-"""neon's ``LCNLayer``: local contrast normalisation, "same" size, stride 1 (NEON.md §3.7, §6.4).
+"""neon's ``LCNLayer``: local contrast normalisation, "same" size, stride 1
+(docs/neon-semantics.md#local-contrast-normalisation; on tiles: docs/neon-semantics.md#dist-layers).
 
 One Gaussian filter ``w (C, fh, fw)`` (:func:`~distnet.ops.lcn.lcn_filter`, odd sizes) spans all
 C maps. Forward in two stages, each reading a chunk = tile + (fh-1)/2 rows and (fw-1)/2 columns

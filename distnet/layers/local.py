@@ -1,5 +1,7 @@
 """neon's ``LocalFilteringLayer`` (locally connected, untied filters), its decoder and its sparse
-autoencoder pretraining step (NEON.md §3.8, §3.9, §4.3, §6.4).
+autoencoder pretraining step (docs/neon-semantics.md#local-filtering,
+docs/neon-semantics.md#local-defiltering, docs/neon-semantics.md#gb-pretraining,
+docs/neon-semantics.md#dist-layers).
 
 Weights ``W (K, ho, wo, F)`` hold the filters of this rank's output tile, F = C*fh*fw in
 ``(c, u, v)`` order; neon's global ``(K*Ho*Wo, F)`` array reshaped to ``(K, Ho, Wo, F)`` and sliced
@@ -27,8 +29,8 @@ class LocalDeFilteringLayer:
 
     ``V (K, ho, wo, F)`` has W's shape and slice: with tied weights it **is** ``W`` (same
     storage), otherwise it is a copy of ``W`` taken when pretraining starts. Its forward is the
-    adjoint of the encoder (NEON.md §3.9); ``learning_rate`` is the encoder's
-    ``pretrain_learning_rate``. Works on chunks; no communication.
+    adjoint of the encoder (docs/neon-semantics.md#local-defiltering); ``learning_rate`` is the
+    encoder's ``pretrain_learning_rate``. Works on chunks; no communication.
     """
 
     def __init__(self, V, fshape, stride, learning_rate, name):
@@ -149,7 +151,8 @@ class LocalFilteringLayer(WindowLayer):
         self.learning_rate = self._train_lr
 
     def pretrain_step(self, x, batch_size=None, step=None):
-        """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile; NEON.md §4.3).
+        """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile;
+        docs/neon-semantics.md#gb-pretraining).
 
         J = (1/b) [1/2 ||xhat - x||^2 + lambda * sum(pool(h))], h = LF_W(x), xhat = DeF_V(h)
         cropped to the image; the decoder gradient and the encoder gradient are both taken at

@@ -47,7 +47,8 @@ _INIT_KEYS = {"uniform": {"low", "high"}, "gaussian": {"loc", "scale"}, "normal"
 
 
 def check_weight_init(weight_init):
-    """Validate a ``weight_init`` dict (NEON.md §2.2) early, at construction time."""
+    """Validate a ``weight_init`` dict (docs/neon-semantics.md#weight-initialisation-keys) early,
+    at construction time."""
     if not isinstance(weight_init, dict) or "type" not in weight_init:
         raise ConfigError("weight_init must be a mapping with a 'type' "
                           f"({', '.join(_INIT_KEYS)}), got {weight_init!r}", key="weight_init")

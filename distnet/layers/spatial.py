@@ -189,7 +189,7 @@ class WindowLayer(BaseLayer):
 
     def _out(self, name, shape, dtype, like, chwn=False):
         """An array the layer returns: its own reused buffer under :attr:`reuse_buffers`, else new.
-        ``chwn`` (hK1): ``(B, C, H, W)``-indexed but held in ``(C, H, W, B)`` memory, the layout
+        ``chwn``: ``(B, C, H, W)``-indexed but held in ``(C, H, W, B)`` memory, the layout
         the small-image kernels write without a transpose copy (consumers index it as usual)."""
         if chwn:
             B, C, H, W = shape
@@ -263,7 +263,7 @@ OVERLAP_BANDS = 2
 class ConvLayer(WindowLayer):
     """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, fh, fw)``, no bias. ``W``
     has shape ``(nofm, C, fh, fw)``, drawn as neon's ``(C*fh*fw, nofm)`` array and transposed
-    (NEON.md §3.3), so the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
+    so that the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
     ``learning_rate``, the window keys, and ``activation`` (a distnet addition: an activation
     object such as ``!obj:distnet.activations.RectLin {}`` applied to the conv output; default
     none, neon's behaviour; a RectLin is fused into the conv's output write). Conv weights are
@@ -351,7 +351,7 @@ class ConvLayer(WindowLayer):
         xp, act, ws = get_array_module(delta), self.activation, self.work
         relu_y = None
         if self._fused_relu() and conv.fuses_relu_grad(self._xc, self.W, self.stride, self._pad):
-            relu_y, dz = self._y, delta   # hK2: the conv kernel applies [y > 0] as it reads delta
+            relu_y, dz = self._y, delta   # the conv kernel applies [y > 0] as it reads delta
         elif self._fused_relu():      # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
             # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
             dz = delta if self.reuse_buffers else ws.get("dz", delta.shape, delta.dtype, like=delta)
@@ -359,7 +359,7 @@ class ConvLayer(WindowLayer):
             if xp is not np:          # device: two kernels over the whole batch, not 2 per image
                 mask = ws.get("mask", delta.shape, "bool", like=delta)
                 xp.multiply(delta, xp.greater(y, 0, out=mask), out=dz)
-            elif conv.is_chwn(y):     # (hK1) CHWN output: by channel blocks, not by image
+            elif conv.is_chwn(y):     # CHWN output: by channel blocks, not by image
                 run_split(lambda c: xp.multiply(delta[:, c], y[:, c] > 0, out=dz[:, c]),
                           y.shape[1], xp, size=y.size)
             else:
@@ -416,7 +416,7 @@ class MaxPoolingLayer(WindowLayer):
     def bprop(self, delta, need_input_grad=True):
         if not need_input_grad:
             return None
-        # (hK1) CHWN where the gradient is returned as it is (no halo)
+        # CHWN where the gradient is returned as it is (no halo)
         chwn = self._chwn and self._no_halo()
         dxc = pooling.maxpool_bprop(delta, self._argmax, self._xc_shape, self.fshape, self.stride,
                                     out=self._work_out("dxc", self._xc_shape, delta.dtype, delta, chwn),
@@ -443,7 +443,7 @@ class AveragePoolingLayer(WindowLayer):
 
 
 class L2PoolingLayer(WindowLayer):
-    """``sqrt(sum of squares)`` over each window (no epsilon, no averaging; NEON.md §3.5).
+    """``sqrt(sum of squares)`` over each window (no epsilon, no averaging: neon's L2 pooling).
     ``stride`` defaults to 1 (neon's GB examples pool 3x3 windows with stride 1)."""
 
     def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):

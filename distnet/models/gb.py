@@ -1,4 +1,5 @@
-"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (NEON.md §4.3, §4.4, §6.6).
+"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (docs/neon-semantics.md#gb-pretraining,
+docs/neon-semantics.md#gb-supervised-phase, docs/neon-semantics.md#convnetdist-and-gbdist).
 
 ``GB`` is an :class:`~distnet.models.mlp.MLP` with two additions:
 
@@ -102,7 +103,7 @@ class GB(MLP):
                              f"pipe = {topology.npipe}); use spatial and data parallelism")
         super().configure(backend, topology)
 
-    # -- pretraining (NEON.md §4.3) -------------------------------------------------------------
+    # -- pretraining (docs/neon-semantics.md#gb-pretraining) --------------------------------------
     def pretrain(self, x):
         """Greedy layer-wise pretraining on ``x (N, C, h, w)`` (this rank's tiles). For each
         pretrained LF layer bottom-up: ``num_pretrain_epochs`` epochs over all batches (in order,
@@ -138,7 +139,7 @@ class GB(MLP):
                 self.log.info("epoch: %d, cost: %.5f + %.5f = %.5f", epoch, r, s, r + s)
             layer.train_mode()
 
-    # -- supervised phase (NEON.md §4.4) --------------------------------------------------------
+    # -- supervised phase (docs/neon-semantics.md#gb-supervised-phase) ----------------------------
     def fit(self, x, labels, nclasses, on_epoch=None):
         """Pretrain (if ``pretraining``), then MLP's training loop for ``num_epochs``; returns
         the supervised per-epoch mean costs. A run resumed from a checkpoint (``resume`` set)

@@ -1,4 +1,5 @@
-"""neon's ``MLP``: a sequence of layers trained with minibatch SGD (NEON.md §4.1, §4.2).
+"""neon's ``MLP``: a sequence of layers trained with minibatch SGD
+(docs/neon-semantics.md#mlp-training-loop, docs/neon-semantics.md#predict-and-error-rates).
 
 The same class runs distributed: the layers decide what is split (Dist layers: their
 placements) and the model only sequences them through the one training step
@@ -153,7 +154,8 @@ class MLP:
         the model's, when the rule has a rate (Adam's default 0.001 counts: a model rate of 0.1
         beside ``learning_rule: Adam {}`` trained at 0.001), and the rule's, when every layer
         with weights gives its own. Without a learning rule neon's files give the model a rate
-        that the layers' own replace (NEON.md: stored, unused): no note."""
+        that the layers' own replace (neon stored it unused: docs/neon-semantics.md#keys-per-class):
+        no note."""
         rule = self.learning_rule
         if rule is None or rule.learning_rate is None:
             return []
@@ -333,8 +335,9 @@ class MLP:
                                f"layer '{where.name}': {e}", e.key) from None
 
     def init_params(self):
-        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4); with
-        pipeline stages every rank draws them all, then releases the other stages' layers."""
+        """Draw every layer's weights from the backend RNG, in layer order
+        (docs/design.md#initialisation); with pipeline stages every rank draws them all, then
+        releases the other stages' layers."""
         self.backend.reseed()
         for layer in self.layers:
             layer.init_params(self.backend.rng)

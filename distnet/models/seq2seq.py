@@ -15,10 +15,11 @@ Placement: with ``pipe: 2`` the encoder runs on stage ``encoder_stage`` and the 
 ``decoder_stage`` (default 0 and 1). The encoder's final states ``(hT, cT)`` (``2 x (L, b, H)``)
 are one point-to-point message on ``Topology.pipe`` (:class:`distnet.comm.p2p.Send` /
 :class:`~distnet.comm.p2p.Recv`, boundary 0); their gradient comes back as one message at the
-start of the encoder's backward (DESIGN §4). Data replicas (``data: D``) each take a contiguous
-part of every global minibatch and sum their gradients over ``Topology.data``; the loss is summed
-over ``Topology.pipe`` (zero on the encoder stage) and ``Topology.data``. Every rank draws every
-weight from one RNG stream, so all layouts start from the same weights.
+start of the encoder's backward (docs/design.md#recurrent-state). Data replicas (``data: D``)
+each take a contiguous part of every global minibatch and sum their gradients over
+``Topology.data``; the loss is summed over ``Topology.pipe`` (zero on the encoder stage) and
+``Topology.data``. Every rank draws every weight from one RNG stream, so all layouts start from
+the same weights.
 
 Training step and checkpoints: the encoder's and the decoder's parameters are two
 :class:`Half` "layers" (``model.layers``) with placements like any layer's (whole tensors,

@@ -1,4 +1,5 @@
-"""Activation functions (NEON.md §3.10): ``fprop(z) -> y`` and ``bprop(z, y, dy) -> dz``.
+"""Activation functions (docs/neon-semantics.md#activations): ``fprop(z) -> y`` and
+``bprop(z, y, dy) -> dz``.
 
 ``z`` is the pre-activation, ``y = fprop(z)`` its value (passed back in so that no function is
 evaluated twice), ``dy`` = dL/dy and ``dz`` = dL/dz, all of the same shape. Element-wise

@@ -20,7 +20,7 @@ Nothing is larger than one tile or one image except the output; a ReLU is applie
 is written (``relu=True``).
 
 **Batch im2col** (small images, strides, cupy): the patch matrix ``cols`` has shape
-``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is the patch element (NEON.md §3.0), column
+``(C*fh*fw, Ho*Wo*B)``; row ``f = (c*fh + u)*fw + v`` is the patch element (neon's order), column
 ``(i*Wo + j)*B + b`` the output position; fprop ``y2 = w2 @ cols``; bprop ``dw2 = dy2 @ cols.T``
 and ``dcols = w2.T @ dy2``, folded back. Batch-innermost columns ("CHWN", as cuda-convnet and
 neon's GPU kernels) make the im2col copy and the fold move runs of ``Wo*B`` or ``B`` contiguous

@@ -1,4 +1,4 @@
-"""Costs (NEON.md §3.11) and the misclassification count.
+"""Costs (docs/neon-semantics.md#costs) and the misclassification count.
 
 ``y`` is the network output and ``t`` the target, both ``(B, K)``. ``loss_sum(y, t)`` returns the
 SUM over the batch of the per-sample loss as a 0-d float64 ``xp`` array (on a GPU it stays on the

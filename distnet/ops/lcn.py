@@ -1,5 +1,6 @@
-"""Local contrast normalisation (neon's ``LCNLayer``, NEON.md §3.7): "same" size, stride 1, one
-Gaussian filter ``w (C, fh, fw)`` spanning all C maps and producing a single map.
+"""Local contrast normalisation (neon's ``LCNLayer``,
+docs/neon-semantics.md#local-contrast-normalisation): "same" size, stride 1, one Gaussian filter
+``w (C, fh, fw)`` spanning all C maps and producing a single map.
 
 Single process, with ``M(z) = lcn_mean(w, pad(z))`` (zero padding by :func:`lcn_pad`)::
 
@@ -24,8 +25,8 @@ stages::
 
 The gradient is the **exact** one. neon v0.4 writes the direct term e*y/s with s == 0 replaced
 by 1, which gives 0 instead of e/d wherever s == 0 exactly (blank image regions, e.g. MNIST
-borders); distnet uses e/d everywhere, which matches central differences there (NEON.md §3.7,
-§6.8 item 8).
+borders); distnet uses e/d everywhere, which matches central differences there
+(docs/neon.md#differences-in-what-is-computed).
 
 Pure math: no parameters, no communication; numpy or cupy through ``get_array_module``.
 """
@@ -204,7 +205,7 @@ def lcn_bprop_divisive(e, s_tile, s_chunk, d, w):
     dJ/ds_tile = gs_direct + exchange_adjoint(gs_chunk).
 
     Exact gradient: the direct term is e/d everywhere, also where s == 0 (neon v0.4 gives 0
-    there, NEON.md §3.7). Where v == 0 (d replaced by 1), y is the constant 0 branch: with a
+    there). Where v == 0 (d replaced by 1), y is the constant 0 branch: with a
     positive centre tap (always, for :func:`lcn_filter`: it is the largest weight), v == 0
     forces s_tile == 0 at that pixel, so A == 0 and the d-path contributes nothing. (At v == 0
     the true function is not differentiable; this is the gradient of the branch taken.)

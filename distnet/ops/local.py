@@ -1,4 +1,5 @@
-"""Locally connected ("local filtering") layer math and its decoder (NEON.md §3.8, §3.9).
+"""Locally connected ("local filtering") layer math and its decoder
+(docs/neon-semantics.md#local-filtering, docs/neon-semantics.md#local-defiltering).
 
 Every output unit ``(k, i, j)`` has its own filter (untied weights), no bias, no activation::
 
@@ -136,7 +137,7 @@ def local_bprop(x, w, dy, fshape, stride, need_dx=True):
 
 def normalize_rows(w):
     """Scale every filter ``w[k, i, j, :]`` of ``w (K, Ho, Wo, F)`` to unit L2 norm, **in
-    place**; returns ``w``. No epsilon (neon's N, NEON.md §3.8): an all-zero row becomes NaN,
+    place**; returns ``w``. No epsilon (as neon's N): an all-zero row becomes NaN,
     as in neon. Per-row, so a distributed layer can normalise its own slice independently."""
     xp = get_array_module(w)
     w /= xp.sqrt((w * w).sum(axis=-1, keepdims=True))

@@ -2,7 +2,7 @@
 
 Each (b, c) map is pooled separately. ``fshape`` is ``(fh, fw)``, ``stride`` is ``(sy, sx)``;
 the output is ``(B, C, Ho, Wo)`` with ``Ho = (H - fh)//sy + 1``, ``Wo = (W - fw)//sx + 1``
-(NEON.md §3.4-3.6). Inputs and outputs are NCHW arrays.
+(docs/neon-semantics.md#pooling). Inputs and outputs are NCHW arrays.
 
 How: the forward passes loop over the ``fh*fw`` window offsets; for each, one strided slice of
 ``x`` holds element ``(u, v)`` of every window, so no ``(B, C, Ho, Wo, fh, fw)`` temporary is
@@ -420,7 +420,7 @@ def avgpool_bprop(dy, x_shape, fshape, stride):
 
 def l2pool_fprop(x, fshape, stride):
     """``y = sqrt(sum_window x**2)`` over each window of ``x (B, C, H, W)`` -> ``(B, C, Ho, Wo)``;
-    no epsilon and no averaging (NEON.md §3.5)."""
+    no epsilon and no averaging (docs/neon-semantics.md#pooling)."""
     xp = get_array_module(x)
     xn = _chwn(x)
     y = t = None

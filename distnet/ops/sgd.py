@@ -18,7 +18,7 @@ class MomentumSchedule:
     * ``linear_monotone``: ``initial_coef`` until ``start_epoch``, then a linear ramp reaching
       ``saturated_coef`` at ``saturate_epoch``, then ``saturated_coef`` (both coefs default to
       ``coef``, whose default is 0). This is what the name says; neon v0.4 ran the ramp backwards
-      (from ``saturated_coef`` to ``initial_coef``, NEON.md §2.2). With neon's example values
+      (from ``saturated_coef`` to ``initial_coef``). With neon's example values
       ``{0.99 -> 0.90, epochs 5..5}`` both give 0.90 from epoch 5 on, but distnet gives 0.99 before.
     * ``nesterov``: like ``constant`` but with the Nesterov update (neon raised
       NotImplementedError).

@@ -153,7 +153,7 @@ def test_checkpoint_resumes_on_another_layout(comm, data, first, second):
     x, labels = data
     ref = build(residual_graph, False, Topology.serial())
     ref_costs = ref.fit(x, labels, K)
-    tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-hJ-") if comm.Get_rank() == 0 else None)
+    tmp = comm.bcast(tempfile.mkdtemp(prefix="distnet-composed-") if comm.Get_rank() == 0 else None)
     path = os.path.join(tmp, "ck.h5")
     try:
         (d1, g1), (d2, g2) = first, second

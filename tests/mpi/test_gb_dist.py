@@ -1,4 +1,5 @@
-"""GB layers and models distributed vs their single-process oracles (NEON.md §6.4, §6.6).
+"""GB layers and models distributed vs their single-process oracles (neon's design:
+docs/neon-semantics.md#dist-layers, docs/neon-semantics.md#convnetdist-and-gbdist).
 
 Every rank builds the GLOBAL data (same seed), runs the non-dist layer / model on the whole image
 as the oracle, runs the Dist one on its tile, and compares its tile / weight slice / costs in

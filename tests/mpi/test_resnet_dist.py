@@ -1,4 +1,4 @@
-"""A residual graph (issue 16) distributed exactly: a small ResNet — conv stem, batch norm, an
+"""A residual graph distributed exactly: a small ResNet — conv stem, batch norm, an
 identity block (AddLayer), a stride-2 block with a 1x1/2 projection shortcut, a concatenation
 branch, global average pooling, FC logits, softmax cross-entropy, Adam — trained in float64 on
 spatial grids 1x2, 2x1, 2x2, 1x3, 2x3, 3x3, with and without data replicas, gives the

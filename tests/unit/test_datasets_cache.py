@@ -242,7 +242,7 @@ def test_cache_arrays_disagreeing_with_metadata_are_rebuilt(data_dir, tmp_path, 
 @pytest.mark.parametrize("ext", [".h5", ".pkl"])
 @pytest.mark.parametrize("tamper", ["labels", "nan pixels", "label -3", "no checksum"])
 def test_tampered_cache_with_intact_metadata_is_rebuilt(data_dir, tmp_path, caplog, ext, tamper):
-    """Issue 14: arrays changed in place (metadata, shapes and dtypes intact) are detected by the
+    """Arrays changed in place (metadata, shapes and dtypes intact) are detected by the
     content checksum; the cache is rebuilt from the sources with a warning."""
     path = str(tmp_path / f"c{ext}")
     good = MNIST(repo_path=data_dir, serialized_path=path).load()

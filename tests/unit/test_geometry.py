@@ -33,7 +33,8 @@ def test_block_partition_errors(length, parts):
 
 
 def test_neon_example_split():
-    # NEON.md 6.2: L=28 over 2 -> 14 + 14; L=13 over 3 -> 5, 4, 4
+    # neon's split (docs/neon-semantics.md#grid-and-tiles): L=28 over 2 -> 14 + 14;
+    # L=13 over 3 -> 5, 4, 4
     assert block_partition(28, 2) == [(0, 14), (14, 14)]
     assert block_partition(13, 3) == [(0, 5), (5, 4), (9, 4)]
 
@@ -217,8 +218,8 @@ def test_chunk_entirely_in_padding():
 
 
 def test_neon_lf_example():
-    """NEON.md 6.2: L=28, f=4, P=2 -> tile 0 has 14 own + 2 east columns and makes 13 outputs,
-    tile 1 has 1 west column + 14 own and makes 12."""
+    """docs/neon-semantics.md#halo-extents: L=28, f=4, P=2 -> tile 0 has 14 own + 2 east columns
+    and makes 13 outputs, tile 1 has 1 west column + 14 own and makes 12."""
     w = Window(4)
     p0 = plan_halo((28, 28), w, w, (1, 2), (0, 0))
     p1 = plan_halo((28, 28), w, w, (1, 2), (0, 1))

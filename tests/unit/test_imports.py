@@ -1,4 +1,5 @@
-"""The import rules of DESIGN.md §3, checked on the source (``ast``, no module is imported).
+"""The import rules of docs/design.md#layers-of-the-code, checked on the source (``ast``, no
+module is imported).
 
 Every module of ``distnet/`` is parsed and every import statement is read, including those
 inside functions, plus the dynamic ones with a literal name (``__import__("x")``,
@@ -231,7 +232,7 @@ def test_imports_follow_the_layers():
     stale = sorted(KNOWN - {text for _, _, text in found})
     msg = []
     if new:
-        msg.append("imports against DESIGN.md §3:\n  " + "\n  ".join(new))
+        msg.append("imports against docs/design.md#layers-of-the-code:\n  " + "\n  ".join(new))
     if stale:
         msg.append("KNOWN entries that no longer occur (remove them from KNOWN):\n  " + "\n  ".join(stale))
     assert not msg, "\n".join(msg)

@@ -1,6 +1,7 @@
 """GB layers (LocalFiltering, LCN) against the ops and central differences through the whole layer
 (padding included), the LF pretraining step against an independent float64 oracle written from
-NEON.md §4.3, config errors, and the GB model's phases (NEON.md §4.3, §4.4).
+docs/neon-semantics.md#gb-pretraining, config errors, and the GB model's phases (the same, and
+docs/neon-semantics.md#gb-supervised-phase).
 
 Layer and model tests run on every array backend (``backend_name``: numpy, the device-like
 stand-in for cupy, cupy where there is a GPU); inputs are drawn on the host and moved with
@@ -174,7 +175,8 @@ def test_lcn_rejects_padding_key_in_yaml(tmp_path):
 # -- the pretraining step against an oracle ---------------------------------------------------------
 
 def oracle_step(x, W4, V4, fshape, stride, padding, pool_f, lam, lr, tied):
-    """NEON.md §4.3 with neon's 2-D weights, explicit index maps and loops; float64."""
+    """docs/neon-semantics.md#gb-pretraining with neon's 2-D weights, explicit index maps and
+    loops; float64."""
     B, C, H, Wd = x.shape
     (fh, fw), (sy, sx), (py, px) = fshape, stride, padding
     K, Ho, Wo, F = W4.shape

@@ -1,4 +1,4 @@
-"""The large-image kernels (hK2, issue 18) against naive loops: NCHW max pooling on blocks of
+"""The large-image kernels against naive loops: NCHW max pooling on blocks of
 channels (several blocks per image, shared over kernel threads, ties everywhere) and the
 flat-shift convolution's tile loop."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""The small-image kernels in batch-innermost (CHWN) memory (issue 18): the batch im2col conv and
+"""The small-image kernels in batch-innermost (CHWN) memory: the batch im2col conv and
 max pooling give the same numbers whatever the layout of their inputs and outputs (NCHW or CHWN
 memory, both indexed (B, C, H, W)), whatever the tile size of the tiled conv (one output row per
 tile up to the whole batch at once), with one kernel thread or several, and on an empty batch.

@@ -1,4 +1,5 @@
-"""Local contrast normalisation (distnet.ops.lcn) against NEON.md §3.7 written out with an explicit
+"""Local contrast normalisation (distnet.ops.lcn) against neon's definition
+(docs/neon-semantics.md#local-contrast-normalisation) written out with an explicit
 zero-padded canvas, central differences (also where s == 0), and the staged (distributed)
 composition emulated on one process. Every test of the ops runs on every array backend
 (tests/backends.py): the op runs on the backend, results are compared on the host; central
@@ -21,7 +22,7 @@ def be(backend_name):
     return make_backend(backend_name)
 
 
-# ----------------------------------------------------------------------------- oracle (§3.7)
+# ------------------------------------------------------------------- oracle (neon's definition)
 
 def naive_star(w, z):
     """(w * z)[b,r,q] = sum_{c,a,beta} w[c,a,beta] z[b,c,r+a-ph,q+beta-pw], zeros outside: the

@@ -1,7 +1,7 @@
 """Locally connected layer math (distnet.ops.local) against naive loops, central differences and
-the adjoint identity (NEON.md §3.8, §3.9), on every array backend (tests/backends.py): the op
-runs on the backend, results are compared on the host; central differences use numpy on the
-host."""
+the adjoint identity (docs/neon-semantics.md#local-defiltering), on every array backend
+(tests/backends.py): the op runs on the backend, results are compared on the host; central
+differences use numpy on the host."""
 import numpy as np
 import pytest
 

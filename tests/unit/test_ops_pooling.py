@@ -182,7 +182,7 @@ def test_l2pool_zero_windows(be):
     dy = np.random.default_rng(6).standard_normal(y.shape)
     dx = be.to_host(l2pool_bprop(be.asarray(x), yd, be.asarray(dy), fshape, stride))
     assert np.isfinite(dx).all()
-    expected = np.zeros_like(x)            # the NEON.md §3.5 rule, written out
+    expected = np.zeros_like(x)            # neon's L2 pooling rule, written out
     for b, c, i, j, win in windows(x, fshape, stride):
         yhat = y[b, c, i, j] if y[b, c, i, j] != 0 else 1.0
         expected[b, c, i * 2:i * 2 + 2, j * 2:j * 2 + 3] += dy[b, c, i, j] * win / yhat

@@ -1,6 +1,6 @@
 """The YAML reference (docs/yaml.md) against the code: the mapping keys it lists are the ones the
 code reads, every backend key is described, no class path is listed twice, and every neon
-class path of NEON.md §2.2 is accepted."""
+class path of docs/neon-semantics.md#keys-per-class is accepted."""
 import inspect
 import re
 
@@ -51,7 +51,7 @@ def test_no_class_path_is_listed_twice():
             assert len(paths) == len(set(paths)), line
 
 
-NEON_PATHS = [   # NEON.md §2.2 (neon v0.4.0's classes) and §2.3
+NEON_PATHS = [   # neon v0.4.0's classes (docs/neon-semantics.md#keys-per-class)
     "neon.experiments.fit.FitExperiment", "neon.experiments.fit_predict_err.FitPredictErrorExperiment",
     "neon.backends._numpy.Numpy", "neon.backends._numpy.Numpy64",
     "neon.datasets.mnist.MNIST", "neon.datasets.cifar10.CIFAR10",

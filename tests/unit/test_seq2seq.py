@@ -208,7 +208,7 @@ def test_checkpoint_resume_and_evaluate_on_one_process(tmp_path):
 
 def test_thread_plan_is_one_blas_thread_unless_the_user_chose():
     """Seq2Seq's matrices are small: one BLAS thread per rank by default; the backend key
-    ``threads`` and OPENBLAS_NUM_THREADS still win (issue 18's order)."""
+    ``threads`` and OPENBLAS_NUM_THREADS still win (the thread plan's order)."""
     from distnet.backend import Numpy
     from distnet.experiments.seq2seq import Seq2SeqExperiment
 
