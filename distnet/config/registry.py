@@ -31,9 +31,10 @@ _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.d
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
 _add("distnet.datasets.numpy_files", "dataset", ["NumpyDataset"], "distnet.datasets")
-_add("distnet.models.mlp", "model", ["MLP"], "distnet.models", "neon.models.mlp")
-_add("distnet.models.convnet", "model", ["Convnet"], "distnet.models")
-_add("distnet.models.convnet", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
+# neon's model names, aliases of distnet.models.Model
+_add("distnet.models", "model", ["MLP"], "distnet.models", "neon.models.mlp")
+_add("distnet.models", "model", ["Convnet"], "distnet.models")
+_add("distnet.models", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
 _add("distnet.models.mlp_dist", "model", ["MLPDist"], "distnet.models", "neon.models.mlp_dist")
 _add("distnet.layers", "layer", [
     "ConvLayer", "ConvLayerDist", "MaxPoolingLayer", "MaxPoolingLayerDist", "AveragePoolingLayer",

@@ -20,7 +20,7 @@ from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWith
 from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -73,7 +73,7 @@ def data():
 
 
 def build(dist, topo, rule, epochs=2, stages=None):
-    model = (ConvnetDist if dist else Convnet)(layers=net(dist), num_epochs=epochs, batch_size=5,
+    model = Model(layers=net(dist), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule](),
                                                stages=stages)
     model.infer_shapes((C, H, W))
@@ -191,7 +191,7 @@ def net_sharded(dist):
 
 
 def build_sharded(dist, topo, epochs):
-    model = (ConvnetDist if dist else Convnet)(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
+    model = Model(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES["adam"]())
     model.infer_shapes((C, H, W))
     model.configure(Numpy64(rng_seed=9), topo)
