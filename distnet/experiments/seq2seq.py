@@ -25,8 +25,7 @@ class Seq2SeqExperiment(Experiment):
     0 = only at the end), ``logging`` (``level``, ``format``, ``filename``), ``checkpoint``
     (as for FitExperiment: ``every`` N epochs, ``path``, ``at_end``; ``distnet run --resume``
     continues from one on any layout). The run reports ``test_misclass`` = 100 - whole-sequence
-    accuracy of the test split (greedy decoding); its ``accuracy``: the final test token /
-    sequence accuracies."""
+    accuracy of the test split (greedy decoding)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")), "backend": ("obj", "backend"),
                     "data": PositiveInt, "pipe": PositiveInt, "eval_every": NonNegativeInt, "logging": dict,

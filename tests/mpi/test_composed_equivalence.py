@@ -168,9 +168,9 @@ def test_checkpoint_resumes_on_another_layout(comm, data, first, second):
         topo = Topology.from_world(grid=g2, data=d2, world=comm)
         try:
             resumed = build(residual_graph, g2 != (1, 1), topo)
-            apply_checkpoint(resumed, read_checkpoint(path))
+            resume = apply_checkpoint(resumed, read_checkpoint(path))
             assert resumed.steps == 3 and resumed.layers[1].params()[0].state is not None
-            costs = resumed.fit(tiles(x, topo), labels, K)
+            costs = resumed.fit(tiles(x, topo), labels, K, resume=resume)
             assert_same_run(resumed, topo, costs, ref, ref_costs[1:], x, labels)
         finally:
             topo.free()

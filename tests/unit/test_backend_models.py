@@ -220,7 +220,7 @@ def test_experiment_runs_on_device_backends(backend, template, dist, tiny_data, 
                                          eval_every=1, dist=dist)
     exp, got, records = run_experiment(template, tiny_data, backend, dtype, 2, tmp_path / "dev.h5",
                                        eval_every=1, dist=dist)
-    assert exp.backend.name == backend and type(exp.model).__name__.endswith("Dist") == dist
+    assert exp.backend.name == backend and exp.model.class_name.endswith("Dist") == dist
     assert_agree(got.epoch_costs, ref.epoch_costs, dtype, "per-epoch costs")
     assert [r["test_misclass"] for r in records] == [r["test_misclass"] for r in ref_records]
     assert (got.train_misclass, got.test_misclass) == (ref.train_misclass, ref.test_misclass)

@@ -36,7 +36,7 @@ def test_comments_kept_and_shard_paths_get_rank_and_size():
 
 def _summary(exp):
     """What an experiment builds: classes, the datasets' distribution keys, every layer's keys."""
-    return (type(exp.model).__name__, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
+    return (exp.model.class_name, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
             [(type(l).__name__, l.nout, l.learning_rate) for l in exp.model.layers])
 
 

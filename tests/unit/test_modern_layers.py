@@ -248,10 +248,10 @@ def test_checkpoint_keeps_buffers_optimizer_state_and_steps(tmp_path):
     assert ck.meta["steps"] == 3 and [b["name"] for b in ck.buffers] == [
         "bn.running_mean", "bn.running_var", "bnf.running_mean", "bnf.running_var"]
     resumed = _model(epochs=2)
-    restore_checkpoint(resumed, str(path), Topology.serial())
+    ck = restore_checkpoint(resumed, str(path), Topology.serial())
     np.testing.assert_array_equal(resumed.layers[1].running_var, first.layers[1].running_var)
     np.testing.assert_array_equal(resumed.layers[0].params()[0].state["m"], first.layers[0].params()[0].state["m"])
-    resumed.fit(x, labels, 3)
+    resumed.fit(x, labels, 3, resume=ck.resume)
     for a, b in zip(resumed.layers, ref.layers):
         for p, q in zip(a.params() + a.buffers(), b.params() + b.buffers()):
             np.testing.assert_array_equal(p.value, q.value, err_msg=p.name)
