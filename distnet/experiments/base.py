@@ -66,8 +66,8 @@ class Experiment:
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
     config_notes = ()
     dist_flag = False
-    #: Whether the end of a run logs its best epoch.
-    log_best_epoch = True
+    #: Whether a run names its best epoch (the lowest validation, else test, error rate).
+    picks_best_epoch = True
 
     def _run_keys(self, logging, checkpoint, eval_every):
         """The keys of every kind: ``logging``, ``checkpoint``, ``eval_every``."""

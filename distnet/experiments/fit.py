@@ -17,7 +17,6 @@ from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from .base import Experiment, setup_experiment_logging
 from .base import launcher_size  # noqa: F401 (distnet.cli imports it from here)
-from .loop import RunHooks, RunResult  # noqa: F401 (imported from here by callers of old)
 from .run_notes import note_run_start
 from .threads import setup_threads
 

@@ -155,8 +155,8 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     if exp.checkpoint_path and exp.checkpoint_at_end and history:
         exp.save_checkpoint(exp.checkpoint_path, history[-1]["epoch"], history)
         result.checkpoint = exp.checkpoint_path
-    result.best_epoch = best_epoch(history)
-    if result.best_epoch is not None and exp.log_best_epoch:
+    result.best_epoch = best_epoch(history) if exp.picks_best_epoch else None
+    if result.best_epoch is not None:
         log.info("best epoch: %d (%s misclass %.5f%%)", result.best_epoch["epoch"],
                  result.best_epoch["split"], result.best_epoch["misclass"])
     t0 = clock()

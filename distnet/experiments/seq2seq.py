@@ -30,8 +30,8 @@ class Seq2SeqExperiment(Experiment):
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")), "backend": ("obj", "backend"),
                     "data": PositiveInt, "pipe": PositiveInt, "eval_every": NonNegativeInt, "logging": dict,
                     "checkpoint": dict}
-    #: Its epoch lines show the accuracies; no best-epoch line.
-    log_best_epoch = False
+    #: No best epoch: the epoch lines show the accuracies.
+    picks_best_epoch = False
     #: No watchdog key (``distnet run --watchdog`` works as for any experiment).
     watchdog = None
 
