@@ -112,6 +112,12 @@ def resolve(path, where=None):
     return getattr(importlib.import_module(module), name), kind
 
 
+def bare_name(path):
+    """The table's name of the class ``path`` names: an alias keeps its own (``ConvnetDist``,
+    whose class is ``Model``); a path outside the table: its last component."""
+    return _index().get(path, path.rsplit(".", 1)[-1])
+
+
 def extra_paths(name):
     """Further spellings of the class ``name`` (neon's other backend paths), for the reference."""
     return list(_EXTRA_PATHS.get(name, ()))
