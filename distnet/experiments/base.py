@@ -58,9 +58,11 @@ def launcher_size():
 
 class Experiment:
     """The base of the experiment kinds. A kind sets ``model``, ``dataset``, ``backend``,
-    ``data``, ``pipe`` and calls :meth:`_run_keys`; it implements ``layout``, ``setup``
-    (returns the topology), ``load_data`` (``{split: arrays}``), ``log_start``, ``eval_splits``
-    and ``final_metrics``, which the loop calls (:mod:`distnet.experiments.loop`)."""
+    ``data``, ``pipe`` and calls :meth:`_run_keys`; it implements ``layout`` and what the loop
+    (:mod:`distnet.experiments.loop`) asks: ``setup(topology)`` (returns the topology),
+    ``load_data()`` (``{split: arrays}``), ``log_start(log)``, ``eval_splits()`` (the splits
+    measured after an epoch), ``log_epoch(record, log)`` and ``final_metrics(data, history,
+    result, log)``; :meth:`evaluates`, :meth:`read_ahead` and :meth:`note_start` have defaults."""
 
     #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
     #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
