@@ -169,9 +169,9 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
         assert ck.meta["steps"] == 3 and len(ck.buffers) == 6
         assert sorted(ck.params[0]["state"]) == ["m", "v"]
         resumed = build(False, Topology.serial(), "adam")
-        apply_checkpoint(resumed, ck)
+        resume = apply_checkpoint(resumed, ck)
         assert resumed.steps == 3
-        costs = resumed.fit(x, labels, K)
+        costs = resumed.fit(x, labels, K, resume=resume)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         np.testing.assert_allclose(resumed.predict(x), ref.predict(x), rtol=1e-9, atol=1e-12)
     finally:
@@ -227,8 +227,8 @@ def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction,
                 save_checkpoint(path, first, Topology.serial(), epoch=0)
             comm.Barrier()
             resumed, xr = build_sharded(True, topo, 2), xt
-        apply_checkpoint(resumed, read_checkpoint(path))
-        costs = resumed.fit(xr, labels, K)
+        resume = apply_checkpoint(resumed, read_checkpoint(path))
+        costs = resumed.fit(xr, labels, K, resume=resume)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         assert resumed.misclass_rate(xr, labels) == ref.misclass_rate(x, labels)
     finally:

@@ -97,8 +97,8 @@ def test_towers_checkpoint_resumes_on_one_process(comm, data, tmp_path_factory, 
     serial = Topology.serial()
     one.configure(Numpy64(rng_seed=2), serial)
     one.init_params()
-    restore_checkpoint(one, path, serial)
-    costs = one.fit(x, labels, K)
+    ck = restore_checkpoint(one, path, serial)
+    costs = one.fit(x, labels, K, resume=ck.resume)
     np.testing.assert_allclose(costs, ref_costs[2:], rtol=1e-10)
     for layer, rl in zip(one.layers, ref.layers):
         for p, pr in zip(layer.params(), rl.params()):

@@ -162,15 +162,15 @@ MODES = {
     "vecpar-int": (1, MLPDist, True, fc_net, {}, {}, (2,)),
     "datapar": ("datapar", Model, False, cnn, {}, {}, MPI_SIZES),
     "datapar-int": (2, Model, False, cnn, {}, {}, (3,)),
-    "halopar-pipe2": ("halopar", ConvnetDist, True, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
-    "datapar-pipe2": ("datapar", Convnet, False, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
+    "halopar-pipe2": ("halopar", Model, True, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
+    "datapar-pipe2": ("datapar", Model, False, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
 }
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(*m[-1])) for n, m in MODES.items()])
 def test_dist_mode_equals_single_process(comm, name):
     mode, model_cls, dist, net, exp_keys, keys, _ = MODES[name]
-    serial_cls = MLP if model_cls is MLPDist else Convnet
+    serial_cls = Model
     ref = _experiment(serial_cls(layers=net(False), **model_keys()), Synthetic())
     ref_result = ref.run(topology=Topology.serial())
     exp = _experiment(model_cls(layers=net(dist), **model_keys(), **keys),
