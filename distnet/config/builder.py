@@ -269,6 +269,13 @@ def config_where(obj, key=None):
     return (spec.where_of(key) if key else spec.where) if spec is not None else None
 
 
+def config_class_name(obj):
+    """The class name ``obj``'s YAML wrote (the last component of its ``!obj:`` path: an alias
+    keeps its own, ``ConvnetDist`` for a Model), else its Python class's name."""
+    spec = getattr(obj, "config_spec", None)
+    return spec.path.rsplit(".", 1)[-1] if spec is not None else type(obj).__name__
+
+
 def config_given(obj, key):
     """Whether ``obj``'s YAML wrote ``key`` (False for an object not built from a file, and for
     a key left at its default)."""

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_error
+from ..config.builder import config_class_name, config_error
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
@@ -33,14 +33,6 @@ from .graph import Graph
 from .notes import model_notes
 from .pipeline import Pipeline, StagePlanError, assign_stages
 from .towers import TowerPlan
-
-
-def class_name(obj):
-    """The class name an experiment file wrote for ``obj`` (the last component of its
-    ``!obj:`` path: ``ConvnetDist``, ``MLP``), else the Python class's name."""
-    spec = getattr(obj, "config_spec", None)
-    path = getattr(spec, "path", None)
-    return path.rsplit(".", 1)[-1] if path else type(obj).__name__
 
 
 class Model:
@@ -318,7 +310,7 @@ class Model:
     def class_name(self):
         """The name the experiment file gave this model (``MLP``, ``ConvnetDist``, ``GB``...):
         what messages call it."""
-        return class_name(self)
+        return config_class_name(self)
 
     # -- forward and backward ------------------------------------------------------------------
     def fprop(self, x):
@@ -462,9 +454,12 @@ class Model:
         self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
         return mean
 
+    #: ``(labels, their one-hot targets)`` of the last :meth:`fit_epoch`.
+    _one_hot_of = None
+
     def _targets(self, labels):
         """The one-hot targets ``(N, K)`` of ``labels``, made once per label array."""
-        cached = getattr(self, "_one_hot_of", None)
+        cached = self._one_hot_of
         if cached is None or cached[0] is not labels:
             self._one_hot_of = (labels, _one_hot(labels, self.layers[-1].out_shape[0], self.backend.dtype))
         return self._one_hot_of[1]
