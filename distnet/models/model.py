@@ -1,5 +1,5 @@
 """The model of every image experiment: a sequence (or graph) of layers trained with minibatch
-SGD (NEON.md §4.1, §4.2). Experiment files name it by neon's names, ``MLP``, ``Convnet`` and
+SGD, as neon's MLP. Experiment files name it by neon's names, ``MLP``, ``Convnet`` and
 ``ConvnetDist`` (aliases of :class:`Model`; messages print the name the file wrote).
 
 The same class runs distributed: the layers decide what is split (Dist layers: their
