@@ -88,13 +88,13 @@ def worker(args):
     """One rank: run the experiment for ``--batches`` minibatches; print one JSON line per rank
     (rank 0 gathers)."""
     from distnet.config import load_experiment_text
-    from distnet.experiments.fit import RunHooks
+    from distnet.experiments.loop import RunHooks
     text = open(args.experiment).read()
     exp = load_experiment_text(text)
     stamps, cpu = [], []
 
     class Hooks(RunHooks):
-        def batch(self, epoch, b, n):
+        def batch(self, epoch, b, n, running_cost):
             stamps.append(time.perf_counter())
             cpu.append(time.process_time())
             if b == args.batches:

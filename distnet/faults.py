@@ -33,8 +33,9 @@ def parse_fault(spec):
 
 
 def fault_hook(rank, environ=None):
-    """A ``callable(epoch, batch, nbatches)`` for ``MLP.on_batch`` that raises (or hangs) on this
-    rank at the requested step, or None when :data:`ENV` is unset or names another rank."""
+    """A ``callable(epoch, batch, nbatches)`` that the training loop
+    (:mod:`distnet.experiments.loop`) calls before every step: it raises (or hangs) on this rank
+    at the requested step. None when :data:`ENV` is unset or names another rank."""
     spec = (os.environ if environ is None else environ).get(ENV, "").strip()
     if not spec:
         return None

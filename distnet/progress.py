@@ -50,7 +50,7 @@ class ProgressBar:
     stream is a terminal), else lines through the ``distnet`` logger when ``lines`` is True.
 
     Call :meth:`start` once with the run's shape (optional), :meth:`batch` before every training
-    step (``MLP.on_batch``), :meth:`close` at the end.
+    step (the run's ``RunHooks.batch``), :meth:`close` at the end.
     """
 
     def __init__(self, stream=None, enabled=None, width=20, delay=1.0, interval=0.2,

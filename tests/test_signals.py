@@ -302,8 +302,8 @@ def test_the_watchdog_is_off_after_the_last_training_step(tmp_path):
     seen = []
 
     class Hooks(_CliHooks):
-        def batch(self, epoch, b, n):
-            super().batch(epoch, b, n)
+        def batch(self, epoch, b, n, running_cost):
+            super().batch(epoch, b, n, running_cost)
             seen.append(("batch", self.watchdog.armed))
 
     hooks = Hooks(None, None, None, watchdog=1000)

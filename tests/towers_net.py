@@ -5,7 +5,7 @@ read by every tower AND by a shared layer; per tower an FC to K; exchange 2 ``y 
 output adds ``y`` and the shared layer (an AddLayer of shared values)."""
 from distnet.layers import AddLayer, Layer, LayerWithNoBias, TowerSumLayer
 from distnet.layers.dropout import DropoutLayer
-from distnet.models import MLP
+from distnet.models import Model
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.learning_rules import Adam
@@ -33,7 +33,7 @@ def tower_layers(T, K, dropout=True):
 
 def tower_model(T, K, num_epochs=3, batch_size=7, dropout=True, max_grad_norm=0.5):
     """The model (Adam with gradient clipping: the norm counts shared parameters once)."""
-    return MLP(layers=tower_layers(T, K, dropout), towers=T, num_epochs=num_epochs, batch_size=batch_size,
+    return Model(layers=tower_layers(T, K, dropout), towers=T, num_epochs=num_epochs, batch_size=batch_size,
                shuffle=True, cost=SoftmaxCrossEntropy(),
                learning_rule=Adam(learning_rate=0.03, max_grad_norm=max_grad_norm))
 

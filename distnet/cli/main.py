@@ -288,11 +288,11 @@ class _CliHooks:
         if self.bar is not None:
             self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
 
-    def batch(self, epoch, b, n):
+    def batch(self, epoch, b, n, running_cost):
         if self.watchdog is not None:
             self.watchdog.progress(epoch, b)
         if self.bar is not None:
-            self.bar.batch(epoch, b, n, self.model.epoch_loss_sum)
+            self.bar.batch(epoch, b, n, running_cost)
 
     def _write(self, rec):
         """Rank 0 writes ``rec``; every rank calls this at the same point, so a failure (a full

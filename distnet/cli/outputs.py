@@ -46,8 +46,8 @@ def checkpoint_need(exp):
     """About the bytes of ``exp``'s checkpoint (shapes inferred: after ``exp.check()``), or None
     when the experiment writes none or is no chain of layers (a sequence-to-sequence model)."""
     from ..models.checkpoint import checkpoint_size
-    from ..models.mlp import MLP
-    if not (exp.checkpoint_at_end or exp.checkpoint_every) or not isinstance(exp.model, MLP):
+    from ..models.model import Model
+    if not (exp.checkpoint_at_end or exp.checkpoint_every) or not isinstance(exp.model, Model):
         return None
     return checkpoint_size(exp.model, np.dtype(exp.backend.dtype).itemsize)
 

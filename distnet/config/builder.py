@@ -201,6 +201,7 @@ class Builder:
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
+        name = registry.bare_name(spec.path)   # an alias's own name (ConvnetDist builds a Model)
         params = {p.name: p for p in constructor_params(cls)}
         accepted, required = constructor_keys(cls)
         ignored = _ignored_of(cls)
@@ -210,15 +211,15 @@ class Builder:
             where = spec.where_of(key)
             if key in ignored:
                 if key.endswith("_dtype"):
-                    self.notes.append((logging.WARNING, f"{where}: key '{key}' of {cls.__name__} is "
+                    self.notes.append((logging.WARNING, f"{where}: key '{key}' of {name} is "
                                        "accepted and ignored (as neon did): every buffer has the "
                                        "backend's dtype"))
                 continue
             if key not in accepted:
                 if not accepted:
-                    raise ConfigError(f"unknown key: {cls.__name__} takes no keys (write {{}})", where, key)
+                    raise ConfigError(f"unknown key: {name} takes no keys (write {{}})", where, key)
                 valid = ", ".join(sorted(accepted))
-                raise ConfigError(f"unknown key for {cls.__name__}; valid keys: {valid}", where, key)
+                raise ConfigError(f"unknown key for {name}; valid keys: {valid}", where, key)
             value = self.build(raw, where, key)
             if value is None:
                 _check_null(params[key], where)
@@ -230,7 +231,7 @@ class Builder:
             kwargs[key] = value
         missing = sorted(required - set(kwargs))
         if missing:
-            raise ConfigError(f"{cls.__name__} needs key(s) {', '.join(missing)}", spec.where)
+            raise ConfigError(f"{name} needs key(s) {', '.join(missing)}", spec.where)
         try:
             obj = cls(**kwargs)
         except ConfigError as e:
@@ -240,7 +241,7 @@ class Builder:
         except DistnetError as e:
             raise ConfigError(str(e), spec.where) from None
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"cannot build {cls.__name__}: {e}", spec.where) from None
+            raise ConfigError(f"cannot build {name}: {e}", spec.where) from None
         try:
             obj.config_spec = spec
         except AttributeError:
@@ -266,6 +267,13 @@ def config_where(obj, key=None):
     a file."""
     spec = getattr(obj, "config_spec", None)
     return (spec.where_of(key) if key else spec.where) if spec is not None else None
+
+
+def config_class_name(obj):
+    """The class name ``obj``'s YAML wrote (the last component of its ``!obj:`` path: an alias
+    keeps its own, ``ConvnetDist`` for a Model), else its Python class's name."""
+    spec = getattr(obj, "config_spec", None)
+    return spec.path.rsplit(".", 1)[-1] if spec is not None else type(obj).__name__
 
 
 def config_given(obj, key):

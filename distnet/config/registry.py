@@ -31,9 +31,10 @@ _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.d
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
 _add("distnet.datasets.numpy_files", "dataset", ["NumpyDataset"], "distnet.datasets")
-_add("distnet.models.mlp", "model", ["MLP"], "distnet.models", "neon.models.mlp")
-_add("distnet.models.convnet", "model", ["Convnet"], "distnet.models")
-_add("distnet.models.convnet", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
+# neon's model names, aliases of distnet.models.Model
+_add("distnet.models", "model", ["MLP"], "distnet.models", "neon.models.mlp")
+_add("distnet.models", "model", ["Convnet"], "distnet.models")
+_add("distnet.models", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
 _add("distnet.models.mlp_dist", "model", ["MLPDist"], "distnet.models", "neon.models.mlp_dist")
 _add("distnet.layers", "layer", [
     "ConvLayer", "ConvLayerDist", "MaxPoolingLayer", "MaxPoolingLayerDist", "AveragePoolingLayer",
@@ -109,6 +110,12 @@ def resolve(path, where=None):
                           f"`distnet check --list-classes` lists them)", where)
     module, kind, _, _ = _CLASSES[name]
     return getattr(importlib.import_module(module), name), kind
+
+
+def bare_name(path):
+    """The table's name of the class ``path`` names: an alias keeps its own (``ConvnetDist``,
+    whose class is ``Model``); a path outside the table: its last component."""
+    return _index().get(path, path.rsplit(".", 1)[-1])
 
 
 def extra_paths(name):

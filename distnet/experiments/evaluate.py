@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import under_seterr_handling
-from ..log import get_logger
 
 
 @dataclass
@@ -33,11 +32,8 @@ class Evaluation:
 def _restore(exp, checkpoint, topology=None):
     """Set up ``exp`` on ``topology`` (default: from the world) and load ``checkpoint``;
     returns the :class:`~distnet.models.checkpoint.Checkpoint`. Collective."""
-    from ..models.checkpoint import restore_checkpoint
-    t = exp.setup(topology)
-    ck = restore_checkpoint(exp.model, checkpoint, t, get_logger())
-    exp.model.resume = None     # restored for inference, not to continue training
-    return ck
+    exp.setup(topology)
+    return exp.restore(checkpoint)
 
 
 def layout_text(size, grid, data=1, pipe=1):

@@ -1,132 +1,27 @@
 """Experiments: the YAML root. ``FitExperiment`` trains; ``FitPredictErrorExperiment`` also
-reports the misclassification rates of the training and test sets
-(docs/neon-semantics.md#predict-and-error-rates).
+reports the misclassification rates of the training and test sets (NEON.md §4.2).
 
-``run()`` is the whole life of a job on one rank: topology, model planning, weights (or a
-checkpoint to resume from), data (this rank's tile of every image), training with periodic
-checkpoints, metrics. It returns a :class:`RunResult`, identical on every rank; only rank 0 logs.
-Callers follow the run through a :class:`RunHooks` object (the CLI writes its run directory and
-draws its progress bar that way).
+``run()`` (:meth:`~distnet.experiments.base.Experiment.run`, the one training loop of
+:mod:`distnet.experiments.loop`) is the whole life of a job on one rank: topology, model planning,
+weights (or a checkpoint to resume from), data (this rank's tile of every image), training with
+periodic checkpoints, metrics. It returns a :class:`~distnet.experiments.loop.RunResult`,
+identical on every rank; only rank 0 logs. Callers follow the run through a
+:class:`~distnet.experiments.loop.RunHooks` object (the CLI writes its run directory and draws
+its progress bar that way).
 """
-import logging
-import time
-from dataclasses import dataclass, field
-
-from ..backend import Numpy, under_seterr_handling
+from ..backend import Numpy
 from ..config.builder import config_error, config_given, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
-from ..log import check_logging, get_logger, setup_logging
-from .evaluate import written_on
+from .base import Experiment, setup_experiment_logging
+from .base import launcher_size  # noqa: F401 (distnet.cli imports it from here)
 from .run_notes import note_run_start
 from .threads import setup_threads
 
-# Environment variables by which MPI launchers announce the world size.
-_CHECKPOINT_KEYS = {"every", "path", "at_end"}
 
-
-@dataclass
-class RunResult:
-    """What a run measured: per-epoch mean training cost (from epoch 0, also for a resumed run:
-    the earlier epochs come from the checkpoint) and the final error rates (percent)."""
-
-    epoch_costs: list = field(default_factory=list)
-    train_misclass: float = None
-    test_misclass: float = None
-    #: Final error rate of the validation split (percent; None without one).
-    valid_misclass: float = None
-    #: ``{"epoch", "split", "misclass"}`` of the evaluated epoch with the lowest validation (else
-    #: test) error rate; None when no epoch was evaluated (``eval_every: 0``).
-    best_epoch: dict = None
-    grid: tuple = (1, 1)
-    size: int = 1
-    #: First epoch trained by this run (> 0 when resumed).
-    start_epoch: int = 0
-    #: Path of the last checkpoint written (None if none).
-    checkpoint: str = None
-    #: Wall seconds: setup, restore, data, train, eval, total.
-    timings: dict = field(default_factory=dict)
-
-
-class RunHooks:
-    """What :meth:`FitExperiment.run` reports while it runs (no-ops here; override what you
-    need). Every rank calls every hook at the same points."""
-
-    def started(self, experiment, topology):
-        """After setup: the topology is known, the weights are drawn."""
-
-    def batch(self, epoch, batch, nbatches):
-        """Before every training step."""
-
-    def epoch(self, record):
-        """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
-        ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
-
-    def pretrain(self, record):
-        """After GB's pretraining (before the first epoch record), per pretrained layer and
-        epoch: ``{"pretrain": layer name, "pretrain_epoch", "cost", "reconstruction",
-        "sparsity"}``."""
-
-    def trained(self):
-        """After the last training step and its epoch's end, before the final checkpoint and
-        error rates (``distnet run``'s watchdog stops here: they are not watched)."""
-
-    def finished(self, result):
-        """After the final error rates, with the :class:`RunResult`."""
-
-
-def epochs_left(done, num_epochs):
-    """The resume line's end: the epochs left after epoch ``done`` of ``num_epochs``."""
-    if done + 1 >= num_epochs:
-        return f"no epoch left to train (num_epochs {num_epochs}): evaluating the checkpoint's model"
-    return f"training epochs {done + 1} to {num_epochs - 1}"
-
-
-def setup_experiment_logging(experiment, t):
-    """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
-    (opened by rank 0) ends every rank with the experiment's file:line (collective over
-    ``t.world``)."""
-    from ..comm.abort import run_collectively
-    lc = dict(experiment.logging)
-
-    def setup():
-        try:
-            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
-        except ConfigError as e:
-            raise config_error(experiment, e.bare_message, e.key) from None
-
-    run_collectively(setup, t.world)
-
-
-def launcher_size():
-    """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    from ..comm.launcher import launcher_world_size
-    return launcher_world_size()[0]
-
-
-def _check_checkpoint_key(value):
-    if value is None:
-        return {}
-    unknown = set(value) - _CHECKPOINT_KEYS
-    if unknown:
-        raise ConfigError(f"unknown checkpoint key(s) {sorted(unknown)}; valid: {sorted(_CHECKPOINT_KEYS)}",
-                          key="checkpoint")
-    every = value.get("every", 0)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ConfigError(f"checkpoint every must be an integer >= 0 (0: only at the end), got {every!r}",
-                          key="checkpoint")
-    path = value.get("path")
-    if path is not None and (not isinstance(path, str) or not path):
-        raise ConfigError(f"checkpoint path must be a file name, got {path!r}", key="checkpoint")
-    at_end = value.get("at_end", True)
-    if not isinstance(at_end, bool):
-        raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
-    return dict(value)
-
-
-class FitExperiment:
+class FitExperiment(Experiment):
     """Keys: ``model``, ``datasets`` (a list with one dataset), ``backend`` (default numpy
     float32, seed 0), ``dist_flag`` (bool: distribute the run as the dataset's ``dist_mode``
     says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
@@ -152,9 +47,6 @@ class FitExperiment:
                     "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
                     "eval_every": NonNegativeInt, "watchdog": Positive}
     report_errors = False
-    #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
-    #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
-    config_notes = ()
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=None,
                  pipe=1, checkpoint=None, eval_every=0, watchdog=None):
@@ -164,7 +56,6 @@ class FitExperiment:
         self.dataset = datasets[0]
         self.backend = backend if backend is not None else Numpy()
         self.dist_flag = dist_flag
-        self.logging = check_logging(logging)
         self.grid = tuple(grid) if grid is not None else None
         if grid is not None and not dist_flag:
             raise ConfigError("grid is only used with dist_flag: True", key="grid")
@@ -176,27 +67,12 @@ class FitExperiment:
         if pipe < 1:
             raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
         self.pipe = pipe
-        ck = _check_checkpoint_key(checkpoint)
-        #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
-        self.checkpoint_every = ck.get("every", 0)
-        #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
-        self.checkpoint_path = ck.get("path")
-        self.checkpoint_at_end = ck.get("at_end", True)
-        if eval_every < 0:
-            raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
-        self.eval_every = eval_every
+        self._run_keys(logging, checkpoint, eval_every)
         self.watchdog = watchdog   # seconds (Positive: checked by the builder)
-        #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
-        self.config_record = None
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
         self._check_dist_mode()
-
-    def build_notes(self):
-        """Notes about keys the built objects do not use (the model's learning rates), for
-        :attr:`config_notes` (:func:`~distnet.config.load_experiment` adds them)."""
-        return self.model.notes()
 
     def _check_dist_mode(self):
         """The dataset's ``dist_mode`` must suit the model: MLPDist (whole images in, FC layers
@@ -207,9 +83,9 @@ class FitExperiment:
         if mode == "vecpar" and not whole:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers by input features: use "
                               f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "
-                              f"{type(self.model).__name__}", key="model")
+                              f"{self.model.class_name}", key="model")
         if mode == "halopar" and whole:
-            raise ConfigError(f"{type(self.model).__name__} takes whole images on every rank: give its "
+            raise ConfigError(f"{self.model.class_name} takes whole images on every rank: give its "
                               "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
         if mode == "vecpar" and self.grid is not None and self.grid[0] != 1:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers over a 1 x P grid (P blocks "
@@ -262,16 +138,6 @@ class FitExperiment:
             f"but data is {self.data}; remove data (every rank a replica) or set data: {nranks // self.pipe}, "
             f"or launch {self.data * self.pipe} rank(s)")
 
-    def make_topology(self):
-        """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
-        run, else from MPI's world, cut by :meth:`layout`."""
-        from ..comm.topology import Topology
-        if not self.dist_flag and self.data == 1 and self.pipe == 1:
-            self.layout(launcher_size())   # refuses a launch on several ranks
-            return Topology.serial()
-        world = Topology.world_comm()
-        return Topology.from_layout(self.layout(world.Get_size()), world)
-
     def check(self):
         """The checks that need no MPI and no pixels: every layer's shapes against the dataset's
         image shape, and the last layer's outputs against its classes (ConfigError)."""
@@ -286,7 +152,7 @@ class FitExperiment:
         """Shapes, topology, layer plans and weights; returns the topology."""
         self.check()
         self.topology = topology or self.make_topology()
-        self.thread_plan = setup_threads(self.topology.world, self.backend)  # before any BLAS call
+        self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
         setup_experiment_logging(self, self.topology)
@@ -314,157 +180,50 @@ class FitExperiment:
         self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
         return data
 
-    def save_checkpoint(self, path, epoch, history=()):
-        """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes)."""
-        from ..models.checkpoint import save_checkpoint
-        from ..models.finite import check_parameters  # never a checkpoint of NaN weights
-        check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
-        save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
-
-    _pretrain_reported = 0
-
-    def _report_pretraining(self, hooks):
-        """Hand the GB pretraining costs not reported yet to ``hooks.pretrain``."""
-        costs = self._pretrain_costs()
-        for layer, epoch, r, s in costs[self._pretrain_reported:]:
-            hooks.pretrain({"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s,
-                            "reconstruction": r, "sparsity": s})
-        self._pretrain_reported = len(costs)
-
-    def _pretrain_costs(self):
-        """GB's ``pretrain_costs`` ``[(layer name, epoch, reconstruction, sparsity)]``; [] else."""
-        from ..models.gb import GB
-        return list(self.model.pretrain_costs) if isinstance(self.model, GB) else []
-
-    def _evaluate(self, data, record, splits):
-        for split in splits:
-            if split in data:
-                record[f"{split}_misclass"] = self.model.misclass_rate(*data[split])
-
-    @under_seterr_handling
-    def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
-        """Train (and for FitPredictErrorExperiment, evaluate); returns a :class:`RunResult`.
-
-        topology : a :class:`~distnet.comm.Topology` (default: :meth:`make_topology`).
-        on_epoch : ``callable(epoch, mean cost)`` after every epoch (kept for callers of old).
-        hooks : a :class:`RunHooks`.
-        resume : path of a checkpoint to continue from (any grid, any number of ranks).
-        """
-        from ..faults import fault_hook
-        hooks = hooks or RunHooks()
-        self._pretrain_reported = len(self._pretrain_costs())
-        clock = time.perf_counter
-        t_start = clock()
-        t = self.setup(topology)
-        timings = {"setup": clock() - t_start}
-        log = get_logger()
+    # -- the training loop's questions (distnet.experiments.loop) ------------------------------
+    def log_start(self, log):
+        """The run's first lines: the layout, the backend, the thread plan, the notes about the
+        file (rank 0: every rank reads the same file), the layers (debug)."""
+        t = self.topology
         log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s, %s", t.size, t.grid[0], t.grid[1],
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend,
-                 self.thread_plan.describe())  # this rank's BLAS and kernel threads
-        for level, note in self.config_notes if t.rank == 0 else ():  # neon keys translated or
-            log.log(level, "%s", note)      # ignored: about the file every rank reads, said once
+                 self.thread_plan.describe())
+        for level, note in self.config_notes if t.rank == 0 else ():
+            log.log(level, "%s", note)
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
-        hooks.started(self, t)
-        history = []
-        result = RunResult(grid=tuple(t.grid), size=t.size)
-        if resume:
-            from ..models.checkpoint import restore_checkpoint
-            t0 = clock()
-            ck = restore_checkpoint(self.model, resume, t, log)
-            timings["restore"] = clock() - t0
-            history = [r for r in ck.history if r.get("epoch", -1) <= ck.epoch]
-            result.start_epoch = ck.epoch + 1
-            for r in history:  # the run's records start at epoch 0, as an uninterrupted run's
-                hooks.epoch(dict(r, from_checkpoint=True))
-            log.info("resumed from %s: epoch %d done (written on %s); %s", resume, ck.epoch,
-                     written_on(ck), epochs_left(ck.epoch, self.model.num_epochs))
-        t0 = clock()
-        data = self.load_data()
-        timings["data"] = clock() - t0
-        x, y = data["train"]
+
+    def note_start(self, data, first_epoch, log):
+        """The run-start warnings (:func:`~distnet.experiments.run_notes.note_run_start`; rank 0)."""
+        t = self.topology
         if t.rank == 0:
-            note_run_start(self, len(x), t.ndata, result.start_epoch, log)
-        eval_splits = ("train", "test") if self.report_errors else ("test",)
-        if "valid" in data:  # a validation split (the file's, or valid_fraction of train)
-            eval_splits = ("valid",) + eval_splits
-        # streamed data prefetches the model's minibatches
-        self.model.read_ahead = self.dataset.read_ahead(x)
-        fault = fault_hook(t.rank)
-        epoch_start = {}
+            note_run_start(self, len(data["train"][0]), t.ndata, first_epoch, log)
 
-        def on_batch(epoch, b, n):
-            if b == 0:
-                epoch_start[epoch] = clock()
-            if fault is not None:
-                fault(epoch, b, n)
-            hooks.batch(epoch, b, n)
+    def read_ahead(self, train):
+        return self.dataset.read_ahead(train[0])
 
-        def epoch_done(epoch, mean):
-            self._report_pretraining(hooks)  # GB: its pretraining costs, once, before epoch records
-            record = {"epoch": epoch, "cost": mean, "seconds": clock() - epoch_start.get(epoch, clock())}
-            if self.eval_every and (epoch + 1) % self.eval_every == 0:
-                t1 = clock()
-                self._evaluate(data, record, eval_splits)
-                record["eval_seconds"] = clock() - t1
-                log.info("epoch: %d, %s", epoch, ", ".join(
-                    f"{s} misclass {record[f'{s}_misclass']:.3f}%" for s in eval_splits if f"{s}_misclass" in record))
-            history.append(record)
-            last = epoch == self.model.num_epochs - 1
-            if (self.checkpoint_path and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0
-                    and not (last and self.checkpoint_at_end)):
-                t1 = clock()
-                self.save_checkpoint(self.checkpoint_path, epoch, history)
-                record["checkpoint_seconds"] = clock() - t1
-                result.checkpoint = self.checkpoint_path
-            if on_epoch is not None:
-                on_epoch(epoch, mean)
-            hooks.epoch(record)
+    def eval_splits(self):
+        """The splits measured every ``eval_every`` epochs (those the data has): validation,
+        training (FitPredictErrorExperiment), test."""
+        return ("valid", "train", "test") if self.report_errors else ("valid", "test")
 
-        self.model.on_batch = on_batch
-        t0 = clock()
-        try:
-            costs = self.model.fit(x, y, self.dataset.nclasses, on_epoch=epoch_done)
-        finally:
-            self.model.on_batch = None
-            if self.model.read_ahead is not None:
-                self.model.read_ahead([])   # forget what was scheduled
-            self.model.read_ahead = None
-        self._report_pretraining(hooks)
-        hooks.trained()
-        timings["train"] = clock() - t0
-        result.epoch_costs = [r["cost"] for r in history if r["epoch"] < result.start_epoch] + list(costs)
-        if self.checkpoint_path and self.checkpoint_at_end and history:
-            self.save_checkpoint(self.checkpoint_path, history[-1]["epoch"], history)
-            result.checkpoint = self.checkpoint_path
-        result.best_epoch = best_epoch(history)
-        if result.best_epoch is not None:
-            log.info("best epoch: %d (%s misclass %.5f%%)", result.best_epoch["epoch"],
-                     result.best_epoch["split"], result.best_epoch["misclass"])
-        if self.report_errors:
-            t0 = clock()
-            for split in ("train", "valid", "test"):
-                if split in data:
-                    rate = self.model.misclass_rate(*data[split])
-                    setattr(result, f"{split}_misclass", rate)
-                    log.info("%s set misclass rate: %.5f%%", split, rate)
-            timings["eval"] = clock() - t0
-        timings["total"] = clock() - t_start
-        result.timings = timings
-        hooks.finished(result)
-        return result
+    def log_epoch(self, record, log):
+        """The error rates of an evaluated epoch (the model logged its cost)."""
+        rates = [f"{s} misclass {record[f'{s}_misclass']:.3f}%" for s in self.eval_splits()
+                 if f"{s}_misclass" in record]
+        if rates:
+            log.info("epoch: %d, %s", record["epoch"], ", ".join(rates))
 
-
-def best_epoch(history):
-    """The evaluated epoch with the lowest validation error rate (the test rate when there is no
-    validation split; the first of equals): ``{"epoch", "split", "misclass"}``, or None."""
-    for split in ("valid", "test"):
-        rated = [r for r in history if f"{split}_misclass" in r]
-        if rated:
-            best = min(rated, key=lambda r: r[f"{split}_misclass"])
-            return {"epoch": best["epoch"], "split": split, "misclass": best[f"{split}_misclass"]}
-    return None
+    def final_metrics(self, data, history, result, log):
+        """FitPredictErrorExperiment: the final error rates of every split."""
+        if not self.report_errors:
+            return
+        for split in ("train", "valid", "test"):
+            if split in data:
+                rate = self.model.misclass_rate(*data[split])
+                setattr(result, f"{split}_misclass", rate)
+                log.info("%s set misclass rate: %.5f%%", split, rate)
 
 
 class FitPredictErrorExperiment(FitExperiment):

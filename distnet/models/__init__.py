@@ -1,6 +1,10 @@
-"""Models sequence layers: fit, predict, error rates (no MPI of their own beyond gradient sums)."""
-from .convnet import Convnet, ConvnetDist
-from .gb import GB, GBDist
-from .mlp import MLP
+"""Models sequence layers: fit, predict, error rates (no MPI of their own beyond gradient sums).
 
-__all__ = ["GB", "GBDist", "MLP", "Convnet", "ConvnetDist"]
+:class:`Model` is every image model; ``MLP``, ``Convnet`` and ``ConvnetDist`` are neon's names
+for it (experiment files use them), and ``GBDist`` is neon's name for :class:`GB`."""
+from .gb import GB, GBDist
+from .model import Model
+
+MLP = Convnet = ConvnetDist = Model
+
+__all__ = ["GB", "GBDist", "Model", "MLP", "Convnet", "ConvnetDist"]

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from ..comm.collect import gather_to_root
+from ..config.builder import config_class_name
 from ..errors import CheckpointError
 
 FORMAT = "distnet-checkpoint"
@@ -219,7 +220,7 @@ def _need(nbytes, extra=0):
 def checkpoint_size(model, itemsize):
     """About the bytes a checkpoint of ``model`` (a chain or graph of layers, shapes inferred,
     nothing configured) takes: every parameter's global value with the optimiser's arrays
-    (:meth:`~distnet.models.mlp.MLP.optimizer_state_names`) and every buffer, in ``itemsize``-
+    (:meth:`~distnet.models.model.Model.optimizer_state_names`) and every buffer, in ``itemsize``-
     byte numbers, as :func:`write_checkpoint`'s own check counts them. ``distnet run`` checks it
     against the destination's free space before training, not after the last epoch."""
     from ..geometry.grid import GridPosition
@@ -290,7 +291,7 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
         entries, buffers, error = None, None, e
     state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
-    meta = {"model": type(model).__name__, "dtype": np.dtype(model.backend.dtype).name,
+    meta = {"model": config_class_name(model), "dtype": np.dtype(model.backend.dtype).name,
             "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
             "pipe": int(topology.npipe), "steps": int(model.steps)}
 
@@ -319,6 +320,20 @@ class Checkpoint:
     history: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     buffers: list = field(default_factory=list)   # dicts like params (batch norm's statistics)
+
+    @property
+    def resume(self):
+        """The :class:`ResumeState` that continues training after this checkpoint's epoch."""
+        return ResumeState(self.epoch + 1, self.shuffle_state)
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a resumed run starts: the first epoch to train and the state of the per-epoch
+    shuffle RNG (None when the run does not shuffle); a model's ``start`` takes it."""
+
+    epoch: int
+    shuffle_state: tuple = None
 
 
 def _fail(path, what):
@@ -426,8 +441,8 @@ def read_checkpoint(path):
 def apply_checkpoint(model, ck, log=None):
     """Put the checkpoint's weights, velocities, learning-rule state and buffers into a
     configured model (this rank's slices of the layers it holds), restore its optimiser step
-    count and arrange for :meth:`MLP.fit` to continue after epoch ``ck.epoch`` with the saved
-    shuffle RNG state. Raises :class:`CheckpointError` if the model's parameters or buffers do
+    count; returns the :class:`ResumeState` that continues after epoch ``ck.epoch`` with the
+    saved shuffle RNG state (``ck.resume``). Raises :class:`CheckpointError` if the model's parameters or buffers do
     not match (count or global shapes)."""
     xp = model.backend.xp
     dtype = np.dtype(model.backend.dtype)
@@ -463,7 +478,7 @@ def apply_checkpoint(model, ck, log=None):
                 state = e.get("state") or {}
                 p.state = {k: local(a, index, p) for k, a in state.items()} if state else None
     model.steps = int(ck.meta.get("steps", 0))
-    model.resume = {"epoch": ck.epoch + 1, "shuffle_rng": ck.shuffle_state}
+    return ck.resume
 
 
 def _names(entries):
@@ -474,7 +489,7 @@ def restore_checkpoint(model, path, topology, log=None):
     """Read ``path`` on world rank 0 only (no rank but 0 needs to see the file: node-local
     disks), hand it to every rank, and load each rank's part into ``model`` (collective over the
     run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
-    :class:`Checkpoint`."""
+    :class:`Checkpoint`; its ``resume`` continues training after it."""
     from ..comm.abort import run_collectively
     from ..comm.root_read import read_on_root
 

@@ -1,7 +1,6 @@
-"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (docs/neon-semantics.md#gb-pretraining,
-docs/neon-semantics.md#gb-supervised-phase, docs/neon-semantics.md#convnetdist-and-gbdist).
+"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (NEON.md §4.3, §4.4, §6.6).
 
-``GB`` is an :class:`~distnet.models.mlp.MLP` with two additions:
+``GB`` is a :class:`~distnet.models.model.Model` with two additions:
 
 * greedy layer-wise **pretraining** of its LocalFilteringLayers (those with ``pretraining:
   True``), bottom-up, each as a sparse autoencoder whose sparsity pool is the layer right after
@@ -10,7 +9,7 @@ docs/neon-semantics.md#gb-supervised-phase, docs/neon-semantics.md#convnetdist-a
   (neon's ``bprop_last``), then full backpropagation.
 
 Any layer sequence the layers support works (not only neon's [LF, L2, LCN] x k, FC pattern), and
-the same class runs distributed: ``GBDist`` only names it. Pretraining costs are summed over
+the same class runs distributed: ``GBDist`` is another name for it. Pretraining costs are summed over
 ``Topology.grad`` (spatial x data) once per epoch, so every rank logs and returns the non-dist numbers.
 """
 import math
@@ -24,13 +23,13 @@ from ..layers.local import LocalFilteringLayer
 from ..layers.spatial import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
 from ..layers.step import forward
 from ..ops.costs import SumSquaredDiffs
-from .mlp import MLP
+from .model import Model
 
 _POOLING = (L2PoolingLayer, MaxPoolingLayer, AveragePoolingLayer)
 
 
-class GB(MLP):
-    """Keys: :class:`MLP`'s, plus ``num_pretrain_epochs`` (int; required with ``pretraining:
+class GB(Model):
+    """Keys: :class:`~distnet.models.model.Model`'s (``MLP``'s), plus ``num_pretrain_epochs`` (int; required with ``pretraining:
     True``, where a missing key silently skipped pretraining; 0 skips it), ``num_initial_epochs``
     (int, default 0: top-layer-only epochs), ``pretraining`` (bool, default False),
     ``pretrain_cost`` (SumSquaredDiffs, the only reconstruction cost neon had), ``visualize``
@@ -77,7 +76,7 @@ class GB(MLP):
                 if isinstance(layer, LocalFilteringLayer) and layer.pretraining]
 
     def infer_shapes(self, input_shape):
-        """MLP's shape check, then: each pretrained LF layer is followed by a pooling layer."""
+        """The model's shape check, then: each pretrained LF layer is followed by a pooling layer."""
         shape = super().infer_shapes(input_shape)
         if self.pretraining and not self.graph.is_chain:
             raise self.error("pretraining runs the layers below a pretrained one as a chain; a model whose "
@@ -96,22 +95,23 @@ class GB(MLP):
         return shape
 
     def configure(self, backend, topology):
-        """MLP's planning; GB runs on one pipeline stage (its pretraining runs the layers below
+        """The model's planning; GB runs on one pipeline stage (its pretraining runs the layers below
         the pretrained one directly), so ``pipe > 1`` is refused."""
         if topology.npipe > 1:
-            raise self.error(f"{type(self).__name__} does not support pipeline stages (the run has "
+            raise self.error(f"{self.class_name} does not support pipeline stages (the run has "
                              f"pipe = {topology.npipe}); use spatial and data parallelism")
         super().configure(backend, topology)
 
-    # -- pretraining (docs/neon-semantics.md#gb-pretraining) --------------------------------------
-    def pretrain(self, x):
+    # -- pretraining (NEON.md §4.3) -------------------------------------------------------------
+    def pretraining_epochs(self, x):
         """Greedy layer-wise pretraining on ``x (N, C, h, w)`` (this rank's tiles). For each
         pretrained LF layer bottom-up: ``num_pretrain_epochs`` epochs over all batches (in order,
         or reshuffled per epoch if ``shuffle``), each batch run forward through the frozen layers
         below and then one :meth:`LocalFilteringLayer.pretrain_step`. Logs and records (in
         ``pretrain_costs``) per layer and epoch the mean costs per batch, summed over the
         spatial ranks (each pixel once) and data replicas (each sample once): collective over
-        ``Topology.grad`` once per epoch. A data replica trains on its rows of every batch."""
+        ``Topology.grad`` once per epoch. A data replica trains on its rows of every batch.
+        Yields ``(layer name, epoch, reconstruction, sparsity)`` after each epoch."""
         xp = self.backend.xp
         shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
         for i in self.pretrained_layers():
@@ -137,16 +137,19 @@ class GB(MLP):
                                         f"in epoch {epoch}; lower pretrain_learning_rate")
                 self.pretrain_costs.append((layer.name, epoch, r, s))
                 self.log.info("epoch: %d, cost: %.5f + %.5f = %.5f", epoch, r, s, r + s)
+                yield self.pretrain_costs[-1]
             layer.train_mode()
 
-    # -- supervised phase (docs/neon-semantics.md#gb-supervised-phase) ----------------------------
-    def fit(self, x, labels, nclasses, on_epoch=None):
-        """Pretrain (if ``pretraining``), then MLP's training loop for ``num_epochs``; returns
-        the supervised per-epoch mean costs. A run resumed from a checkpoint (``resume`` set)
-        does not pretrain: checkpoints close supervised epochs, which pretraining preceded."""
-        if self.pretraining and self.num_pretrain_epochs > 0 and self.resume is None:
-            self.pretrain(x)
-        return super().fit(x, labels, nclasses, on_epoch=on_epoch)
+    # -- supervised phase (NEON.md §4.4) --------------------------------------------------------
+    def before_training(self, train):
+        """Pretrain (if ``pretraining``) on the training images of ``train = (x, labels)``,
+        yielding per pretrained layer and epoch ``{"pretrain": layer name, "pretrain_epoch",
+        "cost", "reconstruction", "sparsity"}``. The loop calls it only for a run that starts
+        from scratch: checkpoints close supervised epochs, which pretraining preceded."""
+        if not (self.pretraining and self.num_pretrain_epochs > 0):
+            return
+        for layer, epoch, r, s in self.pretraining_epochs(train[0]):
+            yield {"pretrain": layer, "pretrain_epoch": epoch, "cost": r + s, "reconstruction": r, "sparsity": s}
 
     def lowest_trained_layer(self, epoch):
         """In epochs ``< num_initial_epochs`` only the top layer learns (neon's ``bprop_last``);
@@ -154,6 +157,6 @@ class GB(MLP):
         return len(self.layers) - 1 if epoch < self.num_initial_epochs else 0
 
 
-class GBDist(GB):
-    """neon's ``GBDist``: the model of a spatially distributed GB experiment (same keys as
-    :class:`GB`). What is split is decided by the ``*Dist`` layers."""
+#: neon's ``GBDist``, the model of a spatially distributed GB experiment: :class:`GB` itself
+#: (what is split is decided by the ``*Dist`` layers).
+GBDist = GB

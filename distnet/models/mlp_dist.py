@@ -20,7 +20,7 @@ layers over its own spatial communicator).
 from ..layers.dist import FCDistMixin
 from ..layers.fc import LayerWithNoBias
 from ..layers.placement import REPLICATED
-from .mlp import MLP
+from .model import Model as MLP
 
 
 class MLPDist(MLP):

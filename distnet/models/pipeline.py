@@ -39,7 +39,7 @@ posted for a whole segment at once), which gives GPipe's fill / drain overlap be
 Communicators: activations and gradients move on ``Topology.pipe`` (point-to-point, between the
 ranks with the same ``(d, iy, ix)``, so a spatial tile of stage ``s`` goes to the same tile of
 stage ``s + 1``); Dist layers inside a stage exchange halos / reduce on that stage's own
-``Topology.spatial``; the loss (and, in :meth:`Pipeline.fprop`, the output) is summed over
+``Topology.spatial``; the loss (and, in :meth:`Pipeline.forward`, the output) is summed over
 ``Topology.pipe`` with zeros on the stages that do not hold the last layer.
 """
 from dataclasses import dataclass
@@ -156,7 +156,7 @@ def local_feature_shape(layer):
 class Pipeline:
     """Runs a model's layers over the stages of ``Topology.pipe`` with micro-batches.
 
-    model : the :class:`~distnet.models.mlp.MLP` (configured; its ``layers``, ``cost``,
+    model : the :class:`~distnet.models.model.Model` (configured; its ``layers``, ``cost``,
         ``backend``); stage_of : the stage of every layer (:func:`assign_stages`); micro_batches : M.
         Message shapes come from the layers' placements.
 
@@ -203,7 +203,7 @@ class Pipeline:
             self.channel.wait_sends()
 
     # -- inference ----------------------------------------------------------------------------
-    def fprop(self, x):
+    def forward(self, x):
         """Forward the whole batch ``x (b, ...)`` (this rank's input part) through every stage;
         returns the output ``(b, K)`` on every rank. Collective over ``Topology.pipe`` (and each
         stage's spatial communicator)."""

@@ -95,16 +95,12 @@ class Seq2Seq:
     ``encoder_stage`` / ``decoder_stage`` (pipeline stages, default 0 and 1; with ``pipe: 2``
     they must differ)."""
 
-    #: The running cost of the epoch for the progress display (not tracked here).
-    epoch_loss_sum = None
     config_types = {"embed": int, "hidden": int, "nlayers": int, "num_epochs": int, "batch_size": int,
                     "learning_rate": float, "learning_rule": ("obj", "learning_rule"), "dropout": float,
                     "encoder_stage": int, "decoder_stage": int}
     input_layout = None
     #: No shuffle RNG to checkpoint: each epoch's order is drawn from the seed and the epoch.
     shuffle_rng = None
-    #: ``{"epoch", "shuffle_rng"}`` after a checkpoint was applied to continue training (else None).
-    resume = None
 
     def __init__(self, num_epochs=10, embed=32, hidden=64, nlayers=1, batch_size=64, learning_rate=0.01,
                  learning_rule=None, encoder_stage=0, decoder_stage=1, dropout=0.0):
@@ -203,7 +199,6 @@ class Seq2Seq:
         self._params = [(half, p) for half in self.layers for p in half.params()]
         self.step = TrainingStep(topology, backend.host_staging)
         self.steps = 0
-        self.resume = None
         self._step_key = (0, 0)   # (epoch, batch): keys the dropout masks (fit_epoch sets it)
         if self.split:
             ch = PipeChannel(topology.pipe, backend.host_staging)
@@ -334,17 +329,35 @@ class Seq2Seq:
                         for _ in range(self.L - 1)])
         return tuple(out)
 
-    def fit_epoch(self, data, epoch, on_batch=None):
+    # -- the training loop's protocol (distnet.experiments.loop) -------------------------------
+    def start(self, resume=None):
+        """The first epoch to train: 0, or ``resume.epoch`` (a
+        :class:`~distnet.models.checkpoint.ResumeState`; no RNG state to restore)."""
+        return 0 if resume is None else int(resume.epoch)
+
+    def before_training(self, train):
+        """Nothing runs before the first epoch (no pretraining): no records."""
+        return iter(())
+
+    def split_metrics(self, split):
+        """``{"token_acc", "seq_acc", "misclass"}`` (percent; misclass = 100 - sequence
+        accuracy) of greedy decoding of ``split``. Collective (see :meth:`evaluate`)."""
+        token, seq = self.evaluate(split)
+        return {"token_acc": token, "seq_acc": seq, "misclass": 100 - seq}
+
+    def fit_epoch(self, data, epoch, on_batch=None, read_ahead=None):
         """One epoch over ``data = (src, src_len, tgt, tgt_len)`` in a per-epoch permutation
         (seeded by the backend seed and epoch: the same on every rank). Returns the mean loss
-        per sequence."""
+        per sequence. ``on_batch(epoch, batch, nbatches, running_cost)`` runs before every step
+        (``running_cost``: the summed loss of the epoch's batches before it); the data is in
+        memory, so ``read_ahead`` is not used."""
         src, src_len, tgt, tgt_len = data
         order = np.random.RandomState(self.backend.rng_seed * 1000 + epoch).permutation(len(src))
         total, nb = 0.0, (len(src) + self.batch_size - 1) // self.batch_size
         for k in range(nb):
             idx = order[k * self.batch_size:(k + 1) * self.batch_size]
             if on_batch is not None:
-                on_batch(epoch, k, nb)
+                on_batch(epoch, k, nb, total)
             self._step_key = (epoch, k)
             total += self.train_batch(src[idx], src_len[idx], tgt[idx], tgt_len[idx], epoch)
             check_finite_after_step(self, epoch, k, nb)   # every 16 steps and at the epoch end

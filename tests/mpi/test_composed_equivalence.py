@@ -29,7 +29,7 @@ from distnet.layers import (AddLayer, AveragePoolingLayer, AveragePoolingLayerDi
 from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -85,7 +85,7 @@ def no_window_net(dist):
 
 
 def build(net, dist, topo, epochs=2):
-    model = (ConvnetDist if dist else Convnet)(
+    model = Model(
         layers=net(dist), num_epochs=epochs, batch_size=5, shuffle=True, cost=SoftmaxCrossEntropy(),
         learning_rule=AdamW(learning_rate=0.02, weight_decay=0.05, max_grad_norm=0.5,
                             schedule=[LinearWarmup(2), CosineSchedule(6)], schedule_unit="step"))
@@ -168,9 +168,9 @@ def test_checkpoint_resumes_on_another_layout(comm, data, first, second):
         topo = Topology.from_world(grid=g2, data=d2, world=comm)
         try:
             resumed = build(residual_graph, g2 != (1, 1), topo)
-            apply_checkpoint(resumed, read_checkpoint(path))
+            resume = apply_checkpoint(resumed, read_checkpoint(path))
             assert resumed.steps == 3 and resumed.layers[1].params()[0].state is not None
-            costs = resumed.fit(tiles(x, topo), labels, K)
+            costs = resumed.fit(tiles(x, topo), labels, K, resume=resume)
             assert_same_run(resumed, topo, costs, ref, ref_costs[1:], x, labels)
         finally:
             topo.free()

@@ -13,7 +13,7 @@ from distnet.geometry import tile_of
 from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
                             L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LayerWithNoBias,
                             LayerWithNoBiasDist, MaxPoolingLayer, MaxPoolingLayerDist)
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.ops.activations import Logistic, RectLin, Tanh
 
 MPI_SIZES = (1, 2, 3, 4, 6, 9)
@@ -86,9 +86,9 @@ def grid_params(grids=GRIDS):
 def test_dist_training_equals_single_process(topologies, data, grid, net):
     x, labels = data
     topo = topologies(grid)
-    ref, ref_costs, ref_out = train(NETS[net](False), Convnet, Topology.serial(), x, labels)
+    ref, ref_costs, ref_out = train(NETS[net](False), Model, Topology.serial(), x, labels)
     t = tile_of((H, W), topo.grid, topo.coords)
-    dist, costs, out = train(NETS[net](True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
+    dist, costs, out = train(NETS[net](True), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
     np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
@@ -101,8 +101,8 @@ def test_dist_training_equals_single_process(topologies, data, grid, net):
 @pytest.mark.parametrize("grid", grid_params())
 def test_initial_weights_are_the_global_draw_sliced(topologies, grid):
     topo = topologies(grid)
-    ref = Convnet(layers=net_padded_strided(False), num_epochs=0)
-    dist = ConvnetDist(layers=net_padded_strided(True), num_epochs=0)
+    ref = Model(layers=net_padded_strided(False), num_epochs=0)
+    dist = Model(layers=net_padded_strided(True), num_epochs=0)
     for model, tp in ((ref, Topology.serial()), (dist, topo)):
         model.infer_shapes((C, H, W))
         model.configure(Numpy64(rng_seed=9), tp)

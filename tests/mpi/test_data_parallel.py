@@ -7,7 +7,7 @@ import pytest
 from tests.mpi.test_convnet_dist import C, H, K, W, N, net_padded_strided, train
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 
 MPI_SIZES = (2, 3, 4, 6)
 
@@ -32,10 +32,10 @@ def test_replicas_equal_single_process(comm, data, ndata, grid):
     x, labels = data
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
-        ref, ref_costs, _ = train(net_padded_strided(False), Convnet, Topology.serial(), x, labels)
+        ref, ref_costs, _ = train(net_padded_strided(False), Model, Topology.serial(), x, labels)
         t = tile_of((H, W), topo.grid, topo.coords)
         dist_layers = net_padded_strided(grid != (1, 1))
-        model, costs, _ = train(dist_layers, ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
+        model, costs, _ = train(dist_layers, Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert model.misclass_rate(x[:, :, t.y0:t.y1, t.x0:t.x1], labels) == ref.misclass_rate(x, labels)
         for lr, ld in zip(ref.layers, model.layers):

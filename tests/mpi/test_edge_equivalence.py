@@ -25,8 +25,8 @@ from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLa
                             L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LCNLayer, LCNLayerDist,
                             LocalFilteringLayer, LocalFilteringLayerDist, MaxPoolingLayer, MaxPoolingLayerDist)
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.models import Convnet, ConvnetDist
-from distnet.models.gb import GB, GBDist
+from distnet.models import Model
+from distnet.models.gb import GB
 from distnet.models.checkpoint import gather_params
 from distnet.ops import pooling
 from distnet.ops.activations import Logistic, RectLin
@@ -36,10 +36,10 @@ MPI_SIZES = (2, 4)
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
-def _fit(layers_of, shape, x, labels, K, topo, dist, models=(Convnet, ConvnetDist), **keys):
-    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles) with ``models[dist]``; returns the
+def _fit(layers_of, shape, x, labels, K, topo, dist, model_class=Model, **keys):
+    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles) with ``model_class``; returns the
     model, the per-epoch costs and the error rate."""
-    model = models[dist](layers=layers_of(dist), **keys)
+    model = model_class(layers=layers_of(dist), **keys)
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=3), topo)
     model.init_params()
@@ -148,6 +148,6 @@ def test_gb_pretraining_below_dropout_with_replicas(comm, grid, ndata):
     shape = (1, 8, 7)
     rng = np.random.RandomState(2)
     x, labels = rng.standard_normal((10,) + shape), rng.randint(0, 3, 10)
-    _same_as_one_process(comm, gb_dropout_below_net, shape, x, labels, 3, grid, ndata, models=(GB, GBDist),
+    _same_as_one_process(comm, gb_dropout_below_net, shape, x, labels, 3, grid, ndata, model_class=GB,
                          num_epochs=2, num_pretrain_epochs=2, pretraining=True, batch_size=4, shuffle=True,
                          learning_rate=0.1, momentum={"type": "constant", "coef": 0.5})

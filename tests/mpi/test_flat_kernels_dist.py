@@ -13,7 +13,7 @@ from distnet.comm import Topology
 from distnet.geometry import tile_of
 from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWithNoBiasDist,
                             MaxPoolingLayer, MaxPoolingLayerDist)
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.ops import conv, parallel, pooling
 from distnet.ops.activations import Logistic, RectLin
 from tests.mpi.test_convnet_dist import grid_params, train
@@ -64,11 +64,11 @@ def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monk
         real(self, *a, **k)
         layouts.append(self.shifts)
     monkeypatch.setattr(conv._TileCols, "__init__", spy)
-    ref, ref_costs, ref_out = train(net(False), Convnet, Topology.serial(), x, labels, **FIT)
+    ref, ref_costs, ref_out = train(net(False), Model, Topology.serial(), x, labels, **FIT)
     assert set(layouts) == {True, False}
     t = tile_of((H, W), topo.grid, topo.coords)
     layouts.clear()
-    dist, costs, out = train(net(True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
+    dist, costs, out = train(net(True), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
     assert set(layouts) == {True, False}
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)

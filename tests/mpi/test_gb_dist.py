@@ -17,7 +17,7 @@ from distnet.layers import (SPATIAL, L2PoolingLayer, L2PoolingLayerDist, LayerCo
                             LayerWithNoBias, LayerWithNoBiasDist, LCNLayer, LCNLayerDist,
                             LocalFilteringLayer, LocalFilteringLayerDist)
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.models.gb import GB, GBDist
+from distnet.models.gb import GB
 from distnet.ops.activations import Logistic
 
 MPI_SIZES = (1, 2, 4, 6, 9)
@@ -217,8 +217,8 @@ def _compare_models(mpi, topo, shuffle, predict=True, dropout=False):
     rng = np.random.RandomState(14)
     x, labels = rng.rand(N, *IMAGE), rng.randint(0, NCLASS, N)
     models = []
-    for cls, t in ((GB, Topology.serial()), (GBDist, topo)):
-        m = cls(gb_layers(cls is GBDist, dropout), **kw)
+    for dist, t in ((False, Topology.serial()), (True, topo)):
+        m = GB(gb_layers(dist, dropout), **kw)
         m.infer_shapes(IMAGE)
         m.configure(Numpy64(), t)
         m.init_params()

@@ -13,7 +13,7 @@ from distnet.config import load_experiment
 from distnet.geometry import tile_of
 from distnet.layers import (ConvLayerDist, LayerWithNoBiasDist, MaxPoolingLayerDist)
 from distnet.layers.spatial import WindowLayer
-from distnet.models import ConvnetDist
+from distnet.models import Model
 from distnet.ops.activations import Logistic, RectLin
 from distnet.plan import plan_model
 
@@ -23,7 +23,7 @@ B = 4
 
 
 def strided_net():
-    return ConvnetDist(layers=[
+    return Model(layers=[
         ConvLayerDist(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
         MaxPoolingLayerDist(fshape=3, stride=2),
         ConvLayerDist(nofm=4, fshape=[2, 3], stride=[1, 2], padding=[1, 0], weight_init=WI),

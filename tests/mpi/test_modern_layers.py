@@ -20,7 +20,7 @@ from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWith
 from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -73,7 +73,7 @@ def data():
 
 
 def build(dist, topo, rule, epochs=2, stages=None):
-    model = (ConvnetDist if dist else Convnet)(layers=net(dist), num_epochs=epochs, batch_size=5,
+    model = Model(layers=net(dist), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule](),
                                                stages=stages)
     model.infer_shapes((C, H, W))
@@ -169,9 +169,9 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
         assert ck.meta["steps"] == 3 and len(ck.buffers) == 6
         assert sorted(ck.params[0]["state"]) == ["m", "v"]
         resumed = build(False, Topology.serial(), "adam")
-        apply_checkpoint(resumed, ck)
+        resume = apply_checkpoint(resumed, ck)
         assert resumed.steps == 3
-        costs = resumed.fit(x, labels, K)
+        costs = resumed.fit(x, labels, K, resume=resume)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         np.testing.assert_allclose(resumed.predict(x), ref.predict(x), rtol=1e-9, atol=1e-12)
     finally:
@@ -191,7 +191,7 @@ def net_sharded(dist):
 
 
 def build_sharded(dist, topo, epochs):
-    model = (ConvnetDist if dist else Convnet)(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
+    model = Model(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES["adam"]())
     model.infer_shapes((C, H, W))
     model.configure(Numpy64(rng_seed=9), topo)
@@ -227,8 +227,8 @@ def test_sharded_adam_state_checkpoint_across_grids(comm, data, grid, direction,
                 save_checkpoint(path, first, Topology.serial(), epoch=0)
             comm.Barrier()
             resumed, xr = build_sharded(True, topo, 2), xt
-        apply_checkpoint(resumed, read_checkpoint(path))
-        costs = resumed.fit(xr, labels, K)
+        resume = apply_checkpoint(resumed, read_checkpoint(path))
+        costs = resumed.fit(xr, labels, K, resume=resume)
         np.testing.assert_allclose(costs, ref_costs[1:], rtol=1e-10)
         assert resumed.misclass_rate(xr, labels) == ref.misclass_rate(x, labels)
     finally:

@@ -12,7 +12,7 @@ from tests.mpi.test_convnet_dist import C, H, K, N, W, net_padded_strided
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 
 MPI_SIZES = (2, 3, 4)
 
@@ -59,7 +59,7 @@ def _fit(layers, model_cls, topo, x, labels, **keys):
 def reference(data):
     """The single-process model, trained once per module (every rank computes it)."""
     x, labels = data
-    model, costs = _fit(net_padded_strided(False), Convnet, Topology.serial(), x, labels)
+    model, costs = _fit(net_padded_strided(False), Model, Topology.serial(), x, labels)
     return model, costs, model.predict(x), model.misclass_rate(x, labels)
 
 
@@ -79,7 +79,7 @@ def test_pipeline_equals_single_process(comm, mpi, data, reference, name):
                 layer.stage = s
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model, costs = _fit(layers, ConvnetDist, topo, xt, labels, **keys)
+        model, costs = _fit(layers, Model, topo, xt, labels, **keys)
 
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert model.misclass_rate(xt, labels) == ref_rate
@@ -107,7 +107,7 @@ def test_stage_count_must_match_pipe(comm):
     from distnet.errors import ConfigError
     topo = Topology.from_world(grid=(1, 1), pipe=2, world=comm)
     try:
-        model = Convnet(layers=net_padded_strided(False), num_epochs=1, stages=[1, 3])
+        model = Model(layers=net_padded_strided(False), num_epochs=1, stages=[1, 3])
         model.infer_shapes((C, H, W))
         with pytest.raises(ConfigError, match="model has 3 pipeline stage.*pipe = 2"):
             model.configure(Numpy64(), topo)
@@ -134,7 +134,7 @@ def test_checkpoint_of_a_pipeline_is_complete(comm, data, reference, tmp_path_fa
             return layers
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model, _ = _fit(pipelined(), ConvnetDist, topo, xt, labels, micro_batches=micro)
+        model, _ = _fit(pipelined(), Model, topo, xt, labels, micro_batches=micro)
         save_checkpoint(path, model, topo, epoch=1)
         ck = read_checkpoint(path)
         want = [(lr.name, pr) for lr in ref.layers for pr in lr.params()]
@@ -143,8 +143,8 @@ def test_checkpoint_of_a_pipeline_is_complete(comm, data, reference, tmp_path_fa
         for e, (_, pr) in zip(ck.params, want):
             np.testing.assert_allclose(e["value"], pr.value, rtol=1e-10, atol=1e-13, err_msg=e["name"])
         # restore: a fresh pipelined model (its own stage's slices) and a one-process model
-        again = ConvnetDist(layers=pipelined(), num_epochs=2, micro_batches=micro)
-        single = Convnet(layers=net_padded_strided(False), num_epochs=2)
+        again = Model(layers=pipelined(), num_epochs=2, micro_batches=micro)
+        single = Model(layers=net_padded_strided(False), num_epochs=2)
         for m, tp in ((again, topo), (single, Topology.serial())):
             m.infer_shapes((C, H, W))
             m.configure(Numpy64(rng_seed=99), tp)

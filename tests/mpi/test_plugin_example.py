@@ -5,7 +5,7 @@ process grid gives what ``ScaleShiftLayer`` gives on one process (float64, 1e-10
   oracle, and compares its own tile of the output and of the input gradient, and the parameter
   gradients once summed over the communicator the layer names (tiles; whole images);
 * in a model: a ConvnetDist with the layer between convolution and pooling trains to the
-  same costs, outputs and weights as the Convnet, also with data replicas.
+  same costs, outputs and weights as the Model, also with data replicas.
 
 The plugin is loaded from ``examples/plugin`` through ``sys.path`` (not pip-installed).
 """
@@ -23,7 +23,7 @@ from distnet.layers import (ConvLayer, ConvLayerDist, Layer, LayerDist, LayerCon
                             MaxPoolingLayerDist)
 from distnet.layers.base import REPLICATED, SPATIAL
 from distnet.layers.params import OVER_DATA, OVER_GRAD
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.ops.activations import Logistic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "plugin"))
@@ -132,7 +132,7 @@ def _keys():
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels, _ = data
-    model = Convnet(layers=net(False), **_keys())
+    model = Model(layers=net(False), **_keys())
     costs = train(model, Topology.serial(), x, labels)
     return model, costs, model.predict(x)
 
@@ -159,7 +159,7 @@ def test_convnet_with_the_plugin_layer_equals_single_process(comm, data, referen
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
-        model = ConvnetDist(layers=net(True), **_keys())
+        model = Model(layers=net(True), **_keys())
         costs = train(model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         if ndata == 1:

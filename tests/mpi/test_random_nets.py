@@ -30,7 +30,7 @@ from distnet import layers as L
 from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
 from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
 from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.models.checkpoint import gather_params
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -134,7 +134,7 @@ RULES = [lambda: Adam(learning_rate=0.01, max_grad_norm=0.5),
 
 
 def fit(nodes, shape, rule, dist, topo, x, labels):
-    model = (ConvnetDist if dist else Convnet)(layers=layers_of(nodes, dist), num_epochs=2, batch_size=4,
+    model = Model(layers=layers_of(nodes, dist), num_epochs=2, batch_size=4,
                                                shuffle=True, cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule]())
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=1), topo)

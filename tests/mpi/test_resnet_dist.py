@@ -14,7 +14,7 @@ from distnet.geometry import tile_of
 from distnet.layers import AddLayer, ConcatLayer, ConvLayer, ConvLayerDist, Layer, LayerDist
 from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
 from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
-from distnet.models import Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.learning_rules import Adam
@@ -79,7 +79,7 @@ def data():
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels = data
-    model = Convnet(layers=resnet(False), **keys())
+    model = Model(layers=resnet(False), **keys())
     costs, rate = train(model, Topology.serial(), x, labels)
     with model.evaluating():
         out = model.fprop(x)
@@ -103,7 +103,7 @@ def test_resnet_on_a_grid_equals_single_process(comm, data, reference, grid, nda
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model = ConvnetDist(layers=resnet(True), **keys())
+        model = Model(layers=resnet(True), **keys())
         costs, rate = train(model, topo, xt, labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         rel = max(abs(a - b) / abs(b) for a, b in zip(costs, ref_costs))

@@ -97,8 +97,8 @@ def test_towers_checkpoint_resumes_on_one_process(comm, data, tmp_path_factory, 
     serial = Topology.serial()
     one.configure(Numpy64(rng_seed=2), serial)
     one.init_params()
-    restore_checkpoint(one, path, serial)
-    costs = one.fit(x, labels, K)
+    ck = restore_checkpoint(one, path, serial)
+    costs = one.fit(x, labels, K, resume=ck.resume)
     np.testing.assert_allclose(costs, ref_costs[2:], rtol=1e-10)
     for layer, rl in zip(one.layers, ref.layers):
         for p, pr in zip(layer.params(), rl.params()):
@@ -117,7 +117,7 @@ def test_conv_towers_on_a_grid_equal_single_process(comm, name):
     """Towers of convolutions on spatial tiles: the exchanges sum tiles over the pipe ranks,
     each convolution exchanges its halos on its own grid."""
     from distnet.geometry import tile_of
-    from distnet.models import Convnet, ConvnetDist
+    from distnet.models import Model
     from distnet.ops.costs import SoftmaxCrossEntropy
     from distnet.ops.learning_rules import Adam
     from tests.towers_net import conv_tower_layers
@@ -134,11 +134,11 @@ def test_conv_towers_on_a_grid_equal_single_process(comm, name):
         model.configure(Numpy64(rng_seed=6), topo)
         model.init_params()
         return model, model.fit(xs, labels, K), model.misclass_rate(xs, labels)
-    _, ref_costs, ref_rate = fit(Convnet, False, Topology.serial(), x)
+    _, ref_costs, ref_rate = fit(Model, False, Topology.serial(), x)
     topo = Topology.from_world(grid=grid, data=ndata, pipe=npipe, world=comm)
     try:
         t = tile_of((CH, CW), topo.grid, topo.coords)
-        _, costs, rate = fit(ConvnetDist, True, topo, x[:, :, t.y0:t.y1, t.x0:t.x1])
+        _, costs, rate = fit(Model, True, topo, x[:, :, t.y0:t.y1, t.x0:t.x1])
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert rate == ref_rate
     finally:

@@ -16,7 +16,7 @@ from distnet.errors import ConfigError
 from distnet.experiments.fit import FitPredictErrorExperiment
 from distnet.layers import (ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWithNoBias,
                             LayerWithNoBiasDist, MaxPoolingLayer, MaxPoolingLayerDist)
-from distnet.models import MLP, Convnet, ConvnetDist
+from distnet.models import Model
 from distnet.models.mlp_dist import MLPDist
 from distnet.ops.activations import Logistic, RectLin, Tanh
 
@@ -64,7 +64,7 @@ def _fit(model, topo, x, labels):
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels = data
-    model = MLP(layers=fc_net(False), **model_keys())
+    model = Model(layers=fc_net(False), **model_keys())
     costs = _fit(model, Topology.serial(), x, labels)
     return model, costs, model.predict(x), model.misclass_rate(x, labels)
 
@@ -157,20 +157,20 @@ def _experiment(model, dataset, **keys):
 
 # mode (as written in YAML), model class, Dist layers?, net, experiment keys, model keys, sizes
 MODES = {
-    "halopar": ("halopar", ConvnetDist, True, cnn, {}, {}, MPI_SIZES),
+    "halopar": ("halopar", Model, True, cnn, {}, {}, MPI_SIZES),
     "vecpar": ("vecpar", MLPDist, True, fc_net, {}, {}, MPI_SIZES),
     "vecpar-int": (1, MLPDist, True, fc_net, {}, {}, (2,)),
-    "datapar": ("datapar", Convnet, False, cnn, {}, {}, MPI_SIZES),
-    "datapar-int": (2, Convnet, False, cnn, {}, {}, (3,)),
-    "halopar-pipe2": ("halopar", ConvnetDist, True, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
-    "datapar-pipe2": ("datapar", Convnet, False, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
+    "datapar": ("datapar", Model, False, cnn, {}, {}, MPI_SIZES),
+    "datapar-int": (2, Model, False, cnn, {}, {}, (3,)),
+    "halopar-pipe2": ("halopar", Model, True, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
+    "datapar-pipe2": ("datapar", Model, False, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
 }
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(*m[-1])) for n, m in MODES.items()])
 def test_dist_mode_equals_single_process(comm, name):
     mode, model_cls, dist, net, exp_keys, keys, _ = MODES[name]
-    serial_cls = MLP if model_cls is MLPDist else Convnet
+    serial_cls = Model
     ref = _experiment(serial_cls(layers=net(False), **model_keys()), Synthetic())
     ref_result = ref.run(topology=Topology.serial())
     exp = _experiment(model_cls(layers=net(dist), **model_keys(), **keys),
@@ -211,9 +211,9 @@ def test_dist_mode_key():
 @pytest.mark.mpi_size(1)
 def test_dist_mode_must_fit_the_model():
     with pytest.raises(ConfigError, match="MLPDist"):
-        _experiment(ConvnetDist(layers=cnn(True), **model_keys()), Synthetic(dist_flag=True, dist_mode="vecpar"))
+        _experiment(Model(layers=cnn(True), **model_keys()), Synthetic(dist_flag=True, dist_mode="vecpar"))
     with pytest.raises(ConfigError, match="dist_mode: vecpar"):
         _experiment(MLPDist(layers=fc_net(True), **model_keys()), Synthetic(dist_flag=True))
     with pytest.raises(ConfigError, match="no spatial grid"):
-        _experiment(Convnet(layers=cnn(False), **model_keys()), Synthetic(dist_flag=True, dist_mode=2),
+        _experiment(Model(layers=cnn(False), **model_keys()), Synthetic(dist_flag=True, dist_mode=2),
                     grid=[1, 1])

@@ -20,9 +20,9 @@ import pytest
 
 from distnet.comm import SerialComm, Topology
 from distnet.config import load_experiment_text
-from distnet.experiments.fit import RunHooks
+from distnet.experiments.loop import RunHooks
 from distnet.layers import ConvLayer, Layer, LayerWithNoBias, MaxPoolingLayer
-from distnet.models import Convnet
+from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from tests.backends import DEVICE_BACKENDS, assert_agree, make_backend
@@ -43,7 +43,7 @@ def data(n, shape, nclasses, seed, dtype):
 
 
 def convnet(backend, dtype, micro_batches=1):
-    model = Convnet(layers=[
+    model = Model(layers=[
         ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
         MaxPoolingLayer(fshape=2),
         ConvLayer(nofm=4, fshape=[2, 3], stride=[1, 2], weight_init=WI, activation=Tanh()),
@@ -220,7 +220,7 @@ def test_experiment_runs_on_device_backends(backend, template, dist, tiny_data, 
                                          eval_every=1, dist=dist)
     exp, got, records = run_experiment(template, tiny_data, backend, dtype, 2, tmp_path / "dev.h5",
                                        eval_every=1, dist=dist)
-    assert exp.backend.name == backend and type(exp.model).__name__.endswith("Dist") == dist
+    assert exp.backend.name == backend and exp.model.class_name.endswith("Dist") == dist
     assert_agree(got.epoch_costs, ref.epoch_costs, dtype, "per-epoch costs")
     assert [r["test_misclass"] for r in records] == [r["test_misclass"] for r in ref_records]
     assert (got.train_misclass, got.test_misclass) == (ref.train_misclass, ref.test_misclass)

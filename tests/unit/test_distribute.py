@@ -17,7 +17,7 @@ def test_neon_paths_stay_neon_paths():
     assert out.count("!obj:neon.models.layer.ConvLayerDist") == 2
     assert out.count("dist_flag: True") == 2
     exp = load_experiment_text(out, "d.yaml")
-    assert exp.dist_flag and type(exp.model).__name__ == "ConvnetDist"
+    assert exp.dist_flag and exp.model.class_name == "ConvnetDist"
     assert [type(l).__name__ for l in exp.model.layers][-1] == "LayerWithNoBiasDist"
 
 
@@ -36,7 +36,7 @@ def test_comments_kept_and_shard_paths_get_rank_and_size():
 
 def _summary(exp):
     """What an experiment builds: classes, the datasets' distribution keys, every layer's keys."""
-    return (type(exp.model).__name__, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
+    return (exp.model.class_name, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
             [(type(l).__name__, l.nout, l.learning_rate) for l in exp.model.layers])
 
 
@@ -83,7 +83,7 @@ def test_neons_later_single_dataset_gets_dist_flag_too():
     assert "dist_flag: *id001" not in plain and "Dist\n" not in plain
     out = distribute_text(plain, "plain.yaml")
     exp = load_experiment_text(out, "d.yaml")
-    assert exp.dist_flag and exp.dataset.dist_flag and type(exp.model).__name__ == "ConvnetDist"
+    assert exp.dist_flag and exp.dataset.dist_flag and exp.model.class_name == "ConvnetDist"
 
 
 def test_an_experiment_without_dist_flag_is_refused_with_its_own_keys():

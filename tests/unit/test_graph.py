@@ -11,7 +11,7 @@ from distnet.layers.base import LayerContext
 from distnet.layers import AddLayer, ConcatLayer, ConvLayer, Layer
 from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
-from distnet.models import Convnet
+from distnet.models import Model
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from tests.backends import make_backend
@@ -77,7 +77,7 @@ def resnet(backend, concat=False):
         merge,
         GlobalAveragePoolingLayer(name="gap"),
         Layer(name="out", nout=3, weight_init=WI)]
-    model = Convnet(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
+    model = Model(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
     model.infer_shapes((2, 7, 6))
     model.configure(backend, Topology.serial())
     model.init_params()
@@ -113,7 +113,7 @@ def test_graph_training_float64_reproducible_and_chain_unchanged():
         return [model.train_step(x, t, 0) for _ in range(3)]
     a, b = run(), run()
     assert a == b and a[2] < a[0]
-    chain = Convnet(layers=[ConvLayer(nofm=2, fshape=3, weight_init=WI), Layer(nout=3, weight_init=WI)],
+    chain = Model(layers=[ConvLayer(nofm=2, fshape=3, weight_init=WI), Layer(nout=3, weight_init=WI)],
                     num_epochs=1)
     assert chain.graph.is_chain
 
@@ -185,7 +185,7 @@ def test_a_layer_may_read_one_value_twice(merge):
               ConvLayer(name="c", nofm=2, fshape=3, padding=1, weight_init=WI, activation=Tanh()),
               Merge(name="twice", inputs=["c", "c"]),
               Layer(name="out", nout=3, weight_init=WI)]
-    model = Convnet(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
+    model = Model(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
     model.infer_shapes((1, 5, 4))
     model.configure(make_backend("numpy", dtype="float64", rng_seed=1), Topology.serial())
     model.init_params()

@@ -366,6 +366,6 @@ def test_gb_pretraining_draws_a_new_dropout_mask_every_step():
 def test_shipped_experiments_build(name):
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     assert exp.model.infer_shapes(exp.dataset.image_shape) == (10,)
-    assert type(exp.model).__name__ == ("GBDist" if name.endswith("dist") else "GB")
+    assert exp.model.class_name == ("GBDist" if name.endswith("dist") else "GB")
     if name.startswith("cifar10"):
         assert (4, 4) in valid_grids(16, exp.model.planes())

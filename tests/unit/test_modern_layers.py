@@ -16,7 +16,7 @@ from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.layers.params import Param
 from distnet.layers.step import TrainingStep
-from distnet.models import Convnet
+from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -199,7 +199,7 @@ def _model(rule=None, epochs=2, **keys):
               DropoutLayer(p=0.2, name="d"), GlobalAveragePoolingLayer(name="g"),
               LayerWithNoBias(nout=4, weight_init=WI, name="f"), BatchNormLayer(name="bnf"),
               Layer(nout=3, weight_init=WI, activation=Identity(), name="o")]
-    m = Convnet(layers=layers, num_epochs=epochs, batch_size=4, cost=SoftmaxCrossEntropy(),
+    m = Model(layers=layers, num_epochs=epochs, batch_size=4, cost=SoftmaxCrossEntropy(),
                 learning_rule=rule or Adam(learning_rate=0.01), **keys)
     m.infer_shapes((2, 6, 6))
     m.configure(Numpy64(rng_seed=1), Topology.serial())
@@ -227,9 +227,9 @@ def test_model_predict_runs_in_evaluation_mode():
 
 def test_model_errors():
     with pytest.raises(ConfigError, match="momentum is a key of the learning rule"):
-        Convnet(layers=[Layer(nout=2, weight_init=WI)], num_epochs=1, learning_rule=Adam(),
+        Model(layers=[Layer(nout=2, weight_init=WI)], num_epochs=1, learning_rule=Adam(),
                 momentum={"type": "constant", "coef": 0.9})
-    m = Convnet(layers=[BatchNormLayer(name="bn"), Layer(nout=2, weight_init=WI, name="o")], num_epochs=1,
+    m = Model(layers=[BatchNormLayer(name="bn"), Layer(nout=2, weight_init=WI, name="o")], num_epochs=1,
                 learning_rate=0.1, micro_batches=2)
     m.infer_shapes((2, 3, 3))
     with pytest.raises(ConfigError, match="whole minibatch"):
@@ -248,10 +248,10 @@ def test_checkpoint_keeps_buffers_optimizer_state_and_steps(tmp_path):
     assert ck.meta["steps"] == 3 and [b["name"] for b in ck.buffers] == [
         "bn.running_mean", "bn.running_var", "bnf.running_mean", "bnf.running_var"]
     resumed = _model(epochs=2)
-    restore_checkpoint(resumed, str(path), Topology.serial())
+    ck = restore_checkpoint(resumed, str(path), Topology.serial())
     np.testing.assert_array_equal(resumed.layers[1].running_var, first.layers[1].running_var)
     np.testing.assert_array_equal(resumed.layers[0].params()[0].state["m"], first.layers[0].params()[0].state["m"])
-    resumed.fit(x, labels, 3)
+    resumed.fit(x, labels, 3, resume=ck.resume)
     for a, b in zip(resumed.layers, ref.layers):
         for p, q in zip(a.params() + a.buffers(), b.params() + b.buffers()):
             np.testing.assert_array_equal(p.value, q.value, err_msg=p.name)
@@ -289,7 +289,7 @@ def test_yaml_softmax_cross_entropy_adam_end_to_end():
 def test_learning_rule_and_neon_per_layer_momentum_do_not_mix():
     layer = Layer(nout=2, weight_init=WI, name="o")
     layer.momentum_params = {"type": "constant", "coef": 0.9}     # neon's per-layer learning_rule
-    m = Convnet(layers=[layer], num_epochs=1, learning_rule=Adam())
+    m = Model(layers=[layer], num_epochs=1, learning_rule=Adam())
     m.infer_shapes((4,))
     with pytest.raises(ConfigError, match="own momentum"):
         m.configure(Numpy64(), Topology.serial())

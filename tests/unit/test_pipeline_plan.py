@@ -10,7 +10,7 @@ from distnet.comm import SerialComm, Topology
 from distnet.errors import ConfigError
 from distnet.layers import ConvLayer, Layer, LayerWithNoBias, MaxPoolingLayer
 from distnet.layers.base import REPLICATED, SPATIAL
-from distnet.models import MLP
+from distnet.models import Model
 from distnet.models.pipeline import (Segment, StagePlanError, assign_stages, local_feature_shape,
                                      micro_slices, segments)
 from distnet.ops.activations import Logistic, Tanh
@@ -103,7 +103,7 @@ def fake_topology(npipe, stage):
 
 
 def configured(layers, topology, **keys):
-    model = MLP(layers=layers, num_epochs=2, batch_size=5, momentum={"type": "constant", "coef": 0.5}, **keys)
+    model = Model(layers=layers, num_epochs=2, batch_size=5, momentum={"type": "constant", "coef": 0.5}, **keys)
     model.infer_shapes((2, 9, 8))
     model.configure(Numpy64(rng_seed=4), topology)
     return model
@@ -125,12 +125,12 @@ def test_placement_errors_are_found_when_the_model_is_built():
     layers = net()
     layers[2].stage = 2
     with pytest.raises(ConfigError, match=r"stage\(s\) \[1\] run no layer"):
-        MLP(layers=layers, num_epochs=1)
+        Model(layers=layers, num_epochs=1)
     with pytest.raises(ConfigError, match="stages must be strictly increasing") as e:
-        MLP(layers=net(), num_epochs=1, stages=[3, 2])
+        Model(layers=net(), num_epochs=1, stages=[3, 2])
     assert e.value.key == "stages"
     with pytest.raises(ConfigError, match=r"stages\[0\] = 5 is out of range"):
-        MLP(layers=net(), num_epochs=1, stages=[5])
+        Model(layers=net(), num_epochs=1, stages=[5])
 
 
 @pytest.mark.parametrize("stage", [0, 1])
@@ -181,7 +181,7 @@ def test_micro_batches_equal_the_full_batch(micro):
             np.testing.assert_allclose(pm.value, pr.value, rtol=1e-12, atol=1e-14, err_msg=pm.name)
 
 
-class TopOnlyMLP(MLP):
+class TopOnlyMLP(Model):
     """Trains only the layers from index 3 up in epoch 0 (like GB's initial epochs)."""
 
     def lowest_trained_layer(self, epoch):

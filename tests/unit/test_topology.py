@@ -324,10 +324,10 @@ def test_the_input_images_are_a_plane_to_cut_without_window_layers():
     in the dataset's tiling with 'cannot split length 3 into 4 non-empty blocks')."""
     from distnet.layers import LayerDist
     from distnet.layers.batchnorm import BatchNormLayerDist
-    from distnet.models import ConvnetDist
+    from distnet.models import Model
     from distnet.models.mlp_dist import MLPDist
     WI3 = {"type": "uniform", "low": -0.1, "high": 0.1}
-    model = ConvnetDist(layers=[BatchNormLayerDist(name="bn"), LayerDist(name="out", nout=3, weight_init=WI3)], num_epochs=1)
+    model = Model(layers=[BatchNormLayerDist(name="bn"), LayerDist(name="out", nout=3, weight_init=WI3)], num_epochs=1)
     model.infer_shapes((1, 4, 3))
     assert (4, 3, "the input images") in model.planes()
     with pytest.raises(TopologyError, match=r"grid 1x4 cannot cut plane 4x3 \(the input images\): 3 columns < 4"

@@ -1,37 +1,41 @@
-"""neon's ``MLP``: a sequence of layers trained with minibatch SGD
-(docs/neon-semantics.md#mlp-training-loop, docs/neon-semantics.md#predict-and-error-rates).
+"""The model of every image experiment: a sequence (or graph) of layers trained with minibatch
+SGD, as neon's MLP. Experiment files name it by neon's names, ``MLP``, ``Convnet`` and
+``ConvnetDist`` (aliases of :class:`Model`; messages print the name the file wrote).
 
 The same class runs distributed: the layers decide what is split (Dist layers: their
 placements) and the model only sequences them through the one training step
 (:class:`~distnet.layers.step.TrainingStep`: gradient sums over the communicators the placements
 name, update), and computes costs and error rates, which are identical on every rank because the
 last layer's output is replicated.
+
+The model's part of the training loop (:mod:`distnet.experiments.loop` runs it) is a small
+protocol: :meth:`Model.start` (the first epoch, from a resume state), :meth:`Model.before_training`
+(GB pretrains there), :meth:`Model.fit_epoch` and :meth:`Model.split_metrics`.
 """
 import contextlib
-import logging
 import math
 
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_error, config_given, config_where, constructor_keys
+from ..config.builder import config_class_name, config_error
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
-from ..layers.local import LocalFilteringLayer
 from ..layers.placement import REPLICATED, SPATIAL
-from ..layers.step import TrainingStep, backward, cost_delta, forward, forward_backward
+from ..layers.step import TrainingStep
 from ..log import get_logger
-from ..ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
-from ..ops.costs import CrossEntropy, SoftmaxCrossEntropy, misclassified
+from ..ops.costs import CrossEntropy, misclassified
 from ..ops.sgd import MomentumSchedule
+from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
+from .notes import model_notes
 from .pipeline import Pipeline, StagePlanError, assign_stages
 from .towers import TowerPlan
 
 
-class MLP:
+class Model:
     """Keys: ``layers`` (list), ``num_epochs`` (int), ``batch_size`` (int, default: all training
     images), ``cost`` (default CrossEntropy), ``momentum`` (a schedule mapping: see "Mappings"
     at the end of the reference; default none), ``learning_rate`` (default for layers that give
@@ -122,62 +126,8 @@ class MLP:
 
     def notes(self):
         """``[(logging level, text)]`` about this model's keys for the experiment's
-        ``config_notes``: :meth:`learning_rate_notes`, and a last activation that does not suit
-        the cost: CrossEntropy (neon's, binary per output) takes probabilities, so outputs
-        outside [0, 1] (Identity, a Layer's default; RectLin; Tanh) make its clipped logarithms
-        and gradients meaningless (a run may diverge, with advice to lower the learning rate);
-        SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly."""
-        notes = self.learning_rate_notes()
-        if not self.pretrains:
-            for layer in self.layers:
-                if isinstance(layer, LocalFilteringLayer) and layer.pretraining:
-                    where = config_where(layer, "pretraining")
-                    notes.append((logging.WARNING, f"{where + ': ' if where else ''}layer '{layer.name}': "
-                                  f"pretraining: True, but the model {type(self).__name__} does not pretrain "
-                                  "(GB and GBDist do); use model GB, or remove the layer's pretraining keys"))
-        last = self.layers[-1]
-        act = type(last.activation).__name__
-        where = config_where(last, "activation")
-        at = f"{where + ': ' if where else ''}layer '{last.name}': "
-        if isinstance(self.cost, CrossEntropy) and isinstance(last.activation, (Identity, RectLin, Tanh)):
-            notes.append((logging.WARNING, f"{at}its activation {act} gives outputs outside [0, 1], but the cost "
-                          "CrossEntropy takes probabilities: give it activation Logistic (or Softmax), or use cost "
-                          "SoftmaxCrossEntropy on Identity outputs (logits)"))
-        if isinstance(self.cost, SoftmaxCrossEntropy) and isinstance(last.activation, (Logistic, Softmax, Tanh)):
-            notes.append((logging.WARNING, f"{at}its activation {act} squashes the logits SoftmaxCrossEntropy "
-                          "takes (it applies the softmax itself; training is slowed); use activation Identity"))
-        return notes
-
-    def learning_rate_notes(self):
-        """``[(logging.WARNING, text)]`` for a ``learning_rate`` no parameter will use, with a
-        learning rule (a layer's own rate wins over the rule's, which wins over the model's):
-        the model's, when the rule has a rate (Adam's default 0.001 counts: a model rate of 0.1
-        beside ``learning_rule: Adam {}`` trained at 0.001), and the rule's, when every layer
-        with weights gives its own. Without a learning rule neon's files give the model a rate
-        that the layers' own replace (neon stored it unused: docs/neon-semantics.md#keys-per-class):
-        no note."""
-        rule = self.learning_rule
-        if rule is None or rule.learning_rate is None:
-            return []
-        def at(obj, key):
-            where = config_where(obj, key)
-            return f"{where}: " if where else ""
-        weighted = [layer for layer in self.layers if "learning_rate" in constructor_keys(type(layer))[0]]
-        own = [layer for layer in weighted if layer.learning_rate is not None]
-        rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
-                                           f", {type(rule).__name__}'s default")
-        notes, all_own = [], bool(weighted) and len(own) == len(weighted)
-        if self.learning_rate is not None:
-            why = ("every layer with weights gives its own learning_rate" if all_own else
-                   f"the learning rule's ({rate}) applies to the layers without their own; give the rate "
-                   "to the learning rule")
-            notes.append((logging.WARNING, f"{at(self, 'learning_rate')}the model's learning_rate "
-                          f"{self.learning_rate:g} is not used: {why}"))
-        if all_own:
-            notes.append((logging.WARNING, f"{at(rule, 'learning_rate')}the learning rule's learning_rate "
-                          f"({rate}) is not used: every layer with weights gives its own learning_rate, "
-                          "which wins; remove those to use the rule's"))
-        return notes
+        ``config_notes`` (:func:`~distnet.models.notes.model_notes`)."""
+        return model_notes(self)
 
     def _tower_plan(self, ntowers):
         """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without
@@ -201,7 +151,7 @@ class MLP:
     # -- building ------------------------------------------------------------------------------
     def check_layers(self):
         """Refuse layers this model cannot hold (located errors; the experiment calls it as the
-        file is read). MLP holds any sequence."""
+        file is read). Model holds any sequence."""
 
     #: The data's ``(C, H, W)`` (:meth:`infer_shapes`).
     input_shape = None
@@ -296,11 +246,15 @@ class MLP:
         # A graph keeps outputs for later readers and hands one gradient to several layers.
         for layer in self.layers:
             layer.reuse_buffers = self.pipeline is None and self.graph.is_chain
+        #: How a forward / backward runs (:mod:`distnet.models.execution`), chosen once here.
+        self.execution = (self.pipeline if self.pipeline is not None else
+                          ChainExecution(self.layers, self.cost) if self.graph.is_chain else
+                          GraphExecution(self.graph, self.cost))
 
     def _plan_stages(self, topology):
         """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
         (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
-        has one stage and one micro-batch: the plain loop below)."""
+        has one stage and one micro-batch: a chain or a graph runs it)."""
         npipe = topology.npipe
         self.stage_of = self.stage_plan(npipe)
         mine = topology.pipe_index
@@ -335,9 +289,8 @@ class MLP:
                                f"layer '{where.name}': {e}", e.key) from None
 
     def init_params(self):
-        """Draw every layer's weights from the backend RNG, in layer order
-        (docs/design.md#initialisation); with pipeline stages every rank draws them all, then
-        releases the other stages' layers."""
+        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4); with
+        pipeline stages every rank draws them all, then releases the other stages' layers."""
         self.backend.reseed()
         for layer in self.layers:
             layer.init_params(self.backend.rng)
@@ -353,13 +306,16 @@ class MLP:
                         p.copy_elsewhere = True
         self._index = {id(layer): i for i, layer in enumerate(self.layers)}
 
-    # -- training ------------------------------------------------------------------------------
+    @property
+    def class_name(self):
+        """The name the experiment file gave this model (``MLP``, ``ConvnetDist``, ``GB``...):
+        what messages call it."""
+        return config_class_name(self)
+
+    # -- forward and backward ------------------------------------------------------------------
     def fprop(self, x):
-        if self.pipeline is not None:
-            return self.pipeline.fprop(x)
-        if not self.graph.is_chain:
-            return self.graph.forward(x)
-        return forward(self.layers, x)
+        """The output ``(b, K)`` of ``x`` (replicated over the spatial ranks and stages)."""
+        return self.execution.forward(x)
 
     def lowest_trained_layer(self, epoch):
         """Index of the lowest layer that learns in ``epoch`` (0: all; GB trains only the top
@@ -367,9 +323,8 @@ class MLP:
         return 0
 
     def bprop(self, delta, lowest=0):
-        if not self.graph.is_chain:
-            return self.graph.backward(delta, lowest)
-        backward(self.layers, delta, lowest)
+        """Backpropagate the output gradient ``delta`` down to layer ``lowest`` (no pipeline)."""
+        self.execution.backward(delta, lowest)
 
     def trained_params(self, lowest=0):
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
@@ -410,19 +365,11 @@ class MLP:
         """
         batch_size = len(x) if batch_size is None else batch_size
         lowest = self.lowest_trained_layer(epoch)
-        # run(after_layer): the step's hook, called per layer once its gradients are final (the
+
+        # after_layer: the step's hook, called per layer once its gradients are final (the
         # gradient buckets start their Allreduce during the backward; DISTNET_OVERLAP).
-        if self.pipeline is not None:  # stages and/or micro-batches (loss shared over the pipe)
-            def run(after_layer):
-                return [self.pipeline.forward_backward(x, t, batch_size, lowest, after_layer)]
-        else:
-            def run(after_layer):      # the loss stays on the device until the end
-                return [forward_backward(self.layers, self.cost, x, t, batch_size, lowest, after_layer)]
-            if not self.graph.is_chain:
-                def run(after_layer):
-                    loss, delta = cost_delta(self.cost, self.graph.forward(x), t, batch_size)
-                    self.graph.backward(delta, lowest, after_layer)
-                    return [loss]
+        def run(after_layer):
+            return [self.execution.forward_backward(x, t, batch_size, lowest, after_layer)]
         self.start_batch(batch_size)
         loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
                           rule=self.learning_rule, step=self.steps + 1, epoch=epoch, layered=True)
@@ -456,60 +403,84 @@ class MLP:
         bs = self.batch_size or n
         return [order[i:i + bs] for i in range(0, n, bs)]
 
-    #: Set before :meth:`fit` to continue an interrupted run: ``{"epoch": first epoch to train,
-    #: "shuffle_rng": RandomState state or None}`` (``distnet.models.checkpoint`` sets it).
-    resume = None
-    #: Optional ``callable(epoch, batch, nbatches)`` run before every training step of
-    #: :meth:`fit` (progress display, fault injection); every rank calls it.
-    on_batch = None
-    #: The per-epoch shuffle (:meth:`start_fit`; None without ``shuffle``).
+    # -- the training loop's protocol (distnet.experiments.loop) -------------------------------
+    #: The per-epoch shuffle (:meth:`start`; None without ``shuffle``); checkpoints store its state.
     shuffle_rng = None
-    #: The summed cost of this epoch's batches so far (the progress display reads it).
-    epoch_loss_sum = None
-    #: Optional ``callable(list of row-index arrays)``: :meth:`fit` gives it each epoch's
-    #: minibatches (this replica's rows) before training on them, so streamed data is read
-    #: ahead (``Dataset.read_ahead``); None for data in memory.
-    read_ahead = None
 
-    def start_fit(self):
+    def start(self, resume=None):
         """Make ``shuffle_rng`` (the per-epoch shuffle, None without ``shuffle``) and return the
-        first epoch to train: 0, or the epoch after a restored checkpoint (``resume``, used once)."""
+        first epoch to train: 0, or ``resume.epoch`` (a
+        :class:`~distnet.models.checkpoint.ResumeState`, whose shuffle state is restored)."""
         self.shuffle_rng = np.random.RandomState(self.backend.rng_seed) if self.shuffle else None
-        resume, self.resume = self.resume or {}, None
-        if self.shuffle_rng is not None and resume.get("shuffle_rng") is not None:
-            self.shuffle_rng.set_state(resume["shuffle_rng"])
-        return int(resume.get("epoch", 0))
+        if resume is None:
+            return 0
+        if self.shuffle_rng is not None and resume.shuffle_state is not None:
+            self.shuffle_rng.set_state(resume.shuffle_state)
+        return int(resume.epoch)
 
-    def fit(self, x, labels, nclasses, on_epoch=None):
-        """Train on ``x (N, C, h, w)`` (this rank's tiles of all N images) and ``labels (N,)``
-        for ``num_epochs``; logs neon's line per epoch and returns the per-epoch mean costs."""
+    def before_training(self, train):
+        """What runs once before the first epoch of a run that starts from scratch (not
+        resumed); yields its records for the run's hooks. Nothing here (GB pretrains)."""
+        return iter(())
+
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+        """One epoch over ``train = (x (N, C, h, w), labels (N,))`` (this rank's tiles of all N
+        images) in the order of :meth:`batches` (reshuffled by ``shuffle_rng``); logs neon's
+        line and returns the mean cost per image (the same on every rank).
+
+        on_batch : ``callable(epoch, batch, nbatches, running_cost)`` before every step
+            (``running_cost``: the summed cost of the epoch's batches before it).
+        read_ahead : ``callable(list of row-index arrays)`` given the epoch's minibatches (this
+            replica's rows) before training on them (streamed data, ``Dataset.read_ahead``).
+        """
+        x, labels = train
         xp = self.backend.xp
-        targets = _one_hot(labels, nclasses, self.backend.dtype)
-        first = self.start_fit()
-        costs = []
-        for epoch in range(first, self.num_epochs):
-            total = 0.0
-            batches = self.batches(x.shape[0], self.shuffle_rng)
-            if self.read_ahead is not None:
-                self.read_ahead([self.replica_rows(idx) for idx in batches])
-            for b, idx in enumerate(batches):
-                if self.on_batch is not None:
-                    self.epoch_loss_sum = total  # the running cost, for the progress display
-                    self.on_batch(epoch, b, len(batches))
-                rows = self.replica_rows(idx)
-                loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))
-                if not math.isfinite(loss):
-                    raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
-                                        "lower the learning rate or check the data")
-                check_finite_after_step(self, epoch, b, len(batches))   # every 16 steps and at the epoch end
-                total += loss
-            mean = total / x.shape[0]
-            costs.append(mean)
-            self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
-            if on_epoch is not None:
-                on_epoch(epoch, mean)
-        return costs
+        targets = self._targets(labels)
+        total = 0.0
+        batches = self.batches(x.shape[0], self.shuffle_rng)
+        if read_ahead is not None:
+            read_ahead([self.replica_rows(idx) for idx in batches])
+        for b, idx in enumerate(batches):
+            if on_batch is not None:
+                on_batch(epoch, b, len(batches), total)
+            rows = self.replica_rows(idx)
+            loss = self.train_step(xp.asarray(x[rows]), xp.asarray(targets[rows]), epoch, len(idx))
+            if not math.isfinite(loss):
+                raise TrainingError(f"the cost became {loss} in epoch {epoch}, batch {b}; "
+                                    "lower the learning rate or check the data")
+            check_finite_after_step(self, epoch, b, len(batches))   # every 16 steps and at the epoch end
+            total += loss
+        mean = total / x.shape[0]
+        self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
+        return mean
 
+    #: ``(labels, their one-hot targets)`` of the last :meth:`fit_epoch`.
+    _one_hot_of = None
+
+    def _targets(self, labels):
+        """The one-hot targets ``(N, K)`` of ``labels``, made once per label array."""
+        cached = self._one_hot_of
+        if cached is None or cached[0] is not labels:
+            self._one_hot_of = (labels, _one_hot(labels, self.layers[-1].out_shape[0], self.backend.dtype))
+        return self._one_hot_of[1]
+
+    def split_metrics(self, split):
+        """``{"misclass": percent}`` of a split ``(x, labels)``. Collective (data replicas)."""
+        return {"misclass": self.misclass_rate(*split)}
+
+    def fit(self, x, labels, nclasses=None, resume=None):
+        """Train on ``x`` and ``labels`` for ``num_epochs`` without a run's hooks (scripts and
+        tests; ``distnet run`` goes through :mod:`distnet.experiments.loop`); returns the
+        per-epoch mean costs. ``nclasses`` must be the last layer's outputs when given."""
+        if nclasses is not None and nclasses != self.layers[-1].out_shape[0]:
+            raise ValueError(f"nclasses is {nclasses} but the last layer gives {self.layers[-1].out_shape[0]} outputs")
+        first = self.start(resume)
+        if resume is None:
+            for _ in self.before_training((x, labels)):
+                pass
+        return [self.fit_epoch((x, labels), epoch) for epoch in range(first, self.num_epochs)]
+
+    # -- inference -----------------------------------------------------------------------------
     def predict(self, x):
         """Outputs ``(n, K)`` for this data replica's rows of every batch of ``x`` (all rows
         when there is one replica), in order; replicated over the spatial ranks."""
@@ -540,7 +511,7 @@ class MLP:
 
 def _replica_row0(n, ndata, data_index):
     """The first row of data replica ``data_index`` in a global minibatch of ``n`` rows
-    (:meth:`MLP.replica_rows`' blocks: the first ``n % ndata`` replicas hold one row more)."""
+    (:meth:`Model.replica_rows`' blocks: the first ``n % ndata`` replicas hold one row more)."""
     q, r = divmod(n, ndata)
     return data_index * q + min(data_index, r)
 

@@ -1,0 +1,139 @@
+"""What every experiment kind (:class:`~distnet.experiments.fit.FitExperiment`,
+:class:`~distnet.experiments.seq2seq.Seq2SeqExperiment`) has in common: the ``logging``,
+``checkpoint`` and ``eval_every`` keys, the topology, checkpoints, and ``run`` (the one training
+loop, :mod:`distnet.experiments.loop`)."""
+import logging
+
+from ..backend import under_seterr_handling
+from ..config.builder import config_error
+from ..errors import ConfigError
+from ..log import check_logging, get_logger, setup_logging
+from .loop import run_experiment
+
+_CHECKPOINT_KEYS = {"every", "path", "at_end"}
+
+
+def check_checkpoint_key(value):
+    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``) checked; ``{}`` for None."""
+    if value is None:
+        return {}
+    unknown = set(value) - _CHECKPOINT_KEYS
+    if unknown:
+        raise ConfigError(f"unknown checkpoint key(s) {sorted(unknown)}; valid: {sorted(_CHECKPOINT_KEYS)}",
+                          key="checkpoint")
+    every = value.get("every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(f"checkpoint every must be an integer >= 0 (0: only at the end), got {every!r}",
+                          key="checkpoint")
+    path = value.get("path")
+    if path is not None and (not isinstance(path, str) or not path):
+        raise ConfigError(f"checkpoint path must be a file name, got {path!r}", key="checkpoint")
+    at_end = value.get("at_end", True)
+    if not isinstance(at_end, bool):
+        raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
+    return dict(value)
+
+
+def setup_experiment_logging(experiment, t):
+    """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
+    (opened by rank 0) ends every rank with the experiment's file:line (collective over
+    ``t.world``)."""
+    from ..comm.abort import run_collectively
+    lc = dict(experiment.logging)
+
+    def setup():
+        try:
+            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
+        except ConfigError as e:
+            raise config_error(experiment, e.bare_message, e.key) from None
+
+    run_collectively(setup, t.world)
+
+
+def launcher_size():
+    """World size announced by an MPI launcher's environment (1 if not launched by one)."""
+    from ..comm.launcher import launcher_world_size
+    return launcher_world_size()[0]
+
+
+class Experiment:
+    """The base of the experiment kinds. A kind sets ``model``, ``dataset``, ``backend``,
+    ``data``, ``pipe`` and calls :meth:`_run_keys`; it implements ``layout`` and what the loop
+    (:mod:`distnet.experiments.loop`) asks: ``setup(topology)`` (returns the topology),
+    ``load_data()`` (``{split: arrays}``), ``log_start(log)``, ``eval_splits()`` (the splits
+    measured after an epoch), ``log_epoch(record, log)`` and ``final_metrics(data, history,
+    result, log)``; :meth:`evaluates`, :meth:`read_ahead` and :meth:`note_start` have defaults."""
+
+    #: ``[(level, message)]`` about the file's keys (neon spellings translated, keys ignored),
+    #: set by :func:`~distnet.config.load_experiment`; logged at the start of a run.
+    config_notes = ()
+    dist_flag = False
+    #: Whether a run names its best epoch (the lowest validation, else test, error rate).
+    picks_best_epoch = True
+
+    def _run_keys(self, logging, checkpoint, eval_every):
+        """The keys of every kind: ``logging``, ``checkpoint``, ``eval_every``."""
+        self.logging = check_logging(logging)
+        ck = check_checkpoint_key(checkpoint)
+        #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
+        self.checkpoint_every = ck.get("every", 0)
+        #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
+        self.checkpoint_path = ck.get("path")
+        self.checkpoint_at_end = ck.get("at_end", True)
+        if eval_every < 0:
+            raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
+        self.eval_every = eval_every
+        #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
+        self.config_record = None
+
+    def build_notes(self):
+        """Notes about keys the built objects do not use (the model's learning rates), for
+        :attr:`config_notes` (:func:`~distnet.config.load_experiment` adds them)."""
+        return self.model.notes()
+
+    def make_topology(self):
+        """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
+        run, else from MPI's world, cut by ``layout``."""
+        from ..comm.topology import Topology
+        if not self.dist_flag and self.data == 1 and self.pipe == 1:
+            self.layout(launcher_size())   # refuses a launch on several ranks
+            return Topology.serial()
+        world = Topology.world_comm()
+        return Topology.from_layout(self.layout(world.Get_size()), world)
+
+    def save_checkpoint(self, path, epoch, history=()):
+        """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes;
+        never a checkpoint of non-finite weights)."""
+        from ..models.checkpoint import save_checkpoint
+        from ..models.finite import check_parameters
+        check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
+        save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
+
+    def restore(self, path):
+        """Load the checkpoint ``path`` into the configured model (any layout wrote it);
+        returns the :class:`~distnet.models.checkpoint.Checkpoint` (its ``resume`` continues
+        training after it). Collective."""
+        from ..models.checkpoint import restore_checkpoint
+        return restore_checkpoint(self.model, path, self.topology, get_logger())
+
+    def evaluates(self, epoch):
+        """Whether the end of ``epoch`` measures the :meth:`eval_splits` (every ``eval_every``)."""
+        return bool(self.eval_every) and (epoch + 1) % self.eval_every == 0
+
+    def read_ahead(self, train):
+        """The training split's read-ahead (``Dataset.read_ahead``), None for data in memory."""
+        return None
+
+    def note_start(self, data, first_epoch, log):
+        """Warnings about the run that need its data (none here)."""
+
+    @under_seterr_handling
+    def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
+        """Train (and evaluate); returns a :class:`~distnet.experiments.loop.RunResult`.
+
+        topology : a :class:`~distnet.comm.Topology` (default: :meth:`make_topology`).
+        on_epoch : ``callable(epoch, mean cost)`` after every epoch (kept for callers of old).
+        hooks : a :class:`~distnet.experiments.loop.RunHooks`.
+        resume : path of a checkpoint to continue from (any layout wrote it).
+        """
+        return run_experiment(self, topology, hooks, resume, on_epoch)
