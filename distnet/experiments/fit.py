@@ -1,5 +1,6 @@
 """Experiments: the YAML root. ``FitExperiment`` trains; ``FitPredictErrorExperiment`` also
-reports the misclassification rates of the training and test sets (NEON.md §4.2).
+reports the misclassification rates of the training and test sets
+(docs/neon-semantics.md#predict-and-error-rates).
 
 ``run()`` (:meth:`~distnet.experiments.base.Experiment.run`, the one training loop of
 :mod:`distnet.experiments.loop`) is the whole life of a job on one rank: topology, model planning,
@@ -152,7 +153,7 @@ class FitExperiment(Experiment):
         """Shapes, topology, layer plans and weights; returns the topology."""
         self.check()
         self.topology = topology or self.make_topology()
-        self.thread_plan = setup_threads(self.topology.world, self.backend)  # issue 18 hook
+        self.thread_plan = setup_threads(self.topology.world, self.backend)  # before any BLAS call
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(self.topology.local_rank())
         setup_experiment_logging(self, self.topology)

@@ -1,4 +1,5 @@
-"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (NEON.md §4.3, §4.4, §6.6).
+"""neon's Google-Brain-style models ``GB`` and ``GBDist`` (docs/neon-semantics.md#gb-pretraining,
+docs/neon-semantics.md#gb-supervised-phase, docs/neon-semantics.md#convnetdist-and-gbdist).
 
 ``GB`` is a :class:`~distnet.models.model.Model` with two additions:
 
@@ -102,7 +103,7 @@ class GB(Model):
                              f"pipe = {topology.npipe}); use spatial and data parallelism")
         super().configure(backend, topology)
 
-    # -- pretraining (NEON.md §4.3) -------------------------------------------------------------
+    # -- pretraining (docs/neon-semantics.md#gb-pretraining) --------------------------------------
     def pretraining_epochs(self, x):
         """Greedy layer-wise pretraining on ``x (N, C, h, w)`` (this rank's tiles). For each
         pretrained LF layer bottom-up: ``num_pretrain_epochs`` epochs over all batches (in order,
@@ -140,7 +141,7 @@ class GB(Model):
                 yield self.pretrain_costs[-1]
             layer.train_mode()
 
-    # -- supervised phase (NEON.md §4.4) --------------------------------------------------------
+    # -- supervised phase (docs/neon-semantics.md#gb-supervised-phase) ----------------------------
     def before_training(self, train):
         """Pretrain (if ``pretraining``) on the training images of ``train = (x, labels)``,
         yielding per pretrained layer and epoch ``{"pretrain": layer name, "pretrain_epoch",

@@ -1,5 +1,6 @@
 """The model of every image experiment: a sequence (or graph) of layers trained with minibatch
-SGD, as neon's MLP. Experiment files name it by neon's names, ``MLP``, ``Convnet`` and
+SGD, as neon's MLP (docs/neon-semantics.md#mlp-training-loop,
+docs/neon-semantics.md#predict-and-error-rates). Experiment files name it by neon's names, ``MLP``, ``Convnet`` and
 ``ConvnetDist`` (aliases of :class:`Model`; messages print the name the file wrote).
 
 The same class runs distributed: the layers decide what is split (Dist layers: their
@@ -289,8 +290,9 @@ class Model:
                                f"layer '{where.name}': {e}", e.key) from None
 
     def init_params(self):
-        """Draw every layer's weights from the backend RNG, in layer order (DESIGN §4); with
-        pipeline stages every rank draws them all, then releases the other stages' layers."""
+        """Draw every layer's weights from the backend RNG, in layer order
+        (docs/design.md#initialisation); with pipeline stages every rank draws them all, then
+        releases the other stages' layers."""
         self.backend.reseed()
         for layer in self.layers:
             layer.init_params(self.backend.rng)
