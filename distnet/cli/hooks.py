@@ -16,11 +16,14 @@ class CliHooks:
         self.world = None               # the world communicator of a multi-rank run (started)
 
     def started(self, experiment, topology):
+        """After setup: the watchdog starts, rank 0 records the topology in run.json (a failure
+        ends every rank; collective over the world), the bar learns the epochs."""
         self.model = experiment.model
         self.world = topology.world if topology.size > 1 else None
         if self.watchdog_seconds:
             from ..comm.watchdog import Watchdog
             self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
+
         def record():           # rank 0 writes run.json; its failure (a full disk) is every rank's
             if self.record is not None:
                 from ..experiments.rundir import versions
@@ -55,18 +58,22 @@ class CliHooks:
         collectively(self.world, write)
 
     def epoch(self, record):
+        """After every epoch: its record to the run directory and the --metrics file."""
         if self.watchdog is not None:
             self.watchdog.progress(record.get("epoch"), None)
         self._write(record)
 
     def pretrain(self, record):
+        """After every pretraining epoch of a layer (GB): its record, as :meth:`epoch`."""
         self._write(record)
 
     def trained(self):
+        """After the last training step: the watchdog stops."""
         if self.watchdog is not None:   # the final checkpoint and error rates are not watched
             self.watchdog.stop()
 
     def finished(self, result):
+        """After the final error rates: the ``{"final": True, ...}`` record of ``result``."""
         if self.watchdog is not None:
             self.watchdog.stop()
         rec = {"final": True, "train_misclass": result.train_misclass,
@@ -79,6 +86,8 @@ class CliHooks:
         self._write(rec)
 
     def close(self, ok=True):
+        """End of the run (``ok``: it succeeded): the watchdog and the bar stop, the --metrics
+        file is kept (a replaced file takes its name only when ``ok``)."""
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.bar is not None:
