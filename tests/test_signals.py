@@ -295,13 +295,13 @@ def test_the_watchdog_is_off_after_the_last_training_step(tmp_path):
     """The final checkpoint and error rates are not watched (README, comm/watchdog.py): a watchdog
     shorter than the final evaluation fired after the run had printed some of its results, and
     the run exited 1 as if training had stalled."""
-    from distnet.cli.main import _CliHooks
+    from distnet.cli.hooks import CliHooks
     from distnet.config import load_experiment_text
     exp = load_experiment_text(experiment(CNN, write_data(tmp_path / "data.h5")))
     exp.model.num_epochs, exp.checkpoint_path = 1, None
     seen = []
 
-    class Hooks(_CliHooks):
+    class Hooks(CliHooks):
         def batch(self, epoch, b, n, running_cost):
             super().batch(epoch, b, n, running_cost)
             seen.append(("batch", self.watchdog.armed))

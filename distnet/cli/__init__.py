@@ -1,4 +1,5 @@
-"""The command line (``distnet``; commands in :mod:`.main`).
+"""The command line (``distnet``: the group in :mod:`.main`, one module per command, the MPI job
+handling they share in :mod:`.job`).
 
 Imported by the ``distnet`` command (not by a library user or a test), this module first makes
 Ctrl-C and SIGTERM end the process quietly: one line ``distnet: interrupted by SIGINT`` and exit

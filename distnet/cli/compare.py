@@ -6,8 +6,12 @@ import subprocess
 import sys
 import tempfile
 
+import click
+
 from ..comm.launcher import launch_env, mpiexec_path
 from ..errors import DistnetError
+from .job import Job, fail, launched_on_many
+from .options import finite_number, given_path
 
 
 class RunFailed(DistnetError):
@@ -220,3 +224,49 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
         out("  " + rerun_command(path_a, path_b, nranks, overrides, reference_overrides,
                                  ["backend.dtype=float64"]))
     return ok
+
+
+#: A tolerance of ``distnet compare``: finite and >= 0 (nan would make every comparison agree).
+_TOLERANCE = click.FloatRange(min=0)
+
+
+@click.command("compare")
+@click.argument("single", type=click.Path(exists=True, dir_okay=False))
+@click.argument("distributed", type=click.Path(exists=True, dir_okay=False))
+@click.option("-n", "nranks", type=int, default=4, show_default=True, help="Ranks for DISTRIBUTED.")
+@click.option("--cost-tol", type=_TOLERANCE, callback=finite_number, default=None,
+              help="Accepted relative difference of a per-epoch mean cost [default: 0.05 in "
+                   "float32, 1e-9 when both runs are float64].")
+@click.option("--cost-atol", type=_TOLERANCE, callback=finite_number, default=None,
+              help="Accepted absolute difference of a per-epoch mean cost, added to the relative "
+                   "one (|a - b| <= atol + tol * |a|) [default: 0.01 in float32, 0 in float64].")
+@click.option("--rate-tol", type=_TOLERANCE, callback=finite_number, default=None,
+              help="Largest accepted |difference| of an error rate, in percentage points "
+                   "[default: 0.5 in float32, 0 in float64].")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
+@click.option("--reference-set", "reference_overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override a value in SINGLE only, e.g. --reference-set pipe=1 to compare a file "
+                   "with pipe:/data: against its own one-process run.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png", callback=given_path,
+              help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
+def compare_command(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
+                    plot_path):
+    """Run SINGLE on one process and DISTRIBUTED on N ranks (compare starts both: not under
+    mpiexec); print per-epoch costs (GB: and pretraining costs) and error rates side by side.
+    The rank count is checked against DISTRIBUTED's grid, data and pipe before anything runs.
+    Exit status 1 if they differ beyond the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
+    by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
+    rounding over a long training, float64 (both runs) almost nothing."""
+    if launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
+        fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
+             f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")
+    with Job():
+        if plot_path:
+            from .plot import _figure, check_target
+            _figure()  # fail before the runs, not after
+            check_target(plot_path, inputs=[single, distributed])
+        ok = compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
+                     overrides=overrides, plot=plot_path, cost_atol=cost_atol,
+                     reference_overrides=reference_overrides)
+    sys.exit(0 if ok else 1)

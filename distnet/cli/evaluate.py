@@ -1,9 +1,8 @@
 """``distnet evaluate`` and ``distnet predict``: a checkpoint's error rates and predictions, on
-one process or under mpiexec on any grid (the work is in :mod:`distnet.experiments.evaluate`;
-register with ``main.add_command``)."""
+one process or under mpiexec on any grid (the work is in :mod:`distnet.experiments.evaluate`)."""
 import click
 
-from ..errors import DistnetError
+from .job import Job
 from .options import checkpoint_argument
 
 _CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=click.Path(),
@@ -12,25 +11,12 @@ _CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=cli
 _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 
 
-def _start(experiment, overrides):
-    """The experiment, loaded and checked, and the world communicator under mpiexec (None on one
-    process); under mpiexec the abort hook first (as for run)."""
+def _load(experiment, overrides):
+    """EXPERIMENT loaded (with ``--set``) and checked."""
     from ..config import load_experiment
-    from .main import _install_abort_hook, _launched_on_many
-    comm = _install_abort_hook() if _launched_on_many() else None
     exp = load_experiment(experiment, overrides)
     exp.check()
-    return exp, comm
-
-
-def _error(e):
-    from .main import _fail
-    _fail(str(e), e.exit_code)
-
-
-def _rank0():
-    from .main import _world_rank
-    return _world_rank() in (None, 0)
+    return exp
 
 
 @click.command("evaluate")
@@ -43,16 +29,14 @@ def evaluate(experiment, checkpoint, overrides):
     the checkpoint."""
     from ..experiments.evaluate import evaluate_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
-    try:
-        exp, _ = _start(experiment, overrides)
+    with Job(world=True) as job:   # under mpiexec the abort hook first (as for run)
+        exp = _load(experiment, overrides)
         if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
             ck, accuracies = exp.evaluate_checkpoint(checkpoint)
         else:
             result = evaluate_checkpoint(exp, checkpoint)
-    except DistnetError as e:
-        _error(e)
     if isinstance(exp, Seq2SeqExperiment):
-        if _rank0():
+        if job.rank0:
             t = exp.topology
             click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {ck.meta.get('size', '?')} rank(s)), "
                        f"evaluated on {t.size} rank(s)")
@@ -60,7 +44,7 @@ def evaluate(experiment, checkpoint, overrides):
                 click.echo(f"{split} set: token accuracy {tok:.2f}%, sequence accuracy {seq:.2f}% "
                            f"({n} sequences, greedy decoding)")
         return
-    if _rank0():
+    if job.rank0:
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
                    f"{result.evaluated_on}")
         for split, rate in result.rates.items():
@@ -88,10 +72,13 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
-    from .main import _collectively
-    try:
+    def unwritable(e):                      # an OSError (a full disk): told as one of OUT, exit status 1
+        return f"-o {output}: {write_failure(e)}", 1
+
+    with Job(errors=[(OSError, unwritable)]) as job:
         prediction_format(output)           # a wrong extension fails before any work
-        exp, comm = _start(experiment, overrides)
+        job.start_world()                   # under mpiexec the abort hook first (as for run)
+        exp = _load(experiment, overrides)
 
         def check_output():                 # rank 0 writes OUT
             for p in (data_path, checkpoint, experiment):
@@ -99,7 +86,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
                     raise OutputError(f"-o {output} is also an input ({p}); give another -o")
             refuse_existing(output, "output", force, "give another -o, or --force to replace it")
             check_writable(output, "predictions")
-        _collectively(comm, lambda: check_output() if _rank0() else None)   # a refusal: every rank says it
+        job.collectively(lambda: check_output() if job.rank0 else None)   # a refusal: every rank says it
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
@@ -112,10 +99,6 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
                 write_predictions(output, outputs, labels, exp.dataset.class_names())
             except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
                 raise OutputError(f"-o {output}: {write_failure(e)}") from None
-        _collectively(comm, lambda: write() if _rank0() else None)
-    except DistnetError as e:
-        _error(e)
-    except OSError as e:
-        _error(DistnetError(f"-o {output}: {write_failure(e)}"))
-    if _rank0():
+        job.collectively(lambda: write() if job.rank0 else None)
+    if job.rank0:
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")

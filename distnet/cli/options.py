@@ -1,4 +1,5 @@
-"""Click callbacks shared by the commands' path options (light: imported when the CLI starts)."""
+"""Click callbacks shared by the commands' options (light: imported when the CLI starts)."""
+import math
 import os
 
 import click
@@ -28,3 +29,11 @@ def checkpoint_argument(ctx, param, value):
         raise click.BadParameter(f"{value} is a folder without {RUN_CHECKPOINT} (the run directory of a "
                                  "run that wrote no checkpoint?); give the checkpoint file")
     return path
+
+
+def finite_number(ctx, param, value):
+    """A number option must be finite: ``nan`` passes every range check (and would make every
+    comparison agree), ``inf`` means nothing as a tolerance or a rate."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value

@@ -7,8 +7,11 @@ measured during training (``eval_every``; test solid, train dashed) and the fina
 for test, a triangle for train, at the last epoch). Runs that agree (dist vs non-dist) draw on
 top of each other; every run has its own marker and dash pattern, so each stays visible.
 """
+import click
+
 from ..errors import DistnetError
 from ..experiments.rundir import read_run
+from .job import Job
 
 _MARKERS = ("o", "x", "s", "^", "v", "D", "+", "*")
 _DASHES = ("-", "--", ":", "-.")
@@ -56,7 +59,6 @@ def plot_runs(runs, out, title=None, inputs=()):
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
     for run in runs:
         if not run["epochs"] and not run["final"]:      # an empty curve, drawn without a word
-            import click
             click.echo(f"distnet: warning: {run['label']} recorded no epoch (it ended before its first "
                        "epoch did)", err=True)
     fig = Figure(figsize=(11, 4.2), dpi=100)
@@ -100,3 +102,16 @@ def plot_runs(runs, out, title=None, inputs=()):
     except OSError as e:
         raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
     return out
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True), metavar="RUN_DIR...")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="distnet-plot.png",
+              show_default=True, help="The PNG file to write.")
+@click.option("--title", help="A title over both panels.")
+def plot(runs, output, title):
+    """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
+    JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    with Job("plot", one_process=True):
+        plot_runs(list(runs), output, title)
+    click.echo(output)

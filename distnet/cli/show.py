@@ -3,12 +3,12 @@ and what one training step costs there, from geometry alone (no MPI, no data). T
 comes from :mod:`distnet.experiments.report`, the cost model from :mod:`distnet.plan`; both read
 the layers' placements on the layout ``distnet run`` would use."""
 import json
-import math
-import sys
 
 import click
 
 from ..errors import DistnetError
+from .job import Job
+from .options import finite_number
 
 
 def _shape(text):
@@ -26,17 +26,6 @@ def _shape(text):
 _RATE = click.FloatRange(min=0, min_open=True)
 
 
-def _finite(ctx, param, value):
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value} is not a finite number")
-    return value
-
-
-def _fail(message, code):
-    click.echo(f"distnet: error: {message}", err=True)
-    sys.exit(code)
-
-
 @click.command("show")
 @click.argument("experiment", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
@@ -46,13 +35,13 @@ def _fail(message, code):
               help="Minibatch size for the cost model (default: the model's batch_size).")
 @click.option("--input-shape", default=None, metavar="C,H,W",
               help="Image shape, when the dataset cannot tell it without its files.")
-@click.option("--alpha", type=click.FloatRange(min=0), callback=_finite, default=None,
+@click.option("--alpha", type=click.FloatRange(min=0), callback=finite_number, default=None,
               help="Seconds per message (default 2e-6).")
-@click.option("--beta", type=_RATE, callback=_finite, default=None,
+@click.option("--beta", type=_RATE, callback=finite_number, default=None,
               help="Bytes/s per rank on the network (default 10e9).")
-@click.option("--flops", "flop_rate", type=_RATE, callback=_finite, default=None,
+@click.option("--flops", "flop_rate", type=_RATE, callback=finite_number, default=None,
               help="FLOP/s per rank for the GEMMs (default 50e9).")
-@click.option("--mem-rate", type=_RATE, callback=_finite, default=None,
+@click.option("--mem-rate", type=_RATE, callback=finite_number, default=None,
               help="Bytes/s per rank for memory-bound work (default 5e9).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cost model as JSON.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
@@ -69,7 +58,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     from ..plan import Machine, format_plan, plan_model
     # under mpiexec: one report (rank 0's) instead of one per rank; errors come from every rank
     say = click.echo if job_rank() == 0 else (lambda *args, **kwargs: None)
-    try:
+    with Job():
         exp = load_experiment(experiment, overrides)
         from ..experiments.seq2seq import Seq2SeqExperiment   # not a chain of layers
         if isinstance(exp, Seq2SeqExperiment):
@@ -98,8 +87,6 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
                        itemsize=exp.backend.dtype.itemsize, machine=machine,
                        state_arrays=len(exp.model.optimizer_state_names()), data=layout.data, pipe=layout.pipe)
         text = None if as_json else format_show(exp, experiment, nranks, layout, shape)
-    except DistnetError as e:
-        _fail(str(e), e.exit_code)
     if as_json:
         say(json.dumps(p.to_dict(), indent=1, default=float))
     else:

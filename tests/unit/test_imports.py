@@ -36,6 +36,10 @@ Also refused:
   package (a private name is private to its package: ``distnet.comm`` is one package,
   ``distnet.plan`` is one, ...).
 
+And no import cycle: the graph of which distnet module imports which (every import statement,
+module-level or inside a function, and the dynamic ones) has none, whatever the layers say
+(two modules of one layer may import each other's names only one way).
+
 Each violation reads ``file:line: imports X (layer A imports layer B)``. ``KNOWN`` lists the
 violations that are waiting for a redesign of the files they are in; the test fails on any
 violation not in it, and on any entry of it that no longer occurs (the list cannot go stale).
@@ -127,9 +131,12 @@ def _is_sys_modules(node):
             and node.value.id == "sys")
 
 
-def imports_of(path, root=ROOT):
+def imports_of(path, root=ROOT, lookups=True, modules=None):
     """``[(line, imported module, name or None)]`` of one file: statements anywhere in it and
-    dynamic imports / ``sys.modules`` look-ups with a literal module name."""
+    dynamic imports with a literal module name; with ``lookups``, also ``sys.modules`` look-ups
+    (which reach a module without importing it). ``modules``: the package's module names
+    (default: distnet's, :data:`MODULES`)."""
+    modules = MODULES if modules is None else modules
     mod = module_name(path, root)
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -142,14 +149,14 @@ def imports_of(path, root=ROOT):
             for a in node.names:
                 sub = f"{base}.{a.name}"
                 # ``from distnet.cli import info`` imports the module distnet.cli.info
-                out.append((node.lineno, sub if sub in MODULES else base, None if sub in MODULES else a.name))
+                out.append((node.lineno, sub if sub in modules else base, None if sub in modules else a.name))
         elif isinstance(node, ast.Call) and node.args:
             f = node.func
             fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
             target = _literal(node.args[0])
-            if target and (fname in DYNAMIC_IMPORTS or (fname == "get" and _is_sys_modules(f.value))):
+            if target and (fname in DYNAMIC_IMPORTS or (lookups and fname == "get" and _is_sys_modules(f.value))):
                 out.append((node.lineno, target, None))
-        elif isinstance(node, ast.Subscript) and _is_sys_modules(node.value):
+        elif lookups and isinstance(node, ast.Subscript) and _is_sys_modules(node.value):
             target = _literal(node.slice)
             if target:
                 out.append((node.lineno, target, None))
@@ -238,6 +245,83 @@ def test_imports_follow_the_layers():
     assert not msg, "\n".join(msg)
 
 
+def import_graph(root=ROOT):
+    """``{module: {imported distnet module: (file, line) of its first import}}`` of the
+    ``distnet`` package under ``root``. An imported name that is no module of its own stands for
+    the module that defines it (``from distnet.comm import RemoteError``: ``distnet.comm``)."""
+    modules = {module_name(p, root): p for p in sorted((root / "distnet").rglob("*.py"))}
+    graph = {}
+    for mod, path in modules.items():
+        edges = graph.setdefault(mod, {})
+        for line, target, _ in imports_of(path, root, lookups=False, modules=modules):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != mod and target not in edges:
+                edges[target] = (path.relative_to(root).as_posix(), line)
+    return graph
+
+
+def import_cycles(graph):
+    """One cycle ``[m0, m1, ..., m0]`` per group of modules that import each other, directly or
+    through others (a strongly connected component, Tarjan's algorithm); ``[]`` if none."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_cycle_in(graph, group) for group in groups]
+
+
+def _cycle_in(graph, group):
+    """A shortest cycle through the first module of ``group`` (breadth first, inside it)."""
+    start = min(group)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v]):
+            if w == start:
+                return paths[v] + [start]
+            if w in group and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    raise AssertionError(f"no cycle through {start} in {sorted(group)}")
+
+
+def describe_cycle(graph, cycle):
+    """``a (a.py:12) -> b (b.py:3) -> a``: each module with the line that imports the next."""
+    return " -> ".join(f"{a} ({':'.join(map(str, graph[a][b]))})" for a, b in zip(cycle, cycle[1:])) + \
+        f" -> {cycle[-1]}"
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles (each module with the line that imports the next):\n  " + \
+        "\n  ".join(describe_cycle(graph, c) for c in cycles)
+
+
 # --- the checker itself ---------------------------------------------------------------------
 
 def _check(tmp_path, rel, source):
@@ -286,3 +370,20 @@ def test_checker_refuses_private_attributes_of_modules_of_other_packages(tmp_pat
                  "(distnet.experiments uses distnet.models)",
                  "distnet/experiments/fake.py: uses private name _state of distnet.comm.abort "
                  "(distnet.experiments uses distnet.comm)"]
+
+
+def test_cycle_finder_sees_imports_inside_functions(tmp_path):
+    for rel, source in (("__init__.py", ""), ("a.py", "from .b import f\n"), ("c.py", "import os\n"),
+                        ("b.py", "from . import c\n\ndef f():\n    from .a import g\n")):
+        (tmp_path / "distnet").mkdir(exist_ok=True)
+        (tmp_path / "distnet" / rel).write_text(source)
+    graph = import_graph(tmp_path)
+    assert graph == {"distnet": {}, "distnet.a": {"distnet.b": ("distnet/a.py", 1)},
+                     "distnet.b": {"distnet.c": ("distnet/b.py", 1), "distnet.a": ("distnet/b.py", 4)},
+                     "distnet.c": {}}
+    cycles = import_cycles(graph)
+    assert cycles == [["distnet.a", "distnet.b", "distnet.a"]]
+    assert describe_cycle(graph, cycles[0]) == ("distnet.a (distnet/a.py:1) -> distnet.b (distnet/b.py:4) "
+                                                "-> distnet.a")
+    (tmp_path / "distnet" / "b.py").write_text("from . import c\nfrom distnet import VERSION\n")   # a name of distnet
+    assert import_cycles(import_graph(tmp_path)) == []

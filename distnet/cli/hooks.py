@@ -1,0 +1,91 @@
+"""The hooks ``distnet run`` gives the training (:class:`~distnet.experiments.loop.RunHooks`'s
+calls): the run directory, the ``--metrics`` file and the progress bar on rank 0, the watchdog on
+every rank."""
+from .job import collectively
+
+
+class CliHooks:
+    """The run's hooks for the command line: run directory, --metrics file, progress bar, all
+    on rank 0 (the other ranks get no files and no bar); the watchdog on every rank."""
+
+    def __init__(self, record, metrics, bar, watchdog=None):
+        self.record, self.bar = record, bar
+        self.metrics = metrics          # a MetricsFile (rank 0) or None
+        self.watchdog_seconds = watchdog
+        self.watchdog = None
+        self.world = None               # the world communicator of a multi-rank run (started)
+
+    def started(self, experiment, topology):
+        """After setup: the watchdog starts, rank 0 records the topology in run.json (a failure
+        ends every rank; collective over the world), the bar learns the epochs."""
+        self.world = topology.world if topology.size > 1 else None
+        if self.watchdog_seconds:
+            from ..comm.watchdog import Watchdog
+            self.watchdog = Watchdog(topology.world, self.watchdog_seconds).start()
+
+        def record():           # rank 0 writes run.json; its failure (a full disk) is every rank's
+            if self.record is not None:
+                from ..experiments.rundir import versions
+                from ..log import get_logger
+                self.record.topology(topology, versions())
+                get_logger().info("run directory: %s", self.record.path)
+        collectively(self.world, record)
+        if self.bar is not None:
+            self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
+
+    def batch(self, epoch, batch, nbatches, running_cost):
+        """Before training step ``batch`` (0-based) of ``nbatches`` of ``epoch``: the watchdog
+        sees progress, the bar moves. ``running_cost``: the summed cost of the epoch's batches
+        before this one (0.0 before the first), the bar's running cost."""
+        if self.watchdog is not None:
+            self.watchdog.progress(epoch, batch)
+        if self.bar is not None:
+            self.bar.batch(epoch, batch, nbatches, running_cost)
+
+    def _write(self, rec):
+        """Rank 0 writes ``rec``; every rank calls this at the same point, so a failure (a full
+        disk) ends every rank with rank 0's reason (one allgather over the world, per epoch)."""
+        def write():
+            if self.record is not None:
+                self.record.metrics(rec)
+            if self.metrics is not None:
+                self.metrics.write(rec)
+        collectively(self.world, write)
+
+    def epoch(self, record):
+        """After every epoch: its record to the run directory and the --metrics file."""
+        if self.watchdog is not None:
+            self.watchdog.progress(record.get("epoch"), None)
+        self._write(record)
+
+    def pretrain(self, record):
+        """After every pretraining epoch of a layer (GB): its record, as :meth:`epoch`."""
+        self._write(record)
+
+    def trained(self):
+        """After the last training step: the watchdog stops."""
+        if self.watchdog is not None:   # the final checkpoint and error rates are not watched
+            self.watchdog.stop()
+
+    def finished(self, result):
+        """After the final error rates: the ``{"final": True, ...}`` record of ``result``."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        rec = {"final": True, "train_misclass": result.train_misclass,
+               "test_misclass": result.test_misclass, "size": result.size,
+               "grid": list(result.grid), "start_epoch": result.start_epoch}
+        if result.valid_misclass is not None:
+            rec["valid_misclass"] = result.valid_misclass
+        if result.best_epoch is not None:
+            rec["best_epoch"] = result.best_epoch
+        self._write(rec)
+
+    def close(self, ok=True):
+        """End of the run (``ok``: it succeeded): the watchdog and the bar stop, the --metrics
+        file is kept (a replaced file takes its name only when ``ok``)."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.bar is not None:
+            self.bar.close()
+        if self.metrics is not None:
+            self.metrics.close(ok)
