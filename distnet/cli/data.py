@@ -54,8 +54,8 @@ def mnist_sample(directory, force):
                    "transposed). Without it, arrays whose last axis looks like channels are refused.")
 @click.option("--target", type=click.Path(exists=True, dir_okay=False), metavar="TGT.txt",
               help="Parallel text: SOURCE is a text file of source sentences, TGT.txt their translations "
-                   "(one sentence per line, whitespace tokens); writes the sequence layout of README "
-                   "'Model parallelism'.")
+                   "(one sentence per line, whitespace tokens); writes the sequence layout of "
+                   "docs/parallelism.md#seq2seq-across-ranks.")
 @click.option("--test-source", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="Text: source sentences of the test split (with --test-target).")
 @click.option("--test-target", type=click.Path(exists=True, dir_okay=False), metavar="FILE",

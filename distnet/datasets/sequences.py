@@ -115,7 +115,7 @@ def write_numbers(path, digits=4, n_train=12000, n_test=1000, seed=0):
 
 
 class SequenceDataset:
-    """Keys: ``path`` (an HDF5 file in the sequence layout of README "Model parallelism": padded
+    """Keys: ``path`` (an HDF5 file in the sequence layout of docs/parallelism.md#seq2seq-across-ranks: padded
     token ids + lengths + vocabularies), or ``generate: numbers`` to build the
     shipped number task in memory (then ``digits`` (default 4), ``n_train`` (12000), ``n_test``
     (1000), ``seed`` (0)): every digit count 1 .. digits gets ``n // digits`` numbers, so a split

@@ -104,7 +104,7 @@ class Seq2SeqExperiment(Experiment):
         variable such as ``OPENBLAS_NUM_THREADS``) every rank runs ONE BLAS thread: the model's
         products, ``(b, E or H) x (E or H, 4H)`` per time step, are far too small for BLAS threads
         to pay, and on a busy machine spinning BLAS threads made an epoch of the shipped task
-        10-20x slower (README "Model parallelism"). Not applied. Collective over ``world``."""
+        10-20x slower (docs/parallelism.md#seq2seq-across-ranks). Not applied. Collective over ``world``."""
         env = os.environ if env is None else env
         plan = plan_threads(world, self.backend, env)
         if self.backend.threads is None and not any(_set(env.get(v, "")) for v in THREAD_VARS):

@@ -16,8 +16,8 @@ Resolution:
   punctuation dropped, each space a hyphen, ``-1``, ``-2`` ... for repeats) or an explicit
   ``<a id="...">`` / ``<a name="...">``;
 * output files that programs write and git ignores (the benchmark reports) are not pages;
-* a section named in quotes after a README (``README "Threads"``, ``benchmarks/README.md
-  "Overlap"``, ``the README's "GPU"``) must begin a heading of that README (the one at the root
+* a section named in quotes after a README (``README "Topologies"``, ``benchmarks/README.md
+  "Overlap"``, ``the README's "Commands"``) must begin a heading of that README (the one at the root
   when no folder is given).
 
 It also fails on any mention of design notes that live outside the repository, and on ticket or
@@ -33,9 +33,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MD = ".md"     # the examples below build page names from it, so that they are not references
 
-#: Written by ``benchmarks/run.py`` into ``benchmarks/results/`` (ignored by git); named by their
-#: bare file name in the code that writes them, so no folder rule finds them.
-GENERATED = {"latest.md", "latest-gpu.md"}
+#: Written by ``benchmarks/run.py`` into ``benchmarks/results/`` (ignored by git) and by
+#: ``bin/gpu-check`` into its output folder; named by their bare file name in the code that writes
+#: them, so no folder rule finds them.
+GENERATED = {"latest.md", "latest-gpu.md", "bench.md"}
 
 #: Folders that hold no sources of the repository even when git is not there to say so.
 SKIP_DIRS = {".git", ".venv", "venv", "build", "dist", "runs", "__pycache__", ".pytest_cache",
