@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
+from ..config.builder import config_name
 from ..config.types import NonNegative, NonNegativeInt
 from ..errors import ConfigError, TrainingError
 from ..layers.local import LocalFilteringLayer
@@ -91,7 +92,7 @@ class GB(MLP):
                 if not isinstance(nxt, _POOLING):
                     raise self.layers[i].error(
                         f"is pretrained with the pooling layer after it as the sparsity pool, but "
-                        f"the next layer '{nxt.name}' is a {type(nxt).__name__}", "pretraining")
+                        f"the next layer '{nxt.name}' is a {config_name(nxt)}", "pretraining")
         return shape
 
     def configure(self, backend, topology):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_error, config_given, config_where, constructor_keys
+from ..config.builder import config_error, config_given, config_name, config_where, constructor_keys
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
@@ -103,7 +103,7 @@ class MLP:
         written = {layer.name for layer in layers if layer.name is not None}
         for i, layer in enumerate(layers):
             if layer.name is None:   # <Class><position>, never a name another layer was given
-                name = f"{type(layer).__name__}{i}"
+                name = f"{config_name(layer)}{i}"
                 while name in written:
                     name += "_"
                 layer.name = name
@@ -278,7 +278,7 @@ class MLP:
         if self.micro_batches > 1:
             for layer in self.layers:
                 if layer.whole_batch:
-                    raise layer.error(f"{type(layer).__name__} needs the whole minibatch in one call (batch "
+                    raise layer.error(f"{config_name(layer)} needs the whole minibatch in one call (batch "
                                       f"statistics / global row masks); it cannot run with micro_batches: "
                                       f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)

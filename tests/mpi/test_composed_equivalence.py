@@ -24,11 +24,10 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AddLayer, AveragePoolingLayer, AveragePoolingLayerDist, ConcatLayer, ConvLayer,
-                            ConvLayerDist, Layer, LayerDist)
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import AddLayer, AveragePoolingLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.dropout import DropoutLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Convnet, ConvnetDist
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin, Tanh
@@ -43,9 +42,8 @@ WI = {"type": "uniform", "low": -0.4, "high": 0.4}
 
 
 def _classes(dist):
-    return ((ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, AveragePoolingLayerDist,
-             GlobalAveragePoolingLayerDist, LayerDist) if dist else
-            (ConvLayer, BatchNormLayer, DropoutLayer, AveragePoolingLayer, GlobalAveragePoolingLayer, Layer))
+    return (ConvLayer, BatchNormLayer, DropoutLayer, AveragePoolingLayer,
+             GlobalAveragePoolingLayer, FullyConnectedLayer)
 
 
 def residual_graph(dist):

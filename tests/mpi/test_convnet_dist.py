@@ -10,9 +10,8 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
-                            L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LayerWithNoBias,
-                            LayerWithNoBiasDist, MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, FullyConnectedLayer,
+                            FullyConnectedNoBiasLayer, MaxPoolingLayer)
 from distnet.models import Convnet, ConvnetDist
 from distnet.ops.activations import Logistic, RectLin, Tanh
 
@@ -25,8 +24,7 @@ WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 def net_padded_strided(dist):
     """Conv 3x3 pad 1 -> max pool 2x2 s2 -> conv 3x3 s1 -> FC tanh -> FC(bias) logistic."""
-    Conv, Pool, FC, FCb = ((ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist, LayerDist) if dist
-                           else (ConvLayer, MaxPoolingLayer, LayerWithNoBias, Layer))
+    Conv, Pool, FC, FCb = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
             Pool(fshape=2, stride=2),
             Conv(nofm=4, fshape=3, weight_init=WI, learning_rate=0.1),
@@ -36,8 +34,7 @@ def net_padded_strided(dist):
 
 def net_rect_pools(dist):
     """Conv 5x3 stride (2,1) pad (2,1) -> L2 pool 3x3 s1 -> avg pool 2x2 s1 pad 1 -> FC(bias)."""
-    Conv, L2, Avg, FCb = ((ConvLayerDist, L2PoolingLayerDist, AveragePoolingLayerDist, LayerDist) if dist
-                          else (ConvLayer, L2PoolingLayer, AveragePoolingLayer, Layer))
+    Conv, L2, Avg, FCb = (ConvLayer, L2PoolingLayer, AveragePoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=[5, 3], stride=[2, 1], padding=[2, 1], weight_init=WI, learning_rate=0.05),
             L2(fshape=3, stride=1),
             Avg(fshape=2, stride=1, padding=1),
@@ -46,8 +43,7 @@ def net_rect_pools(dist):
 
 def net_padded_maxpool(dist):
     """Conv 3x3 -> max pool 3x3 s2 pad 1 (-inf padding) -> FC(bias) logistic."""
-    Conv, Pool, FCb = ((ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist
-                       else (ConvLayer, MaxPoolingLayer, Layer))
+    Conv, Pool, FCb = (ConvLayer, MaxPoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=3, weight_init=WI, learning_rate=0.1),
             Pool(fshape=3, stride=2, padding=1),
             FCb(nout=K, weight_init=WI, learning_rate=0.1, activation=Logistic())]
@@ -139,7 +135,7 @@ def test_padded_maxpool_on_negative_values(topologies, grid, keys):
     topo = topologies(grid)
     x = np.random.RandomState(7).standard_normal((4, C, H, W)) - 10.0
     ref = _pool_layer(MaxPoolingLayer, Topology.serial(), **keys)
-    dist = _pool_layer(MaxPoolingLayerDist, topo, **keys)
+    dist = _pool_layer(MaxPoolingLayer, topo, **keys)
     y_ref = ref.fprop(x)
     (fh, fw), (sy, sx), (py, px) = ref.fshape, ref.stride, ref.padding
     xp = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)), constant_values=-np.inf)

@@ -21,10 +21,9 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
-                            L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LCNLayer, LCNLayerDist,
-                            LocalFilteringLayer, LocalFilteringLayerDist, MaxPoolingLayer, MaxPoolingLayerDist)
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, FullyConnectedLayer, LCNLayer,
+                            LocalFilteringLayer, MaxPoolingLayer)
+from distnet.layers.dropout import DropoutLayer
 from distnet.models import Convnet, ConvnetDist
 from distnet.models.gb import GB, GBDist
 from distnet.models.checkpoint import gather_params
@@ -77,7 +76,7 @@ REPLICA_LAYOUTS = [
 
 def large_plane_net(dist):
     """conv 3x3 pad 1 + ReLU -> max pool 2x2 (the NCHW kernel's shapes) -> FC."""
-    Conv, Pool, FC = (ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist else (ConvLayer, MaxPoolingLayer, Layer)
+    Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
             Pool(fshape=2, stride=2),
             FC(nout=3, weight_init=WI, activation=Logistic())]
@@ -101,9 +100,8 @@ def tiny_tile_net(dist):
     -> L2 pool 2x2 s(1, 2) pad 1 -> avg pool 1x1 s1 pad 3 (on the 4x1 grid the first output tile
     reads padding only) -> conv 1x1 pad 1 -> FC (bias)."""
     LCN, Conv, LF, Max, L2, Avg, FC = (
-        (LCNLayerDist, ConvLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, L2PoolingLayerDist,
-         AveragePoolingLayerDist, LayerDist) if dist else
-        (LCNLayer, ConvLayer, LocalFilteringLayer, MaxPoolingLayer, L2PoolingLayer, AveragePoolingLayer, Layer))
+        (LCNLayer, ConvLayer, LocalFilteringLayer, MaxPoolingLayer, L2PoolingLayer,
+         AveragePoolingLayer, FullyConnectedLayer))
     return [LCN(fshape=7),
             Conv(nofm=2, fshape=5, padding=2, weight_init=WI, activation=RectLin()),
             LF(nofm=2, fshape=[5, 3], padding=[2, 1], weight_init=WI),
@@ -132,8 +130,7 @@ def gb_dropout_below_net(dist):
     """conv 3x3 pad 1 -> dropout 0.5 -> local filtering 3x3 (pretrained, the max pool after it
     its sparsity pool) -> max pool 2x2 s1 -> FC."""
     Conv, Drop, LF, Pool, FC = (
-        (ConvLayerDist, DropoutLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, LayerDist) if dist else
-        (ConvLayer, DropoutLayer, LocalFilteringLayer, MaxPoolingLayer, Layer))
+        (ConvLayer, DropoutLayer, LocalFilteringLayer, MaxPoolingLayer, FullyConnectedLayer))
     return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI),
             Drop(p=0.5),
             LF(nofm=2, fshape=3, pretraining=True, pretrain_learning_rate=0.01, sparsity=0.1, weight_init=WI),

@@ -11,8 +11,7 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWithNoBiasDist,
-                            MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Convnet, ConvnetDist
 from distnet.ops import conv, parallel, pooling
 from distnet.ops.activations import Logistic, RectLin
@@ -29,8 +28,7 @@ FIT = {"batch_size": 4, "rng_seed": 5, "shape": (C, H, W), "nclasses": K}
 def net(dist):
     """conv 3x3(12, pad 1)+ReLU [full tile im2col: 2 channels] -> conv 3x3(12, pad 1)+ReLU
     [shifted rows] -> max pool 2 -> conv 3x3(5, pad 1)+ReLU [shifted rows] -> FC logistic."""
-    Conv, Pool, FC = ((ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist) if dist
-                      else (ConvLayer, MaxPoolingLayer, LayerWithNoBias))
+    Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer)
     return [Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
             Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
             Pool(fshape=2, stride=2),

@@ -12,10 +12,9 @@ import pytest
 
 from distnet.backend import Numpy64
 from distnet.comm import Topology, allreduce_scalars
-from distnet.layers import (SPATIAL, L2PoolingLayer, L2PoolingLayerDist, LayerContext,
-                            LayerWithNoBias, LayerWithNoBiasDist, LCNLayer, LCNLayerDist,
-                            LocalFilteringLayer, LocalFilteringLayerDist)
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
+from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, FullyConnectedNoBiasLayer, LCNLayer,
+                            LocalFilteringLayer)
+from distnet.layers.dropout import DropoutLayer
 from distnet.models.gb import GB, GBDist
 from distnet.ops.activations import Logistic
 
@@ -90,7 +89,7 @@ def test_local_filtering_layer(mpi, topologies, grid, geom):
     topo = topologies(grid)
     kw = dict(nofm=3, weight_init=WI, learning_rate=0.1, **LF_GEOMS[geom])
     ref = ready(LocalFilteringLayer(**kw), (C,) + PLANE, Topology.serial(), 0, seed=4)
-    dist = ready(LocalFilteringLayerDist(**kw), (C,) + PLANE, topo, 1, seed=4)
+    dist = ready(LocalFilteringLayer(**kw), (C,) + PLANE, topo, 1, seed=4)
     rng = np.random.RandomState(11)
     x = rng.standard_normal((B, C) + PLANE)
     R = rng.standard_normal((B,) + ref.out_shape)
@@ -111,7 +110,7 @@ def test_local_filtering_layer(mpi, topologies, grid, geom):
 def test_lcn_layer(mpi, topologies, grid, fshape):
     topo = topologies(grid)
     ref = ready(LCNLayer(fshape=fshape), (C,) + PLANE, Topology.serial(), 0)
-    dist = ready(LCNLayerDist(fshape=fshape), (C,) + PLANE, topo, 2)
+    dist = ready(LCNLayer(fshape=fshape), (C,) + PLANE, topo, 2)
     rng = np.random.RandomState(12)
     x = rng.standard_normal((B, C) + PLANE)
     x[0, :, :, :4] = 0.0                       # a blank region (s == 0, d == 1)
@@ -135,8 +134,8 @@ def test_pretrain_step(mpi, topologies, grid, tied, geom):
               tied_weights=tied)
     ref = ready(LocalFilteringLayer(**kw), (C,) + PLANE, Topology.serial(), 0, seed=6)
     ref_pool = ready(L2PoolingLayer(fshape=3), ref.out_shape, Topology.serial(), 1)
-    dist = ready(LocalFilteringLayerDist(**kw), (C,) + PLANE, topo, 3, seed=6)
-    pool = ready(L2PoolingLayerDist(fshape=3), dist.out_shape, topo, 4)
+    dist = ready(LocalFilteringLayer(**kw), (C,) + PLANE, topo, 3, seed=6)
+    pool = ready(L2PoolingLayer(fshape=3), dist.out_shape, topo, 4)
     ref.pretrain_mode(ref_pool)
     dist.pretrain_mode(pool)
     rng = np.random.RandomState(13)
@@ -162,9 +161,8 @@ N, NCLASS = 10, 3
 def gb_layers(dist, dropout=False):
     """neon's [LF, L2, LCN] x 2, FC; ``dropout``: a dropout layer before each LF (the second
     LF's pretraining then runs a dropout layer below it)."""
-    LF, L2, LCN, FC, DO = ((LocalFilteringLayerDist, L2PoolingLayerDist, LCNLayerDist, LayerWithNoBiasDist,
-                            DropoutLayerDist) if dist else
-                           (LocalFilteringLayer, L2PoolingLayer, LCNLayer, LayerWithNoBias, DropoutLayer))
+    LF, L2, LCN, FC, DO = (LocalFilteringLayer, L2PoolingLayer, LCNLayer, FullyConnectedNoBiasLayer,
+                            DropoutLayer)
     pre = dict(pretraining=True, pretrain_learning_rate=0.02, sparsity=0.1, weight_init=WI)
     drop1, drop2 = ([DO(p=0.3)], [DO(p=0.4)]) if dropout else ([], [])
     return [*drop1, LF(nofm=3, fshape=3, **pre), L2(fshape=3), LCN(fshape=3),  # 14x15 -> 12x13 -> 10x11

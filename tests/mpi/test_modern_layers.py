@@ -16,10 +16,10 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWithNoBias, LayerWithNoBiasDist
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.dropout import DropoutLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Convnet, ConvnetDist
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin
@@ -38,9 +38,8 @@ CASES = [(1, (1, 1)), (1, (1, 2)), (1, (2, 1)), (1, (2, 2)), (1, (1, 3)), (2, (1
 
 def net(dist):
     Conv, BN, Drop, GAP, FC0, FC = (
-        (ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, GlobalAveragePoolingLayerDist, LayerWithNoBiasDist,
-         LayerDist) if dist else
-        (ConvLayer, BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer, LayerWithNoBias, Layer))
+        (ConvLayer, BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer, FullyConnectedNoBiasLayer,
+         FullyConnectedLayer))
     # No bias before batch norm and no batch norm straight after another (without a
     # nonlinearity between): their gradients are zero in exact arithmetic, and Adam would turn
     # the rounding noise of such a zero into steps of the learning rate's size.
@@ -181,8 +180,7 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
 def net_sharded(dist):
     """Conv -> BN -> dropout -> FC straight after the tiles: the FC weights (and their Adam
     moments) are sharded by the tile's columns."""
-    Conv, BN, Drop, FC = ((ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, LayerDist) if dist else
-                          (ConvLayer, BatchNormLayer, DropoutLayer, Layer))
+    Conv, BN, Drop, FC = (ConvLayer, BatchNormLayer, DropoutLayer, FullyConnectedLayer)
     layers = [Conv(nofm=3, fshape=3, padding=1, weight_init=WI), BN(activation=RectLin()), Drop(p=0.25),
               FC(nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
     for i, layer in enumerate(layers):

@@ -11,9 +11,9 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import AddLayer, ConcatLayer, ConvLayer, ConvLayerDist, Layer, LayerDist
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Convnet, ConvnetDist
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -30,8 +30,7 @@ CASES = [((1, 2), 1), ((2, 1), 1), ((2, 2), 1), ((1, 3), 1), ((2, 3), 1), ((3, 3
 
 
 def resnet(dist):
-    Conv, BN, GAP, FC = ((ConvLayerDist, BatchNormLayerDist, GlobalAveragePoolingLayerDist, LayerDist) if dist
-                         else (ConvLayer, BatchNormLayer, GlobalAveragePoolingLayer, Layer))
+    Conv, BN, GAP, FC = (ConvLayer, BatchNormLayer, GlobalAveragePoolingLayer, FullyConnectedLayer)
     relu = RectLin
     return [
         Conv(name="stem", nofm=3, fshape=3, padding=1, weight_init=WI),

@@ -2,6 +2,7 @@
 import pytest
 
 from distnet.config import load_experiment, load_experiment_text
+from distnet.config.builder import config_name
 from distnet.config.registry import known_classes
 from distnet.errors import ConfigError
 
@@ -52,7 +53,9 @@ def test_aliases_are_the_same_object():
 def test_neon_class_paths_are_aliases():
     exp = load_experiment("experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml")
     assert [type(l).__name__ for l in exp.model.layers] == [
-        "ConvLayer", "MaxPoolingLayer", "ConvLayer", "MaxPoolingLayer", "LayerWithNoBias", "LayerWithNoBias"]
+        "ConvLayer", "MaxPoolingLayer", "ConvLayer", "MaxPoolingLayer", "FullyConnectedNoBiasLayer",
+        "FullyConnectedNoBiasLayer"]
+    assert [config_name(l) for l in exp.model.layers][-2:] == ["LayerWithNoBias"] * 2   # as the file wrote
     assert exp.model.infer_shapes((1, 28, 28)) == (10,)
 
 

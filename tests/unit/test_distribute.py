@@ -5,6 +5,7 @@ import pytest
 
 from distnet.cli.distribute import distribute_text
 from distnet.config import load_experiment_text
+from distnet.config.builder import config_name
 from distnet.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +19,7 @@ def test_neon_paths_stay_neon_paths():
     assert out.count("dist_flag: True") == 2
     exp = load_experiment_text(out, "d.yaml")
     assert exp.dist_flag and type(exp.model).__name__ == "ConvnetDist"
-    assert [type(l).__name__ for l in exp.model.layers][-1] == "LayerWithNoBiasDist"
+    assert [config_name(l) for l in exp.model.layers][-1] == "LayerWithNoBiasDist"   # neon's alias, as written
 
 
 def test_comments_kept_and_shard_paths_get_rank_and_size():

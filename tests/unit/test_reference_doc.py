@@ -69,7 +69,16 @@ NEON_PATHS = [   # NEON.md §2.2 (neon v0.4.0's classes) and §2.3
 @pytest.mark.parametrize("path", NEON_PATHS)
 def test_neon_class_paths_are_accepted(path):
     cls, _ = registry.resolve(path)
-    assert cls.__name__ == path.rsplit(".", 1)[1]
+    name = path.rsplit(".", 1)[1]
+    assert cls.__name__ == (registry.alias_of(name) or name)   # neon's Dist names: aliases
+
+
+def test_an_alias_is_listed_once_under_its_class():
+    doc = reference_markdown()
+    assert "### ConvLayerDist" not in doc and "### LayerDist" not in doc and "### Layer\n" not in doc
+    section = doc.split("### FullyConnectedLayer\n", 1)[1].split("\n### ", 1)[0]
+    assert "**Layer** (`distnet.layers.Layer`, `neon.models.layer.Layer`)" in section
+    assert "**LayerDist** (`distnet.layers.LayerDist`, `neon.models.layer.LayerDist`)" in section
 
 
 def test_seq2seq_experiment_keys_show_their_bounds():
