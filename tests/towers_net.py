@@ -38,8 +38,8 @@ def tower_model(T, K, num_epochs=3, batch_size=7, dropout=True, max_grad_norm=0.
                learning_rule=Adam(learning_rate=0.03, max_grad_norm=max_grad_norm))
 
 
-def conv_tower_layers(T, K, dist):
-    """Convolutional towers on image tiles (``dist``: the Dist classes for a spatial grid): per
+def conv_tower_layers(T, K):
+    """Convolutional towers (on whole images or on image tiles: the same classes): per
     tower two 3x3 convolutions, exchange 1 (a spatial TowerSumLayer with ReLU), per tower a
     stride-2 convolution, exchange 2, a shared fully connected output."""
     from distnet.layers import ConvLayer, FullyConnectedLayer

@@ -145,7 +145,7 @@ class FullyConnectedNoBiasLayer(BaseLayer):
         over ``Topology.spatial`` when the input is sharded; the bias is added once, after it."""
         if self._spatial_comm is None:
             z = pmatmul(x2d, self.W.T)
-        else:
+        else:   # one BLAS call, never split over kernel threads: the sums of sharded runs stay as they were
             z = x2d @ self.W.T
             allreduce_sum([z], self._spatial_comm, self._host_staging)
         return z + self.b if self.has_bias else z

@@ -36,9 +36,9 @@ WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
 def _fit(layers_of, shape, x, labels, K, topo, dist, models=(Convnet, ConvnetDist), **keys):
-    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles) with ``models[dist]``; returns the
+    """Train ``layers_of()`` on ``x`` (this rank's tiles) with ``models[dist]``; returns the
     model, the per-epoch costs and the error rate."""
-    model = models[dist](layers=layers_of(dist), **keys)
+    model = models[dist](layers=layers_of(), **keys)
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=3), topo)
     model.init_params()
@@ -74,7 +74,7 @@ REPLICA_LAYOUTS = [
     pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))]
 
 
-def large_plane_net(dist):
+def large_plane_net():
     """conv 3x3 pad 1 + ReLU -> max pool 2x2 (the NCHW kernel's shapes) -> FC."""
     Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
@@ -95,7 +95,7 @@ def test_replica_without_rows_on_a_large_plane(comm, grid, ndata):
                          learning_rate=0.05, momentum={"type": "constant", "coef": 0.5})
 
 
-def tiny_tile_net(dist):
+def tiny_tile_net():
     """LCN 7x7 -> conv 5x5 pad 2 + ReLU -> local filtering 5x3 pad (2, 1) -> max pool 3x3 s1 pad 1
     -> L2 pool 2x2 s(1, 2) pad 1 -> avg pool 1x1 s1 pad 3 (on the 4x1 grid the first output tile
     reads padding only) -> conv 1x1 pad 1 -> FC (bias)."""
@@ -126,7 +126,7 @@ def test_tiny_tiles_and_wide_windows(comm, grid, ndata):
                          shuffle=True, learning_rate=0.05, momentum={"type": "nesterov", "coef": 0.5})
 
 
-def gb_dropout_below_net(dist):
+def gb_dropout_below_net():
     """conv 3x3 pad 1 -> dropout 0.5 -> local filtering 3x3 (pretrained, the max pool after it
     its sparsity pool) -> max pool 2x2 s1 -> FC."""
     Conv, Drop, LF, Pool, FC = (

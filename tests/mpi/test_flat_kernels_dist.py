@@ -25,7 +25,7 @@ WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 FIT = {"batch_size": 4, "rng_seed": 5, "shape": (C, H, W), "nclasses": K}
 
 
-def net(dist):
+def net():
     """conv 3x3(12, pad 1)+ReLU [full tile im2col: 2 channels] -> conv 3x3(12, pad 1)+ReLU
     [shifted rows] -> max pool 2 -> conv 3x3(5, pad 1)+ReLU [shifted rows] -> FC logistic."""
     Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer)
@@ -62,11 +62,11 @@ def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monk
         real(self, *a, **k)
         layouts.append(self.shifts)
     monkeypatch.setattr(conv._TileCols, "__init__", spy)
-    ref, ref_costs, ref_out = train(net(False), Convnet, Topology.serial(), x, labels, **FIT)
+    ref, ref_costs, ref_out = train(net(), Convnet, Topology.serial(), x, labels, **FIT)
     assert set(layouts) == {True, False}
     t = tile_of((H, W), topo.grid, topo.coords)
     layouts.clear()
-    dist, costs, out = train(net(True), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
+    dist, costs, out = train(net(), ConvnetDist, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
     assert set(layouts) == {True, False}
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)

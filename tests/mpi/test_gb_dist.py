@@ -1,7 +1,7 @@
 """GB layers and models distributed vs their single-process oracles (NEON.md §6.4, §6.6).
 
-Every rank builds the GLOBAL data (same seed), runs the non-dist layer / model on the whole image
-as the oracle, runs the Dist one on its tile, and compares its tile / weight slice / costs in
+Every rank builds the GLOBAL data (same seed), runs the layer / model on the whole image as the
+oracle, runs the same class on its tile, and compares its tile / weight slice / costs in
 float64 (rtol 1e-10). One grid per world size: 1x1, 1x2, 2x2, 2x3, 3x3 (and, for the model,
 2 data replicas x 1x1, 1x2, 1x3 at sizes 2, 4, 6). All collectives of a
 test run before any comparison, and the comparison is collective (``mpi.assert_all``), so a
@@ -158,7 +158,7 @@ IMAGE = (1, 14, 15)
 N, NCLASS = 10, 3
 
 
-def gb_layers(dist, dropout=False):
+def gb_layers(dropout=False):
     """neon's [LF, L2, LCN] x 2, FC; ``dropout``: a dropout layer before each LF (the second
     LF's pretraining then runs a dropout layer below it)."""
     LF, L2, LCN, FC, DO = (LocalFilteringLayer, L2PoolingLayer, LCNLayer, FullyConnectedNoBiasLayer,
@@ -215,7 +215,7 @@ def _compare_models(mpi, topo, shuffle, predict=True, dropout=False):
     x, labels = rng.rand(N, *IMAGE), rng.randint(0, NCLASS, N)
     models = []
     for cls, t in ((GB, Topology.serial()), (GBDist, topo)):
-        m = cls(gb_layers(cls is GBDist, dropout), **kw)
+        m = cls(gb_layers(dropout), **kw)
         m.infer_shapes(IMAGE)
         m.configure(Numpy64(), t)
         m.init_params()

@@ -36,7 +36,7 @@ CASES = [(1, (1, 1)), (1, (1, 2)), (1, (2, 1)), (1, (2, 2)), (1, (1, 3)), (2, (1
          (2, (2, 1)), (3, (1, 1)), (1, (2, 3)), (2, (1, 3))]
 
 
-def net(dist):
+def net():
     Conv, BN, Drop, GAP, FC0, FC = (
         (ConvLayer, BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer, FullyConnectedNoBiasLayer,
          FullyConnectedLayer))
@@ -72,7 +72,7 @@ def data():
 
 
 def build(dist, topo, rule, epochs=2, stages=None):
-    model = (ConvnetDist if dist else Convnet)(layers=net(dist), num_epochs=epochs, batch_size=5,
+    model = (ConvnetDist if dist else Convnet)(layers=net(), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule](),
                                                stages=stages)
     model.infer_shapes((C, H, W))
@@ -177,7 +177,7 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
         topo.free()
 
 
-def net_sharded(dist):
+def net_sharded():
     """Conv -> BN -> dropout -> FC straight after the tiles: the FC weights (and their Adam
     moments) are sharded by the tile's columns."""
     Conv, BN, Drop, FC = (ConvLayer, BatchNormLayer, DropoutLayer, FullyConnectedLayer)
@@ -189,7 +189,7 @@ def net_sharded(dist):
 
 
 def build_sharded(dist, topo, epochs):
-    model = (ConvnetDist if dist else Convnet)(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
+    model = (ConvnetDist if dist else Convnet)(layers=net_sharded(), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES["adam"]())
     model.infer_shapes((C, H, W))
     model.configure(Numpy64(rng_seed=9), topo)

@@ -29,7 +29,7 @@ CASES = [((1, 2), 1), ((2, 1), 1), ((2, 2), 1), ((1, 3), 1), ((2, 3), 1), ((3, 3
          ((1, 2), 2), ((2, 1), 2), ((1, 3), 2), ((3, 1), 3)]
 
 
-def resnet(dist):
+def resnet():
     Conv, BN, GAP, FC = (ConvLayer, BatchNormLayer, GlobalAveragePoolingLayer, FullyConnectedLayer)
     relu = RectLin
     return [
@@ -78,7 +78,7 @@ def data():
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels = data
-    model = Convnet(layers=resnet(False), **keys())
+    model = Convnet(layers=resnet(), **keys())
     costs, rate = train(model, Topology.serial(), x, labels)
     with model.evaluating():
         out = model.fprop(x)
@@ -102,7 +102,7 @@ def test_resnet_on_a_grid_equals_single_process(comm, data, reference, grid, nda
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model = ConvnetDist(layers=resnet(True), **keys())
+        model = ConvnetDist(layers=resnet(), **keys())
         costs, rate = train(model, topo, xt, labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         rel = max(abs(a - b) / abs(b) for a, b in zip(costs, ref_costs))

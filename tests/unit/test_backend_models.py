@@ -188,8 +188,8 @@ def run_experiment(template, path, backend, dtype, epochs, checkpoint=None, resu
                    dist=False):
     """A tiny YAML experiment (tests/tiny.py) with its backend replaced by ``backend``/``dtype``
     (the YAML's seed kept); returns (experiment, RunResult, per-epoch records). ``dist``: the
-    distributed experiment (Dist layers, halo GlobalArrays, tiled dataset) on a 1x1 grid of
-    this one process (a serial communicator: no MPI)."""
+    distributed experiment (neon's Dist layer names, tiled dataset) on a 1x1 grid of this one
+    process (a serial communicator: no MPI; one tile, so the window layers zero-pad)."""
     exp = load_experiment_text(experiment(template, path, dist=dist))
     exp.model.num_epochs = epochs
     exp.backend = make_backend(backend, dtype=dtype, rng_seed=exp.backend.rng_seed)

@@ -71,6 +71,10 @@ def test_vecpar_refuses_models_with_spatial_layers():
              "    !obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
     with pytest.raises(ConfigError, match=r"^m.yaml:3: .*also has ConvLayer"):   # the layer's line
         distribute_text(mixed, "m.yaml", "vecpar")
+    # any name of a fully connected layer is sharded (distnet's own name has no Dist alias: kept)
+    fc = mixed.replace("!obj:ConvLayer {nofm: 2, fshape: 3,", "!obj:FullyConnectedLayer {nout: 4,")
+    out = distribute_text(fc, "m.yaml", "vecpar")
+    assert "!obj:FullyConnectedLayer {nout: 4" in out and "!obj:LayerDist {nout: 10" in out
 
 
 def test_neons_later_single_dataset_gets_dist_flag_too():
