@@ -59,6 +59,17 @@ def test_neon_class_paths_are_aliases():
     assert exp.model.infer_shapes((1, 28, 28)) == (10,)
 
 
+def test_messages_and_default_names_say_the_name_the_file_wrote():
+    """``ConvLayerDist`` builds a ``ConvLayer``; the user reads ``ConvLayerDist`` back."""
+    e = error_of(CONV.replace("ConvLayer {", "ConvLayerDist {").replace("nofm: 4", "nofm: 4, bogus: 1"), FC)
+    assert "unknown key for ConvLayerDist" in str(e)
+    e = error_of(CONV.replace("ConvLayer {", "ConvLayerDist {").replace("fshape: 5", "fshape: 40"), FC)
+    assert "layer 'ConvLayerDist0'" in str(e) and e.key == "fshape"
+    exp = build(CONV.replace("ConvLayer {", "ConvLayerDist {"), FC.replace("LayerWithNoBias {", "LayerDist {"))
+    assert [layer.name for layer in exp.model.layers] == ["ConvLayerDist0", "LayerDist1"]   # checkpoints name them
+    assert [type(layer).__name__ for layer in exp.model.layers] == ["ConvLayer", "FullyConnectedLayer"]
+
+
 def test_unknown_class_names_line_and_suggests():
     e = error_of(CONV.replace("ConvLayer", "ConvLayr"))
     assert "exp.yaml:8" in str(e) and "ConvLayer" in str(e)
