@@ -86,7 +86,7 @@ def test_plain_layer_names_in_a_distributed_file_distribute_themselves(tiny):
     not neon's alias ``ConvLayerDist``) is accepted by check and run alike and gives the
     one-process numbers."""
     d, exp = tiny
-    dist = d / "tiny_dist.yaml"
+    dist = d / "tiny_neon_dist.yaml"
     distnet("distribute", str(exp), "-o", str(dist), check=True)
     plain = d / "tiny_plain_dist.yaml"
     plain.write_text(re.sub(r"\b(\w*Layer\w*)Dist\b", r"\1", dist.read_text()))
