@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .config.builder import config_name
 from .geometry import block_partition, check_grid, choose_grid
 from .geometry.grid import GridPosition
 from .layers.placement import OVER_DATA, OVER_GRAD
@@ -170,7 +171,7 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
     replicas and ``pipe`` stages, for minibatches of ``batch`` rows (default: the model's
     ``batch_size``, else 1; a replica runs ``ceil(batch / data)`` of them) of ``itemsize``-byte
     numbers. ``state_arrays``: the optimiser's arrays per parameter beside its value and gradient
-    (1: a momentum velocity, 2: Adam's moments; ``MLP.optimizer_state_names``)."""
+    (1: a momentum velocity, 2: Adam's moments; ``Model.optimizer_state_names``)."""
     machine = machine or Machine()
     model.infer_shapes(tuple(image_shape))
     planes = model.planes()
@@ -193,7 +194,7 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
     m = machine
     for i, (layer, pl) in enumerate(zip(model.layers, placements)):
         st = stage_of[i]
-        lp = LayerPlan(i, layer.name or type(layer).__name__, type(layer).__name__,
+        lp = LayerPlan(i, layer.name or config_name(layer), config_name(layer),
                        tuple(layer.in_shape), tuple(layer.out_shape))
         need_dx = i > 0
         local_params = sum(pp.local_size for pp in pl.params)

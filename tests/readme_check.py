@@ -21,7 +21,9 @@ REASON -->`` (run; it must exit 0; its output is an example, e.g. versions of th
 
 Pages are independent: each page's commands run in page order in a scratch folder of its own,
 holding ``experiments/`` (a link to the repository's) and the MNIST sample in ``datasets/``, with
-the virtualenv's ``distnet`` and ``mpiexec`` first on PATH. A page uses only the files its own
+the virtualenv's ``distnet`` and ``mpiexec`` first on PATH, one BLAS thread, and on an x86 CPU with
+AVX2 OpenBLAS's Haswell kernels (unless ``OPENBLAS_CORETYPE`` is set): the float32 digits were
+recorded with them. A page uses only the files its own
 earlier commands made (``runs/``, ``my_dist.yaml`` ...), never another page's, so any page can be
 checked or updated alone and no command runs twice to serve two pages. ``$?`` is the previous
 command's exit status. A run directory printed by a command replaces the page's name of it in
@@ -249,6 +251,15 @@ def diff_text(steps):
 # Running
 # ---------------------------------------------------------------------------------------------
 
+def _has_avx2():
+    """Whether this CPU runs OpenBLAS's Haswell kernels (x86 with AVX2; False where unknown)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False
+
+
 class Session:
     """The scratch folder and the state carried from command to command."""
 
@@ -264,6 +275,11 @@ class Session:
         env["OPENBLAS_NUM_THREADS"] = "1"   # the pages' digits are those of one BLAS thread
         env["OMP_NUM_THREADS"] = "1"
         env["COLUMNS"] = "100"
+        if "OPENBLAS_CORETYPE" not in env and _has_avx2():
+            # The pages' float32 digits were recorded with OpenBLAS's Haswell (AVX2) kernels. An
+            # AVX-512 CPU picks kernels that add in another order, and twelve float32 epochs carry
+            # that rounding into the 4th digit and an image or two of the error rates.
+            env["OPENBLAS_CORETYPE"] = "Haswell"
         self.env = env
 
     def prepare_data(self):

@@ -81,6 +81,24 @@ def test_distribute_then_compare_agree(tiny):
     assert len(list(d.glob("cache-*of3.h5"))) == 3  # one shard per rank
 
 
+def test_plain_layer_names_in_a_distributed_file_distribute_themselves(tiny):
+    """One class per layer kind: a distributed file that keeps the plain names (``ConvLayer``,
+    not neon's alias ``ConvLayerDist``) is accepted by check and run alike and gives the
+    one-process numbers."""
+    d, exp = tiny
+    dist = d / "tiny_neon_dist.yaml"
+    distnet("distribute", str(exp), "-o", str(dist), check=True)
+    plain = d / "tiny_plain_dist.yaml"
+    plain.write_text(re.sub(r"\b(\w*Layer\w*)Dist\b", r"\1", dist.read_text()))
+    text = plain.read_text()
+    assert "dist_flag: True" in text and "ConvnetDist" in text and "LayerDist" not in text
+    assert "ConvLayer {" in text and "Layer {" in text
+    assert distnet("check", str(plain)).returncode == 0
+    proc = distnet("compare", str(exp), str(plain), "-n", "2", "--cost-tol", "1e-9", "--rate-tol", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AGREE" in proc.stdout
+
+
 # What `distnet check` says about a GPU experiment where cupy or a GPU is missing (the ConfigError
 # of distnet.backend.GPU); tests/test_cli_gpu.py checks those files completely with a stand-in cupy.
 NO_GPU = re.compile(r"key 'backend': the GPU backend (needs cupy|found no usable CUDA device|found no CUDA device)")

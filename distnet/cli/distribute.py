@@ -1,6 +1,8 @@
 """``distnet distribute``: apply neon's recipe for distributing an experiment to YAML text,
 keeping its comments and layout: ``dist_flag: True`` on the experiment and its datasets, the
-``Dist`` class of the model and of every layer, and ``{rank}``/``{size}`` in dataset shard paths.
+``Dist`` class of the model, neon's ``Dist`` name of every layer that has one (an alias: each
+layer distributes itself, the name says so to a reader of neon's files), and
+``{rank}``/``{size}`` in dataset shard paths.
 
 ``dist_mode`` picks how (the datasets' key of that name):
 
@@ -27,6 +29,13 @@ DIST_MODES = ("halopar", "vecpar", "datapar")
 def _dist_names():
     names = {n for n, *_ in known_classes()}
     return {n: n + "Dist" for n in names if n + "Dist" in names}
+
+
+def _fully_connected(path, where):
+    """Whether the YAML class ``path`` is a fully connected layer (any of its names)."""
+    from ..layers.fc import FullyConnectedNoBiasLayer
+    cls, _ = resolve(path, where)
+    return isinstance(cls, type) and issubclass(cls, FullyConnectedNoBiasLayer)
 
 
 def _walk(node):
@@ -86,7 +95,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar", report=None)
     paths = {n: (d, p) for n, _, d, p in known_classes()}
 
     def retag(node, mapping):
-        """Swap the class for its Dist class, written the way the file wrote it (neon path,
+        """Swap the class for its Dist name, written the way the file wrote it (neon path,
         distnet path or bare name)."""
         tag = node.tag[len("!obj:"):]
         name = tag.rpartition(".")[2]
@@ -136,7 +145,7 @@ def distribute_text(text, filename="<string>", dist_mode="halopar", report=None)
         if model_name not in _MODEL_VECPAR:
             raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}",
                               f"{filename}:{model.start_mark.line + 1}" if model is not None else filename)
-        spatial = [n for n in layers if n.tag[5:].rpartition(".")[2] not in ("Layer", "LayerWithNoBias")]
+        spatial = [n for n in layers if not _fully_connected(n.tag[5:], f"{filename}:{n.start_mark.line + 1}")]
         if spatial:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
                               f"{', '.join(n.tag[5:].rpartition('.')[2] for n in spatial)} (use halopar)",

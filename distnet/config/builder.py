@@ -201,7 +201,7 @@ class Builder:
 
     def _build_obj(self, spec):
         cls, kind = registry.resolve(spec.path, spec.where)
-        name = registry.bare_name(spec.path)   # an alias's own name (ConvnetDist builds a Model)
+        label = spec.path.rpartition(".")[2]   # the name the file wrote (an alias: not cls's)
         params = {p.name: p for p in constructor_params(cls)}
         accepted, required = constructor_keys(cls)
         ignored = _ignored_of(cls)
@@ -211,15 +211,15 @@ class Builder:
             where = spec.where_of(key)
             if key in ignored:
                 if key.endswith("_dtype"):
-                    self.notes.append((logging.WARNING, f"{where}: key '{key}' of {name} is "
+                    self.notes.append((logging.WARNING, f"{where}: key '{key}' of {label} is "
                                        "accepted and ignored (as neon did): every buffer has the "
                                        "backend's dtype"))
                 continue
             if key not in accepted:
                 if not accepted:
-                    raise ConfigError(f"unknown key: {name} takes no keys (write {{}})", where, key)
+                    raise ConfigError(f"unknown key: {label} takes no keys (write {{}})", where, key)
                 valid = ", ".join(sorted(accepted))
-                raise ConfigError(f"unknown key for {name}; valid keys: {valid}", where, key)
+                raise ConfigError(f"unknown key for {label}; valid keys: {valid}", where, key)
             value = self.build(raw, where, key)
             if value is None:
                 _check_null(params[key], where)
@@ -231,7 +231,7 @@ class Builder:
             kwargs[key] = value
         missing = sorted(required - set(kwargs))
         if missing:
-            raise ConfigError(f"{name} needs key(s) {', '.join(missing)}", spec.where)
+            raise ConfigError(f"{label} needs key(s) {', '.join(missing)}", spec.where)
         try:
             obj = cls(**kwargs)
         except ConfigError as e:
@@ -241,7 +241,7 @@ class Builder:
         except DistnetError as e:
             raise ConfigError(str(e), spec.where) from None
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"cannot build {name}: {e}", spec.where) from None
+            raise ConfigError(f"cannot build {label}: {e}", spec.where) from None
         try:
             obj.config_spec = spec
         except AttributeError:
@@ -269,18 +269,19 @@ def config_where(obj, key=None):
     return (spec.where_of(key) if key else spec.where) if spec is not None else None
 
 
-def config_class_name(obj):
-    """The class name ``obj``'s YAML wrote (the last component of its ``!obj:`` path: an alias
-    keeps its own, ``ConvnetDist`` for a Model), else its Python class's name."""
-    spec = getattr(obj, "config_spec", None)
-    return spec.path.rsplit(".", 1)[-1] if spec is not None else type(obj).__name__
-
-
 def config_given(obj, key):
     """Whether ``obj``'s YAML wrote ``key`` (False for an object not built from a file, and for
     a key left at its default)."""
     spec = getattr(obj, "config_spec", None)
     return spec is not None and key in spec.kwargs
+
+
+def config_name(obj):
+    """The class name ``obj``'s YAML wrote: the last component of its ``!obj:`` path (neon's
+    ``ConvLayerDist``, an alias of ``ConvLayer``), or its class name for an object not built from
+    a file. Messages and default layer names use it, so they say what the user wrote."""
+    spec = getattr(obj, "config_spec", None)
+    return spec.path.rsplit(".", 1)[-1] if spec is not None else type(obj).__name__
 
 
 def config_error(obj, message, key=None):

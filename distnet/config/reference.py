@@ -44,8 +44,8 @@ MAPPINGS = """## Mappings: `weight_init` and `momentum`
 
 ### weight_init
 
-Every layer with weights (`ConvLayer`, `Layer`, `LayerWithNoBias`, `LocalFilteringLayer`, their
-`Dist` classes) needs one; it is drawn as neon drew it
+Every layer with weights (`ConvLayer`, `Layer`, `LayerWithNoBias`, `LocalFilteringLayer`, and
+their `Dist` aliases) needs one; it is drawn as neon drew it
 ([neon-semantics.md](neon-semantics.md#weight-initialisation-keys)), from the backend's
 `rng_seed`, for the *global* weight array, so every grid starts from the same weights.
 
@@ -125,8 +125,11 @@ def reference_markdown():
            "`learning_rule`, `weight_init: !obj:params.UniformValGen {...}`, `olayer`) is translated "
            "into these keys: see [neon.md](neon.md).", ""]
     by_kind = {}
+    paths_of = {}
     for name, kind, dpath, npath in registry.known_classes():
-        if registry.plugin_source(name):  # the reference documents distnet's own classes
+        paths_of[name] = ", ".join(f"`{p}`" for p in dict.fromkeys((dpath, npath, *registry.extra_paths(name))) if p)
+        # the reference documents distnet's own classes; an alias is listed under its class
+        if registry.plugin_source(name) or registry.alias_of(name):
             continue
         by_kind.setdefault(kind, []).append((name, dpath, npath))
     for kind in _KIND_ORDER:
@@ -137,8 +140,11 @@ def reference_markdown():
                 out += ["Every backend takes these keys (`Backend`):", "", common, ""]
         for name, dpath, npath in sorted(by_kind.get(kind, [])):
             cls, _ = registry.resolve(name)
-            paths = ", ".join(f"`{p}`" for p in dict.fromkeys((dpath, npath, *registry.extra_paths(name))) if p)
-            out += [f"### {name}", "", f"Paths: {paths}", ""]
+            out += [f"### {name}", "", f"Paths: {paths_of[name]}", ""]
+            names = registry.aliases(name)
+            if names:
+                out += ["Aliases (neon's names of this class; messages print the name the file wrote): "
+                        + "; ".join(f"**{a}** ({paths_of[a]})" for a in names), ""]
             doc = inspect.getdoc(cls) or ""
             if doc:
                 out += [doc, ""]

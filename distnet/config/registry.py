@@ -2,7 +2,10 @@
 no dotted path is ever imported because a config file says so.
 
 Each class is reachable by its distnet path (``distnet.layers.ConvLayer``), its bare name
-(``ConvLayer``) and, where neon had it, neon's path (``neon.models.layer.ConvLayer``).
+(``ConvLayer``) and, where neon had it, neon's path (``neon.models.layer.ConvLayer``). An
+*alias* is another name of a class, with its own paths (neon's ``ConvLayerDist`` and
+``distnet.layers.ConvLayerDist`` build a ``ConvLayer``, which distributes itself); the built
+object's ``config_spec`` keeps the name the file wrote, for messages.
 Installed plugins add their own classes (entry point group ``distnet.plugins``; see the end of
 this module and docs/extending.md).
 """
@@ -13,6 +16,8 @@ from ..errors import ConfigError
 
 # bare name -> (module that defines it, kind, distnet path, neon path or None)
 _CLASSES = {}
+# alias bare name -> the bare name of the class it builds
+_ALIASES = {}
 
 
 def _add(module, kind, names, distnet_pkg, neon_module=None):
@@ -31,29 +36,48 @@ _add("distnet.datasets.mnist", "dataset", ["MNIST"], "distnet.datasets", "neon.d
 _add("distnet.datasets.cifar10", "dataset", ["CIFAR10"], "distnet.datasets", "neon.datasets.cifar10")
 _add("distnet.datasets.hdf5", "dataset", ["HDF5Dataset"], "distnet.datasets")
 _add("distnet.datasets.numpy_files", "dataset", ["NumpyDataset"], "distnet.datasets")
-# neon's model names, aliases of distnet.models.Model
-_add("distnet.models", "model", ["MLP"], "distnet.models", "neon.models.mlp")
-_add("distnet.models", "model", ["Convnet"], "distnet.models")
-_add("distnet.models", "model", ["ConvnetDist"], "distnet.models", "neon.models.convnet_dist")
+_add("distnet.models.model", "model", ["Model"], "distnet.models")
 _add("distnet.models.mlp_dist", "model", ["MLPDist"], "distnet.models", "neon.models.mlp_dist")
-_add("distnet.layers", "layer", [
-    "ConvLayer", "ConvLayerDist", "MaxPoolingLayer", "MaxPoolingLayerDist", "AveragePoolingLayer",
-    "AveragePoolingLayerDist", "L2PoolingLayer", "L2PoolingLayerDist", "LayerWithNoBias",
-    "LayerWithNoBiasDist", "Layer", "LayerDist"], "distnet.layers", "neon.models.layer")
-_add("distnet.layers", "layer", ["LocalFilteringLayer", "LocalFilteringLayerDist", "LCNLayer", "LCNLayerDist"],
+
+
+def _alias(canonical, names, neon_module=None):
+    """neon's other names of the registered class ``canonical`` (its Dist names: one class
+    distributes itself), each with its own distnet path (in ``canonical``'s package) and neon
+    path."""
+    module, kind, dpath, _ = _CLASSES[canonical]
+    for name in names:
+        _CLASSES[name] = (module, kind, f"{dpath.rpartition('.')[0]}.{name}",
+                          f"{neon_module}.{name}" if neon_module else None)
+        _ALIASES[name] = canonical
+
+
+_add("distnet.layers", "layer", ["ConvLayer", "MaxPoolingLayer", "AveragePoolingLayer", "L2PoolingLayer"],
      "distnet.layers", "neon.models.layer")
+_add("distnet.layers", "layer", ["FullyConnectedNoBiasLayer", "FullyConnectedLayer"], "distnet.layers")
+_add("distnet.layers", "layer", ["LocalFilteringLayer", "LCNLayer"], "distnet.layers", "neon.models.layer")
+for _name in ("ConvLayer", "MaxPoolingLayer", "AveragePoolingLayer", "L2PoolingLayer", "LocalFilteringLayer",
+              "LCNLayer"):
+    _alias(_name, [_name + "Dist"], "neon.models.layer")
+_alias("FullyConnectedNoBiasLayer", ["LayerWithNoBias", "LayerWithNoBiasDist"], "neon.models.layer")
+_alias("FullyConnectedLayer", ["Layer", "LayerDist"], "neon.models.layer")
 _add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
 _add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
 _add("distnet.layers.tower_sum", "layer", ["TowerSumLayer"], "distnet.layers")
-_add("distnet.layers.batchnorm", "layer", ["BatchNormLayer", "BatchNormLayerDist"], "distnet.layers")
-_add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer", "GlobalAveragePoolingLayerDist"],
-     "distnet.layers")
-_add("distnet.layers.dropout", "layer", ["DropoutLayer", "DropoutLayerDist"], "distnet.layers")
+_add("distnet.layers.batchnorm", "layer", ["BatchNormLayer"], "distnet.layers")
+_add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer"], "distnet.layers")
+_add("distnet.layers.dropout", "layer", ["DropoutLayer"], "distnet.layers")
+for _name in ("BatchNormLayer", "GlobalAveragePoolingLayer", "DropoutLayer"):
+    _alias(_name, [_name + "Dist"])
+del _name
+# neon's model names: one class runs every image model on one process or distributed
+_alias("Model", ["MLP"], "neon.models.mlp")
+_alias("Model", ["Convnet"])
+_alias("Model", ["ConvnetDist"], "neon.models.convnet_dist")
 _add("distnet.experiments.seq2seq", "experiment", ["Seq2SeqExperiment"], "distnet.experiments")
 _add("distnet.models.seq2seq", "model", ["Seq2Seq"], "distnet.models")
 _add("distnet.datasets.sequences", "dataset", ["SequenceDataset"], "distnet.datasets")
 _add("distnet.models.gb", "model", ["GB"], "distnet.models", "neon.models.gb")
-_add("distnet.models.gb", "model", ["GBDist"], "distnet.models", "neon.models.gb_dist")
+_alias("GB", ["GBDist"], "neon.models.gb_dist")
 _add("distnet.ops.activations", "activation", ["Logistic"], "distnet.activations", "neon.transforms.logistic")
 _add("distnet.ops.activations", "activation", ["RectLin"], "distnet.activations", "neon.transforms.rectified")
 _add("distnet.ops.activations", "activation", ["Identity"], "distnet.activations", "neon.transforms.linear")
@@ -109,13 +133,18 @@ def resolve(path, where=None):
         raise ConfigError(f"unknown class !obj:{path}{hint} (distnet builds only its own classes; "
                           f"`distnet check --list-classes` lists them)", where)
     module, kind, _, _ = _CLASSES[name]
-    return getattr(importlib.import_module(module), name), kind
+    return getattr(importlib.import_module(module), _ALIASES.get(name, name)), kind
 
 
-def bare_name(path):
-    """The table's name of the class ``path`` names: an alias keeps its own (``ConvnetDist``,
-    whose class is ``Model``); a path outside the table: its last component."""
-    return _index().get(path, path.rsplit(".", 1)[-1])
+def alias_of(name):
+    """The bare name of the class that the alias ``name`` builds, or None if ``name`` is not an
+    alias."""
+    return _ALIASES.get(name)
+
+
+def aliases(name):
+    """The aliases of the class ``name`` (bare names, sorted)."""
+    return sorted(a for a, c in _ALIASES.items() if c == name)
 
 
 def extra_paths(name):

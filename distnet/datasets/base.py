@@ -283,7 +283,8 @@ class Dataset:
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
         split as :meth:`load` returned it) ahead of their use, in that order; None when ``x`` is
-        in memory. The model calls it with each epoch's minibatches (``MLP.read_ahead``)."""
+        in memory. The training loop hands it to the model, which calls it with each epoch's
+        minibatches (:meth:`~distnet.models.model.Model.fit_epoch`)."""
         return None
 
     def prepare_images(self, x, dtype=np.float64):

@@ -11,13 +11,12 @@ identical on every rank; only rank 0 logs. Callers follow the run through a
 its progress bar that way).
 """
 from ..backend import Numpy
-from ..config.builder import config_error, config_given, config_where
+from ..config.builder import config_error, config_given, config_name, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
 from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from .base import Experiment, setup_experiment_logging
-from .base import launcher_size  # noqa: F401 (distnet.cli imports it from here)
 from .run_notes import note_run_start
 from .threads import setup_threads
 
@@ -84,9 +83,9 @@ class FitExperiment(Experiment):
         if mode == "vecpar" and not whole:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers by input features: use "
                               f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "
-                              f"{self.model.class_name}", key="model")
+                              f"{config_name(self.model)}", key="model")
         if mode == "halopar" and whole:
-            raise ConfigError(f"{self.model.class_name} takes whole images on every rank: give its "
+            raise ConfigError(f"{config_name(self.model)} takes whole images on every rank: give its "
                               "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
         if mode == "vecpar" and self.grid is not None and self.grid[0] != 1:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers over a 1 x P grid (P blocks "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config.builder import config_name
 from ..geometry.extent import halo_extents
 from ..geometry.grid import GridPosition
 
@@ -69,7 +70,7 @@ def layer_rows(exp, grid, batch, data=1, pipe=1):
             halo, chunk = halo_extents((H, W), *rank0.halos[0].windows, grid)
             chunk_shape = (C, *chunk.shape)
             chunk_elems = int(np.prod(chunk_shape))
-        rows.append(LayerRow(i, layer.name, type(layer).__name__, out, tuple(rank0.out_layout.local_shape),
+        rows.append(LayerRow(i, layer.name, config_name(layer), out, tuple(rank0.out_layout.local_shape),
                              largest, chunk_shape, halo, rank0.param_count,
                              max(p.local_param_count for p in pls), rank0.sharded,
                              batch * (int(np.prod(largest)) + chunk_elems) * itemsize))

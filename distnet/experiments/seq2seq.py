@@ -4,7 +4,7 @@ ranks (``pipe: 2`` puts the encoder and the decoder on two stages)."""
 import os
 
 from ..backend import Numpy, under_seterr_handling
-from ..config.builder import config_class_name
+from ..config.builder import config_name
 from ..config.types import NonNegativeInt, PositiveInt
 from ..errors import ConfigError
 from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, apply_plan
@@ -42,7 +42,7 @@ class Seq2SeqExperiment(Experiment):
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         dataset = datasets[0]
         if type(model).__name__ != "Seq2Seq":
-            raise ConfigError(f"Seq2SeqExperiment trains a Seq2Seq model, got {config_class_name(model)}", key="model")
+            raise ConfigError(f"Seq2SeqExperiment trains a Seq2Seq model, got {config_name(model)}", key="model")
         if type(dataset).__name__ != "SequenceDataset":
             raise ConfigError(f"Seq2SeqExperiment takes a SequenceDataset, got {type(dataset).__name__}",
                               key="datasets")

@@ -1,23 +1,23 @@
 """Layers: own parameters; the only place where ops (math) meet comm (halos, allreduce).
 
-Non-dist classes work on whole images; each ``*Dist`` class derives from its non-dist parent and
-changes only how the input is gathered and how weights are shared (see :mod:`.dist`).
+One class per layer kind: a layer distributes itself from its placement (:mod:`.placement`):
+on a process grid of several tiles a window layer exchanges halos, an FC layer after a tiled
+input holds its tile's weight columns, batch norm sums its statistics over the tiles; on one
+tile the same class runs on whole images. neon's ``...Dist`` class names are YAML aliases
+(:mod:`distnet.config.registry`).
 """
 from .add import AddLayer
 from .base import REPLICATED, SPATIAL, BaseLayer, LayerContext
-from .dist import (AveragePoolingLayerDist, ConvLayerDist, L2PoolingLayerDist, LayerDist,
-                   LayerWithNoBiasDist, MaxPoolingLayerDist)
 from .concat import ConcatLayer
-from .fc import Layer, LayerWithNoBias
-from .lcn import LCNLayer, LCNLayerDist
-from .local import LocalFilteringLayer, LocalFilteringLayerDist
+from .fc import FullyConnectedLayer, FullyConnectedNoBiasLayer
+from .lcn import LCNLayer
+from .local import LocalFilteringLayer
 from .tower_sum import TowerSumLayer
 from .spatial import AveragePoolingLayer, ConvLayer, L2PoolingLayer, MaxPoolingLayer, WindowLayer
 
-__all__ = ["AveragePoolingLayer", "AveragePoolingLayerDist", "BaseLayer", "ConvLayer", "ConvLayerDist",
-           "L2PoolingLayer", "L2PoolingLayerDist", "Layer", "LayerContext", "LayerDist",
-           "LayerWithNoBias", "LayerWithNoBiasDist", "MaxPoolingLayer", "MaxPoolingLayerDist",
+__all__ = ["AveragePoolingLayer", "BaseLayer", "ConvLayer", "FullyConnectedLayer",
+           "FullyConnectedNoBiasLayer", "L2PoolingLayer", "LayerContext", "MaxPoolingLayer",
            "REPLICATED", "SPATIAL", "WindowLayer"]
-__all__ += ["LCNLayer", "LCNLayerDist", "LocalFilteringLayer", "LocalFilteringLayerDist"]
+__all__ += ["LCNLayer", "LocalFilteringLayer"]
 __all__ += ["AddLayer", "ConcatLayer"]
 __all__ += ["TowerSumLayer"]

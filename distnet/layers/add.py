@@ -3,7 +3,7 @@
 
 Distribution: every input has the same layout (spatial tiles of the same global shape on the
 same grid, or replicated vectors), so the sum is local on every rank: no communication, no
-parameters, one class for one process and for any grid (no Dist twin is needed).
+parameters.
 """
 from .base import BaseLayer
 from .placement import Layout, Placement
@@ -36,7 +36,7 @@ class AddLayer(BaseLayer):
     def place(self, layouts, position):
         """Every input's layout kind must agree; the output has it too (local sum)."""
         kind = one_layout_kind(self, layouts, "to be added locally", "; make both branches end in layers of "
-                               "the same kind (both Dist window layers, or both fully connected)")
+                               "the same kind (both window layers, or both fully connected)")
         layout = Layout.of(kind, self.out_shape, position)
         return Placement(layout, layout)
 

@@ -10,7 +10,9 @@ Protocol (the model calls these in order):
   distributed on a rank's :class:`~distnet.geometry.grid.GridPosition` — its input and output
   layouts, every parameter's global shape, this rank's slice and the communicator that sums its
   gradient, its halo exchanges (:mod:`distnet.layers.placement`). ``distnet show`` calls it for
-  ranks it describes; nothing else decides a distribution fact.
+  ranks it describes; nothing else decides a distribution fact. A layer class distributes itself:
+  the same class runs on whole images (a grid of one tile) and on a rank's tile of a process
+  grid, as its placement says (neon's ``...Dist`` names are aliases of it in YAML).
 * ``bind(ctx)`` then ``configure(in_layout, ctx) -> out_layout``: place the layer on this rank
   (``self.placement``) and build what it runs with (:meth:`setup`: its chunk exchange).
 * ``init_params(rng)``: draw the global weight tensors (:meth:`draw_params`) from the backend RNG
@@ -24,14 +26,14 @@ Protocol (the model calls these in order):
   :meth:`BaseLayer.init_buffers` and kept in checkpoints.
 * Training or evaluation: layers whose forward differs (batch norm, dropout) read
   ``self.run.training`` (:class:`RunState`, one per model, shared by its layers: the model's
-  :meth:`~distnet.models.mlp.MLP.evaluating` switches it; it also says which optimiser step and
+  :meth:`~distnet.models.model.Model.evaluating` switches it; it also says which optimiser step and
   which rows of the global minibatch are running, for dropout's masks).
 """
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config.builder import config_error
+from ..config.builder import config_error, config_name
 from ..config.types import NonNegativeInt, PositiveInt
 from .params import Param
 from .placement import REPLICATED, SPATIAL  # noqa: F401 - the layout kinds, re-exported
@@ -85,8 +87,6 @@ class BaseLayer:
     config_types = {"name": str, "pos": NonNegativeInt, "batch_size": PositiveInt, "stage": NonNegativeInt,
                     "inputs": ("list", str), "tower": NonNegativeInt}
     config_ignored = ("backend",)
-    #: Dist layers set this; a non-dist spatial layer refuses a distributed input.
-    is_dist = False
     #: ``learning_rate`` is None for layers without weights.
     learning_rate = None
     #: The activation the layer applies last (an object of :mod:`distnet.ops.activations`), or
@@ -133,7 +133,7 @@ class BaseLayer:
 
     def error(self, message, key=None):
         """A ConfigError pointing at this layer's YAML (or one of its keys)."""
-        label = self.name or type(self).__name__
+        label = self.name or config_name(self)
         return config_error(self, f"layer '{label}': {message}", key)
 
     def infer_shape(self, in_shape):
@@ -230,4 +230,4 @@ class BaseLayer:
 
     def describe(self):
         """One line for logs and ``distnet show``."""
-        return f"{self.name or type(self).__name__}: {self.in_shape} -> {self.out_shape}"
+        return f"{self.name or config_name(self)}: {self.in_shape} -> {self.out_shape}"

@@ -1,4 +1,4 @@
-"""Batch normalisation layers: ``BatchNormLayer`` and its Dist twin ``BatchNormLayerDist``.
+"""Batch normalisation: ``BatchNormLayer``, on whole images or on spatial tiles.
 
 Conv outputs ``(B, C, H, W)``: statistics per channel over the batch and all pixels; FC outputs
 ``(B, F)``: per feature over the batch. Training uses the batch statistics of the GLOBAL
@@ -42,7 +42,8 @@ class BatchNormLayer(BaseLayer):
     ``activation`` (applied after the affine map, e.g. ``!obj:distnet.activations.RectLin {}``
     for ResNet's conv -> BN -> ReLU; default none). Parameters
     ``gamma`` (ones) and ``beta`` (zeros), ``(C,)``; buffers ``running_mean`` (zeros),
-    ``running_var`` (ones). On a split process grid use :class:`BatchNormLayerDist`."""
+    ``running_var`` (ones). On a process grid the statistics are those of the whole minibatch:
+    the per-channel sums of every tile and data replica in one Allreduce (module docstring)."""
 
     config_types = {"eps": Positive, "momentum": Fraction, "learning_rate": NonNegative,
                     "activation": ("obj", "activation")}
@@ -68,11 +69,7 @@ class BatchNormLayer(BaseLayer):
         """Same layout out as in; gamma/beta (complete: the layer sums their gradients itself)
         and the running statistics replicated; one Allreduce forward and one backward over
         ``grad`` (image tiles) or ``data`` (vectors), in training only."""
-        split = tuple(position.grid) != (1, 1)
         image = len(self.in_shape) == 3
-        if split and layout == SPATIAL and image and not self.is_dist:
-            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
-                             f"{position.grid[0]}x{position.grid[1]} grid; use {type(self).__name__}Dist")
         over = OVER_GRAD if layout == SPATIAL and image else OVER_DATA
         C = self.in_shape[0]
         pp = [ParamPlacement(f"{self.name}.{n}", (C,), (C,), Ellipsis, COMPLETE) for n in ("gamma", "beta")]
@@ -153,11 +150,3 @@ class BatchNormLayer(BaseLayer):
     def describe(self):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
         return f"{super().describe()}  eps={self.eps:g} momentum={self.momentum:g}{act}"
-
-
-class BatchNormLayerDist(BatchNormLayer):
-    """:class:`BatchNormLayer` on spatial tiles: the per-channel sums of every tile and data
-    replica in one Allreduce over ``Topology.grad``; exactly the single-process statistics."""
-
-    is_dist = True
-

@@ -1,4 +1,4 @@
-"""Dropout: ``DropoutLayer`` and its Dist twin, with the single-process mask on every grid.
+"""Dropout: ``DropoutLayer``, with the single-process mask on every grid.
 
 Inverted dropout (``torch.nn.Dropout``): in training each element is zeroed with probability
 ``p`` and the survivors scaled by ``1 / (1 - p)``; evaluation is the identity. The mask is drawn
@@ -19,8 +19,8 @@ from .placement import SPATIAL, Layout, Placement
 
 class DropoutLayer(BaseLayer):
     """Keys: ``p`` (probability of dropping an element, in [0, 1); default 0.5). Any input
-    shape; the output has the input's shape and layout. On a split process grid use
-    :class:`DropoutLayerDist`."""
+    shape; the output has the input's shape and layout. On a process grid each rank uses its
+    tile of the global mask."""
 
     config_types = {"p": HalfOpenFraction}
     whole_batch = True
@@ -36,10 +36,6 @@ class DropoutLayer(BaseLayer):
         return self.out_shape
 
     def place(self, layout, position):
-        split = tuple(position.grid) != (1, 1) and layout == SPATIAL and len(self.in_shape) == 3
-        if split and not self.is_dist:
-            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
-                             f"{position.grid[0]}x{position.grid[1]} grid; use {type(self).__name__}Dist")
         lay = Layout.of(layout, self.in_shape, position)
         return Placement(lay, lay)
 
@@ -75,9 +71,3 @@ class DropoutLayer(BaseLayer):
 
     def describe(self):
         return f"{super().describe()}  p={self.p:g}"
-
-
-class DropoutLayerDist(DropoutLayer):
-    """:class:`DropoutLayer` on spatial tiles: each rank uses its tile of the global mask."""
-
-    is_dist = True

@@ -1,19 +1,45 @@
 """Fully connected layers on ``(B, F)`` activations (an image-like input ``(B, C, H, W)`` is
-flattened row-major, neon's order ``(c*H + r)*W + q``)."""
+flattened row-major, neon's order ``(c*H + r)*W + q``), and how they distribute themselves.
+
+The layer's placement follows its input (:meth:`FullyConnectedNoBiasLayer.place`):
+
+* after a spatial layer on a process grid of several tiles, a rank holds the weight columns of
+  its own input pixels (``cols`` = global flat indices of its tile); the partial pre-activations
+  are summed with one Allreduce over ``Topology.spatial``, so every rank applies the activation
+  and the cost itself (no root, no bcast). Its weight gradient is complete on this rank (disjoint
+  columns);
+* after an FC layer (or on whole images) it is replicated: every rank computes the same product
+  on the same replicated input (exact, no communication; neon split it in blocks with an
+  Allgather);
+* neon's ``vecpar`` (:class:`~distnet.models.mlp_dist.MLPDist` sets ``vecpar`` on its FC
+  layers): a replicated input (whole images, or the previous FC's output) is sharded by
+  contiguous blocks of its features, the feature vector being a ``1 x F`` plane cut by
+  :func:`~distnet.geometry.tile_of` on the ``1 x Px`` grid (uneven blocks allowed). Partial
+  pre-activations are summed with one Allreduce over ``Topology.spatial``; the weight gradient of
+  the block is complete on the rank (``OVER_DATA``); the input gradient (needed complete by the FC
+  below) is the block's part placed in a zero ``(B, F)`` array and summed with one Allreduce over
+  ``Topology.spatial``.
+"""
 import numpy as np
 
+from ..comm.reduce import allreduce_sum
 from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
+from ..errors import GeometryError
+from ..geometry import tile_of
 from ..ops.activations import Identity
 from ..ops.parallel import matmul as pmatmul
 from .base import BaseLayer
 from .params import check_weight_init, gen_weights
-from .placement import OVER_DATA, REPLICATED, Layout, ParamPlacement, Placement
+from .placement import OVER_DATA, REPLICATED, SPATIAL, Collective, Layout, ParamPlacement, Placement
 
 
-class LayerWithNoBias(BaseLayer):
-    """``y = f(x W^T)`` with ``W (nout, nin)``. Keys: ``nout``, ``activation`` (default
-    Identity), ``weight_init``, ``learning_rate``, ``nin`` (optional, derived and checked).
-    neon's seven ``*_dtype`` keys are accepted and ignored (neon ignored them too)."""
+class FullyConnectedNoBiasLayer(BaseLayer):
+    """neon's ``LayerWithNoBias``: ``y = f(x W^T)`` with ``W (nout, nin)``. Keys: ``nout``,
+    ``activation`` (default Identity), ``weight_init``, ``learning_rate``, ``nin`` (optional,
+    derived and checked). neon's seven ``*_dtype`` keys are accepted and ignored (neon ignored
+    them too). After a spatial layer on a process grid each rank holds the weight columns of its
+    tile's pixels (partial pre-activations summed over ``Topology.spatial``); after a fully
+    connected layer the weights are replicated."""
 
     config_types = {"nin": PositiveInt, "nout": PositiveInt, "activation": ("obj", "activation"),
                     "weight_init": WEIGHT_INIT, "learning_rate": NonNegative}
@@ -31,6 +57,7 @@ class LayerWithNoBias(BaseLayer):
         self.learning_rate = learning_rate
         self.cols = None  # global input feature indices this rank holds (None = all)
         self.W = self.b = None
+        self._block = self._spatial_comm = None
 
     def infer_shape(self, in_shape):
         nfeat = int(np.prod(in_shape))
@@ -43,13 +70,32 @@ class LayerWithNoBias(BaseLayer):
         self.in_shape, self.out_shape = tuple(in_shape), (self.nout,)
         return self.out_shape
 
+    #: Shard a replicated input by feature blocks over ``Topology.spatial`` (set by MLPDist).
+    vecpar = False
+
     def place(self, layout, position):
-        """Replicated weights on a replicated input (or any input on a 1x1 grid); a split input
-        needs the Dist class."""
-        if layout != REPLICATED and tuple(position.grid) != (1, 1):
-            grid = position.grid
-            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
-                             f"{grid[0]}x{grid[1]} grid; use {type(self).__name__}Dist")
+        """A spatial input on a grid of several tiles: my tile's columns, partial pre-activations
+        summed over ``spatial``. vecpar: my block of the features of a replicated input,
+        pre-activations summed forward and input gradients backward over ``spatial``. Otherwise
+        replicated."""
+        grid, split = position.grid, tuple(position.grid) != (1, 1)
+        if layout == SPATIAL and len(self.in_shape) == 3 and split:
+            C, H, W = self.in_shape
+            t = tile_of((H, W), grid, position.coords)
+            c, r, q = np.meshgrid(np.arange(C), np.arange(t.y0, t.y1), np.arange(t.x0, t.x1), indexing="ij")
+            cols = np.ravel_multi_index((c.ravel(), r.ravel(), q.ravel()), (C, H, W))
+            return self._placement(layout, position, cols, (Collective("spatial", self.nout),))
+        if self.vecpar and layout == REPLICATED and split:
+            if grid[0] != 1:
+                raise self.error(f"vecpar shards the input features over a 1 x N process grid, but the "
+                                 f"run uses a {grid[0]}x{grid[1]} grid")
+            try:
+                t = tile_of((1, self.nfeat), grid, position.coords)
+            except GeometryError:
+                raise self.error(f"vecpar cannot split its {self.nfeat} input features over "
+                                 f"{grid[1]} ranks (each needs at least one)") from None
+            return self._placement(layout, position, slice(t.x0, t.x1),
+                                   (Collective("spatial", self.nout), Collective("spatial", self.nfeat, True)))
         return self._placement(layout, position)
 
     def _placement(self, layout, position, cols=Ellipsis, collectives=()):
@@ -78,17 +124,38 @@ class LayerWithNoBias(BaseLayer):
             w[:, -1] = self.weight_init["bias_init"]
         return [w[:, :-1], w[:, -1]]
 
+    def setup(self, ctx):
+        """My input columns (``cols``: global flat feature indices, None for all), my vecpar block
+        and the communicator of my Allreduces, from the placement."""
+        index = self.placement.params[0].index
+        cols = Ellipsis if index is Ellipsis else index[1]
+        self._block = cols if isinstance(cols, slice) else None
+        self.cols = (None if cols is Ellipsis else
+                     np.arange(cols.start, cols.stop) if self._block is not None else cols)
+        self._spatial_comm = ctx.topology.spatial if self.placement.collectives else None
+        self._host_staging = ctx.backend.host_staging
+
     def params_ready(self):
         self.W = self._params[0].value
         if self.has_bias:
             self.b = self._params[1].value
 
     def _preactivation(self, x2d):
-        """``z = x W^T (+ b)`` for the full feature vector (Dist: summed over the shards)."""
-        z = pmatmul(x2d, self.W.T)
+        """``z = x W^T (+ b)`` for the full feature vector: my columns' partial product, summed
+        over ``Topology.spatial`` when the input is sharded; the bias is added once, after it."""
+        if self._spatial_comm is None:
+            z = pmatmul(x2d, self.W.T)
+        else:   # one BLAS call, never split over kernel threads: the sums of sharded runs stay as they were
+            z = x2d @ self.W.T
+            allreduce_sum([z], self._spatial_comm, self._host_staging)
         return z + self.b if self.has_bias else z
 
     def fprop(self, x):
+        """``x (B, ...)`` (my tile, or whole; vecpar: whole on every rank, of which my block
+        ``(B, x1 - x0)`` of the ``nfeat`` features is used) -> ``(B, nout)``, replicated."""
+        if self._block is not None:
+            self._x_shape = x.shape
+            x = x.reshape(x.shape[0], self.nfeat)[:, self._block]
         self._in_shape_local = x.shape
         self._x2d = x.reshape(x.shape[0], int(np.prod(x.shape[1:])))  # -1 fails on an empty batch
         self._z = self._preactivation(self._x2d)
@@ -96,18 +163,27 @@ class LayerWithNoBias(BaseLayer):
         return self._y
 
     def bprop(self, delta, need_input_grad=True):
+        """``delta (B, nout)`` -> the input gradient (shape of ``x``; or None); sets the weight
+        gradients. vecpar: the complete input gradient on every rank, from the blocks with one
+        Allreduce over ``Topology.spatial``."""
         dz = self.activation.bprop(self._z, self._y, delta)
         pmatmul(dz.T, self._x2d, out=self._params[0].grad)
         if self.has_bias:
             self._params[1].grad[...] = dz.sum(axis=0)
         if not need_input_grad:
             return None
-        return pmatmul(dz, self.W).reshape(self._in_shape_local)
+        g = pmatmul(dz, self.W).reshape(self._in_shape_local)
+        if self._block is None:
+            return g
+        dx = self.xp.zeros((g.shape[0], self.nfeat), dtype=g.dtype)
+        dx[:, self._block] = g
+        allreduce_sum([dx], self._spatial_comm, self._host_staging)
+        return dx.reshape(self._x_shape)
 
 
-class Layer(LayerWithNoBias):
+class FullyConnectedLayer(FullyConnectedNoBiasLayer):
     """neon's ``Layer``: fully connected with a bias. ``nin`` counts the bias (+1), as in neon;
     the bias is the last column of neon's weight array (``bias_init`` sets it) and is held here
-    as ``b (nout,)``."""
+    as ``b (nout,)``, replicated and added once (after the Allreduce of a sharded layer)."""
 
     has_bias = True

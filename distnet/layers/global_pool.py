@@ -1,4 +1,4 @@
-"""Global average pooling: ``GlobalAveragePoolingLayer`` and its Dist twin.
+"""Global average pooling: ``GlobalAveragePoolingLayer``, on whole images or spatial tiles.
 
 ``(B, C, H, W) -> (B, C)``: the mean of every channel over all pixels of the GLOBAL image. On a
 split process grid each rank sums its tile's pixels (:func:`~distnet.ops.global_pool
@@ -15,7 +15,8 @@ from .placement import REPLICATED, SPATIAL, Collective, Layout, Placement
 
 class GlobalAveragePoolingLayer(BaseLayer):
     """Mean over all pixels of each map: ``(C, H, W) -> (C,)``. No keys besides the common
-    ones. On a split process grid use :class:`GlobalAveragePoolingLayerDist`."""
+    ones. On a process grid: partial sums of my tile and one Allreduce over
+    ``Topology.spatial``."""
 
     def infer_shape(self, in_shape):
         if len(in_shape) != 3:
@@ -28,9 +29,6 @@ class GlobalAveragePoolingLayer(BaseLayer):
         """Spatial (or replicated) input, replicated output; on a split grid one forward
         Allreduce of ``C`` sums per sample over ``spatial``."""
         split = tuple(position.grid) != (1, 1) and layout == SPATIAL
-        if split and not self.is_dist:
-            raise self.error(f"{type(self).__name__} is not distributed but its input is split over a "
-                             f"{position.grid[0]}x{position.grid[1]} grid; use {type(self).__name__}Dist")
         return Placement(Layout.of(layout, self.in_shape, position), Layout.of(REPLICATED, self.out_shape, position),
                          collectives=(Collective("spatial", self.in_shape[0]),) if split else ())
 
@@ -51,10 +49,3 @@ class GlobalAveragePoolingLayer(BaseLayer):
         if not need_input_grad:
             return None
         return gap_bprop(delta, self._tile_hw, self.in_shape[1] * self.in_shape[2])
-
-
-class GlobalAveragePoolingLayerDist(GlobalAveragePoolingLayer):
-    """:class:`GlobalAveragePoolingLayer` on spatial tiles (partial sums + one Allreduce over
-    ``Topology.spatial``)."""
-
-    is_dist = True

@@ -7,9 +7,9 @@ around it::
 
     m = w * chunk(x);  s = x - m;  d = sqrt(w * chunk(s)^2), 1 where 0;  y = s / d
 
-On one process ``chunk`` is zero padding; :class:`LCNLayerDist` swaps it for the halo exchange of
-its GlobalArray, which fills ghosts from the neighbours and zeros only outside the image (the
-chunk box of a same-padded window includes the padding), so the result is the non-dist one. The
+On a grid of one tile ``chunk`` is zero padding; on several tiles it is the halo exchange of a
+GlobalArray, which fills ghosts from the neighbours and zeros only outside the image (the chunk
+box of a same-padded window includes the padding), so the result is the one-process one. The
 input plane, the output plane and their tiles are the same, so the one plan (and GlobalArray)
 serves both exchanges (x, then s). Backward: the exact gradient (neon v0.4 dropped the direct
 term ``e/d`` where ``s == 0``; distnet does not reproduce that, see :mod:`distnet.ops.lcn`),
@@ -17,14 +17,14 @@ with the two adjoint exchanges in reverse order. No parameters.
 """
 from ..ops.lcn import (lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter, lcn_fprop_divisive,
                        lcn_fprop_subtractive, shared_map)
-from .dist import HaloMixin
 from .spatial import WindowLayer, _pair
 
 
 class LCNLayer(WindowLayer):
     """Keys: ``fshape`` (odd; int or [fh, fw], rectangular allowed), ``stride`` (must be 1),
     ``nifm``/``ifmshape`` (optional, checked). The padding is always "same" (a ``padding``
-    key is refused). Output ``(B, C, H, W)``, the input's shape."""
+    key is refused). Output ``(B, C, H, W)``, the input's shape. On a process grid of several
+    tiles every fprop/bprop is collective over ``Topology.spatial`` (point-to-point halos)."""
 
     def __init__(self, fshape, stride=1, nifm=None, ifmshape=None, padding=None, **common):
         fh, fw = _pair(fshape)
@@ -54,7 +54,7 @@ class LCNLayer(WindowLayer):
         self._w_ops = self.xp.asarray(shared_map(self._w_host).astype(self.dtype))   # (1, fh, fw)
 
     def fprop(self, x):
-        """``x (B, C, h, w)`` on my tile -> ``y`` of the same shape. Dist: two exchanges."""
+        """``x (B, C, h, w)`` on my tile -> ``y`` of the same shape (two chunk exchanges)."""
         xc = self._chunk(x)
         self._xc_shape = xc.shape
         self._s = lcn_fprop_subtractive(x, xc, self._w_ops)
@@ -63,7 +63,7 @@ class LCNLayer(WindowLayer):
         return y
 
     def bprop(self, delta, need_input_grad=True):
-        """``delta (B, C, h, w)`` -> the exact gradient on my tile (or None). Dist: two adjoint
+        """``delta (B, C, h, w)`` -> the exact gradient on my tile (or None): two adjoint
         exchanges (the s-chunk gradient, then the x-chunk gradient)."""
         if not need_input_grad:
             return None
@@ -71,8 +71,3 @@ class LCNLayer(WindowLayer):
         gs = gs_direct + self._input_grad(gs_chunk)
         gx_direct, gx_chunk = lcn_bprop_subtractive(gs, self._xc_shape, self._w_ops)
         return gx_direct + self._input_grad(gx_chunk)
-
-
-class LCNLayerDist(HaloMixin, LCNLayer):
-    """:class:`LCNLayer` on a tile: ghosts from the neighbours, zero padding only at the global
-    border. Every fprop/bprop is collective over ``Topology.spatial`` (point-to-point halos)."""

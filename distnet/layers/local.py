@@ -6,18 +6,18 @@ docs/neon-semantics.md#dist-layers).
 Weights ``W (K, ho, wo, F)`` hold the filters of this rank's output tile, F = C*fh*fw in
 ``(c, u, v)`` order; neon's global ``(K*Ho*Wo, F)`` array reshaped to ``(K, Ho, Wo, F)`` and sliced
 ``[:, y0:y1, x0:x1, :]`` (the output tile; the whole plane on one process). Every filter is
-independent, so a Dist layer needs no weight communication at all; its gradient is complete on
-this rank (``OVER_DATA``: only data replicas would sum it). Every update is followed by the row
+independent, so on a process grid the layer needs no weight communication at all; its
+gradient is complete on this rank (``OVER_DATA``: only data replicas would sum it). Every update is followed by the row
 normalisation N (unit L2 norm per filter).
 
 The pretraining step is written once for both layers: it only uses the seam of
 :class:`~distnet.layers.spatial.WindowLayer` (``_chunk``: tile -> chunk, zero padding on one
-process, halo exchange when distributed; ``_input_grad``: its adjoint). So the Dist step is the
-non-dist one with the padding maps swapped for the exchanges, and gives the same numbers.
+process, halo exchange on a grid of several tiles; ``_input_grad``: its adjoint). So the
+distributed step is the one-process one with the padding maps swapped for the exchanges, and
+gives the same numbers.
 """
 from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
-from .dist import HaloMixin
 from .params import Param, check_weight_init, gen_weights
 from .placement import OVER_DATA, ParamPlacement
 from .spatial import WindowLayer
@@ -202,8 +202,3 @@ class LocalFilteringLayer(WindowLayer):
 
     def describe(self):
         return f"{super().describe()}  nofm={self.nofm}"
-
-
-class LocalFilteringLayerDist(HaloMixin, LocalFilteringLayer):
-    """:class:`LocalFilteringLayer` on a tile: the input chunk comes from the halo exchange, the
-    filters of my output tile are mine alone (no weight communication)."""

@@ -116,6 +116,10 @@ class HaloExchange:
     #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (the cost model
     #: computes every rank's exchange from them).
     windows: tuple = None
+    #: True when the process grid cuts the plane into several tiles: the chunk comes from a
+    #: :class:`~distnet.comm.global_array.GlobalArray` over ``Topology.spatial`` (collective over
+    #: the rank's halo peers); False on one tile: zero padding, no communicator.
+    split: bool = False
 
     def sent(self):
         """Elements per sample this rank sends in one forward exchange (``own ∩ chunk(peer)``)."""

@@ -2,18 +2,24 @@
 stride, padding, halo plan) and ConvLayer and the pooling layers.
 
 A window layer computes its output tile from a *chunk*: its input tile plus what its windows read
-beyond it. Its chunk exchange ``self.input`` builds it: on one process a
-:class:`~distnet.ops.padding.ZeroPadding` (the zero-padded image); a Dist subclass
-(:mod:`distnet.layers.dist`) makes it a ``GlobalArray`` (halo exchange and its adjoint) instead,
-and changes nothing else. Both have the same ``exchange`` / ``exchange_adjoint(out=)``
-interface, so the layers have one code path.
+beyond it. Its chunk exchange ``self.input`` builds it, as the layer's placement says
+(:attr:`~distnet.layers.placement.HaloExchange.split`): on a grid of one tile a
+:class:`~distnet.ops.padding.ZeroPadding` (the zero-padded image); when the process grid cuts the
+plane into several tiles a :class:`~distnet.comm.global_array.GlobalArray` over
+``Topology.spatial`` (halo exchange and its adjoint), which fills the ghosts from the neighbours
+and pads with zeros only outside the image. Both have the same ``exchange`` /
+``exchange_adjoint(out=)`` interface, so the layers have one code path, and a layer returns the
+gradient on its *own tile* either way (the adjoint sends the chunk gradient's ghost parts back to
+their owners and adds them).
 """
 import numpy as np
 
 from ..backend import get_array_module
+from ..config.builder import config_name
 from ..config.types import (WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt,
                             PositiveShape2)
 from ..errors import ConfigError, GeometryError
+from ..comm.global_array import GlobalArray
 from ..comm.overlap import overlap_enabled
 from ..geometry import Box, Window, output_plane, plan_halo
 from ..geometry.overlap import border_boxes, early_output_box
@@ -76,17 +82,15 @@ class WindowLayer(BaseLayer):
     def planes(self):
         """The input and output planes the process grid must cut into non-empty tiles, as
         ``(H, W, label)``."""
-        name = self.name or type(self).__name__
+        name = self.name or config_name(self)
         return [(*self.in_shape[1:], f"the input of layer '{name}'"),
                 (*self.out_shape[1:], f"the output of layer '{name}'")]
 
     def place(self, layout, position):
-        """Input and output: spatial tiles; one chunk exchange (its halo plan); parameters from
+        """Input and output: spatial tiles; one chunk exchange (its halo plan: a halo exchange
+        when the grid has several tiles, zero padding on one); parameters from
         :meth:`place_params`."""
         grid = position.grid
-        if not self.is_dist and tuple(grid) != (1, 1):
-            raise self.error(f"{type(self).__name__} is not distributed but the run uses a "
-                             f"{grid[0]}x{grid[1]} process grid; use {type(self).__name__}Dist")
         try:
             plan = plan_halo(self.in_shape[1:], *self.windows, grid, position.coords)
         except GeometryError as e:
@@ -94,7 +98,8 @@ class WindowLayer(BaseLayer):
         C = self.in_shape[0]
         return Placement(Layout.of(SPATIAL, self.in_shape, position), Layout.of(SPATIAL, self.out_shape, position),
                          params=self.place_params(plan, position),
-                         halos=(HaloExchange(plan, C, self.exchanges_per_step, self.windows),),
+                         halos=(HaloExchange(plan, C, self.exchanges_per_step, self.windows,
+                                             split=tuple(grid) != (1, 1)),),
                          chunk_shape=(C,) + plan.chunk.shape, macs=self.macs(plan))
 
     def place_params(self, plan, position):
@@ -106,7 +111,7 @@ class WindowLayer(BaseLayer):
         return 0
 
     def setup(self, ctx):
-        """The chunk exchange: zero padding (Dist layers: their GlobalArray)."""
+        """The chunk exchange of the placement (:meth:`make_exchange`)."""
         self.plan = self.placement.halos[0].plan
         self.input = self.make_exchange(ctx)
         self._split = None
@@ -166,7 +171,12 @@ class WindowLayer(BaseLayer):
         return (slice(box.y0 * sy, (box.y1 - 1) * sy + fh), slice(box.x0 * sx, (box.x1 - 1) * sx + fw))
 
     def make_exchange(self, ctx):
-        """This layer's chunk exchange (``exchange`` / ``exchange_adjoint``)."""
+        """This layer's chunk exchange (``exchange`` / ``exchange_adjoint``): the halo exchange
+        over ``Topology.spatial`` (tag: the layer's index) when the grid cuts the plane, else
+        zero padding."""
+        if self.placement.halos[0].split:
+            return GlobalArray(self.plan, ctx.topology.spatial, tag=ctx.index,
+                               host_staging=ctx.backend.host_staging)
         return ZeroPadding(self.plan)
 
     # -- the seam between math and communication -----------------------------------------------
@@ -266,8 +276,9 @@ class ConvLayer(WindowLayer):
     so that the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
     ``learning_rate``, the window keys, and ``activation`` (a distnet addition: an activation
     object such as ``!obj:distnet.activations.RectLin {}`` applied to the conv output; default
-    none, neon's behaviour; a RectLin is fused into the conv's output write). Conv weights are
-    replicated in Dist runs."""
+    none, neon's behaviour; a RectLin is fused into the conv's output write). On a process grid
+    each rank computes its output tile; the filters are replicated and their gradient, a partial
+    sum over this rank's output pixels, is summed over ``Topology.grad``."""
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
                     "activation": ("obj", "activation")}

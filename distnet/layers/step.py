@@ -1,7 +1,7 @@
 """The one training step: forward -> cost -> backward -> gradient sums -> update.
 
 Every way distnet trains goes through :class:`TrainingStep`: a plain model
-(:meth:`MLP.train_step <distnet.models.mlp.MLP.train_step>` with :func:`forward_backward`), the
+(:meth:`Model.train_step <distnet.models.model.Model.train_step>` with :func:`forward_backward`), the
 pipeline schedule (its micro-batched forward/backward, built from :func:`forward`,
 :func:`cost_delta` and :func:`backward`), GB's supervised phase (MLP's step) and LocalFiltering
 pretraining (the sparse autoencoder's forward/backward). What differs is only the

@@ -1,10 +1,9 @@
 """Models sequence layers: fit, predict, error rates (no MPI of their own beyond gradient sums).
 
-:class:`Model` is every image model; ``MLP``, ``Convnet`` and ``ConvnetDist`` are neon's names
-for it (experiment files use them), and ``GBDist`` is neon's name for :class:`GB`."""
-from .gb import GB, GBDist
+:class:`Model` is every image model and :class:`GB` adds neon's layer-wise pretraining. Experiment
+files name them by neon's names, which the registry (:mod:`distnet.config.registry`) keeps as
+aliases: ``MLP``, ``Convnet`` and ``ConvnetDist`` build a :class:`Model`, ``GBDist`` a :class:`GB`."""
+from .gb import GB
 from .model import Model
 
-MLP = Convnet = ConvnetDist = Model
-
-__all__ = ["GB", "GBDist", "Model", "MLP", "Convnet", "ConvnetDist"]
+__all__ = ["GB", "Model"]

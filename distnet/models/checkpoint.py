@@ -43,7 +43,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from ..comm.collect import gather_to_root
-from ..config.builder import config_class_name
+from ..config.builder import config_name
 from ..errors import CheckpointError
 
 FORMAT = "distnet-checkpoint"
@@ -291,7 +291,7 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
         entries, buffers, error = None, None, e
     state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
-    meta = {"model": config_class_name(model), "dtype": np.dtype(model.backend.dtype).name,
+    meta = {"model": config_name(model), "dtype": np.dtype(model.backend.dtype).name,
             "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
             "pipe": int(topology.npipe), "steps": int(model.steps)}
 

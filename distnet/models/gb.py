@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
+from ..config.builder import config_name
 from ..config.types import NonNegative, NonNegativeInt
 from ..errors import ConfigError, TrainingError
 from ..layers.local import LocalFilteringLayer
@@ -92,14 +93,14 @@ class GB(Model):
                 if not isinstance(nxt, _POOLING):
                     raise self.layers[i].error(
                         f"is pretrained with the pooling layer after it as the sparsity pool, but "
-                        f"the next layer '{nxt.name}' is a {type(nxt).__name__}", "pretraining")
+                        f"the next layer '{nxt.name}' is a {config_name(nxt)}", "pretraining")
         return shape
 
     def configure(self, backend, topology):
         """The model's planning; GB runs on one pipeline stage (its pretraining runs the layers below
         the pretrained one directly), so ``pipe > 1`` is refused."""
         if topology.npipe > 1:
-            raise self.error(f"{self.class_name} does not support pipeline stages (the run has "
+            raise self.error(f"{config_name(self)} does not support pipeline stages (the run has "
                              f"pipe = {topology.npipe}); use spatial and data parallelism")
         super().configure(backend, topology)
 
@@ -157,7 +158,3 @@ class GB(Model):
         LF's ``after_update`` is not called for the frozen layers, so they stay bit-for-bit."""
         return len(self.layers) - 1 if epoch < self.num_initial_epochs else 0
 
-
-#: neon's ``GBDist``, the model of a spatially distributed GB experiment: :class:`GB` itself
-#: (what is split is decided by the ``*Dist`` layers).
-GBDist = GB

@@ -23,7 +23,7 @@ is complete on every rank).
 Single-input layers keep their protocol (``infer_shape(shape)``, ``place(layout, position)``,
 ``fprop(x)``, ``bprop(delta) -> dx``); layers with ``multi_input`` take lists.
 """
-from ..config.builder import config_where
+from ..config.builder import config_name, config_where
 from ..errors import ConfigError
 
 #: The name of the model's input in ``inputs`` lists.
@@ -89,7 +89,7 @@ class Graph:
                                           "inputs")
                     src.append(j)
             if len(src) > 1 and not layer.multi_input:
-                raise layer.error(f"{type(layer).__name__} reads one input but inputs names {len(src)}; "
+                raise layer.error(f"{config_name(layer)} reads one input but inputs names {len(src)}; "
                                   "combine them first with an AddLayer or a ConcatLayer", "inputs")
             self.sources.append(src)
         self.readers = {j: [] for j in range(-1, len(layers))}

@@ -17,41 +17,42 @@ The numbers equal the single-process MLP's up to the summation order of ``z``. C
 data replicas (``data: D``: ``world = D x 1 x P``) and pipeline stages (each stage shards its
 layers over its own spatial communicator).
 """
-from ..layers.dist import FCDistMixin
-from ..layers.fc import LayerWithNoBias
+from ..config.builder import config_name
+from ..layers.fc import FullyConnectedNoBiasLayer
 from ..layers.placement import REPLICATED
-from .model import Model as MLP
+from .model import Model
 
 
-class MLPDist(MLP):
-    """neon's ``MLPDist`` (see :class:`MLP` for the keys): only fully connected Dist layers
-    (``LayerDist``, ``LayerWithNoBiasDist``), each sharded by input-feature blocks. Its data is
-    whole images on every rank (``dist_mode: vecpar``); the process grid is ``1 x P``."""
+class MLPDist(Model):
+    """neon's ``MLPDist`` (see :class:`~distnet.models.model.Model` for the keys): fully connected layers only
+    (``Layer``, ``LayerWithNoBias``, or neon's ``LayerDist`` / ``LayerWithNoBiasDist``: the same
+    classes), each sharded by input-feature blocks. Its data is whole images on every rank
+    (``dist_mode: vecpar``); the process grid is ``1 x P``.
+
+    This model stays a class of its own because it changes the layout, which no layer can infer
+    from its input: every rank takes whole images (not its spatial tile) and every FC layer,
+    although its input is replicated, shards its weight columns by feature blocks (``vecpar``)
+    instead of being replicated."""
 
     #: Every rank takes the whole input (not a spatial tile).
     input_layout = REPLICATED
 
     def check_layers(self):
-        """Every layer but the FC Dist ones is refused at the layer's line (the experiment calls
-        this as the file is read: ``check`` and ``run`` stop there, before anything runs)."""
+        """Every layer but the fully connected ones is refused at the layer's line (the
+        experiment calls this as the file is read: ``check`` and ``run`` stop there, before
+        anything runs)."""
         for layer in self.layers:
-            if isinstance(layer, LayerWithNoBias) and not isinstance(layer, FCDistMixin):
-                raise layer.error(f"{type(self).__name__} shards fully connected layers by "
-                                  f"input features: use {type(layer).__name__}Dist, not "
-                                  f"{type(layer).__name__}")
-            if not isinstance(layer, FCDistMixin):
+            if not isinstance(layer, FullyConnectedNoBiasLayer):
                 raise layer.error(
-                    f"{type(self).__name__} shards fully connected layers by input features "
-                    f"(vecpar) and cannot hold a {type(layer).__name__}: distribute a network with "
+                    f"{config_name(self)} shards fully connected layers by input features "
+                    f"(vecpar) and cannot hold a {config_name(layer)}: distribute a network with "
                     "convolution / pooling / local layers as ConvnetDist (GBDist for GB) with Dist "
                     "layers and dist_mode: halopar (spatial tiles), or as data replicas (dist_mode: "
                     "datapar, model MLP/Convnet); in MLPDist use LayerDist / LayerWithNoBiasDist")
 
     def configure(self, backend, topology):
+        self.check_layers()
         for layer in self.layers:
-            if not isinstance(layer, FCDistMixin):
-                raise layer.error(f"MLPDist shards fully connected layers by input features (vecpar): "
-                                  f"use LayerDist or LayerWithNoBiasDist, not {type(layer).__name__}")
             layer.vecpar = True
         super().configure(backend, topology)
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..comm.reduce import allreduce_scalars
-from ..config.builder import config_class_name, config_error
+from ..config.builder import config_error, config_name
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
@@ -109,7 +109,7 @@ class Model:
         written = {layer.name for layer in layers if layer.name is not None}
         for i, layer in enumerate(layers):
             if layer.name is None:   # <Class><position>, never a name another layer was given
-                name = f"{type(layer).__name__}{i}"
+                name = f"{config_name(layer)}{i}"
                 while name in written:
                     name += "_"
                 layer.name = name
@@ -231,7 +231,7 @@ class Model:
         if self.micro_batches > 1:
             for layer in self.layers:
                 if layer.whole_batch:
-                    raise layer.error(f"{type(layer).__name__} needs the whole minibatch in one call (batch "
+                    raise layer.error(f"{config_name(layer)} needs the whole minibatch in one call (batch "
                                       f"statistics / global row masks); it cannot run with micro_batches: "
                                       f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)
@@ -307,12 +307,6 @@ class Model:
                     for p in layer.params():
                         p.copy_elsewhere = True
         self._index = {id(layer): i for i, layer in enumerate(self.layers)}
-
-    @property
-    def class_name(self):
-        """The name the experiment file gave this model (``MLP``, ``ConvnetDist``, ``GB``...):
-        what messages call it."""
-        return config_class_name(self)
 
     # -- forward and backward ------------------------------------------------------------------
     def fprop(self, x):

@@ -3,7 +3,7 @@
 activation that does not suit the cost. They warn, never refuse."""
 import logging
 
-from ..config.builder import config_given, config_where, constructor_keys
+from ..config.builder import config_given, config_name, config_where, constructor_keys
 from ..layers.local import LocalFilteringLayer
 from ..ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
 from ..ops.costs import CrossEntropy, SoftmaxCrossEntropy
@@ -21,7 +21,7 @@ def model_notes(model):
             if isinstance(layer, LocalFilteringLayer) and layer.pretraining:
                 where = config_where(layer, "pretraining")
                 notes.append((logging.WARNING, f"{where + ': ' if where else ''}layer '{layer.name}': "
-                              f"pretraining: True, but the model {model.class_name} does not pretrain "
+                              f"pretraining: True, but the model {config_name(model)} does not pretrain "
                               "(GB and GBDist do); use model GB, or remove the layer's pretraining keys"))
     last = model.layers[-1]
     act = type(last.activation).__name__

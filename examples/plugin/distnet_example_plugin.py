@@ -1,10 +1,11 @@
 """An example distnet plugin: ``ScaleShiftLayer``, a learnable scale and shift per channel,
-``y[b, c, i, j] = scale[c] * x[b, c, i, j] + shift[c]``, and its distributed twin.
+``y[b, c, i, j] = scale[c] * x[b, c, i, j] + shift[c]``, on one process and on any process grid
+(one class: the layer distributes itself from its placement).
 
 Installed (``pip install examples/plugin``), the entry point ``distnet.plugins`` of this package
 names this module; distnet imports it the first time it resolves a YAML class, and the
-``register_classes`` line at the end adds the two classes to distnet's registry. YAML then names
-them ``!obj:ScaleShiftLayer {...}`` or ``!obj:distnet_example_plugin.ScaleShiftLayerDist {...}``.
+``register_classes`` line at the end adds the class to distnet's registry. YAML then names it
+``!obj:ScaleShiftLayer {...}`` or ``!obj:distnet_example_plugin.ScaleShiftLayer {...}``.
 docs/extending.md walks through this file.
 """
 import numpy as np
@@ -19,7 +20,10 @@ class ScaleShiftLayer(BaseLayer):
     """Per-channel ``scale`` and ``shift`` of image-like activations ``(C, H, W)``. Keys:
     ``weight_init`` (optional: how to draw ``scale``, e.g. ``{type: uniform, low: 0.5, high:
     1.5}``, with ``bias_init`` the value of ``shift``; default scale 1, shift 0, nothing drawn),
-    ``learning_rate`` (default: the model's)."""
+    ``learning_rate`` (default: the model's).
+
+    On a process grid each rank holds its tile; no halo (each output pixel reads only its own
+    input pixel); ``scale`` and ``shift`` are replicated (:meth:`gradient_over`)."""
 
     config_types = {"weight_init": dict, "learning_rate": float}
 
@@ -38,18 +42,17 @@ class ScaleShiftLayer(BaseLayer):
     def place(self, layout, position):
         """Elementwise: the output is laid out as the input; ``scale`` and ``shift`` ``(C,)`` are
         whole on every rank. Their gradient rule is :meth:`gradient_over`."""
-        grid = tuple(position.grid)
-        if not self.is_dist and grid != (1, 1):
-            raise self.error(f"{type(self).__name__} is not distributed but the run uses a "
-                             f"{grid[0]}x{grid[1]} process grid; use ScaleShiftLayerDist")
         C, over = self.in_shape[0], self.gradient_over(layout)
         params = tuple(ParamPlacement(f"{self.name}.{n}", (C,), (C,), Ellipsis, over) for n in ("scale", "shift"))
         return Placement(Layout.of(layout, self.in_shape, position), Layout.of(layout, self.out_shape, position),
                          params=params)
 
     def gradient_over(self, layout):
-        """One process: ``grad`` (spatial x data ranks; on a 1x1 grid just the data replicas)."""
-        return OVER_GRAD
+        """The one distribution rule: on a tile (``SPATIAL`` input) the gradient is a partial sum
+        over this rank's pixels, summed over the spatial and data ranks (``grad``); on whole
+        images (replicated input, e.g. under MLPDist) it is complete on every rank and only the
+        data replicas sum it (``data``). On one process both sum nothing."""
+        return OVER_GRAD if layout == SPATIAL else OVER_DATA
 
     def draw_params(self, rng):
         """The global ``scale (C,)`` and ``shift (C,)``."""
@@ -72,17 +75,4 @@ class ScaleShiftLayer(BaseLayer):
         return delta * self.scale[:, None, None] if need_input_grad else None
 
 
-class ScaleShiftLayerDist(ScaleShiftLayer):
-    """:class:`ScaleShiftLayer` on any process grid. No halo (each output pixel reads only its
-    own input pixel); ``scale`` and ``shift`` are replicated. The one distribution rule: on a
-    tile (``SPATIAL`` input) their gradient is a partial sum over this rank's pixels, summed over
-    the spatial and data ranks (``grad``); on whole images (replicated input, e.g. under
-    MLPDist) it is complete on every rank and only the data replicas sum it (``data``)."""
-
-    is_dist = True
-
-    def gradient_over(self, layout):
-        return OVER_GRAD if layout == SPATIAL else OVER_DATA
-
-
-register_classes(ScaleShiftLayer, ScaleShiftLayerDist)
+register_classes(ScaleShiftLayer)

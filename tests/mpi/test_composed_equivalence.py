@@ -24,11 +24,10 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AddLayer, AveragePoolingLayer, AveragePoolingLayerDist, ConcatLayer, ConvLayer,
-                            ConvLayerDist, Layer, LayerDist)
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import AddLayer, AveragePoolingLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.dropout import DropoutLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin, Tanh
@@ -42,16 +41,15 @@ N, C, H, W, K = 13, 2, 9, 8, 3      # 13 images in batches of 5: the last batch 
 WI = {"type": "uniform", "low": -0.4, "high": 0.4}
 
 
-def _classes(dist):
-    return ((ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, AveragePoolingLayerDist,
-             GlobalAveragePoolingLayerDist, LayerDist) if dist else
-            (ConvLayer, BatchNormLayer, DropoutLayer, AveragePoolingLayer, GlobalAveragePoolingLayer, Layer))
+def _classes():
+    return (ConvLayer, BatchNormLayer, DropoutLayer, AveragePoolingLayer,
+             GlobalAveragePoolingLayer, FullyConnectedLayer)
 
 
-def residual_graph(dist):
+def residual_graph():
     """conv -> BN ReLU -> conv 3x5 -> BN, + the first BN, ReLU -> dropout -> conv 3x3/2 ||
     avg pool 3x3/2 pad 1 of the sum -> concat -> BN tanh -> GAP -> FC logits."""
-    Conv, BN, Drop, Avg, GAP, FC = _classes(dist)
+    Conv, BN, Drop, Avg, GAP, FC = _classes()
     return [Conv(name="c1", nofm=3, fshape=3, padding=1, weight_init=WI),
             BN(name="bn1", activation=RectLin()),
             Conv(name="c2", nofm=3, fshape=[3, 5], padding=[1, 2], weight_init=WI),
@@ -66,9 +64,9 @@ def residual_graph(dist):
             FC(name="out", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
 
 
-def twice_graph(dist):
+def twice_graph():
     """x + x -> conv -> concat(c, c) -> BN -> FC: two layers that read one value twice."""
-    Conv, BN, _, _, _, FC = _classes(dist)
+    Conv, BN, _, _, _, FC = _classes()
     return [AddLayer(name="twice_in", inputs=["input", "input"]),
             Conv(name="c", nofm=2, fshape=3, stride=[1, 2], padding=1, weight_init=WI, activation=Tanh()),
             ConcatLayer(name="twice", inputs=["c", "c"]),
@@ -76,17 +74,17 @@ def twice_graph(dist):
             FC(name="out", nout=K, weight_init=WI, activation=Identity())]
 
 
-def no_window_net(dist):
+def no_window_net():
     """BN -> dropout -> FC(tanh) on the tiles -> FC logits: no window layer at all."""
-    _, BN, Drop, _, _, FC = _classes(dist)
+    _, BN, Drop, _, _, FC = _classes()
     return [BN(name="bn", activation=RectLin()), Drop(name="drop", p=0.25),
             FC(name="fc", nout=5, weight_init=WI, activation=Tanh()),
             FC(name="out", nout=K, weight_init=WI, activation=Identity())]
 
 
 def build(net, dist, topo, epochs=2):
-    model = Model(
-        layers=net(dist), num_epochs=epochs, batch_size=5, shuffle=True, cost=SoftmaxCrossEntropy(),
+    model = (Model if dist else Model)(
+        layers=net(), num_epochs=epochs, batch_size=5, shuffle=True, cost=SoftmaxCrossEntropy(),
         learning_rule=AdamW(learning_rate=0.02, weight_decay=0.05, max_grad_norm=0.5,
                             schedule=[LinearWarmup(2), CosineSchedule(6)], schedule_unit="step"))
     model.infer_shapes((C, H, W))

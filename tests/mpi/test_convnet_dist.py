@@ -10,9 +10,8 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
-                            L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LayerWithNoBias,
-                            LayerWithNoBiasDist, MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, FullyConnectedLayer,
+                            FullyConnectedNoBiasLayer, MaxPoolingLayer)
 from distnet.models import Model
 from distnet.ops.activations import Logistic, RectLin, Tanh
 
@@ -23,10 +22,9 @@ GRIDS = [(1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (2, 3), (3, 2),
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
-def net_padded_strided(dist):
+def net_padded_strided():
     """Conv 3x3 pad 1 -> max pool 2x2 s2 -> conv 3x3 s1 -> FC tanh -> FC(bias) logistic."""
-    Conv, Pool, FC, FCb = ((ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist, LayerDist) if dist
-                           else (ConvLayer, MaxPoolingLayer, LayerWithNoBias, Layer))
+    Conv, Pool, FC, FCb = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
             Pool(fshape=2, stride=2),
             Conv(nofm=4, fshape=3, weight_init=WI, learning_rate=0.1),
@@ -34,20 +32,18 @@ def net_padded_strided(dist):
             FCb(nout=K, weight_init=dict(WI, bias_init=0.1), learning_rate=0.1, activation=Logistic())]
 
 
-def net_rect_pools(dist):
+def net_rect_pools():
     """Conv 5x3 stride (2,1) pad (2,1) -> L2 pool 3x3 s1 -> avg pool 2x2 s1 pad 1 -> FC(bias)."""
-    Conv, L2, Avg, FCb = ((ConvLayerDist, L2PoolingLayerDist, AveragePoolingLayerDist, LayerDist) if dist
-                          else (ConvLayer, L2PoolingLayer, AveragePoolingLayer, Layer))
+    Conv, L2, Avg, FCb = (ConvLayer, L2PoolingLayer, AveragePoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=[5, 3], stride=[2, 1], padding=[2, 1], weight_init=WI, learning_rate=0.05),
             L2(fshape=3, stride=1),
             Avg(fshape=2, stride=1, padding=1),
             FCb(nout=K, weight_init=WI, learning_rate=0.05, activation=RectLin())]
 
 
-def net_padded_maxpool(dist):
+def net_padded_maxpool():
     """Conv 3x3 -> max pool 3x3 s2 pad 1 (-inf padding) -> FC(bias) logistic."""
-    Conv, Pool, FCb = ((ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist
-                       else (ConvLayer, MaxPoolingLayer, Layer))
+    Conv, Pool, FCb = (ConvLayer, MaxPoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=3, fshape=3, weight_init=WI, learning_rate=0.1),
             Pool(fshape=3, stride=2, padding=1),
             FCb(nout=K, weight_init=WI, learning_rate=0.1, activation=Logistic())]
@@ -86,9 +82,9 @@ def grid_params(grids=GRIDS):
 def test_dist_training_equals_single_process(topologies, data, grid, net):
     x, labels = data
     topo = topologies(grid)
-    ref, ref_costs, ref_out = train(NETS[net](False), Model, Topology.serial(), x, labels)
+    ref, ref_costs, ref_out = train(NETS[net](), Model, Topology.serial(), x, labels)
     t = tile_of((H, W), topo.grid, topo.coords)
-    dist, costs, out = train(NETS[net](True), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
+    dist, costs, out = train(NETS[net](), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
     np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
@@ -101,8 +97,8 @@ def test_dist_training_equals_single_process(topologies, data, grid, net):
 @pytest.mark.parametrize("grid", grid_params())
 def test_initial_weights_are_the_global_draw_sliced(topologies, grid):
     topo = topologies(grid)
-    ref = Model(layers=net_padded_strided(False), num_epochs=0)
-    dist = Model(layers=net_padded_strided(True), num_epochs=0)
+    ref = Model(layers=net_padded_strided(), num_epochs=0)
+    dist = Model(layers=net_padded_strided(), num_epochs=0)
     for model, tp in ((ref, Topology.serial()), (dist, topo)):
         model.infer_shapes((C, H, W))
         model.configure(Numpy64(rng_seed=9), tp)
@@ -139,7 +135,7 @@ def test_padded_maxpool_on_negative_values(topologies, grid, keys):
     topo = topologies(grid)
     x = np.random.RandomState(7).standard_normal((4, C, H, W)) - 10.0
     ref = _pool_layer(MaxPoolingLayer, Topology.serial(), **keys)
-    dist = _pool_layer(MaxPoolingLayerDist, topo, **keys)
+    dist = _pool_layer(MaxPoolingLayer, topo, **keys)
     y_ref = ref.fprop(x)
     (fh, fw), (sy, sx), (py, px) = ref.fshape, ref.stride, ref.padding
     xp = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)), constant_values=-np.inf)

@@ -32,9 +32,9 @@ def test_replicas_equal_single_process(comm, data, ndata, grid):
     x, labels = data
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
-        ref, ref_costs, _ = train(net_padded_strided(False), Model, Topology.serial(), x, labels)
+        ref, ref_costs, _ = train(net_padded_strided(), Model, Topology.serial(), x, labels)
         t = tile_of((H, W), topo.grid, topo.coords)
-        dist_layers = net_padded_strided(grid != (1, 1))
+        dist_layers = net_padded_strided()
         model, costs, _ = train(dist_layers, Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert model.misclass_rate(x[:, :, t.y0:t.y1, t.x0:t.x1], labels) == ref.misclass_rate(x, labels)

@@ -134,7 +134,7 @@ def reference():
     from distnet.backend import Numpy64
     rng = np.random.RandomState(42)
     x, labels = rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
-    model, costs = _fit(net_padded_strided(False), Model, Topology.serial(), Numpy64(rng_seed=3), x, labels)
+    model, costs = _fit(net_padded_strided(), Model, Topology.serial(), Numpy64(rng_seed=3), x, labels)
     return x, labels, model, costs, model.predict(x)
 
 
@@ -158,7 +158,7 @@ def test_dist_training_on_device_arrays_equals_numpy(comm, mpi, reference, host_
         assert backend.host_staging == host_staging
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model, costs = _fit(net_padded_strided(True), Model, topo, backend, xt, labels, **keys)
+        model, costs = _fit(net_padded_strided(), Model, topo, backend, xt, labels, **keys)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         if ndata == 1:
             np.testing.assert_allclose(model.predict(xt), ref_out, rtol=1e-10, atol=1e-12)
@@ -184,8 +184,8 @@ def test_gbdist_on_device_arrays_equals_numpy(mpi, comm, host_staging, ndata):
     x, labels = rng.rand(10, *IMAGE), rng.randint(0, NCLASS, 10)
     kw = dict(num_epochs=2, batch_size=4, learning_rate=0.2, num_pretrain_epochs=1,
               num_initial_epochs=1, pretraining=True, shuffle=True)
-    ref = GB(gb_layers(False), **kw)
-    dist = GB(gb_layers(True), **kw)
+    ref = GB(gb_layers(), **kw)
+    dist = GB(gb_layers(), **kw)
     grid = _grid(mpi.size) if ndata == 1 else (1, mpi.size // 2)
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:

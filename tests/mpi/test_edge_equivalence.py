@@ -21,10 +21,9 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (AveragePoolingLayer, AveragePoolingLayerDist, ConvLayer, ConvLayerDist,
-                            L2PoolingLayer, L2PoolingLayerDist, Layer, LayerDist, LCNLayer, LCNLayerDist,
-                            LocalFilteringLayer, LocalFilteringLayerDist, MaxPoolingLayer, MaxPoolingLayerDist)
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, FullyConnectedLayer, LCNLayer,
+                            LocalFilteringLayer, MaxPoolingLayer)
+from distnet.layers.dropout import DropoutLayer
 from distnet.models import Model
 from distnet.models.gb import GB
 from distnet.models.checkpoint import gather_params
@@ -36,10 +35,10 @@ MPI_SIZES = (2, 4)
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
-def _fit(layers_of, shape, x, labels, K, topo, dist, model_class=Model, **keys):
-    """Train ``layers_of(dist)`` on ``x`` (this rank's tiles) with ``model_class``; returns the
+def _fit(layers_of, shape, x, labels, K, topo, model_class=Model, **keys):
+    """Train ``layers_of()`` on ``x`` (this rank's tiles) with ``model_class``; returns the
     model, the per-epoch costs and the error rate."""
-    model = model_class(layers=layers_of(dist), **keys)
+    model = model_class(layers=layers_of(), **keys)
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=3), topo)
     model.init_params()
@@ -50,11 +49,11 @@ def _fit(layers_of, shape, x, labels, K, topo, dist, model_class=Model, **keys):
 def _same_as_one_process(comm, layers_of, shape, x, labels, K, grid, ndata, **keys):
     """The distributed run on ``grid`` x ``ndata`` replicas equals the one-process run: costs
     (1e-10 relative), error rate, every gathered weight."""
-    ref, ref_costs, ref_rate = _fit(layers_of, shape, x, labels, K, Topology.serial(), False, **keys)
+    ref, ref_costs, ref_rate = _fit(layers_of, shape, x, labels, K, Topology.serial(), **keys)
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
         t = tile_of(shape[1:], topo.grid, topo.coords)
-        model, costs, rate = _fit(layers_of, shape, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, K, topo, True, **keys)
+        model, costs, rate = _fit(layers_of, shape, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, K, topo, **keys)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert rate == ref_rate
         if isinstance(ref, GB):
@@ -75,9 +74,9 @@ REPLICA_LAYOUTS = [
     pytest.param((1, 1), 4, id="data4", marks=pytest.mark.mpi_size(4))]
 
 
-def large_plane_net(dist):
+def large_plane_net():
     """conv 3x3 pad 1 + ReLU -> max pool 2x2 (the NCHW kernel's shapes) -> FC."""
-    Conv, Pool, FC = (ConvLayerDist, MaxPoolingLayerDist, LayerDist) if dist else (ConvLayer, MaxPoolingLayer, Layer)
+    Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedLayer)
     return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
             Pool(fshape=2, stride=2),
             FC(nout=3, weight_init=WI, activation=Logistic())]
@@ -96,14 +95,13 @@ def test_replica_without_rows_on_a_large_plane(comm, grid, ndata):
                          learning_rate=0.05, momentum={"type": "constant", "coef": 0.5})
 
 
-def tiny_tile_net(dist):
+def tiny_tile_net():
     """LCN 7x7 -> conv 5x5 pad 2 + ReLU -> local filtering 5x3 pad (2, 1) -> max pool 3x3 s1 pad 1
     -> L2 pool 2x2 s(1, 2) pad 1 -> avg pool 1x1 s1 pad 3 (on the 4x1 grid the first output tile
     reads padding only) -> conv 1x1 pad 1 -> FC (bias)."""
     LCN, Conv, LF, Max, L2, Avg, FC = (
-        (LCNLayerDist, ConvLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, L2PoolingLayerDist,
-         AveragePoolingLayerDist, LayerDist) if dist else
-        (LCNLayer, ConvLayer, LocalFilteringLayer, MaxPoolingLayer, L2PoolingLayer, AveragePoolingLayer, Layer))
+        (LCNLayer, ConvLayer, LocalFilteringLayer, MaxPoolingLayer, L2PoolingLayer,
+         AveragePoolingLayer, FullyConnectedLayer))
     return [LCN(fshape=7),
             Conv(nofm=2, fshape=5, padding=2, weight_init=WI, activation=RectLin()),
             LF(nofm=2, fshape=[5, 3], padding=[2, 1], weight_init=WI),
@@ -128,12 +126,11 @@ def test_tiny_tiles_and_wide_windows(comm, grid, ndata):
                          shuffle=True, learning_rate=0.05, momentum={"type": "nesterov", "coef": 0.5})
 
 
-def gb_dropout_below_net(dist):
+def gb_dropout_below_net():
     """conv 3x3 pad 1 -> dropout 0.5 -> local filtering 3x3 (pretrained, the max pool after it
     its sparsity pool) -> max pool 2x2 s1 -> FC."""
     Conv, Drop, LF, Pool, FC = (
-        (ConvLayerDist, DropoutLayerDist, LocalFilteringLayerDist, MaxPoolingLayerDist, LayerDist) if dist else
-        (ConvLayer, DropoutLayer, LocalFilteringLayer, MaxPoolingLayer, Layer))
+        (ConvLayer, DropoutLayer, LocalFilteringLayer, MaxPoolingLayer, FullyConnectedLayer))
     return [Conv(nofm=2, fshape=3, padding=1, weight_init=WI),
             Drop(p=0.5),
             LF(nofm=2, fshape=3, pretraining=True, pretrain_learning_rate=0.01, sparsity=0.1, weight_init=WI),

@@ -11,8 +11,7 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (ConvLayer, ConvLayerDist, LayerWithNoBias, LayerWithNoBiasDist,
-                            MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
 from distnet.ops import conv, parallel, pooling
 from distnet.ops.activations import Logistic, RectLin
@@ -26,11 +25,10 @@ WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 FIT = {"batch_size": 4, "rng_seed": 5, "shape": (C, H, W), "nclasses": K}
 
 
-def net(dist):
+def net():
     """conv 3x3(12, pad 1)+ReLU [full tile im2col: 2 channels] -> conv 3x3(12, pad 1)+ReLU
     [shifted rows] -> max pool 2 -> conv 3x3(5, pad 1)+ReLU [shifted rows] -> FC logistic."""
-    Conv, Pool, FC = ((ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist) if dist
-                      else (ConvLayer, MaxPoolingLayer, LayerWithNoBias))
+    Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer)
     return [Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
             Conv(nofm=12, fshape=3, padding=1, weight_init=WI, learning_rate=0.05, activation=RectLin()),
             Pool(fshape=2, stride=2),
@@ -64,11 +62,11 @@ def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monk
         real(self, *a, **k)
         layouts.append(self.shifts)
     monkeypatch.setattr(conv._TileCols, "__init__", spy)
-    ref, ref_costs, ref_out = train(net(False), Model, Topology.serial(), x, labels, **FIT)
+    ref, ref_costs, ref_out = train(net(), Model, Topology.serial(), x, labels, **FIT)
     assert set(layouts) == {True, False}
     t = tile_of((H, W), topo.grid, topo.coords)
     layouts.clear()
-    dist, costs, out = train(net(True), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
+    dist, costs, out = train(net(), Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **FIT)
     assert set(layouts) == {True, False}
 
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)

@@ -1,8 +1,8 @@
 """GB layers and models distributed vs their single-process oracles (neon's design:
 docs/neon-semantics.md#dist-layers, docs/neon-semantics.md#convnetdist-and-gbdist).
 
-Every rank builds the GLOBAL data (same seed), runs the non-dist layer / model on the whole image
-as the oracle, runs the Dist one on its tile, and compares its tile / weight slice / costs in
+Every rank builds the GLOBAL data (same seed), runs the layer / model on the whole image as the
+oracle, runs the same class on its tile, and compares its tile / weight slice / costs in
 float64 (rtol 1e-10). One grid per world size: 1x1, 1x2, 2x2, 2x3, 3x3 (and, for the model,
 2 data replicas x 1x1, 1x2, 1x3 at sizes 2, 4, 6). All collectives of a
 test run before any comparison, and the comparison is collective (``mpi.assert_all``), so a
@@ -13,10 +13,9 @@ import pytest
 
 from distnet.backend import Numpy64
 from distnet.comm import Topology, allreduce_scalars
-from distnet.layers import (SPATIAL, L2PoolingLayer, L2PoolingLayerDist, LayerContext,
-                            LayerWithNoBias, LayerWithNoBiasDist, LCNLayer, LCNLayerDist,
-                            LocalFilteringLayer, LocalFilteringLayerDist)
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
+from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, FullyConnectedNoBiasLayer, LCNLayer,
+                            LocalFilteringLayer)
+from distnet.layers.dropout import DropoutLayer
 from distnet.models.gb import GB
 from distnet.ops.activations import Logistic
 
@@ -91,7 +90,7 @@ def test_local_filtering_layer(mpi, topologies, grid, geom):
     topo = topologies(grid)
     kw = dict(nofm=3, weight_init=WI, learning_rate=0.1, **LF_GEOMS[geom])
     ref = ready(LocalFilteringLayer(**kw), (C,) + PLANE, Topology.serial(), 0, seed=4)
-    dist = ready(LocalFilteringLayerDist(**kw), (C,) + PLANE, topo, 1, seed=4)
+    dist = ready(LocalFilteringLayer(**kw), (C,) + PLANE, topo, 1, seed=4)
     rng = np.random.RandomState(11)
     x = rng.standard_normal((B, C) + PLANE)
     R = rng.standard_normal((B,) + ref.out_shape)
@@ -112,7 +111,7 @@ def test_local_filtering_layer(mpi, topologies, grid, geom):
 def test_lcn_layer(mpi, topologies, grid, fshape):
     topo = topologies(grid)
     ref = ready(LCNLayer(fshape=fshape), (C,) + PLANE, Topology.serial(), 0)
-    dist = ready(LCNLayerDist(fshape=fshape), (C,) + PLANE, topo, 2)
+    dist = ready(LCNLayer(fshape=fshape), (C,) + PLANE, topo, 2)
     rng = np.random.RandomState(12)
     x = rng.standard_normal((B, C) + PLANE)
     x[0, :, :, :4] = 0.0                       # a blank region (s == 0, d == 1)
@@ -136,8 +135,8 @@ def test_pretrain_step(mpi, topologies, grid, tied, geom):
               tied_weights=tied)
     ref = ready(LocalFilteringLayer(**kw), (C,) + PLANE, Topology.serial(), 0, seed=6)
     ref_pool = ready(L2PoolingLayer(fshape=3), ref.out_shape, Topology.serial(), 1)
-    dist = ready(LocalFilteringLayerDist(**kw), (C,) + PLANE, topo, 3, seed=6)
-    pool = ready(L2PoolingLayerDist(fshape=3), dist.out_shape, topo, 4)
+    dist = ready(LocalFilteringLayer(**kw), (C,) + PLANE, topo, 3, seed=6)
+    pool = ready(L2PoolingLayer(fshape=3), dist.out_shape, topo, 4)
     ref.pretrain_mode(ref_pool)
     dist.pretrain_mode(pool)
     rng = np.random.RandomState(13)
@@ -160,12 +159,11 @@ IMAGE = (1, 14, 15)
 N, NCLASS = 10, 3
 
 
-def gb_layers(dist, dropout=False):
+def gb_layers(dropout=False):
     """neon's [LF, L2, LCN] x 2, FC; ``dropout``: a dropout layer before each LF (the second
     LF's pretraining then runs a dropout layer below it)."""
-    LF, L2, LCN, FC, DO = ((LocalFilteringLayerDist, L2PoolingLayerDist, LCNLayerDist, LayerWithNoBiasDist,
-                            DropoutLayerDist) if dist else
-                           (LocalFilteringLayer, L2PoolingLayer, LCNLayer, LayerWithNoBias, DropoutLayer))
+    LF, L2, LCN, FC, DO = (LocalFilteringLayer, L2PoolingLayer, LCNLayer, FullyConnectedNoBiasLayer,
+                            DropoutLayer)
     pre = dict(pretraining=True, pretrain_learning_rate=0.02, sparsity=0.1, weight_init=WI)
     drop1, drop2 = ([DO(p=0.3)], [DO(p=0.4)]) if dropout else ([], [])
     return [*drop1, LF(nofm=3, fshape=3, **pre), L2(fshape=3), LCN(fshape=3),  # 14x15 -> 12x13 -> 10x11
@@ -217,8 +215,8 @@ def _compare_models(mpi, topo, shuffle, predict=True, dropout=False):
     rng = np.random.RandomState(14)
     x, labels = rng.rand(N, *IMAGE), rng.randint(0, NCLASS, N)
     models = []
-    for dist, t in ((False, Topology.serial()), (True, topo)):
-        m = GB(gb_layers(dist, dropout), **kw)
+    for cls, t in ((GB, Topology.serial()), (GB, topo)):
+        m = cls(gb_layers(dropout), **kw)
         m.infer_shapes(IMAGE)
         m.configure(Numpy64(), t)
         m.init_params()

@@ -11,7 +11,7 @@ from distnet.comm import valid_grids
 from distnet.comm.traffic import counting
 from distnet.config import load_experiment
 from distnet.geometry import tile_of
-from distnet.layers import (ConvLayerDist, LayerWithNoBiasDist, MaxPoolingLayerDist)
+from distnet.layers import (ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer)
 from distnet.layers.spatial import WindowLayer
 from distnet.models import Model
 from distnet.ops.activations import Logistic, RectLin
@@ -24,10 +24,10 @@ B = 4
 
 def strided_net():
     return Model(layers=[
-        ConvLayerDist(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
-        MaxPoolingLayerDist(fshape=3, stride=2),
-        ConvLayerDist(nofm=4, fshape=[2, 3], stride=[1, 2], padding=[1, 0], weight_init=WI),
-        LayerWithNoBiasDist(nout=5, weight_init=WI, activation=Logistic())],
+        ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
+        MaxPoolingLayer(fshape=3, stride=2),
+        ConvLayer(nofm=4, fshape=[2, 3], stride=[1, 2], padding=[1, 0], weight_init=WI),
+        FullyConnectedNoBiasLayer(nout=5, weight_init=WI, activation=Logistic())],
         num_epochs=1, learning_rate=0.1, batch_size=B)
 
 

@@ -16,10 +16,10 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWithNoBias, LayerWithNoBiasDist
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.dropout import DropoutLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin
@@ -36,11 +36,10 @@ CASES = [(1, (1, 1)), (1, (1, 2)), (1, (2, 1)), (1, (2, 2)), (1, (1, 3)), (2, (1
          (2, (2, 1)), (3, (1, 1)), (1, (2, 3)), (2, (1, 3))]
 
 
-def net(dist):
+def net():
     Conv, BN, Drop, GAP, FC0, FC = (
-        (ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, GlobalAveragePoolingLayerDist, LayerWithNoBiasDist,
-         LayerDist) if dist else
-        (ConvLayer, BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer, LayerWithNoBias, Layer))
+        (ConvLayer, BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer, FullyConnectedNoBiasLayer,
+         FullyConnectedLayer))
     # No bias before batch norm and no batch norm straight after another (without a
     # nonlinearity between): their gradients are zero in exact arithmetic, and Adam would turn
     # the rounding noise of such a zero into steps of the learning rate's size.
@@ -73,7 +72,7 @@ def data():
 
 
 def build(dist, topo, rule, epochs=2, stages=None):
-    model = Model(layers=net(dist), num_epochs=epochs, batch_size=5,
+    model = (Model if dist else Model)(layers=net(), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule](),
                                                stages=stages)
     model.infer_shapes((C, H, W))
@@ -178,11 +177,10 @@ def test_checkpoint_resumes_on_one_process(comm, data, ndata, grid, shared_tmp):
         topo.free()
 
 
-def net_sharded(dist):
+def net_sharded():
     """Conv -> BN -> dropout -> FC straight after the tiles: the FC weights (and their Adam
     moments) are sharded by the tile's columns."""
-    Conv, BN, Drop, FC = ((ConvLayerDist, BatchNormLayerDist, DropoutLayerDist, LayerDist) if dist else
-                          (ConvLayer, BatchNormLayer, DropoutLayer, Layer))
+    Conv, BN, Drop, FC = (ConvLayer, BatchNormLayer, DropoutLayer, FullyConnectedLayer)
     layers = [Conv(nofm=3, fshape=3, padding=1, weight_init=WI), BN(activation=RectLin()), Drop(p=0.25),
               FC(nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
     for i, layer in enumerate(layers):
@@ -191,7 +189,7 @@ def net_sharded(dist):
 
 
 def build_sharded(dist, topo, epochs):
-    model = Model(layers=net_sharded(dist), num_epochs=epochs, batch_size=5,
+    model = (Model if dist else Model)(layers=net_sharded(), num_epochs=epochs, batch_size=5,
                                                cost=SoftmaxCrossEntropy(), learning_rule=RULES["adam"]())
     model.infer_shapes((C, H, W))
     model.configure(Numpy64(rng_seed=9), topo)

@@ -50,7 +50,7 @@ def _run(mode, bucket, net, topo, x, labels):
     min_outputs, spatial.OVERLAP_MIN_OUTPUTS = spatial.OVERLAP_MIN_OUTPUTS, 0   # small test tiles split too
     try:
         with overlap_mode(mode, bucket):
-            model, costs, out = train(NETS[net](True), Model, topo, x, labels)
+            model, costs, out = train(NETS[net](), Model, topo, x, labels)
     finally:
         buckets_module.allreduce_sum_start = real
         spatial.OVERLAP_MIN_OUTPUTS = min_outputs
@@ -173,7 +173,7 @@ def test_pipeline_overlapped_equals_blocking(comm, data, name):
         runs = []
         for mode in (False, True):
             with overlap_mode(mode, 0):
-                model = Model(layers=net_padded_strided(grid != (1, 1)), num_epochs=2, batch_size=5,
+                model = Model(layers=net_padded_strided(), num_epochs=2, batch_size=5,
                                     shuffle=True, momentum={"type": "constant", "coef": 0.5},
                                     stages=[3], micro_batches=micro)
                 model.infer_shapes((C, H, W))

@@ -1,11 +1,13 @@
-"""The shipped example plugin (``examples/plugin``, docs/extending.md): ``ScaleShiftLayerDist`` on a
-process grid gives what ``ScaleShiftLayer`` gives on one process (float64, 1e-10 relative).
+"""The shipped example plugin (``examples/plugin``, docs/extending.md): ``ScaleShiftLayer`` on a
+process grid gives what it gives on one process (float64, 1e-10 relative): one class, which
+distributes itself.
 
 * the layer alone: every rank builds the global input, runs the single-process layer as the
   oracle, and compares its own tile of the output and of the input gradient, and the parameter
   gradients once summed over the communicator the layer names (tiles; whole images);
 * in a model: a ConvnetDist with the layer between convolution and pooling trains to the
-  same costs, outputs and weights as the Model, also with data replicas.
+  same costs, outputs and weights as the Model, also with data replicas (the same layer
+  list: no class changes).
 
 The plugin is loaded from ``examples/plugin`` through ``sys.path`` (not pip-installed).
 """
@@ -19,15 +21,14 @@ from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.comm.reduce import allreduce_sum
 from distnet.geometry import tile_of
-from distnet.layers import (ConvLayer, ConvLayerDist, Layer, LayerDist, LayerContext, MaxPoolingLayer,
-                            MaxPoolingLayerDist)
+from distnet.layers import ConvLayer, FullyConnectedLayer, LayerContext, MaxPoolingLayer
 from distnet.layers.base import REPLICATED, SPATIAL
 from distnet.layers.params import OVER_DATA, OVER_GRAD
 from distnet.models import Model
 from distnet.ops.activations import Logistic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "plugin"))
-from distnet_example_plugin import ScaleShiftLayer, ScaleShiftLayerDist  # noqa: E402
+from distnet_example_plugin import ScaleShiftLayer  # noqa: E402
 
 MPI_SIZES = (1, 2, 3, 4)
 
@@ -71,7 +72,7 @@ def test_layer_on_tiles_equals_the_global_layer(topologies, data, grid):
     ref, y, dx = _oracle(x, delta)
     t = tile_of((H, W), topo.grid, topo.coords)
     tile = (slice(None), slice(None), slice(t.y0, t.y1), slice(t.x0, t.x1))
-    layer = _layer(ScaleShiftLayerDist, topo)
+    layer = _layer(ScaleShiftLayer, topo)
     np.testing.assert_array_equal(layer.scale, ref.scale)   # replicated: the same global draw
     np.testing.assert_allclose(layer.fprop(x[tile]), y[tile], rtol=1e-12)
     np.testing.assert_allclose(layer.bprop(delta[tile]), dx[tile], rtol=1e-12)
@@ -87,7 +88,7 @@ def test_layer_on_whole_images_sums_over_data_replicas_only(topologies, data, gr
     """A replicated input (whole images on every rank): the gradient is complete here."""
     x, _, delta = data
     ref, y, dx = _oracle(x, delta)
-    layer = _layer(ScaleShiftLayerDist, topologies(grid), layout=REPLICATED)
+    layer = _layer(ScaleShiftLayer, topologies(grid), layout=REPLICATED)
     np.testing.assert_allclose(layer.fprop(x), y, rtol=1e-12)
     np.testing.assert_allclose(layer.bprop(delta), dx, rtol=1e-12)
     assert [p.reduce_over for p in layer.params()] == [OVER_DATA, OVER_DATA]
@@ -95,26 +96,13 @@ def test_layer_on_whole_images_sums_over_data_replicas_only(topologies, data, gr
         np.testing.assert_allclose(pd.grad, pr.grad, rtol=1e-12)
 
 
-@pytest.mark.mpi_size(2, 3, 4)
-def test_the_non_dist_layer_refuses_a_grid(comm):
-    from distnet.errors import ConfigError
-    topo = Topology.from_world(grid=(1, comm.Get_size()), world=comm)
-    try:
-        with pytest.raises(ConfigError, match="use ScaleShiftLayerDist"):
-            _layer(ScaleShiftLayer, topo)
-    finally:
-        topo.free()
-
-
-def net(dist):
+def net():
     """Conv 3x3 pad 1 -> ScaleShift -> max pool 2x2 -> ScaleShift (default init) -> FC(bias)."""
-    Conv, SS, Pool, FC = ((ConvLayerDist, ScaleShiftLayerDist, MaxPoolingLayerDist, LayerDist) if dist
-                          else (ConvLayer, ScaleShiftLayer, MaxPoolingLayer, Layer))
-    return [Conv(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
-            SS(weight_init=SCALE_INIT),
-            Pool(fshape=2, stride=2),
-            SS(learning_rate=0.05),
-            FC(nout=K, weight_init=WI, learning_rate=0.1, activation=Logistic())]
+    return [ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
+            ScaleShiftLayer(weight_init=SCALE_INIT),
+            MaxPoolingLayer(fshape=2, stride=2),
+            ScaleShiftLayer(learning_rate=0.05),
+            FullyConnectedLayer(nout=K, weight_init=WI, learning_rate=0.1, activation=Logistic())]
 
 
 def train(model, topo, x, labels):
@@ -132,7 +120,7 @@ def _keys():
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels, _ = data
-    model = Model(layers=net(False), **_keys())
+    model = Model(layers=net(), **_keys())
     costs = train(model, Topology.serial(), x, labels)
     return model, costs, model.predict(x)
 
@@ -159,7 +147,7 @@ def test_convnet_with_the_plugin_layer_equals_single_process(comm, data, referen
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
-        model = Model(layers=net(True), **_keys())
+        model = Model(layers=net(), **_keys())
         costs = train(model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         if ndata == 1:

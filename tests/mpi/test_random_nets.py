@@ -27,9 +27,9 @@ from distnet.comm import Topology
 from distnet.geometry import tile_of
 from distnet.geometry.grid import factor_pairs, grid_failure
 from distnet import layers as L
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.dropout import DropoutLayer, DropoutLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.dropout import DropoutLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import gather_params
 from distnet.ops.activations import RectLin, Tanh
@@ -88,12 +88,11 @@ def draw(rng):
     return nodes[0][2], nodes
 
 
-def layers_of(nodes, dist):
-    """The model's layers for ``nodes`` (Dist classes if ``dist``) and FC heads summed into the logits."""
-    def cls(name):
-        return getattr(L, name + ("Dist" if dist else ""))
-    BN, Drop, GAP = ((BatchNormLayerDist, DropoutLayerDist, GlobalAveragePoolingLayerDist) if dist else
-                     (BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer))
+def layers_of(nodes):
+    """The model's layers for ``nodes`` (the same classes on one process and on a grid: each
+    distributes itself) and FC heads summed into the logits."""
+    cls = L.__dict__.get
+    BN, Drop, GAP = (BatchNormLayer, DropoutLayer, GlobalAveragePoolingLayer)
     name = ["input"] + [f"n{i}" for i in range(1, len(nodes))]
     out, read = [], set()
     for i, (kind, k, shape) in enumerate(nodes[1:], start=1):
@@ -109,14 +108,14 @@ def layers_of(nodes, dist):
                  "add": lambda: L.AddLayer(),
                  "cat": lambda: L.ConcatLayer(),
                  "gap": lambda: GAP(),
-                 "fc": lambda: cls("Layer")(nout=k["nout"], weight_init=WI, activation=Tanh())}[kind]()
+                 "fc": lambda: cls("FullyConnectedLayer")(nout=k["nout"], weight_init=WI, activation=Tanh())}[kind]()
         layer.name, layer.inputs = name[i], [name[j] for j in k["src"]]
         read.update(k["src"])
         out.append(layer)
     heads = []
     for j in range(1, len(nodes)):
         if j not in read:
-            head = cls("LayerWithNoBias")(nout=K, weight_init=WI)
+            head = cls("FullyConnectedNoBiasLayer")(nout=K, weight_init=WI)
             head.name, head.inputs = f"head{j}", [name[j]]
             out.append(head)
             heads.append(head.name)
@@ -134,7 +133,7 @@ RULES = [lambda: Adam(learning_rate=0.01, max_grad_norm=0.5),
 
 
 def fit(nodes, shape, rule, dist, topo, x, labels):
-    model = Model(layers=layers_of(nodes, dist), num_epochs=2, batch_size=4,
+    model = (Model if dist else Model)(layers=layers_of(nodes), num_epochs=2, batch_size=4,
                                                shuffle=True, cost=SoftmaxCrossEntropy(), learning_rule=RULES[rule]())
     model.infer_shapes(shape)
     model.configure(Numpy64(rng_seed=1), topo)

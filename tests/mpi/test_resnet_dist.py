@@ -11,9 +11,9 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import AddLayer, ConcatLayer, ConvLayer, ConvLayerDist, Layer, LayerDist
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
-from distnet.layers.global_pool import GlobalAveragePoolingLayer, GlobalAveragePoolingLayerDist
+from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
+from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
@@ -29,9 +29,8 @@ CASES = [((1, 2), 1), ((2, 1), 1), ((2, 2), 1), ((1, 3), 1), ((2, 3), 1), ((3, 3
          ((1, 2), 2), ((2, 1), 2), ((1, 3), 2), ((3, 1), 3)]
 
 
-def resnet(dist):
-    Conv, BN, GAP, FC = ((ConvLayerDist, BatchNormLayerDist, GlobalAveragePoolingLayerDist, LayerDist) if dist
-                         else (ConvLayer, BatchNormLayer, GlobalAveragePoolingLayer, Layer))
+def resnet():
+    Conv, BN, GAP, FC = (ConvLayer, BatchNormLayer, GlobalAveragePoolingLayer, FullyConnectedLayer)
     relu = RectLin
     return [
         Conv(name="stem", nofm=3, fshape=3, padding=1, weight_init=WI),
@@ -79,7 +78,7 @@ def data():
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels = data
-    model = Model(layers=resnet(False), **keys())
+    model = Model(layers=resnet(), **keys())
     costs, rate = train(model, Topology.serial(), x, labels)
     with model.evaluating():
         out = model.fprop(x)
@@ -103,7 +102,7 @@ def test_resnet_on_a_grid_equals_single_process(comm, data, reference, grid, nda
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
-        model = Model(layers=resnet(True), **keys())
+        model = Model(layers=resnet(), **keys())
         costs, rate = train(model, topo, xt, labels)
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         rel = max(abs(a - b) / abs(b) for a, b in zip(costs, ref_costs))

@@ -127,18 +127,18 @@ def test_conv_towers_on_a_grid_equal_single_process(comm, name):
     x = rng.standard_normal((11, 1, CH, CW))
     x[:, 0, :2, :2] += labels[:, None, None]
 
-    def fit(cls, dist, topo, xs):
-        model = cls(layers=conv_tower_layers(T, K, dist), towers=T, num_epochs=2, batch_size=4, shuffle=True,
+    def fit(cls, topo, xs):
+        model = cls(layers=conv_tower_layers(T, K), towers=T, num_epochs=2, batch_size=4, shuffle=True,
                     cost=SoftmaxCrossEntropy(), learning_rule=Adam(learning_rate=0.05))
         model.infer_shapes((1, CH, CW))
         model.configure(Numpy64(rng_seed=6), topo)
         model.init_params()
         return model, model.fit(xs, labels, K), model.misclass_rate(xs, labels)
-    _, ref_costs, ref_rate = fit(Model, False, Topology.serial(), x)
+    _, ref_costs, ref_rate = fit(Model, Topology.serial(), x)
     topo = Topology.from_world(grid=grid, data=ndata, pipe=npipe, world=comm)
     try:
         t = tile_of((CH, CW), topo.grid, topo.coords)
-        _, costs, rate = fit(Model, True, topo, x[:, :, t.y0:t.y1, t.x0:t.x1])
+        _, costs, rate = fit(Model, topo, x[:, :, t.y0:t.y1, t.x0:t.x1])
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
         assert rate == ref_rate
     finally:

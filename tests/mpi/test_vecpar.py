@@ -14,8 +14,7 @@ from distnet.comm import Topology
 from distnet.datasets.base import Dataset
 from distnet.errors import ConfigError
 from distnet.experiments.fit import FitPredictErrorExperiment
-from distnet.layers import (ConvLayer, ConvLayerDist, Layer, LayerDist, LayerWithNoBias,
-                            LayerWithNoBiasDist, MaxPoolingLayer, MaxPoolingLayerDist)
+from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
 from distnet.models.mlp_dist import MLPDist
 from distnet.ops.activations import Logistic, RectLin, Tanh
@@ -26,18 +25,17 @@ N, C, H, W, K = 23, 2, 7, 6, 3   # 84 input features; 23 images in batches of 5 
 WI = {"type": "uniform", "low": -0.3, "high": 0.3}
 
 
-def fc_net(dist):
+def fc_net():
     """FC(bias) 84->7 tanh -> FC 7->5 rectlin -> FC(bias) 5->3 logistic: with P = 2, 3, 4 ranks
     the 7 and 5 features split unevenly (4+3; 3+2+2, 2+2+1; 2+2+2+1, 2+1+1+1)."""
-    FCb, FC = (LayerDist, LayerWithNoBiasDist) if dist else (Layer, LayerWithNoBias)
+    FCb, FC = (FullyConnectedLayer, FullyConnectedNoBiasLayer)
     return [FCb(nout=7, weight_init=dict(WI, bias_init=0.1), learning_rate=0.2, activation=Tanh()),
             FC(nout=5, weight_init=WI, learning_rate=0.2, activation=RectLin()),
             FCb(nout=K, weight_init=WI, learning_rate=0.2, activation=Logistic())]
 
 
-def cnn(dist):
-    Conv, Pool, FC = (ConvLayerDist, MaxPoolingLayerDist, LayerWithNoBiasDist) if dist else \
-        (ConvLayer, MaxPoolingLayer, LayerWithNoBias)
+def cnn():
+    Conv, Pool, FC = (ConvLayer, MaxPoolingLayer, FullyConnectedNoBiasLayer)
     return [Conv(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
             Pool(fshape=2, stride=2),
             FC(nout=5, weight_init=WI, learning_rate=0.1, activation=Tanh()),
@@ -64,7 +62,7 @@ def _fit(model, topo, x, labels):
 @pytest.fixture(scope="module")
 def reference(data):
     x, labels = data
-    model = Model(layers=fc_net(False), **model_keys())
+    model = Model(layers=fc_net(), **model_keys())
     costs = _fit(model, Topology.serial(), x, labels)
     return model, costs, model.predict(x), model.misclass_rate(x, labels)
 
@@ -91,7 +89,7 @@ def test_mlpdist_equals_mlp(comm, data, reference, name):
     ref, ref_costs, ref_out, ref_rate = reference
     topo = Topology.from_world(grid=(1, comm.Get_size() // (ndata * npipe)), data=ndata, pipe=npipe, world=comm)
     try:
-        model = MLPDist(layers=fc_net(True), stages=stages, micro_batches=2 if name.endswith("m2") else 1,
+        model = MLPDist(layers=fc_net(), stages=stages, micro_batches=2 if name.endswith("m2") else 1,
                         **model_keys())
         costs = _fit(model, topo, x, labels)       # whole images on every rank
         np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
@@ -120,12 +118,12 @@ def test_mlpdist_equals_mlp(comm, data, reference, name):
 
 @pytest.mark.mpi_size(1)
 def test_mlpdist_refuses_other_layers():
-    for layers, match in ((fc_net(False), "use LayerDist or LayerWithNoBiasDist, not Layer"),
-                          (cnn(True), "not ConvLayerDist")):
-        model = MLPDist(layers=layers, num_epochs=1)
-        model.infer_shapes((C, H, W))
-        with pytest.raises(ConfigError, match=match):
-            model.configure(Numpy64(), Topology.serial())
+    """Only fully connected layers (any of their names: test_mlpdist_equals_mlp trains the
+    plain classes) can be sharded by input features."""
+    model = MLPDist(layers=cnn(), num_epochs=1)
+    model.infer_shapes((C, H, W))
+    with pytest.raises(ConfigError, match="cannot hold a ConvLayer"):
+        model.configure(Numpy64(), Topology.serial())
 
 
 # -- dist_mode through the experiment ------------------------------------------------------------
@@ -155,25 +153,25 @@ def _experiment(model, dataset, **keys):
                                      dist_flag=dataset.dist_flag, **keys)
 
 
-# mode (as written in YAML), model class, Dist layers?, net, experiment keys, model keys, sizes
+# mode (as written in YAML), model class, net, experiment keys, model keys, sizes
 MODES = {
-    "halopar": ("halopar", Model, True, cnn, {}, {}, MPI_SIZES),
-    "vecpar": ("vecpar", MLPDist, True, fc_net, {}, {}, MPI_SIZES),
-    "vecpar-int": (1, MLPDist, True, fc_net, {}, {}, (2,)),
-    "datapar": ("datapar", Model, False, cnn, {}, {}, MPI_SIZES),
-    "datapar-int": (2, Model, False, cnn, {}, {}, (3,)),
-    "halopar-pipe2": ("halopar", Model, True, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
-    "datapar-pipe2": ("datapar", Model, False, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
+    "halopar": ("halopar", Model, cnn, {}, {}, MPI_SIZES),
+    "vecpar": ("vecpar", MLPDist, fc_net, {}, {}, MPI_SIZES),
+    "vecpar-int": (1, MLPDist, fc_net, {}, {}, (2,)),
+    "datapar": ("datapar", Model, cnn, {}, {}, MPI_SIZES),
+    "datapar-int": (2, Model, cnn, {}, {}, (3,)),
+    "halopar-pipe2": ("halopar", Model, cnn, {"pipe": 2}, {"stages": [2], "micro_batches": 2}, (2, 4)),
+    "datapar-pipe2": ("datapar", Model, cnn, {"pipe": 2}, {"stages": [1]}, (4,)),
 }
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=pytest.mark.mpi_size(*m[-1])) for n, m in MODES.items()])
 def test_dist_mode_equals_single_process(comm, name):
-    mode, model_cls, dist, net, exp_keys, keys, _ = MODES[name]
-    serial_cls = Model
-    ref = _experiment(serial_cls(layers=net(False), **model_keys()), Synthetic())
+    mode, model_cls, net, exp_keys, keys, _ = MODES[name]
+    serial_cls = Model if model_cls is MLPDist else Model
+    ref = _experiment(serial_cls(layers=net(), **model_keys()), Synthetic())
     ref_result = ref.run(topology=Topology.serial())
-    exp = _experiment(model_cls(layers=net(dist), **model_keys(), **keys),
+    exp = _experiment(model_cls(layers=net(), **model_keys(), **keys),
                       Synthetic(dist_flag=True, dist_mode=mode), **exp_keys)
     try:
         result = exp.run()
@@ -211,9 +209,9 @@ def test_dist_mode_key():
 @pytest.mark.mpi_size(1)
 def test_dist_mode_must_fit_the_model():
     with pytest.raises(ConfigError, match="MLPDist"):
-        _experiment(Model(layers=cnn(True), **model_keys()), Synthetic(dist_flag=True, dist_mode="vecpar"))
+        _experiment(Model(layers=cnn(), **model_keys()), Synthetic(dist_flag=True, dist_mode="vecpar"))
     with pytest.raises(ConfigError, match="dist_mode: vecpar"):
-        _experiment(MLPDist(layers=fc_net(True), **model_keys()), Synthetic(dist_flag=True))
+        _experiment(MLPDist(layers=fc_net(), **model_keys()), Synthetic(dist_flag=True))
     with pytest.raises(ConfigError, match="no spatial grid"):
-        _experiment(Model(layers=cnn(False), **model_keys()), Synthetic(dist_flag=True, dist_mode=2),
+        _experiment(Model(layers=cnn(), **model_keys()), Synthetic(dist_flag=True, dist_mode=2),
                     grid=[1, 1])

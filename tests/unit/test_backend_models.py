@@ -20,8 +20,8 @@ import pytest
 
 from distnet.comm import SerialComm, Topology
 from distnet.config import load_experiment_text
-from distnet.experiments.loop import RunHooks
-from distnet.layers import ConvLayer, Layer, LayerWithNoBias, MaxPoolingLayer
+from distnet.experiments.fit import RunHooks
+from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint
 from distnet.ops.activations import Logistic, RectLin, Tanh
@@ -47,8 +47,8 @@ def convnet(backend, dtype, micro_batches=1):
         ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
         MaxPoolingLayer(fshape=2),
         ConvLayer(nofm=4, fshape=[2, 3], stride=[1, 2], weight_init=WI, activation=Tanh()),
-        LayerWithNoBias(nout=6, weight_init=WI, activation=Tanh()),
-        Layer(nout=3, weight_init=dict(WI, bias_init=0.1), activation=Logistic())],
+        FullyConnectedNoBiasLayer(nout=6, weight_init=WI, activation=Tanh()),
+        FullyConnectedLayer(nout=3, weight_init=dict(WI, bias_init=0.1), activation=Logistic())],
         num_epochs=2, batch_size=8, shuffle=True, learning_rate=0.1,
         momentum={"type": "nesterov", "coef": 0.5}, micro_batches=micro_batches)
     model.infer_shapes((2, 10, 12))
@@ -101,7 +101,7 @@ def test_convnet_agrees_with_numpy(backend, dtype, micro_batches):
     ref = train(make, "numpy", dtype, (x, y), tx)
     got = train(make, backend, dtype, (x, y), tx)
     assert (got["model"].pipeline is None) == (micro_batches == 1)
-    assert {"ConvLayer0.W", "ConvLayer0.W.velocity", "Layer4.b"} <= set(got["state"])
+    assert {"ConvLayer0.W", "ConvLayer0.W.velocity", "FullyConnectedLayer4.b"} <= set(got["state"])
     assert_runs_agree(ref, got, dtype)
     model = got["model"]
     assert type(model.layers[0].W).__module__.split(".")[0] == model.backend.xp.__name__
@@ -188,8 +188,8 @@ def run_experiment(template, path, backend, dtype, epochs, checkpoint=None, resu
                    dist=False):
     """A tiny YAML experiment (tests/tiny.py) with its backend replaced by ``backend``/``dtype``
     (the YAML's seed kept); returns (experiment, RunResult, per-epoch records). ``dist``: the
-    distributed experiment (Dist layers, halo GlobalArrays, tiled dataset) on a 1x1 grid of
-    this one process (a serial communicator: no MPI)."""
+    distributed experiment (neon's Dist layer names, tiled dataset) on a 1x1 grid of this one
+    process (a serial communicator: no MPI; one tile, so the window layers zero-pad)."""
     exp = load_experiment_text(experiment(template, path, dist=dist))
     exp.model.num_epochs = epochs
     exp.backend = make_backend(backend, dtype=dtype, rng_seed=exp.backend.rng_seed)

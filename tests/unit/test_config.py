@@ -2,6 +2,7 @@
 import pytest
 
 from distnet.config import load_experiment, load_experiment_text
+from distnet.config.builder import config_name
 from distnet.config.registry import known_classes
 from distnet.errors import ConfigError
 
@@ -52,8 +53,21 @@ def test_aliases_are_the_same_object():
 def test_neon_class_paths_are_aliases():
     exp = load_experiment("experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml")
     assert [type(l).__name__ for l in exp.model.layers] == [
-        "ConvLayer", "MaxPoolingLayer", "ConvLayer", "MaxPoolingLayer", "LayerWithNoBias", "LayerWithNoBias"]
+        "ConvLayer", "MaxPoolingLayer", "ConvLayer", "MaxPoolingLayer", "FullyConnectedNoBiasLayer",
+        "FullyConnectedNoBiasLayer"]
+    assert [config_name(l) for l in exp.model.layers][-2:] == ["LayerWithNoBias"] * 2   # as the file wrote
     assert exp.model.infer_shapes((1, 28, 28)) == (10,)
+
+
+def test_messages_and_default_names_say_the_name_the_file_wrote():
+    """``ConvLayerDist`` builds a ``ConvLayer``; the user reads ``ConvLayerDist`` back."""
+    e = error_of(CONV.replace("ConvLayer {", "ConvLayerDist {").replace("nofm: 4", "nofm: 4, bogus: 1"), FC)
+    assert "unknown key for ConvLayerDist" in str(e)
+    e = error_of(CONV.replace("ConvLayer {", "ConvLayerDist {").replace("fshape: 5", "fshape: 40"), FC)
+    assert "layer 'ConvLayerDist0'" in str(e) and e.key == "fshape"
+    exp = build(CONV.replace("ConvLayer {", "ConvLayerDist {"), FC.replace("LayerWithNoBias {", "LayerDist {"))
+    assert [layer.name for layer in exp.model.layers] == ["ConvLayerDist0", "LayerDist1"]   # checkpoints name them
+    assert [type(layer).__name__ for layer in exp.model.layers] == ["ConvLayer", "FullyConnectedLayer"]
 
 
 def test_unknown_class_names_line_and_suggests():

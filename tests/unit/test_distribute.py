@@ -5,6 +5,7 @@ import pytest
 
 from distnet.cli.distribute import distribute_text
 from distnet.config import load_experiment_text
+from distnet.config.builder import config_name
 from distnet.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,8 +18,8 @@ def test_neon_paths_stay_neon_paths():
     assert out.count("!obj:neon.models.layer.ConvLayerDist") == 2
     assert out.count("dist_flag: True") == 2
     exp = load_experiment_text(out, "d.yaml")
-    assert exp.dist_flag and exp.model.class_name == "ConvnetDist"
-    assert [type(l).__name__ for l in exp.model.layers][-1] == "LayerWithNoBiasDist"
+    assert exp.dist_flag and config_name(exp.model) == "ConvnetDist"
+    assert [config_name(l) for l in exp.model.layers][-1] == "LayerWithNoBiasDist"   # neon's alias, as written
 
 
 def test_comments_kept_and_shard_paths_get_rank_and_size():
@@ -70,6 +71,10 @@ def test_vecpar_refuses_models_with_spatial_layers():
              "    !obj:Layer {nout: 10, weight_init: {type: uniform}}]}}\n")
     with pytest.raises(ConfigError, match=r"^m.yaml:3: .*also has ConvLayer"):   # the layer's line
         distribute_text(mixed, "m.yaml", "vecpar")
+    # any name of a fully connected layer is sharded (distnet's own name has no Dist alias: kept)
+    fc = mixed.replace("!obj:ConvLayer {nofm: 2, fshape: 3,", "!obj:FullyConnectedLayer {nout: 4,")
+    out = distribute_text(fc, "m.yaml", "vecpar")
+    assert "!obj:FullyConnectedLayer {nout: 4" in out and "!obj:LayerDist {nout: 10" in out
 
 
 def test_neons_later_single_dataset_gets_dist_flag_too():

@@ -8,7 +8,7 @@ from distnet.comm import Topology
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
 from distnet.layers.base import LayerContext
-from distnet.layers import AddLayer, ConcatLayer, ConvLayer, Layer
+from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
 from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
@@ -76,7 +76,7 @@ def resnet(backend, concat=False):
         BatchNormLayer(name="sbn"),
         merge,
         GlobalAveragePoolingLayer(name="gap"),
-        Layer(name="out", nout=3, weight_init=WI)]
+        FullyConnectedLayer(name="out", nout=3, weight_init=WI)]
     model = Model(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
     model.infer_shapes((2, 7, 6))
     model.configure(backend, Topology.serial())
@@ -113,7 +113,7 @@ def test_graph_training_float64_reproducible_and_chain_unchanged():
         return [model.train_step(x, t, 0) for _ in range(3)]
     a, b = run(), run()
     assert a == b and a[2] < a[0]
-    chain = Model(layers=[ConvLayer(nofm=2, fshape=3, weight_init=WI), Layer(nout=3, weight_init=WI)],
+    chain = Model(layers=[ConvLayer(nofm=2, fshape=3, weight_init=WI), FullyConnectedLayer(nout=3, weight_init=WI)],
                     num_epochs=1)
     assert chain.graph.is_chain
 
@@ -184,7 +184,7 @@ def test_a_layer_may_read_one_value_twice(merge):
     layers = [AddLayer(name="twice_in", inputs=["input", "input"]),
               ConvLayer(name="c", nofm=2, fshape=3, padding=1, weight_init=WI, activation=Tanh()),
               Merge(name="twice", inputs=["c", "c"]),
-              Layer(name="out", nout=3, weight_init=WI)]
+              FullyConnectedLayer(name="out", nout=3, weight_init=WI)]
     model = Model(layers=layers, num_epochs=1, batch_size=4, learning_rate=0.1, cost=SoftmaxCrossEntropy())
     model.infer_shapes((1, 5, 4))
     model.configure(make_backend("numpy", dtype="float64", rng_seed=1), Topology.serial())

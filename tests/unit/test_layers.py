@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from distnet.comm import Topology
-from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, Layer, LayerWithNoBias,
+from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer,
                             MaxPoolingLayer)
 from distnet.models import Model
 from distnet.ops.activations import Logistic, Softmax, Tanh
@@ -85,10 +85,10 @@ def assert_network_gradients(model, x, t):
 @pytest.mark.parametrize("layers", [
     lambda: [ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI), MaxPoolingLayer(fshape=2),
              ConvLayer(nofm=3, fshape=[2, 3], stride=[1, 2], weight_init=WI),
-             LayerWithNoBias(nout=4, weight_init=WI, activation=Tanh())],
+             FullyConnectedNoBiasLayer(nout=4, weight_init=WI, activation=Tanh())],
     lambda: [ConvLayer(nofm=2, fshape=3, stride=2, padding=2, weight_init=WI),
              L2PoolingLayer(fshape=2, stride=1), AveragePoolingLayer(fshape=2, stride=1, padding=1),
-             Layer(nout=3, weight_init=dict(WI, bias_init=0.2), activation=Logistic())],
+             FullyConnectedLayer(nout=3, weight_init=dict(WI, bias_init=0.2), activation=Logistic())],
 ], ids=["conv-pad-max-rect", "stride-l2-avgpad-bias"])
 def test_network_gradients_match_central_differences(layers, backend_name):
     rng = np.random.RandomState(0)
@@ -100,7 +100,7 @@ def test_network_gradients_match_central_differences(layers, backend_name):
 
 def test_softmax_cross_entropy_gradients(backend_name):
     rng = np.random.RandomState(1)
-    model = build([LayerWithNoBias(nout=4, weight_init=WI, activation=Softmax())], (5,), CrossEntropy(),
+    model = build([FullyConnectedNoBiasLayer(nout=4, weight_init=WI, activation=Softmax())], (5,), CrossEntropy(),
                   backend=backend_name)
     be = model.backend
     x, t = be.asarray(rng.standard_normal((3, 5))), be.asarray(np.eye(4)[[0, 2, 3]])
@@ -113,7 +113,7 @@ def test_softmax_cross_entropy_gradients(backend_name):
 
 def test_conv_weights_follow_neon_layout(backend_name):
     """neon draws W as (C*fh*fw, K) with rows f = (c*fh + u)*fw + v; W4[k,c,u,v] = W[f, k]."""
-    model = build([ConvLayer(nofm=3, fshape=[2, 3], weight_init=WI), LayerWithNoBias(nout=2, weight_init=WI)],
+    model = build([ConvLayer(nofm=3, fshape=[2, 3], weight_init=WI), FullyConnectedNoBiasLayer(nout=2, weight_init=WI)],
                   (2, 4, 5), backend=backend_name)
     w = np.random.RandomState(1).uniform(-0.5, 0.5, (2 * 2 * 3, 3))
     W = host(model, model.layers[0].W)
@@ -125,13 +125,13 @@ def test_conv_weights_follow_neon_layout(backend_name):
 
 
 def test_bias_init_sets_last_column(backend_name):
-    model = build([Layer(nout=3, weight_init=dict(WI, bias_init=0.25))], (4,), backend=backend_name)
+    model = build([FullyConnectedLayer(nout=3, weight_init=dict(WI, bias_init=0.25))], (4,), backend=backend_name)
     assert (host(model, model.layers[0].b) == 0.25).all() and model.layers[0].W.shape == (3, 4)
 
 
 def test_partial_last_batch_trains(backend_name):
     rng = np.random.RandomState(2)
-    model = build([LayerWithNoBias(nout=3, weight_init=WI, activation=Logistic())], (1, 3, 3), CrossEntropy(),
+    model = build([FullyConnectedNoBiasLayer(nout=3, weight_init=WI, activation=Logistic())], (1, 3, 3), CrossEntropy(),
                   backend=backend_name)
     model.batch_size = 4
     assert [len(b) for b in model.batches(10)] == [4, 4, 2]

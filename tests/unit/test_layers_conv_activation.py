@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from distnet.config import load_experiment_text
-from distnet.layers import ConvLayer, LayerWithNoBias, MaxPoolingLayer
+from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.ops import conv, pooling
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from distnet.ops.workspace import Workspace
@@ -32,7 +32,7 @@ def test_conv_activation_gradients(act, width, backend_name):
     model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=act()),
                    MaxPoolingLayer(fshape=2),
                    ConvLayer(nofm=2, fshape=[2, 3], weight_init=WI, activation=act()),
-                   LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
+                   FullyConnectedNoBiasLayer(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
                   backend=backend_name)
     x = rng.standard_normal((2, 2, 6, width))
     t = rng.uniform(0, 1, (2, 3))
@@ -41,10 +41,10 @@ def test_conv_activation_gradients(act, width, backend_name):
 
 def test_conv_activation_values_and_default(backend_name):
     rng = np.random.RandomState(2)
-    plain = build([ConvLayer(nofm=2, fshape=3, weight_init=WI), LayerWithNoBias(nout=2, weight_init=WI)],
+    plain = build([ConvLayer(nofm=2, fshape=3, weight_init=WI), FullyConnectedNoBiasLayer(nout=2, weight_init=WI)],
                   (1, 5, 5), backend=backend_name)
     relu = build([ConvLayer(nofm=2, fshape=3, weight_init=WI, activation=RectLin()),
-                  LayerWithNoBias(nout=2, weight_init=WI)], (1, 5, 5), backend=backend_name)
+                  FullyConnectedNoBiasLayer(nout=2, weight_init=WI)], (1, 5, 5), backend=backend_name)
     be = plain.backend
     x = be.asarray(rng.standard_normal((3, 1, 5, 5)))
     z = be.to_host(plain.layers[0].fprop(x)).copy()
@@ -119,7 +119,7 @@ def test_reuse_buffers_gives_the_same_training(width, backend_name):
     def run(reuse):
         model = build([ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
                        MaxPoolingLayer(fshape=2), ConvLayer(nofm=2, fshape=3, padding=1, weight_init=WI),
-                       LayerWithNoBias(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
+                       FullyConnectedNoBiasLayer(nout=3, weight_init=WI, activation=Tanh())], (2, 6, width),
                       backend=backend_name)
         for layer in model.layers:
             layer.reuse_buffers = reuse

@@ -14,7 +14,7 @@ import pytest
 from distnet.comm.topology import Topology, valid_grids
 from distnet.config import load_experiment
 from distnet.errors import ConfigError
-from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, LayerWithNoBias, LCNLayer,
+from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, FullyConnectedNoBiasLayer, LCNLayer,
                             LocalFilteringLayer)
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.params import gen_weights
@@ -250,7 +250,7 @@ def gb_layers(pretraining=True):
     kw = dict(pretraining=pretraining, pretrain_learning_rate=0.01, sparsity=0.1)
     return [lf(nofm=2, **kw), L2PoolingLayer(fshape=3), LCNLayer(fshape=3),
             lf(nofm=2, padding=1, tied_weights=False, **kw), L2PoolingLayer(fshape=3), LCNLayer(fshape=3),
-            LayerWithNoBias(nout=3, weight_init=WI, activation=Logistic())]
+            FullyConnectedNoBiasLayer(nout=3, weight_init=WI, activation=Logistic())]
 
 
 def gb_model(layers=None, backend="numpy", dtype="float64", **kw):

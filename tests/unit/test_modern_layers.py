@@ -9,9 +9,9 @@ from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
-from distnet.layers import ConvLayer, Layer, LayerContext, LayerWithNoBias
+from distnet.layers import ConvLayer, FullyConnectedLayer, LayerContext, FullyConnectedNoBiasLayer
 from distnet.layers.base import RunState
-from distnet.layers.batchnorm import BatchNormLayer, BatchNormLayerDist
+from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.layers.params import Param
@@ -87,12 +87,8 @@ def test_batchnorm_evaluation_uses_running_statistics():
 
 def test_batchnorm_placement_and_errors():
     from distnet.geometry.grid import GridPosition
-    bn = BatchNormLayer(name="bn")
-    bn.infer_shape((3, 8, 8))
     pos = GridPosition((1, 2), (0, 1))
-    with pytest.raises(ConfigError, match="BatchNormLayerDist"):
-        bn.place("spatial", pos)
-    d = BatchNormLayerDist(name="bn")
+    d = BatchNormLayer(name="bn")
     d.infer_shape((3, 8, 8))
     pl = d.place("spatial", pos)
     assert pl.out_layout.local_shape == (3, 8, 4) and [b.name for b in pl.buffers] == ["bn.running_mean",
@@ -197,8 +193,8 @@ def test_training_step_sgd_weight_decay_and_layer_rate():
 def _model(rule=None, epochs=2, **keys):
     layers = [ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, name="c"), BatchNormLayer(name="bn"),
               DropoutLayer(p=0.2, name="d"), GlobalAveragePoolingLayer(name="g"),
-              LayerWithNoBias(nout=4, weight_init=WI, name="f"), BatchNormLayer(name="bnf"),
-              Layer(nout=3, weight_init=WI, activation=Identity(), name="o")]
+              FullyConnectedNoBiasLayer(nout=4, weight_init=WI, name="f"), BatchNormLayer(name="bnf"),
+              FullyConnectedLayer(nout=3, weight_init=WI, activation=Identity(), name="o")]
     m = Model(layers=layers, num_epochs=epochs, batch_size=4, cost=SoftmaxCrossEntropy(),
                 learning_rule=rule or Adam(learning_rate=0.01), **keys)
     m.infer_shapes((2, 6, 6))
@@ -227,9 +223,9 @@ def test_model_predict_runs_in_evaluation_mode():
 
 def test_model_errors():
     with pytest.raises(ConfigError, match="momentum is a key of the learning rule"):
-        Model(layers=[Layer(nout=2, weight_init=WI)], num_epochs=1, learning_rule=Adam(),
+        Model(layers=[FullyConnectedLayer(nout=2, weight_init=WI)], num_epochs=1, learning_rule=Adam(),
                 momentum={"type": "constant", "coef": 0.9})
-    m = Model(layers=[BatchNormLayer(name="bn"), Layer(nout=2, weight_init=WI, name="o")], num_epochs=1,
+    m = Model(layers=[BatchNormLayer(name="bn"), FullyConnectedLayer(nout=2, weight_init=WI, name="o")], num_epochs=1,
                 learning_rate=0.1, micro_batches=2)
     m.infer_shapes((2, 3, 3))
     with pytest.raises(ConfigError, match="whole minibatch"):
@@ -287,7 +283,7 @@ def test_yaml_softmax_cross_entropy_adam_end_to_end():
 
 
 def test_learning_rule_and_neon_per_layer_momentum_do_not_mix():
-    layer = Layer(nout=2, weight_init=WI, name="o")
+    layer = FullyConnectedLayer(nout=2, weight_init=WI, name="o")
     layer.momentum_params = {"type": "constant", "coef": 0.9}     # neon's per-layer learning_rule
     m = Model(layers=[layer], num_epochs=1, learning_rule=Adam())
     m.infer_shapes((4,))

@@ -13,7 +13,7 @@ from distnet.comm import Topology
 from distnet.config import load_experiment, load_experiment_text
 from distnet.config.registry import resolve
 from distnet.errors import ConfigError
-from distnet.layers import Layer, LayerWithNoBias, LayerWithNoBiasDist, LocalFilteringLayerDist
+from distnet.layers import FullyConnectedLayer, FullyConnectedNoBiasLayer, LocalFilteringLayer
 from distnet.ops.sgd import MomentumSchedule
 from tests import neon_files
 
@@ -86,14 +86,14 @@ def test_datapar_cnn_translation(folder):
     exp.model.configure(exp.backend, Topology.serial())    # the training step's momentum per layer
     assert exp.model.momentum_at(3)(conv1) == (0.0, False) and exp.model.momentum_at(0)(fc) == (0.9, False)
     # weight_init: !obj:params.UniformValGen without bias_init -> a Layer without bias (neon 2015)
-    assert type(fc) is LayerWithNoBias and fc.weight_init == {"type": "uniform", "low": -0.1, "high": 0.1}
+    assert type(fc) is FullyConnectedNoBiasLayer and fc.weight_init == {"type": "uniform", "low": -0.1, "high": 0.1}
     assert out.weight_init == fc.weight_init       # the aliased generator
 
 
 def test_datapar_mlp_bias_and_nin(folder):
     exp = _load("mnist_datapar_cpu_mlp-784-100-10", folder)
     h0, out = exp.model.layers
-    assert type(h0) is Layer and h0.nin == 785       # neon 2015 wrote 784: the bias row is added
+    assert type(h0) is FullyConnectedLayer and h0.nin == 785       # neon 2015 wrote 784: the bias row is added
     assert h0.weight_init == {"type": "gaussian", "loc": 0.0, "scale": 0.01, "bias_init": 0.0}
     assert out.weight_init == {"type": "node_normalized", "scale": 4.0, "bias_init": 0.0}
     exp.check()                                       # 785 = 784 features + bias: consistent
@@ -111,11 +111,11 @@ def test_momentum_only_where_the_learning_rule_says(folder, restore_logger):
 def test_halopar_gb_translation(folder):
     exp = _load("mnist_halopar_cpu_gb", folder)
     lf = exp.model.layers[0]
-    assert type(lf) is LocalFilteringLayerDist
+    assert type(lf) is LocalFilteringLayer
     assert (lf.learning_rate, lf.pretrain_learning_rate, lf.sparsity) == (0.1, 0.01, 0.1)
     assert lf.momentum_params == {"type": "constant", "coef": 0.0}   # GradientDescentPretrain: no momentum
     top = exp.model.layers[-1]
-    assert type(top) is LayerWithNoBiasDist and top.nin == 1800
+    assert type(top) is FullyConnectedNoBiasLayer and top.nin == 1800
     # neon 2015's linear_monotone ran the way its name says, as distnet's does
     sched = MomentumSchedule(top.momentum_params)
     assert [sched(e) for e in (0, 4, 5, 9)] == [0.99, 0.99, 0.9, 0.9]

@@ -8,7 +8,7 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import SerialComm, Topology
 from distnet.errors import ConfigError
-from distnet.layers import ConvLayer, Layer, LayerWithNoBias, MaxPoolingLayer
+from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.layers.base import REPLICATED, SPATIAL
 from distnet.models import Model
 from distnet.models.pipeline import (Segment, StagePlanError, assign_stages, local_feature_shape,
@@ -92,8 +92,8 @@ def net():
     return [ConvLayer(nofm=3, fshape=3, padding=1, weight_init=WI, learning_rate=0.1),
             MaxPoolingLayer(fshape=2),
             ConvLayer(nofm=2, fshape=[2, 3], stride=[1, 2], weight_init=WI, learning_rate=0.1),
-            LayerWithNoBias(nout=6, weight_init=WI, learning_rate=0.1, activation=Tanh()),
-            Layer(nout=3, weight_init=dict(WI, bias_init=0.1), learning_rate=0.1, activation=Logistic())]
+            FullyConnectedNoBiasLayer(nout=6, weight_init=WI, learning_rate=0.1, activation=Tanh()),
+            FullyConnectedLayer(nout=3, weight_init=dict(WI, bias_init=0.1), learning_rate=0.1, activation=Logistic())]
 
 
 def fake_topology(npipe, stage):

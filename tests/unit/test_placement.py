@@ -20,6 +20,7 @@ import pytest
 
 from distnet.comm.topology import Topology
 from distnet.config import load_experiment
+from distnet.config.builder import config_name
 from distnet.errors import TopologyError
 from distnet.geometry import Box, Window, plan_halo, tile_of
 from distnet.geometry.grid import GridLayout, GridPosition, resolve_layout
@@ -115,7 +116,7 @@ def test_sharded_parameters_partition_their_global_tensor(name, grid):
 def test_placement_names_the_halo_exchanges_and_their_bytes():
     exp = _exp("mnist_gb_dist.yaml")
     pls = exp.model.placements(GridPosition((2, 2), (0, 0)))
-    lcn = next(pl for layer, pl in zip(exp.model.layers, pls) if type(layer).__name__ == "LCNLayerDist")
+    lcn = next(pl for layer, pl in zip(exp.model.layers, pls) if config_name(layer) == "LCNLayerDist")
     assert lcn.halos[0].per_step == 2              # x, then s
     for layer, pl in zip(exp.model.layers, pls):
         for h in pl.halos:
@@ -124,11 +125,30 @@ def test_placement_names_the_halo_exchanges_and_their_bytes():
             assert h.plan.coords == (0, 0) and h.plan.grid == (2, 2)
 
 
-def test_non_dist_layer_refuses_a_grid_from_its_placement():
-    exp = load_experiment(str(ROOT / "experiments" / "mnist_cnn.yaml"))
-    exp.model.infer_shapes(exp.dataset.image_shape)
-    with pytest.raises(Exception, match="use ConvLayerDist"):
-        exp.model.placements(GridPosition((2, 2), (0, 0)))
+def _facts(pl):
+    """What a placement says about the distribution, comparable between two models."""
+    return (pl.in_layout, pl.out_layout, pl.chunk_shape, pl.macs,
+            [(p.name, p.global_shape, p.local_shape, str(p.index), p.reduce_over, p.sharded) for p in pl.params],
+            [(h.channels, h.per_step, h.split, h.sent(), h.received()) for h in pl.halos],
+            [(c.over, c.per_sample, c.backward) for c in pl.collectives])
+
+
+def test_a_plain_layer_on_a_grid_places_as_its_dist_alias():
+    """One class per layer kind: ``ConvLayer`` in a distributed run distributes itself, exactly
+    as neon's ``ConvLayerDist`` (the same class) does; the placement says so on every rank."""
+    plain = load_experiment(str(ROOT / "experiments" / "mnist_cnn.yaml")).model
+    dist = load_experiment(str(ROOT / "experiments" / "mnist_cnn_dist.yaml")).model
+    assert [config_name(layer) for layer in plain.layers][:2] == ["ConvLayer", "MaxPoolingLayer"]
+    assert [config_name(layer) for layer in dist.layers][:2] == ["ConvLayerDist", "MaxPoolingLayerDist"]
+    for model in (plain, dist):
+        model.infer_shapes((1, 28, 28))
+    for coords in ((0, 0), (1, 1)):
+        pos = GridPosition((2, 2), coords)
+        a, b = plain.placements(pos), dist.placements(pos)
+        assert [_facts(p) for p in a] == [_facts(p) for p in b]
+        assert all(h.split for p in a for h in p.halos) and any(p.sharded for p in a)   # tiles, FC columns
+    one = plain.placements(GridPosition((1, 1), (0, 0)))
+    assert not any(h.split for p in one for h in p.halos) and not any(p.sharded for p in one)
 
 
 # -- one seam for chunks --------------------------------------------------------------------------
@@ -149,14 +169,15 @@ def test_zero_padding_is_an_adjoint_pair_with_out_buffers(window):
 
 
 def test_window_layers_run_through_their_exchange():
-    """Non-dist window layers hold a ZeroPadding exchange, Dist ones a GlobalArray; both are
-    reached through the same attribute and methods."""
-    from distnet.comm.global_array import GlobalArray
-    for name, kind in (("mnist_cnn.yaml", ZeroPadding), ("mnist_cnn_dist.yaml", GlobalArray)):
+    """A window layer's chunk exchange comes from its placement: on a grid of one tile zero
+    padding, whatever name the file used (a GlobalArray halo exchange on several tiles: the
+    tests under tests/mpi); both are reached through the same attribute and methods."""
+    for name in ("mnist_cnn.yaml", "mnist_cnn_dist.yaml"):
         exp = _exp(name)
         exp.model.configure(exp.backend, Topology.serial())
         windows = [layer for layer in exp.model.layers if layer.placement.halos]
-        assert windows and all(isinstance(layer.input, kind) for layer in windows)
+        assert windows and all(isinstance(layer.input, ZeroPadding) for layer in windows)
+        assert not any(layer.placement.halos[0].split for layer in windows)
 
 
 # -- one training step ----------------------------------------------------------------------------

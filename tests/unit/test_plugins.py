@@ -89,13 +89,11 @@ def test_example_plugin_classes_are_built_from_yaml(plugin_path):
     install_example(plugin_path)
     exp = load_experiment_text(LAYER_YAML.replace("CLASS", "distnet_example_plugin.ScaleShiftLayer"))
     assert type(exp.model.layers[0]).__name__ == "ScaleShiftLayer"
-    exp = load_experiment_text(LAYER_YAML.replace("CLASS", "ScaleShiftLayerDist"))
-    assert type(exp.model.layers[0]).__name__ == "ScaleShiftLayerDist"
+    exp = load_experiment_text(LAYER_YAML.replace("CLASS", "ScaleShiftLayer"))
+    assert type(exp.model.layers[0]).__name__ == "ScaleShiftLayer"
     assert registry.plugin_source("ScaleShiftLayer") == "plugin scaleshift (distnet-example-plugin 0.1.0)"
-    assert registry.load_plugins() == [("scaleshift", "distnet-example-plugin 0.1.0",
-                                        ["ScaleShiftLayer", "ScaleShiftLayerDist"], None)]
-    assert "scaleshift (distnet-example-plugin 0.1.0): ScaleShiftLayer, ScaleShiftLayerDist" in \
-        registry.plugin_summary()
+    assert registry.load_plugins() == [("scaleshift", "distnet-example-plugin 0.1.0", ["ScaleShiftLayer"], None)]
+    assert "scaleshift (distnet-example-plugin 0.1.0): ScaleShiftLayer" in registry.plugin_summary()
 
 
 def test_plugins_load_once_on_first_lookup(plugin_path):
@@ -214,11 +212,11 @@ def test_list_classes_and_info_show_plugin_classes_and_their_source(tmp_path):
     out = distnet("check", "--list-classes", path=site)
     assert out.returncode == 0, out.stderr
     lines = [l.split() for l in out.stdout.splitlines()]
-    assert ["layer", "distnet_example_plugin.ScaleShiftLayerDist", "plugin", "scaleshift",
+    assert ["layer", "distnet_example_plugin.ScaleShiftLayer", "plugin", "scaleshift",
             "(distnet-example-plugin", "0.1.0)"] in lines
     info = distnet("info", path=site)
     assert info.returncode == 0, info.stderr
-    assert "plugins: scaleshift (distnet-example-plugin 0.1.0): ScaleShiftLayer, ScaleShiftLayerDist" in info.stdout
+    assert "plugins: scaleshift (distnet-example-plugin 0.1.0): ScaleShiftLayer" in info.stdout
     # the reference documents distnet's own classes only
     ref = distnet("check", "--reference", path=site)
     assert ref.returncode == 0 and "ScaleShift" not in ref.stdout
@@ -241,8 +239,9 @@ def test_broken_plugin_on_the_command_line(tmp_path):
 
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
 def test_example_plugin_trains_and_distributes_with_the_same_numbers(tmp_path):
-    """A tiny CNN with the plugin's layer: distnet distribute makes it ScaleShiftLayerDist, and
-    distnet compare runs it on one process and on 2 ranks: the same costs and error rates."""
+    """A tiny CNN with the plugin's layer: distnet distribute keeps it (one class: it distributes
+    itself), and distnet compare runs it on one process and on 2 ranks: the same costs and
+    error rates."""
     site = install_example(tmp_path / "site")
     data = write_data(tmp_path / "data.h5")
     text = experiment(CNN, data).replace(
@@ -254,7 +253,7 @@ def test_example_plugin_trains_and_distributes_with_the_same_numbers(tmp_path):
     exp.write_text(text)
     proc = distnet("distribute", str(exp), "-o", str(dist), path=site)
     assert proc.returncode == 0, proc.stderr
-    assert "!obj:ScaleShiftLayerDist {name: ss" in dist.read_text()
+    assert "!obj:ScaleShiftLayer {name: ss" in dist.read_text() and "dist_flag: True" in dist.read_text()
     proc = distnet("compare", str(exp), str(dist), "-n", "2", "--cost-tol", "1e-9", "--rate-tol", "0",
                    path=site, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -70,8 +70,15 @@ NEON_PATHS = [   # neon v0.4.0's classes (docs/neon-semantics.md#keys-per-class)
 def test_neon_class_paths_are_accepted(path):
     cls, _ = registry.resolve(path)
     name = path.rsplit(".", 1)[1]
-    # neon's model names are aliases: MLP, Convnet and ConvnetDist build a Model, GBDist a GB
-    assert cls.__name__ == {"MLP": "Model", "ConvnetDist": "Model", "GBDist": "GB"}.get(name, name)
+    assert cls.__name__ == (registry.alias_of(name) or name)   # neon's Dist names: aliases
+
+
+def test_an_alias_is_listed_once_under_its_class():
+    doc = reference_markdown()
+    assert "### ConvLayerDist" not in doc and "### LayerDist" not in doc and "### Layer\n" not in doc
+    section = doc.split("### FullyConnectedLayer\n", 1)[1].split("\n### ", 1)[0]
+    assert "**Layer** (`distnet.layers.Layer`, `neon.models.layer.Layer`)" in section
+    assert "**LayerDist** (`distnet.layers.LayerDist`, `neon.models.layer.LayerDist`)" in section
 
 
 def test_seq2seq_experiment_keys_show_their_bounds():

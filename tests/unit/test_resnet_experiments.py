@@ -11,6 +11,7 @@ import pytest
 
 from distnet.comm import SerialComm, Topology
 from distnet.config import load_experiment, load_experiment_text
+from distnet.config.builder import config_name
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["mnist_resnet", "mnist_resnet_dist", "cifar10_resnet", "cifar10_resnet_dist"]
@@ -22,7 +23,7 @@ def test_shipped_resnets_build(name):
     model = exp.model
     assert model.infer_shapes(exp.dataset.image_shape) == (10,)
     assert not model.graph.is_chain
-    kinds = {type(layer).__name__ for layer in model.layers}
+    kinds = {config_name(layer) for layer in model.layers}   # the names the file wrote
     assert {"AddLayer", "GlobalAveragePoolingLayer" + ("Dist" if name.endswith("dist") else "")} <= kinds
     shortcuts = [layer for layer in model.layers if layer.inputs and "short" in layer.name]
     assert shortcuts and all(s.fshape == (1, 1) and s.stride == (2, 2) for s in shortcuts)

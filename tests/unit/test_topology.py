@@ -322,12 +322,12 @@ def test_the_input_images_are_a_plane_to_cut_without_window_layers():
     """A model with no window layer (batch norm and FC on the tiles) still takes tiles of the
     images: a grid that cannot cut them is refused naming them (it got past the check and died
     in the dataset's tiling with 'cannot split length 3 into 4 non-empty blocks')."""
-    from distnet.layers import LayerDist
-    from distnet.layers.batchnorm import BatchNormLayerDist
+    from distnet.layers import FullyConnectedLayer
+    from distnet.layers.batchnorm import BatchNormLayer
     from distnet.models import Model
     from distnet.models.mlp_dist import MLPDist
     WI3 = {"type": "uniform", "low": -0.1, "high": 0.1}
-    model = Model(layers=[BatchNormLayerDist(name="bn"), LayerDist(name="out", nout=3, weight_init=WI3)], num_epochs=1)
+    model = Model(layers=[BatchNormLayer(name="bn"), FullyConnectedLayer(name="out", nout=3, weight_init=WI3)], num_epochs=1)
     model.infer_shapes((1, 4, 3))
     assert (4, 3, "the input images") in model.planes()
     with pytest.raises(TopologyError, match=r"grid 1x4 cannot cut plane 4x3 \(the input images\): 3 columns < 4"
@@ -336,6 +336,6 @@ def test_the_input_images_are_a_plane_to_cut_without_window_layers():
     assert choose_grid(4, model.planes()) == (2, 2)
     with pytest.raises(TopologyError, match=r"1x5 fails on plane 4x3 \(the input images\)"):
         choose_grid(5, model.planes())
-    vecpar = MLPDist(layers=[LayerDist(name="out", nout=3, weight_init=WI3)], num_epochs=1)   # whole images: no tiles
+    vecpar = MLPDist(layers=[FullyConnectedLayer(name="out", nout=3, weight_init=WI3)], num_epochs=1)   # whole images: no tiles
     vecpar.infer_shapes((1, 4, 3))
     assert vecpar.planes() == [(1, 12)]

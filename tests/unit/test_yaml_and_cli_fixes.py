@@ -112,13 +112,15 @@ def test_mlpdist_over_conv_is_refused_by_check_and_run(tmp_path, mode):
         assert "nfeat" not in r.output
 
 
-def test_mlpdist_with_a_non_dist_fc_layer_names_the_dist_class():
+def test_mlpdist_takes_a_plain_fc_layer():
+    """``Layer`` and neon's ``LayerDist`` are one class: MLPDist shards either (the vecpar tests
+    under tests/mpi train the plain classes against the single-process MLP)."""
     text = MLPDIST_CNN.replace("MODE", "vecpar").replace(
         """      !obj:distnet.layers.ConvLayerDist {name: conv, nofm: 2, fshape: 5,
                                          weight_init: {type: uniform, low: -0.1, high: 0.1}},
 """, "").replace("layers.LayerDist", "layers.Layer")
-    with pytest.raises(ConfigError, match=r"e\.yaml:\d+: layer 'out': .* use LayerDist, not Layer"):
-        load_experiment_text(text, "e.yaml")
+    exp = load_experiment_text(text, "e.yaml")
+    assert [type(layer).__name__ for layer in exp.model.layers] == ["FullyConnectedLayer"]
 
 
 def test_resolved_yaml_keeps_strings_that_look_like_yaml12_numbers():
