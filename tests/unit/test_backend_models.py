@@ -20,7 +20,8 @@ import pytest
 
 from distnet.comm import SerialComm, Topology
 from distnet.config import load_experiment_text
-from distnet.experiments.fit import RunHooks
+from distnet.config.builder import config_name
+from distnet.experiments.loop import RunHooks
 from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint
@@ -220,7 +221,7 @@ def test_experiment_runs_on_device_backends(backend, template, dist, tiny_data, 
                                          eval_every=1, dist=dist)
     exp, got, records = run_experiment(template, tiny_data, backend, dtype, 2, tmp_path / "dev.h5",
                                        eval_every=1, dist=dist)
-    assert exp.backend.name == backend and exp.model.class_name.endswith("Dist") == dist
+    assert exp.backend.name == backend and config_name(exp.model).endswith("Dist") == dist
     assert_agree(got.epoch_costs, ref.epoch_costs, dtype, "per-epoch costs")
     assert [r["test_misclass"] for r in records] == [r["test_misclass"] for r in ref_records]
     assert (got.train_misclass, got.test_misclass) == (ref.train_misclass, ref.test_misclass)

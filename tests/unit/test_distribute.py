@@ -37,7 +37,7 @@ def test_comments_kept_and_shard_paths_get_rank_and_size():
 
 def _summary(exp):
     """What an experiment builds: classes, the datasets' distribution keys, every layer's keys."""
-    return (exp.model.class_name, exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
+    return (config_name(exp.model), exp.dist_flag, exp.dataset.dist_flag, exp.dataset.dist_mode,
             [(type(l).__name__, l.nout, l.learning_rate) for l in exp.model.layers])
 
 
@@ -88,7 +88,7 @@ def test_neons_later_single_dataset_gets_dist_flag_too():
     assert "dist_flag: *id001" not in plain and "Dist\n" not in plain
     out = distribute_text(plain, "plain.yaml")
     exp = load_experiment_text(out, "d.yaml")
-    assert exp.dist_flag and exp.dataset.dist_flag and exp.model.class_name == "ConvnetDist"
+    assert exp.dist_flag and exp.dataset.dist_flag and config_name(exp.model) == "ConvnetDist"
 
 
 def test_an_experiment_without_dist_flag_is_refused_with_its_own_keys():

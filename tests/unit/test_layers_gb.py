@@ -13,6 +13,7 @@ import pytest
 
 from distnet.comm.topology import Topology, valid_grids
 from distnet.config import load_experiment
+from distnet.config.builder import config_name
 from distnet.errors import ConfigError
 from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, FullyConnectedNoBiasLayer, LCNLayer,
                             LocalFilteringLayer)
@@ -366,6 +367,6 @@ def test_gb_pretraining_draws_a_new_dropout_mask_every_step():
 def test_shipped_experiments_build(name):
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     assert exp.model.infer_shapes(exp.dataset.image_shape) == (10,)
-    assert exp.model.class_name == ("GBDist" if name.endswith("dist") else "GB")
+    assert config_name(exp.model) == ("GBDist" if name.endswith("dist") else "GB")
     if name.startswith("cifar10"):
         assert (4, 4) in valid_grids(16, exp.model.planes())

@@ -3,6 +3,7 @@ message says about a model is the name the experiment file wrote."""
 import pytest
 
 from distnet.config import load_experiment_text
+from distnet.config.builder import config_name
 from distnet.errors import ConfigError
 from distnet.models import GB, Model
 from tests.tiny import CNN, experiment, write_data
@@ -24,6 +25,6 @@ def test_messages_name_the_class_the_file_wrote(tmp_path):
     text = experiment(CNN, write_data(tmp_path / "d.h5"))
     model_path = next(w for w in text.split() if w.startswith("!obj:") and "models" in w)
     written = text.replace(model_path, "!obj:distnet.models.ConvnetDist")
-    assert load_experiment_text(written, "e.yaml").model.class_name == "ConvnetDist"
+    assert config_name(load_experiment_text(written, "e.yaml").model) == "ConvnetDist"
     with pytest.raises(ConfigError, match=r"unknown key for ConvnetDist; valid keys"):
         load_experiment_text(written.replace("num_epochs:", "num_epoch:"), "e.yaml")
