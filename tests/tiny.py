@@ -55,6 +55,17 @@ def experiment(template, data_path, dist=False):
     return text
 
 
+def write_experiments(folder):
+    """``{"cnn": path, "gb": path}``: the tiny CNN and GB experiments, written into ``folder``
+    with a data file of their own."""
+    data = write_data(folder / "data.h5")
+    out = {}
+    for name, template in (("cnn", CNN), ("gb", GB)):
+        out[name] = folder / f"{name}.yaml"
+        out[name].write_text(experiment(template, data))
+    return out
+
+
 def write_data(path, n_train=30, n_test=10, seed=0, nan_at=None):
     """Synthetic images ``(N, 1, 12, 10)``; class 0 is bright top-left. ``nan_at``: a training
     image index whose pixel [0, 0, 0] becomes NaN."""

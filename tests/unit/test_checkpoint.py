@@ -13,7 +13,7 @@ from distnet.errors import CheckpointError, ConfigError
 from distnet.experiments.rundir import experiment_config
 from distnet.models import checkpoint as ckmod
 from distnet.models.checkpoint import read_checkpoint
-from tests.tiny import CNN, GB, experiment, write_data
+from tests.tiny import write_experiments
 
 
 @pytest.fixture(autouse=True)
@@ -23,13 +23,7 @@ def _logger(restore_logger):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ck")
-    data = write_data(d / "data.h5")
-    out = {}
-    for name, template in (("cnn", CNN), ("gb", GB)):
-        out[name] = d / f"{name}.yaml"
-        out[name].write_text(experiment(template, data))
-    return out
+    return write_experiments(tmp_path_factory.mktemp("ck"))
 
 
 def run(path, overrides=(), checkpoint=None, every=0, resume=None):

@@ -6,7 +6,7 @@ import pytest
 from distnet.config import load_experiment
 from distnet.experiments.loop import RunHooks
 from distnet.models import checkpoint as ckmod
-from tests.tiny import CNN, GB, experiment, write_data
+from tests.tiny import write_experiments
 
 
 @pytest.fixture(autouse=True)
@@ -16,13 +16,7 @@ def _logger(restore_logger):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("loop")
-    data = write_data(d / "data.h5")
-    out = {}
-    for name, template in (("cnn", CNN), ("gb", GB)):
-        out[name] = d / f"{name}.yaml"
-        out[name].write_text(experiment(template, data))
-    return out
+    return write_experiments(tmp_path_factory.mktemp("loop"))
 
 
 class Recorder(RunHooks):
