@@ -50,10 +50,20 @@ class MLPDist(Model):
                     "layers and dist_mode: halopar (spatial tiles), or as data replicas (dist_mode: "
                     "datapar, model MLP/Convnet); in MLPDist use LayerDist / LayerWithNoBiasDist")
 
-    def configure(self, backend, topology):
+    def _shard_by_features(self):
+        """Every FC layer shards its features (what its placement reads), whatever asks first:
+        a run (:meth:`configure`) or ``distnet show`` / ``plan`` (:meth:`placements`, which
+        described the layers as replicated when only ``configure`` set it)."""
         self.check_layers()
         for layer in self.layers:
             layer.vecpar = True
+
+    def placements(self, position):
+        self._shard_by_features()
+        return super().placements(position)
+
+    def configure(self, backend, topology):
+        self._shard_by_features()
         super().configure(backend, topology)
 
     def planes(self):

@@ -113,6 +113,16 @@ def test_sharded_parameters_partition_their_global_tensor(name, grid):
             assert cells == int(np.prod(out.global_shape[1:]))
 
 
+def test_vecpar_layers_place_as_shards_before_a_run():
+    """``distnet show`` asks an MLPDist for its placements before anything is configured: its FC
+    weights are feature-block shards there too, as in the run (they read as replicated)."""
+    exp = _exp("mnist_mlp_vecpar.yaml")
+    for coords in ((0, 0), (0, 3)):
+        for pl in exp.model.placements(GridPosition((1, 4), coords)):
+            w = pl.params[0]
+            assert w.sharded and w.local_shape[0] == w.global_shape[0] and w.local_shape[1] < w.global_shape[1]
+
+
 def test_placement_names_the_halo_exchanges_and_their_bytes():
     exp = _exp("mnist_gb_dist.yaml")
     pls = exp.model.placements(GridPosition((2, 2), (0, 0)))
