@@ -8,7 +8,7 @@ import click
 from .check import check
 from .compare import compare_command
 from .data import data
-from .distribute_command import distribute
+from .distribute import distribute
 from .evaluate import evaluate, predict
 from .info import info
 from .job import one_line_warning
