@@ -110,6 +110,25 @@ def test_predict_csv_and_hdf5_one_process_and_on_a_grid(trained):
     assert 100.0 * (labels != y).mean() == pytest.approx(_final(run)["test_misclass"])
 
 
+def test_predict_writes_probabilities_of_a_model_that_ends_in_logits(trained, tmp_path):
+    """Under SoftmaxCrossEntropy the last layer gives logits (activation Identity): predict's
+    p0..pK-1 columns are their softmax (rows of probabilities summing to 1, the same labels)."""
+    d, exp, *_ = trained
+    text = exp.read_text().replace("activation: !obj:distnet.activations.Logistic {}",
+                                   "activation: !obj:distnet.activations.Identity {}")
+    text = text.replace("num_epochs: 2,", "num_epochs: 2, cost: !obj:distnet.costs.SoftmaxCrossEntropy {},")
+    logits = tmp_path / "logits.yaml"
+    logits.write_text(text.replace(str(d / "cache.h5"), str(tmp_path / "cache.h5")))
+    distnet("run", str(logits), "--run-dir", str(tmp_path / "run"), check=True)
+    distnet("predict", str(logits), "--checkpoint", str(tmp_path / "run" / "checkpoint.h5"), "--data",
+            str(d / "images.npy"), "-o", str(tmp_path / "p.csv"), check=True)
+    rows = np.array([[float(v) for v in r.split(",")] for r in (tmp_path / "p.csv").read_text().splitlines()[1:]])
+    probs = rows[:, 1:]
+    assert probs.shape == (10, 3) and (probs >= 0).all() and (probs <= 1).all()
+    np.testing.assert_allclose(probs.sum(axis=1), 1, rtol=1e-7)
+    assert (rows[:, 0] == probs.argmax(axis=1)).all()
+
+
 def test_predict_refuses_a_wrong_extension_and_wrong_images(trained, tmp_path):
     d, exp, dist, run, proc = trained
     ck = str(run / "checkpoint.h5")

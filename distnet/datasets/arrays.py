@@ -102,7 +102,8 @@ def write_predictions(path, outputs, labels, class_names=None):
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 f["probabilities"] = outputs
                 f["labels"] = labels.astype(np.int64)
-                f["probabilities"].attrs["meaning"] = "outputs of the model's last layer, one row per image"
+                f["probabilities"].attrs["meaning"] = ("class probabilities, one row per image: the last layer's "
+                                                       "outputs, through the softmax when the cost takes logits")
                 if names is not None:
                     f["labels"].attrs["class_names"] = names
         else:

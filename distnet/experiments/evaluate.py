@@ -71,8 +71,9 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
 
 @under_seterr_handling
 def predict_checkpoint(exp, checkpoint, read_images, topology=None):
-    """The model's outputs for new images with the weights of ``checkpoint``: ``(outputs (N, K),
-    labels (N,))``, labels the argmax. ``read_images(tile)`` returns this rank's part of the
+    """The model's class probabilities for new images with the weights of ``checkpoint``:
+    ``(probabilities (N, K), labels (N,))``, labels the argmax; the last layer's outputs, through
+    the softmax where the cost takes logits (:meth:`~distnet.ops.costs.Cost.probabilities`). ``read_images(tile)`` returns this rank's part of the
     images as stored, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
     None for whole images), e.g. :func:`distnet.datasets.arrays.read_images` of a file; the
     experiment's dataset turns them into the values it trained on (``prepare_images``: its
@@ -93,4 +94,5 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else exp.dataset.nclasses), dtype=np.float64)
     full[mine] = out
     allreduce_sum([full], t.data)
+    full = model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
     return full, full.argmax(axis=1)

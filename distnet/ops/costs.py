@@ -22,6 +22,11 @@ class Cost:
         """The batch's summed loss as a Python float (waits for the device)."""
         return float(self.loss_sum(y, t))
 
+    def probabilities(self, y):
+        """The class scores ``distnet predict`` writes for outputs ``y (B, K)``: the outputs
+        themselves (probabilities under CrossEntropy, whose last layer squashes them)."""
+        return y
+
 
 class CrossEntropy(Cost):
     """Binary cross-entropy summed over the K outputs (neon's ``CrossEntropy``).
@@ -75,8 +80,8 @@ class SoftmaxCrossEntropy(Cost):
 
     Targets ``t`` as everywhere in distnet: one-hot (or probability) rows ``(B, K)``; class ids
     ``(B,)`` (integers) are accepted too. ``misclassified`` works on logits unchanged (the
-    argmax of the logits is the argmax of the probabilities); predictions are logits, apply
-    :func:`distnet.ops.softmax.softmax` for probabilities.
+    argmax of the logits is the argmax of the probabilities); the model's outputs are logits,
+    and :meth:`probabilities` (what ``distnet predict`` writes) applies the softmax.
     """
 
     name = "softmax_cross_entropy"
@@ -96,6 +101,10 @@ class SoftmaxCrossEntropy(Cost):
         t = self._targets(y, t)
         lse = logsumexp(y.astype("float64", copy=False), axis=1, keepdims=True)
         return xp.sum(t * (lse - y), dtype="float64")
+
+    def probabilities(self, y):
+        """``softmax(y)``: the logits ``y (B, K)`` as class probabilities (rows sum to 1)."""
+        return softmax(y)
 
     def grad(self, y, t):
         t = self._targets(y, t)
