@@ -176,6 +176,27 @@ def test_predict_onto_a_full_disk_is_one_line(trained, tmp_path, monkeypatch):
         f"distnet: error: -o {tmp_path / 'p.h5'}: No space left on device"), r.output
 
 
+def test_predict_refuses_outputs_that_are_not_finite(trained, tmp_path, monkeypatch):
+    """A row of inf logits has no softmax (inf - inf): predict says which images and why, exit 1,
+    and writes nothing, instead of a file of NaN probabilities."""
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    from distnet.models import Model
+    d, exp, dist, run, proc = trained
+    predict = Model.predict
+
+    def overflowing(self, x):
+        y = predict(self, x)
+        y[1] = np.inf
+        return y
+    monkeypatch.setattr(Model, "predict", overflowing)
+    out = tmp_path / "p.csv"
+    r = CliRunner().invoke(main, ["predict", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--data",
+                                  str(d / "images.npy"), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists(), r.output
+    assert "outputs are not finite (NaN or inf) for 1 of 10 images" in r.output.strip().splitlines()[-1]
+
+
 def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_path):
     """predict fed the images as stored to a model trained on (stored * scale - mean) / std: an
     HDF5Dataset's scale, mean and std were ignored, so the labels disagreed with evaluate's."""

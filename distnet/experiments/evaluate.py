@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import under_seterr_handling
+from ..errors import TrainingError
 
 
 @dataclass
@@ -94,5 +95,10 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else exp.dataset.nclasses), dtype=np.float64)
     full[mine] = out
     allreduce_sum([full], t.data)
+    bad = int(np.count_nonzero(~np.isfinite(full).all(axis=1)))
+    if bad:   # every rank agrees: the outputs are replicated and summed over the replicas
+        raise TrainingError(f"the model's outputs are not finite (NaN or inf) for {bad} of {len(full)} images, "
+                            "so no probabilities can be written; check the checkpoint's weights and the "
+                            "images' scale (the dataset's scale, mean and std apply to them)")
     full = model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
     return full, full.argmax(axis=1)
