@@ -78,6 +78,8 @@ class CliHooks:
             rec["valid_misclass"] = result.valid_misclass
         if result.best_epoch is not None:
             rec["best_epoch"] = result.best_epoch
+        if result.split_images:
+            rec["split_images"] = dict(result.split_images)
         self._write(rec)
 
     def close(self, ok=True):

@@ -37,6 +37,9 @@ class RunResult:
     test_misclass: float = None
     #: Final error rate of the validation split (percent; None without one).
     valid_misclass: float = None
+    #: Images in each split whose error rate was measured: ``{"train": n, "test": n, ...}``
+    #: (what one misclassified image is worth: ``100 / n`` points).
+    split_images: dict = field(default_factory=dict)
     #: ``{"epoch", "split", "misclass"}`` of the evaluated epoch with the lowest validation (else
     #: test) error rate; None when no epoch was evaluated (``eval_every: 0``).
     best_epoch: dict = None
