@@ -64,6 +64,9 @@ class RunHooks:
         """Before every training step; ``running_cost``: the summed cost of the epoch's
         batches before this one (0.0 before the first)."""
 
+    def loaded(self, sizes):
+        """After the data is read: ``{split: images}``."""
+
     def epoch(self, record):
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
         ``train_misclass`` when evaluated, ``checkpoint`` when one was written)."""
@@ -109,6 +112,7 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     t0 = clock()
     data = exp.load_data()
     timings["data"] = clock() - t0
+    hooks.loaded({split: len(data[split][0]) for split in data})
     train = data["train"]
     first = result.start_epoch = model.start(resume_state)
     exp.note_start(data, first, log)
