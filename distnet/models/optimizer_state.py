@@ -15,10 +15,8 @@ def missing_optimizer_state(model, params, steps):
     at zero for some layers)."""
     if steps <= 0 or not params:
         return None
-    if not hasattr(model, "optimizer_state_names"):
-        return None
     names = model.optimizer_state_names()
-    rule = getattr(model, "learning_rule", None)
+    rule = model.learning_rule
     if rule is not None:
         lacking = [e["name"] for e in params if not set(names) <= set(e.get("state") or {})]
         what = f"{type(rule).__name__} state ({', '.join(names)})"
