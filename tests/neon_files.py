@@ -4,7 +4,7 @@ examples in ``tests/data/neon_04/`` and the one in ``experiments/``, with small 
 CIFAR-10 data to run them on.
 
 Only data paths change (``./datasets`` -> a folder of random images); on a machine without a
-GPU the ``gpu`` / ``cudanet`` files get a CPU backend in place of ``GPUDataDist`` / ``Cudanet``.
+GPU the ``gpu`` / ``cudanet`` / ``cudamat`` files get a CPU backend in place of ``GPUDataDist`` / ``Cudanet``.
 """
 import os
 import pickle
@@ -58,6 +58,7 @@ def text_of(path, data_root, cpu_if_no_gpu=True):
     if cpu_if_no_gpu and not have_gpu():
         text = text.replace("neon.backends.gpu.GPUDataDist", "neon.backends.cpu.CPUDataDist")
         text = text.replace("neon.backends._cudanet.Cudanet", "neon.backends._numpy.Numpy")
+        text = text.replace("neon.backends._cudamat.Cudamat", "neon.backends._numpy.Numpy")
     return text
 
 

@@ -143,6 +143,11 @@ class FitExperiment(Experiment):
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
         self.dataset.check()   # file datasets: scale keys vs stored dtype
+        if not getattr(self.model, "supervised", True):   # RBM / DBN read no labels
+            if self.report_errors:
+                raise self.model.error(f"{config_name(self.model)} is unsupervised and has no error rates; "
+                                       "use FitExperiment, not FitPredictErrorExperiment")
+            return
         nout = self.model.layers[-1].out_shape[0]
         if nout != self.dataset.nclasses:
             raise self.model.layers[-1].error(
@@ -212,6 +217,8 @@ class FitExperiment(Experiment):
         """The error rates of an evaluated epoch (the model logged its cost)."""
         rates = [f"{s} misclass {record[f'{s}_misclass']:.3f}%" for s in self.eval_splits()
                  if f"{s}_misclass" in record]
+        rates += [f"{s} reconstruction {record[f'{s}_reconstruction']:.5f}" for s in self.eval_splits()
+                  if f"{s}_reconstruction" in record]   # RBM / DBN
         if rates:
             log.info("epoch: %d, %s", record["epoch"], ", ".join(rates))
 

@@ -1,0 +1,53 @@
+"""neon's ``RBMLayer``: the weights of a binary restricted Boltzmann machine, trained by
+contrastive divergence (:mod:`distnet.ops.rbm`), on data replicas.
+
+The layer is a :class:`~distnet.layers.fc.FullyConnectedLayer` (``W (nout, nfeat)`` and the
+column of neon's constant visible unit ``b (nout,)``; ``nin`` counts that unit, as in neon),
+so it runs forward like one (``f(x W^T + b)``: the hidden probabilities). Its weights are
+replicated; a data replica computes the CD statistics of its rows of the global minibatch and
+the replicas sum them with one Allreduce over ``Topology.data`` before the update, so D
+replicas update exactly as one process (up to the order of the sum).
+"""
+from ..comm.reduce import allreduce_sum
+from ..config.types import PositiveInt
+from ..ops import rbm as cd
+from .fc import FullyConnectedLayer
+
+
+class RBMLayer(FullyConnectedLayer):
+    """Keys: ``FullyConnectedLayer``'s (neon's ``Layer``: ``nin`` with +1 for the constant
+    visible unit, ``nout``, ``activation`` (neon's files: Logistic), ``weight_init``,
+    ``learning_rate``) and ``cd_steps`` (k of CD-k, a distnet addition; default 1, neon's CD-1).
+    neon's ``nout`` comment "+1 for bias" names no constant hidden unit: every hidden unit is
+    an ordinary one."""
+
+    config_types = dict(FullyConnectedLayer.config_types, cd_steps=PositiveInt)
+
+    def __init__(self, nout, weight_init, cd_steps=1, **keys):
+        super().__init__(nout, weight_init, **keys)
+        if cd_steps < 1:
+            raise ValueError(f"cd_steps must be >= 1, got {cd_steps}")
+        self.cd_steps = cd_steps
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self._data_comm = ctx.topology.data
+
+    def hidden_probabilities(self, x):
+        """``p(h = 1 | x) (B, nout)`` of ``x (B, nfeat)``."""
+        return cd.hidden_probabilities(x, self.xp.ones(len(x), dtype=x.dtype), self.W, self.b, self.activation)
+
+    def reconstruct(self, h):
+        """The visible probabilities ``(B, nfeat)`` of hidden values ``h (B, nout)``."""
+        return cd.visible_probabilities(h, self.W, self.b, self.activation)[0]
+
+    def cd_step(self, x, u, learning_rate):
+        """One CD-k update from this replica's rows ``x (b, nfeat)`` of a global minibatch, with
+        their uniforms ``u (cd_steps, b, nout)``. Collective over ``Topology.data`` (one
+        Allreduce of the statistics). Returns ``(reconstruction cost of these rows, first
+        hidden sample (b, nout))``."""
+        dW, db, x_minus, s_plus = cd.cd_statistics(x, self.W, self.b, u, self.activation)
+        allreduce_sum([dW, db], self._data_comm, self._host_staging, kind="allreduce_grad")
+        self.W += learning_rate * dW
+        self.b += learning_rate * db
+        return cd.reconstruction_cost(x, x_minus), s_plus

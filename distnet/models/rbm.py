@@ -1,0 +1,236 @@
+"""neon 0.4's unsupervised models ``RBM`` and ``DBN`` (docs/neon-semantics.md#rbm-and-dbn):
+binary restricted Boltzmann machines (:class:`~distnet.layers.rbm.RBMLayer`) trained by
+contrastive divergence, alone or stacked greedily into a deep belief network.
+
+Both run on data replicas (``dist_mode: datapar``, or ``data: D`` with no spatial grid): a
+replica trains on its rows of every global minibatch, the layer sums the CD statistics over
+``Topology.data`` before its update and the model sums the reconstruction cost once per epoch,
+so every rank logs and returns the one-process numbers. The Gibbs samples are drawn from the
+uniforms of the *global* minibatch, keyed by the backend seed, the layer and the step (every
+rank draws the whole block and keeps its rows), so D replicas draw the samples one process
+draws and a resumed run draws those of an uninterrupted one.
+"""
+import logging
+import math
+
+import numpy as np
+
+from ..comm.reduce import allreduce_scalars
+from ..config.builder import config_name, config_where
+from ..errors import ConfigError, TrainingError
+from ..layers.placement import REPLICATED
+from ..layers.rbm import RBMLayer
+from ..ops.costs import SumSquaredDiffs
+from ..ops.rbm import reconstruction_cost
+from .model import Model, _replica_row0
+
+#: Stream tags of :func:`uniforms`: training steps and a DBN's transforms of its data.
+TRAIN, TRANSFORM = 0, 1
+
+
+def uniforms(seed, tag, layer, step, shape):
+    """The uniforms ``[0, 1)`` (float64, ``shape``) of one global minibatch: a generator keyed by
+    ``(seed, tag, layer, step)``, the same on every rank and after a resume."""
+    return np.random.default_rng([seed, tag, layer, step]).random(shape)
+
+
+class RBM(Model):
+    """neon's ``RBM``. Keys: ``layers`` (one RBMLayer), ``num_epochs``, ``batch_size`` (default: all
+    training images), ``learning_rate`` (default for the layer; neon used the model's),
+    ``cost`` (SumSquaredDiffs, the default: the logged reconstruction error), ``momentum``
+    (accepted and unused: neon's RBM update ignored it), ``shuffle``, ``serialized_path``
+    (ignored, as for every model). Each epoch logs neon's ``epoch: e, total training error:
+    c`` with c = the reconstruction cost ``1/2 sum (x - x-)^2`` of a batch, averaged over the
+    batches, as neon did. ``split_metrics`` (``eval_every``) gives ``reconstruction``: the
+    deterministic (mean-field) reconstruction cost per image of a split."""
+
+    input_layout = REPLICATED
+    #: No labels are read: the experiment skips its class-count check and error rates.
+    supervised = False
+
+    def __init__(self, layers, num_epochs, cost=None, **keys):
+        super().__init__(layers, num_epochs, cost=cost if cost is not None else SumSquaredDiffs(), **keys)
+        if not isinstance(self.cost, SumSquaredDiffs):
+            raise ConfigError(f"cost must be SumSquaredDiffs (the reconstruction error neon logged), "
+                              f"got {type(self.cost).__name__}", key="cost")
+        if self.learning_rule is not None:
+            raise ConfigError(f"{type(self).__name__} trains by contrastive divergence with neon's plain "
+                              "update (learning_rate only); remove learning_rule", key="learning_rule")
+
+    def check_layers(self):
+        for layer in self.layers:
+            if not isinstance(layer, RBMLayer):
+                raise layer.error(f"{config_name(self)} holds RBMLayers only, got {config_name(layer)}")
+        if len(self.layers) != 1:
+            raise self.error(f"{config_name(self)} trains one RBMLayer (neon's RBM used the first and "
+                             f"ignored the others), got {len(self.layers)}; use DBN to stack them", "layers")
+
+    def notes(self):
+        notes = super().notes()
+        if self.momentum.kind != "constant" or self.momentum.coef != 0.0:
+            where = config_where(self, "momentum")
+            notes.append((logging.INFO, f"{where + ': ' if where else ''}momentum is not used: "
+                          f"{config_name(self)} updates by learning_rate x (CD statistics), as neon's RBMLayer did"))
+        return notes
+
+    def configure(self, backend, topology):
+        """The model's planning on data replicas only: every rank holds whole images and the
+        whole weights (a spatial grid or pipeline stages are refused)."""
+        if tuple(topology.grid) != (1, 1) or topology.npipe > 1:
+            raise self.error(f"{config_name(self)} distributes over data replicas only (dist_mode: datapar); "
+                             f"the run has grid {topology.grid[0]}x{topology.grid[1]} and pipe {topology.npipe}")
+        super().configure(backend, topology)
+
+    def optimizer_state_names(self):
+        return ()
+
+    # -- training ------------------------------------------------------------------------------
+    def _train_layer_epoch(self, i, x, epoch, on_batch=None):
+        """One epoch of CD on layer ``i`` over ``x (N, nfeat)`` (whole, on every rank): returns
+        neon's mean reconstruction cost per batch, summed over the replicas (collective over
+        ``Topology.data``)."""
+        layer, xp = self.layers[i], self.backend.xp
+        batches = self.batches(len(x), self.shuffle_rng)
+        total = 0.0
+        for b, idx in enumerate(batches):
+            if on_batch is not None:
+                on_batch(epoch, b, len(batches), total)
+            rows = self.replica_rows(idx)
+            u = uniforms(self.backend.rng_seed, TRAIN, i, self.steps, (layer.cd_steps, len(idx), layer.nout))
+            r0 = _replica_row0(len(idx), self.topology.ndata, self.topology.data_index)
+            mine = u[:, r0:r0 + len(rows)]
+            cost, _ = layer.cd_step(xp.asarray(x[rows]), xp.asarray(mine, dtype=self.backend.dtype),
+                                    layer.learning_rate)
+            total += cost
+            self.steps += 1
+        total, = allreduce_scalars([total], self.topology.data)
+        mean = total / len(batches)
+        if not math.isfinite(mean):
+            raise TrainingError(f"the reconstruction cost of layer '{layer.name}' became {mean} in epoch "
+                                f"{epoch}; lower the learning rate or check the data (visible units in [0, 1])")
+        self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
+        return mean
+
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+        """One CD epoch over ``train = (x (N, C, H, W), labels)`` (labels unused); returns neon's
+        logged cost (the mean reconstruction cost per batch)."""
+        return self._train_layer_epoch(0, _flat(train[0]), epoch, on_batch)
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _passed(self, layer):
+        """How many of ``layer``'s hidden units the layer above reads (all: an RBM has none above)."""
+        return layer.nout
+
+    def up(self, x):
+        """Mean-field hidden probabilities of every layer for ``x (n, nfeat)``: a list, the
+        input of each layer being the passed units of the one below."""
+        hs, h = [], x
+        for layer in self.layers:
+            hs.append(layer.hidden_probabilities(h))
+            h = hs[-1][:, :self._passed(layer)]
+        return hs
+
+    def predict(self, x):
+        """The top layer's hidden probabilities ``(n, nout)`` of ``x (n, C, H, W)`` (its features;
+        mean-field through the layers below), for all rows on every rank."""
+        bs = self.batch_size or len(x)
+        outs = [self.backend.to_host(self.up(self.backend.xp.asarray(_flat(x[i:i + bs])))[-1])
+                for i in range(0, len(x), bs)]
+        return np.concatenate(outs)
+
+    def reconstruction_error(self, x):
+        """Mean-field reconstruction cost per image of ``x (n, C, H, W)``: the stack up
+        (probabilities), then down from the top layer's probabilities, each layer reconstructing
+        the units passed up to it (a DBN's unit that was not passed up keeps its upward value);
+        ``1/2 sum (x - x-)^2`` averaged over the images. Replicas split the batches' rows and
+        sum (collective over ``Topology.data``)."""
+        xp = self.backend.xp
+        bs = self.batch_size or len(x)
+        total = 0.0
+        for i in range(0, len(x), bs):
+            rows = self.replica_rows(np.arange(i, min(i + bs, len(x))))
+            v = xp.asarray(_flat(x[rows]))
+            hs = self.up(v)
+            h = hs[-1]
+            for j in range(len(self.layers) - 1, 0, -1):
+                below = hs[j - 1].copy()
+                below[:, :self._passed(self.layers[j - 1])] = self.layers[j].reconstruct(h)
+                h = below
+            total += reconstruction_cost(v, self.layers[0].reconstruct(h))
+        total, = allreduce_scalars([total], self.topology.data)
+        return total / len(x)
+
+    def split_metrics(self, split):
+        return {"reconstruction": self.reconstruction_error(split[0])}
+
+    def misclass_rate(self, x, labels):
+        raise ConfigError(f"{config_name(self)} is unsupervised: it has no error rate (use FitExperiment)")
+
+
+class DBN(RBM):
+    """neon's ``DBN``: greedy layer-wise pretraining of a stack of RBMLayers. Keys: :class:`RBM`'s,
+    with any number of layers; ``num_epochs`` is per layer (the run trains ``num_epochs x
+    layers`` epochs, layer after layer). Layer i > 0 trains on the binary hidden samples of
+    layer i - 1 for the whole training set (drawn once, when its training starts), without that
+    layer's last hidden unit, as neon did: its ``nin`` is the previous ``nout`` (the dropped unit
+    is replaced by the constant one). neon had no fine-tuning phase ("not implemented yet");
+    neither has distnet."""
+
+    def __init__(self, layers, num_epochs, **keys):
+        super().__init__(layers, num_epochs, **keys)
+        self.epochs_per_layer = num_epochs
+        self.num_epochs = num_epochs * len(layers)
+        self._inputs = (None, None)   # (layer index, its training inputs (N, nfeat))
+
+    def check_layers(self):
+        for layer in self.layers:
+            if not isinstance(layer, RBMLayer):
+                raise layer.error(f"{config_name(self)} holds RBMLayers only, got {config_name(layer)}")
+
+    def infer_shapes(self, input_shape):
+        """Each layer's input: the data (layer 0), then ``nout - 1`` samples of the layer below."""
+        shape = self.input_shape = tuple(input_shape)
+        for i, layer in enumerate(self.layers):
+            if layer.pos is not None and layer.pos != i:
+                raise layer.error(f"pos is {layer.pos} but the layer is item {i} of the layers list", "pos")
+            if i > 0 and self.layers[i - 1].nout < 2:
+                raise layer.error(f"the layer below gives {self.layers[i - 1].nout} unit(s), of which the last "
+                                  "is not passed on: nothing is left for this layer")
+            out = layer.infer_shape(shape)
+            shape = (out[0] - 1,)
+        return self.layers[-1].out_shape
+
+    def _passed(self, layer):
+        return layer.nout - 1 if layer is not self.layers[-1] else layer.nout
+
+    def layer_inputs(self, i, x):
+        """Layer ``i``'s training inputs ``(N, nfeat)``: ``x`` flattened (i = 0), or the hidden
+        samples of layer i - 1 (its probabilities of the layer i - 1 inputs, sampled with the
+        global uniforms of every batch), last unit dropped. Every rank computes all rows (no
+        communication)."""
+        if i == 0:
+            return _flat(x)
+        h = self.layer_inputs(i - 1, x) if self._inputs[0] != i - 1 else self._inputs[1]
+        below, xp = self.layers[i - 1], self.backend.xp
+        self.log.info("layer %d: setting inputs to output of previous layer", i)
+        out = np.empty((len(h), below.nout - 1), dtype=self.backend.dtype)
+        bs = self.batch_size or len(h)
+        for b, start in enumerate(range(0, len(h), bs)):
+            p = below.hidden_probabilities(xp.asarray(h[start:start + bs]))
+            u = uniforms(self.backend.rng_seed, TRANSFORM, i - 1, b, p.shape)
+            out[start:start + bs] = self.backend.to_host((p > xp.asarray(u, dtype=p.dtype))[:, :-1])
+        return out
+
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+        """Epoch ``epoch`` of the run: epoch ``epoch % num_epochs`` of layer ``epoch // num_epochs``."""
+        i, e = divmod(epoch, self.epochs_per_layer)
+        if self._inputs[0] != i:
+            if e == 0:
+                self.log.info("pretraining layer %d (%s)", i, self.layers[i].name)
+            self._inputs = (i, self.layer_inputs(i, train[0]))
+        return self._train_layer_epoch(i, self._inputs[1], e, on_batch)
+
+
+def _flat(x):
+    """``(n, ...) -> (n, features)``."""
+    return x.reshape(len(x), int(np.prod(x.shape[1:])))
