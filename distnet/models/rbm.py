@@ -53,6 +53,11 @@ class RBM(Model):
         if not isinstance(self.cost, SumSquaredDiffs):
             raise ConfigError(f"cost must be SumSquaredDiffs (the reconstruction error neon logged), "
                               f"got {type(self.cost).__name__}", key="cost")
+        for key, value in (("stages", self.stages), ("micro_batches", self.micro_batches != 1 or None),
+                           ("towers", self.towers)):
+            if value is not None:
+                raise ConfigError(f"{type(self).__name__} runs on one pipeline stage, one micro-batch and no "
+                                  f"towers (it distributes over data replicas only); remove {key}", key=key)
         if self.learning_rule is not None:
             raise ConfigError(f"{type(self).__name__} trains by contrastive divergence with neon's plain "
                               "update (learning_rate only); remove learning_rule", key="learning_rule")
