@@ -29,6 +29,30 @@ class RBMLayer(FullyConnectedLayer):
             raise ValueError(f"cd_steps must be >= 1, got {cd_steps}")
         self.cd_steps = cd_steps
 
+    #: Hidden units passed on by a forward (a DBN's lower machines drop their last, as neon's DBN
+    #: did); None: all ``nout``.
+    passes = None
+
+    def infer_shape(self, in_shape):
+        super().infer_shape(in_shape)
+        if self.passes is not None:
+            self.out_shape = (self.passes,)
+        return self.out_shape
+
+    def fprop(self, x):
+        """The hidden probabilities ``(B, nout)`` (``(B, passes)`` when it passes fewer on); the
+        FC forward, for a DBN's fine-tuning."""
+        y = super().fprop(x)
+        return y if self.passes is None else y[:, :self.passes]
+
+    def bprop(self, delta, need_input_grad=True):
+        """The FC backward; the units not passed on get a zero gradient."""
+        if self.passes is not None:
+            full = self.xp.zeros((len(delta), self.nout), dtype=delta.dtype)
+            full[:, :self.passes] = delta
+            delta = full
+        return super().bprop(delta, need_input_grad)
+
     def setup(self, ctx):
         super().setup(ctx)
         self._data_comm = ctx.topology.data

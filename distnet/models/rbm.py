@@ -20,7 +20,8 @@ from ..config.builder import config_name, config_where
 from ..errors import ConfigError, TrainingError
 from ..layers.placement import REPLICATED
 from ..layers.rbm import RBMLayer
-from ..ops.costs import SumSquaredDiffs
+from ..config.types import NonNegativeInt
+from ..ops.costs import CrossEntropy, SumSquaredDiffs
 from ..ops.rbm import reconstruction_cost
 from .model import Model, _replica_row0
 
@@ -122,17 +123,18 @@ class RBM(Model):
         return self._train_layer_epoch(0, _flat(train[0]), epoch, on_batch)
 
     # -- evaluation ----------------------------------------------------------------------------
-    def _passed(self, layer):
-        """How many of ``layer``'s hidden units the layer above reads (all: an RBM has none above)."""
-        return layer.nout
+    @property
+    def machines(self):
+        """The RBMLayers (a DBN's classifier layers above them excluded)."""
+        return [layer for layer in self.layers if isinstance(layer, RBMLayer)]
 
     def up(self, x):
         """Mean-field hidden probabilities of every layer for ``x (n, nfeat)``: a list, the
         input of each layer being the passed units of the one below."""
         hs, h = [], x
-        for layer in self.layers:
+        for layer in self.machines:
             hs.append(layer.hidden_probabilities(h))
-            h = hs[-1][:, :self._passed(layer)]
+            h = hs[-1][:, :layer.out_shape[0]]
         return hs
 
     def predict(self, x):
@@ -157,11 +159,12 @@ class RBM(Model):
             v = xp.asarray(_flat(x[rows]))
             hs = self.up(v)
             h = hs[-1]
-            for j in range(len(self.layers) - 1, 0, -1):
+            machines = self.machines
+            for j in range(len(machines) - 1, 0, -1):
                 below = hs[j - 1].copy()
-                below[:, :self._passed(self.layers[j - 1])] = self.layers[j].reconstruct(h)
+                below[:, :machines[j - 1].out_shape[0]] = machines[j].reconstruct(h)
                 h = below
-            total += reconstruction_cost(v, self.layers[0].reconstruct(h))
+            total += reconstruction_cost(v, machines[0].reconstruct(h))
         total, = allreduce_scalars([total], self.topology.data)
         return total / len(x)
 
@@ -173,40 +176,82 @@ class RBM(Model):
 
 
 class DBN(RBM):
-    """neon's ``DBN``: greedy layer-wise pretraining of a stack of RBMLayers. Keys: :class:`RBM`'s,
-    with any number of layers; ``num_epochs`` is per layer (the run trains ``num_epochs x
-    layers`` epochs, layer after layer). Layer i > 0 trains on the binary hidden samples of
-    layer i - 1 for the whole training set (drawn once, when its training starts), without that
-    layer's last hidden unit, as neon did: its ``nin`` is the previous ``nout`` (the dropped unit
-    is replaced by the constant one). neon had no fine-tuning phase ("not implemented yet");
-    neither has distnet."""
+    """neon's ``DBN``: greedy layer-wise pretraining of a stack of RBMLayers, then (a distnet
+    addition) supervised fine-tuning. Keys: :class:`RBM`'s, with any number of RBMLayers;
+    ``num_epochs`` is per RBMLayer (they train ``num_epochs`` epochs each, layer after layer).
+    Layer i > 0 trains on the binary hidden samples of layer i - 1 for the whole training set
+    (drawn once, when its training starts), without that layer's last hidden unit, as neon did:
+    its ``nin`` is the previous ``nout`` (the dropped unit is replaced by the constant one).
 
-    def __init__(self, layers, num_epochs, **keys):
+    neon had no fine-tuning ("not implemented yet"). distnet's: classifier layers listed after
+    the RBMLayers (e.g. a ``Layer`` with one output per class) and ``finetune_epochs`` (default
+    0) epochs of backpropagation through the whole stack (the RBMLayers as fully connected
+    layers giving their hidden probabilities) with ``finetune_cost`` (default CrossEntropy),
+    the model's ``momentum`` and each layer's learning rate, as an MLP trains; the model is then
+    supervised (error rates, ``FitPredictErrorExperiment``). The run trains ``num_epochs x
+    RBMLayers + finetune_epochs`` epochs."""
+
+    config_types = dict(RBM.config_types, finetune_epochs=NonNegativeInt, finetune_cost=("obj", "cost"))
+
+    def __init__(self, layers, num_epochs, finetune_epochs=0, finetune_cost=None, **keys):
         super().__init__(layers, num_epochs, **keys)
+        self.check_layers()
+        machines = self.machines
+        self.top = self.layers[len(machines):]
         self.epochs_per_layer = num_epochs
-        self.num_epochs = num_epochs * len(layers)
+        self.pretrain_epochs = num_epochs * len(machines)
+        self.finetune_epochs = finetune_epochs
+        self.num_epochs = self.pretrain_epochs + finetune_epochs
+        self.supervised = bool(self.top)
+        if self.top and not finetune_epochs:
+            raise ConfigError(f"the layers after the RBMLayers ('{self.top[0].name}', ...) train only in the "
+                              "fine-tuning; give finetune_epochs: N", key="finetune_epochs")
+        if finetune_epochs and not self.top:
+            raise ConfigError("finetune_epochs needs classifier layers after the RBMLayers (e.g. a Layer with "
+                              "one output per class)", key="finetune_epochs")
+        if finetune_cost is not None and not self.top:
+            raise ConfigError("finetune_cost is used only with classifier layers and finetune_epochs",
+                              key="finetune_cost")
+        if self.top:
+            self.cost = finetune_cost if finetune_cost is not None else CrossEntropy()
+        for m in machines[:-1]:
+            m.passes = m.nout - 1
         self._inputs = (None, None)   # (layer index, its training inputs (N, nfeat))
 
     def check_layers(self):
-        for layer in self.layers:
-            if not isinstance(layer, RBMLayer):
-                raise layer.error(f"{config_name(self)} holds RBMLayers only, got {config_name(layer)}")
+        machines = self.machines
+        if not machines or any(not isinstance(layer, RBMLayer) for layer in self.layers[:len(machines)]):
+            layer = next(layer for layer in self.layers if not isinstance(layer, RBMLayer))
+            raise layer.error(f"{config_name(self)} lists its RBMLayers first (then, for fine-tuning, "
+                              f"classifier layers), got {config_name(layer)} before them")
 
     def infer_shapes(self, input_shape):
-        """Each layer's input: the data (layer 0), then ``nout - 1`` samples of the layer below."""
-        shape = self.input_shape = tuple(input_shape)
-        for i, layer in enumerate(self.layers):
-            if layer.pos is not None and layer.pos != i:
-                raise layer.error(f"pos is {layer.pos} but the layer is item {i} of the layers list", "pos")
-            if i > 0 and self.layers[i - 1].nout < 2:
-                raise layer.error(f"the layer below gives {self.layers[i - 1].nout} unit(s), of which the last "
-                                  "is not passed on: nothing is left for this layer")
-            out = layer.infer_shape(shape)
-            shape = (out[0] - 1,)
-        return self.layers[-1].out_shape
+        """Each RBMLayer's input: the data (layer 0), then ``nout - 1`` samples of the layer below;
+        the classifier layers read the last RBMLayer's hidden probabilities."""
+        for below, layer in zip(self.machines, self.machines[1:]):
+            if below.nout < 2:
+                raise layer.error(f"the layer below gives {below.nout} unit(s), of which the last is not "
+                                  "passed on: nothing is left for this layer")
+        return super().infer_shapes(input_shape)
 
-    def _passed(self, layer):
-        return layer.nout - 1 if layer is not self.layers[-1] else layer.nout
+    def notes(self):
+        return Model.notes(self) if self.supervised else super().notes()
+
+    def optimizer_state_names(self):
+        return Model.optimizer_state_names(self) if self.supervised else ()
+
+    def predict(self, x):
+        """Supervised: the classifier's outputs (``Model.predict``); else the top RBMLayer's
+        hidden probabilities."""
+        return Model.predict(self, x) if self.supervised else super().predict(x)
+
+    def misclass_rate(self, x, labels):
+        return Model.misclass_rate(self, x, labels) if self.supervised else super().misclass_rate(x, labels)
+
+    def split_metrics(self, split):
+        out = Model.split_metrics(self, split) if self.supervised else {}
+        out.update(super().split_metrics(split))
+        return out
 
     def layer_inputs(self, i, x):
         """Layer ``i``'s training inputs ``(N, nfeat)``: ``x`` flattened (i = 0), or the hidden
@@ -227,7 +272,13 @@ class DBN(RBM):
         return out
 
     def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
-        """Epoch ``epoch`` of the run: epoch ``epoch % num_epochs`` of layer ``epoch // num_epochs``."""
+        """Epoch ``epoch`` of the run: epoch ``epoch % num_epochs`` of RBMLayer ``epoch //
+        num_epochs``, then the fine-tuning epochs (``Model.fit_epoch``, counted from 0)."""
+        if epoch >= self.pretrain_epochs:
+            if epoch == self.pretrain_epochs:
+                self.log.info("fine-tuning the whole stack")
+                self._inputs = (None, None)
+            return Model.fit_epoch(self, train, epoch - self.pretrain_epochs, on_batch, read_ahead)
         i, e = divmod(epoch, self.epochs_per_layer)
         if self._inputs[0] != i:
             if e == 0:

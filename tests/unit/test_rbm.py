@@ -175,3 +175,66 @@ def test_unsupervised_model_in_an_error_rate_experiment_is_refused(tmp_path):
     path.write_text(YAML.replace("DATA", str(data)).replace("fit_predict_err.FitPredictErrorExperiment",
                                                             "fit.FitExperiment"))
     load_experiment(str(path)).check()
+
+
+def test_dbn_fine_tuning_is_backprop_through_the_stack():
+    """finetune_epochs after pretraining: SGD on CrossEntropy through [RBM (last unit not passed),
+    RBM, Layer], against hand-written backprop from the pretrained weights (batch-mean gradient)."""
+    from distnet.layers import FullyConnectedLayer
+    rng = np.random.RandomState(6)
+    x, labels = rng.rand(7, 5), rng.randint(0, 3, 7)
+    lr, bs = 0.3, 4
+    layers = [RBMLayer(name="l0", nout=4, weight_init=WI, activation=Logistic()),
+              RBMLayer(name="l1", nout=3, weight_init=WI, activation=Logistic()),
+              FullyConnectedLayer(name="out", nout=3, weight_init=WI, activation=Logistic())]
+    m = build(DBN, layers, (5,), num_epochs=1, finetune_epochs=2, batch_size=bs, learning_rate=lr)
+    assert m.num_epochs == 4 and m.supervised
+    m.start()
+    for e in range(2):
+        m.fit_epoch((x, labels), e)
+    Ws = [W_ext_of(layer).copy() for layer in layers]
+    costs = [m.fit_epoch((x, labels), e) for e in (2, 3)]
+    T = np.eye(3)[labels]
+    ref_costs = []
+    for _ in range(2):
+        total = 0.0
+        for b0 in range(0, 7, bs):
+            xb, tb = x[b0:b0 + bs], T[b0:b0 + bs]
+            ins, h = [], xb
+            for k, W in enumerate(Ws):
+                v = np.hstack([h, np.ones((len(h), 1))])
+                ins.append(v)
+                h = sigm(v @ W.T)
+                if k == 0:
+                    h = h[:, :-1]                    # l0's last unit is not passed on
+                if k == 1:
+                    h1 = h
+                if k == 0:
+                    h0 = h
+            y = h
+            total -= np.sum(tb * np.log(y) + (1 - tb) * np.log(1 - y))
+            dz2 = y - tb                             # CrossEntropy on Logistic
+            dh1 = dz2 @ Ws[2][:, :-1]
+            dz1 = dh1 * h1 * (1 - h1)
+            dh0 = dz1 @ Ws[1][:, :-1]
+            dz0 = np.hstack([dh0 * h0 * (1 - h0), np.zeros((len(xb), 1))])   # the unit not passed on
+            for W, dz, v in zip(Ws, (dz0, dz1, dz2), ins):
+                W -= lr * (dz.T @ v) / len(xb)
+        ref_costs.append(total / 7)
+    for layer, W in zip(layers, Ws):
+        np.testing.assert_allclose(W_ext_of(layer), W, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+    assert m.misclass_rate(x, labels) == pytest.approx(
+        100 * np.mean(m.predict(x).argmax(axis=1) != labels))
+
+
+def test_dbn_fine_tuning_keys_go_together():
+    layer = dict(weight_init=WI, activation=Logistic())
+    from distnet.layers import FullyConnectedLayer
+    with pytest.raises(ConfigError, match="finetune_epochs"):
+        DBN([RBMLayer(name="a", nout=3, **layer), FullyConnectedLayer(name="c", nout=2, **layer)], 1)
+    with pytest.raises(ConfigError, match="classifier layers"):
+        DBN([RBMLayer(name="a", nout=3, **layer)], 1, finetune_epochs=2)
+    with pytest.raises(ConfigError, match="RBMLayers first"):
+        DBN([FullyConnectedLayer(name="c", nout=2, **layer), RBMLayer(name="a", nout=3, **layer)], 1,
+            finetune_epochs=1)
