@@ -20,7 +20,7 @@ from ..config.builder import config_name, config_where
 from ..errors import ConfigError, TrainingError
 from ..layers.placement import REPLICATED
 from ..layers.rbm import RBMLayer
-from ..config.types import NonNegativeInt
+from ..config.types import NonNegative, NonNegativeInt
 from ..ops.costs import CrossEntropy, SumSquaredDiffs
 from ..ops.rbm import reconstruction_cost
 from .model import Model, _replica_row0
@@ -187,13 +187,17 @@ class DBN(RBM):
     the RBMLayers (e.g. a ``Layer`` with one output per class) and ``finetune_epochs`` (default
     0) epochs of backpropagation through the whole stack (the RBMLayers as fully connected
     layers giving their hidden probabilities) with ``finetune_cost`` (default CrossEntropy),
-    the model's ``momentum`` and each layer's learning rate, as an MLP trains; the model is then
+    the model's ``momentum`` and ``finetune_learning_rate`` for every layer (default: each
+    layer's learning rate; CD's rate multiplies statistics summed over the batch, SGD's a
+    gradient averaged over it), as an MLP trains; the model is then
     supervised (error rates, ``FitPredictErrorExperiment``). The run trains ``num_epochs x
     RBMLayers + finetune_epochs`` epochs."""
 
-    config_types = dict(RBM.config_types, finetune_epochs=NonNegativeInt, finetune_cost=("obj", "cost"))
+    config_types = dict(RBM.config_types, finetune_epochs=NonNegativeInt, finetune_cost=("obj", "cost"),
+                        finetune_learning_rate=NonNegative)
 
-    def __init__(self, layers, num_epochs, finetune_epochs=0, finetune_cost=None, **keys):
+    def __init__(self, layers, num_epochs, finetune_epochs=0, finetune_cost=None, finetune_learning_rate=None,
+                 **keys):
         super().__init__(layers, num_epochs, **keys)
         self.check_layers()
         machines = self.machines
@@ -209,9 +213,10 @@ class DBN(RBM):
         if finetune_epochs and not self.top:
             raise ConfigError("finetune_epochs needs classifier layers after the RBMLayers (e.g. a Layer with "
                               "one output per class)", key="finetune_epochs")
-        if finetune_cost is not None and not self.top:
-            raise ConfigError("finetune_cost is used only with classifier layers and finetune_epochs",
-                              key="finetune_cost")
+        for key, value in (("finetune_cost", finetune_cost), ("finetune_learning_rate", finetune_learning_rate)):
+            if value is not None and not self.top:
+                raise ConfigError(f"{key} is used only with classifier layers and finetune_epochs", key=key)
+        self.finetune_learning_rate = finetune_learning_rate
         if self.top:
             self.cost = finetune_cost if finetune_cost is not None else CrossEntropy()
         for m in machines[:-1]:
@@ -278,6 +283,10 @@ class DBN(RBM):
             if epoch == self.pretrain_epochs:
                 self.log.info("fine-tuning the whole stack")
                 self._inputs = (None, None)
+            if self.finetune_learning_rate is not None:   # the CD rate (a sum over the batch) is no SGD rate
+                for layer in self.layers:
+                    if layer.placement.params:
+                        layer.learning_rate = self.finetune_learning_rate
             return Model.fit_epoch(self, train, epoch - self.pretrain_epochs, on_batch, read_ahead)
         i, e = divmod(epoch, self.epochs_per_layer)
         if self._inputs[0] != i:

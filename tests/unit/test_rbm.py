@@ -187,7 +187,8 @@ def test_dbn_fine_tuning_is_backprop_through_the_stack():
     layers = [RBMLayer(name="l0", nout=4, weight_init=WI, activation=Logistic()),
               RBMLayer(name="l1", nout=3, weight_init=WI, activation=Logistic()),
               FullyConnectedLayer(name="out", nout=3, weight_init=WI, activation=Logistic())]
-    m = build(DBN, layers, (5,), num_epochs=1, finetune_epochs=2, batch_size=bs, learning_rate=lr)
+    m = build(DBN, layers, (5,), num_epochs=1, finetune_epochs=2, batch_size=bs, learning_rate=0.05,
+              finetune_learning_rate=lr)
     assert m.num_epochs == 4 and m.supervised
     m.start()
     for e in range(2):
