@@ -239,3 +239,53 @@ def test_dbn_fine_tuning_keys_go_together():
     with pytest.raises(ConfigError, match="RBMLayers first"):
         DBN([FullyConnectedLayer(name="c", nout=2, **layer), RBMLayer(name="a", nout=3, **layer)], 1,
             finetune_epochs=1)
+
+
+DBN_YAML = """!obj:distnet.experiments.FitPredictErrorExperiment {
+  backend: !obj:distnet.backends.Numpy64 {rng_seed: 1},
+  datasets: [!obj:distnet.datasets.HDF5Dataset {path: DATA}],
+  checkpoint: {every: 1, path: CKPT},
+  model: !obj:distnet.models.DBN {
+    num_epochs: 2, batch_size: 7, learning_rate: 0.01, shuffle: True,
+    finetune_epochs: 2, finetune_learning_rate: 0.1, momentum: {type: constant, coef: 0.5},
+    layers: [
+      !obj:distnet.layers.RBMLayer {name: a, nout: 6, weight_init: {type: normal, scale: 0.1},
+                                    activation: !obj:distnet.activations.Logistic {}},
+      !obj:distnet.layers.RBMLayer {name: b, nout: 4, weight_init: {type: normal, scale: 0.1},
+                                    activation: !obj:distnet.activations.Logistic {}},
+      !obj:distnet.layers.Layer {name: out, nout: 3, weight_init: {type: normal, scale: 0.1},
+                                 activation: !obj:distnet.activations.Logistic {}},
+    ],
+  },
+}
+"""
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop_after", [2, 4], ids=["in-layer-1", "in-fine-tuning"])
+def test_dbn_resumed_run_equals_an_uninterrupted_one(tmp_path, stop_after):
+    """A checkpoint after epoch ``stop_after`` (layer b's pretraining, or fine-tuning) resumes to the
+    uninterrupted run's costs and error rates: the samples are keyed by step, the lower layers'
+    outputs recomputed, the shuffle state and the velocities restored."""
+    from tests import tiny
+    data = tiny.write_data(tmp_path / "d.h5")
+
+    def exp(name):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(DBN_YAML.replace("DATA", str(data)).replace("CKPT", str(tmp_path / f"{name}.h5")))
+        return load_experiment(str(path))
+
+    whole = exp("whole").run(topology=Topology.serial())
+
+    def stop(epoch, cost):
+        if epoch == stop_after:
+            raise _Stop
+    with pytest.raises(_Stop):
+        exp("cut").run(topology=Topology.serial(), on_epoch=stop)
+    resumed = exp("again").run(topology=Topology.serial(), resume=str(tmp_path / "cut.h5"))
+    assert len(whole.epoch_costs) == 6
+    np.testing.assert_allclose(resumed.epoch_costs, whole.epoch_costs, rtol=1e-12)
+    assert resumed.test_misclass == whole.test_misclass and resumed.train_misclass == whole.train_misclass
