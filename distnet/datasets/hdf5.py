@@ -177,6 +177,12 @@ class HDF5Dataset(FileDataset):
         names = class_names_of(self.source_files()[0])
         return names if names is not None and len(names) == self.nclasses else None
 
+    def channel_stats(self):
+        """The per-channel ``(mean, std)`` of ``train/x`` kept in the file (attributes
+        ``channel_mean``, ``channel_std``: :mod:`.stats`), or None."""
+        from .stats import read_stats
+        return read_stats(self.source_files()[0])
+
     def data_files(self):
         return {"path": self.path}
 
