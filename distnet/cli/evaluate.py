@@ -76,7 +76,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
     the training images (the recipe kept in the experiment's data set, or --recipe), and get
     the columns file and, in a folder per class, true_label and true_class."""
     from ..datasets.arrays import prediction_format, write_predictions
-    from ..datasets.recipe import Pictures
+    from ..datasets.pictures import Pictures
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment

@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import DataError, OptionError
 from ..fileio import atomic_target, check_writable, free_space, hdf5_file, write_failure
 from .checks import labels_problem
-from .recipe import RECIPE_ATTR, describe_recipe, image_recipe
+from .recipe import RECIPE_ATTR, describe_recipe, image_recipe, read_recipe
 from .stats import MEAN_ATTR, STD_ATTR, channel_stats
 
 FORMAT = "distnet-data/1"
@@ -802,14 +802,6 @@ def describe(info):
     return "\n".join(lines)
 
 
-def stats_line(mean, std):
-    """The line of ``distnet data info`` on the per-channel statistics kept in a file."""
-    def vals(v):
-        return ", ".join(f"{x:.6g}" for x in v)
-    return (f"per-channel mean {vals(mean)}, std {vals(std)} (train images as stored; the dataset key "
-            "normalize: per_channel applies them)")
-
-
 def split_line(stratify, drawn):
     """The converter's line on a stratified draw (None otherwise). ``drawn``: the splits drawn."""
     if not stratify or not drawn:
@@ -843,13 +835,63 @@ def read_class_names(path):
 
 # ----------------------------------------------------------------------------- unlabeled images
 
+def is_image_file(path):
+    return path.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def list_pictures(paths):
+    """The pictures of ``paths`` (image files, or folders), as ``[(path, name, true_class)]`` in
+    order: files as given (``name`` the path given, no true class); a folder's images sorted by
+    their path under it (``name`` that relative path), those in a subfolder with the subfolder's
+    name as their true class (a folder per class), those in the folder itself with none. Hidden
+    files and names of file managers are skipped, as by the converter. DataError for a path
+    that is neither, or a folder without images."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = [f for f in _walk(p) if is_image_file(f)]
+            if not found:
+                raise DataError(f"--data {p}: the folder holds no images (PNG, JPEG, ...)")
+            out += [(os.path.join(p, f), f, f.split("/")[0] if "/" in f else None) for f in found]
+        elif os.path.isfile(p) and is_image_file(p):
+            out.append((p, p, None))
+        elif not os.path.exists(p):
+            raise DataError(f"--data {p}: no such file or folder")
+        else:
+            raise DataError(f"--data {p}: not an image file (by its extension) or a folder of images; "
+                            "several --data are image files or folders, one --data may also be an HDF5, "
+                            ".npy or IDX file of images")
+    return out
+
+
+def decode_pictures(pictures, recipe, where):
+    """``(N, C, H, W)`` uint8 pixels of ``pictures`` (``[(path, ...)]``) decoded by ``recipe``
+    exactly as the converter decoded the training images. Without a resize in the recipe, a
+    picture of another size is a DataError naming it. ``where``: the recipe's file, for
+    messages."""
+    Image = _pillow()
+    C, size = recipe["channels"], recipe["size"]
+    if recipe["resize"] is None:
+        for path, *_ in pictures:
+            hw = _probe(Image, path)[1]
+            if tuple(hw) != size:
+                raise DataError(f"{path} is {hw[0]}x{hw[1]} but the training images of {where} were all "
+                                f"{size[0]}x{size[1]} and converted without --size, so there is no resize to "
+                                "repeat: resize the pictures to that size, or convert the training images with "
+                                "--size (and --resize) and train again")
+    x = np.empty((len(pictures), C) + tuple(size), np.uint8)
+    for i, (path, *_) in enumerate(pictures):
+        x[i] = _decode(Image, path, C, size, resize=recipe["resize"] or "stretch")
+    return x
+
+
+
 def convert_unlabeled(src, out, size=None, resize=None, like=None):
     """Write ``out`` from the images under the folder ``src`` (in subfolders too, none a class),
     without labels: ``x`` ``(N, C, H, W)`` uint8, ``files`` (each image's path under ``src``, in
     ``x``'s order) and the recipe. ``like``: a converted data set whose recipe (size, resize,
     channels) decodes the images, so they match its training images; else ``size`` and
     ``resize`` as for a labeled folder. ``distnet predict --data OUT`` reads it."""
-    from .recipe import decode_pictures, list_pictures, read_recipe
     Image = _pillow()
     if not os.path.isdir(src):
         raise DataError(f"{src} is not a folder")

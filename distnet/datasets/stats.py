@@ -46,13 +46,20 @@ def read_stats(path):
                 np.asarray(f.attrs[STD_ATTR], dtype=np.float64).reshape(-1))
 
 
+def stats_line(mean, std):
+    """The line of ``distnet data info`` on the per-channel statistics kept in a file."""
+    def vals(v):
+        return ", ".join(f"{x:.6g}" for x in v)
+    return (f"per-channel mean {vals(mean)}, std {vals(std)} (train images as stored; the dataset key "
+            "normalize: per_channel applies them)")
+
+
 def describe_stats(path, store=False):
     """The lines of ``distnet data stats``: the recipe, and the statistics of ``path``'s
     ``train/x`` (stored ones, else computed now; ``store``: then kept in the file)."""
     import h5py
     from ..errors import DataError
     from ..fileio import write_failure
-    from .convert import stats_line
     from .recipe import describe_recipe, read_recipe
     recipe = read_recipe(path)
     lines = [f"{path}: images decoded as {describe_recipe(recipe)} (distnet predict repeats it on new pictures)"

@@ -13,7 +13,8 @@ from distnet.cli.main import main
 from distnet.config import load_experiment_text
 from distnet.datasets import HDF5Dataset
 from distnet.datasets.convert import convert, fit_image
-from distnet.datasets.recipe import decode_pictures, list_pictures, read_recipe
+from distnet.datasets.convert import decode_pictures, list_pictures
+from distnet.datasets.recipe import read_recipe
 from distnet.datasets.stats import channel_stats, read_stats
 from distnet.errors import ConfigError, DataError, OptionError
 
