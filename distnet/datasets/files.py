@@ -60,7 +60,7 @@ def parse_in_memory(value):
 
 class FileDataset(Dataset):
     """Base of the datasets read from files (module docstring). Keys, besides
-    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``
+    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``, ``normalize``
     (:mod:`~distnet.datasets.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
     ``valid_fraction``, ``cache_dir``."""
 
