@@ -19,7 +19,11 @@ Sources
   Images are grayscale (1 channel) when all are, else RGB
   (3 channels; alpha is dropped); 16-bit grayscale becomes 8 bits (``round(v / 257)``), and
   floating-point images (TIFF mode ``F``) are refused. All images must have one size unless ``size`` (``HxW``)
-  resizes them (bilinear).
+  resizes them (bilinear), an image of another aspect ratio by ``resize``: ``stretch`` (the
+  default), ``crop`` or ``pad`` (:func:`fit_image`); the summary's ``resize`` line says how many
+  images that changed. How images were decoded is kept as the recipe (:mod:`.recipe`), which
+  ``distnet predict`` repeats on new pictures. With ``unlabeled``, a folder of pictures without
+  classes becomes ``x`` and ``files`` only (:func:`convert_unlabeled`).
 * An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
   ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
   ``.npy`` of labels). Images ``(N, C, H, W)`` or ``(N, H, W)``; any numeric dtype, stored as is
@@ -33,7 +37,8 @@ Splits: the images of a split not given by the source are drawn from the trainin
 test split, the next ``round(N * valid_fraction)`` the validation split, the rest train. Every
 split drawn this way is stored in that shuffled order (so classes are mixed even without
 ``shuffle``); splits given by the source keep their order for arrays, and are shuffled the same
-way for image folders.
+way for image folders. With ``stratify`` the same permutation is walked class by class
+(:func:`_stratified`), so every class is in every drawn split in proportion.
 
 Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``test/...``, and
 ``valid/...`` when there is a validation split; chunks of one image and at most 128 x 128 pixels
@@ -41,7 +46,9 @@ Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``te
 an error naming the file, never silent garbage); attributes ``nclasses``, ``class_names``,
 ``distnet_format`` (``"distnet-data/1"``), ``source``, ``seed``, ``test_fraction``,
 ``valid_fraction``, and for an image folder ``class_order`` (``class_names[k]`` is the folder of
-label ``k``; names that are not UTF-8 are kept with ``\\xff`` escapes). Written to a temporary name
+label ``k``; names that are not UTF-8 are kept with ``\\xff`` escapes), ``image_recipe`` for an
+image folder (:mod:`.recipe`), ``stratify``, and ``channel_mean`` / ``channel_std``: the
+per-channel statistics of ``train/x`` as stored (:mod:`.stats`). Written to a temporary name
 and moved into place. The converter returns notes (``info["notes"]``) that the command line prints
 as warnings.
 """
@@ -665,7 +672,7 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
 
     labels_out = {s: given[src_split][1][p] for s, (src_split, p) in plan.items()}
     _write(out, {s: (len(p), shape, dtype) for s, (_, p) in plan.items()}, fill, labels_out, names,
-           src, seed, test_fraction, valid_fraction)
+           src, seed, test_fraction, valid_fraction, {"stratify": bool(stratify)})
     info = summary(out)
     info["split"] = split_line(stratify, [s for s in ("test", "valid") if s in plan and plan[s][0] != s])
     note = _unused_labels_note(np.concatenate(list(labels_out.values())), len(names))
