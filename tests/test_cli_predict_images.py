@@ -124,6 +124,24 @@ def test_an_unlabeled_conversion_predicts_with_its_file_names(trained, tmp_path)
     u, f = _rows(tmp_path / "u.csv"), _rows(tmp_path / "f.csv")
     assert u[0] == ["file", "label", "class", "p0", "p1", "p2"]
     assert [r[:3] + r[5:] for r in f[1:]] == u[1:]
+    import h5py
+    distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(tmp_path / "f.h5"),
+            check=True)
+    with h5py.File(tmp_path / "f.h5") as h:
+        assert [n.decode() for n in h["files"][()]] == [r[0] for r in f[1:]]
+        assert h["true_labels"][()].tolist() == [int(r[3]) for r in f[1:]]
+        assert [n.decode() for n in h["true_classes"][()]] == [r[4] for r in f[1:]]
+        assert h["labels"][()].tolist() == [int(r[1]) for r in f[1:]]
+    (d / "new" / "loose.png").write_bytes((d / "new" / "dark" / "dark0.png").read_bytes())
+    try:                                    # a picture outside the class folders: no true class
+        distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(tmp_path / "g.csv"),
+                check=True)
+    finally:
+        os.remove(d / "new" / "loose.png")
+    g = _rows(tmp_path / "g.csv")
+    loose = next(r for r in g if r[0] == "loose.png")      # sorted by path among the others
+    assert loose[3:5] == ["", ""] and loose[5:] == g[1][5:] and g[1][0] == "dark/dark0.png"
+    assert [r for r in g if r[0] != "loose.png"] == f
 
 
 def test_pictures_without_a_recipe_are_refused_on_every_rank(trained, tmp_path):
