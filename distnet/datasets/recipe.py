@@ -15,9 +15,6 @@ then :func:`~.convert.fit_image`. Pixels are stored as uint8, so the data set's 
 model's values.
 """
 import json
-import os
-
-import numpy as np
 
 from ..errors import DataError
 
