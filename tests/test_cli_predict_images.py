@@ -172,3 +172,13 @@ def test_pictures_without_a_recipe_are_refused_on_every_rank(trained, tmp_path):
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "--data",
                   str(tmp_path / "plain.h5"), "-o", str(tmp_path / "q.csv"))
     assert bad.returncode == 1 and "an HDF5, .npy or IDX file of images is given alone" in bad.stderr
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "plain.h5"), "--recipe",
+                  str(d / "data.h5"), "-o", str(tmp_path / "q.csv"))
+    assert bad.returncode == 2 and "--recipe decodes pictures (image files, folders)" in bad.stderr
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "none"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1 and f"--data {tmp_path / 'none'}: no such file" in bad.stderr
+    os.makedirs(tmp_path / "empty")
+    bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty"), "-o",
+                  str(tmp_path / "q.csv"))
+    assert bad.returncode == 1 and "the folder holds no images (PNG, JPEG, ...)" in bad.stderr

@@ -4,7 +4,7 @@ class gives each picture's true class), decoded by the convert recipe of the tra
 ``.npy`` / IDX file of stored images."""
 import os
 
-from ..errors import DataError
+from ..errors import DataError, OptionError
 from .convert import decode_pictures, is_image_file, list_pictures
 from .recipe import read_recipe
 
@@ -41,6 +41,9 @@ class Pictures:
         set ``dataset_file`` (None: it is not a file); DataError naming what to pass when there is
         none, or when it decodes to other images than ``image_shape`` ``(C, H, W)``."""
         if self.pictures is None:
+            if self.recipe_file is not None:
+                raise OptionError(f"--recipe decodes pictures (image files, folders); --data {self.paths[0]} holds "
+                                  "images stored already: give no --recipe")
             return
         where = self.recipe_file or dataset_file
         recipe = read_recipe(where) if where is not None else None
