@@ -155,8 +155,9 @@ class FileDataset(Dataset):
     def channel_stats(self):
         """``(mean, std)`` per channel of the stored training images (float64, stored units)
         that ``normalize`` applies; ConfigError where the data keeps none."""
-        raise ConfigError(f"{self.file_kind}s keep no per-channel statistics: give mean and std instead",
-                          key="normalize")
+        raise ConfigError(f"normalize: per_channel applies the statistics that distnet data convert stores in an "
+                          f"HDF5 file, and {type(self).__name__}'s files keep none: convert them (distnet data "
+                          "convert SRC OUT.h5, then HDF5Dataset), or give mean and std", key="normalize")
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``

@@ -206,6 +206,14 @@ def test_normalize_refusals_name_the_key(tmp_path):
         exp.check()
 
 
+def test_normalize_of_numpy_files_says_to_convert_them(tmp_path):
+    from distnet.datasets import NumpyDataset
+    np.savez(tmp_path / "a.npz", x_train=np.ones((4, 1, 2, 2), np.uint8), y_train=np.array([0, 1, 0, 1]),
+             x_test=np.ones((2, 1, 2, 2), np.uint8), y_test=np.array([0, 1]))
+    with pytest.raises(ConfigError, match="NumpyDataset's files keep none: convert them"):
+        NumpyDataset(path=str(tmp_path / "a.npz"), scale=1, normalize="per_channel").check()
+
+
 def test_data_stats_prints_what_convert_stored(tmp_path):
     src = _folder(tmp_path / "imgs", [(4, 4), (4, 8)])
     convert(src, tmp_path / "d.h5", size="4x4", resize="pad", test_fraction=0.5)
