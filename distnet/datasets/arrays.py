@@ -87,18 +87,26 @@ def _csv_field(text):
     return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
 
 
-def write_predictions(path, outputs, labels, class_names=None):
+def write_predictions(path, outputs, labels, class_names=None, files=None, truth=None):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
     and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image. With
     ``class_names`` (K names: the training file's, e.g. the converter's class folders) the
     HDF5 ``labels`` get the attribute ``class_names`` and the CSV a column ``class`` after
-    ``label``, so a label is never a guess. Written into a temporary file that replaces
-    ``path`` once complete."""
+    ``label``, so a label is never a guess. ``files`` (N names: pictures) adds a first column
+    ``file`` (HDF5: dataset ``files``); ``truth`` (N class names or None: a picture's class
+    folder) adds the columns ``true_label`` (its index in ``class_names``, empty when unknown)
+    and ``true_class`` after ``class`` (HDF5: ``true_labels``, -1 where unknown, and
+    ``true_classes``). Written into a temporary file that replaces ``path`` once complete."""
     from ..fileio import atomic_target, hdf5_file
     fmt = prediction_format(path)
     names = list(class_names) if class_names is not None and len(class_names) == outputs.shape[1] else None
+    if truth is not None and not any(t is not None for t in truth):
+        truth = None
+    index = {n: k for k, n in enumerate(names or [])}
+    true_labels = None if truth is None else [index.get(t, -1) if t is not None else -1 for t in truth]
     with atomic_target(path) as tmp:
         if fmt == "hdf5":
+            import h5py
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 f["probabilities"] = outputs
                 f["labels"] = labels.astype(np.int64)
@@ -106,10 +114,21 @@ def write_predictions(path, outputs, labels, class_names=None):
                                                        "outputs, through the softmax when the cost takes logits")
                 if names is not None:
                     f["labels"].attrs["class_names"] = names
+                if files is not None:
+                    f["files"] = np.array(list(files), dtype=h5py.string_dtype())
+                if truth is not None:
+                    f["true_labels"] = np.array(true_labels, dtype=np.int64)
+                    f["true_classes"] = np.array([t or "" for t in truth], dtype=h5py.string_dtype())
         else:
             with open(tmp, "w", encoding="utf-8") as f:
-                head = ["label"] + (["class"] if names is not None else [])
+                head = (["file"] if files is not None else []) + ["label"] + (["class"] if names is not None else [])
+                head += ["true_label", "true_class"] if truth is not None else []
                 f.write(",".join(head + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
-                for lab, row in zip(labels, outputs):
-                    name = f"{_csv_field(names[int(lab)])}," if names is not None else ""
-                    f.write(f"{int(lab)},{name}" + ",".join(f"{v:.9g}" for v in row) + "\n")
+                for i, (lab, row) in enumerate(zip(labels, outputs)):
+                    cells = [_csv_field(str(files[i]))] if files is not None else []
+                    cells.append(str(int(lab)))
+                    cells += [_csv_field(names[int(lab)])] if names is not None else []
+                    if truth is not None:
+                        known = true_labels[i] >= 0
+                        cells += [str(true_labels[i]) if known else "", _csv_field(truth[i] or "")]
+                    f.write(",".join(cells + [f"{v:.9g}" for v in row]) + "\n")

@@ -29,7 +29,7 @@ from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
 from .checks import labels_problem
-from .scaling import Scaler, check_scaled, parse_channels, parse_scale
+from .scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
@@ -60,7 +60,7 @@ def parse_in_memory(value):
 
 class FileDataset(Dataset):
     """Base of the datasets read from files (module docstring). Keys, besides
-    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``
+    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``, ``normalize``
     (:mod:`~distnet.datasets.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
     ``valid_fraction``, ``cache_dir``."""
 
@@ -71,11 +71,12 @@ class FileDataset(Dataset):
     repo_required = False
 
     def __init__(self, *, scale=None, mean=None, std=None, in_memory="auto", valid_fraction=0.0,
-                 cache_dir=None, **common):
+                 cache_dir=None, normalize=None, **common):
         super().__init__(**common)
         self.scale = parse_scale(scale)
         self.mean = parse_channels(mean, "mean")
         self.std = parse_channels(std, "std", positive=True)
+        self.normalize = parse_normalize(normalize, self.mean, self.std)
         self.in_memory = parse_in_memory(in_memory)
         if (isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float))
                 or not 0 <= valid_fraction < 1):
@@ -144,9 +145,19 @@ class FileDataset(Dataset):
         integer data without ``scale`` or ``mean``/``std`` of the wrong length."""
         src = self.sources()["train"]
         try:
-            return Scaler.for_data(self.scale, self.mean, self.std, src.dtype, src.shape[1], src.path)
+            mean, std = self.mean, self.std
+            if self.normalize:
+                mean, std = normalization(self.channel_stats(), self.scale, src.path)
+            return Scaler.for_data(self.scale, mean, std, src.dtype, src.shape[1], src.path)
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
+
+    def channel_stats(self):
+        """``(mean, std)`` per channel of the stored training images (float64, stored units)
+        that ``normalize`` applies; ConfigError where the data keeps none."""
+        raise ConfigError(f"normalize: per_channel applies the statistics that distnet data convert stores in an "
+                          f"HDF5 file, and {type(self).__name__}'s files keep none: convert them (distnet data "
+                          "convert SRC OUT.h5, then HDF5Dataset), or give mean and std", key="normalize")
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``

@@ -87,6 +87,8 @@ class HDF5Dataset(FileDataset):
     given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
     0..255 to 0..1, ``scale: 1`` uses them as stored; default 1 for float data), ``mean`` and
     ``std`` (one number or one per channel, applied after ``scale``: ``(x * scale - mean) / std``);
+    ``normalize`` (``per_channel``: ``mean`` and ``std`` from the per-channel statistics of the
+    train images that ``distnet data convert`` stored in the file, in the scaled units);
     ``in_memory`` (``auto``, the default: hold the rank's data in memory when its float arrays
     take at most 256 MiB, else stream; ``true``: in memory; ``false``: stream, reading each
     minibatch's rows of the rank's tile with a background prefetch); ``valid_fraction`` (hold
@@ -176,6 +178,12 @@ class HDF5Dataset(FileDataset):
         ``--class-names``) when it names every class, else None."""
         names = class_names_of(self.source_files()[0])
         return names if names is not None and len(names) == self.nclasses else None
+
+    def channel_stats(self):
+        """The per-channel ``(mean, std)`` of ``train/x`` kept in the file (attributes
+        ``channel_mean``, ``channel_std``: :mod:`.stats`), or None."""
+        from .stats import read_stats
+        return read_stats(self.source_files()[0])
 
     def data_files(self):
         return {"path": self.path}
