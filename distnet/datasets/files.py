@@ -30,6 +30,7 @@ from . import cache
 from .base import Dataset, sample_indices
 from .checks import labels_problem
 from .scaling import Scaler, check_scaled, parse_channels, parse_scale
+from .shared import fetch_shared, header_sources
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
@@ -90,8 +91,23 @@ class FileDataset(Dataset):
     # -- what subclasses provide -------------------------------------------------------------
 
     def sources(self):
-        """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``."""
+        """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``: the files'
+        (:meth:`file_sources`), or where another rank reads them (``read: root`` / ``node``) the
+        reader's header (:class:`~distnet.datasets.shared.HeaderSource`: shapes and labels, no
+        pixels) and, while the data are being prepared, the tiles received."""
+        if self._held is not None:
+            return self._held
+        header = self.shared_header()
+        if header is None or (self.reader().is_reader and not header.get("from_cache")):
+            return self.file_sources()
+        return header_sources(header)
+
+    def file_sources(self):
+        """``{split: Source}`` of the data files themselves."""
         raise NotImplementedError
+
+    def reader_sources(self):
+        return self.file_sources()
 
     #: How messages call the data files.
     file_kind = "data file"
@@ -101,7 +117,11 @@ class FileDataset(Dataset):
         raise NotImplementedError
 
     def source_files(self):
-        """The data files; a DataError at the key's YAML line for one that is missing."""
+        """The data files; a DataError at the key's YAML line for one that is missing (where
+        another rank reads them: the reader's list, nothing looked at)."""
+        shared = self._shared_files()
+        if shared is not None:
+            return shared
         files = self.data_files()
         for key, path in files.items():
             if not os.path.isfile(path):
@@ -252,7 +272,7 @@ class FileDataset(Dataset):
             path = cache.fill_placeholders(self.serialized_path, rank, size)
             return os.path.join(folder, path) if folder and not os.path.isabs(path) else path
         if folder:
-            stem = os.path.splitext(os.path.basename(self.source_files()[0]))[0]
+            stem = os.path.splitext(os.path.basename(next(iter(self.data_files().values()))))[0]
             kind = ".tile" if mode == "stream" else ""
             return os.path.join(folder, f"{stem}{kind}.rank{rank}of{size}.h5")
         return None
@@ -266,6 +286,8 @@ class FileDataset(Dataset):
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
         tile = self._check_tile(tile)
+        if self.shared_header() is not None:
+            return self._load_shared(tile, seed, dtype, rank, size, grid)
         scaler = self.scaler()
         self.mode = self.choose_mode(tile, dtype)
         path = self.cache_path(rank, size, self.mode)
@@ -299,6 +321,51 @@ class FileDataset(Dataset):
                  ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
                  scaler.describe())
         return out
+
+    def _header_cache_file(self):
+        return self.cache_path(*self.reader().world, "memory")
+
+    def _load_shared(self, tile, seed, dtype, rank, size, grid):
+        """:meth:`load` where another rank reads the files (``read: root`` / ``node``): the
+        rows of every split this rank uses, its tile of them received from the reader
+        (:func:`~distnet.datasets.shared.fetch_shared`), then the steps of ``read: every`` on
+        them; in memory mode the arrays are cached as there."""
+        header, reader = self.shared_header(), self.reader()
+        scaler = self.scaler()
+        self.mode = self.choose_mode(tile, dtype)
+        rows = self.split_rows(seed)
+        by_source = {}
+        for split, r in rows.items():   # a held-out validation split reads train rows
+            by_source.setdefault(split if split in header["splits"] else "train", []).append(r)
+        by_source = {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
+        path = meta = None
+        if self.mode == "memory":
+            path = self.cache_path(rank, size, "memory")
+            if path is not None:
+                meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+                meta["scaling"] = scaler.describe()
+                meta["valid_fraction"] = self.valid_fraction
+        elif self.serialized_path is not None or self.cache_folder():
+            warn_once_per_job(log, "%s: with read: %s, streamed data (in_memory: false, or auto above "
+                              "%d MiB per rank) are held as stored and not cached; in_memory: true caches "
+                              "them", self._where("read"), self.read, IN_MEMORY_AUTO_BYTES // 2**20)
+
+        def build(held):
+            self._held = held
+            try:
+                if self.mode == "memory":
+                    return self._in_memory(tile, seed, dtype, scaler)
+                out = {}
+                for split, r in rows.items():
+                    src = held.get(split, held["train"])
+                    with self._check_scaling():
+                        check_source_finite(src, r, tile, scaler=scaler, dtype=dtype)
+                    out[split] = (StreamArray(src, r, tile, scaler, dtype), self._labels(src, r))
+                return out
+            finally:
+                self._held = None
+        return fetch_shared(reader, header, self.file_sources, by_source, tile, path, meta, build,
+                            self.chunk_bytes)
 
     def _stream_sources(self, files, rows, tile, path, rank, size, grid, scaler, dtype):
         """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or
