@@ -91,8 +91,14 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
-        outputs, labels = predict_checkpoint(
-            exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
+        reader = exp.dataset.reader()       # read: root / node: only the reader opens --data
+
+        def images(tile):
+            if reader is None:
+                return read_images(data_path, shape, tile)
+            from ..datasets.shared import read_images_from_reader
+            return read_images_from_reader(reader, data_path, shape, tile, exp.dataset.chunk_bytes)
+        outputs, labels = predict_checkpoint(exp, checkpoint, images)
 
         def write():                        # rank 0; a failure (a full disk): every rank says it
             try:

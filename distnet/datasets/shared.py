@@ -192,3 +192,29 @@ def header_from_cache(path):
         return header
     except (KeyError, TypeError, ValueError, IndexError):
         return None
+
+
+def read_images_from_reader(reader, path, image_shape, tile, chunk_bytes):
+    """``distnet predict``'s images where only the reader opens ``path``: this rank's ``tile``
+    (None: whole images) of every image, as stored, ``(N, C, h, w)``; the header (count, dtype)
+    by broadcast, the pixels streamed in chunks (:func:`~distnet.comm.scatter_rows.scatter_rows`).
+    DataError (on every rank) for what :func:`~distnet.datasets.arrays.read_images` refuses.
+    Collective over the reader's group."""
+    from .arrays import check_images_finite, images_source
+    opened = {}
+
+    def head():
+        opened["src"] = images_source(path, image_shape)
+        return tuple(opened["src"].shape), opened["src"].dtype.str
+    shape, dtype = reader.header(head)
+    H, W = shape[2:]
+    tile = tile or Box(0, H, 0, W)
+
+    def read(a, b, big):
+        return opened["src"].read(np.arange(a, b), Box(*big))
+    x = reader.scatter_rows(read if reader.is_reader else None, shape[0], shape[1], dtype,
+                            (tile.y0, tile.y1, tile.x0, tile.x1), True, chunk_bytes)
+    if "src" in opened:
+        opened["src"].close()
+    check_images_finite(x, path)
+    return x
