@@ -43,14 +43,15 @@ class DataReader:
     for the whole world; ``read: node``: the lowest rank of each node for its node), and the
     calls that hand what it read to the others. ``comm`` is that group (rank ``root`` reads).
 
-    ``stats``: on the reader, ``bytes`` and ``messages`` of pixels sent to other ranks.
+    ``stats``: on the reader, ``bytes`` and ``messages`` of pixels sent to other ranks, and the
+    largest message, ``max_message``.
     """
 
     def __init__(self, comm, mode, root=0, world=(0, 1)):
         self.comm, self.mode, self.root = comm, mode, root
         #: ``(rank, size)`` of this process in the world (names its cache files).
         self.world = world
-        self.stats = {"bytes": 0, "messages": 0}
+        self.stats = {"bytes": 0, "messages": 0, "max_message": 0}
 
     @property
     def is_reader(self):

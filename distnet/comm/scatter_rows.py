@@ -77,7 +77,8 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     chunk_bytes : int
         Bound of one chunk (the largest tile of one row if that is more).
     stats : dict or None
-        On ``root``, ``bytes`` and ``messages`` sent to other ranks are added to it.
+        On ``root``: ``bytes`` and ``messages`` sent to other ranks are added to it,
+        ``max_message`` is the largest message.
 
     Returns
     -------
@@ -114,4 +115,5 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
             if stats is not None:
                 stats["bytes"] = stats.get("bytes", 0) + buf.nbytes
                 stats["messages"] = stats.get("messages", 0) + 1
+                stats["max_message"] = max(stats.get("max_message", 0), buf.nbytes)
     return out
