@@ -382,7 +382,10 @@ class Dataset:
 
     def check(self):
         """Checks that need the files' headers but no pixels (file datasets: the scale keys
-        against the stored dtype); run by ``distnet check`` and before training."""
+        against the stored dtype); run by ``distnet check`` and before training, on every rank.
+        With ``read: root`` / ``node`` the reader's header is fetched here (a collective: every
+        rank makes its first call at the same point, never in a rank-0-only path)."""
+        self.shared_header()
 
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one

@@ -195,6 +195,7 @@ class FileDataset(Dataset):
         looks like channels (1, 3 or 4 long, the first not) get a warning: ``(N, H, W, C)``
         arrays read as ``(N, C, H, W)`` train on nonsense without an error. The warning is about the
         file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
+        self.shared_header()    # read: root / node: fetched by every rank here (a collective)
         self.scaler()
         C, H, W = self.image_shape
         if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
