@@ -134,7 +134,7 @@ class Dataset:
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None, num_test_sample=None, read=None, read_chunk_mb=16):
+                 backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
