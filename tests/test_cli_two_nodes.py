@@ -116,6 +116,21 @@ def test_data_on_rank0s_node_only_trains_as_a_shared_copy(nodes):
     assert sorted(os.listdir(nodes["B"] / "cache")) == ["data.rank2of4.h5", "data.rank3of4.h5"]
 
 
+def test_one_reader_per_node(nodes):
+    """read: node with a copy on each node: ranks 0 and 2 read, each for its node; the numbers
+    are those of read: every."""
+    for k in ("every", "everyB"):
+        text = (nodes[k] / "exp.yaml").read_text()
+        (nodes[k] / "node.yaml").write_text(text.replace("HDF5Dataset {dist_flag: True, ",
+                                                         "HDF5Dataset {dist_flag: True, read: node, "))
+    two_nodes(nodes["every"], nodes["everyB"], "run", "node.yaml", "--no-run-dir", "--metrics", "mn.jsonl",
+              "--checkpoint", "ckn.h5", "-q")
+    node, every = _params(nodes["every"] / "ckn.h5"), _params(nodes["every"] / "ck.h5")
+    for k in every:
+        np.testing.assert_array_equal(node[k], every[k])
+    assert _costs(nodes["every"] / "mn.jsonl") == _costs(nodes["every"] / "m.jsonl")
+
+
 def test_second_run_from_the_node_caches_without_the_data(nodes, tmp_path):
     first = _params(nodes["A"] / "ck.h5")
     shutil.move(nodes["A"] / "data.h5", tmp_path / "data.h5")
