@@ -8,8 +8,8 @@ directory, so each has its own files. Every launch runs inside ``timeout``.
   up to summation order;
 * ``cache_dir``: the first run fills each node's caches; a second run with the data gone from
   nodeA trains from them, to the same numbers; a rank without its cache then is a clear error;
-* ``distnet evaluate`` and ``distnet predict`` with data, images and checkpoint on nodeA only
-  give the one-process results.
+* ``distnet check``, ``distnet evaluate`` and ``distnet predict`` with data, images and
+  checkpoint on nodeA only: OK, and the one-process results.
 """
 import json
 import os
@@ -150,6 +150,8 @@ def test_second_run_from_the_node_caches_without_the_data(nodes, tmp_path):
 
 def test_evaluate_and_predict_with_everything_on_rank0s_node(nodes):
     shutil.rmtree(nodes["B"] / "cache", ignore_errors=True)     # nodeB: nothing but the experiment file
+    out = two_nodes(nodes["A"], nodes["B"], "check", "exp.yaml")    # distnet check: the reader's header too
+    assert "exp.yaml: OK (4 layers, input (1, 12, 10), output (3,); on these 4 ranks" in out
     out = two_nodes(nodes["A"], nodes["B"], "evaluate", "exp.yaml", "--checkpoint", "ck.h5")
     want = one_process(nodes["one"], "evaluate", "exp.yaml", "--checkpoint", str(nodes["A"] / "ck.h5"))
     rates = [line.split(":", 1)[1] for line in out.splitlines() if "misclass rate" in line]

@@ -91,7 +91,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
-        reader = exp.dataset.reader()       # read: root / node: only the reader opens --data
+        reader = getattr(exp.dataset, "reader", lambda: None)()   # read: root / node: only the reader opens --data
 
         def images(tile):
             if reader is None:

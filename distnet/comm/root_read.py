@@ -89,12 +89,17 @@ _READERS = {}
 def job_reader(mode):
     """The :class:`DataReader` of this process for ``mode`` (``"root"`` or ``"node"``), or None
     where every rank reads for itself: mode ``"every"``, a process without MPI, a world of one
-    rank. The node group is ``COMM_WORLD.Split_type(COMM_TYPE_SHARED)`` (the ranks that share
+    rank. Under a launcher that announces several ranks, MPI is started here if the command
+    has not started it yet (``distnet check`` needs no MPI otherwise). The node group is ``COMM_WORLD.Split_type(COMM_TYPE_SHARED)`` (the ranks that share
     memory: one node), made once: the first call is collective over the world."""
     import sys
     if mode in (None, "every"):
         return None
     mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None:
+        from .launcher import launcher_world_size
+        if launcher_world_size()[0] > 1:    # under mpiexec before the command started MPI
+            from mpi4py import MPI as mpi   # (distnet check): the ranks still share one reader
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() == 1:
         return None
     if mode not in _READERS:

@@ -161,7 +161,7 @@ class Dataset:
         self.num_test_sample = num_test_sample
         self.read = parse_read(read)
         self.chunk_bytes = parse_chunk_mb(read_chunk_mb)
-        self._shared = None         # the reader's header (read: root / node), once fetched
+        self._shared = None         # the reader's header (read: root / node); False: none, this rank reads
         self._in_header = False     # True on the reader while it reads the header from its files
         self._held = None           # {split: HeldSource} while the dataset's steps run on them
 
@@ -240,11 +240,12 @@ class Dataset:
         """The reader's header (:meth:`read_header`) when another rank reads for this one's
         group, else None (this rank opens its files). The first call is collective over the
         reader's group (one broadcast); every rank makes it in ``check()``."""
-        if self.read == "every" or self._in_header:
+        if self.read == "every" or self._in_header or self._shared is False:
             return None
         if self._shared is None:
             reader = self.reader()
-            if reader is None:
+            if reader is None:      # one process, or MPI not started: this rank reads, for good
+                self._shared = False    # (a later first call would be a collective in a random place)
                 return None
             self._shared = reader.header(self._header_on_reader)
         return self._shared
