@@ -109,3 +109,23 @@ def test_keys():
     assert parse_chunk_mb(1) == 2**20
     with pytest.raises(ConfigError, match="positive"):
         parse_chunk_mb(0)
+
+
+def test_a_bad_read_value_names_the_yaml_line(tmp_path):
+    from distnet.config import load_experiment_text
+    from tests.tiny import CNN, experiment, write_data
+    text = experiment(CNN, write_data(tmp_path / "d.h5")).replace("HDF5Dataset {", "HDF5Dataset {read: rank0, ")
+    with pytest.raises(ConfigError, match=r":3: key 'read': must be one of every, root, node"):
+        load_experiment_text(text)
+
+
+def test_one_process_reads_for_itself(tmp_path):
+    """read: root in a run of one process (no MPI): the same arrays as read: every."""
+    from distnet.datasets import HDF5Dataset
+    from tests.tiny import write_data
+    path = write_data(tmp_path / "d.h5")
+    every = HDF5Dataset(path=str(path)).load(dtype=np.float64)
+    root = HDF5Dataset(path=str(path), read="root").load(dtype=np.float64)
+    for split in every:
+        np.testing.assert_array_equal(root[split][0], every[split][0])
+        np.testing.assert_array_equal(root[split][1], every[split][1])
