@@ -67,7 +67,23 @@ def _write_cifar(folder):
             pickle.dump(batch, f, protocol=2)
 
 
+def _write_converted(folder):
+    """An image folder converted by distnet data convert (train, valid, test; class names)."""
+    import os
+
+    from PIL import Image
+
+    from distnet.datasets.convert import convert_image_folder
+    rng = np.random.RandomState(5)
+    for c in ("cat", "dog", "eel"):
+        os.makedirs(f"{folder}/imgs/{c}")
+        for i in range(7):
+            Image.fromarray(rng.randint(0, 256, (9, 11, 3)).astype(np.uint8), "RGB").save(f"{folder}/imgs/{c}/{i}.png")
+    convert_image_folder(f"{folder}/imgs", f"{folder}/c.h5", test_fraction=0.2, valid_fraction=0.2, seed=1)
+
+
 KINDS = {
+    "converted": (_write_converted, lambda p, **k: HDF5Dataset(path=f"{p}/c.h5", scale=1 / 255, **k)),
     "hdf5": (_write_hdf5, lambda p, **k: HDF5Dataset(path=f"{p}/d.h5", scale=1 / 255, **k)),
     "hdf5-sampled": (_write_hdf5, lambda p, **k: HDF5Dataset(path=f"{p}/d.h5", scale=1 / 255, sample_pct=60,
                                                               valid_fraction=0.25, **k)),
