@@ -72,11 +72,11 @@ class DataReader:
         """Every rank's ``value``, in rank order (over ``comm``)."""
         return self.comm.allgather(value)
 
-    def scatter_rows(self, read, n_rows, channels, dtype, box, need=True, chunk_bytes=None):
+    def scatter_rows(self, read, n_rows, channels, dtype, box, need=True, chunk_bytes=None, into=None):
         """:func:`~distnet.comm.scatter_rows.scatter_rows` over ``comm`` from the reader."""
         from .scatter_rows import CHUNK_BYTES, scatter_rows
         return scatter_rows(self.comm, read, n_rows, channels, dtype, box, need, self.root,
-                            chunk_bytes or CHUNK_BYTES, self.stats)
+                            chunk_bytes or CHUNK_BYTES, self.stats, into)
 
     def describe(self):
         """``"rank 0 reads for 4 rank(s)"`` (for the log)."""

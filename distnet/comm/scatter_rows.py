@@ -58,7 +58,7 @@ def _tell(comm, root, error):
 
 
 def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
-                 chunk_bytes=CHUNK_BYTES, stats=None):
+                 chunk_bytes=CHUNK_BYTES, stats=None, into=None):
     """Every rank of ``comm`` that asks (``need``) gets its ``box`` of ``n_rows`` rows that only
     ``root`` can read. Collective over ``comm``.
 
@@ -79,16 +79,31 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     stats : dict or None
         On ``root``: ``bytes`` and ``messages`` sent to other ranks are added to it,
         ``max_message`` is the largest message.
+    into : array-like or None
+        Where this rank's rows go, ``into[a:b] = chunk`` (an HDF5 dataset of a node-local cache:
+        then a rank holds one chunk at a time); None: a new array. A failed write (a full disk)
+        is raised after the stream, so that the other ranks are not left waiting.
 
     Returns
     -------
-    ``(n_rows, C, h, w)`` array of ``dtype`` (this rank's tile of every row) or None.
+    ``into`` or a new ``(n_rows, C, h, w)`` array of ``dtype`` (this rank's tile of every row);
+    None where ``need`` is False.
     """
     box = tuple(int(v) for v in box)
     wants = comm.allgather(box if need else None)   # every rank derives the same chunk plan
     me = comm.Get_rank()
     dtype = np.dtype(dtype)
-    out = np.empty((n_rows, channels, box[1] - box[0], box[3] - box[2]), dtype) if need else None
+    shape = (n_rows, channels, box[1] - box[0], box[3] - box[2])
+    out = None if not need else np.empty(shape, dtype) if into is None else into
+    failed = []
+
+    def put(a, b, rows):
+        if failed:
+            return
+        try:
+            out[a:b] = rows
+        except Exception as e:  # noqa: BLE001 - raised after the stream (the others go on)
+            failed.append(e)
     asking = [(r, b) for r, b in enumerate(wants) if b is not None]
     if not asking:
         return out
@@ -97,8 +112,12 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     for a, b in chunk_rows(n_rows, row_bytes, chunk_bytes):
         if me != root:
             _tell(comm, root, None)
-            if need:
+            if need and into is None:
                 comm.Recv(out[a:b], source=root, tag=_TAG)   # a row slice: contiguous
+            elif need:
+                buf = np.empty((b - a,) + shape[1:], dtype)
+                comm.Recv(buf, source=root, tag=_TAG)
+                put(a, b, buf)
             continue
         try:
             part, error = read(a, b, big), None
@@ -108,7 +127,7 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
         for r, (y0, y1, x0, x1) in asking:
             tile = part[:, :, y0 - big[0]:y1 - big[0], x0 - big[2]:x1 - big[2]]
             if r == root:
-                out[a:b] = tile
+                put(a, b, tile)
                 continue
             buf = np.ascontiguousarray(tile, dtype=dtype)
             comm.Send(buf, dest=r, tag=_TAG)
@@ -116,4 +135,6 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
                 stats["bytes"] = stats.get("bytes", 0) + buf.nbytes
                 stats["messages"] = stats.get("messages", 0) + 1
                 stats["max_message"] = max(stats.get("max_message", 0), buf.nbytes)
+    if failed:
+        raise failed[0]
     return out

@@ -272,6 +272,10 @@ def read_header(path):
     no header, unreadable."""
     if not os.path.isfile(path):
         return None
+    return _stored_header(path)
+
+
+def _stored_header(path):
     try:
         if _is_h5(path):
             import h5py
@@ -405,6 +409,41 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
         log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
                     write_failure(e))
         return None
+
+
+def stamp(f, meta, header=None):
+    """Write ``meta`` (and ``header``, JSON values) as the attributes of the open HDF5 cache ``f``."""
+    for key, value in normalize(meta).items():
+        f.attrs[_ATTR + key] = json.dumps(value)
+    if header is not None:
+        f.attrs[_HEADER] = json.dumps(header)
+
+
+def open_tile_cache(path, meta, splits):
+    """``{split: H5Source}`` of the tile cache at ``path`` (:func:`tile_cache`'s layout) when its
+    metadata equals ``meta`` and it holds ``splits``, else None (a warning for a stale or
+    unreadable file); DataError for a file there that is not a distnet cache."""
+    import h5py
+    from .sources import H5Source
+    meta = normalize(meta)
+    refuse_foreign(path, meta)
+    clean_stale_temps(path)
+    if not os.path.exists(path):
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+            if not cached:
+                raise _foreign(path)
+            shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in splits}
+        diffs = differences(cached, meta)
+        if not diffs:
+            log.info("using tile cache %s", path)
+            return {s: H5Source(path, s, *shapes[s]) for s in splits}
+        log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
+    except (OSError, KeyError, ValueError) as e:
+        log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    return None
 
 
 def _write_tile_cache(path, meta, sources, tile, rows_per_copy):

@@ -324,7 +324,9 @@ class FileDataset(Dataset):
         return out
 
     def _header_cache_file(self):
-        return self.cache_path(*self.reader().world, "memory")
+        """The reader's cache (float arrays, else its tile cache) that may hold the header."""
+        paths = [self.cache_path(*self.reader().world, m) for m in ("memory", "stream")]
+        return next((p for p in paths if p and os.path.isfile(p)), paths[0])
 
     def _load_shared(self, tile, seed, dtype, rank, size, grid):
         """:meth:`load` where another rank reads the files (``read: root`` / ``node``): the
@@ -346,10 +348,14 @@ class FileDataset(Dataset):
                 meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
                 meta["scaling"] = scaler.describe()
                 meta["valid_fraction"] = self.valid_fraction
-        elif self.serialized_path is not None or self.cache_folder():
-            warn_once_per_job(log, "%s: with read: %s, streamed data (in_memory: false, or auto above "
-                              "%d MiB per rank) are held as stored and not cached; in_memory: true caches "
-                              "them", self._where("read"), self.read, IN_MEMORY_AUTO_BYTES // 2**20)
+        else:
+            path = self.cache_path(rank, size, "stream")
+            if path is not None and path.lower().endswith(cache.H5_EXTENSIONS):
+                return self._stream_shared(header, reader, tile, rows, path, rank, size, grid, scaler, dtype)
+            if path is not None:
+                warn_once_per_job(log, "%s: streamed data are cached in HDF5 only; with read: %s they are "
+                                  "held in memory as stored (give a .h5 name or cache_dir)",
+                                  self.serialized_path, self.read)
 
         def build(held):
             self._held = held
@@ -367,6 +373,26 @@ class FileDataset(Dataset):
                 self._held = None
         return fetch_shared(reader, header, self.file_sources, by_source, tile, path, meta, build,
                             self.chunk_bytes)
+
+    def _stream_shared(self, header, reader, tile, rows, path, rank, size, grid, scaler, dtype):
+        """Streaming where another rank reads the files, with a cache: this rank's tile cache at
+        ``path``, written from the reader's stream a chunk at a time (or used as it is), then
+        streamed from as ``read: every`` streams from its tile cache."""
+        from .shared import fetch_tile_cache
+        meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
+        for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
+            del meta[key]
+        meta["kind"] = "tile"
+        srcs = fetch_tile_cache(reader, header, self.file_sources, tile, path, meta, self.chunk_bytes)
+        local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
+        out = {}
+        for split, r in rows.items():
+            src = srcs.get(split, srcs["train"])
+            with self._check_scaling():
+                check_source_finite(src, r, local, scaler=scaler, dtype=dtype)
+            out[split] = (StreamArray(src, r, local, scaler, dtype), self._labels(header_sources(header).get(
+                split, header_sources(header)["train"]), r))
+        return out
 
     def _stream_sources(self, files, rows, tile, path, rank, size, grid, scaler, dtype):
         """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or

@@ -11,10 +11,10 @@
 What a rank receives is its tile of every row it uses, as stored (uint8 stays uint8); from
 there the dataset's own steps run unchanged (subsample, scale, checks), on a
 :class:`HeldSource` instead of the file, so the numbers equal those of ``read: every`` bit for
-bit. A rank holds its tile as stored in memory; with a cache (``cache_dir``,
-``serialized_path``) it keeps its arrays on its own node, and a later run whose caches all
-match reads nothing from the reader (the data may then be gone from the reader's node too: the
-header comes from the reader's cache).
+bit. A rank holds its tile as stored in memory, or, streaming with a cache, writes it into
+its node-local tile cache a chunk at a time; with a cache (``cache_dir``, ``serialized_path``)
+a later run whose caches all match reads nothing from the reader (the data may then be gone
+from the reader's node too: the header comes from the reader's cache).
 
 This module never talks to MPI: the :class:`~distnet.comm.root_read.DataReader` passed in does.
 """
@@ -218,3 +218,60 @@ def read_images_from_reader(reader, path, image_shape, tile, chunk_bytes):
         opened["src"].close()
     check_images_finite(x, path)
     return x
+
+
+def fetch_tile_cache(reader, header, open_sources, tile, path, meta, chunk_bytes):
+    """``{split: H5Source}`` of this rank's node-local tile cache at ``path`` (its tile of every
+    row of every split, as stored: the layout of :func:`~distnet.datasets.cache.tile_cache`),
+    used as it is when its metadata matches ``meta``, else written from the reader's stream one
+    chunk at a time (memory flat however large the data). Collective over the reader's group."""
+    from ..fileio import atomic_target, hdf5_file
+    from . import cache
+    from .sources import H5Source
+    splits = sorted(header["splits"])
+    opened = reader.agree(lambda: cache.open_tile_cache(path, meta, splits))
+    needs = [r for r, n in enumerate(reader.allgather(opened is None)) if n]
+    if not needs:
+        return opened
+    if header.get("from_cache"):
+        raise missing_everywhere(header, needs)
+    srcs = reader.agree(open_sources if reader.is_reader else lambda: header_sources(header))
+    box = (tile.y0, tile.y1, tile.x0, tile.x1)
+    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
+
+    def stream(f):
+        failed = None     # a write that failed (a full disk): this rank stops writing, not streaming
+        for split in splits:
+            src = srcs[split]
+            n, c = src.shape[:2]
+
+            def read(a, b, big, src=src):
+                return src.read(np.arange(a, b), Box(*big))
+            into = None
+            try:
+                if f is not None and failed is None:
+                    into = f.create_dataset(f"{split}/x", (n, c, h, w), dtype=src.dtype,
+                                            chunks=(1, c, min(h, 128), min(w, 128)))
+                reader.scatter_rows(read if reader.is_reader else None, n, c, src.dtype, box,
+                                    into is not None, chunk_bytes, into=into)
+                if into is not None:
+                    f[f"{split}/y"] = np.asarray(header["splits"][split][3])
+            except (OSError, RuntimeError, ValueError) as e:     # h5py's write failures
+                failed = failed or e
+        if failed is not None:
+            from ..fileio import write_failure
+            raise DataError(f"could not write the tile cache {path}: {write_failure(failed)}")
+    try:
+        if opened is not None:
+            stream(None)        # this rank has its cache: it only keeps the others in step
+            return opened
+        with atomic_target(path) as tmp:
+            with hdf5_file(tmp) as f:   # a full disk: an OSError after the stream, on this rank
+                stream(f)
+                cache.stamp(f, meta, header_to_json(header))
+    finally:
+        if reader.is_reader:
+            for src in srcs.values():
+                src.close()
+    return {s: H5Source(path, s, tuple(int(d) for d in (header["splits"][s][1][0], header["splits"][s][1][1], h, w)),
+                        np.dtype(header["splits"][s][2])) for s in splits}

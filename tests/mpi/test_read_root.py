@@ -138,3 +138,37 @@ def test_reader_failure_stops_every_rank(comm, tmp_path_factory):
     ds = HDF5Dataset(path=f"{mine}/missing.h5", read="root", dist_flag=True)
     with pytest.raises(DataError, match="missing.h5"):
         ds.image_shape
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_caches_then_no_data(comm, tmp_path_factory, in_memory):
+    """cache_dir: the first load fills every rank's cache (float arrays in memory mode; in
+    streaming mode its tile cache, written from the stream a chunk at a time); a second load,
+    the data file gone from the reader, gives the same arrays from the caches alone."""
+    import os
+    real, mine = _folder(comm, tmp_path_factory)
+    if comm.rank == 0:
+        _write_hdf5(real)
+    comm.Barrier()
+    grid = _grid(comm.size)
+    coords = (comm.rank // grid[1], comm.rank % grid[1])
+
+    def make(path):
+        return HDF5Dataset(path=f"{path}/d.h5", scale=1 / 255, dist_flag=True, in_memory=in_memory,
+                           read="root", read_chunk_mb=CHUNK_MB, cache_dir=f"{real}/cache")
+    oracle = HDF5Dataset(path=f"{real}/d.h5", scale=1 / 255, dist_flag=True)
+    tile = tile_of(oracle.plane, grid, coords)
+    want = oracle.load(tile=tile, seed=3, dtype=np.float64, rank=comm.rank, size=comm.size, grid=grid)
+    kwargs = dict(tile=tile, seed=3, dtype=np.float64, rank=comm.rank, size=comm.size, grid=grid)
+    first = make(mine).load(**kwargs)
+    kind = "" if in_memory else ".tile"
+    assert os.path.isfile(f"{real}/cache/d{kind}.rank{comm.rank}of{comm.size}.h5")
+    comm.Barrier()
+    if comm.rank == 0:
+        os.rename(f"{real}/d.h5", f"{real}/gone.h5")
+    comm.Barrier()
+    again = make(mine).load(**kwargs)
+    for got in (first, again):
+        for split in want:
+            np.testing.assert_array_equal(_dense(got[split][0]), _dense(want[split][0]))
+            np.testing.assert_array_equal(got[split][1], want[split][1])
