@@ -172,3 +172,27 @@ def test_caches_then_no_data(comm, tmp_path_factory, in_memory):
         for split in want:
             np.testing.assert_array_equal(_dense(got[split][0]), _dense(want[split][0]))
             np.testing.assert_array_equal(got[split][1], want[split][1])
+
+
+def test_a_read_failing_half_way_stops_every_rank(comm, tmp_path_factory, monkeypatch):
+    """The reader's file fails after the first chunk (a bad disk, a truncated copy): every rank
+    raises the reader's error at that chunk; none waits for pixels."""
+    from distnet.datasets.sources import H5Source
+    from distnet.errors import DataError
+    real, mine = _folder(comm, tmp_path_factory)
+    if comm.rank == 0:
+        _write_hdf5(real)
+        calls, plain = [], H5Source.read
+
+        def failing(self, rows, tile, positions=None, out=None):
+            calls.append(1)
+            if len(calls) > 1:
+                raise DataError(f"cannot read {self.name}/x of {self.path}: disk gone")
+            return plain(self, rows, tile, positions, out)
+        monkeypatch.setattr(H5Source, "read", failing)
+    comm.Barrier()
+    ds = HDF5Dataset(path=f"{mine}/d.h5", scale=1 / 255, dist_flag=True, read="root", read_chunk_mb=CHUNK_MB)
+    grid = _grid(comm.size)
+    tile = ds.rank_tile(grid, (comm.rank // grid[1], comm.rank % grid[1]))
+    with pytest.raises(DataError, match="disk gone"):
+        ds.load(tile=tile, rank=comm.rank, size=comm.size, grid=grid)
