@@ -100,13 +100,23 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
+        reader = getattr(exp.dataset, "reader", lambda: None)()   # read: root / node: only the reader opens --data
 
-        def inputs():                       # every rank: a missing recipe is told by all
+        def inputs():                       # a missing recipe is told by every rank
+            if reader is not None and not reader.is_reader:
+                return None
             found = Pictures(data_paths, recipe_file)
             found.use_recipe(getattr(exp.dataset, "path", None), shape)
             return found
         pictures = job.collectively(inputs)
-        outputs, labels = predict_checkpoint(exp, checkpoint, lambda tile: pictures.read(shape, tile))
+
+        def images(tile):
+            if reader is None:
+                return pictures.read(shape, tile)
+            from ..datasets.shared import read_images_from_reader
+            return read_images_from_reader(reader, lambda: pictures.source(shape), ", ".join(data_paths),
+                                           shape, tile, exp.dataset.chunk_bytes)
+        outputs, labels = predict_checkpoint(exp, checkpoint, images)
 
         def write():                        # rank 0; a failure (a full disk): every rank says it
             try:

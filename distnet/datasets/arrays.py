@@ -55,11 +55,60 @@ def read_images(path, image_shape, tile=None):
     if tile is not None:
         x = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
     x = np.asarray(x)
+    check_images_finite(x, path)
+    return x
+
+
+def check_images_finite(x, path):
+    """DataError naming the first image of ``x`` ``(N, C, h, w)`` that holds NaN or inf."""
     if x.dtype.kind == "f":
         bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
         if bad.any():
             raise DataError(f"--data {path}: image {int(np.argmax(bad))} holds NaN or inf values")
-    return x
+
+
+def images_source(path, image_shape):
+    """The images of ``path`` (as :func:`read_images` takes them) as a
+    :class:`~distnet.datasets.sources.Source` read a few rows at a time: a memory-mapped ``.npy``
+    or IDX file, an HDF5 hyperslab (``read: root`` / ``node``: the reader streams them). The same
+    DataErrors as :func:`read_images` for the file, its shape and its dtype."""
+    from .idx import map_idx
+    from .sources import ArraySource, H5Source
+    if not os.path.isfile(path):
+        raise DataError(f"--data {path}: no such file")
+    if _is_idx_images(path):
+        x, src = map_idx(path, _IDX_UBYTE_3D), None
+    elif os.path.splitext(path)[1].lower() == ".npy":
+        try:
+            x, src = np.load(path, mmap_mode="r", allow_pickle=False), None
+        except ValueError as e:
+            raise DataError(f"--data {path}: not a numpy array file ({e})") from None
+    else:
+        import h5py
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise DataError(f"--data {path}: neither a .npy file nor a readable HDF5 file ({e})") from None
+        with f:
+            key = next((k for k in ("x", "test/x") if k in f), None)
+            if key is None:
+                raise DataError(f"--data {path}: the HDF5 file has no dataset 'x' (or 'test/x') of "
+                                "images (N, C, H, W)")
+            x = f[key]
+            src = H5Source(path, key[:-2], x.shape, x.dtype) if x.ndim == 4 else None
+            if src is None:
+                x = x[()]
+    if src is None and x.ndim == 3:
+        x = x[:, None]
+    shape, dtype = (src.shape, src.dtype) if src is not None else (x.shape, x.dtype)
+    if len(shape) != 4 or tuple(shape[1:]) != tuple(image_shape):
+        raise DataError(f"--data {path}: images of shape {tuple(shape[1:])}, but the experiment "
+                        f"takes {tuple(image_shape)} (C, H, W)")
+    if dtype.kind not in "biuf":
+        raise DataError(f"--data {path}: images must be numbers, got dtype {dtype}")
+    if shape[0] == 0:
+        raise DataError(f"--data {path}: holds no images")
+    return src if src is not None else ArraySource(path, "x", x, np.zeros(len(x), np.int64))
 
 
 _IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)

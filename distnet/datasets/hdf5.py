@@ -25,6 +25,8 @@ Example (writing such a file by hand)::
 """
 import os
 
+import numpy as np
+
 from ..errors import DataError
 from .base import check_path
 from .checks import labels_problem
@@ -119,6 +121,11 @@ class HDF5Dataset(FileDataset):
         and the labels."""
         if self._header_cache is not None:
             return self._header_cache
+        shared = self.shared_header()
+        if shared is not None:      # another rank reads the file (read: root / node)
+            self._header_cache = (tuple(shared["image_shape"]), shared["nclasses"],
+                                  {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()})
+            return self._header_cache
         self.source_files()     # a missing file: at the key's YAML line
         with _open(self.path) as f:
             missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
@@ -176,7 +183,8 @@ class HDF5Dataset(FileDataset):
     def class_names(self):
         """The file's ``class_names`` attribute (the converter's class folders or
         ``--class-names``) when it names every class, else None."""
-        names = class_names_of(self.source_files()[0])
+        shared = self.shared_header()
+        names = shared["class_names"] if shared is not None else class_names_of(self.source_files()[0])
         return names if names is not None and len(names) == self.nclasses else None
 
     def channel_stats(self):
@@ -188,5 +196,5 @@ class HDF5Dataset(FileDataset):
     def data_files(self):
         return {"path": self.path}
 
-    def sources(self):
+    def file_sources(self):
         return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}

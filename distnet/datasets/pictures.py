@@ -4,6 +4,8 @@ class gives each picture's true class), decoded by the convert recipe of the tra
 ``.npy`` / IDX file of stored images."""
 import os
 
+import numpy as np
+
 from ..errors import DataError, OptionError
 from .convert import decode_pictures, is_image_file, list_pictures
 from .recipe import read_recipe
@@ -61,6 +63,17 @@ class Pictures:
                             f"takes {'x'.join(str(d) for d in image_shape)} (C x H x W): give --recipe the data "
                             "set the model was trained on")
         self.recipe, self.where = recipe, where
+
+    def source(self, image_shape):
+        """The images as a :class:`~distnet.datasets.sources.Source` (rows read a few at a time;
+        the ``read: root`` / ``node`` reader streams them to the other ranks): pictures are
+        decoded whole first."""
+        if self.pictures is None:
+            from .arrays import images_source
+            return images_source(self.paths[0], image_shape)
+        from .sources import ArraySource
+        x = decode_pictures(self.pictures, self.recipe, self.where)
+        return ArraySource(", ".join(self.paths), "pictures", x, np.zeros(len(x), dtype=np.int64))
 
     def read(self, image_shape, tile=None):
         """The images ``(N, C, h, w)`` as stored (uint8 pixels for pictures), cut to ``tile``."""
