@@ -102,6 +102,9 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, RUN_CHECKPOINT)
         if where is not None:
             record_failures_in(where)
+            if job.comm is not None:   # another node's failure reaches rank 0's run.json
+                from ..comm.abort import start_failure_relay
+                start_failure_relay(job.comm)
 
         def start_record():     # rank 0 writes; a failure (a full disk) ends every rank with its reason
             if record is not None:
@@ -125,6 +128,9 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         # of rank 0 alone while the others had already exited 0.
         job.collectively(finish)
         _drop_handler(state.log_handler)
+        if job.comm is not None:
+            from ..comm.abort import stop_failure_relay
+            stop_failure_relay()
 
 
 def experiment_text(job, path, overrides):
