@@ -214,7 +214,10 @@ class RemoteError(DistnetError):
         self.failures = failures
         self.exit_code = exit_code
         self.count = len(failures) if count is None else count
-        text = "; ".join(f"rank {r}: {m}" for r, m in failures[:NAMED_FAILURES])
+        groups = {}     # ranks that failed alike, said once
+        for r, m in failures[:NAMED_FAILURES]:
+            groups.setdefault(m, []).append(r)
+        text = "; ".join(f"rank {', '.join(map(str, rs))}: {m}" for m, rs in groups.items())
         more = self.count - min(len(failures), NAMED_FAILURES)
         super().__init__(f"failed on {self.count} other rank(s): {text}" + (f"; and {more} more" if more > 0 else ""))
 
