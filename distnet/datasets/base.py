@@ -186,7 +186,10 @@ class Dataset:
         own copies; a copy left from an earlier conversion (another seed or size) gave those
         ranks other images and labels, and the run trained on the mixture without a word."""
         from .checks import same_data
-        same_data(self.fingerprint(), comm, ", ".join(self.source_files()))
+        files = self.source_files()
+        where = files[0] if len(files) == 1 else \
+            f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}"
+        same_data(self.fingerprint(), comm, where)
 
     def _read(self, tile):
         """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:

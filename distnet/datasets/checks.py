@@ -146,7 +146,7 @@ def same_data(fingerprint, comm, source):
     """Collective over ``comm`` (one ``gather`` to rank 0 and one ``bcast`` of its verdict: O(P)
     at rank 0): :class:`DataError` on every rank when the fingerprint of some ranks differs from
     rank 0's, naming those ranks (the first few and a count), how the first of them differs, and
-    ``source`` (the files). ``fingerprint``: this rank's (None: not compared, on every rank)."""
+    ``source`` (the files, in words). ``fingerprint``: this rank's (None: not compared, on every rank)."""
     if comm.Get_size() == 1 or fingerprint is None:
         return
     every = comm.gather(fingerprint, root=0)
@@ -155,9 +155,11 @@ def same_data(fingerprint, comm, source):
         others = [r for r, f in enumerate(every) if f != every[0]]
         if others:
             what = fingerprint_differences(every[others[0]], every[0])
-            verdict = (f"{source}: rank(s) {some_ranks(others)} read data that differ from rank 0's (rank "
-                       f"{others[0]}: {'; '.join(what)}): every rank must read the same file; copy one file "
-                       "to every node (converting again, with another seed or size, makes another file)")
+            verdict = others[0], (f"{source}: rank(s) {some_ranks(others)} read data that differ from rank "
+                                  f"0's (rank {others[0]}: {'; '.join(what)}): every rank must read the same "
+                                  "file; copy rank 0's to every node")
     verdict = comm.bcast(verdict, root=0)
     if verdict:
-        raise DataError(verdict)
+        error = DataError(verdict[1])
+        error.rank = verdict[0]     # the job's failure is that rank's (its run record names it)
+        raise error
