@@ -127,3 +127,25 @@ def test_a_failure_on_node_b_is_recorded_on_node_a(nodes):
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "failed" and info["failed_rank"] == 2, info
     assert info["error"].startswith("InjectedFault: fault injected by DISTNET_FAULT_INJECT=2:1 on rank 2")
+
+
+def test_a_config_error_names_file_and_line_on_every_rank(nodes):
+    """Node B has no experiment file: its ranks report rank 0's file and line all the same."""
+    a, b = nodes
+    (a / "cnn.yaml").write_text((a / "cnn.yaml").read_text().replace("batch_size: 8,", "batch_size: 8, bogus_key: 1,"))
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
+    assert len(errors) == 4 and len({x.split("] ", 1)[1] for x in errors}) == 1, proc.stderr
+    assert errors[0].split("] ", 1)[1].startswith("distnet: error: cnn.yaml:5: "), errors[0]
+    assert "bogus_key" in errors[0] and runs_in(a) == []
+
+
+def test_an_experiment_file_missing_on_rank_0s_node_is_said_on_every_rank(nodes):
+    a, b = nodes
+    os.rename(a / "cnn.yaml", b / "cnn.yaml")           # only node B has it: rank 0 cannot read it
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
+    assert len(errors) == 4 and all("distnet: error: cnn.yaml: cannot read experiment file: No such file or directory"
+                                    in x for x in errors), proc.stderr
