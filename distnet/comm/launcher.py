@@ -91,9 +91,9 @@ def detect_launch(env=None):
             size, var = (tasks, tasks_var) if tasks is not None else (rank + 1, "PMIX_RANK")
         name = "srun --mpi=pmix" if tasks is not None else "a PMIx launcher"
         return Launch(name, size, rank, var,
-                      "mpi4py's MPI ({library}) does not take its job from PMIx (the pip mpich "
-                      "wheel does not): use srun --mpi=pmi2, or install an mpi4py built against "
-                      "the site's PMIx-enabled MPI (docs/cluster.md, 'The site's MPI')")
+                      "mpi4py's MPI ({library}) does not take its job from PMIx: use srun "
+                      "--mpi=pmi2, or install an mpi4py built against the site's PMIx-enabled MPI "
+                      "(docs/cluster.md, 'The site's MPI')")
     if tasks is not None:
         return Launch("srun without an MPI plugin (--mpi=none)", tasks,
                       _int(env, "SLURM_PROCID")[0], tasks_var,

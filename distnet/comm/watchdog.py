@@ -16,12 +16,10 @@ and only non-blocking calls there, so the thread can always decide):
   out. Rank 0's thread answers every rank with one small message: that it is alive, and, to a
   rank whose clock ran out, rank 0's verdict of who stalled. That is ``2 (P - 1)`` messages of
   constant size per interval, O(P) work at rank 0 (the table of all ranks stays on rank 0).
-  Never more than one unanswered send per destination, so a stopped rank costs nothing. A
-  rank that ends its training (its watchdog stopped) says so in a last message.
+  Never more than one unanswered send per destination, so a stopped rank costs nothing.
 * **Deciding.** A rank whose own progress stamp is older than SECONDS decides who stalled:
   ranks silent for longer than SECONDS (stopped: a stopped process sends nothing, its threads
-  stop too); else ranks that left training while the others still train (the ranks disagree
-  on the number of steps); else ranks whose step counter is behind the others'; else ranks
+  stop too); else ranks whose step counter is behind the others'; else ranks
   that are not waiting in communication while the others are (busy: an endless loop). Rank 0,
   which hears everyone directly, decides first; the others wait ``2 * interval`` longer, use
   rank 0's verdict, and name rank 0 if rank 0 itself fell silent. The deciding rank ends the
@@ -75,7 +73,6 @@ class Watchdog:
         ranks = range(self.size) if self.rank == 0 else (0, self.rank)
         self.heard = {r: now for r in ranks}
         self.state = {r: None for r in ranks}
-        self.done = set()         # rank 0: the ranks that ended their training
         self.verdict = None       # a rank > 0: rank 0's answer when this rank's clock ran out
         self._pending = {}
         self._stop = threading.Event()
@@ -100,11 +97,6 @@ class Watchdog:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-            if self.comm is not None and self.rank > 0:   # rank 0 must not count this rank as stopped
-                try:
-                    self._send(0, ("done", self.step, self.where))
-                except Exception:  # noqa: BLE001 - MPI going down
-                    pass
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -133,18 +125,14 @@ class Watchdog:
             self.heard[sender] = now
             if self.rank > 0:
                 self.verdict = payload
-            elif payload[0] == "done":
-                self.done.add(sender)
-                self.state[sender] = (payload[1], payload[2], "its training ended", True)
             else:
                 self.state[sender] = payload[1]
                 if payload[0] == "late":
                     asked.append(sender)
         if self.rank == 0:
-            verdict = stalled_ranks(self.table(now), self.seconds, self.done) if asked else None
+            verdict = stalled_ranks(self.table(now), self.seconds) if asked else None
             for r in range(1, self.size):
-                if r not in self.done:
-                    self._send(r, verdict if r in asked else None)
+                self._send(r, verdict if r in asked else None)
         else:
             self._send(0, ("late" if self._late(now) else "ok", mine))
 
@@ -174,7 +162,7 @@ class Watchdog:
         if self.size == 1:
             return f"{head}; stalled: this process, in {self._mine()[2]}"
         if self.rank == 0:
-            return f"{head}; stalled: {stalled_ranks(self.table(now), self.seconds, self.done)}"
+            return f"{head}; stalled: {stalled_ranks(self.table(now), self.seconds)}"
         silent0 = now - self.heard[0]
         if silent0 > self.seconds:
             return (f"{head}; stalled: rank 0 (no heartbeat for {silent0:.0f} s: stopped, or hung "
@@ -191,19 +179,14 @@ def _some(ranks, describe):
     return text + (f" and {len(ranks) - NAMED_RANKS} more" if len(ranks) > NAMED_RANKS else "")
 
 
-def stalled_ranks(table, seconds, done=()):
+def stalled_ranks(table, seconds):
     """Which ranks stalled, in words (the first :data:`NAMED_RANKS` of them, the rest counted),
-    from ``{rank: (seconds since heard, (step, (epoch, batch), place, in_comm) or None)}`` and the
-    ranks that ended their training (``done``): silent ones first, else those that left training
-    while others still train, else those behind, else the busy ones."""
-    silent = [r for r, (age, _) in sorted(table.items()) if age > seconds and r not in done]
+    from ``{rank: (seconds since heard, (step, (epoch, batch), place, in_comm) or None)}``: silent
+    ones first, else those behind, else the busy ones."""
+    silent = [r for r, (age, _) in sorted(table.items()) if age > seconds]
     if silent:
         return _some(silent, lambda r: f"rank {r} (no heartbeat for {table[r][0]:.0f} s: stopped, or hung "
                                        "outside Python)")
-    left = sorted(r for r in done if r in table)
-    if left and len(left) < len(table):
-        return _some(left, lambda r: f"rank {r} (ended its training after step {table[r][1][0] if table[r][1] else '?'} "
-                                     "while the others train on: the ranks disagree on the number of steps)")
     known = {r: s for r, (_, s) in table.items() if s is not None}
     if not known:
         return "unknown (no heartbeats heard)"

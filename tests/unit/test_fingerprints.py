@@ -139,7 +139,7 @@ def test_remote_errors_of_many_ranks_stay_one_short_line():
     assert str(RemoteError([(3, "ValueError: x")])) == "failed on 1 other rank(s): rank 3: ValueError: x"
 
 
-def test_stalled_ranks_of_a_large_job_and_ranks_that_left_training():
+def test_stalled_ranks_of_a_large_job():
     from distnet.comm.watchdog import stalled_ranks
     waiting = (5, (0, 3), "distnet/comm/reduce.py:40 (allreduce)", True)
     table = {r: (0.1, waiting) for r in range(2000)}
@@ -148,9 +148,6 @@ def test_stalled_ranks_of_a_large_job_and_ranks_that_left_training():
     text = stalled_ranks(table, 30)
     assert text.startswith("rank 100 (no heartbeat for 50 s") and text.endswith(" and 96 more")
     assert text.count("rank ") == 4
-    table = {0: (0.1, waiting), 1: (0.1, waiting), 2: (9.0, (3, (0, 2), "its training ended", True))}
-    assert stalled_ranks(table, 30, done={2}).startswith(
-        "rank 2 (ended its training after step 3 while the others train on: the ranks disagree")
 
 
 def test_files_of_a_dataset_are_named_by_their_folder(tmp_path):
