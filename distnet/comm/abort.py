@@ -6,6 +6,8 @@ other ranks waiting forever in a collective.
 * :func:`add_abort_listener`: callbacks told ``(rank, status, message)`` right before this rank
   aborts the job (the CLI records the failing rank and its reason in the run directory).
 * :func:`abort_job`: the one way out used by the hook, the signal handlers and the watchdog.
+* :func:`start_failure_relay`: a failing rank's report reaches rank 0's listeners before the job
+  ends, so the run record on rank 0's node says why even when another node failed.
 * :func:`run_collectively`: run a step that may fail on some ranks only (reading a file, checking a
   config) and make every rank agree on the outcome, so they either all go on or all raise.
 """
@@ -98,6 +100,9 @@ def start_failure_relay(comm):
     it ends the job. One message per failing rank: O(1) per interval at rank 0 when all is well.
     Stopped by :func:`stop_failure_relay` (also at exit, before MPI finalises)."""
     if comm.Get_size() == 1 or _relay["comm"] is not None:
+        return
+    from mpi4py import MPI
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:   # the same answer on every rank: all skip the Dup
         return
     import atexit
     _relay["comm"] = comm.Dup()
