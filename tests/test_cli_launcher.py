@@ -2,6 +2,7 @@
 the virtualenv's MPICH): every process starts as a world of one. Each must say so and exit
 non-zero, instead of N copies of the whole job training side by side (or a traceback)."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,25 @@ def test_show_under_mpiexec_reports_once():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("experiments/mnist_cnn_dist.yaml: 4 rank(s) = data 1 x pipe 1 x grid 2x2") == 1
     assert proc.stdout.count("predicted step:") == 1
+
+
+def test_one_process_needs_no_mpi_library(tmp_path):
+    """distnet installed without the mpich extra on a machine without MPI (mpi4py's binary wheel
+    finds no libmpi; MPI4PY_LIBMPI pointing nowhere stands for it): a one-process run trains, with
+    the numbers of a run that has MPI; `distnet info` says MPI is not available in one line."""
+    from tests.tiny import write_experiments
+    cnn = write_experiments(tmp_path)["cnn"]
+    costs = []
+    for extra in ({}, {"MPI4PY_LIBMPI": str(tmp_path / "no" / "libmpi.so")}):
+        out = tmp_path / f"m{len(costs)}.jsonl"
+        proc = subprocess.run(["timeout", "200", sys.executable, "-m", "distnet", "run", "-q", str(cnn),
+                               "--no-run-dir", "--no-checkpoint", "--metrics", str(out)], cwd=ROOT,
+                              env={**_plain_env(), **extra}, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        costs.append([line for line in out.read_text().splitlines() if '"cost"' in line])
+    strip = [[re.sub(r'"seconds": [\d.e-]+', "", x) for x in c] for c in costs]
+    assert len(strip[0]) == 4 and strip[0] == strip[1]
+    info = subprocess.run([sys.executable, "-m", "distnet", "info"], cwd=ROOT, capture_output=True, text=True,
+                          env={**_plain_env(), "MPI4PY_LIBMPI": str(tmp_path / "no" / "libmpi.so")})
+    mpi = [x for x in info.stdout.splitlines() if x.strip().startswith("mpi:")]
+    assert len(mpi) == 1 and "not available (RuntimeError: cannot load MPI library" in mpi[0], info.stdout

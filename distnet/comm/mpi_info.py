@@ -14,8 +14,10 @@ def _mpi_versions():
         from mpi4py import MPI
         lib = MPI.Get_library_version().splitlines()[0].strip()
         return f"mpi4py {mpi4py.__version__}; {lib}; MPI {'.'.join(map(str, MPI.Get_version()))}"
-    except Exception as e:  # noqa: BLE001
-        return f"not available ({type(e).__name__}: {e})"
+    except Exception as e:  # noqa: BLE001 - mpi4py's binary wheel without libmpi: one line of its list
+        first = str(e).splitlines()[0] if str(e) else ""
+        return (f"not available ({type(e).__name__}: {first}; one process runs without MPI; install "
+                "the mpich extra or a site MPI for several)")
 
 
 def _mpi_metadata():
