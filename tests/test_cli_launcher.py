@@ -1,6 +1,11 @@
-"""An mpiexec of another MPI library than mpi4py's (a system Open MPI's ``mpirun`` in front of
-the virtualenv's MPICH): every process starts as a world of one. Each must say so and exit
-non-zero, instead of N copies of the whole job training side by side (or a traceback)."""
+"""Launchers as distnet reads them from the environment: MPICH's, Intel MPI's and Open MPI's
+mpiexec, srun with --mpi=pmi2, pmix and none, and an allocation without a job step (salloc).
+
+A launch that MPI does not join into one world (another MPI library's mpiexec in front of the
+virtualenv's MPICH, srun without an MPI plugin, PMIx for an MPI that does not speak it) starts
+every process as a world of one. Each must say so and exit 2 before writing anything, instead of
+N copies of the whole job training side by side, each in its own run directory (or a traceback).
+The environments are set by hand, as each launcher sets them for the second of four processes."""
 import os
 import re
 import subprocess
