@@ -96,7 +96,7 @@ def test_mismatch_names_the_launcher_and_its_fix(kind):
     assert launcher_mismatch(4, "MPICH", env) is None
 
 
-@pytest.mark.parametrize("kind", ["intel", "srun-pmi2", "srun-pmix", "srun-none"])
+@pytest.mark.parametrize("kind", ["intel", "openmpi", "srun-pmi2", "srun-pmix", "srun-none"])
 def test_a_launch_mpi_cannot_join_is_refused_before_any_file(kind, tmp_path):
     """Each process of such a launch would train the whole job alone, each in its own run
     directory: every one must stop with one line naming the launcher, exit 2, write nothing."""

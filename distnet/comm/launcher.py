@@ -125,16 +125,18 @@ def launcher_mismatch(mpi_size, mpi_library, env=None):
 
 
 def pmix_refusal(env=None):
-    """The error message, before MPI starts, for a PMIx launch (``srun --mpi=pmix``) of a job
-    whose mpi4py uses the pip ``mpich`` wheel: that MPICH speaks PMI-1/2 only, and its
-    ``MPI_Init`` aborts under PMIx. None otherwise."""
+    """The error message, before MPI starts, for a launch through PMIx (``srun --mpi=pmix``, Open
+    MPI 5's ``mpirun``: ``PMIX_*`` in the environment) of a job whose mpi4py uses the pip
+    ``mpich`` wheel: that MPICH speaks PMI-1/2 only, and its ``MPI_Init`` aborts with a wall of
+    its internals under PMIx. None otherwise."""
+    env = os.environ if env is None else env
     launch = detect_launch(env)
-    if launch is None or launch.name not in ("srun --mpi=pmix", "a PMIx launcher"):
+    if launch is None or launch.size <= 1 or not any(k in env for k in ("PMIX_RANK", "PMIX_NAMESPACE")):
         return None
     from .mpi_info import pip_mpich_in_use
     if not pip_mpich_in_use():
         return None
-    return launcher_mismatch(1, "the pip mpich wheel", env) if launch.size > 1 else None
+    return launcher_mismatch(1, "the pip mpich wheel", env)
 
 
 #: Variables in which launchers announce how many ranks they started on this node.
