@@ -1,5 +1,8 @@
-"""Starting MPI jobs from Python (``distnet compare``, the multi-rank test launcher): where
-``mpiexec`` is, and the environment that keeps oversubscribed runs fast."""
+"""Launchers: which one started this process (:func:`detect_launch`, read from its environment
+before MPI starts: MPICH's, Intel MPI's and Open MPI's ``mpiexec``, ``srun`` with each MPI
+plugin), the refusal of a launch that MPI does not join into one world; and starting MPI jobs
+from Python (``distnet compare``, the multi-rank test launcher): where ``mpiexec`` is, and the
+environment that keeps oversubscribed runs fast. Pure functions of the environment."""
 import os
 import shutil
 import sys
