@@ -1,4 +1,4 @@
-"""Datasets: MNIST, CIFAR-10 and a generic HDF5 layout, cut into per-rank n-rants and cached.
+"""Datasets: MNIST, CIFAR-10, Iris (in the source) and a generic HDF5 layout, cut into per-rank n-rants and cached.
 
 No MPI here: the caller passes the rank's tile (a :class:`~distnet.geometry.partition.Box` from
 :func:`~distnet.geometry.partition.tile_of`), rank, size and grid to ``Dataset.load``, which

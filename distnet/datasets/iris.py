@@ -65,9 +65,11 @@ def measurements():
 
 
 class Iris(Dataset):
-    """Fisher's Iris flowers (module docstring): ``image_shape = (4, 1, 1)`` (four measurements
-    as four channels of a 1x1 image, so fully connected layers read them as neon's 4 inputs),
-    ``nclasses = 3``; values as measured (not scaled).
+    """Fisher's 150 Iris flowers, carried in distnet's source (nothing is read): sepal length and
+    width, petal length and width in cm, as ``image_shape = (4, 1, 1)`` (four channels of a 1x1
+    image, so fully connected layers read them as neon's 4 inputs); ``nclasses = 3`` (setosa,
+    versicolor, virginica); values as measured (not scaled). neon's split: flowers 0-29 of each
+    species train (90), 40-49 test (30); 30-39 (neon's validation flowers) are not used.
 
     Keys: those of :class:`~distnet.datasets.base.Dataset`; ``repo_path`` is accepted and not
     needed (neon's files name one). ``sample_pct`` subsamples the 90 training flowers.
