@@ -34,6 +34,15 @@ class Autoencoder(Model):
 
     _inputs = None
 
+    def configure(self, backend, topology):
+        """:meth:`Model.configure`, refusing a spatial grid (every rank alike, before any
+        collective): a tile's reconstruction target would be the whole image."""
+        if tuple(topology.grid) != (1, 1):
+            raise self.error(f"an Autoencoder runs on whole images, but this run splits every image over a "
+                             f"{topology.grid[0]}x{topology.grid[1]} grid of tiles; run it as data replicas "
+                             "(dist_mode: datapar on the dataset, or the experiment's data key)")
+        return super().configure(backend, topology)
+
     def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
         self._inputs = train[0]
         return super().fit_epoch(train, epoch, on_batch, read_ahead)
@@ -44,10 +53,7 @@ class Autoencoder(Model):
         n_out = self.layers[-1].out_shape[0]
         n_in = int(np.prod(x.shape[1:]))
         if n_in != n_out:
-            tiled = getattr(self, "topology", None) is not None and self.topology.grid != (1, 1)
-            why = (" (this rank holds a tile of every image: an Autoencoder runs on whole images, "
-                   "as data replicas: dist_mode: datapar)") if tiled else ""
-            raise ConfigError(f"the last layer gives {n_out} outputs but an image has {n_in} values{why}; "
+            raise ConfigError(f"the last layer gives {n_out} outputs but an image has {n_in} values; "
                               "an Autoencoder reconstructs its input, so its last nout must equal the input size",
                               key="layers")
         return x.reshape(len(x), n_in).astype(self.backend.dtype, copy=False)

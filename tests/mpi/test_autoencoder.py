@@ -1,8 +1,10 @@
 """neon's Autoencoder distributed as data replicas: on 2, 3 or 4 ranks it gives the
 single-process numbers in float64 (per-epoch costs, reconstruction errors of both splits,
-the trained weights), with a short last minibatch that leaves some replicas fewer rows. The
+the trained weights), with a short last minibatch that leaves some replicas fewer rows; a grid of
+spatial tiles is refused on every rank (a tile's target would be the whole image). The
 single-process oracle is the same experiment run on ``Topology.serial()`` on every rank."""
 import numpy as np
+import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment_text
@@ -56,3 +58,21 @@ def test_replicas_equal_one_process(comm):
         np.testing.assert_array_equal(comm.bcast(W, root=0), W)
     finally:
         exp.topology.free()
+
+
+def test_spatial_tiles_are_refused_on_every_rank(comm):
+    from distnet.errors import ConfigError
+    from distnet.layers import FullyConnectedNoBiasLayer
+    from distnet.models import Autoencoder
+    from tests.backends import make_backend
+    wi = {"type": "gaussian", "scale": 0.1}
+    model = Autoencoder(layers=[FullyConnectedNoBiasLayer(nout=3, weight_init=wi),
+                                FullyConnectedNoBiasLayer(nout=16, weight_init=wi)], num_epochs=1)
+    model.infer_shapes((1, 4, 4))
+    topo = Topology.from_world(grid=(1, comm.Get_size()), world=comm)
+    try:
+        with pytest.raises(ConfigError, match=f"splits every image over a 1x{comm.Get_size()} grid"):
+            model.configure(make_backend("numpy", dtype="float64", rng_seed=0), topo)
+    finally:
+        topo.free()
+    comm.Barrier()   # every rank got here: the refusal needed no collective
