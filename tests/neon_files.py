@@ -21,7 +21,7 @@ NEON04 = (sorted((ROOT / "tests" / "data" / "neon_04").glob("*.yaml"))
           + [ROOT / "experiments" / "neon_mnist_numpy_cnn-20-50-500-10.yaml"])
 ALL = LATER + NEON04
 
-#: v0.4.0 files whose model class this branch does not build yet (RBM, DBN): their tests are
+#: v0.4.0 files whose model class distnet does not build yet (RBM, DBN): their tests are
 #: expected to fail (strictly: they report when they start passing). Empty it once the classes exist.
 NOT_YET = {"mnist_cudamat_dbn-784-1000", "mnist_cudanet_rbm-784-1000", "mnist_numpy_rbm-784-1000"}
 
