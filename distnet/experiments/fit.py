@@ -226,6 +226,7 @@ class FitExperiment(Experiment):
             if split in data:
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
+                result.split_images[split] = len(data[split][1])
                 label, unit = getattr(self.model, "metric_label", ("misclass rate", "%"))
                 log.info("%s set %s: %.5f%s", split, label, rate, unit)
 
