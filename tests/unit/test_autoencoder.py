@@ -115,3 +115,19 @@ def test_last_layer_must_give_back_the_image():
     msg = str(e.value)
     assert "ae.yaml:10" in msg and "gives 3 outputs but the dataset's images have 4 values" in msg
     assert "reconstructs its input" in msg
+
+
+def test_run_then_evaluate_report_the_reconstruction_error(tmp_path, restore_logger):
+    from click.testing import CliRunner
+    from distnet.cli.main import main
+    path = tmp_path / "ae.yaml"
+    path.write_text(AE_YAML.format(nout=4))
+    runner = CliRunner()
+    r = runner.invoke(main, ["run", str(path), "--run-dir", str(tmp_path / "run"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    ran = [line.split("test set reconstruction error: ")[1] for line in r.output.splitlines()
+           if "test set reconstruction error: " in line]
+    assert len(ran) == 1 and "misclass" not in r.output
+    r = runner.invoke(main, ["evaluate", str(path), "--checkpoint", str(tmp_path / "run" / "checkpoint.h5")])
+    assert r.exit_code == 0, r.output
+    assert f"test set reconstruction error: {ran[0]} (30 images)" in r.output
