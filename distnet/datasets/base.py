@@ -206,8 +206,8 @@ class Dataset:
         # read: node: the nodes' readers compare their copies; the others read nothing
         read_here = reader is None or (reader.is_reader and not (header or {}).get("from_cache"))
         files = self.source_files()
-        where = files[0] if len(files) == 1 else \
-            f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}"
+        where = (type(self).__name__ if not files else files[0] if len(files) == 1 else
+                 f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}")
         same_data(self.fingerprint() if read_here else NOT_READ, comm, where)
 
     def _read(self, tile):
