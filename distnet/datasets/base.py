@@ -43,6 +43,7 @@ from ..config.types import Bounded, PositiveInt
 from ..errors import ConfigError, DataError, MissingDataError
 from ..geometry.partition import Box, tile_of
 from . import cache
+from .augment import Augmentation
 from .checks import check_split, check_splits
 
 SPLITS = cache.SPLITS
@@ -113,6 +114,9 @@ class Dataset:
     num_test_sample : int or None
         Keep only the first this many test images (neon's later datapar files set it to a
         multiple of their batch size); None (the default) keeps them all.
+    augment : mapping or None
+        Random crop with padding and flips of the training images, one draw per image and
+        epoch (:class:`~distnet.datasets.augment.Augmentation`, docs/data.md#augmentation).
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
     :meth:`source_files` and :meth:`_read`.
@@ -120,13 +124,14 @@ class Dataset:
 
     #: YAML key types for the config builder.
     config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
-                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt}
+                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt,
+                    "augment": dict}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None, num_test_sample=None):
+                 backend=None, dist_mode=None, num_test_sample=None, augment=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -151,6 +156,7 @@ class Dataset:
             raise ConfigError(f"must be >= 1 (or left out: all test images), got {num_test_sample}",
                               key="num_test_sample")
         self.num_test_sample = num_test_sample
+        self.augment = Augmentation.from_config(augment)
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -251,8 +257,17 @@ class Dataset:
         dict
             ``{'train': (x, y), 'test': (x, y)}``: ``x`` ``(N, C, h, w)`` of ``dtype`` with
             ``(h, w) = tile.shape``, ``y`` ``(N,)`` int64. Train holds the ``sample_pct`` subset
-            in its shuffled order; test holds every image in file order.
+            in its shuffled order; test holds every image in file order. With ``augment``, train
+            ``x`` is an :class:`~distnet.datasets.augment.AugmentedArray` (the stored pixels of
+            the tile's reach, augmented per epoch as the model reads them).
         """
+        if self.augment is None:
+            return self._load(tile, seed, dtype, rank, size, grid)
+        return self.augment.load(lambda reach: self._load(reach, seed, dtype, rank, size, grid),
+                                 self._check_tile(tile), self.plane, seed)
+
+    def _load(self, tile, seed, dtype, rank, size, grid):
+        """:meth:`load` without augmentation (subclasses that read otherwise override this)."""
         dtype = np.dtype(dtype)
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")

@@ -167,6 +167,7 @@ class FileDataset(Dataset):
 
     def read_ahead(self, x):
         """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
+        x = getattr(x, "stored", x)     # an AugmentedArray reads through its stored split
         return x.schedule if isinstance(x, StreamArray) else None
 
     def check(self):
@@ -259,7 +260,7 @@ class FileDataset(Dataset):
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
+    def _load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
         """This rank's data of every split: arrays (in memory) or :class:`StreamArray` (streamed),
         both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring)."""
         dtype = np.dtype(dtype)

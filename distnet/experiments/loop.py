@@ -125,6 +125,8 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
                 hooks.pretrain(record)
         for epoch in range(first, model.num_epochs):
             t1 = clock()
+            if hasattr(train[0], "set_epoch"):   # augmented training images draw per epoch
+                train[0].set_epoch(epoch)
             cost = model.fit_epoch(train, epoch, on_batch, read_ahead)
             record = {"epoch": epoch, "cost": cost, "seconds": clock() - t1}
             if eval_splits and exp.evaluates(epoch):
