@@ -190,3 +190,17 @@ def test_no_random_key_means_no_augmentation():
     assert Augmentation.from_config({}) is None
     assert Augmentation.from_config({"crop": 0}) is None
     assert Augmentation.from_config(None) is None
+
+
+def test_streamed_augmented_split_keeps_the_prefetch(tmp_path):
+    path = write_data(tmp_path / "d.h5", n_train=12, n_test=6)
+    ds = load_experiment_text(_augmented_text(path, "in_memory: false, ")).dataset
+    x = ds.load(tile=tile_of(ds.plane, (2, 2), (0, 1)), dtype=np.float64, seed=5)["train"][0]
+    schedule = ds.read_ahead(x)
+    assert schedule is not None
+    batches = [np.array([3, 1, 4]), np.array([0, 5])]
+    x.set_epoch(1)
+    schedule(batches)
+    got = [x[b] for b in batches]
+    assert x.stored.stats["prefetched"] == 2
+    assert all(np.array_equal(g, x[b]) for g, b in zip(got, batches))   # read again directly: the same
