@@ -43,11 +43,14 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 @click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="End the job when a training step makes no progress for SECONDS, naming the rank "
                    "that stalled (default: the experiment's watchdog key; none).")
+@click.option("--tensorboard", is_flag=True,
+              help="Also write TensorBoard event files (costs, error rates, learning rates, images/s) "
+                   "into the run directory's tensorboard/ (rank 0; needs distnet[tensorboard]).")
 @click.option("--force", is_flag=True,
               help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
                    "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, force):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, tensorboard, force):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -70,7 +73,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
                         ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
                         ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
                         ("--verbose", "--quiet", verbose and quiet),
-                        ("--progress", "--quiet", progress is True and quiet)):
+                        ("--progress", "--quiet", progress is True and quiet),
+                        ("--tensorboard", "--no-run-dir", tensorboard and no_run_dir)):
         if given:   # one of them would be dropped silently
             raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
     # under mpiexec the abort hook first, before anything can fail on one rank
@@ -81,6 +85,9 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         if verbose or quiet:
             exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
         exp.check()  # shapes and data headers: a broken experiment leaves no run directory behind
+        if tensorboard:
+            from .tensorboard import require_writer
+            require_writer()
         exp.config_record = experiment_config(experiment, overrides)
         if checkpoint_every is not None:
             exp.checkpoint_every = checkpoint_every
@@ -108,8 +115,14 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         show = rank0 and not quiet and progress is not False
         bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
                            every_batches=every_batches) if show else None)
+        def open_board():       # rank 0 writes the event files; a failure ends every rank
+            if tensorboard and record is not None:
+                from .tensorboard import TensorBoardLog
+                return TensorBoardLog(os.path.join(record.path, "tensorboard"))
+        board = job.collectively(open_board)
         hooks = state.hooks = CliHooks(record, outputs.metrics if outputs is not None else None, bar,
-                                       watchdog=watchdog if watchdog is not None else exp.watchdog)
+                                       watchdog=watchdog if watchdog is not None else exp.watchdog,
+                                       tensorboard=board)
         result = exp.run(hooks=hooks, resume=resume)
 
         def finish():   # rank 0's last writes (the --metrics rename, run.json): every rank waits

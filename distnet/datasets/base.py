@@ -45,6 +45,7 @@ from ..geometry.partition import Box, tile_of
 from . import cache
 from .augment import Augmentation
 from .checks import check_split, check_splits
+from .shared import parse_chunk_mb, parse_read
 
 SPLITS = cache.SPLITS
 
@@ -114,6 +115,12 @@ class Dataset:
     num_test_sample : int or None
         Keep only the first this many test images (neon's later datapar files set it to a
         multiple of their batch size); None (the default) keeps them all.
+    read : 'every' | 'root' | 'node', default 'every'
+        Which ranks open the data files (:mod:`~distnet.datasets.shared`): every rank, world
+        rank 0 alone (the data need be on its node only), or the lowest rank of each node.
+    read_chunk_mb : number, default 16
+        With ``read: root`` / ``node``: the most MiB of pixels the reader reads and sends at a
+        time (at least one image).
     augment : mapping or None
         Random crop with padding and flips of the training images, one draw per image and
         epoch (:class:`~distnet.datasets.augment.Augmentation`, docs/data.md#augmentation).
@@ -125,13 +132,15 @@ class Dataset:
     #: YAML key types for the config builder.
     config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
                     "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt,
+                    "read": str, "read_chunk_mb": float,
                     "augment": dict}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None, num_test_sample=None, augment=None):
+                 backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16,
+                 augment=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -156,6 +165,11 @@ class Dataset:
             raise ConfigError(f"must be >= 1 (or left out: all test images), got {num_test_sample}",
                               key="num_test_sample")
         self.num_test_sample = num_test_sample
+        self.read = parse_read(read)
+        self.chunk_bytes = parse_chunk_mb(read_chunk_mb)
+        self._shared = None         # the reader's header (read: root / node); False: none, this rank reads
+        self._in_header = False     # True on the reader while it reads the header from its files
+        self._held = None           # {split: HeldSource} while the dataset's steps run on them
         self.augment = Augmentation.from_config(augment)
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -189,6 +203,8 @@ class Dataset:
         data file on its own, so nodes without a shared file system read their own copies; a
         copy left from an earlier conversion (another seed or size) gave those ranks other
         images and labels, and the run trained on the mixture without a word."""
+        if self.read == "root":
+            return      # one rank read the files: nothing to compare
         mine = self.fingerprint()
         if comm.Get_size() == 1 or mine is None:
             return
@@ -216,6 +232,94 @@ class Dataset:
         """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:
         ``(N, C, h, w)`` in the stored dtype (uint8 for MNIST and CIFAR), ``y`` ``(N,)`` int64."""
         raise NotImplementedError
+
+    # -- read: root / node ------------------------------------------------------------------
+
+    def reader(self):
+        """The :class:`~distnet.comm.root_read.DataReader` of this process for ``read``, or None
+        (``read: every``, or a run of one process: this rank reads its files itself)."""
+        if self.read == "every":
+            return None
+        from ..comm.root_read import job_reader
+        return job_reader(self.read)
+
+    def shared_header(self):
+        """The reader's header (:meth:`read_header`) when another rank reads for this one's
+        group, else None (this rank opens its files). The first call is collective over the
+        reader's group (one broadcast); every rank makes it in ``check()``."""
+        if self.read == "every" or self._in_header or self._shared is False:
+            return None
+        if self._shared is None:
+            reader = self.reader()
+            if reader is None:      # one process, or MPI not started: this rank reads, for good
+                self._shared = False    # (a later first call would be a collective in a random place)
+                return None
+            self._shared = reader.header(self._header_on_reader)
+        return self._shared
+
+    def _header_on_reader(self):
+        self._in_header = True
+        try:
+            return self.read_header()
+        except DataError as e:      # the data gone from the reader's node: its cache may know
+            from .shared import header_from_cache
+            header = header_from_cache(self._header_cache_file())
+            if header is None:
+                raise
+            header["from_cache"] = str(e)
+            return header
+        finally:
+            self._in_header = False
+
+    def _header_cache_file(self):
+        """The reader's cache file that may hold the header when its data files are gone."""
+        if self.serialized_path is None:
+            return None
+        reader = self.reader()
+        return cache.fill_placeholders(self.serialized_path, *reader.world)
+
+    def reader_sources(self):
+        """``{split: Source}`` of the files, as stored, for the reader to stream from (a dataset
+        that can read a few rows at a time overrides this; here the files are read whole)."""
+        from .sources import ArraySource
+        files = ", ".join(self.source_files())
+        return {s: ArraySource(files, s, x, y) for s, (x, y) in self._read(self.full_tile()).items()}
+
+    def read_header(self):
+        """What the other ranks need without opening the files: ``files``, ``fingerprints``
+        (size and date of each), ``image_shape``, ``nclasses``, ``class_names`` and ``splits``
+        (``{split: (path, shape, dtype, labels)}``); run on the reader only."""
+        from .shared import describe_split
+        files = list(self.source_files())
+        srcs = self.reader_sources()
+        return {"files": files, "fingerprints": [cache.file_fingerprint(p) for p in files],
+                "image_shape": tuple(int(d) for d in self.image_shape), "nclasses": int(self.nclasses),
+                "class_names": self.class_names(),
+                "splits": {s: describe_split(src) for s, src in srcs.items()}}
+
+    def _shared_files(self):
+        """The header's data files where another rank reads them (no file is looked at), else None."""
+        header = self.shared_header()
+        return None if header is None else list(header["files"])
+
+    def _load_shared(self, tile, seed, dtype, rank, size, grid):
+        from .shared import fetch_shared
+        header, reader = self.shared_header(), self.reader()
+        path = meta = None
+        if self.serialized_path is not None:
+            path = cache.fill_placeholders(self.serialized_path, rank, size)
+            meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+        rows = {s: np.arange(e[1][0]) for s, e in header["splits"].items()}
+
+        def build(held):
+            self._held = held
+            try:
+                return self._build(tile, seed, dtype)
+            finally:
+                self._held = None
+        return self._limit_test(fetch_shared(
+            reader, header, self.reader_sources, rows, tile, path, meta, build, self.chunk_bytes,
+            check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
 
     # -- public --------------------------------------------------------------------------------
 
@@ -272,6 +376,8 @@ class Dataset:
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
         tile = self._check_tile(tile)
+        if self.shared_header() is not None:
+            return self._load_shared(tile, seed, dtype, rank, size, grid)
         if self.serialized_path is None:
             return self._limit_test(self._build(tile, seed, dtype))
         path = cache.fill_placeholders(self.serialized_path, rank, size)
@@ -293,7 +399,10 @@ class Dataset:
 
     def check(self):
         """Checks that need the files' headers but no pixels (file datasets: the scale keys
-        against the stored dtype); run by ``distnet check`` and before training."""
+        against the stored dtype); run by ``distnet check`` and before training, on every rank.
+        With ``read: root`` / ``node`` the reader's header is fetched here (a collective: every
+        rank makes its first call at the same point, never in a rank-0-only path)."""
+        self.shared_header()
 
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
@@ -328,7 +437,7 @@ class Dataset:
         return {
             "format_version": cache.CACHE_FORMAT_VERSION,
             "dataset": type(self).__name__,
-            "sources": [cache.file_fingerprint(p) for p in self.source_files()],
+            "sources": self._fingerprints(),
             "sample_pct": float(self.sample_pct),
             "seed": int(seed),
             "dtype": np.dtype(dtype).name,
@@ -338,6 +447,12 @@ class Dataset:
             "rank": int(rank),
             "size": int(size),
         }
+
+    def _fingerprints(self):
+        header = self.shared_header()
+        if header is not None:
+            return list(header["fingerprints"])
+        return [cache.file_fingerprint(p) for p in self.source_files()]
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -353,7 +468,10 @@ class Dataset:
         return tile
 
     def _build(self, tile, seed, dtype):
-        raw = self._read(tile)
+        if self._held is not None:      # read: root / node: the tiles received, as stored
+            raw = {s: (src.array, np.asarray(src.labels())) for s, src in self._held.items()}
+        else:
+            raw = self._read(tile)
         out = {}
         for split in SPLITS:
             x, y = raw[split]

@@ -37,6 +37,9 @@ class RunResult:
     test_misclass: float = None
     #: Final error rate of the validation split (percent; None without one).
     valid_misclass: float = None
+    #: Images in each split whose error rate was measured: ``{"train": n, "test": n, ...}``
+    #: (what one misclassified image is worth: ``100 / n`` points).
+    split_images: dict = field(default_factory=dict)
     #: ``{"epoch", "split", "misclass"}`` of the evaluated epoch with the lowest validation (else
     #: test) error rate; None when no epoch was evaluated (``eval_every: 0``).
     best_epoch: dict = None
@@ -60,6 +63,9 @@ class RunHooks:
     def batch(self, epoch, batch, nbatches, running_cost):
         """Before every training step; ``running_cost``: the summed cost of the epoch's
         batches before this one (0.0 before the first)."""
+
+    def loaded(self, sizes):
+        """After the data is read: ``{split: images}``."""
 
     def epoch(self, record):
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
@@ -106,6 +112,7 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     t0 = clock()
     data = exp.load_data()
     timings["data"] = clock() - t0
+    hooks.loaded({split: len(data[split][0]) for split in data})
     train = data["train"]
     first = result.start_epoch = model.start(resume_state)
     exp.note_start(data, first, log)

@@ -92,14 +92,17 @@ def test_own_tile_cache_warning_on_every_rank(comm, files, warnings_seen, tmp_pa
 
 
 def test_config_notes_once_per_job(comm, files, warnings_seen):
-    """A key given twice in the experiment file: every rank reads the file, rank 0 warns."""
+    """A note about the experiment file (a ``*_dtype`` key neon took and distnet ignores): every
+    rank reads the file, rank 0 warns."""
     path = os.path.join(files, "tiny.h5")
     if comm.rank == 0:
         write_data(path)
     comm.barrier()
-    text = experiment(CNN, path, dist=True).replace("num_epochs: 4,", "num_epochs: 1, num_epochs: 1,")
+    text = experiment(CNN, path, dist=True).replace("num_epochs: 4,", "num_epochs: 1,")
+    text = text.replace("nout: 5,", "nout: 5, weight_dtype: float32,", 1)
+    assert "weight_dtype" in text
     load_experiment_text(text).run()
-    counts = comm.allgather(_count(warnings_seen, "key 'num_epochs' is given twice"))
+    counts = comm.allgather(_count(warnings_seen, "key 'weight_dtype' of"))
     assert counts == [1] + [0] * (comm.size - 1)
 
 
