@@ -1,6 +1,7 @@
 """Augmented training on 4 ranks equals the one-process run: the tiny CNN with random crop
 (padding 2, reflect, and padding 3 with a constant fill) and flips, on a 2x2 grid and on 2 data
-replicas x a 1x2 grid, in memory and streamed, against the one-process in-memory run of the same
+replicas x a 1x2 grid, in memory and streamed (also with ``read: root``: the ranks get the reach of
+their tile from rank 0), against the one-process in-memory run of the same
 YAML (float64: costs to 1e-10, every gathered weight and velocity to 1e-10, identical error
 rates). Each rank gathers its tile's pixels from the reach it loaded; no rank draws differently."""
 import numpy as np
@@ -25,21 +26,25 @@ def data_path(comm, tmp_path_factory):
     return comm.bcast(path)
 
 
-def _text(path, dist, augment, in_memory):
+def _text(path, dist, augment, in_memory, read="every"):
     text = experiment(CNN, path, dist=dist).replace(
-        "HDF5Dataset {", f"HDF5Dataset {{augment: {augment}, in_memory: {in_memory}, ")
+        "HDF5Dataset {", f"HDF5Dataset {{augment: {augment}, in_memory: {in_memory}, read: {read}, ")
     return text.replace("FitPredictErrorExperiment {", "FitPredictErrorExperiment { eval_every: 1,", 1)
+
+
+CASES = [pytest.param(1, (2, 2), "every", id="grid2x2"), pytest.param(2, (1, 2), "every", id="data2-grid1x2"),
+         pytest.param(1, (2, 2), "root", id="grid2x2-read-root")]
 
 
 @pytest.mark.parametrize("augment", sorted(AUGMENTS))
 @pytest.mark.parametrize("in_memory", ["true", "false"])
-@pytest.mark.parametrize("ndata,grid", [(1, (2, 2)), (2, (1, 2))], ids=["grid2x2", "data2-grid1x2"])
-def test_augmented_ranks_equal_one_process(comm, data_path, ndata, grid, in_memory, augment):
+@pytest.mark.parametrize("ndata,grid,read", CASES)
+def test_augmented_ranks_equal_one_process(comm, data_path, ndata, grid, read, in_memory, augment):
     ref_exp = load_experiment_text(_text(data_path, False, AUGMENTS[augment], "true"))
     serial = Topology.serial()
     ref = ref_exp.run(topology=serial)
     want = gather_params(ref_exp.model, serial)
-    exp = load_experiment_text(_text(data_path, True, AUGMENTS[augment], in_memory))
+    exp = load_experiment_text(_text(data_path, True, AUGMENTS[augment], in_memory, read))
     topo = Topology.from_world(grid=grid, data=ndata, world=comm)
     try:
         res = exp.run(topology=topo)
