@@ -207,14 +207,27 @@ class Augmentation:
 
     def apply(self, stored, index, epoch, seed, tile, reach, plane):
         """The augmented ``tile`` ``(n, C, h, w)`` of the images ``index`` ``(n,)`` in ``epoch``
-        from ``stored`` ``(n, C, rh, rw)``: those images cut to ``reach`` (:meth:`reach`)."""
+        from ``stored`` ``(n, C, rh, rw)``: those images cut to ``reach`` (:meth:`reach`).
+
+        The index map of :meth:`source_index`, computed as copies: the batch is padded once
+        (``np.pad`` in this mode, only on the sides where the reach meets the image's edge), and
+        each image's tile is one slice of it, reversed along a flipped axis."""
         d = self.draws(seed, epoch, index)
-        sy, vy, sx, vx = self.source_index(d, tile, plane)
-        rows = np.take_along_axis(stored, (sy - reach.y0)[:, None, :, None], axis=2)
-        out = np.take_along_axis(rows, (sx - reach.x0)[:, None, None, :], axis=3)
-        if self.mode == "constant" and self.padding:
-            outside = ~(vy[:, None, :, None] & vx[:, None, None, :])
-            out[np.broadcast_to(outside, out.shape)] = self.fill
+        H, W = plane
+        p = self.padding
+        pad_y = (p if reach.y0 == 0 else 0, p if reach.y1 == H else 0)
+        pad_x = (p if reach.x0 == 0 else 0, p if reach.x1 == W else 0)
+        padded = stored
+        if p and any(pad_y + pad_x):
+            extra = {"constant_values": stored.dtype.type(self.fill)} if self.mode == "constant" else {}
+            padded = np.pad(stored, ((0, 0), (0, 0), pad_y, pad_x), mode=self.mode, **extra)
+        origin_y, origin_x = pad_y[0] - reach.y0, pad_x[0] - reach.x0   # global index -> padded index
+        out = np.empty((len(d["oy"]), stored.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), stored.dtype)
+        for j in range(len(out)):
+            ya = (H - tile.y1 if d["flip_v"][j] else tile.y0) + int(d["oy"][j]) - p + origin_y
+            xa = (W - tile.x1 if d["flip_h"][j] else tile.x0) + int(d["ox"][j]) - p + origin_x
+            window = padded[j, :, ya:ya + out.shape[2], xa:xa + out.shape[3]]
+            out[j] = window[:, ::-1 if d["flip_v"][j] else 1, ::-1 if d["flip_h"][j] else 1]
         return out
 
     # -- the dataset's load --------------------------------------------------------------------

@@ -264,6 +264,8 @@ class FileDataset(Dataset):
         ``batch_size``: the model's; ``ndata``: data replicas. Reads the file header only."""
         from .memory import data_memory
         tile = self._check_tile(tile)
+        if self.augment is not None:    # the rank loads its tile's reach (every split: a bound)
+            tile = self.augment.reach(tile, self.plane)
         rows = {s: len(r) for s, r in self.split_rows().items()}
         out = data_memory(rows, self.image_shape[0], tile.shape, np.dtype(dtype).itemsize,
                           self.stored_dtype().itemsize, batch_size, ndata)

@@ -80,6 +80,8 @@ def test_draws_follow_the_hash_and_differ_across_epochs_and_images():
     {"flip": "vertical"},
     {"crop": {"padding": 4, "mode": "reflect"}, "flip": "both"},
     {"crop": 8, "flip": "horizontal"},          # padding wider than the image
+    {"crop": {"padding": 8, "mode": "reflect"}, "flip": "both"},
+    {"crop": {"padding": 10, "mode": "edge"}, "flip": "vertical"},
 ])
 def test_transforms_equal_numpy_oracle_on_whole_images_and_tiles(cfg):
     aug = Augmentation.from_config(cfg)
