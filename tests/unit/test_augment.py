@@ -206,3 +206,14 @@ def test_streamed_augmented_split_keeps_the_prefetch(tmp_path):
     got = [x[b] for b in batches]
     assert x.stored.stats["prefetched"] == 2
     assert all(np.array_equal(g, x[b]) for g, b in zip(got, batches))   # read again directly: the same
+
+
+def test_memory_per_rank_counts_the_reach(tmp_path):
+    path = write_data(tmp_path / "d.h5")
+    plain = load_experiment_text(experiment(CNN, path)).dataset
+    ds = load_experiment_text(_augmented_text(path, "")).dataset
+    tile = tile_of(ds.plane, (2, 2), (0, 0))           # 6x5 of 12x10; reach: 8 rows, the full width
+    reach = ds.augment.reach(tile, ds.plane)
+    assert reach == Box(0, 8, 0, 10)
+    assert ds.memory_per_rank(tile, 8)["memory"] == plain.memory_per_rank(reach, 8)["memory"]
+    assert ds.memory_per_rank(tile, 8)["memory"] > plain.memory_per_rank(tile, 8)["memory"]
