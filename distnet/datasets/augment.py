@@ -264,7 +264,9 @@ def cut_to(x, tile, reach):
 class AugmentedArray:
     """The training split as the model indexes it: ``x[rows]`` is the augmented ``tile`` of the
     images ``rows`` (their rows in the split, the draws' ``index``) in the current epoch
-    (:meth:`set_epoch`, which the training loop calls before every epoch; 0 until then).
+    (:meth:`set_epoch`, which the training loop calls before every epoch's training steps), and
+    the ``tile`` as stored while no epoch is set (None: before training, GB's pretraining, the
+    metrics after an epoch, ``distnet evaluate``).
 
     ``stored`` is the split cut to the reach of ``tile``: an ``(N, C, rh, rw)`` array or a
     :class:`~distnet.datasets.stream.StreamArray` (whose prefetch still serves the reads).
@@ -278,11 +280,11 @@ class AugmentedArray:
         self.tile, self.reach, self.plane, self.seed = tile, reach, tuple(plane), seed
         self.shape = (stored.shape[0], stored.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0)
         self.dtype = stored.dtype
-        self.epoch = 0
+        self.epoch = None
 
     def set_epoch(self, epoch):
-        """Draw the next reads for ``epoch``."""
-        self.epoch = int(epoch)
+        """Draw the next reads for ``epoch`` (an int), or read the images as stored (None)."""
+        self.epoch = None if epoch is None else int(epoch)
 
     def __len__(self):
         return self.shape[0]
@@ -297,6 +299,9 @@ class AugmentedArray:
         elif np.isscalar(rows):
             return self[np.array([rows])][0]
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if self.epoch is None:
+            t, r = self.tile, self.reach
+            return np.ascontiguousarray(self.stored[rows][:, :, t.y0 - r.y0:t.y1 - r.y0, t.x0 - r.x0:t.x1 - r.x0])
         return self.augmentation.apply(self.stored[rows], rows, self.epoch, self.seed, self.tile,
                                        self.reach, self.plane)
 

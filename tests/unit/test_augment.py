@@ -170,6 +170,8 @@ def test_dataset_augments_train_only_in_memory_and_streamed(tmp_path, in_memory)
             d = aug.draws(5, epoch, rows)
             want = np.stack([_oracle(ref_x[r], d, i, aug) for i, r in enumerate(rows)])
             assert np.array_equal(x_train[rows], want[:, :, box.y0:box.y1, box.x0:box.x1])
+        x_train.set_epoch(None)                  # metrics, evaluate, pretraining: as stored
+        assert np.array_equal(x_train[np.arange(len(ref_x))], ref_x[:, :, box.y0:box.y1, box.x0:box.x1])
         for split in ("valid", "test"):          # never augmented, cut to the tile as before
             got = data[split][0]
             got = got[np.arange(len(got))]
@@ -186,6 +188,8 @@ def test_augmented_run_streams_like_in_memory_and_changes_the_numbers(tmp_path):
     assert stream.epoch_costs == mem.epoch_costs and stream.test_misclass == mem.test_misclass
     plain = load_experiment_text(experiment(CNN, path)).run()
     assert plain.epoch_costs[0] != mem.epoch_costs[0]
+    x, y = load_experiment_text(experiment(CNN, path)).dataset.load(dtype=np.float64, seed=5)["train"]
+    assert stream.train_misclass == exp.model.misclass_rate(x, y)     # measured on the images as stored
 
 
 def test_no_random_key_means_no_augmentation():
@@ -217,3 +221,12 @@ def test_memory_per_rank_counts_the_reach(tmp_path):
     assert reach == Box(0, 8, 0, 10)
     assert ds.memory_per_rank(tile, 8)["memory"] == plain.memory_per_rank(reach, 8)["memory"]
     assert ds.memory_per_rank(tile, 8)["memory"] > plain.memory_per_rank(tile, 8)["memory"]
+
+
+def test_the_loop_sets_the_epoch_for_the_steps_only(tmp_path, monkeypatch):
+    from distnet.datasets.augment import AugmentedArray
+    calls = []
+    original = AugmentedArray.set_epoch
+    monkeypatch.setattr(AugmentedArray, "set_epoch", lambda self, e: (calls.append(e), original(self, e)))
+    load_experiment_text(_augmented_text(write_data(tmp_path / "d.h5"), "")).run()
+    assert calls == [0, None, 1, None, 2, None, 3, None]     # metrics after each epoch: as stored
