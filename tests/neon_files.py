@@ -1,10 +1,11 @@
 """neon's own experiment files as test fixtures: the ten ``examples/distributed`` files of neon's
-later (Jan/Feb 2015) schema in ``tests/data/neon_later/``, neon v0.4.0's MNIST / CIFAR-10
-examples in ``tests/data/neon_04/`` and the one in ``experiments/``, with small random MNIST /
+later (Jan/Feb 2015) schema in ``tests/data/neon_later/``, all 22 of neon v0.4.0's
+``examples/*.yaml`` in ``tests/data/neon_04/`` and the one in ``experiments/``, with small random MNIST /
 CIFAR-10 data to run them on.
 
-Only data paths change (``./datasets`` -> a folder of random images); on a machine without a
-GPU the ``gpu`` / ``cudanet`` files get a CPU backend in place of ``GPUDataDist`` / ``Cudanet``.
+Only data paths change (``./datasets`` or neon's ``/usr/local/data`` -> a folder of random
+images; Iris needs none); on a machine without a GPU the ``gpu`` / ``cudanet`` / ``cudamat`` files
+get a CPU backend in place of ``GPUDataDist`` / ``Cudanet`` / ``Cudamat``.
 """
 import os
 import pickle
@@ -20,8 +21,29 @@ NEON04 = (sorted((ROOT / "tests" / "data" / "neon_04").glob("*.yaml"))
           + [ROOT / "experiments" / "neon_mnist_numpy_cnn-20-50-500-10.yaml"])
 ALL = LATER + NEON04
 
+#: v0.4.0 files whose model class distnet does not build yet (RBM, DBN): their tests are
+#: expected to fail (strictly: they report when they start passing). Empty it once the classes exist.
+NOT_YET = {"mnist_cudamat_dbn-784-1000", "mnist_cudanet_rbm-784-1000", "mnist_numpy_rbm-784-1000"}
+
+
+def params(paths):
+    """``pytest.param`` per file (id: its stem), the :data:`NOT_YET` ones marked xfail."""
+    import pytest
+    mark = pytest.mark.xfail(strict=True, reason="its model class (RBM / DBN) is not built yet")
+    return [pytest.param(p, id=p.stem, marks=mark if p.stem in NOT_YET else ()) for p in paths]
+
 _MNIST = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
           "t10k-labels-idx1-ubyte")
+
+
+#: The data folders the files name: ``./datasets`` (re-serialised files) and neon's own
+#: ``/usr/local/data`` (files kept verbatim).
+DATA_PATHS = ("./datasets", "/usr/local/data")
+
+
+def uses_gpu(path):
+    """Whether the file ``path`` names a GPU backend (gpu / cudanet / cudamat)."""
+    return any(k in Path(path).stem for k in ("gpu", "cudanet", "cudamat"))
 
 
 def have_gpu():
@@ -54,10 +76,12 @@ def text_of(path, data_root, cpu_if_no_gpu=True):
     """The YAML of ``path`` reading ``data_root`` (and on the CPU when there is no GPU, unless
     ``cpu_if_no_gpu`` is False)."""
     text = Path(path).read_text()
-    text = text.replace("./datasets", str(data_root))
+    for folder in DATA_PATHS:
+        text = text.replace(folder, str(data_root))
     if cpu_if_no_gpu and not have_gpu():
         text = text.replace("neon.backends.gpu.GPUDataDist", "neon.backends.cpu.CPUDataDist")
         text = text.replace("neon.backends._cudanet.Cudanet", "neon.backends._numpy.Numpy")
+        text = text.replace("neon.backends._cudamat.Cudamat", "neon.backends._numpy.Numpy")
     return text
 
 

@@ -1,168 +1,151 @@
-"""Data only on rank 0's node, two nodes simulated on this machine: MPICH's hydra with the fork
-launcher and two host names (``-hosts nodeA:2,nodeB:2``) makes MPI see two nodes (two
-shared-memory groups), and per-host argument sets (``:``) give each node its own working
-directory, so each has its own files. Every launch runs inside ``timeout``.
+"""One job on two nodes, simulated on this machine: MPICH's Hydra with ``-launcher fork -hosts
+nodeA:2,nodeB:2`` starts ranks 0-1 as one node and ranks 2-3 as another (MPI's shared-memory
+split sees two nodes), and ``:``-separated argument sets give each node its own working
+directory (``-wdir``), so each node has its own files, as nodes without a shared file system do.
 
-* ``read: root``, the data file in nodeA's folder only: the run's checkpoint and costs equal
-  (bit for bit) those of ``read: every`` with a copy on both nodes, and the one-process oracle's
-  up to summation order;
-* ``cache_dir``: the first run fills each node's caches; a second run with the data gone from
-  nodeA trains from them, to the same numbers; a rank without its cache then is a clear error;
-* ``distnet check``, ``distnet evaluate`` and ``distnet predict`` with data, images and
-  checkpoint on nodeA only: OK, and the one-process results.
-"""
+Each distributed run is compared with the one-process run of the same experiment on rank 0's
+node (the oracle: float64 costs equal up to summation order)."""
 import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 
 from distnet.comm.launcher import launch_env, mpiexec_path
 from tests.tiny import CNN, experiment, write_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIMIT = 240
-
-
-def _mpiexec():
-    found = mpiexec_path()
-    if found is None or "hydra" not in subprocess.run([found, "--version"], capture_output=True,
-                                                      text=True).stdout.lower():
-        pytest.skip("needs MPICH's hydra mpiexec (per-host -wdir, the fork launcher)")
-    return found
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = "150"
 
 
 def _env():
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL"))}
-    env = launch_env(4, base)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    return env
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL", "SLURM_", "I_MPI_"))}
+    base.pop("DISTNET_RUNS_DIR", None)       # each node's runs/ in its own working directory
+    return launch_env(4, base)
 
 
-def two_nodes(node_a, node_b, *args, ok=True):
-    """``distnet ARGS`` on 2 + 2 ranks, nodeA's in ``node_a``, nodeB's in ``node_b``."""
-    cmd = [sys.executable, "-m", "distnet", *args]
-    full = ["timeout", "-k", "10", str(LIMIT), _mpiexec(), "-launcher", "fork", "-hosts", "nodeA:2,nodeB:2",
-            "-n", "2", "-wdir", str(node_a), *cmd, ":", "-n", "2", "-wdir", str(node_b), *cmd]
-    proc = subprocess.run(full, env=_env(), capture_output=True, text=True, timeout=LIMIT + 30)
-    out = proc.stdout + proc.stderr
-    assert (proc.returncode == 0) == ok, out[-4000:]
-    return out
+def two_nodes(a, b, *args, env=None):
+    """``distnet run ARGS`` on ranks 0-1 in folder ``a`` (node A) and ranks 2-3 in ``b`` (node B)."""
+    if shutil.which("timeout") is None:
+        pytest.skip("needs timeout(1)")
+    run = [sys.executable, "-m", "distnet", "run", *args]
+    cmd = ["timeout", "-k", "5", LIMIT, mpiexec_path(), "-launcher", "fork", "-hosts", "nodeA:2,nodeB:2",
+           "-n", "2", "-wdir", str(a), *run, ":", "-n", "2", "-wdir", str(b), *run]
+    proc = subprocess.run(cmd, env=dict(_env(), **(env or {})), capture_output=True, text=True)
+    assert proc.returncode not in (124, 137), f"timed out\n{proc.stderr}"
+    return proc
 
 
 def one_process(folder, *args):
-    proc = subprocess.run([sys.executable, "-m", "distnet", *args], cwd=folder, env=_env(),
-                          capture_output=True, text=True, timeout=LIMIT)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc.stdout
+    proc = subprocess.run(["timeout", LIMIT, sys.executable, "-m", "distnet", "run", *args], cwd=folder,
+                          env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc
 
 
-def _params(path):
-    with h5py.File(path, "r") as f:
-        return {k: f[f"params/{k}/value"][()] for k in f["params"]}
+def costs(run_dir):
+    lines = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return np.array([x["cost"] for x in lines if "cost" in x])
 
 
-def _costs(path):
-    with open(path) as f:
-        return [json.loads(line)["cost"] for line in f if '"cost"' in line]
+def runs_in(folder):
+    d = Path(folder) / "runs"
+    return sorted(d.iterdir()) if d.exists() else []
 
 
-RUN = ("run", "exp.yaml", "--no-run-dir", "--metrics", "m.jsonl", "--checkpoint", "ck.h5", "--force", "-q")
-
-
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    """Folders ``one`` (the oracle), ``A`` and ``B`` (the nodes) and ``every`` / ``everyB`` (a
-    copy on both nodes); the experiment, a 2x2 halopar CNN in float64, in each."""
-    base = tmp_path_factory.mktemp("nodes")
-    dirs = {k: base / k for k in ("one", "A", "B", "every", "everyB")}
-    for d in dirs.values():
+@pytest.fixture
+def nodes(tmp_path):
+    """Folders ``A`` and ``B``, each with its own copy of the data file ``data.h5``; the experiment
+    ``cnn.yaml`` (2x2 tiles of a float64 CNN, reading ``data.h5`` relative to the node's folder)
+    on node A only."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    for d in (a, b):
         d.mkdir()
-    write_data(dirs["A"] / "data.h5", n_train=48, n_test=16)
-    for k in ("one", "every", "everyB"):
-        shutil.copy(dirs["A"] / "data.h5", dirs[k] / "data.h5")
-    text = experiment(CNN, "data.h5", dist=True)
-    shared = text.replace("HDF5Dataset {dist_flag: True, ",
-                          "HDF5Dataset {dist_flag: True, read: root, read_chunk_mb: 0.01, cache_dir: cache, ")
-    (dirs["one"] / "exp.yaml").write_text(text)     # one process: grid 1x1
-    for k in ("every", "everyB"):
-        (dirs[k] / "exp.yaml").write_text(text)
-    for k in ("A", "B"):
-        (dirs[k] / "exp.yaml").write_text(shared)
-    with h5py.File(dirs["A"] / "data.h5", "r") as f:
-        np.save(dirs["A"] / "new.npy", f["test/x"][:7])
-    shutil.copy(dirs["A"] / "new.npy", dirs["one"] / "new.npy")
-    one_process(dirs["one"], *RUN)
-    two_nodes(dirs["every"], dirs["everyB"], *RUN)
-    two_nodes(dirs["A"], dirs["B"], *RUN)
-    return dirs
+        write_data(d / "data.h5")
+    (a / "cnn.yaml").write_text(experiment(CNN, "data.h5", dist=True).replace("num_epochs: 4,", "num_epochs: 2,"))
+    return a, b
 
 
-def test_data_on_rank0s_node_only_trains_as_a_shared_copy(nodes):
-    assert not (nodes["B"] / "data.h5").exists()
-    every, root, one = (_params(nodes[k] / "ck.h5") for k in ("every", "A", "one"))
-    assert every.keys() == root.keys() == one.keys()
-    for k in every:
-        np.testing.assert_array_equal(root[k], every[k])          # the same numbers, bit for bit
-        np.testing.assert_allclose(root[k], one[k], rtol=1e-12, atol=1e-14)   # summation order
-    assert _costs(nodes["A"] / "m.jsonl") == _costs(nodes["every"] / "m.jsonl")
-    np.testing.assert_allclose(_costs(nodes["A"] / "m.jsonl"), _costs(nodes["one"] / "m.jsonl"), rtol=1e-12)
-    assert sorted(os.listdir(nodes["A"] / "cache")) == ["data.rank0of4.h5", "data.rank1of4.h5"]
-    assert sorted(os.listdir(nodes["B"] / "cache")) == ["data.rank2of4.h5", "data.rank3of4.h5"]
+def test_the_experiment_is_read_on_rank_0s_node_only(nodes):
+    """Node B has no experiment file, then one that differs (epochs, learning rate): both train
+    rank 0's experiment, with the one-process numbers, and write one run directory, on node A."""
+    a, b = nodes
+    one_process(a, "cnn.yaml", "-q", "--run-dir", "oracle")
+    oracle = costs(a / "oracle")
+    assert len(oracle) == 2
+    for b_file in (None, "num_epochs: 5, batch_size: 8, shuffle: True, learning_rate: 0.7,"):
+        if b_file is not None:
+            (b / "cnn.yaml").write_text((a / "cnn.yaml").read_text().replace(
+                "num_epochs: 2, batch_size: 8, shuffle: True, learning_rate: 0.1,", b_file))
+            assert (b / "cnn.yaml").read_text() != (a / "cnn.yaml").read_text()
+        proc = two_nodes(a, b, "cnn.yaml", "-q", "--no-checkpoint")
+        assert proc.returncode == 0, proc.stderr
+        (run,) = runs_in(a)
+        assert runs_in(b) == []
+        np.testing.assert_allclose(costs(run), oracle, rtol=1e-12)
+        assert json.loads((run / "run.json").read_text())["topology"]["size"] == 4
+        shutil.rmtree(run)
 
 
-def test_one_reader_per_node(nodes):
-    """read: node with a copy on each node: ranks 0 and 2 read, each for its node; the numbers
-    are those of read: every."""
-    for k in ("every", "everyB"):
-        text = (nodes[k] / "exp.yaml").read_text()
-        (nodes[k] / "node.yaml").write_text(text.replace("HDF5Dataset {dist_flag: True, ",
-                                                         "HDF5Dataset {dist_flag: True, read: node, "))
-    two_nodes(nodes["every"], nodes["everyB"], "run", "node.yaml", "--no-run-dir", "--metrics", "mn.jsonl",
-              "--checkpoint", "ckn.h5", "-q")
-    node, every = _params(nodes["every"] / "ckn.h5"), _params(nodes["every"] / "ck.h5")
-    for k in every:
-        np.testing.assert_array_equal(node[k], every[k])
-    assert _costs(nodes["every"] / "mn.jsonl") == _costs(nodes["every"] / "m.jsonl")
+def test_a_differing_data_copy_is_refused_naming_its_ranks(nodes):
+    a, b = nodes
+    write_data(b / "data.h5", seed=1)        # node B converted its copy again: other images and labels
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 1, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
+    assert len(lines) == 4 and all("data.h5: rank(s) 2, 3 read data that differ from rank 0's (rank 2: other "
+                                   "test images; other test labels; other train images; other train labels)" in x
+                                   for x in lines), proc.stderr
+    assert "epoch" not in proc.stdout + proc.stderr
+    (run,) = runs_in(a)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "failed" and "rank(s) 2, 3 read data that differ" in info["error"]
 
 
-def test_second_run_from_the_node_caches_without_the_data(nodes, tmp_path):
-    first = _params(nodes["A"] / "ck.h5")
-    shutil.move(nodes["A"] / "data.h5", tmp_path / "data.h5")
-    try:
-        two_nodes(nodes["A"], nodes["B"], *RUN)
-        again = _params(nodes["A"] / "ck.h5")
-        for k in first:
-            np.testing.assert_array_equal(again[k], first[k])
-        shutil.move(nodes["B"] / "cache" / "data.rank3of4.h5", tmp_path / "c3.h5")
-        out = two_nodes(nodes["A"], nodes["B"], *RUN, ok=False)
-        assert "data.h5 is not on the reading rank's node" in out and "rank(s) 3" in out
-    finally:
-        shutil.move(tmp_path / "data.h5", nodes["A"] / "data.h5")
-        if (tmp_path / "c3.h5").exists():
-            shutil.move(tmp_path / "c3.h5", nodes["B"] / "cache" / "data.rank3of4.h5")
+def test_a_data_file_missing_on_another_node_writes_nothing(nodes):
+    a, b = nodes
+    os.remove(b / "data.h5")
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"rank 2, 3: MissingDataError: cnn.yaml:3: key 'path': HDF5 dataset file data.h5 does not exist" in proc.stderr
+    assert runs_in(a) == [] and runs_in(b) == []
 
 
-def test_evaluate_and_predict_with_everything_on_rank0s_node(nodes):
-    shutil.rmtree(nodes["B"] / "cache", ignore_errors=True)     # nodeB: nothing but the experiment file
-    out = two_nodes(nodes["A"], nodes["B"], "check", "exp.yaml")    # distnet check: the reader's header too
-    assert "exp.yaml: OK (4 layers, input (1, 12, 10), output (3,); on these 4 ranks" in out
-    out = two_nodes(nodes["A"], nodes["B"], "evaluate", "exp.yaml", "--checkpoint", "ck.h5")
-    want = one_process(nodes["one"], "evaluate", "exp.yaml", "--checkpoint", str(nodes["A"] / "ck.h5"))
-    rates = [line.split(":", 1)[1] for line in out.splitlines() if "misclass rate" in line]
-    assert rates == [line.split(":", 1)[1] for line in want.splitlines() if "misclass rate" in line]
-    assert len(rates) == 2
-    two_nodes(nodes["A"], nodes["B"], "predict", "exp.yaml", "--checkpoint", "ck.h5", "--data", "new.npy",
-              "-o", "pred.h5", "--force")
-    one_process(nodes["one"], "predict", "exp.yaml", "--checkpoint", str(nodes["A"] / "ck.h5"), "--data",
-                "new.npy", "-o", "pred.h5", "--force")
-    with h5py.File(nodes["A"] / "pred.h5", "r") as got, h5py.File(nodes["one"] / "pred.h5", "r") as want:
-        np.testing.assert_allclose(got["probabilities"][()], want["probabilities"][()], rtol=1e-12)
-        np.testing.assert_array_equal(got["labels"][()], want["labels"][()])
-    assert sorted(os.listdir(nodes["B"])) == ["cache", "exp.yaml"]   # no data, images nor checkpoint there
-    assert sorted(os.listdir(nodes["B"] / "cache")) == ["data.rank2of4.h5", "data.rank3of4.h5"]   # refilled
+def test_a_failure_on_node_b_is_recorded_on_node_a(nodes):
+    """Rank 2 fails mid-run; its node cannot see rank 0's run directory, yet run.json says failed,
+    which rank and why (not running)."""
+    a, b = nodes
+    proc = two_nodes(a, b, "cnn.yaml", "-q", env={"DISTNET_FAULT_INJECT": "2:1"})
+    assert proc.returncode not in (0, 124, 137), proc.stderr
+    (run,) = runs_in(a)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "failed" and info["failed_rank"] == 2, info
+    assert info["error"].startswith("InjectedFault: fault injected by DISTNET_FAULT_INJECT=2:1 on rank 2")
+
+
+def test_a_config_error_names_file_and_line_on_every_rank(nodes):
+    """Node B has no experiment file: its ranks report rank 0's file and line all the same."""
+    a, b = nodes
+    (a / "cnn.yaml").write_text((a / "cnn.yaml").read_text().replace("batch_size: 8,", "batch_size: 8, bogus_key: 1,"))
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
+    assert len(errors) == 4 and len({x.split("] ", 1)[1] for x in errors}) == 1, proc.stderr
+    assert errors[0].split("] ", 1)[1].startswith("distnet: error: cnn.yaml:5: "), errors[0]
+    assert "bogus_key" in errors[0] and runs_in(a) == []
+
+
+def test_an_experiment_file_missing_on_rank_0s_node_is_said_on_every_rank(nodes):
+    a, b = nodes
+    os.rename(a / "cnn.yaml", b / "cnn.yaml")           # only node B has it: rank 0 cannot read it
+    proc = two_nodes(a, b, "cnn.yaml", "-q")
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
+    assert len(errors) == 4 and all("distnet: error: cnn.yaml: cannot read experiment file: No such file or directory"
+                                    in x for x in errors), proc.stderr

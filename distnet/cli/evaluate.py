@@ -47,8 +47,9 @@ def evaluate(experiment, checkpoint, overrides):
     if job.rank0:
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
                    f"{result.evaluated_on}")
+        label, unit = getattr(exp.model, "metric_label", ("misclass rate", "%"))   # Autoencoder: reconstruction
         for split, rate in result.rates.items():
-            click.echo(f"{split} set misclass rate: {rate:.5f}% ({result.counts[split]} images)")
+            click.echo(f"{split} set {label}: {rate:.5f}{unit} ({result.counts[split]} images)")
 
 
 @click.command("predict")

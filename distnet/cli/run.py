@@ -81,14 +81,17 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     with Job(world=True, signals=True, errors=TRAINING_ERRORS) as job:
         rank0 = job.rank0
         state = job.on_failure(_Record())   # what to close and record when the run fails
-        exp = load_experiment(experiment, overrides)
+        text, overrides = experiment_text(job, experiment, overrides)   # rank 0's, on every rank
+        exp = load_experiment(experiment, overrides, text=text)
         if verbose or quiet:
             exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
-        exp.check()  # shapes and data headers: a broken experiment leaves no run directory behind
+        # shapes and data headers, agreed on by every rank (a data file missing on another node
+        # fails there): a broken experiment leaves no run directory behind
+        job.collectively(exp.check)
         if tensorboard:
             from .tensorboard import require_writer
             require_writer()
-        exp.config_record = experiment_config(experiment, overrides)
+        exp.config_record = experiment_config(experiment, overrides, text=text)
         if checkpoint_every is not None:
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
@@ -106,6 +109,9 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, RUN_CHECKPOINT)
         if where is not None:
             record_failures_in(where)
+            if job.comm is not None:   # another node's failure reaches rank 0's run.json
+                from ..comm.abort import start_failure_relay
+                start_failure_relay(job.comm)
 
         def start_record():     # rank 0 writes; a failure (a full disk) ends every rank with its reason
             if record is not None:
@@ -135,6 +141,29 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         # of rank 0 alone while the others had already exited 0.
         job.collectively(finish)
         _drop_handler(state.log_handler)
+        if job.comm is not None:
+            from ..comm.abort import stop_failure_relay
+            stop_failure_relay()
+
+
+def experiment_text(job, path, overrides):
+    """``(text, overrides)``: the experiment file as rank 0 read it and rank 0's ``--set``
+    list, on every rank (one broadcast over ``COMM_WORLD``). The file is needed on rank 0's node
+    only, and ranks can never build different experiments from copies that differ; errors in it
+    name the file and line alike on every rank. A file rank 0 cannot read is its ConfigError on
+    every rank."""
+    from ..config.yaml_loader import read_text
+    from ..errors import ConfigError
+    mine = None
+    if job.rank0:
+        try:
+            mine = ("text", read_text(path), list(overrides))
+        except ConfigError as e:
+            mine = ("error", e.bare_message, e.where, e.key)
+    got = job.bcast(mine)
+    if got[0] == "error":
+        raise ConfigError(*got[1:])
+    return got[1], tuple(got[2])
 
 
 def _out_of_memory(e):   # numpy's "Unable to allocate 67 GiB for an array with shape ..."

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import re
-import zlib
 
 import numpy as np
 
@@ -146,13 +145,16 @@ class FileDataset(Dataset):
         return self.missing(f"{self.file_kind} {path} {what}{hint}", key, path)
 
     def fingerprint(self):
-        """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and
-        the labels (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
+        """Per split: its shape and dtype, a CRC-32 of its labels and one of the pixels of
+        :data:`~distnet.datasets.checks.SAMPLED_IMAGES` evenly spaced images, read from the
+        header, the labels and those rows (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
+        from .checks import crc, sampled_rows, shape_text
         out = []
         for split, src in sorted(self.sources().items()):
-            y = np.ascontiguousarray(np.asarray(src.labels()))
-            out.append((split, tuple(int(d) for d in src.shape), str(src.dtype),
-                        zlib.crc32(memoryview(y).cast("B")) if y.size else 0))
+            rows = sampled_rows(int(src.shape[0]))
+            pixels = src.read(rows, Box(0, int(src.shape[2]), 0, int(src.shape[3]))) if rows.size else np.zeros(0)
+            out += [(f"{split} images", shape_text(src.shape, src.dtype), crc(pixels)),
+                    (f"{split} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64)))]
         return out
 
     # -- shapes without pixels ---------------------------------------------------------------

@@ -144,7 +144,10 @@ class FitExperiment(Experiment):
         self.model.infer_shapes(self.dataset.image_shape)
         self.dataset.check()   # file datasets: scale keys vs stored dtype
         nout = self.model.layers[-1].out_shape[0]
-        if nout != self.dataset.nclasses:
+        target_check = getattr(self.model, "check_outputs", None)   # models whose targets are not classes
+        if target_check is not None:
+            target_check(self.dataset)
+        elif nout != self.dataset.nclasses:
             raise self.model.layers[-1].error(
                 f"gives {nout} outputs but the dataset has {self.dataset.nclasses} classes", "nout")
 
@@ -224,7 +227,8 @@ class FitExperiment(Experiment):
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
                 result.split_images[split] = len(data[split][1])
-                log.info("%s set misclass rate: %.5f%%", split, rate)
+                label, unit = getattr(self.model, "metric_label", ("misclass rate", "%"))
+                log.info("%s set %s: %.5f%s", split, label, rate, unit)
 
 
 class FitPredictErrorExperiment(FitExperiment):

@@ -126,8 +126,9 @@ def test_ranks_reading_different_copies_of_the_data_stop_together(comm, files):
     text = experiment(CNN, own, dist=True).replace("num_epochs: 4,", "num_epochs: 1,")
     with pytest.raises(DataError) as e:
         load_experiment_text(text).run()
-    assert (f"{own}: rank(s) 1 read data that differ from rank 0's (rank 1: other test labels; other "
-            "train labels): every rank must read the same file") in str(e.value)
+    rank0_file = os.path.join(files, "copy0.h5")              # rank 0 says it, alike on every rank
+    assert (f"{rank0_file}: rank(s) 1 read data that differ from rank 0's (rank 1: other test images; other test "
+            "labels; other train images; other train labels): every rank must read the same file") in str(e.value)
     write_data(own, seed=0)                                  # the same file everywhere: no error
     comm.barrier()
     HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)
@@ -138,5 +139,5 @@ def test_ranks_reading_different_copies_of_the_data_stop_together(comm, files):
     comm.barrier()
     with pytest.raises(DataError, match=rf"rank\(s\) {comm.size - 1} read data that differ from rank 0's "
                                         rf"\(rank {comm.size - 1}: test images \(11, 1, 12, 10\) float64, not "
-                                        r"\(10, 1, 12, 10\) float64\)"):
+                                        r"\(10, 1, 12, 10\) float64; test labels 11, not 10\)"):
         HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)

@@ -44,14 +44,14 @@ def test_the_ten_later_files_are_there():
     assert kinds == ["datapar"] * 4 + ["halopar"] * 3 + ["vecpar"] * 3
 
 
-@pytest.mark.parametrize("path", neon_files.ALL, ids=[p.stem for p in neon_files.ALL])
+@pytest.mark.parametrize("path", neon_files.params(neon_files.ALL))
 def test_check_and_run_on_one_process(folder, tmp_path, path, restore_logger):
     as_is = str(neon_files.write_experiment(path, folder, tmp_path, cpu_if_no_gpu=False))
     runner = CliRunner()
     r = runner.invoke(main, ["check", as_is])        # GPU files too: checked as CPU without a GPU
     assert r.exit_code == 0, r.output
     assert ": OK (" in r.output
-    if not neon_files.have_gpu() and ("gpu" in path.stem or "cudanet" in path.stem):
+    if not neon_files.have_gpu() and neon_files.uses_gpu(path):
         assert "no usable GPU here: the GPU backend" in r.output
     exp_path = str(neon_files.write_experiment(path, folder, tmp_path))
     r = runner.invoke(main, ["run", exp_path, "--no-run-dir", "--no-progress",
