@@ -306,8 +306,9 @@ class AugmentedArray:
                                        self.reach, self.plane)
 
     def close(self):
-        if hasattr(self.stored, "close"):
-            self.stored.close()
+        close = getattr(self.stored, "close", None)     # a streamed source; an array has none
+        if close is not None:
+            close()
 
     def __repr__(self):
         return f"AugmentedArray({self.augmentation}, shape={self.shape}, tile={self.tile}, reach={self.reach})"

@@ -224,6 +224,12 @@ class Dataset:
 
     # -- read: root / node ------------------------------------------------------------------
 
+    def set_epoch(self, x, epoch):
+        """The training images ``x`` (what :meth:`load` gave) draw the augmentation of ``epoch``
+        (None: the images as stored). Nothing without ``augment``."""
+        if self.augment is not None:
+            x.set_epoch(epoch)
+
     def reader(self):
         """The :class:`~distnet.comm.root_read.DataReader` of this process for ``read``, or None
         (``read: every``, or a run of one process: this rank reads its files itself)."""

@@ -124,6 +124,10 @@ class Experiment:
         """The training split's read-ahead (``Dataset.read_ahead``), None for data in memory."""
         return None
 
+    def set_epoch(self, train, epoch):
+        """Before an epoch's training steps (``epoch``) and after them (None): augmented training
+        images draw that epoch's crops and flips, then show the images as stored."""
+
     def note_start(self, data, first_epoch, log):
         """Warnings about the run that need its data (none here)."""
 

@@ -143,13 +143,7 @@ class FitExperiment(Experiment):
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
         self.dataset.check()   # file datasets: scale keys vs stored dtype
-        nout = self.model.layers[-1].out_shape[0]
-        target_check = getattr(self.model, "check_outputs", None)   # models whose targets are not classes
-        if target_check is not None:
-            target_check(self.dataset)
-        elif nout != self.dataset.nclasses:
-            raise self.model.layers[-1].error(
-                f"gives {nout} outputs but the dataset has {self.dataset.nclasses} classes", "nout")
+        self.model.check_outputs(self.dataset)
 
     def setup(self, topology=None):
         """Shapes, topology, layer plans and weights; returns the topology."""
@@ -206,6 +200,9 @@ class FitExperiment(Experiment):
     def read_ahead(self, train):
         return self.dataset.read_ahead(train[0])
 
+    def set_epoch(self, train, epoch):
+        self.dataset.set_epoch(train[0], epoch)
+
     def eval_splits(self):
         """The splits measured every ``eval_every`` epochs (those the data has): validation,
         training (FitPredictErrorExperiment), test."""
@@ -227,7 +224,7 @@ class FitExperiment(Experiment):
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
                 result.split_images[split] = len(data[split][1])
-                label, unit = getattr(self.model, "metric_label", ("misclass rate", "%"))
+                label, unit = self.model.metric_label
                 log.info("%s set %s: %.5f%s", split, label, rate, unit)
 
 

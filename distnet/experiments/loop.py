@@ -132,12 +132,9 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
                 hooks.pretrain(record)
         for epoch in range(first, model.num_epochs):
             t1 = clock()
-            augmented = hasattr(train[0], "set_epoch")   # augmented training images draw per epoch
-            if augmented:
-                train[0].set_epoch(epoch)
+            exp.set_epoch(train, epoch)     # augmented images draw per epoch
             cost = model.fit_epoch(train, epoch, on_batch, read_ahead)
-            if augmented:   # the metrics measure the images as stored
-                train[0].set_epoch(None)
+            exp.set_epoch(train, None)      # the metrics measure the images as stored
             record = {"epoch": epoch, "cost": cost, "seconds": clock() - t1}
             if eval_splits and exp.evaluates(epoch):
                 t1 = clock()
