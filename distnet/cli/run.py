@@ -116,6 +116,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             hooks.close(ok=True)
             if record is not None:   # the checkpoint written, if any (none with at_end: false, every: 0)
                 record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
+                if exp.checkpoint_io:   # bytes and seconds of the last save and of the restore
+                    record.info["checkpoint_io"] = dict(exp.checkpoint_io)
                 record.finish("finished", timings=result.timings)
                 get_logger().info("run directory: %s", record.path)
         # A failure here (a full disk) ends every rank with rank 0's reason and status, instead
