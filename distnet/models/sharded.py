@@ -117,6 +117,7 @@ class ShardWriter:
     def __init__(self, folder, name, token):
         from ..fileio import hdf5_file
         self.name, self.path = name, os.path.join(folder, name)
+        open(self.path, "wb").close()     # hdf5_file writes through a file object of an existing file
         self._ctx = hdf5_file(self.path, sync=True)
         self.f = self._ctx.__enter__()
         self.f.attrs["format"], self.f.attrs["token"] = INDEX_FORMAT + "-shard", token
@@ -204,6 +205,7 @@ def write_index(folder, token, arrays, shards, epoch, meta, shuffle_state, confi
     """``index.h5`` into ``folder`` (flushed to disk): the training state and the piece list."""
     from ..fileio import hdf5_file, umask_mode
     path = os.path.join(folder, INDEX)
+    open(path, "wb").close()
     with hdf5_file(path, sync=True) as f:
         write_header(f, INDEX_FORMAT, epoch, meta, shuffle_state, config, history)
         f.attrs["token"] = token

@@ -1,0 +1,174 @@
+"""Sharded checkpoints on one process: a sharded save holds exactly what the single file holds,
+resumes to the uninterrupted run's weights (float64, bitwise), consolidates to a single file and
+splits back into any number of shards; damaged, foreign or incomplete folders are refused naming
+the shard and the problem. (Resharding across ranks: tests/mpi/test_sharded_checkpoint.py.)"""
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.config import load_experiment
+from distnet.errors import CheckpointError, ConfigError
+from distnet.experiments.rundir import experiment_config
+from distnet.models import sharded
+from distnet.models.checkpoint import read_checkpoint
+from tests.tiny import write_experiments
+
+
+@pytest.fixture(autouse=True)
+def _logger(restore_logger):
+    """Experiments configure the distnet logger: restored after each test (tests/conftest.py)."""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_experiments(tmp_path_factory.mktemp("sck"))
+
+
+def run(path, overrides=(), checkpoint=None, resume=None, shard=False):
+    exp = load_experiment(str(path), list(overrides))
+    exp.config_record = experiment_config(str(path), list(overrides))
+    exp.checkpoint_path, exp.checkpoint_sharded = (str(checkpoint) if checkpoint else None), shard
+    return exp, exp.run(resume=str(resume) if resume else None)
+
+
+def assert_same(a, b):
+    """Two checkpoints (files or folders) hold the same training state, bit for bit."""
+    ca, cb = read_checkpoint(a), read_checkpoint(b)
+    def timeless(history):
+        return [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in history]
+    assert (ca.epoch, timeless(ca.history), ca.config) == (cb.epoch, timeless(cb.history), cb.config)
+    for k in ("model", "dtype", "grid", "size", "data", "pipe", "steps"):
+        assert ca.meta[k] == cb.meta[k], k
+    assert len(ca.params) == len(cb.params) and len(ca.buffers) == len(cb.buffers)
+    for ea, eb in zip(ca.params + ca.buffers, cb.params + cb.buffers):
+        assert (ea["name"], ea["layer"], ea["sharded"]) == (eb["name"], eb["layer"], eb["sharded"])
+        for key in ("value", "velocity"):
+            if ea[key] is None:
+                assert eb[key] is None
+            else:
+                assert ea[key].dtype == eb[key].dtype and np.array_equal(ea[key], eb[key]), (ea["name"], key)
+        assert sorted(ea["state"]) == sorted(eb["state"])
+        for k in ea["state"]:
+            assert np.array_equal(ea["state"][k], eb["state"][k])
+    np.testing.assert_array_equal(ca.shuffle_state[1], cb.shuffle_state[1])
+    assert ca.shuffle_state[2:] == cb.shuffle_state[2:]
+
+
+@pytest.fixture(scope="module")
+def saved(files, tmp_path_factory):
+    """The gb model after 2 epochs as a single file and as a sharded folder, and after 4."""
+    tmp = tmp_path_factory.mktemp("saved")
+    run(files["gb"], ["model.num_epochs=2"], tmp / "single.h5")
+    exp, _ = run(files["gb"], ["model.num_epochs=2"], tmp / "folder", shard=True)
+    run(files["gb"], [], tmp / "full.h5")
+    return tmp, exp.checkpoint_io
+
+
+def test_a_sharded_save_holds_what_the_single_file_holds(saved):
+    tmp, io = saved
+    assert sorted(os.listdir(tmp / "folder")) == ["index.h5", "shard-00000.h5"]
+    assert_same(tmp / "single.h5", tmp / "folder")
+    files = sum(os.path.getsize(tmp / "folder" / n) for n in os.listdir(tmp / "folder"))
+    assert io["save_format"] == "sharded" and io["save_bytes"] == files and io["save_seconds"] > 0
+    assert not [n for n in os.listdir(tmp) if ".tmp-" in n or ".old-" in n]
+
+
+@pytest.mark.parametrize("model", ["cnn", "gb"])
+def test_resuming_a_sharded_checkpoint_reaches_the_uninterrupted_weights(files, tmp_path, model):
+    _, ref = run(files[model], [], tmp_path / "full.h5")
+    run(files[model], ["model.num_epochs=2"], tmp_path / "part", shard=True)
+    exp, rest = run(files[model], [], tmp_path / "resumed", resume=tmp_path / "part", shard=True)
+    assert rest.start_epoch == 2 and rest.epoch_costs == ref.epoch_costs
+    assert (rest.train_misclass, rest.test_misclass) == (ref.train_misclass, ref.test_misclass)
+    assert exp.checkpoint_io["restore_format"] == "sharded" and exp.checkpoint_io["restore_bytes"] > 0
+    assert_same(tmp_path / "full.h5", tmp_path / "resumed")
+
+
+def test_consolidate_and_split_round_trip(saved, tmp_path):
+    tmp, _ = saved
+    one = tmp_path / "one.h5"
+    sharded.consolidate(tmp / "folder", one)
+    assert_same(tmp / "single.h5", one)
+    for n in (1, 3, 7):
+        out = tmp_path / f"split{n}"
+        sharded.split(one, out, n)
+        assert len([f for f in os.listdir(out) if f.startswith("shard-")]) == n
+        assert_same(one, out)
+        back = tmp_path / f"back{n}.h5"
+        sharded.consolidate(out, back)
+        assert_same(one, back)
+
+
+def test_a_split_checkpoint_resumes_bitwise(files, saved, tmp_path):
+    """Any boxes do: a 5-shard split of the single file resumes as the single file does."""
+    tmp, _ = saved
+    sharded.split(tmp / "single.h5", tmp_path / "five", 5)
+    run(files["gb"], [], tmp_path / "resumed.h5", resume=tmp_path / "five")
+    assert_same(tmp / "full.h5", tmp_path / "resumed.h5")
+
+
+def test_a_second_save_replaces_the_first_whole(files, tmp_path):
+    path = tmp_path / "ck"
+    run(files["cnn"], ["model.num_epochs=1"], path, shard=True)
+    run(files["cnn"], ["model.num_epochs=2"], path, shard=True)
+    assert read_checkpoint(path).epoch == 1 and sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def _copy(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_damaged_shard_is_refused_naming_it(files, saved, tmp_path):
+    tmp, _ = saved
+    bad = _copy(tmp / "folder", tmp_path / "bad")
+    with h5py.File(bad / "shard-00000.h5", "r+") as f:
+        d = f["000002"]
+        d[(0,) * d.ndim] = d[(0,) * d.ndim] + 1.0
+    with pytest.raises(CheckpointError, match=r"shard shard-00000.h5 is damaged: \S+ value fails its CRC-32"):
+        run(files["gb"], [], tmp_path / "x.h5", resume=bad)
+    with pytest.raises(CheckpointError, match="shard shard-00000.h5 is damaged"):
+        read_checkpoint(bad)
+
+
+def test_an_incomplete_checkpoint_is_refused(files, saved, tmp_path):
+    tmp, _ = saved
+    no_index = _copy(tmp / "folder", tmp_path / "noindex")
+    os.unlink(no_index / "index.h5")
+    with pytest.raises(CheckpointError, match=r"incomplete sharded checkpoint: no index.h5"):
+        run(files["gb"], [], tmp_path / "x.h5", resume=no_index)
+    no_shard = _copy(tmp / "folder", tmp_path / "noshard")
+    os.unlink(no_shard / "shard-00000.h5")
+    with pytest.raises(CheckpointError, match="shard shard-00000.h5 is missing"):
+        run(files["gb"], [], tmp_path / "x.h5", resume=no_shard)
+    # a shard of another save (a crash between two saves' files) is not mixed in
+    other = tmp_path / "other"
+    run(files["gb"], ["model.num_epochs=1"], other, shard=True)
+    mixed = _copy(tmp / "folder", tmp_path / "mixed")
+    os.replace(other / "shard-00000.h5", mixed / "shard-00000.h5")
+    with pytest.raises(CheckpointError, match="shard shard-00000.h5 belongs to another save"):
+        read_checkpoint(mixed)
+
+
+def test_a_folder_that_is_no_checkpoint_and_the_sharded_key(files, tmp_path):
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(CheckpointError, match="is a directory, not a checkpoint file"):
+        read_checkpoint(tmp_path / "plain")
+    with pytest.raises(ConfigError, match="checkpoint sharded must be True or False"):
+        load_experiment(str(files["cnn"]), ["checkpoint={sharded: 1}"])
+
+
+def test_the_index_records_boxes_and_checksums(saved):
+    tmp, _ = saved
+    with h5py.File(tmp / "folder" / "index.h5", "r") as f:
+        arrays = json.loads(f.attrs["arrays"])
+        shards = json.loads(f.attrs["shards"])
+    assert [s["file"] for s in shards] == ["shard-00000.h5"]
+    for e in arrays:
+        for key in e["keys"]:
+            (piece,) = e["pieces"][key]
+            assert piece["box"] == [[0, n] for n in e["shape"]] and isinstance(piece["crc32"], int)
