@@ -33,6 +33,9 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
               help="Also write the checkpoint every N epochs (0: only at the end).")
 @click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
+@click.option("--sharded-checkpoint", is_flag=True, default=None,
+              help="Write the checkpoint as a sharded folder, every rank its own part in parallel "
+                   "(the experiment's checkpoint.sharded; needs a folder every rank sees).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress on rank 0: a bar when stderr is a terminal, else a 'progress:' line "
                    "(epoch, batch, images/s, running cost, ETA) every --progress-every (default: on "
@@ -47,7 +50,8 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
               help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
                    "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, force):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, force,
+        sharded_checkpoint):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -86,6 +90,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
             exp.checkpoint_path = checkpoint_path
+        if sharded_checkpoint:
+            exp.checkpoint_sharded = True
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
         # Every destination is checked (and the run directory claimed) by rank 0, the writer,
