@@ -41,6 +41,8 @@ from .checkpoint import (FORMAT, VERSION, Checkpoint, _crc, _held, _keys, _array
 
 INDEX_FORMAT = "distnet-sharded-checkpoint"
 INDEX = "index.h5"
+#: Bytes of a piece read at a time while loading (its leading axis in blocks of about this).
+BLOCK_BYTES = 8 * 2**20
 
 
 def is_sharded(path):
@@ -75,6 +77,13 @@ def box_of(index, shape):
 
 def _positions(sel):
     return np.arange(sel[0], sel[1]) if isinstance(sel, list) else np.asarray(sel["at"], dtype=np.int64)
+
+
+def _rows_of(box, r0, r1):
+    """The box of rows ``r0:r1`` (of the leading axis) of the piece with ``box``."""
+    first = box[0]
+    first = [first[0] + r0, first[0] + r1] if isinstance(first, list) else {"at": first["at"][r0:r1]}
+    return [first] + list(box[1:])
 
 
 def box_size(box):
@@ -355,37 +364,56 @@ class ShardReader:
             self.files[name] = f
         return self.files[name]
 
-    def piece(self, q, label):
-        """The array of piece ``q`` (its CRC-32 checked)."""
-        f = self._file(q["file"])
-        try:
-            a = f[q["dataset"]][()]
-        except (KeyError, OSError) as e:
-            raise _fail(self.ck.path, f"shard {q['file']}: {label} is unreadable ({e})") from None
-        if _crc(a) != int(q["crc32"]):
-            raise _fail(self.ck.path, f"shard {q['file']} is damaged: {label} fails its CRC-32 check")
-        self.nbytes += a.nbytes
-        return a
-
     def fill(self, dest, box, entry, key):
         """Copy the elements of ``entry``'s array ``key`` inside ``box`` into ``dest`` (shaped
-        like the box), one overlapping piece at a time."""
-        filled = 0
+        like the box). Each overlapping piece streams through in blocks of its leading axis of
+        about :data:`BLOCK_BYTES` (its CRC-32 computed on the way, checked at its end), so a
+        rank holds ``dest`` plus one block, never a whole piece."""
+        import zlib
+        filled, label = 0, f"{entry['name']} {key}"
         for q in entry["pieces"][key]:
-            where = overlap(box, q["box"])
-            if where is None:
+            if overlap(box, q["box"]) is None:
                 continue
-            a = self.piece(q, f"{entry['name']} {key}").reshape(
-                [len(s["at"]) if isinstance(s, dict) else s[1] - s[0] for s in q["box"]])
-            dst, src = where
-            part = a[src]
-            dest[dst] = part
-            filled += part.size
-            del a, part
+            d = self._dataset(q, label)
+            rows = d.shape[0] if d.ndim else 1
+            per_row = int(np.prod(d.shape[1:])) * d.dtype.itemsize if d.ndim else d.dtype.itemsize
+            block = max(1, BLOCK_BYTES // max(per_row, 1))
+            crc = 0
+            try:
+                for r0 in range(0, rows, block):
+                    r1 = min(rows, r0 + block)
+                    a = np.ascontiguousarray(d[r0:r1] if d.ndim else d[()])
+                    crc = zlib.crc32(memoryview(a.reshape(-1)).cast("B"), crc)
+                    self.nbytes += a.nbytes
+                    where = overlap(box, _rows_of(q["box"], r0, r1)) if d.ndim else overlap(box, q["box"])
+                    if where is not None:
+                        dst, src = where
+                        part = a[src]
+                        dest[dst] = part
+                        filled += part.size
+                        del part
+                    del a
+            except OSError as e:
+                raise _fail(self.ck.path, f"shard {q['file']}: {label} is unreadable ({e})") from None
+            if int(crc) != int(q["crc32"]):
+                raise _fail(self.ck.path, f"shard {q['file']} is damaged: {label} fails its CRC-32 check")
         if filled != box_size(box):
             raise _fail(self.ck.path, f"the shards hold {filled} of the {box_size(box)} elements of "
-                                      f"{entry['name']} {key} this rank needs (incomplete checkpoint)")
+                                      f"{label} this rank needs (incomplete checkpoint)")
         return dest
+
+    def _dataset(self, q, label):
+        f = self._file(q["file"])
+        try:
+            d = f[q["dataset"]]
+        except KeyError:
+            raise _fail(self.ck.path, f"shard {q['file']} has no {label} (dataset {q['dataset']}); the "
+                                      "shard is damaged") from None
+        want = [len(s["at"]) if isinstance(s, dict) else s[1] - s[0] for s in q["box"]]
+        if list(d.shape) != want:
+            raise _fail(self.ck.path, f"shard {q['file']}: {label} has shape {tuple(d.shape)}, the index "
+                                      f"says {tuple(want)}; the shard is damaged")
+        return d
 
     def whole(self, entry, key, dtype=None):
         """The global array ``key`` of ``entry`` (consolidation: one array at a time)."""

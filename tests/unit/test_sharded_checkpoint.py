@@ -172,3 +172,19 @@ def test_the_index_records_boxes_and_checksums(saved):
         for key in e["keys"]:
             (piece,) = e["pieces"][key]
             assert piece["box"] == [[0, n] for n in e["shape"]] and isinstance(piece["crc32"], int)
+
+
+def test_pieces_stream_in_blocks(files, saved, tmp_path, monkeypatch):
+    """Blocks of a few rows (their CRC-32 summed up on the way) load the same state; a damaged
+    row past the first block is still caught."""
+    tmp, _ = saved
+    monkeypatch.setattr(sharded, "BLOCK_BYTES", 100)
+    run(files["gb"], [], tmp_path / "resumed.h5", resume=tmp / "folder")
+    assert_same(tmp / "full.h5", tmp_path / "resumed.h5")
+    bad = _copy(tmp / "folder", tmp_path / "bad")
+    with h5py.File(bad / "shard-00000.h5", "r+") as f:
+        d = max((f[k] for k in f), key=lambda d: d.shape[0] if d.ndim else 0)
+        assert d.shape[0] * np.prod(d.shape[1:]) * d.dtype.itemsize > 300
+        d[-1] = d[-1] * 2 + 1
+    with pytest.raises(CheckpointError, match="shard shard-00000.h5 is damaged"):
+        read_checkpoint(bad)
