@@ -27,7 +27,7 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 @click.option("--run-dir", type=click.Path(file_okay=False), callback=given_path,
               help="Record the run here (default: runs/<experiment>-<time>, or under $DISTNET_RUNS_DIR).")
 @click.option("--no-run-dir", is_flag=True, help="Do not write a run directory.")
-@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False), callback=given_path,
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(), callback=given_path,
               help="Checkpoint file (default: the experiment's checkpoint.path, else checkpoint.h5 "
                    "in the run directory).")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
