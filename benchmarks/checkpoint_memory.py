@@ -17,8 +17,8 @@ RSS peak raise, and seconds. Phases:
 
 * ``init whole``: every layer's global tensors drawn and sliced (the code path before init by
   share); ``init share``: ``Model.init_params`` (by share).
-* ``save single`` / ``save sharded``: ``save_checkpoint`` to a file / a folder.
-* ``restore single`` / ``restore sharded``: ``restore_checkpoint`` of them.
+* ``save single`` / ``save sharded``: ``save_any`` to a file / a folder.
+* ``restore single`` / ``restore sharded``: ``restore_any`` of them.
 """
 import argparse
 import gc
@@ -61,7 +61,8 @@ def worker(folder, phase):
     import numpy as np
 
     from distnet.config import load_experiment
-    from distnet.models.checkpoint import model_params, restore_checkpoint, save_checkpoint
+    from distnet.models.checkpoint import model_params
+    from distnet.models.sharded import restore_any, save_any
     exp = load_experiment(os.path.join(folder, "exp.yaml"))
     t = exp.setup()
     model, rank = exp.model, t.world.Get_rank()
@@ -85,10 +86,10 @@ def worker(folder, phase):
     elif phase.startswith("save"):
         kind = phase.split()[1]
         path = os.path.join(folder, "ck-" + kind)
-        save_checkpoint(path, model, t, 0, sharded=(kind == "sharded"))
+        save_any(path, model, t, 0, sharded=(kind == "sharded"))
     else:
         kind = phase.split()[1]
-        held = restore_checkpoint(model, os.path.join(folder, "ck-" + kind), t)
+        held = restore_any(model, os.path.join(folder, "ck-" + kind), t)
     seconds = time.perf_counter() - t0
     gc.collect()
     now, peak = tracemalloc.get_traced_memory()

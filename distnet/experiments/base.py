@@ -111,11 +111,11 @@ class Experiment:
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes;
         never a checkpoint of non-finite weights)."""
-        from ..models.checkpoint import save_checkpoint
+        from ..models.sharded import save_any
         from ..models.finite import check_parameters
         check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
-        stats = save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history,
-                                sharded=self.checkpoint_sharded)
+        stats = save_any(path, self.model, self.topology, epoch, self.config_record, history,
+                         sharded=self.checkpoint_sharded)
         self.checkpoint_io.update(save_format=stats["format"], save_bytes=stats["bytes"],
                                   save_seconds=round(stats["seconds"], 6))
 
@@ -123,8 +123,8 @@ class Experiment:
         """Load the checkpoint ``path`` into the configured model (any layout wrote it);
         returns the :class:`~distnet.models.checkpoint.Checkpoint` (its ``resume`` continues
         training after it). Collective."""
-        from ..models.checkpoint import restore_checkpoint
-        ck = restore_checkpoint(self.model, path, self.topology, get_logger())
+        from ..models.sharded import restore_any
+        ck = restore_any(self.model, path, self.topology, get_logger())
         self.checkpoint_io.update(restore_format=ck.io["format"], restore_bytes=ck.io["bytes"],
                                   restore_seconds=round(ck.io["seconds"], 6))
         return ck

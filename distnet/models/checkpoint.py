@@ -290,21 +290,15 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                               + (f" (it needs about {need / 2**20:.2f} MiB)" if is_disk_full(e) else "")) from None
 
 
-def save_checkpoint(path, model, topology, epoch, config=None, history=(), sharded=False):
+def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     """Gather the model's state and write it to ``path`` on world rank 0 (collective over the
     run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch.
-    ``sharded``: write a sharded checkpoint folder instead, every rank its own part in parallel
-    (:func:`~distnet.models.sharded.save_sharded`). Returns ``{"bytes", "seconds", "format"}``
-    (bytes of the checkpoint's files, the same on every rank; this save's wall time)."""
+    Returns ``{"bytes", "seconds", "format": "single"}`` (the file's bytes, the same on every
+    rank; this save's wall time). A sharded folder: :func:`~distnet.models.sharded.save_any`."""
     import time
 
     from ..comm.abort import run_collectively
     t0 = time.perf_counter()
-    if sharded:
-        from .sharded import save_sharded
-        state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
-        stats = save_sharded(path, model, topology, epoch, _meta(model, topology), state, config, history)
-        return dict(stats, format="sharded")
     try:
         entries, error = gather_params(model, topology), None
         buffers = gather_params(model, topology, "buffers")
@@ -451,12 +445,8 @@ def read_checkpoint(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise _fail(path, "no such file")
-    if os.path.isdir(path):
-        from .sharded import INDEX, read_sharded
-        if not os.path.exists(os.path.join(path, INDEX)) and not any(
-                n.startswith("shard-") for n in os.listdir(path)):
-            raise _fail(path, "is a directory, not a checkpoint file nor a sharded checkpoint")
-        return read_sharded(path)
+    if os.path.isdir(path):     # a sharded checkpoint folder: distnet.models.sharded.read_any
+        raise _fail(path, "is a directory, not a checkpoint file")
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -547,23 +537,16 @@ def restore_checkpoint(model, path, topology, log=None):
 
     from ..comm.abort import run_collectively
     from ..comm.root_read import read_on_root
-    from .sharded import apply_sharded, is_sharded, read_index
 
     t0 = time.perf_counter()
-    ck = read_on_root(topology.world, lambda: read_index(path) if is_sharded(path) else read_checkpoint(path))
-    if "token" in ck.meta:      # sharded: every rank reads the pieces of its own slices
+    ck = read_on_root(topology.world, lambda: read_checkpoint(path))
 
-        def load():
-            return apply_sharded(model, ck, log)
-        nbytes = run_collectively(load, topology.world)
-        ck.io = {"format": "sharded", "bytes": int(nbytes)}
-    else:
-        def load():
-            apply_checkpoint(model, ck, log)
-            return ck
-        run_collectively(load, topology.world)
-        ck.io = {"format": "single", "bytes": int(sum(a.nbytes for e in ck.params + ck.buffers
-                                                      for a in [e["value"], e["velocity"], *e["state"].values()]
-                                                      if a is not None))}
-    ck.io["seconds"] = time.perf_counter() - t0
+    def load():
+        apply_checkpoint(model, ck, log)
+        return ck
+
+    run_collectively(load, topology.world)
+    ck.io = {"format": "single", "seconds": time.perf_counter() - t0,
+             "bytes": int(sum(a.nbytes for e in ck.params + ck.buffers
+                              for a in [e["value"], e["velocity"], *e["state"].values()] if a is not None))}
     return ck

@@ -36,8 +36,9 @@ import time
 import numpy as np
 
 from ..errors import CheckpointError
-from .checkpoint import (FORMAT, VERSION, Checkpoint, _crc, _held, _keys, _arrays, _fail, _text,
-                         param_layout, param_slots, read_header, write_header)
+from .checkpoint import (FORMAT, VERSION, _arrays, _crc, _fail, _held, _keys, _meta, _text, apply_checkpoint,
+                         param_layout, param_slots, read_checkpoint, read_header, save_checkpoint,
+                         write_header)
 
 INDEX_FORMAT = "distnet-sharded-checkpoint"
 INDEX = "index.h5"
@@ -316,6 +317,8 @@ def read_index(path):
     path = os.fspath(path)
     index = os.path.join(path, INDEX)
     if not os.path.exists(index):
+        if not any(n.startswith("shard-") for n in os.listdir(path)):
+            raise _fail(path, "is a directory, not a checkpoint file nor a sharded checkpoint")
         raise _fail(path, f"incomplete sharded checkpoint: no {INDEX} (the save did not finish)")
     try:
         with h5py.File(index, "r") as f:
@@ -476,6 +479,47 @@ def read_sharded(path):
     finally:
         reader.close()
     return ck
+
+
+# ---------------------------------------------------------------------------------------------
+# Either form: what the experiments call
+# ---------------------------------------------------------------------------------------------
+
+def save_any(path, model, topology, epoch, config=None, history=(), sharded=False):
+    """:func:`~distnet.models.checkpoint.save_checkpoint` (one file), or with ``sharded`` a
+    sharded folder (:func:`save_sharded`). Collective over the run's world; returns
+    ``{"format", "bytes", "seconds"}``."""
+    if not sharded:
+        return save_checkpoint(path, model, topology, epoch, config, history)
+    state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
+    stats = save_sharded(path, model, topology, epoch, _meta(model, topology), state, config, history)
+    return dict(stats, format="sharded")
+
+
+def restore_any(model, path, topology, log=None):
+    """Load the checkpoint ``path`` (a file or a sharded folder, written on any layout) into the
+    configured model; returns its :class:`~distnet.models.checkpoint.Checkpoint` (``io``: the
+    format, bytes read by this rank and seconds). World rank 0 reads the file, or the folder's
+    index, and hands it to every rank; from a folder every rank then reads the pieces of its own
+    slices. Collective over the run's world: every rank raises the same
+    :class:`CheckpointError` if any fails."""
+    from ..comm.abort import run_collectively
+    from ..comm.root_read import read_on_root
+    t0 = time.perf_counter()
+    ck = read_on_root(topology.world, lambda: read_index(path) if is_sharded(path) else read_checkpoint(path))
+    if "token" not in ck.meta:
+        run_collectively(lambda: apply_checkpoint(model, ck, log), topology.world)
+        nbytes, kind = sum(a.nbytes for e in ck.params + ck.buffers
+                           for a in [e["value"], e["velocity"], *e["state"].values()] if a is not None), "single"
+    else:
+        nbytes, kind = run_collectively(lambda: apply_sharded(model, ck, log), topology.world), "sharded"
+    ck.io = {"format": kind, "bytes": int(nbytes), "seconds": time.perf_counter() - t0}
+    return ck
+
+
+def read_any(path):
+    """A checkpoint file or sharded folder, whole, on one process (:func:`read_sharded`)."""
+    return read_sharded(path) if is_sharded(path) else read_checkpoint(path)
 
 
 # ---------------------------------------------------------------------------------------------

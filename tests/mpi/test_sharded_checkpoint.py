@@ -16,7 +16,8 @@ from distnet.comm import Topology
 from distnet.config import load_experiment
 from distnet.experiments.rundir import experiment_config
 from distnet.models import sharded
-from distnet.models.checkpoint import model_params, read_checkpoint
+from distnet.models.checkpoint import model_params
+from distnet.models.sharded import read_any
 from tests.tiny import CNN, GB, experiment, write_data
 
 MPI_SIZES = (9,)
@@ -94,7 +95,7 @@ def test_resume_across_rank_counts(comm, mpi, files, model, second):
     mpi.assert_all(serial.start_epoch == 3 and serial.epoch_costs == pytest.approx(ref.epoch_costs, rel=1e-10),
                    f"1 process: costs {serial.epoch_costs} != {ref.epoch_costs}")
     bad = []
-    for i, ((v, vel), (wv, wvel)) in enumerate(zip(state(read_checkpoint(os.path.join(files, f"{tag}-C-{rank}"))),
+    for i, ((v, vel), (wv, wvel)) in enumerate(zip(state(read_any(os.path.join(files, f"{tag}-C-{rank}"))),
                                                    want)):
         if not np.allclose(v, wv, rtol=1e-10, atol=1e-13):
             bad.append(f"parameter {i} differs by {np.abs(v - wv).max():.3g}")
@@ -122,7 +123,7 @@ def test_consolidate_on_one_rank_equals_the_folder(comm, mpi, files):
     run(dist, ["grid=[1, 3]", "data=3", "model.num_epochs=1"], checkpoint=folder)
     out = os.path.join(files, f"gb-cons-{comm.Get_rank()}.h5")
     sharded.consolidate(folder, out)
-    x, y = read_checkpoint(folder), read_checkpoint(out)
+    x, y = read_any(folder), read_any(out)
     same = all(np.array_equal(p["value"], q["value"]) and
                ((p["velocity"] is None and q["velocity"] is None) or np.array_equal(p["velocity"], q["velocity"]))
                for p, q in zip(x.params + x.buffers, y.params + y.buffers))

@@ -14,6 +14,7 @@ from distnet.errors import CheckpointError, ConfigError
 from distnet.experiments.rundir import experiment_config
 from distnet.models import sharded
 from distnet.models.checkpoint import read_checkpoint
+from distnet.models.sharded import read_any
 from tests.tiny import write_experiments
 
 
@@ -36,7 +37,7 @@ def run(path, overrides=(), checkpoint=None, resume=None, shard=False):
 
 def assert_same(a, b):
     """Two checkpoints (files or folders) hold the same training state, bit for bit."""
-    ca, cb = read_checkpoint(a), read_checkpoint(b)
+    ca, cb = read_any(a), read_any(b)
     def timeless(history):
         return [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in history]
     assert (ca.epoch, timeless(ca.history), ca.config) == (cb.epoch, timeless(cb.history), cb.config)
@@ -114,7 +115,7 @@ def test_a_second_save_replaces_the_first_whole(files, tmp_path):
     path = tmp_path / "ck"
     run(files["cnn"], ["model.num_epochs=1"], path, shard=True)
     run(files["cnn"], ["model.num_epochs=2"], path, shard=True)
-    assert read_checkpoint(path).epoch == 1 and sorted(os.listdir(tmp_path)) == ["ck"]
+    assert read_any(path).epoch == 1 and sorted(os.listdir(tmp_path)) == ["ck"]
 
 
 def _copy(src, dst):
@@ -132,7 +133,7 @@ def test_a_damaged_shard_is_refused_naming_it(files, saved, tmp_path):
     with pytest.raises(CheckpointError, match=r"shard shard-00000.h5 is damaged: \S+ value fails its CRC-32"):
         run(files["gb"], [], tmp_path / "x.h5", resume=bad)
     with pytest.raises(CheckpointError, match="shard shard-00000.h5 is damaged"):
-        read_checkpoint(bad)
+        read_any(bad)
 
 
 def test_an_incomplete_checkpoint_is_refused(files, saved, tmp_path):
@@ -151,13 +152,15 @@ def test_an_incomplete_checkpoint_is_refused(files, saved, tmp_path):
     mixed = _copy(tmp / "folder", tmp_path / "mixed")
     os.replace(other / "shard-00000.h5", mixed / "shard-00000.h5")
     with pytest.raises(CheckpointError, match="shard shard-00000.h5 belongs to another save"):
-        read_checkpoint(mixed)
+        read_any(mixed)
 
 
 def test_a_folder_that_is_no_checkpoint_and_the_sharded_key(files, tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(CheckpointError, match="is a directory, not a checkpoint file"):
         read_checkpoint(tmp_path / "plain")
+    with pytest.raises(CheckpointError, match="is a directory, not a checkpoint file"):
+        read_any(tmp_path / "plain")
     with pytest.raises(ConfigError, match="checkpoint sharded must be True or False"):
         load_experiment(str(files["cnn"]), ["checkpoint={sharded: 1}"])
 
@@ -187,4 +190,4 @@ def test_pieces_stream_in_blocks(files, saved, tmp_path, monkeypatch):
         assert d.shape[0] * np.prod(d.shape[1:]) * d.dtype.itemsize > 300
         d[-1] = d[-1] * 2 + 1
     with pytest.raises(CheckpointError, match="shard shard-00000.h5 is damaged"):
-        read_checkpoint(bad)
+        read_any(bad)
