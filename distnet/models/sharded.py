@@ -254,10 +254,9 @@ def save_sharded(path, model, topology, epoch, meta, shuffle_state, config=None,
     def prepare():
         if world.Get_rank() != 0:
             return None
-        if os.path.isfile(os.path.join(path, INDEX)) is False and os.path.isdir(path) and os.listdir(path):
-            if not any(n.startswith("shard-") for n in os.listdir(path)):
-                raise CheckpointError(f"cannot write checkpoint {path}: it is a folder that holds other "
-                                      "files, not a checkpoint")
+        if is_sharded(path) and not os.path.exists(os.path.join(path, INDEX)) and os.listdir(path):
+            raise CheckpointError(f"cannot write checkpoint {path}: it is a folder that holds other "
+                                  "files, not a checkpoint")
         token = secrets.token_hex(6)
         os.makedirs(f"{path}.tmp-{token}")
         return token
