@@ -32,6 +32,10 @@ File layout (``FORMAT``, ``VERSION`` 1)::
 
 Every dataset carries the CRC-32 of its bytes; damaged, truncated or mismatched files raise
 :class:`~distnet.errors.CheckpointError` naming the file and what is wrong.
+
+The sharded form (a folder, every rank writing and reading its own slices) is
+:mod:`distnet.models.sharded`, which builds on this module; its ``save_any`` / ``restore_any``
+take either form.
 """
 import datetime
 import json
