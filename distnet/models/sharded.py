@@ -528,8 +528,6 @@ def read_any(path):
 def consolidate(path, out):
     """Write the sharded checkpoint ``path`` as one file ``out`` (today's single-file format,
     atomically), one global array in memory at a time. Returns the bytes written."""
-    import h5py
-
     from ..fileio import atomic_target, hdf5_file, umask_mode
     from .checkpoint import _dataset
     ck = read_index(path)
@@ -554,7 +552,6 @@ def consolidate(path, out):
             umask_mode(tmp)
     finally:
         reader.close()
-    del h5py
     return os.path.getsize(out)
 
 
@@ -582,11 +579,15 @@ def split(path, out, nshards):
 
     from .checkpoint import _read_dataset
     out = os.fspath(out)
+    try:
+        source = h5py.File(path, "r")
+    except OSError as e:
+        raise _fail(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
     token = secrets.token_hex(6)
     tmp = f"{out}.tmp-{token}"
     os.makedirs(tmp)
     try:
-        with h5py.File(path, "r") as f:
+        with source as f:
             if _text(f.attrs.get("format", "")) != FORMAT:
                 raise _fail(path, f"not a distnet checkpoint (no format attribute {FORMAT!r})")
             ck = read_header(path, f)

@@ -226,3 +226,27 @@ def test_adam_state_and_steps_through_the_cli(tmp_path):
         for k in ("m", "v"):
             np.testing.assert_array_equal(ea["state"][k], eb["state"][k])
         np.testing.assert_array_equal(ea["value"], eb["value"])
+
+
+def test_the_checkpoint_commands(saved, tmp_path):
+    from click.testing import CliRunner
+
+    from distnet.cli.main import main
+    tmp, _ = saved
+
+    def cli(*args):
+        return CliRunner().invoke(main, ["checkpoint", *map(str, args)])
+    r = cli("consolidate", tmp / "folder", tmp_path / "one.h5")
+    assert r.exit_code == 0 and r.output.startswith(f"{tmp_path / 'one.h5'}: epoch 1, 2 parameters and 0 buffers "
+                                                    "from 1 shard(s), "), r.output
+    assert_same(tmp / "single.h5", tmp_path / "one.h5")
+    r = cli("split", tmp_path / "one.h5", tmp_path / "two", "--shards", 2)
+    assert r.exit_code == 0 and "in 2 shard(s)" in r.output, r.output
+    assert_same(tmp / "single.h5", tmp_path / "two")
+    r = cli("split", tmp_path / "one.h5", tmp_path / "two")
+    assert r.exit_code == 2 and "exists; give --force" in r.output
+    assert cli("split", tmp_path / "one.h5", tmp_path / "two", "--shards", 3, "--force").exit_code == 0
+    assert len(read_any(tmp_path / "two").meta["shards"]) == 3
+    (tmp_path / "junk.h5").write_text("junk")
+    r = cli("split", tmp_path / "junk.h5", tmp_path / "j")
+    assert r.exit_code == 1 and "not a readable HDF5 file" in r.output and not (tmp_path / "j").exists()
