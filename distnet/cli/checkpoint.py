@@ -1,19 +1,13 @@
 """``distnet checkpoint``: convert between a single-file checkpoint and a sharded checkpoint
 folder (docs/checkpoints.md); one process each, one global array in memory at a time."""
-import os
-
 import click
 
+from ..fileio import refuse_existing
 from .job import Job
 
 
 def _mib(n):
     return f"{n / 2**20:.2f} MiB"
-
-
-def _refuse_existing(out, force):
-    if os.path.lexists(out) and not force:
-        raise click.UsageError(f"{out} exists; give --force to replace it")
 
 
 @click.group()
@@ -29,8 +23,8 @@ def consolidate(folder, output, force):
     """Write the sharded checkpoint FOLDER as the single file OUTPUT (for evaluate, predict or
     export on any machine; a run resumes from either)."""
     from ..models.sharded import consolidate as write_one, read_index
-    _refuse_existing(output, force)
     with Job("checkpoint consolidate", one_process=True):
+        refuse_existing(output, "checkpoint", force)
         ck = read_index(folder)
         nbytes = write_one(folder, output)
     click.echo(f"{output}: epoch {ck.epoch}, {len(ck.params)} parameters and {len(ck.buffers)} buffers "
@@ -47,8 +41,8 @@ def split(source, folder, shards, force):
     """Write the single-file checkpoint SOURCE as the sharded checkpoint FOLDER (any run resumes
     from it on any number of ranks, each reading only the pieces it needs)."""
     from ..models.sharded import read_index, split as write_split
-    _refuse_existing(folder, force)
     with Job("checkpoint split", one_process=True):
+        refuse_existing(folder, "checkpoint", force)
         nbytes = write_split(source, folder, shards)
         ck = read_index(folder)
     click.echo(f"{folder}: epoch {ck.epoch}, {len(ck.params)} parameters and {len(ck.buffers)} buffers "

@@ -244,7 +244,7 @@ def test_the_checkpoint_commands(saved, tmp_path):
     assert r.exit_code == 0 and "in 2 shard(s)" in r.output, r.output
     assert_same(tmp / "single.h5", tmp_path / "two")
     r = cli("split", tmp_path / "one.h5", tmp_path / "two")
-    assert r.exit_code == 2 and "exists; give --force" in r.output
+    assert r.exit_code == 1 and "checkpoint" in r.output and "already exists; give --force" in r.output
     assert cli("split", tmp_path / "one.h5", tmp_path / "two", "--shards", 3, "--force").exit_code == 0
     assert len(read_any(tmp_path / "two").meta["shards"]) == 3
     (tmp_path / "junk.h5").write_text("junk")
