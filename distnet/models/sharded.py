@@ -516,6 +516,16 @@ def restore_any(model, path, topology, log=None):
     return ck
 
 
+def remove_any(path):
+    """Delete the checkpoint ``path``: a file, or a sharded folder with its shards (a policy
+    that keeps the last few checkpoints deletes either form)."""
+    path = os.fspath(path)
+    if is_sharded(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
 def read_any(path):
     """A checkpoint file or sharded folder, whole, on one process (:func:`read_sharded`)."""
     return read_sharded(path) if is_sharded(path) else read_checkpoint(path)

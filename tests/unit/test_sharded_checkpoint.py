@@ -116,6 +116,10 @@ def test_a_second_save_replaces_the_first_whole(files, tmp_path):
     run(files["cnn"], ["model.num_epochs=1"], path, shard=True)
     run(files["cnn"], ["model.num_epochs=2"], path, shard=True)
     assert read_any(path).epoch == 1 and sorted(os.listdir(tmp_path)) == ["ck"]
+    run(files["cnn"], ["model.num_epochs=1"], tmp_path / "one.h5")
+    for p in (path, tmp_path / "one.h5"):
+        sharded.remove_any(p)
+    assert os.listdir(tmp_path) == []
 
 
 def _copy(src, dst):
