@@ -464,6 +464,15 @@ def apply_sharded(model, ck, log=None):
     return reader.nbytes
 
 
+def stored_arrays(entries):
+    """Index entries as the single-file reader's dicts say what they hold: ``{name, velocity,
+    state}`` with ``velocity`` True or None and ``state`` ``{NAME: True}`` (for checks of what a
+    checkpoint holds without reading its arrays)."""
+    return [{"name": e["name"], "velocity": True if "velocity" in e["keys"] else None,
+             "state": {k[len("state/"):]: True for k in e["keys"] if k.startswith("state/")}}
+            for e in entries]
+
+
 def read_sharded(path):
     """The whole sharded checkpoint ``path`` as a :class:`Checkpoint` with global arrays (as
     :func:`~distnet.models.checkpoint.read_checkpoint` gives a single file): for one process

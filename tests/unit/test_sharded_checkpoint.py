@@ -224,6 +224,8 @@ def test_adam_state_and_steps_through_the_cli(tmp_path):
     resumed = run(3, "resumed", "--resume", str(tmp_path / "part"))
     assert resumed["checkpoint_io"]["restore_format"] == "sharded"
     a, b = (read_any(tmp_path / n / "checkpoint.h5") for n in ("full", "resumed"))
+    held = sharded.stored_arrays(sharded.read_index(tmp_path / "part" / "checkpoint.h5").params)
+    assert held and all(h["velocity"] is None and sorted(h["state"]) == ["m", "v"] for h in held)
     assert a.meta["steps"] == b.meta["steps"] == 3 * 4
     for ea, eb in zip(a.params, b.params):
         assert sorted(ea["state"]) == ["m", "v"]
