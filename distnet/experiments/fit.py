@@ -36,7 +36,8 @@ class FitExperiment(Experiment):
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
-    ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
+    ``distnet run``; ``at_end``, default True; ``sharded``, default False: a folder every rank writes
+    its part of, docs/checkpoints.md), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
     with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
     ends the job when a training step makes no progress for that long, naming the rank that
