@@ -47,7 +47,7 @@ def evaluate(experiment, checkpoint, overrides):
     if job.rank0:
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
                    f"{result.evaluated_on}")
-        label, unit = getattr(exp.model, "metric_label", ("misclass rate", "%"))   # Autoencoder: reconstruction
+        label, unit = exp.model.metric_label   # Autoencoder: reconstruction
         for split, rate in result.rates.items():
             click.echo(f"{split} set {label}: {rate:.5f}{unit} ({result.counts[split]} images)")
 

@@ -6,6 +6,7 @@ import warnings
 import click
 
 from .check import check
+from .checkpoint import checkpoint
 from .compare import compare_command
 from .data import data
 from .distribute import distribute
@@ -35,7 +36,8 @@ def main(ctx):
         ctx.exit(0)
 
 
-for _command in (run, check, info, data, evaluate, predict, distribute, compare_command, plot, show, plan, runs):
+for _command in (run, check, info, data, evaluate, predict, distribute, compare_command, plot, show, plan, runs,
+                 checkpoint):
     main.add_command(_command)
 
 

@@ -21,11 +21,12 @@ def checkpoint_argument(ctx, param, value):
     """The options that read a checkpoint (``run --resume``, ``evaluate`` / ``predict
     --checkpoint``): a non-empty path (:func:`given_path`), and a run directory stands for its
     :data:`RUN_CHECKPOINT`."""
+    from ..models.sharded import INDEX
     value = given_path(ctx, param, value)
-    if value is None or not os.path.isdir(value):
-        return value
+    if value is None or not os.path.isdir(value) or os.path.exists(os.path.join(value, INDEX)):
+        return value    # a file, or a sharded checkpoint folder
     path = os.path.join(value, RUN_CHECKPOINT)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise click.BadParameter(f"{value} is a folder without {RUN_CHECKPOINT} (the run directory of a "
                                  "run that wrote no checkpoint?); give the checkpoint file")
     return path

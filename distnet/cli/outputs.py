@@ -33,8 +33,11 @@ def checkpoint_owner(path):
     try:
         import h5py
         from ..models.checkpoint import FORMAT
+        from ..models.sharded import INDEX, INDEX_FORMAT
+        if os.path.isdir(path):     # a sharded checkpoint: its index says whose it is
+            path = os.path.join(path, INDEX)
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT:
+            if f.attrs.get("format") not in (FORMAT, INDEX_FORMAT):
                 return False, None
             source = f["config"].attrs.get("source") if "config" in f else None
             return True, (source.decode() if isinstance(source, bytes) else source) or None
@@ -67,8 +70,10 @@ def check_space(path, need, what="checkpoint"):
 def check_checkpoint_destination(path, experiment, resume=None, force=False, need=None):
     """:class:`OutputError` unless writing a checkpoint (of about ``need`` bytes) to ``path`` is
     allowed and possible."""
+    from ..models.sharded import INDEX
+    sharded = os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
     if os.path.lexists(path) and not force:
-        if os.path.isdir(path):
+        if os.path.isdir(path) and not sharded:
             raise OutputError(f"checkpoint {path} is a directory")
         ours, source = checkpoint_owner(path)
         if not ours:
@@ -79,7 +84,7 @@ def check_checkpoint_destination(path, experiment, resume=None, force=False, nee
             raise OutputError(f"checkpoint {path} already exists and belongs to another experiment "
                               f"({source or 'unknown'}); give another --checkpoint, or --force to replace it")
     clean_stale_temps(path)
-    check_writable(path, "checkpoint")
+    check_writable(os.path.join(path, INDEX) if sharded else path, "checkpoint")
     check_space(path, need)
 
 

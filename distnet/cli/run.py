@@ -27,12 +27,15 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 @click.option("--run-dir", type=click.Path(file_okay=False), callback=given_path,
               help="Record the run here (default: runs/<experiment>-<time>, or under $DISTNET_RUNS_DIR).")
 @click.option("--no-run-dir", is_flag=True, help="Do not write a run directory.")
-@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False), callback=given_path,
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(), callback=given_path,
               help="Checkpoint file (default: the experiment's checkpoint.path, else checkpoint.h5 "
                    "in the run directory).")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
               help="Also write the checkpoint every N epochs (0: only at the end).")
 @click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
+@click.option("--sharded-checkpoint", is_flag=True, default=None,
+              help="Write the checkpoint as a sharded folder, every rank its own part in parallel "
+                   "(the experiment's checkpoint.sharded; needs a folder every rank sees).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress on rank 0: a bar when stderr is a terminal, else a 'progress:' line "
                    "(epoch, batch, images/s, running cost, ETA) every --progress-every (default: on "
@@ -50,7 +53,8 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
               help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
                    "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, tensorboard, force):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, tensorboard, force,
+        sharded_checkpoint):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -96,6 +100,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
             exp.checkpoint_path = checkpoint_path
+        if sharded_checkpoint:
+            exp.checkpoint_sharded = True
         if no_checkpoint:
             exp.checkpoint_path, exp.checkpoint_every = None, 0
         # Every destination is checked (and the run directory claimed) by rank 0, the writer,
@@ -135,6 +141,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             hooks.close(ok=True)
             if record is not None:   # the checkpoint written, if any (none with at_end: false, every: 0)
                 record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
+                if exp.checkpoint_io:   # bytes and seconds of the last save and of the restore
+                    record.info["checkpoint_io"] = dict(exp.checkpoint_io)
                 record.finish("finished", timings=result.timings)
                 get_logger().info("run directory: %s", record.path)
         # A failure here (a full disk) ends every rank with rank 0's reason and status, instead

@@ -43,6 +43,7 @@ from ..config.types import Bounded, PositiveInt
 from ..errors import ConfigError, DataError, MissingDataError
 from ..geometry.partition import Box, tile_of
 from . import cache
+from .augment import Augmentation
 from .checks import check_split, check_splits
 from .shared import parse_chunk_mb, parse_read
 
@@ -120,6 +121,9 @@ class Dataset:
     read_chunk_mb : number, default 16
         With ``read: root`` / ``node``: the most MiB of pixels the reader reads and sends at a
         time (at least one image).
+    augment : mapping or None
+        Random crop with padding and flips of the training images, one draw per image and
+        epoch (:class:`~distnet.datasets.augment.Augmentation`, docs/data.md#augmentation).
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
     :meth:`source_files` and :meth:`_read`.
@@ -128,13 +132,15 @@ class Dataset:
     #: YAML key types for the config builder.
     config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
                     "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt,
-                    "read": str, "read_chunk_mb": float}
+                    "read": str, "read_chunk_mb": float,
+                    "augment": dict}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16):
+                 backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16,
+                 augment=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -164,6 +170,7 @@ class Dataset:
         self._shared = None         # the reader's header (read: root / node); False: none, this rank reads
         self._in_header = False     # True on the reader while it reads the header from its files
         self._held = None           # {split: HeldSource} while the dataset's steps run on them
+        self.augment = Augmentation.from_config(augment)
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -216,6 +223,12 @@ class Dataset:
         raise NotImplementedError
 
     # -- read: root / node ------------------------------------------------------------------
+
+    def set_epoch(self, x, epoch):
+        """The training images ``x`` (what :meth:`load` gave) draw the augmentation of ``epoch``
+        (None: the images as stored). Nothing without ``augment``."""
+        if self.augment is not None:
+            x.set_epoch(epoch)
 
     def reader(self):
         """The :class:`~distnet.comm.root_read.DataReader` of this process for ``read``, or None
@@ -343,8 +356,17 @@ class Dataset:
         dict
             ``{'train': (x, y), 'test': (x, y)}``: ``x`` ``(N, C, h, w)`` of ``dtype`` with
             ``(h, w) = tile.shape``, ``y`` ``(N,)`` int64. Train holds the ``sample_pct`` subset
-            in its shuffled order; test holds every image in file order.
+            in its shuffled order; test holds every image in file order. With ``augment``, train
+            ``x`` is an :class:`~distnet.datasets.augment.AugmentedArray` (the stored pixels of
+            the tile's reach, augmented per epoch as the model reads them).
         """
+        if self.augment is None:
+            return self._load(tile, seed, dtype, rank, size, grid)
+        return self.augment.load(lambda reach: self._load(reach, seed, dtype, rank, size, grid),
+                                 self._check_tile(tile), self.plane, seed)
+
+    def _load(self, tile, seed, dtype, rank, size, grid):
+        """:meth:`load` without augmentation (subclasses that read otherwise override this)."""
         dtype = np.dtype(dtype)
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")

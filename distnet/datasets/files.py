@@ -200,6 +200,7 @@ class FileDataset(Dataset):
 
     def read_ahead(self, x):
         """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
+        x = getattr(x, "stored", x)     # an AugmentedArray reads through its stored split
         return x.schedule if isinstance(x, StreamArray) else None
 
     def check(self):
@@ -265,6 +266,8 @@ class FileDataset(Dataset):
         ``batch_size``: the model's; ``ndata``: data replicas. Reads the file header only."""
         from .memory import data_memory
         tile = self._check_tile(tile)
+        if self.augment is not None:    # the rank loads its tile's reach (every split: a bound)
+            tile = self.augment.reach(tile, self.plane)
         rows = {s: len(r) for s, r in self.split_rows().items()}
         out = data_memory(rows, self.image_shape[0], tile.shape, np.dtype(dtype).itemsize,
                           self.stored_dtype().itemsize, batch_size, ndata)
@@ -293,7 +296,7 @@ class FileDataset(Dataset):
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
+    def _load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
         """This rank's data of every split: arrays (in memory) or :class:`StreamArray` (streamed),
         both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring)."""
         dtype = np.dtype(dtype)

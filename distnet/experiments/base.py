@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..log import check_logging, get_logger, setup_logging
 from .loop import run_experiment
 
-_CHECKPOINT_KEYS = {"every", "path", "at_end"}
+_CHECKPOINT_KEYS = {"every", "path", "at_end", "sharded"}
 
 
 def check_checkpoint_key(value):
@@ -31,6 +31,8 @@ def check_checkpoint_key(value):
     at_end = value.get("at_end", True)
     if not isinstance(at_end, bool):
         raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
+    if not isinstance(value.get("sharded", False), bool):
+        raise ConfigError(f"checkpoint sharded must be True or False, got {value['sharded']!r}", key="checkpoint")
     return dict(value)
 
 
@@ -80,6 +82,11 @@ class Experiment:
         #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
         self.checkpoint_path = ck.get("path")
         self.checkpoint_at_end = ck.get("at_end", True)
+        #: Write checkpoints as a sharded folder (every rank its part; docs/checkpoints.md).
+        self.checkpoint_sharded = ck.get("sharded", False)
+        #: ``{"save_bytes", "save_seconds", "restore_bytes", "restore_seconds", ...}`` of this run's
+        #: checkpoint reads and writes (the last save; the run record keeps them).
+        self.checkpoint_io = {}
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
@@ -104,17 +111,23 @@ class Experiment:
     def save_checkpoint(self, path, epoch, history=()):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes;
         never a checkpoint of non-finite weights)."""
-        from ..models.checkpoint import save_checkpoint
+        from ..models.sharded import save_any
         from ..models.finite import check_parameters
         check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
-        save_checkpoint(path, self.model, self.topology, epoch, self.config_record, history)
+        stats = save_any(path, self.model, self.topology, epoch, self.config_record, history,
+                         sharded=self.checkpoint_sharded)
+        self.checkpoint_io.update(save_format=stats["format"], save_bytes=stats["bytes"],
+                                  save_seconds=round(stats["seconds"], 6))
 
     def restore(self, path):
         """Load the checkpoint ``path`` into the configured model (any layout wrote it);
         returns the :class:`~distnet.models.checkpoint.Checkpoint` (its ``resume`` continues
         training after it). Collective."""
-        from ..models.checkpoint import restore_checkpoint
-        return restore_checkpoint(self.model, path, self.topology, get_logger())
+        from ..models.sharded import restore_any
+        ck = restore_any(self.model, path, self.topology, get_logger())
+        self.checkpoint_io.update(restore_format=ck.io["format"], restore_bytes=ck.io["bytes"],
+                                  restore_seconds=round(ck.io["seconds"], 6))
+        return ck
 
     def evaluates(self, epoch):
         """Whether the end of ``epoch`` measures the :meth:`eval_splits` (every ``eval_every``)."""
@@ -123,6 +136,10 @@ class Experiment:
     def read_ahead(self, train):
         """The training split's read-ahead (``Dataset.read_ahead``), None for data in memory."""
         return None
+
+    def set_epoch(self, train, epoch):
+        """Before an epoch's training steps (``epoch``) and after them (None): augmented training
+        images draw that epoch's crops and flips, then show the images as stored."""
 
     def note_start(self, data, first_epoch, log):
         """Warnings about the run that need its data (none here)."""

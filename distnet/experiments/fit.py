@@ -36,7 +36,8 @@ class FitExperiment(Experiment):
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
     default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
-    ``distnet run``; ``at_end``, default True), ``eval_every`` (N: also measure the test error
+    ``distnet run``; ``at_end``, default True; ``sharded``, default False: a folder every rank writes
+    its part of, docs/checkpoints.md), ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
     with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
     ends the job when a training step makes no progress for that long, naming the rank that
@@ -143,18 +144,10 @@ class FitExperiment(Experiment):
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
         self.dataset.check()   # file datasets: scale keys vs stored dtype
-        if not getattr(self.model, "supervised", True):   # RBM / DBN read no labels
-            if self.report_errors:
-                raise self.model.error(f"{config_name(self.model)} is unsupervised and has no error rates; "
-                                       "use FitExperiment, not FitPredictErrorExperiment")
-            return
-        nout = self.model.layers[-1].out_shape[0]
-        target_check = getattr(self.model, "check_outputs", None)   # models whose targets are not classes
-        if target_check is not None:
-            target_check(self.dataset)
-        elif nout != self.dataset.nclasses:
-            raise self.model.layers[-1].error(
-                f"gives {nout} outputs but the dataset has {self.dataset.nclasses} classes", "nout")
+        if not getattr(self.model, "supervised", True) and self.report_errors:   # RBM / DBN read no labels
+            raise self.model.error(f"{config_name(self.model)} is unsupervised and has no error rates; "
+                                   "use FitExperiment, not FitPredictErrorExperiment")
+        self.model.check_outputs(self.dataset)
 
     def setup(self, topology=None):
         """Shapes, topology, layer plans and weights; returns the topology."""
@@ -211,6 +204,9 @@ class FitExperiment(Experiment):
     def read_ahead(self, train):
         return self.dataset.read_ahead(train[0])
 
+    def set_epoch(self, train, epoch):
+        self.dataset.set_epoch(train[0], epoch)
+
     def eval_splits(self):
         """The splits measured every ``eval_every`` epochs (those the data has): validation,
         training (FitPredictErrorExperiment), test."""
@@ -234,7 +230,7 @@ class FitExperiment(Experiment):
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
                 result.split_images[split] = len(data[split][1])
-                label, unit = getattr(self.model, "metric_label", ("misclass rate", "%"))
+                label, unit = self.model.metric_label
                 log.info("%s set %s: %.5f%s", split, label, rate, unit)
 
 

@@ -132,7 +132,9 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
                 hooks.pretrain(record)
         for epoch in range(first, model.num_epochs):
             t1 = clock()
+            exp.set_epoch(train, epoch)     # augmented images draw per epoch
             cost = model.fit_epoch(train, epoch, on_batch, read_ahead)
+            exp.set_epoch(train, None)      # the metrics measure the images as stored
             record = {"epoch": epoch, "cost": cost, "seconds": clock() - t1}
             if eval_splits and exp.evaluates(epoch):
                 t1 = clock()

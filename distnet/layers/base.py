@@ -35,7 +35,7 @@ import numpy as np
 
 from ..config.builder import config_error, config_name
 from ..config.types import NonNegativeInt, PositiveInt
-from .params import Param
+from .params import NonFiniteDraw, Param, check_finite
 from .placement import REPLICATED, SPATIAL  # noqa: F401 - the layout kinds, re-exported
 
 
@@ -166,20 +166,30 @@ class BaseLayer:
         entry of ``self.placement.params`` (layers without weights draw nothing)."""
         return []
 
+    def draw_local_params(self, rng):
+        """This rank's part (numpy, placement's ``index``) of each global tensor of
+        :meth:`draw_params`, drawn from ``rng`` in neon's order; raises
+        :class:`~distnet.layers.params.NonFiniteDraw` for a value the dtype cannot hold. This
+        default draws the global tensors whole; a layer whose sharded weights can be large
+        keeps only its slice while drawing (FC, LocalFiltering)."""
+        values = self.draw_params(rng)
+        for v in values:   # every rank draws the same global tensors: all raise alike
+            check_finite(v)
+        return [pp.local_part(v) for pp, v in zip(self.placement.params, values)]
+
     def init_params(self, rng):
         """Draw the global tensors and keep this rank's part of each (placement's ``index``)."""
         try:
             with np.errstate(over="ignore", invalid="ignore"):   # the check below says it in one line
-                values = self.draw_params(rng)
+                parts = self.draw_local_params(rng)
         except OverflowError as e:   # numpy: uniform(-1e308, 1e308)
             raise self.error(f"weight_init cannot be drawn ({e})", "weight_init") from None
-        for v in values:   # every rank draws the same global tensors: all raise alike
-            if not np.isfinite(v).all():
-                raise self.error(f"weight_init draws values that {np.dtype(v.dtype).name} cannot hold "
-                                 "(they become inf); give a smaller range or scale", "weight_init")
-        assert len(values) == len(self.placement.params), (self.name, len(values))
-        self._params = [Param.from_placement(pp, pp.local_part(v), self.xp)
-                        for pp, v in zip(self.placement.params, values)]
+        except NonFiniteDraw as e:
+            raise self.error(f"weight_init draws values that {e} cannot hold "
+                             "(they become inf); give a smaller range or scale", "weight_init") from None
+        assert len(parts) == len(self.placement.params), (self.name, len(parts))
+        self._params = [Param.from_placement(pp, part, self.xp)
+                        for pp, part in zip(self.placement.params, parts)]
         self.init_buffers()
         self.params_ready()
 

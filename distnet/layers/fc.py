@@ -29,7 +29,7 @@ from ..geometry import tile_of
 from ..ops.activations import Identity
 from ..ops.parallel import matmul as pmatmul
 from .base import BaseLayer
-from .params import check_weight_init, gen_weights
+from .params import check_finite, check_weight_init, gen_weights, gen_weights_part
 from .placement import OVER_DATA, REPLICATED, SPATIAL, Collective, Layout, ParamPlacement, Placement
 
 
@@ -123,6 +123,26 @@ class FullyConnectedNoBiasLayer(BaseLayer):
         if "bias_init" in self.weight_init:
             w[:, -1] = self.weight_init["bias_init"]
         return [w[:, :-1], w[:, -1]]
+
+    def draw_local_params(self, rng):
+        """My columns of :meth:`draw_params`'s arrays, drawn without the global ``(nout, nin)``
+        array (:func:`~distnet.layers.params.gen_weights_part`)."""
+        nin = self.nfeat + (1 if self.has_bias else 0)
+        index = self.placement.params[0].index
+        cols = slice(0, self.nfeat) if index is Ellipsis else index[1]
+        if not self.has_bias:
+            return [gen_weights_part(rng, (self.nout, nin), self.weight_init, self.dtype, cols=cols)]
+        bias_init = "bias_init" in self.weight_init
+
+        def check(v, c0):   # the drawn bias column is replaced by bias_init: as draw_params checks
+            check_finite(v[:, :max(0, nin - 1 - c0)] if bias_init else v)
+        w, b = gen_weights_part(rng, (self.nout, nin), self.weight_init, self.dtype,
+                                cols=(cols, slice(nin - 1, nin)), check=check)
+        b = b[:, 0].copy()
+        if bias_init:
+            b[:] = self.weight_init["bias_init"]
+            check_finite(b)
+        return [w, b]
 
     def setup(self, ctx):
         """My input columns (``cols``: global flat feature indices, None for all), my vecpar block

@@ -16,9 +16,11 @@ process, halo exchange on a grid of several tiles; ``_input_grad``: its adjoint)
 distributed step is the one-process one with the padding maps swapped for the exchanges, and
 gives the same numbers.
 """
+import numpy as np
+
 from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
-from .params import Param, check_weight_init, gen_weights
+from .params import Param, check_finite, check_weight_init, gen_weights, gen_weights_part
 from .placement import OVER_DATA, ParamPlacement
 from .spatial import WindowLayer
 from .step import TrainingStep
@@ -111,6 +113,23 @@ class LocalFilteringLayer(WindowLayer):
         K, Ho, Wo = self.out_shape
         w = gen_weights(rng, (K * Ho * Wo, C * fh * fw), self.weight_init, self.dtype)
         return [normalize_rows(w.reshape(K, Ho, Wo, C * fh * fw))]
+
+    def draw_local_params(self, rng):
+        """My output tile's rows of :meth:`draw_params`'s array, drawn without the global one
+        (:func:`~distnet.layers.params.gen_weights_part`); every drawn piece is normalised for
+        the check, so every rank refuses a zero row (NaN) alike."""
+        C, (fh, fw) = self.in_shape[0], self.fshape
+        K, Ho, Wo = self.out_shape
+        F = C * fh * fw
+        index = self.placement.params[0].index
+        ys, xs = (slice(0, Ho), slice(0, Wo)) if index is Ellipsis else (index[1], index[2])
+        k, y, x = np.meshgrid(np.arange(K), np.arange(Ho)[ys], np.arange(Wo)[xs], indexing="ij")
+        rows = np.ravel_multi_index((k.ravel(), y.ravel(), x.ravel()), (K, Ho, Wo))
+
+        def check(v, c0):
+            check_finite(normalize_rows(v.copy()) if v.shape[1] == F else v)
+        w = gen_weights_part(rng, (K * Ho * Wo, F), self.weight_init, self.dtype, rows=rows, check=check)
+        return [normalize_rows(w.reshape(K, y.shape[1], y.shape[2], F))]
 
     def params_ready(self):
         self.W = self._params[0].value

@@ -75,3 +75,97 @@ def gen_weights(rng, shape, weight_init, dtype):
         a = weight_init.get("scale", 1.0) * np.sqrt(6.0 / sum(shape))
         w = rng.uniform(-a, a, shape)
     return np.asarray(w, dtype=weight_init.get("dtype", dtype))
+
+
+#: Values drawn at a time by :func:`gen_weights_part` (float64: 8 MiB): bounds what a rank holds
+#: beyond its own slice while it walks the global stream.
+DRAW_CHUNK = 2**20
+
+
+class NonFiniteDraw(ValueError):
+    """A drawn weight is not finite in the layer's dtype (the layer names it)."""
+
+
+def check_finite(v):
+    """Raise :class:`NonFiniteDraw` if any element of ``v`` (numpy) is inf or NaN."""
+    if not np.isfinite(v).all():
+        raise NonFiniteDraw(np.dtype(v.dtype).name)
+
+
+def _sampler(rng, shape, weight_init):
+    """``draw(n)``: the next ``n`` float64 values of :func:`gen_weights`'s stream for the global
+    ``shape``. Uniform draws take one double per value and the gaussian ones keep the spare of
+    each Box-Muller pair in the RandomState's own state (``has_gauss``), so ``n`` then ``m``
+    values are exactly ``n + m`` values drawn at once."""
+    kind = weight_init["type"]
+    if kind == "uniform":
+        lo, hi = weight_init.get("low", 0.0), weight_init.get("high", 1.0)
+        return lambda n: rng.uniform(lo, hi, n)
+    if kind in ("gaussian", "normal"):
+        loc, scale = weight_init.get("loc", 0.0), weight_init.get("scale", 1.0)
+        return lambda n: rng.normal(loc, scale, n)
+    a = weight_init.get("scale", 1.0) * np.sqrt(6.0 / sum(shape))
+    return lambda n: rng.uniform(-a, a, n)
+
+
+def _positions(sel, n):
+    """``sel`` (``...``, a slice or an index array of ``range(n)``) as a sorted int64 array."""
+    if sel is Ellipsis:
+        return np.arange(n, dtype=np.int64)
+    if isinstance(sel, slice):
+        return np.arange(n, dtype=np.int64)[sel]
+    out = np.asarray(sel, dtype=np.int64)
+    if out.size > 1 and not (np.diff(out) > 0).all():
+        raise ValueError("gen_weights_part keeps rows and columns in increasing order only")
+    return out
+
+
+def _finite(v, c0):
+    check_finite(v)
+
+
+def gen_weights_part(rng, shape, weight_init, dtype, rows=Ellipsis, cols=Ellipsis, check=_finite,
+                     chunk=DRAW_CHUNK):
+    """``gen_weights(rng, shape, weight_init, dtype)[rows][:, cols]`` without the global array.
+
+    ``shape`` is ``(nrows, ncols)``; ``rows`` is ``...``, a slice or an increasing index array;
+    ``cols`` one such selection, or a tuple of them (then a list of arrays comes back, one per
+    selection: a weight block and its bias column without a copy). The whole global stream is
+    drawn (``rng`` ends where :func:`gen_weights` leaves it) in pieces of at most ``chunk``
+    values and only the kept part is stored: a rank holds its result plus one piece.
+    ``check(piece, c0)`` sees every piece (``(rows, columns c0...)`` in the cast dtype) on every
+    rank, so that every rank raises alike (default: :class:`NonFiniteDraw` for inf or NaN).
+    Bit for bit the values of :func:`gen_weights`."""
+    nrows, ncols = shape
+    out_dtype = np.dtype(weight_init.get("dtype", dtype))
+    draw = _sampler(rng, shape, weight_init)
+    r = _positions(rows, nrows)
+    several = isinstance(cols, tuple)
+    cs = [_positions(c, ncols) for c in (cols if several else (cols,))]
+    keep = np.zeros(nrows, dtype=bool)
+    keep[r] = True
+    outs = [np.empty((len(r), len(c)), dtype=out_dtype) for c in cs]
+    at = 0                                   # rows of the results filled
+    if ncols <= chunk:                       # whole rows at a time
+        block = max(1, chunk // max(ncols, 1))
+        for r0 in range(0, nrows, block):
+            r1 = min(nrows, r0 + block)
+            v = np.asarray(draw((r1 - r0) * ncols).reshape(r1 - r0, ncols), dtype=out_dtype)
+            check(v, 0)
+            kept = keep[r0:r1]
+            mine = v if kept.all() else v[kept]
+            for c, out in zip(cs, outs):
+                out[at:at + len(mine)] = mine[:, c]
+            at += len(mine)
+    else:                                    # rows longer than a piece: pieces of one row
+        for row in range(nrows):
+            for c0 in range(0, ncols, chunk):
+                c1 = min(ncols, c0 + chunk)
+                v = np.asarray(draw(c1 - c0), dtype=out_dtype)
+                check(v[None], c0)
+                if keep[row]:
+                    for c, out in zip(cs, outs):
+                        j0, j1 = np.searchsorted(c, c0), np.searchsorted(c, c1)
+                        out[at, j0:j1] = v[c[j0:j1] - c0]
+            at += int(keep[row])
+    return outs if several else outs[0]

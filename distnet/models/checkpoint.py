@@ -32,6 +32,10 @@ File layout (``FORMAT``, ``VERSION`` 1)::
 
 Every dataset carries the CRC-32 of its bytes; damaged, truncated or mismatched files raise
 :class:`~distnet.errors.CheckpointError` naming the file and what is wrong.
+
+The sharded form (a folder, every rank writing and reading its own slices) is
+:mod:`distnet.models.sharded`, which builds on this module; its ``save_any`` / ``restore_any``
+take either form.
 """
 import datetime
 import json
@@ -189,7 +193,9 @@ def gather_params(model, topology, group="params"):
 # ---------------------------------------------------------------------------------------------
 
 def _crc(a):
-    return int(zlib.crc32(np.ascontiguousarray(a).tobytes()))
+    """CRC-32 of ``a``'s bytes in C order (read in place: no copy of a contiguous array)."""
+    a = np.ascontiguousarray(a)
+    return int(zlib.crc32(memoryview(a.reshape(-1)).cast("B"))) if a.size else int(zlib.crc32(b""))
 
 
 def _dataset(group, name, a):
@@ -233,13 +239,37 @@ def checkpoint_size(model, itemsize):
     return _need(nbytes)
 
 
+def write_header(f, fmt, epoch, meta, shuffle_state, config, history):
+    """The training state of a checkpoint into the open HDF5 file ``f``: root attributes
+    (format ``fmt``, version, epoch, created, distnet_version, history, ``meta``), ``/rng/shuffle``
+    and ``/config`` (a single file and a sharded checkpoint's index alike)."""
+    from .. import __version__
+    f.attrs["format"] = fmt
+    f.attrs["version"] = VERSION
+    f.attrs["epoch"] = int(epoch)
+    f.attrs["created"] = datetime.datetime.now().isoformat(timespec="seconds")
+    f.attrs["distnet_version"] = __version__
+    f.attrs["history"] = json.dumps(list(history))
+    for key, value in dict(meta or {}).items():
+        f.attrs[key] = value
+    if shuffle_state is not None:
+        kind, keys, pos, has_gauss, cached = shuffle_state
+        d = _dataset(f.require_group("rng"), "shuffle", np.asarray(keys, dtype=np.uint32))
+        d.attrs["kind"], d.attrs["pos"] = str(kind), int(pos)
+        d.attrs["has_gauss"], d.attrs["cached_gaussian"] = int(has_gauss), float(cached)
+    c = f.create_group("config")
+    config = dict(config or {})
+    for key in ("yaml", "resolved", "source"):
+        c.attrs[key] = str(config.get(key) or "")
+    c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
+
+
 def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=(),
                      buffers=()):
     """Write a checkpoint file atomically (one process). ``entries`` (and ``buffers``) as
     :func:`gather_params` returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
     dict with ``yaml``, ``resolved``, ``overrides`` (list), ``source``; ``history`` a list of
     JSON-serialisable per-epoch records."""
-    from .. import __version__
     from ..fileio import atomic_target, free_space, hdf5_file, is_disk_full, umask_mode, write_failure
     meta = dict(meta or {})
     # refused before a byte is written when the disk cannot hold it; one that fills meanwhile
@@ -255,27 +285,10 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     try:
         with atomic_target(path) as tmp:
             with hdf5_file(tmp, sync=True) as f:    # on disk before it takes the real name
-                f.attrs["format"] = FORMAT
-                f.attrs["version"] = VERSION
-                f.attrs["epoch"] = int(epoch)
-                f.attrs["created"] = datetime.datetime.now().isoformat(timespec="seconds")
-                f.attrs["distnet_version"] = __version__
-                f.attrs["history"] = json.dumps(list(history))
-                for key, value in meta.items():
-                    f.attrs[key] = value
+                write_header(f, FORMAT, epoch, meta, shuffle_state, config, history)
                 _write_entries(f, "params", entries)
                 if buffers:
                     _write_entries(f, "buffers", buffers)
-                if shuffle_state is not None:
-                    kind, keys, pos, has_gauss, cached = shuffle_state
-                    d = _dataset(f.require_group("rng"), "shuffle", np.asarray(keys, dtype=np.uint32))
-                    d.attrs["kind"], d.attrs["pos"] = str(kind), int(pos)
-                    d.attrs["has_gauss"], d.attrs["cached_gaussian"] = int(has_gauss), float(cached)
-                c = f.create_group("config")
-                config = dict(config or {})
-                for key in ("yaml", "resolved", "source"):
-                    c.attrs[key] = str(config.get(key) or "")
-                c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
             umask_mode(tmp)
     except (OSError, RuntimeError) as e:     # h5py raises both for a failed write
         raise CheckpointError(f"cannot write checkpoint {path}: {write_failure(e)}"
@@ -284,25 +297,39 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
 
 def save_checkpoint(path, model, topology, epoch, config=None, history=()):
     """Gather the model's state and write it to ``path`` on world rank 0 (collective over the
-    run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch."""
+    run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch.
+    Returns ``{"bytes", "seconds", "format": "single"}`` (the file's bytes, the same on every
+    rank; this save's wall time). A sharded folder: :func:`~distnet.models.sharded.save_any`."""
+    import time
+
     from ..comm.abort import run_collectively
+    t0 = time.perf_counter()
     try:
         entries, error = gather_params(model, topology), None
         buffers = gather_params(model, topology, "buffers")
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
         entries, buffers, error = None, None, e
     state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
-    meta = {"model": config_name(model), "dtype": np.dtype(model.backend.dtype).name,
-            "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
-            "pipe": int(topology.npipe), "steps": int(model.steps)}
+    meta = _meta(model, topology)
 
     def write():
         if error is not None:
             raise error
         if topology.rank == 0:
             write_checkpoint(path, entries, epoch, meta, state, config, history, buffers or ())
+            return os.path.getsize(path)
+        return None
 
-    run_collectively(write, topology.world)
+    size = run_collectively(write, topology.world)
+    size = topology.world.bcast(size, root=0) if topology.world.Get_size() > 1 else size
+    return {"bytes": int(size), "seconds": time.perf_counter() - t0, "format": "single"}
+
+
+def _meta(model, topology):
+    """The root attributes that say what wrote a checkpoint (model, dtype, layout, steps)."""
+    return {"model": config_name(model), "dtype": np.dtype(model.backend.dtype).name,
+            "grid": list(topology.grid), "size": int(topology.size), "data": int(topology.ndata),
+            "pipe": int(topology.npipe), "steps": int(model.steps)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,6 +348,8 @@ class Checkpoint:
     history: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     buffers: list = field(default_factory=list)   # dicts like params (batch norm's statistics)
+    #: ``{"format", "bytes", "seconds"}`` of the restore that read it (:func:`restore_checkpoint`)
+    io: dict = field(default_factory=dict)
 
     @property
     def resume(self):
@@ -390,6 +419,27 @@ def _read_entries(path, group, what):
     return out
 
 
+def read_header(path, f, params=(), buffers=()):
+    """The :class:`Checkpoint` of the open file ``f``'s training state (what
+    :func:`write_header` wrote) with these ``params`` and ``buffers`` entries."""
+    meta = {k: _plain(v) for k, v in f.attrs.items()}
+    state = None
+    if "rng" in f and "shuffle" in f["rng"]:
+        d = f["rng"]["shuffle"]
+        keys = _read_dataset(path, d, "the shuffle RNG state")
+        if keys.shape != (624,):
+            raise _fail(path, f"the shuffle RNG state has shape {keys.shape}, expected (624,)")
+        state = (_text(d.attrs["kind"]), keys.astype(np.uint32), int(d.attrs["pos"]),
+                 int(d.attrs["has_gauss"]), float(d.attrs["cached_gaussian"]))
+    config = {}
+    if "config" in f:
+        c = f["config"].attrs
+        config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source")}
+        config["overrides"] = json.loads(_text(c.get("overrides", "[]")))
+    history = json.loads(meta.pop("history", "[]") or "[]")
+    return Checkpoint(path, int(meta["epoch"]), list(params), state, config, history, meta, list(buffers))
+
+
 def read_checkpoint(path):
     """Read and verify a checkpoint file; returns a :class:`Checkpoint`.
 
@@ -400,7 +450,7 @@ def read_checkpoint(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise _fail(path, "no such file")
-    if os.path.isdir(path):
+    if os.path.isdir(path):     # a sharded checkpoint folder: distnet.models.sharded.read_any
         raise _fail(path, "is a directory, not a checkpoint file")
     try:
         f = h5py.File(path, "r")
@@ -413,46 +463,28 @@ def read_checkpoint(path):
             version = int(f.attrs.get("version", -1))
             if version != VERSION:
                 raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
-            meta = {k: _plain(v) for k, v in f.attrs.items()}
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
             params = _read_entries(path, f["params"], "parameter")
             buffers = _read_entries(path, f["buffers"], "buffer") if "buffers" in f else []
-            state = None
-            if "rng" in f and "shuffle" in f["rng"]:
-                d = f["rng"]["shuffle"]
-                keys = _read_dataset(path, d, "the shuffle RNG state")
-                if keys.shape != (624,):
-                    raise _fail(path, f"the shuffle RNG state has shape {keys.shape}, expected (624,)")
-                state = (_text(d.attrs["kind"]), keys.astype(np.uint32), int(d.attrs["pos"]),
-                         int(d.attrs["has_gauss"]), float(d.attrs["cached_gaussian"]))
-            config = {}
-            if "config" in f:
-                c = f["config"].attrs
-                config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source")}
-                config["overrides"] = json.loads(_text(c.get("overrides", "[]")))
-            history = json.loads(meta.pop("history", "[]") or "[]")
-            return Checkpoint(path, int(meta["epoch"]), params, state, config, history, meta, buffers)
+            return read_header(path, f, params, buffers)
     except CheckpointError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise _fail(path, f"unreadable or incomplete ({type(e).__name__}: {e})") from None
 
 
-def apply_checkpoint(model, ck, log=None):
-    """Put the checkpoint's weights, velocities, learning-rule state and buffers into a
-    configured model (this rank's slices of the layers it holds), restore its optimiser step
-    count; returns the :class:`ResumeState` that continues after epoch ``ck.epoch`` with the
-    saved shuffle RNG state (``ck.resume``). Raises :class:`CheckpointError` if the model's parameters or buffers do
-    not match (count or global shapes)."""
-    xp = model.backend.xp
+def _check_entries(model, ck, log=None, dtype_of=lambda e: e["value"].dtype, shape_of=lambda e: e["value"].shape):
+    """Refuse a checkpoint ``ck`` of another model (count of parameters and buffers, the global
+    shapes of those this rank holds: :class:`CheckpointError`) and warn once per job when its
+    arrays are cast to the run's dtype."""
     dtype = np.dtype(model.backend.dtype)
-    cast = [e for e in list(ck.params) + list(ck.buffers) if e["value"].dtype != dtype]
+    cast = [e for e in list(ck.params) + list(ck.buffers) if np.dtype(dtype_of(e)) != dtype]
     if cast and log is not None:    # about the file every rank reads: one line per job
         from ..log import warn_once_per_job
         names = ", ".join(e["name"] for e in cast[:4]) + (f" and {len(cast) - 4} more" if len(cast) > 4 else "")
         warn_once_per_job(log, "checkpoint %s: %s %s %s, the run uses %s (cast)", ck.path, names,
-                          "is" if len(cast) == 1 else "are", cast[0]["value"].dtype, dtype)
+                          "is" if len(cast) == 1 else "are", np.dtype(dtype_of(cast[0])), dtype)
     overrides = (ck.config or {}).get("overrides") or []
     # the experiment file of the run directory with the checkpoint lacks its --set: the usual cause
     hint = (f" (its run had --set {' --set '.join(map(str, overrides))}: give the same, or evaluate with "
@@ -463,17 +495,32 @@ def apply_checkpoint(model, ck, log=None):
         if len(names) != len(entries):
             raise _fail(ck.path, f"holds {len(entries)} {what} ({_names(entries)}) but the experiment's "
                                  f"model has {len(names)} ({', '.join(names)}){hint}")
-
-        def local(a, index, p):
-            return xp.asarray(np.array(a[index], dtype=dtype).reshape(p.value.shape))
         for layer, offset, _ in slots:
             for j, p in enumerate(_held(layer, group)):
                 e = entries[offset + j]
-                gshape, index = param_layout(layer, p)
-                if tuple(e["value"].shape) != tuple(gshape):
-                    raise _fail(ck.path, f"{what[:-1]} {e['name']} has shape {tuple(e['value'].shape)} but "
+                gshape, _ = param_layout(layer, p)
+                if tuple(shape_of(e)) != tuple(gshape):
+                    raise _fail(ck.path, f"{what[:-1]} {e['name']} has shape {tuple(shape_of(e))} but "
                                          f"the experiment's {p.name} has global shape {tuple(gshape)}; the "
                                          f"checkpoint belongs to another model{hint}")
+
+
+def apply_checkpoint(model, ck, log=None):
+    """Put the checkpoint's weights, velocities, learning-rule state and buffers into a
+    configured model (this rank's slices of the layers it holds), restore its optimiser step
+    count; returns the :class:`ResumeState` that continues after epoch ``ck.epoch`` with the
+    saved shuffle RNG state (``ck.resume``). Raises :class:`CheckpointError` if the model's parameters or buffers do
+    not match (count or global shapes)."""
+    xp = model.backend.xp
+    dtype = np.dtype(model.backend.dtype)
+    _check_entries(model, ck, log)
+    for group, entries in (("params", ck.params), ("buffers", ck.buffers)):
+        def local(a, index, p):
+            return xp.asarray(np.array(a[index], dtype=dtype).reshape(p.value.shape))
+        for layer, offset, _ in param_slots(model, group):
+            for j, p in enumerate(_held(layer, group)):
+                e = entries[offset + j]
+                _, index = param_layout(layer, p)
                 p.value[...] = xp.asarray(np.asarray(e["value"][index], dtype=dtype).reshape(p.value.shape))
                 p.velocity = None if e["velocity"] is None else local(e["velocity"], index, p)
                 state = e.get("state") or {}
@@ -495,13 +542,20 @@ def restore_checkpoint(model, path, topology, log=None):
     disks), hand it to every rank, and load each rank's part into ``model`` (collective over the
     run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
     :class:`Checkpoint`; its ``resume`` continues training after it."""
+    import time
+
     from ..comm.abort import run_collectively
     from ..comm.root_read import read_on_root
 
+    t0 = time.perf_counter()
     ck = read_on_root(topology.world, lambda: read_checkpoint(path))
 
     def load():
         apply_checkpoint(model, ck, log)
         return ck
 
-    return run_collectively(load, topology.world)
+    run_collectively(load, topology.world)
+    ck.io = {"format": "single", "seconds": time.perf_counter() - t0,
+             "bytes": int(sum(a.nbytes for e in ck.params + ck.buffers
+                              for a in [e["value"], e["velocity"], *e["state"].values()] if a is not None))}
+    return ck

@@ -487,6 +487,16 @@ class Model:
                     for i in range(0, x.shape[0], bs)]
         return np.concatenate(outs)
 
+    #: How the final error of a split is named and its unit (an Autoencoder: reconstruction error).
+    metric_label = ("misclass rate", "%")
+
+    def check_outputs(self, dataset):
+        """ConfigError (at the last layer's ``nout``) unless the last layer gives one output per
+        class of ``dataset`` (run by ``distnet check`` and before training)."""
+        nout = self.layers[-1].out_shape[0]
+        if nout != dataset.nclasses:
+            raise self.layers[-1].error(f"gives {nout} outputs but the dataset has {dataset.nclasses} classes", "nout")
+
     def misclass_rate(self, x, labels):
         """Percentage of ``labels`` whose output argmax differs (summed over data replicas)."""
         bs = self.batch_size or x.shape[0]

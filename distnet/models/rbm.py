@@ -90,6 +90,11 @@ class RBM(Model):
     def optimizer_state_names(self):
         return ()
 
+    def check_outputs(self, dataset):
+        """Nothing to check: the hidden units are no classes (a fine-tuned DBN checks its classifier)."""
+        if self.supervised:
+            Model.check_outputs(self, dataset)
+
     # -- training ------------------------------------------------------------------------------
     def _train_layer_epoch(self, i, x, epoch, on_batch=None):
         """One epoch of CD on layer ``i`` over ``x (N, nfeat)`` (whole, on every rank): returns
