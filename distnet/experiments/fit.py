@@ -144,7 +144,7 @@ class FitExperiment(Experiment):
         image shape, and the last layer's outputs against its classes (ConfigError)."""
         self.model.infer_shapes(self.dataset.image_shape)
         self.dataset.check()   # file datasets: scale keys vs stored dtype
-        if not getattr(self.model, "supervised", True) and self.report_errors:   # RBM / DBN read no labels
+        if not self.model.supervised and self.report_errors:   # RBM / DBN read no labels
             raise self.model.error(f"{config_name(self.model)} is unsupervised and has no error rates; "
                                    "use FitExperiment, not FitPredictErrorExperiment")
         self.model.check_outputs(self.dataset)

@@ -489,6 +489,8 @@ class Model:
 
     #: How the final error of a split is named and its unit (an Autoencoder: reconstruction error).
     metric_label = ("misclass rate", "%")
+    #: Trains on labels (an RBM, a DBN before fine-tuning: not; they have no error rate).
+    supervised = True
 
     def check_outputs(self, dataset):
         """ConfigError (at the last layer's ``nout``) unless the last layer gives one output per
