@@ -21,16 +21,11 @@ NEON04 = (sorted((ROOT / "tests" / "data" / "neon_04").glob("*.yaml"))
           + [ROOT / "experiments" / "neon_mnist_numpy_cnn-20-50-500-10.yaml"])
 ALL = LATER + NEON04
 
-#: v0.4.0 files whose model class distnet does not build yet (RBM, DBN): their tests are
-#: expected to fail (strictly: they report when they start passing). Empty it once the classes exist.
-NOT_YET = set()
-
 
 def params(paths):
-    """``pytest.param`` per file (id: its stem), the :data:`NOT_YET` ones marked xfail."""
+    """``pytest.param`` per file (id: its stem)."""
     import pytest
-    mark = pytest.mark.xfail(strict=True, reason="its model class (RBM / DBN) is not built yet")
-    return [pytest.param(p, id=p.stem, marks=mark if p.stem in NOT_YET else ()) for p in paths]
+    return [pytest.param(p, id=p.stem) for p in paths]
 
 _MNIST = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
           "t10k-labels-idx1-ubyte")

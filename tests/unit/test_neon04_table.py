@@ -1,6 +1,6 @@
 """docs/neon.md's table of neon v0.4.0's example files matches ``tests/data/neon_04``: one row
 per file of the folder (all 22), each file's status agreeing with what the tests expect of it
-(RBM/DBN rows are the files whose class is not built yet, GPU rows the Cudanet / Cudamat files)."""
+(GPU rows: the Cudanet / Cudamat files; every other file runs on the CPU)."""
 import re
 
 from tests import neon_files
@@ -31,9 +31,7 @@ def test_status_agrees_with_the_tests():
         path = neon_files.ROOT / "tests" / "data" / "neon_04" / f"{stem}.yaml"
         text = path.read_text()
         assert f"neon.datasets.{dataset.lower()}." in text, stem
-        if stem in neon_files.NOT_YET:
-            assert status == "RBM/DBN", stem
-        elif neon_files.uses_gpu(path):
+        if neon_files.uses_gpu(path):
             assert status.startswith("needs GPU"), stem
         else:
             assert status.startswith("runs on CPU"), stem
