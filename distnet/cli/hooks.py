@@ -78,6 +78,7 @@ class CliHooks:
             rec["valid_misclass"] = result.valid_misclass
         if result.best_epoch is not None:
             rec["best_epoch"] = result.best_epoch
+        rec.update(policy_record(result))
         self._write(rec)
 
     def close(self, ok=True):
@@ -89,3 +90,11 @@ class CliHooks:
             self.bar.close()
         if self.metrics is not None:
             self.metrics.close(ok)
+
+
+def policy_record(result):
+    """What the checkpoint policy left (:class:`~distnet.experiments.loop.RunResult`): why
+    training stopped, the checkpoint files kept, the best epoch's checkpoint; for the final
+    metrics line and ``run.json``."""
+    return {"stop": result.stop, "checkpoints": list(result.checkpoints),
+            "best_checkpoint": result.best_checkpoint}

@@ -9,12 +9,14 @@ from ..config.builder import config_error
 from ..errors import ConfigError
 from ..log import check_logging, get_logger, setup_logging
 from .loop import run_experiment
+from .policy import POLICY_KEYS, check_policy_keys
 
-_CHECKPOINT_KEYS = {"every", "path", "at_end"}
+_CHECKPOINT_KEYS = {"every", "path", "at_end"} | POLICY_KEYS
 
 
 def check_checkpoint_key(value):
-    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``) checked; ``{}`` for None."""
+    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``, and the policy's keys of
+    :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
     if value is None:
         return {}
     unknown = set(value) - _CHECKPOINT_KEYS
@@ -31,6 +33,7 @@ def check_checkpoint_key(value):
     at_end = value.get("at_end", True)
     if not isinstance(at_end, bool):
         raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
+    check_policy_keys(value)
     return dict(value)
 
 
@@ -80,6 +83,9 @@ class Experiment:
         #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
         self.checkpoint_path = ck.get("path")
         self.checkpoint_at_end = ck.get("at_end", True)
+        #: The policy keys (``monitor``, ``keep_best``, ``keep_last``, ``patience``, ``min_delta``,
+        #: ``select_on_test``) of :class:`~distnet.experiments.policy.CheckpointPolicy`.
+        self.checkpoint_policy = {k: v for k, v in ck.items() if k in POLICY_KEYS}
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
@@ -115,6 +121,11 @@ class Experiment:
         training after it). Collective."""
         from ..models.checkpoint import restore_checkpoint
         return restore_checkpoint(self.model, path, self.topology, get_logger())
+
+    def split_metrics(self, split):
+        """The metrics of an evaluated split ``(x, labels)``: ``{name: value}`` (the model's
+        ``split_metrics``). Collective."""
+        return self.model.split_metrics(split)
 
     def evaluates(self, epoch):
         """Whether the end of ``epoch`` measures the :meth:`eval_splits` (every ``eval_every``)."""
