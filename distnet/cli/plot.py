@@ -2,9 +2,11 @@
 (matplotlib, an optional dependency: ``pip install 'distnet[plot]'``).
 
 Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON-lines file
-(``distnet run --metrics``). Left: the mean training cost per epoch. Right: the error rates
-measured during training (``eval_every``; test solid, train dashed) and the final ones (a star
-for test, a triangle for train, at the last epoch). Runs that agree (dist vs non-dist) draw on
+(``distnet run --metrics``). Left: the mean training cost per epoch, and the cost of the
+evaluated splits (``eval_every``; thin lines, validation dash-dotted, test dotted). Right: the
+error rates measured during training (test in the run's own dash, train dashed, validation
+dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
+triangle for train, a diamond for validation, at the last epoch). Runs that agree (dist vs non-dist) draw on
 top of each other; every run has its own marker and dash pattern, so each stays visible.
 """
 import click
@@ -71,7 +73,19 @@ def plot_runs(runs, out, title=None, inputs=()):
         (line,) = cost_ax.plot(epochs, [r["cost"] for r in recs], linestyle=dash, marker=marker, ms=4,
                                label=run["label"])
         color = line.get_color()
-        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^")):
+        for split, style in (("valid", "-."), ("test", ":")):
+            pts = [(r["epoch"], r[f"{split}_cost"]) for r in recs if f"{split}_cost" in r]
+            if pts:
+                cost_ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=3, lw=0.8, color=color,
+                             label=f"{run['label']}: {split} cost")
+        topk = sorted({k for r in recs for k in r if k.split("_", 1)[0] in ("train", "valid", "test")
+                       and k.split("_", 1)[1].startswith("top") and k.endswith("_misclass")})
+        for key in topk:
+            pts = [(r["epoch"], r[key]) for r in recs if key in r]
+            any_err = True
+            err_ax.plot(*zip(*pts), linestyle=":", marker=marker, ms=3, lw=0.8, color=color,
+                        label=f"{run['label']}: {key.replace('_misclass', '').replace('_', ' ')}")
+        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^"), ("valid", "-.", "D")):
             pts = [(r["epoch"], r[f"{split}_misclass"]) for r in recs if f"{split}_misclass" in r]
             if pts:
                 any_err = True
@@ -84,7 +98,7 @@ def plot_runs(runs, out, title=None, inputs=()):
                 label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
                 err_ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
                             markerfacecolor="none", label=label)
-    cost_ax.set(title="training cost", xlabel="epoch", ylabel="mean cost per image")
+    cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
     from matplotlib.ticker import MaxNLocator
     for ax in (cost_ax, err_ax):
