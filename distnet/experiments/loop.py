@@ -192,6 +192,10 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     result.stop, result.checkpoints = summary["stop"], summary["checkpoints"]
     result.best_checkpoint = summary["best_checkpoint"]
     result.best_epoch = summary["best_epoch"] if exp.picks_best_epoch else None
+    if result.best_epoch is None and exp.picks_best_epoch and policy.monitor is None and \
+            any("test_misclass" in r for r in history):
+        log.info("no best epoch: the run has no validation split (checkpoint select_on_test: true "
+                 "selects on the test split)")
     if result.best_epoch is not None:
         b = result.best_epoch
         log.info("best epoch: %d (%s)%s", b["epoch"], best_text(b),
