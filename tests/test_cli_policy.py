@@ -46,7 +46,7 @@ def test_resumed_run_decides_as_the_uninterrupted_one(exp):
     distnet("run", str(path), "--run-dir", str(d / "r_cut1"), "--checkpoint", str(d / "cut" / "ck_{epoch:02d}.h5"),
             "--set", "model.num_epochs=3", check=True)
     assert sorted(p.name for p in (d / "cut").iterdir()) == ["ck_01.h5", "ck_02.h5", "ck_best.h5"]
-    proc = distnet("run", str(path), "--run-dir", str(d / "r_cut2"), "--resume", str(d / "cut" / "ck_02.h5"),
+    proc = distnet("run", str(path), "--run-dir", str(d / "r_cut2"), "--resume", str(d / "r_cut1"),   # its run.json names ck_02.h5
                    "--checkpoint", str(d / "cut" / "ck_{epoch:02d}.h5"), check=True)
     whole, cut = _records(d / "r_whole"), _records(d / "r_cut2")
     assert _decisions(cut) == _decisions(whole)
