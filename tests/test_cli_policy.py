@@ -89,3 +89,24 @@ def test_checkpoint_path_fields(exp, tmp_path):
     proc = distnet("run", str(path), "--no-run-dir", "--checkpoint", str(tmp_path / "plain.h5"))
     assert proc.returncode != 0 and "keep_last needs {epoch} in the checkpoint path" in proc.stderr
     assert not (tmp_path / "plain.h5").exists()
+
+
+def test_evaluate_on_two_ranks_counts_as_one_process(exp, tmp_path):
+    d, path = exp
+    run = tmp_path / "r"
+    distnet("run", str(path), "--run-dir", str(run), "--checkpoint", str(tmp_path / "ck_{epoch}.h5"),
+            "--set", "model.num_epochs=2", check=True)
+    dist = tmp_path / "dist.yaml"
+    distnet("distribute", str(path), "-o", str(dist), check=True)
+    one = json.loads(distnet("evaluate", str(path), "--checkpoint", str(run), "--json", check=True).stdout)
+    two = json.loads(distnet("evaluate", str(dist), "--checkpoint", str(run), "--json", n=2, check=True).stdout)
+    assert one["epoch"] == two["epoch"] == 1 and list(one["splits"]) == ["train", "valid", "test"]
+    for split, m in one["splits"].items():
+        for key in ("images", "misclass", "top2_misclass", "class_accuracy", "confusion"):
+            assert two["splits"][split][key] == m[key], (split, key)
+        assert two["splits"][split]["cost"] == pytest.approx(m["cost"], rel=1e-10)
+    text = distnet("evaluate", str(path), "--checkpoint", str(run), check=True).stdout.splitlines()
+    assert text[1].startswith("train set misclass rate: ") and text[2].startswith("train set cost ")
+    assert ", top-2 misclass " in text[2] and text[3].startswith("train set accuracy per class: 0 ")
+    assert text[4] == "train set confusion matrix (rows: true class, columns: predicted class):"
+    assert [int(v) for v in text[5].split()] == one["splits"]["train"]["confusion"][0]
