@@ -110,3 +110,19 @@ def test_evaluate_on_two_ranks_counts_as_one_process(exp, tmp_path):
     assert ", top-2 misclass " in text[2] and text[3].startswith("train set accuracy per class: 0 ")
     assert text[4] == "train set confusion matrix (rows: true class, columns: predicted class):"
     assert [int(v) for v in text[5].split()] == one["splits"]["train"]["confusion"][0]
+
+
+def test_plot_draws_validation_costs_and_top_k(exp, tmp_path):
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import draw_runs
+    from distnet.experiments.rundir import read_run
+    d, path = exp
+    run = tmp_path / "r"
+    distnet("run", str(path), "--run-dir", str(run), "--no-checkpoint", "--set", "model.num_epochs=2", check=True)
+    cost_ax, err_ax = draw_runs([read_run(str(run))]).axes
+    label = read_run(str(run))["label"]
+    assert {f"{label}: valid cost", f"{label}: test cost"} <= {line.get_label() for line in cost_ax.lines}
+    curves = {line.get_label(): list(line.get_ydata()) for line in err_ax.lines}
+    recs = _records(run)[:-1]
+    assert curves[f"{label}: valid"] == [r["valid_misclass"] for r in recs]
+    assert curves[f"{label}: valid top2"] == [r["valid_top2_misclass"] for r in recs]

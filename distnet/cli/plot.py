@@ -56,13 +56,25 @@ def plot_runs(runs, out, title=None, inputs=()):
     """Draw ``runs`` (dicts from :func:`~distnet.experiments.rundir.read_run`, or paths) to the
     PNG file ``out`` (:func:`check_target` first; ``inputs``: other files that must not be
     replaced). Returns ``out``."""
-    Figure = _figure()
+    _figure()
     check_target(out, runs, inputs)
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
     for run in runs:
         if not run["epochs"] and not run["final"]:      # an empty curve, drawn without a word
             click.echo(f"distnet: warning: {run['label']} recorded no epoch (it ended before its first "
                        "epoch did)", err=True)
+    fig = draw_runs(runs, title)
+    try:
+        fig.savefig(out, format="png")
+    except OSError as e:
+        raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+def draw_runs(runs, title=None):
+    """The matplotlib ``Figure`` of ``runs`` (dicts from
+    :func:`~distnet.experiments.rundir.read_run`): the cost panel and the error-rate panel."""
+    Figure = _figure()
     fig = Figure(figsize=(11, 4.2), dpi=100)
     cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
     any_err = False
@@ -111,11 +123,7 @@ def plot_runs(runs, out, title=None, inputs=()):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(out, format="png")
-    except OSError as e:
-        raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
-    return out
+    return fig
 
 
 @click.command()
