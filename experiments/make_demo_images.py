@@ -1,6 +1,7 @@
 """Write a small folder of PNG images to try `distnet data convert` without your own data:
 
     python experiments/make_demo_images.py my_images        # my_images/<class>/<i>.png
+    python experiments/make_demo_images.py new_pics 2 7     # 2 per class, seed 7: new pictures
 
 Three classes of 40 RGB images, 40x48 pixels, on a noisy background: ``bars`` (horizontal
 stripes), ``columns`` (vertical stripes) and ``spot`` (a bright square at a random place).
@@ -38,4 +39,5 @@ def make_demo_images(folder, per_class=40, size=(40, 48), seed=0):
 
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "my_images"
-    print(f"wrote {make_demo_images(out)} images under {out}/")
+    per_class, seed = (int(a) for a in (sys.argv[2:4] + ["40", "0"][len(sys.argv[2:4]):]))   # [PER_CLASS [SEED]]
+    print(f"wrote {make_demo_images(out, per_class, seed=seed)} images under {out}/")

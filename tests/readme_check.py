@@ -266,6 +266,7 @@ class Session:
     def __init__(self, root=None):
         self.dir = Path(root or tempfile.mkdtemp(prefix="distnet-readme-"))
         (self.dir / "experiments").symlink_to(ROOT / "experiments")
+        (self.dir / "benchmarks").symlink_to(ROOT / "benchmarks")
         self.status = 0
         self.run_dirs = {}       # the page's run directory name -> this session's
         bindir = os.path.dirname(sys.executable)

@@ -1,6 +1,6 @@
 """distnet compare end to end: one error before running for a rank count that does not fit,
 GB pretraining costs in metrics.jsonl and in the table, --reference-set on side A only, and the
-float64 rerun suggested after a float32 DIFFER."""
+float64 rerun after a float32 DIFFER."""
 import json
 
 import pytest
@@ -64,21 +64,41 @@ def test_gb_pretraining_costs_in_metrics_and_in_the_table(files, tmp_path):
     assert "(tolerance 1e-09)" in proc.stdout and "-> AGREE" in proc.stdout   # float64 defaults
 
 
-def test_reference_set_applies_to_a_only_and_float32_differ_suggests_float64(files):
+def test_reference_set_applies_to_a_only_and_float32_differ_reruns_in_float64(files):
     d, f = files
-    # A drawn from another seed: the runs differ, and in float32 the float64 rerun is suggested
+    # A drawn from another seed: the runs differ, in float32 and in the float64 rerun
     proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "2", "--set", "backend.dtype=float32",
                    "--reference-set", "backend.rng_seed=1")
     assert proc.returncode == 1 and "-> DIFFER" in proc.stdout
     assert "(tolerance 0.05 + 0.01 absolute per epoch; at most " in proc.stdout
-    assert proc.stdout.rstrip().splitlines()[-1] == (
+    lines = proc.stdout.rstrip().splitlines()
+    assert lines.index("== float64 rerun") == lines.index(
         f"  distnet compare {f['cnn']} {f['cnn_dist']} -n 2 --set backend.dtype=float64 "
-        "--reference-set backend.rng_seed=1")
+        "--reference-set backend.rng_seed=1") + 2
+    assert lines[-1] == "-> the runs differ in float64 too: a real difference, not rounding"
+    # --no-rerun: the command only
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "2", "--set", "backend.dtype=float32",
+                   "--reference-set", "backend.rng_seed=1", "--no-rerun")
+    assert proc.returncode == 1 and "== float64 rerun" not in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("  distnet compare ")
     # data: 2 on both sides; --reference-set data=1 makes A one process (same numbers)
     proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "4", "--set", "data=2",
                    "--reference-set", "data=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[rank 0] distnet: 4 rank(s), grid 1x2, data 2" in proc.stderr
+
+
+def test_a_float32_difference_that_is_rounding_agrees_in_the_float64_rerun(files):
+    """float32 with no tolerance at all: the 2-rank run sums in another order, so the float32
+    costs differ in the last bits; the float64 rerun agrees, and that verdict is the exit status."""
+    d, f = files
+    proc = distnet("compare", f["cnn"], f["cnn_dist"], "-n", "2", "--set", "backend.dtype=float32",
+                   "--cost-tol", "0", "--cost-atol", "0")
+    lines = proc.stdout.rstrip().splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sum(line.endswith("-> DIFFER") for line in lines) == 1 and "== float64 rerun" in lines
+    assert lines[-2].endswith("(tolerance 1e-09), error rate 0.00e+00 points (tolerance 0) -> AGREE")
+    assert lines[-1] == "-> the float32 difference is rounding: the float64 runs agree"
 
 
 def test_a_side_that_fails_is_an_error_not_a_difference(files, tmp_path):
@@ -93,3 +113,13 @@ def test_a_side_that_fails_is_an_error_not_a_difference(files, tmp_path):
     assert "error" not in proc.stdout, proc.stdout
     assert f"distnet: error: {bad} failed on 2 ranks (exit status 1): nothing to compare" in proc.stderr
     assert "non-finite" in proc.stderr or "NaN" in proc.stderr      # the run's own reason, above
+
+
+def test_the_final_record_says_how_many_images_each_rate_counts(files, tmp_path):
+    """What one image is worth in each error rate (compare's per-image tolerance reads it)."""
+    d, f = files
+    proc = distnet("run", f["cnn_dist"], "--no-run-dir", "--no-checkpoint", "--no-progress",
+                   "--metrics", str(tmp_path / "m.jsonl"))
+    assert proc.returncode == 0, proc.stderr
+    final = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[-1])
+    assert final["final"] and final["split_images"] == {"train": 30, "test": 10}

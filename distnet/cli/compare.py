@@ -133,9 +133,28 @@ def costs_agree(rows, rtol, atol):
 #: Default tolerances by the runs' dtype (float32 when either run is float32): float32 runs
 #: start equal and drift apart by rounding over a long training (bin/main's figures: at most
 #: 2e-3 in a per-epoch cost, 0.2 points of error rate over 12 epochs of the MNIST CNN); float64
-#: runs agree to ~1e-12, so any difference beyond 1e-9 is a bug.
-TOLERANCES = {"float32": {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5},
-              "float64": {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0}}
+#: runs agree to ~1e-12, so any difference beyond 1e-9 is a bug. ``rate_images``: an error rate
+#: may also differ by this many images of its split (rounding flips whole images: one image of
+#: a 180-image split is 0.56 points, more than ``rate_tol``).
+TOLERANCES = {"float32": {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5, "rate_images": 1},
+              "float64": {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0, "rate_images": 0}}
+
+
+def rates_agree(final_a, final_b, rate_tol, rate_images=0):
+    """``(ok, allowed)``: every error rate of the two final records (:func:`read_metrics`)
+    differs by at most ``max(rate_tol, rate_images * 100 / n)`` points, ``n`` the split's images
+    (``split_images`` of the record; without it only ``rate_tol`` counts). ``allowed``:
+    ``{split: points}``."""
+    sizes = final_a.get("split_images") or final_b.get("split_images") or {}
+    ok, allowed = True, {}
+    for split in ("train", "valid", "test"):
+        x, y = final_a.get(f"{split}_misclass"), final_b.get(f"{split}_misclass")
+        if x is None and y is None:
+            continue
+        n = sizes.get(split)
+        allowed[split] = max(rate_tol, 100.0 * rate_images / n) if n else rate_tol
+        ok = ok and x is not None and y is not None and abs(x - y) <= allowed[split]
+    return ok, allowed
 
 
 def check_runs(path_a, path_b, nranks, overrides=(), reference_overrides=()):
@@ -175,17 +194,22 @@ def rerun_command(path_a, path_b, nranks, overrides, reference_overrides, extra)
 
 
 def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, overrides=(), plot=None,
-            cost_atol=None, reference_overrides=()):
+            cost_atol=None, reference_overrides=(), rate_images=None, rerun=True):
     """Check both files (:func:`check_runs`), run both, print the table; returns True when they
     agree within the tolerances: every epoch's cost (GB: also every pretraining epoch's) within
-    ``cost_atol + cost_tol * |cost|`` and every error rate within ``rate_tol`` points. A
-    tolerance left None takes its default for the runs' dtype (:data:`TOLERANCES`).
-    ``overrides`` apply to both runs, ``reference_overrides`` to A only. ``plot``: also draw
-    both runs' curves into this PNG file (:mod:`distnet.cli.plot`)."""
+    ``cost_atol + cost_tol * |cost|`` and every error rate within ``rate_tol`` points or
+    ``rate_images`` images of its split, whichever is more (:func:`rates_agree`). A tolerance
+    left None takes its default for the runs' dtype (:data:`TOLERANCES`); ``rate_images``
+    defaults so only while ``rate_tol`` does too. ``overrides`` apply to both runs,
+    ``reference_overrides`` to A only. ``plot``: also draw both runs' curves into this PNG file
+    (:mod:`distnet.cli.plot`). ``rerun``: float32 runs that differ are run again in float64,
+    whose verdict is returned (rounding drift or a real difference)."""
     dtype = check_runs(path_a, path_b, nranks, overrides, reference_overrides)
     tol = TOLERANCES[dtype]
     cost_tol = tol["cost_tol"] if cost_tol is None else cost_tol
     cost_atol = tol["cost_atol"] if cost_atol is None else cost_atol
+    if rate_images is None:
+        rate_images = tol["rate_images"] if rate_tol is None else 0
     rate_tol = tol["rate_tol"] if rate_tol is None else rate_tol
     plan = compare_threads(nranks)
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,7 +223,8 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
         code = run_experiment(path_b, nranks, mb, overrides, threads=plan.blas)
         if code != 0:
             raise RunFailed(f"{path_b} failed on {nranks} ranks (exit status {code}): nothing to compare", code)
-        rows, max_cost, max_rate = compare_runs(read_metrics(ma), read_metrics(mb))
+        metrics_a, metrics_b = read_metrics(ma), read_metrics(mb)
+        rows, max_cost, max_rate = compare_runs(metrics_a, metrics_b)
         if plot:
             from ..experiments.rundir import read_run
             from .plot import plot_runs
@@ -211,19 +236,30 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
             out(f"plot: {plot}")
     out("")
     out(format_table(rows, "1 process", f"{nranks} ranks"))
-    ok = costs_agree(rows, cost_tol, cost_atol) and max_rate <= rate_tol
+    rates_ok, allowed = rates_agree(metrics_a[1], metrics_b[1], rate_tol, rate_images)
+    ok = costs_agree(rows, cost_tol, cost_atol) and rates_ok
     # with an absolute part the relative figure alone looks alarming on a small late cost:
     # say how much of the per-epoch allowance the closest epoch used
     atol = (f" + {cost_atol:g} absolute per epoch; at most {allowance_used(rows, cost_tol, cost_atol):.0%} "
             "of it used" if cost_atol else "")
+    per_image = ", ".join(f"{split} {points:.3g}" for split, points in allowed.items() if points > rate_tol)
+    images = (f" or {rate_images:g} image(s) of the split, whichever is more" if rate_images else "") + \
+        (f": {per_image}" if per_image else "")
     out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}{atol}), error "
-        f"rate {max_rate:.2e} points (tolerance {rate_tol:g}) -> {'AGREE' if ok else 'DIFFER'}")
-    if not ok and dtype == "float32":
-        out("float32 runs drift apart by rounding over a long training; float64 tells rounding from a "
-            "real difference (it agrees to ~1e-12):")
-        out("  " + rerun_command(path_a, path_b, nranks, overrides, reference_overrides,
-                                 ["backend.dtype=float64"]))
-    return ok
+        f"rate {max_rate:.2e} points (tolerance {rate_tol:g}{images}) -> {'AGREE' if ok else 'DIFFER'}")
+    if ok or dtype != "float32":
+        return ok
+    out("float32 runs drift apart by rounding over a long training; float64 tells rounding from a "
+        "real difference (it agrees to ~1e-12):")
+    out("  " + rerun_command(path_a, path_b, nranks, overrides, reference_overrides, ["backend.dtype=float64"]))
+    if not rerun:
+        return ok
+    out("\n== float64 rerun")
+    ok64 = compare(path_a, path_b, nranks, out=out, overrides=list(overrides) + ["backend.dtype=float64"],
+                   reference_overrides=reference_overrides, rerun=False)
+    out("-> the float32 difference is rounding: the float64 runs agree" if ok64 else
+        "-> the runs differ in float64 too: a real difference, not rounding")
+    return ok64
 
 
 #: A tolerance of ``distnet compare``: finite and >= 0 (nan would make every comparison agree).
@@ -243,6 +279,12 @@ _TOLERANCE = click.FloatRange(min=0)
 @click.option("--rate-tol", type=_TOLERANCE, callback=finite_number, default=None,
               help="Largest accepted |difference| of an error rate, in percentage points "
                    "[default: 0.5 in float32, 0 in float64].")
+@click.option("--rate-tol-images", "rate_images", type=_TOLERANCE, callback=finite_number, default=None,
+              help="An error rate may also differ by this many images of its split, where that "
+                   "is more than --rate-tol [default: 1 in float32, 0 in float64; 0 when "
+                   "--rate-tol is given].")
+@click.option("--no-rerun", is_flag=True,
+              help="float32 runs that DIFFER: print the float64 command instead of running it.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value in both experiments, e.g. --set backend.dtype=float64.")
 @click.option("--reference-set", "reference_overrides", multiple=True, metavar="KEY.PATH=VALUE",
@@ -250,14 +292,15 @@ _TOLERANCE = click.FloatRange(min=0)
                    "with pipe:/data: against its own one-process run.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="OUT.png", callback=given_path,
               help="Also draw both runs' cost and error curves into a PNG (needs matplotlib).")
-def compare_command(single, distributed, nranks, cost_tol, cost_atol, rate_tol, overrides, reference_overrides,
-                    plot_path):
+def compare_command(single, distributed, nranks, cost_tol, cost_atol, rate_tol, rate_images, no_rerun, overrides,
+                    reference_overrides, plot_path):
     """Run SINGLE on one process and DISTRIBUTED on N ranks (compare starts both: not under
     mpiexec); print per-epoch costs (GB: and pretraining costs) and error rates side by side.
     The rank count is checked against DISTRIBUTED's grid, data and pipe before anything runs.
     Exit status 1 if they differ beyond the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
-    by at most rate-tol points. The defaults depend on the dtype: float32 allows the drift of
-    rounding over a long training, float64 (both runs) almost nothing."""
+    by at most rate-tol points (or rate-tol-images images of the split). The defaults depend on
+    the dtype: float32 allows the drift of rounding over a long training, float64 (both runs)
+    almost nothing. float32 runs that differ are run again in float64, whose verdict counts."""
     if launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
         fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")
@@ -268,5 +311,5 @@ def compare_command(single, distributed, nranks, cost_tol, cost_atol, rate_tol, 
             check_target(plot_path, inputs=[single, distributed])
         ok = compare(single, distributed, nranks, cost_tol, rate_tol, out=click.echo,
                      overrides=overrides, plot=plot_path, cost_atol=cost_atol,
-                     reference_overrides=reference_overrides)
+                     reference_overrides=reference_overrides, rate_images=rate_images, rerun=not no_rerun)
     sys.exit(0 if ok else 1)

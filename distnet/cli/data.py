@@ -32,8 +32,19 @@ def mnist_sample(directory, force):
 @data.command("convert")
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("output", type=click.Path(dir_okay=False))
-@click.option("--size", metavar="HxW", help="Resize every image to H x W pixels (bilinear); "
-              "without it, all images must have one size.")
+@click.option("--size", metavar="HxW", help="Resize every image to H x W pixels (bilinear; --resize says "
+              "how another aspect ratio is treated); without it, all images must have one size.")
+@click.option("--resize", type=click.Choice(["stretch", "crop", "pad"]), default=None,
+              help="With --size, an image of another aspect ratio is: stretch (scaled on each axis alone, "
+                   "distorted; the default), crop (scaled to cover HxW, the middle kept) or pad (scaled "
+                   "to fit, centered on black: letterbox). The output says how many images it changed.")
+@click.option("--stratify", is_flag=True, help="Draw the test and validation splits class by class, so "
+              "each class appears in each split in proportion (--test-fraction, --valid-fraction of it).")
+@click.option("--unlabeled", is_flag=True, help="SOURCE is a folder of images without classes (subfolders "
+              "too): write datasets x and files (no labels, no splits) for distnet predict --data.")
+@click.option("--like", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
+              help="With --unlabeled: decode the images as the images of DATA.h5 (a converted image "
+                   "folder) were: its size, resize and channels.")
 @click.option("--labels", type=click.Path(exists=True, dir_okay=False),
               help="Labels (.npy of integers) of an .npy SOURCE of images.")
 @click.option("--test-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
@@ -73,22 +84,25 @@ def mnist_sample(directory, force):
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, labels, test_fraction, valid_fraction, seed, class_order, class_names,
-                 layout, target, test_source,
+def data_convert(source, output, size, resize, stratify, unlabeled, like, labels, test_fraction, valid_fraction,
+                 seed, class_order, class_names, layout, target, test_source,
                  test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
     .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
-    OUTPUT is kept unless --force."""
+    OUTPUT is kept unless --force. Images are resized only with --size (--resize: stretch, the
+    default, crop or pad); the output says what was done to aspect ratios, and gives the
+    per-channel mean and std of the train images (kept in OUTPUT with the decoding recipe, which
+    distnet predict repeats on new pictures)."""
     from ..errors import OptionError
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
             "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     with Job("data convert", one_process=True):
-        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names):
+        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names, like):
             if p is not None and same_file(output, p):   # read while written: never, even with --force
                 raise OutputError(f"output {output} is also an input ({p}); give another OUTPUT")
         refuse_existing(output, "output", force, "give another OUTPUT, or --force to replace it")
@@ -100,14 +114,17 @@ def data_convert(source, output, size, labels, test_fraction, valid_fraction, se
             from ..datasets.convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
-                           class_names=class_names)
+                           class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
+                           like=like)
             for note in info.get("notes", ()):
                 click.echo(f"distnet: warning: {note}", err=True)
-            click.echo(describe(info))
+            click.echo(info["text"] if unlabeled else describe(info))
             return
         from ..datasets.sequences import convert_parallel_text, describe_text
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
-                        ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names)):
+                        ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
+                        ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
+                        ("--like", like)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):
@@ -130,5 +147,21 @@ def data_info(file):
     from ..datasets.fileinfo import dataset_info, info_lines
     with Job("data info", one_process=True):
         lines = info_lines(dataset_info(file))      # a file that is no dataset: exit status 1
+    for line in lines:
+        click.echo(line)
+
+
+@data.command("stats")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--write", "store", is_flag=True, help="Store the statistics in FILE when it has none yet (an "
+              "HDF5 file not written by distnet data convert), so that normalize: per_channel can use them.")
+def data_stats(file, store):
+    """Print the per-channel mean and standard deviation of FILE's train images (float64, as
+    stored) that the dataset key normalize: per_channel applies, and how its images were decoded
+    (the recipe distnet predict repeats). distnet data convert stores both; for another HDF5
+    file of the docs/data.md layout they are computed in blocks of images (memory stays bounded)."""
+    from ..datasets.stats import describe_stats
+    with Job("data stats", one_process=True):
+        lines = describe_stats(file, store)
     for line in lines:
         click.echo(line)

@@ -62,20 +62,29 @@ def evaluate(experiment, checkpoint, overrides, as_json):
 @click.command("predict")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @_CHECKPOINT
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="Images (N, C, H, W): an HDF5 file with a dataset x (or test/x), a .npy file or an "
-                   "IDX file (MNIST's t10k-images-idx3-ubyte).")
+@click.option("--data", "data_paths", required=True, multiple=True, type=click.Path(), metavar="FILE",
+              help="Pictures: image files (PNG, JPEG, ...) and folders of them (a subfolder per class "
+                   "gives each picture's true class), repeatable, decoded as distnet data convert decoded "
+                   "the training images; or stored images (N, C, H, W): an HDF5 file with a dataset x "
+                   "(or test/x), a .npy file or an IDX file (MNIST's t10k-images-idx3-ubyte).")
+@click.option("--recipe", "recipe_file", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
+              help="Pictures: decode them by the recipe kept in DATA.h5 (a data set distnet data convert made "
+                   "from an image folder); default: the experiment's data set.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="OUT",
               help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels) or OUT.csv "
                    "(label,p0,...,pK-1 per image).")
 @_SET
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
               "the experiment).")
-def predict(experiment, checkpoint, data_path, output, overrides, force):
+def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, force):
     """Write the outputs of the model's last layer (class probabilities after a softmax or
     logistic activation, raw scores after an identity one) and the predicted labels of
-    the images in FILE, with the weights of a checkpoint; one row per image, in order."""
-    from ..datasets.arrays import prediction_format, read_images, write_predictions
+    the images in FILE, with the weights of a checkpoint; one row per image, in order.
+    Pictures (image files, folders) are decoded and resized as distnet data convert did for
+    the training images (the recipe kept in the experiment's data set, or --recipe), and get
+    the columns file and, in a folder per class, true_label and true_class."""
+    from ..datasets.arrays import prediction_format, write_predictions
+    from ..datasets.pictures import Pictures
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
@@ -89,7 +98,7 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
         exp = _load(experiment, overrides)
 
         def check_output():                 # rank 0 writes OUT
-            for p in (data_path, checkpoint, experiment):
+            for p in (*data_paths, checkpoint, experiment):
                 if same_file(output, p):    # even with --force
                     raise OutputError(f"-o {output} is also an input ({p}); give another -o")
             refuse_existing(output, "output", force, "give another -o, or --force to replace it")
@@ -99,12 +108,28 @@ def predict(experiment, checkpoint, data_path, output, overrides, force):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
-        outputs, labels = predict_checkpoint(
-            exp, checkpoint, lambda tile: read_images(data_path, shape, tile))
+        reader = getattr(exp.dataset, "reader", lambda: None)()   # read: root / node: only the reader opens --data
+
+        def inputs():                       # a missing recipe is told by every rank
+            if reader is not None and not reader.is_reader:
+                return None
+            found = Pictures(data_paths, recipe_file)
+            found.use_recipe(getattr(exp.dataset, "path", None), shape)
+            return found
+        pictures = job.collectively(inputs)
+
+        def images(tile):
+            if reader is None:
+                return pictures.read(shape, tile)
+            from ..datasets.shared import read_images_from_reader
+            return read_images_from_reader(reader, lambda: pictures.source(shape), ", ".join(data_paths),
+                                           shape, tile, exp.dataset.chunk_bytes)
+        outputs, labels = predict_checkpoint(exp, checkpoint, images)
 
         def write():                        # rank 0; a failure (a full disk): every rank says it
             try:
-                write_predictions(output, outputs, labels, exp.dataset.class_names())
+                write_predictions(output, outputs, labels, exp.dataset.class_names(), pictures.names,
+                                  pictures.truth)
             except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
                 raise OutputError(f"-o {output}: {write_failure(e)}") from None
         job.collectively(lambda: write() if job.rank0 else None)

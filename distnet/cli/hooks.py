@@ -8,9 +8,10 @@ class CliHooks:
     """The run's hooks for the command line: run directory, --metrics file, progress bar, all
     on rank 0 (the other ranks get no files and no bar); the watchdog on every rank."""
 
-    def __init__(self, record, metrics, bar, watchdog=None):
+    def __init__(self, record, metrics, bar, watchdog=None, tensorboard=None):
         self.record, self.bar = record, bar
         self.metrics = metrics          # a MetricsFile (rank 0) or None
+        self.tensorboard = tensorboard  # a TensorBoardLog (rank 0) or None
         self.watchdog_seconds = watchdog
         self.watchdog = None
         self.world = None               # the world communicator of a multi-rank run (started)
@@ -32,6 +33,12 @@ class CliHooks:
         collectively(self.world, record)
         if self.bar is not None:
             self.bar.start(experiment.model.num_epochs, experiment.model.batch_size)
+        if self.tensorboard is not None:
+            self.tensorboard.started(experiment.model)
+
+    def loaded(self, sizes):
+        if self.tensorboard is not None:
+            self.tensorboard.loaded(sizes)
 
     def batch(self, epoch, batch, nbatches, running_cost):
         """Before training step ``batch`` (0-based) of ``nbatches`` of ``epoch``: the watchdog
@@ -42,25 +49,28 @@ class CliHooks:
         if self.bar is not None:
             self.bar.batch(epoch, batch, nbatches, running_cost)
 
-    def _write(self, rec):
-        """Rank 0 writes ``rec``; every rank calls this at the same point, so a failure (a full
-        disk) ends every rank with rank 0's reason (one allgather over the world, per epoch)."""
+    def _write(self, rec, tensorboard=None):
+        """Rank 0 writes ``rec`` (and hands it to ``tensorboard``, a :class:`TensorBoardLog`
+        method); every rank calls this at the same point, so a failure (a full disk) ends every
+        rank with rank 0's reason (one allgather over the world, per epoch)."""
         def write():
             if self.record is not None:
                 self.record.metrics(rec)
             if self.metrics is not None:
                 self.metrics.write(rec)
+            if tensorboard is not None:
+                tensorboard(rec)
         collectively(self.world, write)
 
     def epoch(self, record):
         """After every epoch: its record to the run directory and the --metrics file."""
         if self.watchdog is not None:
             self.watchdog.progress(record.get("epoch"), None)
-        self._write(record)
+        self._write(record, self.tensorboard and self.tensorboard.epoch)
 
     def pretrain(self, record):
         """After every pretraining epoch of a layer (GB): its record, as :meth:`epoch`."""
-        self._write(record)
+        self._write(record, self.tensorboard and self.tensorboard.pretrain)
 
     def trained(self):
         """After the last training step: the watchdog stops."""
@@ -78,8 +88,11 @@ class CliHooks:
             rec["valid_misclass"] = result.valid_misclass
         if result.best_epoch is not None:
             rec["best_epoch"] = result.best_epoch
+        if result.split_images:
+            rec["split_images"] = dict(result.split_images)
         rec.update(policy_record(result))
-        self._write(rec)
+        last = len(result.epoch_costs) - 1
+        self._write(rec, self.tensorboard and (lambda r: self.tensorboard.final(r, max(last, 0))))
 
     def close(self, ok=True):
         """End of the run (``ok``: it succeeded): the watchdog and the bar stop, the --metrics
@@ -90,6 +103,8 @@ class CliHooks:
             self.bar.close()
         if self.metrics is not None:
             self.metrics.close(ok)
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
 
 def policy_record(result):

@@ -74,7 +74,8 @@ class Failure:
     error : ``"Type: message"`` of the exception.
     line : what the command's log gets about it (None: nothing).
     status : ``"failed"`` or ``"interrupted"``.
-    rank : the rank that failed first when another rank did (a RemoteError); None: this one.
+    rank : the rank that failed first when another rank did (a RemoteError), or that an error
+        every rank raises is about (its ``rank``: data that differ there); None: this one.
     """
     error: str
     line: Optional[str] = None
@@ -164,7 +165,7 @@ class Job:
             from ..comm.abort import RemoteError
             failures = exc.failures if isinstance(exc, RemoteError) else None   # the rank(s) that failed
             self._tell(Failure(f"{type(exc).__name__}: {exc}", f"distnet: error: {exc}",
-                               rank=failures[0][0] if failures else None))
+                               rank=failures[0][0] if failures else getattr(exc, "rank", None)))
             fail(str(exc), exc.exit_code)   # the same on every rank (RemoteError: the failing rank's)
         for kind, describe in self._errors:
             if isinstance(exc, kind):

@@ -43,11 +43,14 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 @click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="End the job when a training step makes no progress for SECONDS, naming the rank "
                    "that stalled (default: the experiment's watchdog key; none).")
+@click.option("--tensorboard", is_flag=True,
+              help="Also write TensorBoard event files (costs, error rates, learning rates, images/s) "
+                   "into the run directory's tensorboard/ (rank 0; needs distnet[tensorboard]).")
 @click.option("--force", is_flag=True,
               help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
                    "and use a non-empty --run-dir.")
 def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no_run_dir,
-        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, force):
+        checkpoint_path, checkpoint_every, no_checkpoint, progress, progress_every, watchdog, tensorboard, force):
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
@@ -70,18 +73,25 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
                         ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
                         ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
                         ("--verbose", "--quiet", verbose and quiet),
-                        ("--progress", "--quiet", progress is True and quiet)):
+                        ("--progress", "--quiet", progress is True and quiet),
+                        ("--tensorboard", "--no-run-dir", tensorboard and no_run_dir)):
         if given:   # one of them would be dropped silently
             raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
     # under mpiexec the abort hook first, before anything can fail on one rank
     with Job(world=True, signals=True, errors=TRAINING_ERRORS) as job:
         rank0 = job.rank0
         state = job.on_failure(_Record())   # what to close and record when the run fails
-        exp = load_experiment(experiment, overrides)
+        text, overrides = experiment_text(job, experiment, overrides)   # rank 0's, on every rank
+        exp = load_experiment(experiment, overrides, text=text)
         if verbose or quiet:
             exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
-        exp.check()  # shapes and data headers: a broken experiment leaves no run directory behind
-        exp.config_record = experiment_config(experiment, overrides)
+        # shapes and data headers, agreed on by every rank (a data file missing on another node
+        # fails there): a broken experiment leaves no run directory behind
+        job.collectively(exp.check)
+        if tensorboard:
+            from .tensorboard import require_writer
+            require_writer()
+        exp.config_record = experiment_config(experiment, overrides, text=text)
         if checkpoint_every is not None:
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
@@ -104,6 +114,9 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
             exp.checkpoint_path = os.path.join(where, RUN_CHECKPOINT)
         if where is not None:
             record_failures_in(where)
+            if job.comm is not None:   # another node's failure reaches rank 0's run.json
+                from ..comm.abort import start_failure_relay
+                start_failure_relay(job.comm)
 
         def start_record():     # rank 0 writes; a failure (a full disk) ends every rank with its reason
             if record is not None:
@@ -113,8 +126,14 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         show = rank0 and not quiet and progress is not False
         bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
                            every_batches=every_batches) if show else None)
+        def open_board():       # rank 0 writes the event files; a failure ends every rank
+            if tensorboard and record is not None:
+                from .tensorboard import TensorBoardLog
+                return TensorBoardLog(os.path.join(record.path, "tensorboard"))
+        board = job.collectively(open_board)
         hooks = state.hooks = CliHooks(record, outputs.metrics if outputs is not None else None, bar,
-                                       watchdog=watchdog if watchdog is not None else exp.watchdog)
+                                       watchdog=watchdog if watchdog is not None else exp.watchdog,
+                                       tensorboard=board)
         result = exp.run(hooks=hooks, resume=resume)
 
         def finish():   # rank 0's last writes (the --metrics rename, run.json): every rank waits
@@ -128,6 +147,29 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         # of rank 0 alone while the others had already exited 0.
         job.collectively(finish)
         _drop_handler(state.log_handler)
+        if job.comm is not None:
+            from ..comm.abort import stop_failure_relay
+            stop_failure_relay()
+
+
+def experiment_text(job, path, overrides):
+    """``(text, overrides)``: the experiment file as rank 0 read it and rank 0's ``--set``
+    list, on every rank (one broadcast over ``COMM_WORLD``). The file is needed on rank 0's node
+    only, and ranks can never build different experiments from copies that differ; errors in it
+    name the file and line alike on every rank. A file rank 0 cannot read is its ConfigError on
+    every rank."""
+    from ..config.yaml_loader import read_text
+    from ..errors import ConfigError
+    mine = None
+    if job.rank0:
+        try:
+            mine = ("text", read_text(path), list(overrides))
+        except ConfigError as e:
+            mine = ("error", e.bare_message, e.where, e.key)
+    got = job.bcast(mine)
+    if got[0] == "error":
+        raise ConfigError(*got[1:])
+    return got[1], tuple(got[2])
 
 
 def _out_of_memory(e):   # numpy's "Unable to allocate 67 GiB for an array with shape ..."

@@ -35,17 +35,25 @@ _RATE = click.FloatRange(min=0, min_open=True)
               help="Minibatch size for the cost model (default: the model's batch_size).")
 @click.option("--input-shape", default=None, metavar="C,H,W",
               help="Image shape, when the dataset cannot tell it without its files.")
+@click.option("--ranks-per-node", type=click.IntRange(min=1), default=None,
+              help="Ranks on one node (ranks k*R ... k*R+R-1 share node k). Default: the launcher's "
+                   "count under mpiexec/srun, else all N on one node.")
 @click.option("--alpha", type=click.FloatRange(min=0), callback=finite_number, default=None,
-              help="Seconds per message (default 2e-6).")
+              help="Seconds per message inside a node (default 1e-6).")
 @click.option("--beta", type=_RATE, callback=finite_number, default=None,
-              help="Bytes/s per rank on the network (default 10e9).")
+              help="Bytes/s per rank inside a node (default 10e9).")
+@click.option("--alpha-inter", type=click.FloatRange(min=0), callback=finite_number, default=None,
+              help="Seconds per message between nodes (default 5e-6).")
+@click.option("--beta-inter", type=_RATE, callback=finite_number, default=None,
+              help="Bytes/s of one node's network interface, shared by its ranks (default 12.5e9).")
 @click.option("--flops", "flop_rate", type=_RATE, callback=finite_number, default=None,
               help="FLOP/s per rank for the GEMMs (default 50e9).")
 @click.option("--mem-rate", type=_RATE, callback=finite_number, default=None,
               help="Bytes/s per rank for memory-bound work (default 5e9).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cost model as JSON.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
-def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, mem_rate, as_json, overrides):
+def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, beta, alpha_inter, beta_inter,
+         flop_rate, mem_rate, as_json, overrides):
     """Show how EXPERIMENT is cut over N ranks (data replicas x pipeline stages x spatial grid,
     as `distnet run` cuts it) and what one training step costs there, from geometry alone: per
     layer the global and local shapes (rank 0 and the largest tile), the halo widths, the
@@ -56,6 +64,7 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
     from ..experiments.report import format_show
     from ..log import job_rank
     from ..plan import Machine, format_plan, plan_model
+    from ..plan.memory import memory_totals
     # under mpiexec: one report (rank 0's) instead of one per rank; errors come from every rank
     say = click.echo if job_rank() == 0 else (lambda *args, **kwargs: None)
     with Job():
@@ -81,14 +90,48 @@ def show(experiment, nranks, grid, batch, input_shape, alpha, beta, flop_rate, m
                 raise click.UsageError(f"the dataset cannot tell its image shape ({e}); "
                                        f"give --input-shape C,H,W") from None
         layout = exp.layout(nranks, shape)
-        machine = Machine(**{k: v for k, v in (("alpha", alpha), ("beta", beta), ("flop_rate", flop_rate),
+        machine = Machine(ranks_per_node=ranks_per_node or default_ranks_per_node(nranks),
+                          **{k: v for k, v in (("alpha", alpha), ("beta", beta), ("alpha_inter", alpha_inter),
+                                               ("beta_inter", beta_inter), ("flop_rate", flop_rate),
                                                ("mem_rate", mem_rate)) if v is not None})
         p = plan_model(exp.model, shape, layout.nspatial, grid=layout.grid, batch=batch,
                        itemsize=exp.backend.dtype.itemsize, machine=machine,
                        state_arrays=len(exp.model.optimizer_state_names()), data=layout.data, pipe=layout.pipe)
-        text = None if as_json else format_show(exp, experiment, nranks, layout, shape)
+        if ranks_per_node is None and machine.ranks_per_node == nranks and nranks > 1:
+            p.notes.append(f"all {nranks} ranks are taken to share one node (no launcher says otherwise): "
+                           "give --ranks-per-node R for a job across nodes")
+        # the data set's own figures describe its own images: not those of --input-shape
+        own = not input_shape
+        text = None if as_json else format_show(exp, experiment, nranks, layout, shape, data_line=own)
+        data_bytes = data_memory_of(exp, layout, batch) if own else None
     if as_json:
-        say(json.dumps(p.to_dict(), indent=1, default=float))
+        d = p.to_dict()
+        d["memory"] = memory_totals(p, data_bytes)
+        say(json.dumps(d, indent=1, default=float))
     else:
         say(text)
-        say(format_plan(p))
+        say(format_plan(p, data_bytes))
+
+
+def default_ranks_per_node(nranks, env=None):
+    """Ranks per node when ``--ranks-per-node`` is not given: the launcher's node-local count
+    under mpiexec / srun, else all ``nranks`` on one node (the plan then says so)."""
+    import os
+
+    from ..comm.launcher import LOCAL_SIZE_VARS
+    env = os.environ if env is None else env
+    local = next((int(env[k]) for k in LOCAL_SIZE_VARS if str(env.get(k, "")).isdigit()), 0)
+    return local or nranks
+
+
+def data_memory_of(exp, layout, batch):
+    """Bytes of data the rank holding most keeps (in memory or streamed, as ``in_memory``
+    picks), from the data set's files; None when it cannot tell (MNIST, CIFAR-10)."""
+    import numpy as np
+    tile = exp.dataset.rank_tile(layout.grid, (0, 0)) if exp.dist_flag else None
+    try:
+        m = exp.dataset.memory_per_rank(tile=tile, batch_size=batch or exp.model.batch_size,
+                                        ndata=layout.data, dtype=np.dtype(exp.backend.dtype))
+    except (DistnetError, OSError):
+        return None
+    return None if m is None else m[m["mode"] if m.get("mode") in ("memory", "stream") else "memory"]

@@ -6,6 +6,8 @@ other ranks waiting forever in a collective.
 * :func:`add_abort_listener`: callbacks told ``(rank, status, message)`` right before this rank
   aborts the job (the CLI records the failing rank and its reason in the run directory).
 * :func:`abort_job`: the one way out used by the hook, the signal handlers and the watchdog.
+* :func:`start_failure_relay`: a failing rank's report reaches rank 0's listeners before the job
+  ends, so the run record on rank 0's node says why even when another node failed.
 * :func:`run_collectively`: run a step that may fail on some ranks only (reading a file, checking a
   config) and make every rank agree on the outcome, so they either all go on or all raise.
 """
@@ -68,6 +70,7 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_h
         except Exception:  # noqa: BLE001 - stderr may be gone; abort anyway
             pass
         _tell_listeners(rank, status, message)
+        _relay_to_root(rank, status, message)
         # Give the launcher a moment to forward this message before Abort kills the job.
         time.sleep(0.5)
     finally:
@@ -75,6 +78,81 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_h
             comm.Abort(code)
         finally:  # Abort does not return; should it (the job already going down), end anyway
             os._exit(code)
+
+
+# -- the failure relay: a failing rank tells rank 0 before it aborts the job -------------------
+
+_RELAY_TAG = 7302
+#: How long a failing rank waits for rank 0 to confirm that it recorded the failure.
+RELAY_WAIT = 3.0
+#: How often rank 0's relay thread looks for reports.
+RELAY_POLL = 0.1
+_relay = {"comm": None, "stop": None, "thread": None}
+
+
+def start_failure_relay(comm):
+    """Make every rank's abort reach rank 0's abort listeners (the run directory on rank 0's
+    node, which other nodes cannot see). Collective over ``comm`` (``Dup``: a private
+    communicator). Rank 0 runs a daemon thread that looks for reports every :data:`RELAY_POLL`
+    seconds (one ``improbe``: nothing else), tells its listeners ``(rank, status, message)`` of
+    the failing rank and confirms; a failing rank > 0 sends its report in :func:`abort_job` and
+    waits at most :data:`RELAY_WAIT` seconds for the confirmation (rank 0 may be stopped) before
+    it ends the job. One message per failing rank: O(1) per interval at rank 0 when all is well.
+    Stopped by :func:`stop_failure_relay` (also at exit, before MPI finalises)."""
+    if comm.Get_size() == 1 or _relay["comm"] is not None:
+        return
+    from mpi4py import MPI
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:   # the same answer on every rank: all skip the Dup
+        return
+    import atexit
+    _relay["comm"] = comm.Dup()
+    if comm.Get_rank() == 0:
+        stop = _relay["stop"] = threading.Event()
+        thread = _relay["thread"] = threading.Thread(target=_relay_loop, args=(_relay["comm"], stop),
+                                                     daemon=True, name="distnet-failure-relay")
+        thread.start()
+    atexit.register(stop_failure_relay)
+
+
+def stop_failure_relay():
+    """End rank 0's relay thread (every rank: forget the relay). Not collective."""
+    stop, thread = _relay["stop"], _relay["thread"]
+    if stop is not None:
+        stop.set()
+        thread.join(timeout=2 * RELAY_POLL + 1)
+    _relay.update(comm=None, stop=None, thread=None)
+
+
+def _relay_loop(comm, stop):
+    while not stop.wait(RELAY_POLL):
+        try:
+            while True:
+                msg = comm.improbe(tag=_RELAY_TAG)
+                if msg is None:
+                    break
+                rank, status, message = msg.recv()
+                _tell_listeners(rank, status, message)
+                comm.isend(True, dest=rank, tag=_RELAY_TAG + 1)
+        except Exception:  # noqa: BLE001 - MPI is going down: the failing rank aborts anyway
+            return
+
+
+def _relay_to_root(rank, status, message):
+    """On a rank > 0 with a relay: send rank 0 this abort's report and wait (bounded) until it
+    was recorded there."""
+    comm = _relay["comm"]
+    if comm is None or rank == 0:
+        return
+    try:
+        comm.isend((rank, status, message), dest=0, tag=_RELAY_TAG)
+        done = comm.irecv(source=0, tag=_RELAY_TAG + 1)
+        deadline = time.monotonic() + RELAY_WAIT
+        while time.monotonic() < deadline:
+            if done.Test():
+                return
+            time.sleep(0.01)
+    except Exception:  # noqa: BLE001 - a report that cannot be sent must not stop the abort
+        pass
 
 
 def _report_and_abort(comm, exc_type, exc, tb, where=""):
@@ -126,6 +204,10 @@ def uninstall_abort_hook():
     _state.update(comm=None, orig=None, orig_thread=None)
 
 
+#: At most this many failing ranks (and their messages) are named in one error; the rest are counted.
+NAMED_FAILURES = 4
+
+
 class RemoteError(DistnetError):
     """Raised on the ranks where a collectively-run step succeeded while other ranks failed.
 
@@ -133,11 +215,16 @@ class RemoteError(DistnetError):
     that of the lowest failing rank's error (what that rank exits with).
     """
 
-    def __init__(self, failures, exit_code=1):
+    def __init__(self, failures, exit_code=1, count=None):
         self.failures = failures
         self.exit_code = exit_code
-        text = "; ".join(f"rank {r}: {m}" for r, m in failures)
-        super().__init__(f"failed on {len(failures)} other rank(s): {text}")
+        self.count = len(failures) if count is None else count
+        groups = {}     # ranks that failed alike, said once
+        for r, m in failures[:NAMED_FAILURES]:
+            groups.setdefault(m, []).append(r)
+        text = "; ".join(f"rank {', '.join(map(str, rs))}: {m}" for m, rs in groups.items())
+        more = self.count - min(len(failures), NAMED_FAILURES)
+        super().__init__(f"failed on {self.count} other rank(s): {text}" + (f"; and {more} more" if more > 0 else ""))
 
 
 def _config_place(error):
@@ -153,8 +240,10 @@ def run_collectively(fn, comm, *args, **kwargs):
 
     If every rank succeeds, returns this rank's result. If any rank raises, every rank raises:
     the failing ranks re-raise their own exception, the others :class:`RemoteError` naming the
-    failed ranks and their messages. Collective over ``comm`` (one ``allgather`` of a small
-    object). ``fn`` itself must not call collectives that a failing rank could skip: use this for
+    failed ranks and their messages. Collective over ``comm`` (one ``gather`` of a small
+    object to rank 0, one ``bcast`` of a bounded verdict back: O(P) at rank 0, the first
+    :data:`NAMED_FAILURES` failing ranks named and the rest counted). ``fn`` itself must not
+    call collectives that a failing rank could skip: use this for
     local steps (reading files, validating input) whose failure would otherwise desynchronise
     the ranks. Every rank's error gets the ``exit_code`` of the lowest failing rank's
     (:class:`DistnetError`'s, else 1), so that the job's exit status does not depend on which
@@ -172,12 +261,18 @@ def run_collectively(fn, comm, *args, **kwargs):
     mine = None if error is None else (f"{type(error).__name__}: {error}",
                                        error.exit_code if isinstance(error, DistnetError) else 1,
                                        _config_place(error))
-    outcomes = comm.allgather(mine)
-    failures = [(r, m[0]) for r, m in enumerate(outcomes) if m is not None]
-    failed = [m for m in outcomes if m is not None]
-    code = failed[0][1] if failed else 1
+    # rank 0 gathers the outcomes and sends back one verdict of bounded size (the first failing
+    # ranks, their count, the lowest one's exit code and place): O(P) at rank 0, O(1) elsewhere
+    outcomes = comm.gather(mine, root=0)
+    verdict = None
+    if outcomes is not None:
+        failed = [(r, m) for r, m in enumerate(outcomes) if m is not None]
+        if failed:
+            verdict = ([(r, m[0]) for r, m in failed[:NAMED_FAILURES]], len(failed), failed[0][1][1], failed[0][1][2])
+    verdict = comm.bcast(verdict, root=0)
     if error is not None:
-        place, first = _config_place(error), failed[0][2]
+        code, first = verdict[2], verdict[3]
+        place = _config_place(error)
         if place is not None and first is not None and place[:2] == first[:2] and place[2] != first[2]:
             # one setting of the file that each rank found in its own tile (a scale that overflows
             # its values): the job's error, said alike on every rank, in the lowest rank's words
@@ -185,6 +280,6 @@ def run_collectively(fn, comm, *args, **kwargs):
         if isinstance(error, DistnetError) and error.exit_code != code:
             error.exit_code = code      # another rank's error came first: exit as that rank does
         raise error
-    if failures:
-        raise RemoteError(failures, code)
+    if verdict is not None:
+        raise RemoteError(verdict[0], verdict[2], count=verdict[1])
     return result

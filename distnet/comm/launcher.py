@@ -1,8 +1,13 @@
-"""Starting MPI jobs from Python (``distnet compare``, the multi-rank test launcher): where
-``mpiexec`` is, and the environment that keeps oversubscribed runs fast."""
+"""Launchers: which one started this process (:func:`detect_launch`, read from its environment
+before MPI starts: MPICH's, Intel MPI's and Open MPI's ``mpiexec``, ``srun`` with each MPI
+plugin), the refusal of a launch that MPI does not join into one world; and starting MPI jobs
+from Python (``distnet compare``, the multi-rank test launcher): where ``mpiexec`` is, and the
+environment that keeps oversubscribed runs fast. Pure functions of the environment."""
 import os
 import shutil
 import sys
+from dataclasses import dataclass
+from typing import Optional
 
 # MPICH (ch4) waits by polling: with more ranks than cores the waiting ranks starve the working
 # ones. These make a waiting rank yield between polls (9 ranks relaying on 2 cores: 3.5 s -> 1.15 s
@@ -15,38 +20,126 @@ MPICH_YIELD_ENV = {
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-#: Variables in which launchers announce how many ranks they started in all (MPICH/Hydra and
-#: Slurm's PMI, Open MPI, PMIx, MPICH's node-local count last).
-WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
-#: Variables in which launchers announce this process's rank.
-WORLD_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+#: Slurm's step ids that are not a job step of ``srun`` (the batch script, the interactive step,
+#: the extern step: ``0xfffffffb``, ``0xfffffffa``, ``0xfffffffc`` and their kin).
+_NOT_A_STEP = 4294967290
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a launcher started this process, read from its environment before MPI starts.
+
+    name : the launcher in words (``"srun --mpi=pmix"``, ``"Open MPI's mpiexec"``).
+    size : the processes it started in all; rank : this one's index (None: not announced).
+    variable : the variable that says ``size``; fix : what to do when MPI sees this process alone.
+    """
+    name: str
+    size: int
+    rank: Optional[int]
+    variable: str
+    fix: str
+
+
+def _int(env, *names):
+    for name in names:
+        value = str(env.get(name, "")).strip()
+        if value.isdigit():
+            return int(value), name
+    return None, None
+
+
+def _slurm_step(env):
+    """``(tasks, variable)`` of the ``srun`` job step this process is a task of; ``(None, None)``
+    outside a step (no Slurm, or ``salloc`` / the batch script: an allocation, not a step)."""
+    step, _ = _int(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    if step is None or step >= _NOT_A_STEP:
+        return None, None
+    return _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+
+
+_OWN_MPIEXEC = ("the mpiexec that started it belongs to another MPI library than the one mpi4py uses "
+                "({library}): launch with distnet's own ({mpiexec}), or install an mpi4py built "
+                "against this MPI (docs/cluster.md, 'The site's MPI')")
+
+
+def detect_launch(env=None):
+    """The :class:`Launch` that started this process, from ``env`` (default ``os.environ``), or
+    None: a plain process (also one started inside a Slurm allocation without ``srun``). Pure.
+
+    Recognised: Open MPI's ``mpiexec`` (``OMPI_COMM_WORLD_*``), MPICH's and Intel MPI's Hydra
+    ``mpiexec`` (``PMI_SIZE``/``PMI_RANK``, Intel's ``I_MPI_*``), ``srun --mpi=pmi2`` (``PMI_*``
+    in a job step), ``srun --mpi=pmix`` (``PMIX_RANK``; the size from the step's
+    ``SLURM_STEP_NUM_TASKS``: PMIx announces none) and ``srun --mpi=none`` (a step's
+    ``SLURM_PROCID`` alone)."""
+    env = os.environ if env is None else env
+    tasks, tasks_var = _slurm_step(env)
+    size, var = _int(env, "PMI_SIZE")
+    if size is not None:
+        rank = _int(env, "PMI_RANK")[0]
+        if tasks is not None and "MPI_LOCALNRANKS" not in env:
+            return Launch("srun --mpi=pmi2", size, rank, var,
+                          "mpi4py's MPI ({library}) did not join Slurm's PMI-2 job: install an mpi4py "
+                          "built against the site's MPI (docs/cluster.md, 'The site's MPI'), or start "
+                          "the job with mpiexec")
+        intel = any(k.startswith("I_MPI_") for k in env)
+        return Launch("Intel MPI's mpiexec" if intel else "MPICH's mpiexec (Hydra)", size, rank, var,
+                      _OWN_MPIEXEC)
+    size, var = _int(env, "OMPI_COMM_WORLD_SIZE")
+    if size is not None:
+        return Launch("Open MPI's mpiexec", size, _int(env, "OMPI_COMM_WORLD_RANK")[0], var, _OWN_MPIEXEC)
+    rank, _ = _int(env, "PMIX_RANK")
+    if rank is not None:
+        size, var = _int(env, "PMIX_SIZE")
+        if size is None:
+            size, var = (tasks, tasks_var) if tasks is not None else (rank + 1, "PMIX_RANK")
+        name = "srun --mpi=pmix" if tasks is not None else "a PMIx launcher"
+        return Launch(name, size, rank, var,
+                      "mpi4py's MPI ({library}) does not take its job from PMIx: use srun "
+                      "--mpi=pmi2, or install an mpi4py built against the site's PMIx-enabled MPI "
+                      "(docs/cluster.md, 'The site's MPI')")
+    if tasks is not None:
+        return Launch("srun without an MPI plugin (--mpi=none)", tasks,
+                      _int(env, "SLURM_PROCID")[0], tasks_var,
+                      "srun started separate processes that MPI cannot join (each would train the "
+                      "whole job alone): give srun --mpi=pmi2 (or --mpi=pmix with an MPI built for "
+                      "PMIx; `srun --mpi=list` names what this Slurm offers)")
+    return None
 
 
 def launcher_world_size(env=None):
     """``(size, variable)``: the number of ranks a launcher announces in ``env`` (default
-    ``os.environ``) and the variable that says so; ``(1, None)`` without a launcher. Pure."""
-    env = os.environ if env is None else env
-    for var in WORLD_SIZE_VARS:
-        if str(env.get(var, "")).isdigit():
-            return int(env[var]), var
-    return 1, None
+    ``os.environ``, :func:`detect_launch`) and the variable that says so; ``(1, None)`` without
+    a launcher. Pure."""
+    launch = detect_launch(env)
+    return (launch.size, launch.variable) if launch is not None else (1, None)
 
 
 def launcher_mismatch(mpi_size, mpi_library, env=None):
-    """The error message when a launcher announced several ranks (``env``) but MPI sees
-    ``mpi_size`` == 1: the ``mpiexec`` belongs to another MPI library than mpi4py's
-    (``mpi_library``: its version line), so every process started alone and would train the
-    whole job by itself. ``None`` when they agree. Pure."""
-    env = os.environ if env is None else env
-    size, var = launcher_world_size(env)
-    if size <= 1 or mpi_size != 1:
+    """The error message when a launcher announced several processes (``env``) but MPI sees
+    ``mpi_size`` == 1 (every process would train the whole job alone, each with its own run
+    directory): names the launcher and the fix (``mpi_library``: MPI's version line). ``None``
+    when they agree. Pure."""
+    launch = detect_launch(env)
+    if launch is None or launch.size <= 1 or mpi_size != 1:
         return None
-    rank = next((env[v] for v in WORLD_RANK_VARS if str(env.get(v, "")).isdigit()), None)
-    who = f"process {rank} of {size}" if rank is not None else f"one of {size} processes"
-    return (f"launched as {who} ({var}={size}), but MPI sees this process alone: the mpiexec that "
-            f"started it belongs to another MPI library than the one mpi4py uses ({mpi_library}). "
-            f"Launch with distnet's own: {mpiexec_path() or 'the mpiexec of its virtualenv'} "
-            f"(activate the virtualenv first, or call that path)")
+    who = f"process {launch.rank} of {launch.size}" if launch.rank is not None else f"one of {launch.size} processes"
+    fix = launch.fix.format(library=mpi_library, mpiexec=mpiexec_path() or "the mpiexec of its virtualenv")
+    return f"launched by {launch.name} as {who} ({launch.variable}={launch.size}), but MPI sees this process alone: {fix}"
+
+
+def pmix_refusal(env=None):
+    """The error message, before MPI starts, for a launch through PMIx (``srun --mpi=pmix``, Open
+    MPI 5's ``mpirun``: ``PMIX_*`` in the environment) of a job whose mpi4py uses the pip
+    ``mpich`` wheel: that MPICH speaks PMI-1/2 only, and its ``MPI_Init`` aborts with a wall of
+    its internals under PMIx. None otherwise."""
+    env = os.environ if env is None else env
+    launch = detect_launch(env)
+    if launch is None or launch.size <= 1 or not any(k in env for k in ("PMIX_RANK", "PMIX_NAMESPACE")):
+        return None
+    from .mpi_info import pip_mpich_in_use
+    if not pip_mpich_in_use():
+        return None
+    return launcher_mismatch(1, "the pip mpich wheel", env)
 
 
 #: Variables in which launchers announce how many ranks they started on this node.

@@ -93,9 +93,18 @@ class Topology:
 
     @staticmethod
     def world_comm(world=None):
-        """``world``, or MPI's world communicator (imports mpi4py: initialises MPI)."""
+        """``world``, or MPI's world communicator (imports mpi4py: initialises MPI). A process
+        that no launcher started and that finds no MPI library (distnet installed without the
+        ``mpich`` extra on a machine without MPI) is a world of one: a :class:`SerialComm`."""
         if world is None:
-            from mpi4py import MPI  # lazily: importing distnet must not initialise MPI
+            try:
+                from mpi4py import MPI  # lazily: importing distnet must not initialise MPI
+            except (ImportError, RuntimeError):     # mpi4py's binary wheel found no libmpi
+                from .launcher import launcher_world_size
+                if launcher_world_size()[0] > 1:
+                    raise
+                from .serial import SerialComm
+                return SerialComm()
             world = MPI.COMM_WORLD
         return world
 

@@ -10,19 +10,22 @@ and only non-blocking calls there, so the thread can always decide):
 * **Progress.** The training loop calls :meth:`Watchdog.progress` before every step (the CLI's
   ``batch`` hook) and after every epoch: it stores a counter, the epoch and batch, and the time.
 * **Heartbeats.** Every ``interval`` seconds (``min(1, SECONDS / 4)``) the thread of every rank
-  sends rank 0 a small message: its step counter, its epoch and batch, and *where its main thread
+  sends rank 0 a small message: its step counter, its epoch and batch, *where its main thread
   is* (the innermost distnet frame, from :func:`sys._current_frames`: ``comm/...`` means it
-  waits for other ranks, anything else means it computes). Rank 0's thread answers every rank
-  with the table of what it heard. Never more than one unanswered send per destination, so a
-  stopped rank costs nothing. That is ``2 (P - 1)`` small messages per interval.
+  waits for other ranks, anything else means it computes) and whether its own stall clock ran
+  out. Rank 0's thread answers every rank with one small message: that it is alive, and, to a
+  rank whose clock ran out, rank 0's verdict of who stalled. That is ``2 (P - 1)`` messages of
+  constant size per interval, O(P) work at rank 0 (the table of all ranks stays on rank 0).
+  Never more than one unanswered send per destination, so a stopped rank costs nothing.
 * **Deciding.** A rank whose own progress stamp is older than SECONDS decides who stalled:
   ranks silent for longer than SECONDS (stopped: a stopped process sends nothing, its threads
-  stop too); else ranks whose step counter is behind the others'; else ranks that are not
-  waiting in communication while the others are (busy: an endless loop). Rank 0, which hears
-  everyone directly, decides first; the others wait ``2 * interval`` longer and name rank 0 if
-  rank 0 itself fell silent. The deciding rank ends the job with
-  :func:`~distnet.comm.abort.abort_job`: ``[rank R] watchdog: no training progress for S s at
-  epoch E, batch B; stalled: rank Q (...)``, the abort listeners record it, every rank ends.
+  stop too); else ranks whose step counter is behind the others'; else ranks
+  that are not waiting in communication while the others are (busy: an endless loop). Rank 0,
+  which hears everyone directly, decides first; the others wait ``2 * interval`` longer, use
+  rank 0's verdict, and name rank 0 if rank 0 itself fell silent. The deciding rank ends the
+  job with :func:`~distnet.comm.abort.abort_job`: ``[rank R] watchdog: no training progress for
+  S s at epoch E, batch B; stalled: rank Q (...)``, the abort listeners record it, every rank
+  ends.
 
 The stall clock starts at the first step; setup, data loading and the final evaluation are not
 watched. Choose SECONDS above the longest step plus what happens at the end of an epoch
@@ -65,9 +68,12 @@ class Watchdog:
         self.clock = clock
         now = clock()
         self.step, self.where, self.stamp, self.armed = 0, None, now, False
-        self.heard = {r: now for r in range(self.size)}   # last heartbeat from r (rank 0: all)
-        self.state = {r: None for r in range(self.size)}  # r's last (step, where, place, in_comm)
-        self.table = {}                                   # rank 0's table, as heard by a rank > 0
+        # rank 0: the last heartbeat time and state (step, where, place, in_comm) of every rank;
+        # another rank: rank 0's only
+        ranks = range(self.size) if self.rank == 0 else (0, self.rank)
+        self.heard = {r: now for r in ranks}
+        self.state = {r: None for r in ranks}
+        self.verdict = None       # a rank > 0: rank 0's answer when this rank's clock ran out
         self._pending = {}
         self._stop = threading.Event()
         self._thread = None
@@ -104,25 +110,35 @@ class Watchdog:
             return  # the last one is not delivered yet (a stopped receiver): send nothing more
         self._pending[dest] = self.comm.isend((self.rank, payload), dest=dest, tag=_TAG)
 
+    def _late(self, now):
+        return self.armed and now - self.stamp > self.seconds
+
     def _exchange(self, now):
         mine = self._mine()
         self.state[self.rank], self.heard[self.rank] = mine, now
+        asked = []
         while True:
             msg = self.comm.improbe(tag=_TAG)
             if msg is None:
                 break
             sender, payload = msg.recv()
             self.heard[sender] = now
-            if self.rank == 0:
-                self.state[sender] = payload
+            if self.rank > 0:
+                self.verdict = payload
             else:
-                self.table = payload
+                self.state[sender] = payload[1]
+                if payload[0] == "late":
+                    asked.append(sender)
         if self.rank == 0:
-            table = {r: (now - self.heard[r], self.state[r]) for r in range(self.size)}
+            verdict = stalled_ranks(self.table(now), self.seconds) if asked else None
             for r in range(1, self.size):
-                self._send(r, table)
+                self._send(r, verdict if r in asked else None)
         else:
-            self._send(0, mine)
+            self._send(0, ("late" if self._late(now) else "ok", mine))
+
+    def table(self, now):
+        """Rank 0: ``{rank: (seconds since heard, state)}`` of every rank."""
+        return {r: (now - self.heard[r], self.state[r]) for r in range(self.size)}
 
     def _loop(self):
         while not self._stop.wait(self.interval):
@@ -146,34 +162,41 @@ class Watchdog:
         if self.size == 1:
             return f"{head}; stalled: this process, in {self._mine()[2]}"
         if self.rank == 0:
-            table = {r: (now - self.heard[r], self.state[r]) for r in range(self.size)}
-        else:
-            silent0 = now - self.heard[0]
-            if silent0 > self.seconds:
-                return (f"{head}; stalled: rank 0 (no heartbeat for {silent0:.0f} s: stopped, or hung "
-                        "outside Python)")
-            table = self.table or {}
-        return f"{head}; stalled: {stalled_ranks(table, self.seconds)}"
+            return f"{head}; stalled: {stalled_ranks(self.table(now), self.seconds)}"
+        silent0 = now - self.heard[0]
+        if silent0 > self.seconds:
+            return (f"{head}; stalled: rank 0 (no heartbeat for {silent0:.0f} s: stopped, or hung "
+                    "outside Python)")
+        return f"{head}; stalled: {self.verdict or 'unknown (rank 0 has not said yet)'}"
+
+
+#: At most this many ranks are described in a verdict; the rest are counted.
+NAMED_RANKS = 4
+
+
+def _some(ranks, describe):
+    text = ", ".join(describe(r) for r in ranks[:NAMED_RANKS])
+    return text + (f" and {len(ranks) - NAMED_RANKS} more" if len(ranks) > NAMED_RANKS else "")
 
 
 def stalled_ranks(table, seconds):
-    """Which ranks stalled, in words, from ``{rank: (seconds since heard, (step, (epoch, batch),
-    place, in_comm) or None)}``: silent ones first, else those behind, else the busy ones."""
+    """Which ranks stalled, in words (the first :data:`NAMED_RANKS` of them, the rest counted),
+    from ``{rank: (seconds since heard, (step, (epoch, batch), place, in_comm) or None)}``: silent
+    ones first, else those behind, else the busy ones."""
     silent = [r for r, (age, _) in sorted(table.items()) if age > seconds]
     if silent:
-        return ", ".join(f"rank {r} (no heartbeat for {table[r][0]:.0f} s: stopped, or hung outside "
-                         "Python)" for r in silent)
+        return _some(silent, lambda r: f"rank {r} (no heartbeat for {table[r][0]:.0f} s: stopped, or hung "
+                                       "outside Python)")
     known = {r: s for r, (_, s) in table.items() if s is not None}
     if not known:
         return "unknown (no heartbeats heard)"
     top = max(s[0] for s in known.values())
     behind = [r for r, s in sorted(known.items()) if s[0] < top]
     if behind:
-        return ", ".join(f"rank {r} (at step {known[r][0]}, epoch {known[r][1][0] if known[r][1] else '?'}, "
-                         f"batch {known[r][1][1] if known[r][1] else '?'}, while others reached step {top}; "
-                         f"in {known[r][2]})" for r in behind)
+        return _some(behind, lambda r: f"rank {r} (at step {known[r][0]}, epoch {known[r][1][0] if known[r][1] else '?'}, "
+                                       f"batch {known[r][1][1] if known[r][1] else '?'}, while others reached step {top}; "
+                                       f"in {known[r][2]})")
     busy = [r for r, s in sorted(known.items()) if not s[3]]
     if busy and len(busy) < len(known):
-        return ", ".join(f"rank {r} (busy in {known[r][2]} while the others wait in communication)"
-                         for r in busy)
-    return ("no single rank: " + "; ".join(f"rank {r} in {s[2]}" for r, s in sorted(known.items())))
+        return _some(busy, lambda r: f"rank {r} (busy in {known[r][2]} while the others wait in communication)")
+    return "no single rank: " + _some(sorted(known), lambda r: f"rank {r} in {known[r][2]}").replace(", ", "; ")

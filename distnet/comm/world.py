@@ -69,7 +69,10 @@ class LauncherMismatch(DistnetError):
 def install_world_abort_hook():
     """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
     an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``."""
-    from .launcher import launcher_mismatch, prepare_mpi_env
+    from .launcher import launcher_mismatch, pmix_refusal, prepare_mpi_env
+    refusal = pmix_refusal()    # MPI_Init itself would abort with a wall of MPICH's internals
+    if refusal:
+        raise LauncherMismatch(refusal)
     prepare_mpi_env()   # before MPI_Init: MPICH waits by yielding when ranks outnumber cores
     import warnings
     with warnings.catch_warnings():   # mpi4py's own warning about it: LauncherMismatch says more

@@ -3,12 +3,13 @@ from .builder import Builder, config_error
 from .yaml_loader import ObjSpec, parse_file, parse_yaml
 
 
-def load_experiment(path, overrides=(), gpu_as_cpu=False):
+def load_experiment(path, overrides=(), gpu_as_cpu=False, text=None):
     """Parse and build the experiment in ``path``, after applying ``key.path=value`` overrides;
     raises ConfigError with file:line on problems. ``gpu_as_cpu``: build a GPU backend as the CPU
-    one (``distnet check`` on a machine without a GPU; a note says so)."""
+    one (``distnet check`` on a machine without a GPU; a note says so). ``text``: the file's
+    text as another process read it (the ranks of a job build from rank 0's), not read here."""
     from .overrides import apply_overrides
-    tree = apply_overrides(parse_file(path), overrides)
+    tree = apply_overrides(parse_file(path) if text is None else parse_yaml(text, str(path)), overrides)
     return _build_root(tree, str(path), gpu_as_cpu)
 
 

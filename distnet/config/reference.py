@@ -120,8 +120,9 @@ def reference_markdown():
            "line and key. Shapes are global (whole images), also in distributed runs. Numbers follow "
            "YAML 1.2 (`1e-3`, `.5` are numbers; YAML 1.1's base-60 `1:30` and octal `010` are errors). `null` (`~`) means \"not given\" only for a key whose "
            "default is `None`; a required key, or one with another default, given `null` is an error "
-           "(leave the key out for its default), and so is a `null` item in a list. A key given twice in one mapping keeps its later value, "
-           "with a warning. neon's later schema (`dataset:`, per-layer "
+           "(leave the key out for its default), and so is a `null` item in a list. A key given twice in one mapping is an error naming both lines "
+           "(in a file written for neon, whose root class is `neon.*`, the later value wins with a warning, as "
+           "neon's loader kept it silently). neon's later schema (`dataset:`, per-layer "
            "`learning_rule`, `weight_init: !obj:params.UniformValGen {...}`, `olayer`) is translated "
            "into these keys: see [neon.md](neon.md).", ""]
     by_kind = {}

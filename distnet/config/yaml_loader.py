@@ -100,10 +100,9 @@ def _make_loader(filename, objects=True):
             if not isinstance(key, str):
                 raise ConfigError(f"keys of !obj:{tag_suffix} must be strings, got {key!r}",
                                   f"{filename}:{key_node.start_mark.line + 1}")
-            if key in kwargs:  # YAML loaders of neon's time kept the later value; so do we, loudly
-                loader.distnet_notes.append((logging.WARNING, f"{filename}:{key_node.start_mark.line + 1}: "
-                                             f"key '{key}' is given twice in !obj:{tag_suffix} (also at "
-                                             f"{key_where[key]}); the later value is used"))
+            if key in kwargs:
+                loader.distnet_duplicates.append((f"{filename}:{key_node.start_mark.line + 1}", key,
+                                                  f"in !obj:{tag_suffix} (also at {key_where[key]})"))
             kwargs[key] = loader.construct_object(value_node, deep=True)
             key_where[key] = f"{filename}:{key_node.start_mark.line + 1}"
         return ObjSpec(tag_suffix, kwargs, where, key_where)
@@ -124,8 +123,8 @@ def _make_loader(filename, objects=True):
 
 
 def _warn_duplicates(loader, node, filename):
-    """A note for every scalar key written twice in the plain mapping ``node`` (the later value
-    wins, as in an ``!obj:`` mapping); keys merged in with ``<<:`` may be overridden freely."""
+    """Record every scalar key written twice in the plain mapping ``node`` (see
+    :func:`_judge_duplicates`); keys merged in with ``<<:`` may be overridden freely."""
     if not isinstance(node.tag, str) or node.tag.startswith("!obj:"):
         return   # !obj: mappings warn as they are constructed
     first = {}
@@ -134,8 +133,7 @@ def _warn_duplicates(loader, node, filename):
             continue
         line = f"{filename}:{key.start_mark.line + 1}"
         if (key.tag, key.value) in first:
-            loader.distnet_notes.append((logging.WARNING, f"{line}: key '{key.value}' is given twice (also at "
-                                         f"{first[(key.tag, key.value)]}); the later value is used"))
+            loader.distnet_duplicates.append((line, key.value, f"(also at {first[(key.tag, key.value)]})"))
         first.setdefault((key.tag, key.value), line)
 
 
@@ -194,6 +192,7 @@ def parse_yaml(text, filename="<string>", objects=True):
     """
     loader_class = _make_loader(filename, objects)
     notes = loader_class.distnet_notes = []
+    duplicates = loader_class.distnet_duplicates = []
     try:
         tree = yaml.load(text, Loader=loader_class)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as e:
@@ -212,10 +211,28 @@ def parse_yaml(text, filename="<string>", objects=True):
         raise ConfigError(f"malformed YAML: {e}", filename) from None
     except RecursionError:  # a safety net: MAX_DEPTH keeps the composer far from the limit
         raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", filename) from None
+    notes += _judge_duplicates(tree, duplicates)
     if isinstance(tree, ObjSpec):
         #: ``(logging level, text)`` found while parsing (duplicate keys).
         tree.parse_notes = notes
     return tree
+
+
+def _judge_duplicates(tree, duplicates):
+    """A key given twice in one mapping is a ConfigError naming the first repeat's line: one
+    of the two values is a typo or a stale line, and silently keeping either trains something
+    other than what one of them says. Files written for neon itself (root class ``neon.*``) are
+    the exception: neon's loader kept the later value without a word and neon's own example files
+    rely on it (``mnist_datapar_gpu_mlp`` gives ``cost`` twice), so there the later value wins
+    with a warning. Returns those warnings as ``(level, text)`` notes."""
+    if not duplicates:
+        return []
+    if not (isinstance(tree, ObjSpec) and tree.path.startswith("neon.")):
+        where, key, detail = duplicates[0]
+        more = f"; {len(duplicates) - 1} more key(s) are given twice" if len(duplicates) > 1 else ""
+        raise ConfigError(f"given twice {detail}: remove one of the two{more}", where, key)
+    return [(logging.WARNING, f"{where}: key '{key}' is given twice {detail}; the later value is "
+             "used, as neon's loader did") for where, key, detail in duplicates]
 
 
 def parse_file(path):

@@ -55,11 +55,60 @@ def read_images(path, image_shape, tile=None):
     if tile is not None:
         x = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
     x = np.asarray(x)
+    check_images_finite(x, path)
+    return x
+
+
+def check_images_finite(x, path):
+    """DataError naming the first image of ``x`` ``(N, C, h, w)`` that holds NaN or inf."""
     if x.dtype.kind == "f":
         bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
         if bad.any():
             raise DataError(f"--data {path}: image {int(np.argmax(bad))} holds NaN or inf values")
-    return x
+
+
+def images_source(path, image_shape):
+    """The images of ``path`` (as :func:`read_images` takes them) as a
+    :class:`~distnet.datasets.sources.Source` read a few rows at a time: a memory-mapped ``.npy``
+    or IDX file, an HDF5 hyperslab (``read: root`` / ``node``: the reader streams them). The same
+    DataErrors as :func:`read_images` for the file, its shape and its dtype."""
+    from .idx import map_idx
+    from .sources import ArraySource, H5Source
+    if not os.path.isfile(path):
+        raise DataError(f"--data {path}: no such file")
+    if _is_idx_images(path):
+        x, src = map_idx(path, _IDX_UBYTE_3D), None
+    elif os.path.splitext(path)[1].lower() == ".npy":
+        try:
+            x, src = np.load(path, mmap_mode="r", allow_pickle=False), None
+        except ValueError as e:
+            raise DataError(f"--data {path}: not a numpy array file ({e})") from None
+    else:
+        import h5py
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise DataError(f"--data {path}: neither a .npy file nor a readable HDF5 file ({e})") from None
+        with f:
+            key = next((k for k in ("x", "test/x") if k in f), None)
+            if key is None:
+                raise DataError(f"--data {path}: the HDF5 file has no dataset 'x' (or 'test/x') of "
+                                "images (N, C, H, W)")
+            x = f[key]
+            src = H5Source(path, key[:-2], x.shape, x.dtype) if x.ndim == 4 else None
+            if src is None:
+                x = x[()]
+    if src is None and x.ndim == 3:
+        x = x[:, None]
+    shape, dtype = (src.shape, src.dtype) if src is not None else (x.shape, x.dtype)
+    if len(shape) != 4 or tuple(shape[1:]) != tuple(image_shape):
+        raise DataError(f"--data {path}: images of shape {tuple(shape[1:])}, but the experiment "
+                        f"takes {tuple(image_shape)} (C, H, W)")
+    if dtype.kind not in "biuf":
+        raise DataError(f"--data {path}: images must be numbers, got dtype {dtype}")
+    if shape[0] == 0:
+        raise DataError(f"--data {path}: holds no images")
+    return src if src is not None else ArraySource(path, "x", x, np.zeros(len(x), np.int64))
 
 
 _IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)
@@ -87,18 +136,26 @@ def _csv_field(text):
     return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
 
 
-def write_predictions(path, outputs, labels, class_names=None):
+def write_predictions(path, outputs, labels, class_names=None, files=None, truth=None):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
     and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image. With
     ``class_names`` (K names: the training file's, e.g. the converter's class folders) the
     HDF5 ``labels`` get the attribute ``class_names`` and the CSV a column ``class`` after
-    ``label``, so a label is never a guess. Written into a temporary file that replaces
-    ``path`` once complete."""
+    ``label``, so a label is never a guess. ``files`` (N names: pictures) adds a first column
+    ``file`` (HDF5: dataset ``files``); ``truth`` (N class names or None: a picture's class
+    folder) adds the columns ``true_label`` (its index in ``class_names``, empty when unknown)
+    and ``true_class`` after ``class`` (HDF5: ``true_labels``, -1 where unknown, and
+    ``true_classes``). Written into a temporary file that replaces ``path`` once complete."""
     from ..fileio import atomic_target, hdf5_file
     fmt = prediction_format(path)
     names = list(class_names) if class_names is not None and len(class_names) == outputs.shape[1] else None
+    if truth is not None and not any(t is not None for t in truth):
+        truth = None
+    index = {n: k for k, n in enumerate(names or [])}
+    true_labels = None if truth is None else [index.get(t, -1) if t is not None else -1 for t in truth]
     with atomic_target(path) as tmp:
         if fmt == "hdf5":
+            import h5py
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 f["probabilities"] = outputs
                 f["labels"] = labels.astype(np.int64)
@@ -106,10 +163,21 @@ def write_predictions(path, outputs, labels, class_names=None):
                                                        "outputs, through the softmax when the cost takes logits")
                 if names is not None:
                     f["labels"].attrs["class_names"] = names
+                if files is not None:
+                    f["files"] = np.array(list(files), dtype=h5py.string_dtype())
+                if truth is not None:
+                    f["true_labels"] = np.array(true_labels, dtype=np.int64)
+                    f["true_classes"] = np.array([t or "" for t in truth], dtype=h5py.string_dtype())
         else:
             with open(tmp, "w", encoding="utf-8") as f:
-                head = ["label"] + (["class"] if names is not None else [])
+                head = (["file"] if files is not None else []) + ["label"] + (["class"] if names is not None else [])
+                head += ["true_label", "true_class"] if truth is not None else []
                 f.write(",".join(head + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
-                for lab, row in zip(labels, outputs):
-                    name = f"{_csv_field(names[int(lab)])}," if names is not None else ""
-                    f.write(f"{int(lab)},{name}" + ",".join(f"{v:.9g}" for v in row) + "\n")
+                for i, (lab, row) in enumerate(zip(labels, outputs)):
+                    cells = [_csv_field(str(files[i]))] if files is not None else []
+                    cells.append(str(int(lab)))
+                    cells += [_csv_field(names[int(lab)])] if names is not None else []
+                    if truth is not None:
+                        known = true_labels[i] >= 0
+                        cells += [str(true_labels[i]) if known else "", _csv_field(truth[i] or "")]
+                    f.write(",".join(cells + [f"{v:.9g}" for v in row]) + "\n")

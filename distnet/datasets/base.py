@@ -44,6 +44,7 @@ from ..errors import ConfigError, DataError, MissingDataError
 from ..geometry.partition import Box, tile_of
 from . import cache
 from .checks import check_split, check_splits
+from .shared import parse_chunk_mb, parse_read
 
 SPLITS = cache.SPLITS
 
@@ -113,6 +114,12 @@ class Dataset:
     num_test_sample : int or None
         Keep only the first this many test images (neon's later datapar files set it to a
         multiple of their batch size); None (the default) keeps them all.
+    read : 'every' | 'root' | 'node', default 'every'
+        Which ranks open the data files (:mod:`~distnet.datasets.shared`): every rank, world
+        rank 0 alone (the data need be on its node only), or the lowest rank of each node.
+    read_chunk_mb : number, default 16
+        With ``read: root`` / ``node``: the most MiB of pixels the reader reads and sends at a
+        time (at least one image).
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
     :meth:`source_files` and :meth:`_read`.
@@ -120,13 +127,14 @@ class Dataset:
 
     #: YAML key types for the config builder.
     config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
-                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt}
+                    "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt,
+                    "read": str, "read_chunk_mb": float}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
-                 backend=None, dist_mode=None, num_test_sample=None):
+                 backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -151,6 +159,11 @@ class Dataset:
             raise ConfigError(f"must be >= 1 (or left out: all test images), got {num_test_sample}",
                               key="num_test_sample")
         self.num_test_sample = num_test_sample
+        self.read = parse_read(read)
+        self.chunk_bytes = parse_chunk_mb(read_chunk_mb)
+        self._shared = None         # the reader's header (read: root / node); False: none, this rank reads
+        self._in_header = False     # True on the reader while it reads the header from its files
+        self._held = None           # {split: HeldSource} while the dataset's steps run on them
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -173,43 +186,122 @@ class Dataset:
         return None
 
     def fingerprint(self):
-        """What every rank of a job must read alike, as a small picklable value, or None (not
-        checked): :meth:`check_same_data` compares it over the ranks."""
-        return None
+        """What every rank of a job must read alike: a list of ``(part, shape, digest)``
+        (:mod:`~distnet.datasets.checks`), or None (not compared). This one: a CRC-32 of every
+        source file (MNIST's and CIFAR-10's files are small enough to read whole)."""
+        from .checks import file_digest
+        return [(os.path.basename(p), os.path.getsize(p), file_digest(p)) for p in self.source_files()]
 
     def check_same_data(self, comm):
-        """Collective over ``comm`` (one ``allgather`` of :meth:`fingerprint`): a DataError on
-        every rank when some ranks read data that differ from rank 0's. Every rank opens the
-        data file on its own, so nodes without a shared file system read their own copies; a
-        copy left from an earlier conversion (another seed or size) gave those ranks other
-        images and labels, and the run trained on the mixture without a word."""
-        mine = self.fingerprint()
-        if comm.Get_size() == 1 or mine is None:
-            return
-        every = comm.allgather(mine)
-        others = [r for r, f in enumerate(every) if f != every[0]]
-        if not others:
-            return
-        base = {k[0]: k[1:] for k in every[0]}
-        first = {k[0]: k[1:] for k in every[others[0]]}
-        what = []
-        for split in sorted(set(base) | set(first)):
-            a, b = base.get(split), first.get(split)
-            if a is None or b is None:
-                what.append(f"{split} split {'missing' if b is None else 'only there'}")
-            elif a[:2] != b[:2]:
-                what.append(f"{split} images {b[0]} {b[1]}, not {a[0]} {a[1]}")
-            elif a[2] != b[2]:
-                what.append(f"other {split} labels")
-        raise DataError(f"{', '.join(self.source_files())}: rank(s) {', '.join(map(str, others))} read data "
-                        f"that differ from rank 0's (rank {others[0]}: {'; '.join(what)}): every rank must read "
-                        "the same file; copy one file to every node (converting again, with another seed or "
-                        "size, makes another file)")
+        """Collective over ``comm``: a DataError on every rank when some ranks read data that
+        differ from rank 0's (:func:`~distnet.datasets.checks.same_data` of :meth:`fingerprint`).
+        Every rank opens the data on its own, so nodes without a shared file system read their
+        own copies; a copy left from an earlier conversion (another seed or size) gave those
+        ranks other images and labels, and the run trained on the mixture without a word."""
+        from .checks import NOT_READ, same_data
+        if self.read == "root":
+            return      # one rank read the files: nothing to compare
+        reader = self.reader()
+        header = self.shared_header() if reader is not None else None
+        # read: node: the nodes' readers compare their copies; the others read nothing
+        read_here = reader is None or (reader.is_reader and not (header or {}).get("from_cache"))
+        files = self.source_files()
+        where = files[0] if len(files) == 1 else \
+            f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}"
+        same_data(self.fingerprint() if read_here else NOT_READ, comm, where)
 
     def _read(self, tile):
         """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:
         ``(N, C, h, w)`` in the stored dtype (uint8 for MNIST and CIFAR), ``y`` ``(N,)`` int64."""
         raise NotImplementedError
+
+    # -- read: root / node ------------------------------------------------------------------
+
+    def reader(self):
+        """The :class:`~distnet.comm.root_read.DataReader` of this process for ``read``, or None
+        (``read: every``, or a run of one process: this rank reads its files itself)."""
+        if self.read == "every":
+            return None
+        from ..comm.root_read import job_reader
+        return job_reader(self.read)
+
+    def shared_header(self):
+        """The reader's header (:meth:`read_header`) when another rank reads for this one's
+        group, else None (this rank opens its files). The first call is collective over the
+        reader's group (one broadcast); every rank makes it in ``check()``."""
+        if self.read == "every" or self._in_header or self._shared is False:
+            return None
+        if self._shared is None:
+            reader = self.reader()
+            if reader is None:      # one process, or MPI not started: this rank reads, for good
+                self._shared = False    # (a later first call would be a collective in a random place)
+                return None
+            self._shared = reader.header(self._header_on_reader)
+        return self._shared
+
+    def _header_on_reader(self):
+        self._in_header = True
+        try:
+            return self.read_header()
+        except DataError as e:      # the data gone from the reader's node: its cache may know
+            from .shared import header_from_cache
+            header = header_from_cache(self._header_cache_file())
+            if header is None:
+                raise
+            header["from_cache"] = str(e)
+            return header
+        finally:
+            self._in_header = False
+
+    def _header_cache_file(self):
+        """The reader's cache file that may hold the header when its data files are gone."""
+        if self.serialized_path is None:
+            return None
+        reader = self.reader()
+        return cache.fill_placeholders(self.serialized_path, *reader.world)
+
+    def reader_sources(self):
+        """``{split: Source}`` of the files, as stored, for the reader to stream from (a dataset
+        that can read a few rows at a time overrides this; here the files are read whole)."""
+        from .sources import ArraySource
+        files = ", ".join(self.source_files())
+        return {s: ArraySource(files, s, x, y) for s, (x, y) in self._read(self.full_tile()).items()}
+
+    def read_header(self):
+        """What the other ranks need without opening the files: ``files``, ``fingerprints``
+        (size and date of each), ``image_shape``, ``nclasses``, ``class_names`` and ``splits``
+        (``{split: (path, shape, dtype, labels)}``); run on the reader only."""
+        from .shared import describe_split
+        files = list(self.source_files())
+        srcs = self.reader_sources()
+        return {"files": files, "fingerprints": [cache.file_fingerprint(p) for p in files],
+                "image_shape": tuple(int(d) for d in self.image_shape), "nclasses": int(self.nclasses),
+                "class_names": self.class_names(),
+                "splits": {s: describe_split(src) for s, src in srcs.items()}}
+
+    def _shared_files(self):
+        """The header's data files where another rank reads them (no file is looked at), else None."""
+        header = self.shared_header()
+        return None if header is None else list(header["files"])
+
+    def _load_shared(self, tile, seed, dtype, rank, size, grid):
+        from .shared import fetch_shared
+        header, reader = self.shared_header(), self.reader()
+        path = meta = None
+        if self.serialized_path is not None:
+            path = cache.fill_placeholders(self.serialized_path, rank, size)
+            meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+        rows = {s: np.arange(e[1][0]) for s, e in header["splits"].items()}
+
+        def build(held):
+            self._held = held
+            try:
+                return self._build(tile, seed, dtype)
+            finally:
+                self._held = None
+        return self._limit_test(fetch_shared(
+            reader, header, self.reader_sources, rows, tile, path, meta, build, self.chunk_bytes,
+            check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
 
     # -- public --------------------------------------------------------------------------------
 
@@ -257,6 +349,8 @@ class Dataset:
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
         tile = self._check_tile(tile)
+        if self.shared_header() is not None:
+            return self._load_shared(tile, seed, dtype, rank, size, grid)
         if self.serialized_path is None:
             return self._limit_test(self._build(tile, seed, dtype))
         path = cache.fill_placeholders(self.serialized_path, rank, size)
@@ -278,7 +372,10 @@ class Dataset:
 
     def check(self):
         """Checks that need the files' headers but no pixels (file datasets: the scale keys
-        against the stored dtype); run by ``distnet check`` and before training."""
+        against the stored dtype); run by ``distnet check`` and before training, on every rank.
+        With ``read: root`` / ``node`` the reader's header is fetched here (a collective: every
+        rank makes its first call at the same point, never in a rank-0-only path)."""
+        self.shared_header()
 
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
@@ -313,7 +410,7 @@ class Dataset:
         return {
             "format_version": cache.CACHE_FORMAT_VERSION,
             "dataset": type(self).__name__,
-            "sources": [cache.file_fingerprint(p) for p in self.source_files()],
+            "sources": self._fingerprints(),
             "sample_pct": float(self.sample_pct),
             "seed": int(seed),
             "dtype": np.dtype(dtype).name,
@@ -323,6 +420,12 @@ class Dataset:
             "rank": int(rank),
             "size": int(size),
         }
+
+    def _fingerprints(self):
+        header = self.shared_header()
+        if header is not None:
+            return list(header["fingerprints"])
+        return [cache.file_fingerprint(p) for p in self.source_files()]
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -338,7 +441,10 @@ class Dataset:
         return tile
 
     def _build(self, tile, seed, dtype):
-        raw = self._read(tile)
+        if self._held is not None:      # read: root / node: the tiles received, as stored
+            raw = {s: (src.array, np.asarray(src.labels())) for s, src in self._held.items()}
+        else:
+            raw = self._read(tile)
         out = {}
         for split in SPLITS:
             x, y = raw[split]

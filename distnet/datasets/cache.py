@@ -55,6 +55,7 @@ PKL_EXTENSIONS = (".pkl",)
 _ATTR = "distnet_cache."
 _PKL_KEY = "distnet_cache"
 _CHECKSUM = "distnet_cache_checksum"
+_HEADER = "distnet_cache_header"
 SPLITS = ("train", "test")
 
 
@@ -242,13 +243,16 @@ def _check_data(path, meta, data):
             raise DataError(f"{path}: the {split} arrays do not match the cache metadata")
 
 
-def write_cache(path, meta, data):
-    """Write ``data`` (split -> ``(x, y)``) and ``meta`` to ``path`` atomically."""
+def write_cache(path, meta, data, header=None):
+    """Write ``data`` (split -> ``(x, y)``) and ``meta`` to ``path`` atomically; ``header`` (JSON
+    values: the data files' header, ``read: root`` / ``node``) is stored beside them."""
     with atomic_target(path) as tmp:
         if _is_h5(path):
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
                 for key, value in meta.items():
                     f.attrs[_ATTR + key] = json.dumps(value)
+                if header is not None:
+                    f.attrs[_HEADER] = json.dumps(header)
                 f.attrs[_CHECKSUM] = content_checksum(data)
                 for split, (x, y) in data.items():
                     group = f.create_group(split)
@@ -256,9 +260,75 @@ def write_cache(path, meta, data):
                     group.create_dataset("y", data=y)
         else:
             obj = {_PKL_KEY: meta, _CHECKSUM: content_checksum(data)}
+            if header is not None:
+                obj[_HEADER] = json.dumps(header)
             obj.update({split: {"x": x, "y": y} for split, (x, y) in data.items()})
             with open(tmp, "wb") as f:
                 pickle.dump(obj, f, protocol=4)
+
+
+def read_header(path):
+    """The data files' header stored in the cache at ``path`` (JSON values), or None: no file,
+    no header, unreadable."""
+    if not os.path.isfile(path):
+        return None
+    return _stored_header(path)
+
+
+def _stored_header(path):
+    try:
+        if _is_h5(path):
+            import h5py
+            with h5py.File(path, "r") as f:
+                text = f.attrs.get(_HEADER)
+        else:
+            obj = safe_pickle.load(path)
+            text = obj.get(_HEADER) if isinstance(obj, dict) else None
+        if isinstance(text, bytes):
+            text = text.decode()
+        return json.loads(text) if isinstance(text, str) else None
+    except Exception as e:  # noqa: BLE001 - h5py/json/pickle: all mean "no usable header"
+        log.warning("dataset cache %s: cannot read its header (%s)", path, e)
+        return None
+
+
+def cached_data(path, meta, check=None):
+    """The data cached at ``path`` if its metadata equals ``meta`` and its arrays pass the
+    checks (:func:`load_or_build`), else None (with a warning for a stale or unusable file).
+    DataError for a file there that is not a distnet cache."""
+    meta = normalize(meta)
+    refuse_foreign(path, meta)
+    clean_stale_temps(path)
+    if not os.path.exists(path):
+        return None
+    try:
+        cached_meta, data, checksum = _read(path)
+        diffs = differences(cached_meta, meta)
+        if diffs:
+            log.warning("dataset cache %s was written for another run (%s); rebuilding it",
+                        path, "; ".join(diffs))
+            return None
+        _check_data(path, meta, data)
+        _check_checksum(path, data, checksum)
+        if check is not None:
+            check(data)
+    except NotACache:
+        raise _foreign(path) from None
+    except DataError as e:
+        log.warning("dataset cache %s is unusable (%s); rebuilding it", path, e)
+        return None
+    log.info("loaded dataset cache %s", path)
+    return data
+
+
+def store(path, meta, data, header=None):
+    """Write the cache (:func:`write_cache`); a failure is a warning, the run goes on."""
+    try:
+        write_cache(path, normalize(meta), data, header)
+        log.info("wrote dataset cache %s", path)
+    except (OSError, ValueError, TypeError) as e:
+        log.warning("could not write dataset cache %s (%s); continuing without it", path,
+                    write_failure(e))
 
 
 def load_or_build(path, meta, build, check=None):
@@ -339,6 +409,41 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
         log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
                     write_failure(e))
         return None
+
+
+def stamp(f, meta, header=None):
+    """Write ``meta`` (and ``header``, JSON values) as the attributes of the open HDF5 cache ``f``."""
+    for key, value in normalize(meta).items():
+        f.attrs[_ATTR + key] = json.dumps(value)
+    if header is not None:
+        f.attrs[_HEADER] = json.dumps(header)
+
+
+def open_tile_cache(path, meta, splits):
+    """``{split: H5Source}`` of the tile cache at ``path`` (:func:`tile_cache`'s layout) when its
+    metadata equals ``meta`` and it holds ``splits``, else None (a warning for a stale or
+    unreadable file); DataError for a file there that is not a distnet cache."""
+    import h5py
+    from .sources import H5Source
+    meta = normalize(meta)
+    refuse_foreign(path, meta)
+    clean_stale_temps(path)
+    if not os.path.exists(path):
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+            if not cached:
+                raise _foreign(path)
+            shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in splits}
+        diffs = differences(cached, meta)
+        if not diffs:
+            log.info("using tile cache %s", path)
+            return {s: H5Source(path, s, *shapes[s]) for s in splits}
+        log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
+    except (OSError, KeyError, ValueError) as e:
+        log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    return None
 
 
 def _write_tile_cache(path, meta, sources, tile, rows_per_copy):

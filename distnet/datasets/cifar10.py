@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DataError
 from . import safe_pickle
 from .base import Dataset
+from .sources import Source
 
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
@@ -79,7 +80,15 @@ class CIFAR10(Dataset):
         return paths
 
     def source_files(self):
+        shared = self._shared_files()     # read: root / node on another rank: the reader's list
+        if shared is not None:
+            return shared
         return [p for ps in self._files().values() for p in ps]
+
+    def reader_sources(self):
+        """``{split: Source}`` for ``read: root`` / ``node``: one batch file in memory at a time
+        (:class:`BatchesSource`)."""
+        return {split: BatchesSource(paths, split) for split, paths in self._files().items()}
 
     def _read(self, tile):
         out = {}
@@ -91,3 +100,39 @@ class CIFAR10(Dataset):
                 raise DataError(f"the CIFAR-10 {split} batches in {self.folder} hold no images")
             out[split] = (x, y)
         return out
+
+
+class BatchesSource(Source):
+    """A split stored as CIFAR-10 batch files, ``(N, 3, 32, 32)`` uint8: the labels of every
+    batch (read once), the pixels of one batch at a time (kept while rows of it are read, so
+    increasing rows load each batch file once)."""
+
+    def __init__(self, paths, split):
+        self.paths, self.name = list(paths), split
+        self.path = ", ".join(self.paths)
+        self._y = [read_batch(p)[1] for p in self.paths]
+        sizes = [len(y) for y in self._y]
+        if sum(sizes) == 0:
+            raise DataError(f"the CIFAR-10 {split} batches {self.path} hold no images")
+        self._starts = np.concatenate([[0], np.cumsum(sizes)])
+        self.shape, self.dtype = (int(self._starts[-1]), 3, 32, 32), np.dtype(np.uint8)
+        self._batch = (None, None)
+
+    def labels(self):
+        return np.concatenate(self._y)
+
+    def read(self, rows, tile, positions=None, out=None):
+        rows = np.asarray(rows, dtype=np.int64)
+        out = self._out(len(rows), tile, out)
+        positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        for b in np.unique(which):
+            if self._batch[0] != b:
+                self._batch = (b, read_batch(self.paths[b])[0])
+            sel = which == b
+            x = self._batch[1][rows[sel] - self._starts[b]]
+            out[positions[sel]] = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
+        return out
+
+    def close(self):
+        self._batch = (None, None)

@@ -19,7 +19,11 @@ Sources
   Images are grayscale (1 channel) when all are, else RGB
   (3 channels; alpha is dropped); 16-bit grayscale becomes 8 bits (``round(v / 257)``), and
   floating-point images (TIFF mode ``F``) are refused. All images must have one size unless ``size`` (``HxW``)
-  resizes them (bilinear).
+  resizes them (bilinear), an image of another aspect ratio by ``resize``: ``stretch`` (the
+  default), ``crop`` or ``pad`` (:func:`fit_image`); the summary's ``resize`` line says how many
+  images that changed. How images were decoded is kept as the recipe (:mod:`.recipe`), which
+  ``distnet predict`` repeats on new pictures. With ``unlabeled``, a folder of pictures without
+  classes becomes ``x`` and ``files`` only (:func:`convert_unlabeled`).
 * An ``.npz`` with ``x_train``/``y_train`` (and optionally ``x_test``/``y_test``,
   ``x_valid``/``y_valid``), or with ``x``/``y``; or an ``.npy`` of images with ``labels`` (an
   ``.npy`` of labels). Images ``(N, C, H, W)`` or ``(N, H, W)``; any numeric dtype, stored as is
@@ -33,7 +37,8 @@ Splits: the images of a split not given by the source are drawn from the trainin
 test split, the next ``round(N * valid_fraction)`` the validation split, the rest train. Every
 split drawn this way is stored in that shuffled order (so classes are mixed even without
 ``shuffle``); splits given by the source keep their order for arrays, and are shuffled the same
-way for image folders.
+way for image folders. With ``stratify`` the same permutation is walked class by class
+(:func:`_stratified`), so every class is in every drawn split in proportion.
 
 Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``test/...``, and
 ``valid/...`` when there is a validation split; chunks of one image and at most 128 x 128 pixels
@@ -41,10 +46,13 @@ Output: ``train/x`` ``(N, C, H, W)`` (uint8 for images), ``train/y`` int64, ``te
 an error naming the file, never silent garbage); attributes ``nclasses``, ``class_names``,
 ``distnet_format`` (``"distnet-data/1"``), ``source``, ``seed``, ``test_fraction``,
 ``valid_fraction``, and for an image folder ``class_order`` (``class_names[k]`` is the folder of
-label ``k``; names that are not UTF-8 are kept with ``\\xff`` escapes). Written to a temporary name
+label ``k``; names that are not UTF-8 are kept with ``\\xff`` escapes), ``image_recipe`` for an
+image folder (:mod:`.recipe`), ``stratify``, and ``channel_mean`` / ``channel_std``: the
+per-channel statistics of ``train/x`` as stored (:mod:`.stats`). Written to a temporary name
 and moved into place. The converter returns notes (``info["notes"]``) that the command line prints
 as warnings.
 """
+import json
 import os
 
 import numpy as np
@@ -52,6 +60,8 @@ import numpy as np
 from ..errors import DataError, OptionError
 from ..fileio import atomic_target, check_writable, free_space, hdf5_file, write_failure
 from .checks import labels_problem
+from .recipe import RECIPE_ATTR, describe_recipe, image_recipe, read_recipe
+from .stats import MEAN_ATTR, STD_ATTR, channel_stats
 
 FORMAT = "distnet-data/1"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".jfif", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif", ".pgm",
@@ -257,26 +267,59 @@ def _few_bits_note(wide):
             f"1/{top} (or the sensor's range)")
 
 
-def _decode(Image, path, channels, size, wide=None):
+#: How ``--size`` meets an image of another aspect ratio: ``stretch`` (both axes scaled on their
+#: own: the default, distorting), ``crop`` (scaled to cover H x W, the middle kept), ``pad``
+#: (scaled to fit inside H x W, centered on black: a letterbox).
+RESIZE_MODES = ("stretch", "crop", "pad")
+
+
+def fit_image(Image, im, size, resize="stretch"):
+    """``im`` (a Pillow image) brought to ``size`` ``(H, W)`` by ``resize``
+    (:data:`RESIZE_MODES`), bilinear; an image of that size already is returned as it is."""
+    H, W = size
+    h, w = im.height, im.width
+    if (h, w) == (H, W):
+        return im
+    if resize == "stretch":
+        return im.resize((W, H), Image.BILINEAR)
+    if resize == "crop":            # the box is in source pixels, fractions kept: no rounding shift
+        s = max(H / h, W / w)
+        ch, cw = H / s, W / s
+        top, left = (h - ch) / 2, (w - cw) / 2
+        return im.resize((W, H), Image.BILINEAR, box=(left, top, left + cw, top + ch))
+    if resize == "pad":
+        s = min(H / h, W / w)
+        nh, nw = max(1, min(H, int(round(h * s)))), max(1, min(W, int(round(w * s))))
+        inner = im if (nh, nw) == (h, w) else im.resize((nw, nh), Image.BILINEAR)
+        canvas = Image.new(im.mode, (W, H), 0)
+        canvas.paste(inner, ((W - nw) // 2, (H - nh) // 2))
+        return canvas
+    raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+
+
+def _decode(Image, path, channels, size, wide=None, resize="stretch"):
     """``(C, H, W)`` uint8 pixels of one image as it is shown: the first frame, turned by its
     EXIF orientation (phone photos), 16-bit images scaled to 8 bits (``wide``:
-    :func:`_to_8_bits`)."""
+    :func:`_to_8_bits`), brought to ``size`` by ``resize`` (:func:`fit_image`)."""
     from PIL import ImageOps
     try:
         with Image.open(path) as im:
             im = ImageOps.exif_transpose(im)
             im = _to_8_bits(Image, im, wide).convert("L" if channels == 1 else "RGB")
-            if size is not None and (im.height, im.width) != size:
-                im = im.resize((size[1], size[0]), Image.BILINEAR)
+            if size is not None:
+                im = fit_image(Image, im, size, resize)
             a = np.asarray(im, dtype=np.uint8)
     except Exception as e:  # noqa: BLE001
         raise DataError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
 
 
-def _draw_splits(n, test_fraction, valid_fraction, seed, what):
-    """``{split: positions}`` drawn from ``n`` items (module docstring)."""
+def _draw_splits(n, test_fraction, valid_fraction, seed, what, labels=None):
+    """``{split: positions}`` drawn from ``n`` items (module docstring); with ``labels`` (``(n,)``
+    ints: ``--stratify``) each class is split on its own by the fractions (:func:`_stratified`)."""
     perm = np.random.RandomState(seed).permutation(n)
+    if labels is not None:
+        return _stratified(perm, np.asarray(labels), test_fraction, valid_fraction, what)
     n_test, n_valid = int(round(n * test_fraction)), int(round(n * valid_fraction))
     for name, frac, k in (("test_fraction", test_fraction, n_test), ("valid_fraction", valid_fraction, n_valid)):
         if frac > 0 and k == 0:
@@ -286,6 +329,28 @@ def _draw_splits(n, test_fraction, valid_fraction, seed, what):
         raise DataError(f"{what}: test_fraction {test_fraction} and valid_fraction {valid_fraction} "
                         f"leave no training image of {n}")
     out = {"test": perm[:n_test], "valid": perm[n_test:n_test + n_valid], "train": perm[n_test + n_valid:]}
+    return {k: v for k, v in out.items() if len(v) or k == "train"}
+
+
+def _stratified(perm, labels, test_fraction, valid_fraction, what):
+    """The stratified draw: the same permutation ``perm`` as the plain draw, walked class by
+    class: of the ``n_k`` images of class ``k`` (in ``perm``'s order) the first
+    ``round(n_k * test_fraction)`` go to test, the next ``round(n_k * valid_fraction)`` to
+    valid, the rest to train; every split keeps ``perm``'s order, so classes stay mixed. A class
+    too small for a split is left out of it (the converter's note says which)."""
+    ranked = labels[perm]
+    side = np.empty(len(perm), dtype=np.int8)     # 0 test, 1 valid, 2 train, by position in perm
+    for k in np.unique(labels):
+        at = np.flatnonzero(ranked == k)
+        n_k = len(at)
+        n_test, n_valid = int(round(n_k * test_fraction)), int(round(n_k * valid_fraction))
+        n_test, n_valid = min(n_test, n_k - 1), min(n_valid, max(0, n_k - 1 - min(n_test, n_k - 1)))
+        side[at[:n_test]], side[at[n_test:n_test + n_valid]], side[at[n_test + n_valid:]] = 0, 1, 2
+    out = {"test": perm[side == 0], "valid": perm[side == 1], "train": perm[side == 2]}
+    for name, frac in (("test", test_fraction), ("valid", valid_fraction)):
+        if frac > 0 and not len(out[name]):
+            raise DataError(f"{what}: {name}_fraction {frac} of every class rounds to 0 images; give a larger "
+                            "fraction or more images")
     return {k: v for k, v in out.items() if len(v) or k == "train"}
 
 
@@ -324,7 +389,8 @@ def _check_one_class(folder, classes, notes):
                  "folder that holds one subfolder per class")
 
 
-def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None):
+def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None,
+                        stratify=False, drawn=None):
     """``(classes, {split: [(path, label)]})`` of an image folder (module docstring); what the
     user should know (class order, skipped files) is appended to ``notes``. A folder with a
     ``train/`` folder is a folder of splits (``test/``, ``valid/`` or ``val/``; those it lacks
@@ -366,10 +432,13 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
         if draw_test or draw_valid:
             train = splits["train"]
             pos = _draw_splits(len(train), test_fraction if draw_test else 0.0,
-                               valid_fraction if draw_valid else 0.0, seed, src)
+                               valid_fraction if draw_valid else 0.0, seed, src,
+                               [lab for _, lab in train] if stratify else None)
             for s in ("test", "valid"):
                 if s in pos and s not in splits:
                     splits[s] = [train[i] for i in pos[s]]
+                    if drawn is not None:
+                        drawn.append(s)
             splits["train"] = [train[i] for i in pos["train"]]
         return classes, {s: splits[s] for s in ("train", "test", "valid") if s in splits}
     looks_split = [d for d in named.values() if not _holds_images(os.path.join(src, d))]
@@ -382,26 +451,59 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
     classes = _class_folders(src, class_order, notes)
     _check_one_class(src, classes, notes)
     items = _images_of(src, classes, notes)
-    pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src)
+    pos = _draw_splits(len(items), test_fraction, valid_fraction, seed, src,
+                       [lab for _, lab in items] if stratify else None)
+    if drawn is not None:
+        drawn += [s for s in ("test", "valid") if s in pos]
     return classes, {s: [items[i] for i in p] for s, p in pos.items()}
 
 
 def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
-                         class_order="text"):
+                         class_order="text", resize=None, stratify=False):
     """Write ``out`` from the image folder ``src``; returns a summary dict whose ``notes`` are
-    warnings for the user (class order, skipped files, multi-frame images)."""
+    warnings for the user (class order, skipped files, multi-frame images) and whose
+    ``resize`` line says what ``size`` did to aspect ratios (:func:`resize_line`)."""
     Image = _pillow()
     size = parse_size(size) if isinstance(size, str) else size
     notes = []
-    classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes)
+    drawn = []
+    classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes,
+                                          stratify, drawn)
     all_items = [it for items in splits.values() for it in items]
-    sizes, frames, gray, color, bad = {}, [], [], [], []
-    for path, _ in all_items:
+    C, (H, W), shapes, notes_seen = _survey(Image, [p for p, _ in all_items], size)
+    notes += notes_seen
+    wide = []       # the largest value of every 16-bit image
+
+    def fill(split, dset):
+        for i, (path, _) in enumerate(splits[split]):
+            dset[i] = _decode(Image, path, C, (H, W), wide, resize or "stretch")
+
+    labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
+    recipe = image_recipe((H, W), resize, C, classes, size is not None)
+    _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
+           src, seed, test_fraction, valid_fraction, {"class_order": class_order, RECIPE_ATTR: recipe,
+                                                      "stratify": bool(stratify)})
+    info = summary(out)
+    info["resize"] = resize_line(size, resize, shapes)
+    info["split"] = split_line(stratify, drawn)
+    info["notes"] = notes + [n for n in (_few_bits_note(wide), _missing_classes_note(labels, classes, "/"))
+                             if n]
+    return info
+
+
+def _survey(Image, paths, size):
+    """Read the headers of ``paths``: ``(channels, (H, W), [(h, w) of every image], notes)``;
+    one DataError naming every image that cannot be read, or images of several sizes without
+    ``size``."""
+    notes = []
+    shapes, sizes, frames, gray, color, bad = [], {}, [], [], [], []
+    for path in paths:
         try:
             mode, hw, n_frames = _probe(Image, path)
         except DataError as e:      # all of them in one message, not one per attempt
             bad.append((path, str(e)))
             continue
+        shapes.append(hw)
         (gray if mode in GRAY_MODES else color).append(path)
         sizes.setdefault(hw, path)
         if n_frames > 1:
@@ -424,22 +526,24 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
         (s1, p1), (s2, p2) = list(sizes.items())[:2]
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
                         "give a size to resize them all (--size HxW)")
-    H, W = size or next(iter(sizes))
-    C = 3 if color else 1
+    return 3 if color else 1, size or next(iter(sizes)), shapes, notes
 
-    wide = []       # the largest value of every 16-bit image
 
-    def fill(split, dset):
-        for i, (path, _) in enumerate(splits[split]):
-            dset[i] = _decode(Image, path, C, (H, W), wide)
-
-    labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
-    _write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
-           src, seed, test_fraction, valid_fraction, {"class_order": class_order})
-    info = summary(out)
-    info["notes"] = notes + [n for n in (_few_bits_note(wide), _missing_classes_note(labels, classes, "/"))
-                             if n]
-    return info
+def resize_line(size, resize, shapes):
+    """What ``--size`` did, for the converter's output: how many of the images (``shapes``:
+    their ``(h, w)``) had another aspect ratio than ``size`` and what ``resize`` did to them;
+    None without ``size``."""
+    if size is None:
+        return None
+    H, W = size
+    other = sum(1 for h, w in shapes if h * W != w * H)
+    mode = resize or "stretch"
+    how = {"stretch": "stretched to it, distorted (--resize stretch, the default; --resize crop or pad keep "
+                      "the aspect ratio)",
+           "crop": "scaled to cover it and center-cropped (--resize crop)",
+           "pad": "scaled to fit inside it and padded with black (letterbox, --resize pad)"}[mode]
+    return (f"resized to {H}x{W} (bilinear): {other} of {len(shapes)} image(s) have another aspect ratio, "
+            f"{how}")
 
 
 # ----------------------------------------------------------------------------- arrays
@@ -517,7 +621,7 @@ def _check_arrays(x, y, where, split):
 
 
 def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
-                   class_names=None, layout=None):
+                   class_names=None, layout=None, stratify=False):
     """Write ``out`` from ``.npz`` / ``.npy`` arrays (module docstring); returns a summary.
     ``layout``: ``"nchw"`` (store 4-d arrays as they are), ``"nhwc"`` (transpose them), None
     (as they are, refusing arrays whose last axis looks like channels)."""
@@ -540,7 +644,8 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
               "y_valid)") if "valid" in given and valid_fraction > 0 else None
     if draw_test or draw_valid:
         pos = _draw_splits(len(given["train"][1]), test_fraction if draw_test else 0.0,
-                           valid_fraction if draw_valid else 0.0, seed, src)
+                           valid_fraction if draw_valid else 0.0, seed, src,
+                           given["train"][1] if stratify else None)
         for s, p in pos.items():
             plan[s] = ("train", p)
     if "test" not in plan:
@@ -567,8 +672,9 @@ def convert_arrays(src, out, labels=None, test_fraction=0.2, valid_fraction=0.0,
 
     labels_out = {s: given[src_split][1][p] for s, (src_split, p) in plan.items()}
     _write(out, {s: (len(p), shape, dtype) for s, (_, p) in plan.items()}, fill, labels_out, names,
-           src, seed, test_fraction, valid_fraction)
+           src, seed, test_fraction, valid_fraction, {"stratify": bool(stratify)})
     info = summary(out)
+    info["split"] = split_line(stratify, [s for s in ("test", "valid") if s in plan and plan[s][0] != s])
     note = _unused_labels_note(np.concatenate(list(labels_out.values())), len(names))
     info["notes"] = [n for n in (unused, note, None if note else _missing_classes_note(labels_out, names)) if n]
     return info
@@ -645,6 +751,8 @@ def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fracti
                                         chunks=(1, C, min(H, CHUNK_PIXELS), min(W, CHUNK_PIXELS)))
                 fill(split, dset)
                 f[f"{split}/y"] = labels[split]
+            mean, std = channel_stats(f["train/x"])     # read back in blocks: memory stays bounded
+            f.attrs[MEAN_ATTR], f.attrs[STD_ATTR] = mean, std
             f.attrs["nclasses"] = len(classes)
             f.attrs["class_names"] = [attr_text(str(c)) for c in classes]
             f.attrs["distnet_format"] = FORMAT
@@ -666,9 +774,10 @@ def summary(path):
         dtype = str(f["train/x"].dtype)
         classes = [c.decode() if isinstance(c, bytes) else str(c) for c in f.attrs["class_names"]]
         order = f.attrs.get("class_order")
+        stats = tuple(np.asarray(f.attrs[a], np.float64) if a in f.attrs else None for a in (MEAN_ATTR, STD_ATTR))
     order = order.decode() if isinstance(order, bytes) else order
     return {"path": str(path), "splits": splits, "shape": shape, "dtype": dtype, "classes": classes,
-            "class_order": None if order is None else str(order)}
+            "class_order": None if order is None else str(order), "mean": stats[0], "std": stats[1]}
 
 
 #: Labels shown by :func:`label_line` before it shortens the list (``distnet data info`` shows all).
@@ -694,9 +803,18 @@ def describe(info):
     line = (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
             f"{len(info['classes'])} classes ({names})")
     folders = info.get("class_order") is not None
-    if not folders and info["classes"] == [str(k) for k in range(len(info["classes"]))]:
-        return line         # arrays without class names: the labels are the names
-    return line + "\n" + label_line(info["classes"], info["path"], "/" if folders else "")
+    lines = [line] + [info[k] for k in ("resize", "split") if info.get(k)]
+    if folders or info["classes"] != [str(k) for k in range(len(info["classes"]))]:
+        lines.append(label_line(info["classes"], info["path"], "/" if folders else ""))   # else: the labels are the names
+    return "\n".join(lines)
+
+
+def split_line(stratify, drawn):
+    """The converter's line on a stratified draw (None otherwise). ``drawn``: the splits drawn."""
+    if not stratify or not drawn:
+        return None
+    return (f"{' and '.join(drawn)} drawn stratified by class (--stratify): each class in proportion; a class "
+            "missing from a split is named in a warning")
 
 
 def read_class_names(path):
@@ -722,17 +840,138 @@ def read_class_names(path):
     return list(seen)
 
 
+# ----------------------------------------------------------------------------- unlabeled images
+
+def is_image_file(path):
+    return path.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def list_pictures(paths):
+    """The pictures of ``paths`` (image files, or folders), as ``[(path, name, true_class)]`` in
+    order: files as given (``name`` the path given, no true class); a folder's images sorted by
+    their path under it (``name`` that relative path), those in a subfolder with the subfolder's
+    name as their true class (a folder per class), those in the folder itself with none. Hidden
+    files and names of file managers are skipped, as by the converter. DataError for a path
+    that is neither, or a folder without images."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = [f for f in _walk(p) if is_image_file(f)]
+            if not found:
+                raise DataError(f"--data {p}: the folder holds no images (PNG, JPEG, ...)")
+            out += [(os.path.join(p, f), f, f.split("/")[0] if "/" in f else None) for f in found]
+        elif os.path.isfile(p) and is_image_file(p):
+            out.append((p, p, None))
+        elif not os.path.exists(p):
+            raise DataError(f"--data {p}: no such file or folder")
+        else:
+            raise DataError(f"--data {p}: not an image file (by its extension) or a folder of images; "
+                            "several --data are image files or folders, one --data may also be an HDF5, "
+                            ".npy or IDX file of images")
+    return out
+
+
+def decode_pictures(pictures, recipe, where):
+    """``(N, C, H, W)`` uint8 pixels of ``pictures`` (``[(path, ...)]``) decoded by ``recipe``
+    exactly as the converter decoded the training images. Without a resize in the recipe, a
+    picture of another size is a DataError naming it. ``where``: the recipe's file, for
+    messages."""
+    Image = _pillow()
+    C, size = recipe["channels"], recipe["size"]
+    if recipe["resize"] is None:
+        for path, *_ in pictures:
+            hw = _probe(Image, path)[1]
+            if tuple(hw) != size:
+                raise DataError(f"{path} is {hw[0]}x{hw[1]} but the training images of {where} were all "
+                                f"{size[0]}x{size[1]} and converted without --size, so there is no resize to "
+                                "repeat: resize the pictures to that size, or convert the training images with "
+                                "--size (and --resize) and train again")
+    x = np.empty((len(pictures), C) + tuple(size), np.uint8)
+    for i, (path, *_) in enumerate(pictures):
+        x[i] = _decode(Image, path, C, size, resize=recipe["resize"] or "stretch")
+    return x
+
+
+
+def convert_unlabeled(src, out, size=None, resize=None, like=None):
+    """Write ``out`` from the images under the folder ``src`` (in subfolders too, none a class),
+    without labels: ``x`` ``(N, C, H, W)`` uint8, ``files`` (each image's path under ``src``, in
+    ``x``'s order) and the recipe. ``like``: a converted data set whose recipe (size, resize,
+    channels) decodes the images, so they match its training images; else ``size`` and
+    ``resize`` as for a labeled folder. ``distnet predict --data OUT`` reads it."""
+    Image = _pillow()
+    if not os.path.isdir(src):
+        raise DataError(f"{src} is not a folder")
+    pictures = list_pictures([src])
+    notes = []
+    if like is not None:
+        if size is not None or resize is not None:
+            raise OptionError("--like takes the size and resize of the data set it names; give no --size or "
+                              "--resize with it")
+        recipe = read_recipe(like)
+        if recipe is None:
+            raise DataError(f"--like {like} holds no convert recipe (only data sets converted from image folders "
+                            "do); give --size (and --resize) instead")
+        C, (H, W), shapes = recipe["channels"], recipe["size"], None
+    else:
+        size = parse_size(size) if isinstance(size, str) else size
+        C, (H, W), shapes, notes = _survey(Image, [p for p, *_ in pictures], size)
+        recipe = json.loads(image_recipe((H, W), resize, C, [], size is not None))
+        recipe["size"] = (H, W)
+    x_layout = {"x": (len(pictures), (C, H, W), np.uint8)}
+    check_writable(out, "output")
+    _check_space(out, x_layout, {})
+    x = decode_pictures(pictures, recipe, like or src)
+    import h5py
+    try:
+        with atomic_target(out) as tmp:
+            with hdf5_file(tmp) as f:
+                f.create_dataset("x", data=x, fletcher32=True,
+                                 chunks=(1, C, min(H, CHUNK_PIXELS), min(W, CHUNK_PIXELS)))
+                f["files"] = np.array([attr_text(name) for _, name, _ in pictures], dtype=h5py.string_dtype())
+                f.attrs["distnet_format"] = FORMAT
+                f.attrs["source"] = attr_text(os.path.abspath(src))
+                f.attrs[RECIPE_ATTR] = image_recipe((H, W), recipe["resize"], C, recipe["class_names"],
+                                                    recipe["resize"] is not None)
+    except (OSError, RuntimeError) as e:
+        raise DataError(f"cannot write {out}: {write_failure(e)}") from None
+    line = (f"wrote {out}: {len(pictures)} unlabeled images of {C}x{H}x{W} uint8 (datasets x and files; "
+            f"distnet predict --data {out})")
+    extra = resize_line((H, W), recipe["resize"], shapes) if shapes is not None and recipe["resize"] else None
+    if like is not None:
+        extra = f"decoded as the images of {like}: {describe_recipe(recipe)}"
+    return {"path": str(out), "n": len(pictures), "shape": (C, H, W), "notes": notes,
+            "text": line + (f"\n{extra}" if extra else "")}
+
+
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
-            class_order=None, class_names=None):
+            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
     ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
-    (arrays only): a text file of one name per line, label 0 first."""
+    (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
+    ``size``): :data:`RESIZE_MODES`; ``stratify``: draw the splits class by class;
+    ``unlabeled`` (folders): :func:`convert_unlabeled` (``like``: the data set whose recipe it
+    repeats)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise OptionError(f"{name} must be in [0, 1), got {v}")
     src = os.fspath(src)
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise OptionError(f"the output {out} must end in .h5 or .hdf5")
+    if resize is not None and resize not in RESIZE_MODES:
+        raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+    if resize is not None and size is None and like is None:
+        raise OptionError("--resize says how --size treats another aspect ratio: give --size HxW with it")
+    if like is not None and not unlabeled:
+        raise OptionError("--like gives an unlabeled conversion the recipe of a data set: give --unlabeled with it")
+    if unlabeled:
+        given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
+                                ("--class-names", class_names), ("--stratify", stratify or None)) if v is not None]
+        if given:
+            raise OptionError(f"{', '.join(given)}: not options of an unlabeled conversion (--unlabeled)")
+        if not os.path.isdir(src):
+            raise OptionError(f"--unlabeled converts a folder of images; {src} is not one")
+        return convert_unlabeled(src, out, size, resize, like)
     if os.path.isdir(src):
         if layout is not None:
             raise OptionError("--layout tells how arrays are laid out; images of a folder need none")
@@ -742,7 +981,8 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         if labels is not None:
             raise OptionError("--labels gives the labels of an .npy of images; the class folders of images "
                               "give theirs")
-        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text")
+        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text",
+                                    resize, stratify)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise OptionError("--size resizes images of a folder; arrays are stored as they are")
@@ -753,5 +993,5 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
                               "or y)")
         names = read_class_names(class_names) if class_names is not None else None
         return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, class_names=names,
-                              layout=layout)
+                              layout=layout, stratify=stratify)
     raise OptionError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import re
-import zlib
 
 import numpy as np
 
@@ -29,7 +28,8 @@ from ..log import warn_once_per_job
 from . import cache
 from .base import Dataset, sample_indices
 from .checks import labels_problem
-from .scaling import Scaler, check_scaled, parse_channels, parse_scale
+from .scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
+from .shared import fetch_shared, header_sources
 from .sources import H5Source
 from .stream import StreamArray, check_source_finite
 
@@ -60,7 +60,7 @@ def parse_in_memory(value):
 
 class FileDataset(Dataset):
     """Base of the datasets read from files (module docstring). Keys, besides
-    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``
+    :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``, ``normalize``
     (:mod:`~distnet.datasets.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
     ``valid_fraction``, ``cache_dir``."""
 
@@ -71,11 +71,12 @@ class FileDataset(Dataset):
     repo_required = False
 
     def __init__(self, *, scale=None, mean=None, std=None, in_memory="auto", valid_fraction=0.0,
-                 cache_dir=None, **common):
+                 cache_dir=None, normalize=None, **common):
         super().__init__(**common)
         self.scale = parse_scale(scale)
         self.mean = parse_channels(mean, "mean")
         self.std = parse_channels(std, "std", positive=True)
+        self.normalize = parse_normalize(normalize, self.mean, self.std)
         self.in_memory = parse_in_memory(in_memory)
         if (isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float))
                 or not 0 <= valid_fraction < 1):
@@ -90,8 +91,23 @@ class FileDataset(Dataset):
     # -- what subclasses provide -------------------------------------------------------------
 
     def sources(self):
-        """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``."""
+        """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``: the files'
+        (:meth:`file_sources`), or where another rank reads them (``read: root`` / ``node``) the
+        reader's header (:class:`~distnet.datasets.shared.HeaderSource`: shapes and labels, no
+        pixels) and, while the data are being prepared, the tiles received."""
+        if self._held is not None:
+            return self._held
+        header = self.shared_header()
+        if header is None or (self.reader().is_reader and not header.get("from_cache")):
+            return self.file_sources()
+        return header_sources(header)
+
+    def file_sources(self):
+        """``{split: Source}`` of the data files themselves."""
         raise NotImplementedError
+
+    def reader_sources(self):
+        return self.file_sources()
 
     #: How messages call the data files.
     file_kind = "data file"
@@ -101,7 +117,11 @@ class FileDataset(Dataset):
         raise NotImplementedError
 
     def source_files(self):
-        """The data files; a DataError at the key's YAML line for one that is missing."""
+        """The data files; a DataError at the key's YAML line for one that is missing (where
+        another rank reads them: the reader's list, nothing looked at)."""
+        shared = self._shared_files()
+        if shared is not None:
+            return shared
         files = self.data_files()
         for key, path in files.items():
             if not os.path.isfile(path):
@@ -125,13 +145,16 @@ class FileDataset(Dataset):
         return self.missing(f"{self.file_kind} {path} {what}{hint}", key, path)
 
     def fingerprint(self):
-        """Per split: ``(split, shape, dtype, CRC-32 of the labels)``, read from the header and
-        the labels (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
+        """Per split: its shape and dtype, a CRC-32 of its labels and one of the pixels of
+        :data:`~distnet.datasets.checks.SAMPLED_IMAGES` evenly spaced images, read from the
+        header, the labels and those rows (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
+        from .checks import crc, sampled_rows, shape_text
         out = []
         for split, src in sorted(self.sources().items()):
-            y = np.ascontiguousarray(np.asarray(src.labels()))
-            out.append((split, tuple(int(d) for d in src.shape), str(src.dtype),
-                        zlib.crc32(memoryview(y).cast("B")) if y.size else 0))
+            rows = sampled_rows(int(src.shape[0]))
+            pixels = src.read(rows, Box(0, int(src.shape[2]), 0, int(src.shape[3]))) if rows.size else np.zeros(0)
+            out += [(f"{split} images", shape_text(src.shape, src.dtype), crc(pixels)),
+                    (f"{split} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64)))]
         return out
 
     # -- shapes without pixels ---------------------------------------------------------------
@@ -144,9 +167,19 @@ class FileDataset(Dataset):
         integer data without ``scale`` or ``mean``/``std`` of the wrong length."""
         src = self.sources()["train"]
         try:
-            return Scaler.for_data(self.scale, self.mean, self.std, src.dtype, src.shape[1], src.path)
+            mean, std = self.mean, self.std
+            if self.normalize:
+                mean, std = normalization(self.channel_stats(), self.scale, src.path)
+            return Scaler.for_data(self.scale, mean, std, src.dtype, src.shape[1], src.path)
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
+
+    def channel_stats(self):
+        """``(mean, std)`` per channel of the stored training images (float64, stored units)
+        that ``normalize`` applies; ConfigError where the data keeps none."""
+        raise ConfigError(f"normalize: per_channel applies the statistics that distnet data convert stores in an "
+                          f"HDF5 file, and {type(self).__name__}'s files keep none: convert them (distnet data "
+                          "convert SRC OUT.h5, then HDF5Dataset), or give mean and std", key="normalize")
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored, through this dataset's ``scale``, ``mean``
@@ -175,6 +208,7 @@ class FileDataset(Dataset):
         looks like channels (1, 3 or 4 long, the first not) get a warning: ``(N, H, W, C)``
         arrays read as ``(N, C, H, W)`` train on nonsense without an error. The warning is about the
         file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
+        self.shared_header()    # read: root / node: fetched by every rank here (a collective)
         self.scaler()
         C, H, W = self.image_shape
         if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
@@ -252,7 +286,7 @@ class FileDataset(Dataset):
             path = cache.fill_placeholders(self.serialized_path, rank, size)
             return os.path.join(folder, path) if folder and not os.path.isabs(path) else path
         if folder:
-            stem = os.path.splitext(os.path.basename(self.source_files()[0]))[0]
+            stem = os.path.splitext(os.path.basename(next(iter(self.data_files().values()))))[0]
             kind = ".tile" if mode == "stream" else ""
             return os.path.join(folder, f"{stem}{kind}.rank{rank}of{size}.h5")
         return None
@@ -266,6 +300,8 @@ class FileDataset(Dataset):
         if dtype.kind != "f":
             raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
         tile = self._check_tile(tile)
+        if self.shared_header() is not None:
+            return self._load_shared(tile, seed, dtype, rank, size, grid)
         scaler = self.scaler()
         self.mode = self.choose_mode(tile, dtype)
         path = self.cache_path(rank, size, self.mode)
@@ -298,6 +334,77 @@ class FileDataset(Dataset):
         log.info("%s: streaming %s from %s (%s)", type(self).__name__,
                  ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
                  scaler.describe())
+        return out
+
+    def _header_cache_file(self):
+        """The reader's cache (float arrays, else its tile cache) that may hold the header."""
+        paths = [self.cache_path(*self.reader().world, m) for m in ("memory", "stream")]
+        return next((p for p in paths if p and os.path.isfile(p)), paths[0])
+
+    def _load_shared(self, tile, seed, dtype, rank, size, grid):
+        """:meth:`load` where another rank reads the files (``read: root`` / ``node``): the
+        rows of every split this rank uses, its tile of them received from the reader
+        (:func:`~distnet.datasets.shared.fetch_shared`), then the steps of ``read: every`` on
+        them; in memory mode the arrays are cached as there."""
+        header, reader = self.shared_header(), self.reader()
+        scaler = self.scaler()
+        self.mode = self.choose_mode(tile, dtype)
+        rows = self.split_rows(seed)
+        by_source = {}
+        for split, r in rows.items():   # a held-out validation split reads train rows
+            by_source.setdefault(split if split in header["splits"] else "train", []).append(r)
+        by_source = {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
+        path = meta = None
+        if self.mode == "memory":
+            path = self.cache_path(rank, size, "memory")
+            if path is not None:
+                meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+                meta["scaling"] = scaler.describe()
+                meta["valid_fraction"] = self.valid_fraction
+        else:
+            path = self.cache_path(rank, size, "stream")
+            if path is not None and path.lower().endswith(cache.H5_EXTENSIONS):
+                return self._stream_shared(header, reader, tile, rows, path, rank, size, grid, scaler, dtype)
+            if path is not None:
+                warn_once_per_job(log, "%s: streamed data are cached in HDF5 only; with read: %s they are "
+                                  "held in memory as stored (give a .h5 name or cache_dir)",
+                                  self.serialized_path, self.read)
+
+        def build(held):
+            self._held = held
+            try:
+                if self.mode == "memory":
+                    return self._in_memory(tile, seed, dtype, scaler)
+                out = {}
+                for split, r in rows.items():
+                    src = held.get(split, held["train"])
+                    with self._check_scaling():
+                        check_source_finite(src, r, tile, scaler=scaler, dtype=dtype)
+                    out[split] = (StreamArray(src, r, tile, scaler, dtype), self._labels(src, r))
+                return out
+            finally:
+                self._held = None
+        return fetch_shared(reader, header, self.file_sources, by_source, tile, path, meta, build,
+                            self.chunk_bytes)
+
+    def _stream_shared(self, header, reader, tile, rows, path, rank, size, grid, scaler, dtype):
+        """Streaming where another rank reads the files, with a cache: this rank's tile cache at
+        ``path``, written from the reader's stream a chunk at a time (or used as it is), then
+        streamed from as ``read: every`` streams from its tile cache."""
+        from .shared import fetch_tile_cache
+        meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
+        for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
+            del meta[key]
+        meta["kind"] = "tile"
+        srcs = fetch_tile_cache(reader, header, self.file_sources, tile, path, meta, self.chunk_bytes)
+        local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
+        out = {}
+        for split, r in rows.items():
+            src = srcs.get(split, srcs["train"])
+            with self._check_scaling():
+                check_source_finite(src, r, local, scaler=scaler, dtype=dtype)
+            out[split] = (StreamArray(src, r, local, scaler, dtype), self._labels(header_sources(header).get(
+                split, header_sources(header)["train"]), r))
         return out
 
     def _stream_sources(self, files, rows, tile, path, rank, size, grid, scaler, dtype):

@@ -25,6 +25,8 @@ Example (writing such a file by hand)::
 """
 import os
 
+import numpy as np
+
 from ..errors import DataError
 from .base import check_path
 from .checks import labels_problem
@@ -87,6 +89,8 @@ class HDF5Dataset(FileDataset):
     given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
     0..255 to 0..1, ``scale: 1`` uses them as stored; default 1 for float data), ``mean`` and
     ``std`` (one number or one per channel, applied after ``scale``: ``(x * scale - mean) / std``);
+    ``normalize`` (``per_channel``: ``mean`` and ``std`` from the per-channel statistics of the
+    train images that ``distnet data convert`` stored in the file, in the scaled units);
     ``in_memory`` (``auto``, the default: hold the rank's data in memory when its float arrays
     take at most 256 MiB, else stream; ``true``: in memory; ``false``: stream, reading each
     minibatch's rows of the rank's tile with a background prefetch); ``valid_fraction`` (hold
@@ -116,6 +120,11 @@ class HDF5Dataset(FileDataset):
         """``(image_shape, nclasses, {split: (shape, dtype)})`` from the file; checks the layout
         and the labels."""
         if self._header_cache is not None:
+            return self._header_cache
+        shared = self.shared_header()
+        if shared is not None:      # another rank reads the file (read: root / node)
+            self._header_cache = (tuple(shared["image_shape"]), shared["nclasses"],
+                                  {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()})
             return self._header_cache
         self.source_files()     # a missing file: at the key's YAML line
         with _open(self.path) as f:
@@ -174,11 +183,18 @@ class HDF5Dataset(FileDataset):
     def class_names(self):
         """The file's ``class_names`` attribute (the converter's class folders or
         ``--class-names``) when it names every class, else None."""
-        names = class_names_of(self.source_files()[0])
+        shared = self.shared_header()
+        names = shared["class_names"] if shared is not None else class_names_of(self.source_files()[0])
         return names if names is not None and len(names) == self.nclasses else None
+
+    def channel_stats(self):
+        """The per-channel ``(mean, std)`` of ``train/x`` kept in the file (attributes
+        ``channel_mean``, ``channel_std``: :mod:`.stats`), or None."""
+        from .stats import read_stats
+        return read_stats(self.source_files()[0])
 
     def data_files(self):
         return {"path": self.path}
 
-    def sources(self):
+    def file_sources(self):
         return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}

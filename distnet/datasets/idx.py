@@ -58,6 +58,28 @@ def read_idx(path, magic):
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
 
 
+def map_idx(path, magic):
+    """Like :func:`read_idx`, but a plain (not gzipped) file is memory-mapped: its pixels are
+    read from disk as they are indexed. The header and the file size are checked alike."""
+    import os
+    if str(path).endswith(".gz"):
+        return read_idx(path, magic)
+    ndim = magic & 0xFF
+    header = 4 + 4 * ndim
+    try:
+        with open(path, "rb") as f:
+            head = f.read(header)
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    if len(head) < header or struct.unpack(">i", head[:4])[0] != magic:
+        return read_idx(path, magic)    # its message says what is wrong
+    dims = struct.unpack(f">{ndim}i", head[4:header])
+    if any(d < 0 for d in dims) or size != header + int(np.prod(dims, dtype=np.int64)):
+        return read_idx(path, magic)
+    return np.memmap(path, dtype=np.uint8, mode="r", offset=header, shape=tuple(dims))
+
+
 def write_idx(path, array):
     """Write a uint8 ``array`` (any ndim) to ``path`` as IDX; gzipped if ``path`` ends in ``.gz``.
 

@@ -63,7 +63,34 @@ class MNIST(Dataset):
         return found
 
     def source_files(self):
+        shared = self._shared_files()     # read: root / node on another rank: the reader's list
+        if shared is not None:
+            return shared
         return [p for pair in self._files().values() for p in pair]
+
+    def reader_sources(self):
+        """``{split: Source}`` for ``read: root`` / ``node``: plain IDX images memory-mapped (a
+        chunk at a time is read), gzipped ones read whole (gzip cannot seek)."""
+        from .sources import ArraySource
+        out = {}
+        for split, (images_path, labels_path) in self._files().items():
+            images = idx.map_idx(images_path, idx.IMAGES_MAGIC)
+            labels = idx.read_idx(labels_path, idx.LABELS_MAGIC)
+            self._check_pair(images, labels, images_path, labels_path)
+            out[split] = ArraySource(images_path, split, images[:, None], labels.astype(np.int64))
+        return out
+
+    def _check_pair(self, images, labels, images_path, labels_path):
+        if images.shape[1:] != self.image_shape[1:]:
+            raise DataError(f"{images_path} holds {images.shape[1]}x{images.shape[2]} images, "
+                            f"MNIST's are 28x28")
+        if len(labels) != len(images):
+            raise DataError(f"{images_path} has {len(images)} images but {labels_path} has "
+                            f"{len(labels)} labels")
+        if len(labels) == 0:
+            raise DataError(f"{images_path} holds no images")
+        if labels.max() >= self.nclasses:
+            raise DataError(f"{labels_path} has label {labels.max()}; MNIST labels are 0..9")
 
     def _read(self, tile):
         out = {}

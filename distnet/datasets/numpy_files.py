@@ -79,7 +79,7 @@ class NumpyDataset(FileDataset):
     def __repr__(self):
         return f"NumpyDataset(path={self.path!r}, npy={self.npy!r})"
 
-    def sources(self):
+    def file_sources(self):
         if self._srcs is None:
             self.source_files()     # a missing file: at the key's YAML line
             if self.path is not None:
@@ -118,6 +118,9 @@ class NumpyDataset(FileDataset):
 
     @property
     def nclasses(self):
+        shared = self.shared_header()
+        if shared is not None:      # another rank reads the files (read: root / node)
+            return shared["nclasses"]
         self.sources()
         return self._nclasses
 

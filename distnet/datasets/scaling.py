@@ -14,6 +14,12 @@ Keys (of :class:`~distnet.datasets.HDF5Dataset` and :class:`~distnet.datasets.Nu
 ``mean``, ``std``
     One number, or one number per channel (``[0.49, 0.48, 0.45]``), applied after ``scale``
     (so in the scaled units). ``std`` values must be > 0.
+``normalize``
+    ``per_channel`` (or ``true``): ``mean`` and ``std`` are the per-channel statistics of the
+    training images that ``distnet data convert`` (or ``distnet data stats --write``) stored in
+    the file, over the whole training split (the same numbers on every rank, whatever its
+    tile), brought to the scaled units: ``mean_stored * scale`` and ``std_stored * |scale|``.
+    ``false`` / ``none`` (the default): off. Not together with ``mean`` or ``std``.
 """
 from fractions import Fraction
 
@@ -61,6 +67,45 @@ def parse_channels(value, key, positive=False):
     if not out:
         raise ConfigError("give at least one number", key=key)
     return tuple(out)
+
+
+#: Values of the key ``normalize`` that turn it on / off.
+NORMALIZE_ON = ("per_channel", "true")
+NORMALIZE_OFF = ("none", "false")
+
+
+def parse_normalize(value, mean=None, std=None):
+    """``normalize`` as ``"per_channel"`` or None; ConfigError for another value, or with
+    ``mean``/``std`` given too (two normalizations)."""
+    if value is None or value is False:
+        return None
+    text = "true" if value is True else value.strip().lower() if isinstance(value, str) else None
+    if text in NORMALIZE_OFF:
+        return None
+    if text not in NORMALIZE_ON:
+        raise ConfigError(f"expected per_channel, true or false, got {value!r}", key="normalize")
+    if mean is not None or std is not None:
+        raise ConfigError("normalize: per_channel sets mean and std from the file's statistics; give either it "
+                          "or mean and std", key="normalize")
+    return "per_channel"
+
+
+def normalization(stats, scale, where):
+    """``(mean, std)`` tuples in the scaled units from stored-unit ``stats`` ``(mean (C,), std
+    (C,))`` (None: the file keeps none) and ``scale`` (None: 1); ConfigError naming ``where``
+    when there are none or a channel's std is 0."""
+    if stats is None:
+        raise ConfigError(f"{where} keeps no per-channel statistics (only distnet data convert writes them): run "
+                          f"distnet data stats --write {where}, or give mean and std", key="normalize")
+    s = 1.0 if scale is None else float(scale)
+    mean, std = (np.asarray(v, np.float64) for v in stats)
+    flat = np.flatnonzero(~(std > 0))
+    if len(flat):
+        k = int(flat[0])
+        raise ConfigError(f"channel {k} of the training images of {where} has standard deviation {std[k]:g} "
+                          f"(every value {mean[k]:g}): it cannot be normalized; give mean and std instead",
+                          key="normalize")
+    return tuple(float(m * s) for m in mean), tuple(float(d * abs(s)) for d in std)
 
 
 class Scaler:

@@ -152,6 +152,26 @@ class SequenceDataset:
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
         self._data = None
 
+    def fingerprint(self):
+        """What every rank must read alike (:mod:`~distnet.datasets.checks`): both vocabularies
+        and, per split, every array's shape and a CRC-32 of its values (the data is in memory
+        already)."""
+        from .checks import crc, shape_text
+        data = self.load()
+        vocab = json.dumps([self.src_vocab, self.tgt_vocab]).encode()
+        out = [("vocabularies", f"{len(self.src_vocab)} + {len(self.tgt_vocab)} words",
+                crc(np.frombuffer(vocab, np.uint8)))]
+        for split, arrays in sorted(data.items()):
+            out += [(f"{split} {name}", shape_text(a.shape, a.dtype), crc(a))
+                    for name, a in zip(("src", "src_len", "tgt", "tgt_len"), arrays)]
+        return out
+
+    def check_same_data(self, comm):
+        """Collective over ``comm``: a DataError on every rank when some ranks read another
+        sequence file than rank 0 (:func:`~distnet.datasets.checks.same_data`)."""
+        from .checks import same_data
+        same_data(self.fingerprint(), comm, self.path or "the generated numbers")
+
     def load(self):
         """``{split: (src, src_len, tgt, tgt_len)}`` numpy int arrays, plus vocabularies in
         ``self.src_vocab`` / ``self.tgt_vocab``. Checks lengths and ids (DataError)."""

@@ -243,6 +243,7 @@ class FitExperiment(Experiment):
             if split in data:
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
+                result.split_images[split] = len(data[split][1])
                 log.info("%s set misclass rate: %.5f%%", split, rate)
 
 

@@ -41,6 +41,9 @@ class RunResult:
     test_misclass: float = None
     #: Final error rate of the validation split (percent; None without one).
     valid_misclass: float = None
+    #: Images in each split whose error rate was measured: ``{"train": n, "test": n, ...}``
+    #: (what one misclassified image is worth: ``100 / n`` points).
+    split_images: dict = field(default_factory=dict)
     #: ``{"epoch", "split", "metric", "value"}`` (+ ``misclass`` when that is the metric) of the
     #: best evaluated epoch by the checkpoint policy's ``monitor`` (default ``valid_misclass``);
     #: None when no epoch was evaluated or the run has no split to select on (no validation
@@ -72,6 +75,9 @@ class RunHooks:
     def batch(self, epoch, batch, nbatches, running_cost):
         """Before every training step; ``running_cost``: the summed cost of the epoch's
         batches before this one (0.0 before the first)."""
+
+    def loaded(self, sizes):
+        """After the data is read: ``{split: images}``."""
 
     def epoch(self, record):
         """After every epoch: ``{"epoch", "cost", "seconds"}`` (+ ``test_misclass`` /
@@ -118,6 +124,7 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     t0 = clock()
     data = exp.load_data()
     timings["data"] = clock() - t0
+    hooks.loaded({split: len(data[split][0]) for split in data})
     train = data["train"]
     first = result.start_epoch = model.start(resume_state)
     exp.note_start(data, first, log)

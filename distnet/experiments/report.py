@@ -85,10 +85,11 @@ def _mib(n):
     return f"{n / 2**20:.2f} MiB"
 
 
-def format_show(exp, path, nranks, layout=None, image_shape=None):
+def format_show(exp, path, nranks, layout=None, image_shape=None, data_line=True):
     """The layer table ``distnet show`` prints for ``nranks`` ranks (cut by ``exp.layout``, or
     the given :class:`~distnet.geometry.grid.GridLayout`); ``image_shape`` when the dataset
-    cannot tell it."""
+    cannot tell it. ``data_line``: end with the data set's memory per rank (not for an
+    ``image_shape`` other than the data's own)."""
     image_shape = tuple(image_shape or exp.dataset.image_shape)
     exp.model.infer_shapes(image_shape)
     layout = layout or exp.layout(nranks, image_shape)
@@ -129,7 +130,7 @@ def format_show(exp, path, nranks, layout=None, image_shape=None):
                f"({_mib(pr * itemsize)}, x{2 + len(state)} counting {kept})")
     out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
-    # rank 0 holds the largest tile of the images
-    tile = exp.dataset.rank_tile(grid, (0, 0)) if exp.dist_flag else None
-    out.append(exp.dataset.describe_memory(tile=tile, batch_size=bs, ndata=data, dtype=exp.backend.dtype))
+    if data_line:   # rank 0 holds the largest tile of the images
+        tile = exp.dataset.rank_tile(grid, (0, 0)) if exp.dist_flag else None
+        out.append(exp.dataset.describe_memory(tile=tile, batch_size=bs, ndata=data, dtype=exp.backend.dtype))
     return "\n".join(out)

@@ -94,14 +94,16 @@ def dump_tree(tree):
     return yaml.dump(tree, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
-def experiment_config(path, overrides=()):
-    """``{source, yaml, resolved, overrides}``: the experiment file's text, and the same with
-    ``overrides`` applied (as YAML text that builds the experiment that runs)."""
+def experiment_config(path, overrides=(), text=None):
+    """``{source, yaml, resolved, overrides}``: the experiment file's text (``text``: as read
+    already, else read here), and the same with ``overrides`` applied (as YAML text that builds
+    the experiment that runs)."""
     from ..config.overrides import apply_overrides
-    from ..config.yaml_loader import parse_file
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    resolved = dump_tree(apply_overrides(parse_file(path), list(overrides)))
+    from ..config.yaml_loader import parse_yaml
+    if text is None:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    resolved = dump_tree(apply_overrides(parse_yaml(text, str(path)), list(overrides)))
     head = f"# {path}" + "".join(f"\n#   --set {o}" for o in overrides) + "\n"
     return {"source": os.path.abspath(path), "yaml": text, "resolved": head + resolved,
             "overrides": list(overrides)}

@@ -116,6 +116,7 @@ class Seq2SeqExperiment(Experiment):
         """Topology, thread plan, logging and weights; returns the topology."""
         self.check()
         t = self.topology = topology or self.make_topology()
+        self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
         self.thread_plan = apply_plan(self.plan_threads(t.world))
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
             self.backend.bind_device(t.local_rank())

@@ -7,7 +7,7 @@ import platform
 import sys
 
 from ..backend import gpu_stack
-from ..comm.mpi_info import cuda_aware_mpi, mpi_version
+from ..comm.mpi_info import cuda_aware_mpi, mpi_library, mpi_version
 from ..config.registry import plugin_summary
 
 
@@ -103,6 +103,7 @@ def stack_info(init_mpi=True, probe_gpu=None):
             ("blas", _blas()),
             ("threads", threads_summary(init_mpi)),
             ("mpi", mpi_version(init_mpi)),
+            ("mpi-lib", mpi_library()),
             ("h5py", _version("h5py")),
             ("pyyaml", _version("yaml", "PyYAML")),
             ("click", _version("click")),

@@ -45,6 +45,7 @@ from ..backend import get_array_module
 from ..comm.collect import gather_to_root
 from ..config.builder import config_name
 from ..errors import CheckpointError
+from .optimizer_state import missing_optimizer_state
 
 FORMAT = "distnet-checkpoint"
 VERSION = 1
@@ -477,6 +478,10 @@ def apply_checkpoint(model, ck, log=None):
                 p.velocity = None if e["velocity"] is None else local(e["velocity"], index, p)
                 state = e.get("state") or {}
                 p.state = {k: local(a, index, p) for k, a in state.items()} if state else None
+    reset = missing_optimizer_state(model, ck.params, int(ck.meta.get("steps", 0)))
+    if reset and log is not None:
+        from ..log import warn_once_per_job
+        warn_once_per_job(log, "checkpoint %s %s", ck.path, reset)
     model.steps = int(ck.meta.get("steps", 0))
     return ck.resume
 

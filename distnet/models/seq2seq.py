@@ -132,6 +132,10 @@ class Seq2Seq:
         #: The encoder's and the decoder's parameters (:class:`Half`), set by :meth:`configure`.
         self.layers = ()
 
+    def optimizer_state_names(self):
+        """Names of the arrays the learning rule keeps per parameter (Adam's ``m``, ``v``)."""
+        return tuple(self.learning_rule.state_names)
+
     def notes(self):
         """``[(logging.WARNING, text)]`` when the file's ``learning_rate`` is not used: a
         ``learning_rule`` with a rate of its own (Adam's default 0.001 counts) replaces it."""

@@ -92,14 +92,17 @@ def test_own_tile_cache_warning_on_every_rank(comm, files, warnings_seen, tmp_pa
 
 
 def test_config_notes_once_per_job(comm, files, warnings_seen):
-    """A key given twice in the experiment file: every rank reads the file, rank 0 warns."""
+    """A note about the experiment file (a ``*_dtype`` key neon took and distnet ignores): every
+    rank reads the file, rank 0 warns."""
     path = os.path.join(files, "tiny.h5")
     if comm.rank == 0:
         write_data(path)
     comm.barrier()
-    text = experiment(CNN, path, dist=True).replace("num_epochs: 4,", "num_epochs: 1, num_epochs: 1,")
+    text = experiment(CNN, path, dist=True).replace("num_epochs: 4,", "num_epochs: 1,")
+    text = text.replace("nout: 5,", "nout: 5, weight_dtype: float32,", 1)
+    assert "weight_dtype" in text
     load_experiment_text(text).run()
-    counts = comm.allgather(_count(warnings_seen, "key 'num_epochs' is given twice"))
+    counts = comm.allgather(_count(warnings_seen, "key 'weight_dtype' of"))
     assert counts == [1] + [0] * (comm.size - 1)
 
 
@@ -123,8 +126,9 @@ def test_ranks_reading_different_copies_of_the_data_stop_together(comm, files):
     text = experiment(CNN, own, dist=True).replace("num_epochs: 4,", "num_epochs: 1,")
     with pytest.raises(DataError) as e:
         load_experiment_text(text).run()
-    assert (f"{own}: rank(s) 1 read data that differ from rank 0's (rank 1: other test labels; other "
-            "train labels): every rank must read the same file") in str(e.value)
+    rank0_file = os.path.join(files, "copy0.h5")              # rank 0 says it, alike on every rank
+    assert (f"{rank0_file}: rank(s) 1 read data that differ from rank 0's (rank 1: other test images; other test "
+            "labels; other train images; other train labels): every rank must read the same file") in str(e.value)
     write_data(own, seed=0)                                  # the same file everywhere: no error
     comm.barrier()
     HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)
@@ -135,5 +139,5 @@ def test_ranks_reading_different_copies_of_the_data_stop_together(comm, files):
     comm.barrier()
     with pytest.raises(DataError, match=rf"rank\(s\) {comm.size - 1} read data that differ from rank 0's "
                                         rf"\(rank {comm.size - 1}: test images \(11, 1, 12, 10\) float64, not "
-                                        r"\(10, 1, 12, 10\) float64\)"):
+                                        r"\(10, 1, 12, 10\) float64; test labels 11, not 10\)"):
         HDF5Dataset(path=own, scale=1, dist_flag=True).check_same_data(comm)

@@ -297,3 +297,40 @@ def test_the_layout_that_wrote_a_checkpoint_is_named_whole():
     old = ckmod.Checkpoint(path="ck.h5", epoch=0, params=[], meta={"size": 4, "grid": [2, 2]})   # before 'pipe'
     assert written_on(old) == "4 rank(s), grid 2x2"
     assert written_on(ckmod.Checkpoint(path="ck.h5", epoch=0, params=[], meta={})) == "? rank(s), grid ?"
+
+
+def _warnings_of_apply(experiment, path):
+    exp = load_experiment(str(experiment), ["model.num_epochs=2"])
+    exp.setup()
+    log = logging.getLogger("test-ck-state")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log.addHandler(handler)
+    try:
+        ckmod.apply_checkpoint(exp.model, read_checkpoint(path), log)
+    finally:
+        log.removeHandler(handler)
+    return [r.getMessage() for r in records if r.levelno == logging.WARNING]
+
+
+def test_a_checkpoint_without_the_momentum_state_warns_what_is_reset(files, good, tmp_path):
+    """The tiny CNN trains with Nesterov momentum: a checkpoint whose velocities are gone used
+    to resume without them, silently (the run then differs from an uninterrupted one)."""
+    assert _warnings_of_apply(files["cnn"], good) == []
+    bare = tmp_path / "bare.h5"
+    bare.write_bytes(good.read_bytes())
+    with h5py.File(bare, "a") as f:
+        for name in list(f["params"]):
+            del f[f"params/{name}/velocity"]
+    lines = _warnings_of_apply(files["cnn"], bare)
+    assert lines == [f"checkpoint {bare} holds no momentum velocity for conv.W, hidden.W, out.W, out.b after 4 "
+                     "optimiser steps: resumed with it reset to zero, so from here the run differs from an "
+                     "uninterrupted one"], lines
+    # another optimiser than the one that wrote it: Adam's moments are missing, and so said
+    text = files["cnn"].read_text()
+    adam = tmp_path / "adam.yaml"
+    adam.write_text(text.replace("momentum: {type: nesterov, coef: 0.5},", "learning_rule: !obj:distnet.learning_rules.Adam {},"))
+    assert adam.read_text() != text
+    lines = _warnings_of_apply(adam, good)
+    assert len(lines) == 1 and "holds no Adam state (m, v) for conv.W, hidden.W" in lines[0], lines

@@ -70,8 +70,25 @@ def test_check_runs_refuses_a_rank_count_before_running(files):
 def test_default_tolerances_are_bin_main_s():
     main = open(tiny.__file__.replace("tests/tiny.py", "bin/main")).read()
     assert "--cost-tol 0.05 --cost-atol 0.01 --rate-tol 0.5" in main and "--cost-tol 1e-9 --rate-tol 0" in main
-    assert TOLERANCES["float32"] == {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5}
-    assert TOLERANCES["float64"] == {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0}
+    assert TOLERANCES["float32"] == {"cost_tol": 0.05, "cost_atol": 0.01, "rate_tol": 0.5, "rate_images": 1}
+    assert TOLERANCES["float64"] == {"cost_tol": 1e-9, "cost_atol": 0.0, "rate_tol": 0.0, "rate_images": 0}
+
+
+def test_one_image_of_a_small_split_is_within_the_float32_rate_tolerance():
+    """One image of a 180-image split is 0.556 points, more than the 0.5 points a float32
+    comparison allowed: exact runs (float64 proves it) were called DIFFER."""
+    from distnet.cli.compare import rates_agree
+    tol = TOLERANCES["float32"]
+    a = {"test_misclass": 100 * 20 / 180, "train_misclass": 10.0, "split_images": {"test": 180, "train": 1000}}
+    one = dict(a, test_misclass=100 * 21 / 180)
+    two = dict(a, test_misclass=100 * 22 / 180)
+    assert rates_agree(a, one, tol["rate_tol"], tol["rate_images"]) == (True, {"train": 0.5, "test": 100 / 180})
+    assert not rates_agree(a, two, tol["rate_tol"], tol["rate_images"])[0]
+    assert not rates_agree(a, one, tol["rate_tol"], 0)[0]                 # points only, as before
+    assert rates_agree(a, dict(a, train_misclass=10.4), tol["rate_tol"], tol["rate_images"])[0]  # 0.5 points
+    assert not rates_agree(a, dict(a, train_misclass=10.6), tol["rate_tol"], tol["rate_images"])[0]
+    assert not rates_agree(a, one, 0.0, 0)[0] and rates_agree(a, dict(a), 0.0, 0)[0]   # float64
+    assert not rates_agree(a, {k: v for k, v in a.items() if k != "test_misclass"}, 1.0, 1)[0]
 
 
 def test_rerun_command_replaces_the_dtype():

@@ -195,15 +195,18 @@ def test_a_required_object_given_null():
     assert e.value.key == "model" and "exp.yaml:1" in str(e.value) and "null" in str(e.value)
 
 
-def test_a_key_given_twice_in_a_plain_mapping_warns_like_in_an_object():
-    """``weight_init: {low: -0.1, high: 0.1, high: 5}`` keeps the later value (as YAML loaders
-    do), with the same warning as a key given twice in an ``!obj:`` mapping."""
-    import logging
-    exp = load_experiment_text(HEADER + CONV.replace("high: 0.1}", "high: 0.1,\n high: 0.2}") + FOOTER, "exp.yaml")
-    assert exp.model.layers[0].weight_init["high"] == 0.2
-    notes = [t for level, t in exp.config_notes if level == logging.WARNING]
-    assert any(t.startswith("exp.yaml:9: key 'high' is given twice") and "(also at exp.yaml:8)" in t
-               and "later value is used" in t for t in notes), notes
+def test_a_key_given_twice_is_an_error_naming_both_lines():
+    """``weight_init: {low: -0.1, high: 0.1, high: 5}`` and ``shuffle: True, shuffle: False``:
+    one of the two values is a mistake, so the file is refused at the repeat's line."""
+    text = HEADER + CONV.replace("high: 0.1}", "high: 0.1,\n high: 0.2}") + FOOTER
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(text, "exp.yaml")
+    assert e.value.key == "high" and e.value.where == "exp.yaml:9"
+    assert "given twice (also at exp.yaml:8)" in str(e.value), str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_experiment_text(HEADER.replace("num_epochs: 1,", "num_epochs: 1, num_epochs: 2,") + CONV + FOOTER,
+                             "exp.yaml")
+    assert e.value.key == "num_epochs" and "given twice in !obj:" in str(e.value), str(e.value)
 
 
 def test_merge_keys_are_not_duplicates():

@@ -33,7 +33,7 @@ EXPERIMENTS = ["mnist_cnn_dist.yaml", "mnist_gb_dist.yaml", "mnist_mlp_vecpar.ya
                "mnist_cnn_hybrid.yaml", "mnist_mlp_pipeline.yaml"]
 
 # Packages where distribution facts live: attribute-presence tests are refused there.
-STRICT = ["layers", "models", "experiments", "plan.py", "cli/show.py", "cli/plan.py",
+STRICT = ["layers", "models", "experiments", "plan", "cli/show.py", "cli/plan.py",
           "comm/topology.py", "comm/reduce.py", "comm/traffic.py", "geometry"]
 
 
@@ -260,7 +260,7 @@ def test_show_and_plan_use_the_layout_of_the_run():
         r = CliRunner().invoke(cmd, [str(ROOT / "experiments" / "mnist_mlp_datapar.yaml"), "-n", "4"])
         assert r.exit_code == 0, r.output
         assert "4 rank(s) = data 4 x pipe 1 x grid 1x1" in r.output
-        assert "plan: 4 rank(s) = data 4 x pipe 1 x grid 1x1, batch 13 per replica" in r.output
+        assert "plan: 4 rank(s) = data 4 x pipe 1 x grid 1x1 on 1 node(s) of 4 rank(s), batch 50 (13 per replica)" in r.output
     p = plan_model(exp.model, exp.dataset.image_shape, 1, batch=50, data=4).totals()
     assert p["allreduce_grad"] == 397510 * 4       # every parameter summed over the 4 replicas
     hybrid = load_experiment(str(ROOT / "experiments" / "mnist_cnn_hybrid.yaml"))

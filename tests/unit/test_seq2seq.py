@@ -295,9 +295,9 @@ def test_generated_task_sizes_are_checked(override, words):
     assert r.exception is None or isinstance(r.exception, SystemExit)
 
 
-def test_experiment_file_notes_are_said_by_run_and_check(tmp_path):
-    """A key given twice in a seq2seq experiment file: `distnet check` and `distnet run` say so
-    (as they do for a chain of layers), naming the key."""
+def test_a_key_given_twice_is_refused_by_run_and_check(tmp_path):
+    """A key given twice in a seq2seq experiment file: `distnet check` and `distnet run` refuse
+    it (exit 2) naming the file, line and key, as they do for a chain of layers."""
     from pathlib import Path
 
     from click.testing import CliRunner
@@ -306,12 +306,11 @@ def test_experiment_file_notes_are_said_by_run_and_check(tmp_path):
     text = (Path(__file__).resolve().parents[2] / "experiments" / "seq2seq_numbers.yaml").read_text()
     exp = tmp_path / "twice.yaml"
     exp.write_text(text.replace("seed: 0,", "seed: 0, seed: 0,", 1))
-    small = ["--set", "dataset.digits=2", "--set", "dataset.n_train=64", "--set", "dataset.n_test=20",
-             "--set", "model.hidden=8", "--set", "model.embed=4", "--set", "model.num_epochs=1"]
+    line = 1 + text[:text.index("seed: 0,")].count("\n")
     for args in (["check", str(exp)], ["run", str(exp), "--no-progress", "--no-run-dir", "--no-checkpoint"]):
-        r = CliRunner().invoke(main, args + small)
-        assert r.exit_code == 0, r.output
-        assert "key 'seed' is given twice" in r.output, (args[0], r.output)
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, r.output
+        assert f"twice.yaml:{line}: key 'seed': given twice" in r.output, (args[0], r.output)
 
 
 def test_parallel_text_from_windows_and_the_web(tmp_path):

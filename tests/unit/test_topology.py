@@ -226,7 +226,8 @@ def test_run_collectively_on_one_process():
 
 
 class _TwoRanks:
-    """Rank 1 of two; rank 0's outcome of the allgather is ``first``."""
+    """The second of two ranks, whose outcomes the root gathers: the first's is ``first``
+    (this process plays the root too: it makes the verdict it broadcasts)."""
 
     def __init__(self, first):
         self.first = first
@@ -234,8 +235,11 @@ class _TwoRanks:
     def Get_size(self):
         return 2
 
-    def allgather(self, mine):
+    def gather(self, mine, root=0):
         return [self.first, mine]
+
+    def bcast(self, value, root=0):
+        return value
 
 
 def test_run_collectively_gives_every_rank_the_exit_code_of_the_first_failing_rank():

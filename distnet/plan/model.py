@@ -16,8 +16,10 @@ is the critical one) and in total:
   layer) and activation memory per rank (each layer's output tile plus the input chunk it
   keeps for the backward pass) and parameter memory (weights + gradients + the optimiser's state);
 * a predicted step time from an alpha-beta network model (:class:`Machine`): a message costs
-  ``alpha + bytes / beta``, a ring Allreduce of ``n`` bytes on ``P`` ranks
-  ``2 (P-1) alpha + 2 (P-1)/P n / beta``, compute ``flops / flop_rate``; nothing overlaps.
+  ``alpha + bytes / beta`` inside a node and ``alpha_inter + bytes / beta_inter`` between nodes
+  (the node's interface shared by its ranks), an Allreduce the cheaper of recursive doubling and
+  Rabenseifner's algorithm (:mod:`distnet.plan.collectives`), compute ``flops / flop_rate``;
+  nothing overlaps.
 
 Every layer fact comes from the layers' placements (:mod:`distnet.layers.placement`): which
 layers exchange halos (and how often, on which windows), the parameters each rank holds and the
@@ -32,23 +34,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .config.builder import config_name
-from .geometry import block_partition, check_grid, choose_grid
-from .geometry.grid import GridPosition
-from .layers.placement import OVER_DATA, OVER_GRAD
-
-
-@dataclass
-class Machine:
-    """Constants of the alpha-beta model (per rank). Defaults: ``alpha`` 2 us per message (MPI
-    latency inside a node / on a low-latency fabric), ``beta`` 10 GB/s per rank (shared memory
-    or a 100 Gb/s link), ``flop_rate`` 50 GFLOP/s per rank (one AVX-512 core running numpy's
-    GEMMs), ``mem_rate`` 5 GB/s per rank for the memory-bound parts (copies, pooling, LCN)."""
-
-    alpha: float = 2e-6
-    beta: float = 10e9
-    flop_rate: float = 50e9
-    mem_rate: float = 5e9
+from ..config.builder import config_name
+from ..geometry import block_partition, check_grid, choose_grid
+from ..geometry.grid import GridPosition
+from ..layers.placement import OVER_DATA, OVER_GRAD
+from .collectives import allreduce, members_per_node
+from .machine import Machine
 
 
 @dataclass
@@ -69,6 +60,9 @@ class LayerPlan:
     halo_fwd_total: int = 0
     halo_bwd_total: int = 0
     halo_msgs_max: int = 0      # messages one rank sends per step (both directions)
+    halo_inter_max: int = 0     # the part of a rank's halo bytes that goes to another node
+    halo_time_max: float = 0.0  # seconds of the rank whose exchanges take longest
+    far_peers: bool = False     # some rank needs pixels of a rank beyond its neighbours
     allreduce_grad: int = 0     # gradient payload bytes per rank per step
     allreduce_act: int = 0      # activation payload bytes per rank per step
     allreduce_pipe: int = 0     # the part of it over the pipe ranks (tower exchanges)
@@ -76,6 +70,9 @@ class LayerPlan:
     mem_bytes_max: float = 0.0  # memory-bound traffic estimate (bytes moved), per rank
     act_bytes_max: int = 0      # activation memory kept per rank
     param_bytes: int = 0        # weights + gradients + optimiser state per rank (largest shard)
+    param_global: int = 0       # elements of the layer's parameters, whole (all ranks' shards)
+    array_local_max: int = 0    # bytes of the largest parameter array one rank holds
+    array_global_max: int = 0   # bytes of the largest parameter array, whole
     time: dict = field(default_factory=dict)
     stage: int = 0              # pipeline stage running the layer
     bucket_bytes: dict = field(default_factory=dict)   # gradient payload per communicator
@@ -96,6 +93,10 @@ class Plan:
     notes: list = field(default_factory=list)
     data: int = 1
     pipe: int = 1
+    #: Rows of a global minibatch (all replicas): ``batch`` is one replica's share.
+    batch_global: int = 0
+    #: Optimiser arrays per parameter beside its value and gradient.
+    state_arrays: int = 1
 
     def __post_init__(self):
         self._ranks = {}   # kind -> (Py, Px) array summed over layers (not part of asdict)
@@ -117,7 +118,11 @@ class Plan:
                      "allreduce": sum(lp.time.get("allreduce", 0.0) for lp in self.layers)}
         step = r["time_step"].max() if "time_step" in r else 0.0
         t["time"]["step"] = float(step) + t["time"]["allreduce"]
-        t["images_per_s"] = self.batch / t["time"]["step"] if t["time"]["step"] > 0 else float("inf")
+        step = t["time"]["step"]
+        # the whole job's throughput: every replica trains its share of one global batch per step
+        t["images_per_s"] = (self.batch_global or self.batch) / step if step > 0 else float("inf")
+        t["images_per_s_replica"] = self.batch / step if step > 0 else float("inf")
+        t["halo_inter_max"] = int(r["halo_inter"].max()) if "halo_inter" in r else 0
         return t
 
     def to_dict(self):
@@ -158,10 +163,51 @@ def _halo(in_hw, windows, grid):
     return sent, recv, msgs, ay, ax
 
 
-def _ring(nbytes, P, m):
-    if P <= 1 or nbytes == 0:
-        return 0.0
-    return 2 * (P - 1) * m.alpha + 2 * (P - 1) / P * nbytes / m.beta
+def _node_split(ay, ax, grid, machine):
+    """Which part of one exchange crosses nodes: ``(fwd_inter, bwd_inter, msgs_inter)`` as
+    ``(Py, Px)`` arrays (pixels per sample and channel sent to ranks of another node, forward
+    and adjoint, and those messages) for the ranks of the first replica and stage (world ranks
+    ``iy * Px + ix``). Peers are visited by offset: a window layer's overlaps are banded (a
+    handful of offsets), so this costs ``O(offsets * P)``, not ``O(P^2)``."""
+    Py, Px = grid
+    fwd, bwd, msgs = (np.zeros(grid) for _ in range(3))
+    if not machine.ranks_per_node or machine.ranks_per_node >= Py * Px:
+        return fwd, bwd, msgs
+    rank = np.arange(Py * Px).reshape(grid)
+
+    def band(ov, o):           # ov[i, i + o] and ov[i + o, i] for every i (0 off the ends)
+        n = ov.shape[0]
+        i = np.arange(n)
+        ok = (i + o >= 0) & (i + o < n)
+        j = np.clip(i + o, 0, n - 1)
+        return np.where(ok, ov[i, j], 0), np.where(ok, ov[j, i], 0)
+    offs_y = [o for o in range(-Py + 1, Py) if band(ay.ov, o)[0].any() or band(ay.ov, o)[1].any()]
+    offs_x = [o for o in range(-Px + 1, Px) if band(ax.ov, o)[0].any() or band(ax.ov, o)[1].any()]
+    for oy in offs_y:
+        sy, ry = band(ay.ov, oy)
+        for ox in offs_x:
+            if oy == 0 and ox == 0:
+                continue
+            sx, rx = band(ax.ov, ox)
+            other = machine.node_of(rank + oy * Px + ox) != machine.node_of(rank)
+            sent, back = np.outer(sy, sx), np.outer(ry, rx)
+            fwd += np.where(other, sent, 0)
+            bwd += np.where(other, back, 0)
+            msgs += np.where(other, sent > 0, 0)
+    return fwd, bwd, msgs
+
+
+def _node_share(inter_bytes, grid, machine):
+    """``(Py, Px)``: the inter-node bytes of each rank's whole node (its ranks' ``inter_bytes``
+    summed: they leave through one interface). Nodes that hold ranks of several replicas or
+    stages carry as many copies of the pattern."""
+    Py, Px = grid
+    if not machine.ranks_per_node:
+        return inter_bytes
+    node = machine.node_of(np.arange(Py * Px))
+    per_node = np.bincount(node, weights=inter_bytes.ravel())
+    copies = max(1, machine.ranks_per_node // (Py * Px))
+    return (per_node[node] * copies).reshape(grid)
 
 
 def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, machine=None,
@@ -200,6 +246,9 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
         local_params = sum(pp.local_size for pp in pl.params)
         lp.stage = st
         lp.param_bytes = local_params * isz * (2 + state_arrays)
+        lp.param_global = sum(pp.size for pp in pl.params)
+        lp.array_local_max = max([pp.local_size * isz for pp in pl.params], default=0)
+        lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
         # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
         lp.bucket_bytes = {over: sum(pp.local_size for pp in pl.params if pp.reduce_over == over) * isz
                            for over, n in ((OVER_GRAD, P * data), (OVER_DATA, data)) if n > 1}
@@ -215,6 +264,7 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             ch_h = max(b - a for a, b in ay.chunk)
             ch_w = max(b - a for a, b in ax.chunk)
             lp.tile, lp.chunk = (K, out_h, out_w), (C, ch_h, ch_w)
+            lp.far_peers = any(bool(np.triu(a.ov, 2).any() or np.tril(a.ov, -2).any()) for a in (ay, ax))
             per = B * C * isz
             oh = np.array([b - a for a, b in ay.out])[:, None]
             ow = np.array([b - a for a, b in ax.out])[None, :]
@@ -231,7 +281,16 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
                 acc(st, "halo_fwd", f_r)
                 acc(st, "halo_bwd", b_r)
                 acc(st, "halo_msgs", m_r)
-                acc(st, "time_halo", m_r * m.alpha + (f_r + b_r) / m.beta)
+                f_x, b_x, m_x = _node_split(ay, ax, grid, m)
+                f_x, b_x = lp.exchanges * per * f_x, lp.adjoints * per * b_x
+                m_x = (lp.exchanges + lp.adjoints) * m_x
+                inter = f_x + b_x
+                acc(st, "halo_inter", inter)
+                t_r = ((m_r - m_x) * m.alpha + m_x * m.alpha_inter + (f_r + b_r - inter) / m.beta
+                       + _node_share(inter, grid, m) / m.beta_inter)
+                lp.halo_inter_max = int(inter.max())
+                lp.halo_time_max = float(t_r.max())
+                acc(st, "time_halo", t_r)
             outpix = out_h * out_w
             outpix_r = oh * ow
             if pl.macs:
@@ -260,23 +319,33 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             acc(st, "act_bytes", lp.act_bytes_max)
             acc(st, "mem_bytes", lp.mem_bytes_max)
         out.append(lp)
-    # a gradient bucket is one Allreduce: its latency is counted once (on the first layer in it)
-    bucket_ranks = {OVER_GRAD: P * data, OVER_DATA: data}
-    first = {over: next((lp for lp in out if lp.bucket_bytes.get(over)), None) for over in bucket_ranks}
+    # Who takes part in each communicator, as world ranks of the first replica and stage (the
+    # others are alike): their spread over nodes decides how many steps cross the network.
+    spatial = range(P)
+    comms = {OVER_GRAD: [(d * pipe) * P + r for d in range(data) for r in spatial],
+             OVER_DATA: [(d * pipe) * P for d in range(data)],
+             "spatial": list(spatial), "pipe": [p * P for p in range(pipe)]}
+    share = machine.sharing(P * data * pipe)    # every rank reduces at once
+
+    def reduce_time(nbytes, over):
+        ranks_of = comms[over]
+        return allreduce(nbytes, len(ranks_of), machine, members_per_node(ranks_of, machine), share)
+
+    # a gradient bucket is one Allreduce: its cost is counted once, on the first layer in it,
+    # for the bucket's whole payload (the other layers' share of it shows as 0 s)
+    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in out) for over in (OVER_GRAD, OVER_DATA)}
+    first = {over: next((lp for lp in out if lp.bucket_bytes.get(over)), None) for over in bucket_total}
     for lp in out:
         t = {"compute": lp.flops_max / machine.flop_rate,
              "memory": lp.mem_bytes_max / machine.mem_rate,
-             "halo": (lp.halo_msgs_max * machine.alpha
-                      + (lp.halo_fwd_max + lp.halo_bwd_max) / machine.beta) if P > 1 else 0.0,
+             "halo": lp.halo_time_max if P > 1 else 0.0,
              "allreduce": 0.0}
         if lp.allreduce_act:
-            t["allreduce"] += (_ring(lp.allreduce_act - lp.allreduce_pipe, P, machine)
-                               + _ring(lp.allreduce_pipe, pipe, machine))
-        for over, nbytes in lp.bucket_bytes.items():
-            if nbytes:
-                n = bucket_ranks[over]
-                t["allreduce"] += _ring(nbytes, n, machine) - (2 * (n - 1) * machine.alpha
-                                                               if lp is not first[over] else 0.0)
+            t["allreduce"] += (reduce_time(lp.allreduce_act - lp.allreduce_pipe, "spatial")
+                               + reduce_time(lp.allreduce_pipe, "pipe"))
+        for over in bucket_total:
+            if lp is first[over]:
+                t["allreduce"] += reduce_time(bucket_total[over], over)
         lp.time = t
     for st in set(stage_of):
         if (st, "flops") in ranks:
@@ -284,60 +353,18 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
         if (st, "mem_bytes") in ranks:
             acc(st, "time_memory", ranks[(st, "mem_bytes")] / machine.mem_rate)
         acc(st, "time_step", sum(ranks.get((st, k), 0) for k in ("time_compute", "time_memory", "time_halo")))
-    plan = Plan(nranks * data * pipe, tuple(grid), B, isz, machine, out, data=data, pipe=pipe)
+    plan = Plan(nranks * data * pipe, tuple(grid), B, isz, machine, out, data=data, pipe=pipe,
+                batch_global=B_global, state_arrays=state_arrays)
+    if data > B_global:
+        plan.notes.append(f"{data} data replicas for a batch of {B_global} images: {data - B_global} replicas "
+                          "get no rows and only add Allreduce work; use at most as many replicas as images "
+                          "in a batch (or a larger batch)")
+    for lp in out:
+        if lp.far_peers:
+            plan.notes.append(f"layer {lp.name}: tiles of {lp.tile[1]}x{lp.tile[2]} are narrower than its "
+                              f"halo: a rank exchanges with ranks beyond its neighbours, and halo bytes "
+                              "grow faster than the work shrinks (fewer ranks on this grid would help)")
     # per rank: the stage whose ranks carry the most (a rank runs its own stage's layers only)
     plan._ranks = {kind: np.max([ranks[(st, kind)] for st in set(stage_of) if (st, kind) in ranks], axis=0)
                    for kind in {k for _, k in ranks}}
     return plan
-
-
-def _fmt_bytes(n):
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-
-
-def _fmt_shape(s):
-    return "x".join(str(v) for v in s) if s else "-"
-
-
-def format_plan(plan):
-    """The plan as a text table (one row per layer, then totals and the predicted step time)."""
-    m = plan.machine
-    head = (f"plan: {plan.nranks} rank(s) = data {plan.data} x pipe {plan.pipe} x grid "
-            f"{plan.grid[0]}x{plan.grid[1]}, batch {plan.batch} per replica, "
-            f"{plan.itemsize}-byte numbers; alpha {m.alpha:g} s, beta {m.beta:g} B/s, "
-            f"{m.flop_rate:g} FLOP/s, {m.mem_rate:g} B/s memory per rank")
-    cols = ["#", "layer", "kind", "tile", "chunk", "halo fwd", "halo bwd", "msgs", "allreduce",
-            "GFLOP", "act mem", "time ms"]
-    rows = []
-    for lp in plan.layers:
-        rows.append([str(lp.index), lp.name, lp.kind, _fmt_shape(lp.tile), _fmt_shape(lp.chunk),
-                     _fmt_bytes(lp.halo_fwd_max), _fmt_bytes(lp.halo_bwd_max), str(lp.halo_msgs_max),
-                     _fmt_bytes(lp.allreduce_grad + lp.allreduce_act), f"{lp.flops_max / 1e9:.3f}",
-                     _fmt_bytes(lp.act_bytes_max), f"{sum(lp.time.values()) * 1e3:.2f}"])
-    t = plan.totals()
-    rows.append(["", "total", "", "", "", _fmt_bytes(t["halo_fwd_max"]), _fmt_bytes(t["halo_bwd_max"]),
-                 str(t["halo_msgs_max"]), _fmt_bytes(t["allreduce_grad"] + t["allreduce_act"]),
-                 f"{t['flops_max'] / 1e9:.3f}", _fmt_bytes(t["act_bytes_max"]),
-                 f"{t['time']['step'] * 1e3:.2f}"])
-    widths = [max(len(r[j]) for r in rows + [cols]) for j in range(len(cols))]
-    lines = [head, "  ".join(c.rjust(w) if j >= 3 else c.ljust(w) for j, (c, w) in enumerate(zip(cols, widths)))]
-    for r in rows:
-        lines.append("  ".join(c.rjust(w) if j >= 3 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
-    tt = t["time"]
-    lines.append(f"per rank per step (largest rank): halo {_fmt_bytes(t['halo_fwd_max'] + t['halo_bwd_max'])} "
-                 f"sent, allreduce payload {_fmt_bytes(t['allreduce_grad'] + t['allreduce_act'])}, "
-                 f"{t['flops_max'] / 1e9:.3f} GFLOP, activations {_fmt_bytes(t['act_bytes_max'])}, "
-                 f"parameters {_fmt_bytes(t['param_bytes'])}")
-    lines.append(f"all ranks per step: halo {_fmt_bytes(t['halo_fwd_total'] + t['halo_bwd_total'])}")
-    lines.append(f"predicted step: {tt['step'] * 1e3:.2f} ms = compute {tt['compute'] * 1e3:.2f} + memory "
-                 f"{tt['memory'] * 1e3:.2f} + halo {tt['halo'] * 1e3:.2f} + allreduce "
-                 f"{tt['allreduce'] * 1e3:.2f} ms -> {t['images_per_s']:.1f} images/s")
-    lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
-
-
-__all__ = ["LayerPlan", "Machine", "Plan", "format_plan", "plan_model"]

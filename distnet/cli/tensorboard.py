@@ -1,0 +1,104 @@
+"""TensorBoard event files of a run (``distnet run --tensorboard``): rank 0 writes the scalars
+of every epoch record into ``<run directory>/tensorboard``, through tensorboardX (the optional
+extra ``distnet[tensorboard]``: a small writer with no TensorFlow, whose files TensorBoard reads).
+
+Tags put the splits of one quantity side by side in TensorBoard's charts: ``cost/train``,
+``cost/valid``, ``misclass/test``, ... (a record's ``<split>_<metric>``), then
+``learning_rate/<layer>``, ``throughput/images_per_second`` and ``time/<what>_seconds``; GB's
+pretraining writes ``pretrain_cost/<layer>`` (step: its pretraining epoch), and the end of the
+run ``final_misclass/<split>`` (step: the last epoch)."""
+import numbers
+
+from ..errors import ConfigError
+
+#: Splits whose metrics a record names ``<split>_<metric>``.
+SPLITS = ("train", "valid", "test")
+#: Record keys that are not scalars of the run's progress.
+_NOT_SCALARS = {"epoch", "from_checkpoint", "checkpoint"}
+
+
+def require_writer():
+    """Raise :class:`ConfigError` (exit 2, before anything runs) when tensorboardX is missing."""
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"--tensorboard needs tensorboardX, which cannot be imported here ({e}); install it "
+                          "with pip install 'distnet[tensorboard]'") from None
+
+
+def scalars(record, train_images=None):
+    """``{tag: value}``: the scalars of one epoch record (see module docstring). ``train_images``:
+    images in one training epoch (for ``throughput/images_per_second``; None: not written)."""
+    out = {}
+    for key, value in record.items():
+        if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            continue
+        if key == "cost":
+            out["cost/train"] = value
+        elif key == "seconds":
+            out["time/epoch_seconds"] = value
+        elif key.endswith("seconds"):
+            out[f"time/{key}"] = value
+        else:
+            split, _, metric = key.partition("_")
+            out[f"{metric}/{split}" if split in SPLITS and metric else key] = value
+    seconds = record.get("seconds")
+    if train_images and seconds:
+        out["throughput/images_per_second"] = train_images / seconds
+    return out
+
+
+def learning_rates(model):
+    """``{layer name: learning rate}`` of the layers that train (their own rate, else the
+    learning rule's)."""
+    rule = getattr(model, "learning_rule", None)
+    default = getattr(rule, "learning_rate", None)
+    rates = {}
+    for layer in getattr(model, "layers", ()):
+        rate = getattr(layer, "learning_rate", None)
+        rate = default if rate is None else rate
+        if getattr(layer, "placement", None) is not None and layer.placement.params and rate is not None:
+            rates[layer.name] = float(rate)
+    return rates
+
+
+class TensorBoardLog:
+    """The event files of one run, in ``logdir`` (rank 0 only). Call :meth:`started`, then
+    :meth:`epoch` / :meth:`pretrain` per record, and :meth:`close`."""
+
+    def __init__(self, logdir):
+        from tensorboardX import SummaryWriter
+        self.logdir = logdir
+        self.writer = SummaryWriter(logdir=logdir)
+        self.rates = {}
+        self.train_images = None
+
+    def started(self, model):
+        self.rates = learning_rates(model)
+
+    def loaded(self, sizes):
+        """``sizes``: ``{split: images}`` of the run's data."""
+        self.train_images = sizes.get("train")
+
+    def epoch(self, record):
+        step = int(record["epoch"])
+        for tag, value in scalars(record, self.train_images).items():
+            self.writer.add_scalar(tag, value, step)
+        for layer, rate in self.rates.items():
+            self.writer.add_scalar(f"learning_rate/{layer}", rate, step)
+        self.writer.flush()    # a crashed run keeps the epochs it finished
+
+    def pretrain(self, record):
+        if isinstance(record.get("cost"), numbers.Real):
+            self.writer.add_scalar(f"pretrain_cost/{record['pretrain']}", record["cost"],
+                                   int(record["pretrain_epoch"]))
+
+    def final(self, record, step):
+        """The final record's error rates (``final_misclass/<split>``) at the last epoch ``step``."""
+        for split in SPLITS:
+            value = record.get(f"{split}_misclass")
+            if isinstance(value, numbers.Real):
+                self.writer.add_scalar(f"final_misclass/{split}", value, step)
+
+    def close(self):
+        self.writer.close()

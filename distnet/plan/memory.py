@@ -1,0 +1,42 @@
+"""Memory of one rank and of one node in a plan: what training keeps (parameters, gradients,
+optimiser state, activations, data) and what a checkpoint adds while it is written or read."""
+
+
+def memory_totals(plan, data_bytes=None):
+    """``{"rank": {...}, "node": {...}}`` in bytes, for the rank holding most.
+
+    Per rank: ``parameters`` (values), ``gradients``, ``optimizer`` (``state_arrays`` per
+    value), ``activations`` (outputs and halo chunks kept for the backward pass), ``data``
+    (``data_bytes``: what the data set keeps on a rank, as ``distnet show`` computes it from the
+    files; None: one minibatch of the replica's rows, all that is known without them), ``total``
+    (training), and the extra of a checkpoint: ``checkpoint_save`` (sharded: each rank writes
+    its own slices, one array in flight), ``checkpoint_restore`` (sharded: each rank reads its
+    own slices, one array in flight) and, for the single-file format, ``single_file_save`` (rank
+    0 gathers one whole array at a time) and ``single_file_restore`` (every rank receives the
+    whole checkpoint). Per node: the per-rank total times the ranks on a node."""
+    t = plan.totals()
+    isz = plan.itemsize
+    values = t["param_bytes"] // (2 + plan.state_arrays)
+    rank = {"parameters": values, "gradients": values, "optimizer": values * plan.state_arrays,
+            "activations": t["act_bytes_max"]}
+    if data_bytes is None:
+        first = plan.layers[0] if plan.layers else None
+        chunk = first.chunk or first.in_shape if first is not None else ()
+        pixels = 1
+        for v in chunk:
+            pixels *= int(v)
+        data_bytes = plan.batch * pixels * isz
+    rank["data"] = int(data_bytes)
+    rank["total"] = sum(rank.values())
+    array_local = max((lp.array_local_max for lp in plan.layers), default=0)
+    array_global = max((lp.array_global_max for lp in plan.layers), default=0)
+    whole = sum(lp.param_global for lp in plan.layers) * isz * (1 + plan.state_arrays)
+    rank["checkpoint_save"] = array_local
+    rank["checkpoint_restore"] = array_local
+    rank["single_file_save"] = array_global
+    rank["single_file_restore"] = whole
+    per_node = min(plan.machine.ranks_per_node or plan.nranks, plan.nranks)
+    node = {"ranks": per_node, "total": rank["total"] * per_node,
+            "checkpoint_restore": (rank["total"] + rank["checkpoint_restore"]) * per_node,
+            "single_file_restore": (rank["total"] + rank["single_file_restore"]) * per_node}
+    return {"rank": rank, "node": node}
