@@ -162,6 +162,10 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
                 record["eval_seconds"] = clock() - t1
             exp.log_epoch(record, log)
             history.append(record)
+            try:
+                policy.check_monitor(record)   # every rank: the same record
+            except ConfigError as e:
+                raise config_error(exp, e.bare_message, e.key) from None
             due = policy.epoch_done(record, epoch == model.num_epochs - 1)
             if due["checkpoint"]:
                 t1 = clock()

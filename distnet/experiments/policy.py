@@ -151,6 +151,16 @@ class CheckpointPolicy:
             return value > self.best["value"] + self.min_delta
         return value < self.best["value"] - self.min_delta
 
+    def check_monitor(self, record):
+        """ConfigError (at ``checkpoint``) when ``record`` is an evaluated epoch's and lacks the
+        monitored metric (``valid_top5_misclass`` with 3 classes): it would never select."""
+        split = self.monitor.split("_", 1)[0] if self.monitor else None
+        if split is None or self.monitor in record or f"{split}_misclass" not in record:
+            return
+        names = sorted(k for k in record if k.startswith(split + "_") and not isinstance(record[k], (list, dict)))
+        raise ConfigError(f"checkpoint monitor {self.monitor} is not measured; the {split} split gives "
+                          f"{', '.join(names)}", key="checkpoint")
+
     def _observe(self, record):
         """The best epoch and the patience counter after ``record`` (an evaluated epoch's)."""
         value = record.get(self.monitor) if self.monitor else None

@@ -144,3 +144,11 @@ def test_only_rank_0_removes_and_a_missing_file_is_no_error(tmp_path):
     assert os.path.exists(tmp_path / "a.h5")
     CheckpointPolicy().remove([str(tmp_path / "a.h5"), str(tmp_path / "gone.h5")])
     assert not os.path.exists(tmp_path / "a.h5")
+
+
+def test_a_monitor_the_records_lack_is_refused():
+    p = CheckpointPolicy.of(_Exp(monitor="valid_top5_misclass"), ["valid"])
+    p.check_monitor({"epoch": 0, "cost": 1.0})     # not evaluated: nothing to say
+    with pytest.raises(ConfigError, match="monitor valid_top5_misclass is not measured; the valid split gives "
+                                          "valid_cost, valid_misclass"):
+        p.check_monitor({"epoch": 0, "valid_cost": 1.0, "valid_misclass": 2.0, "valid_confusion": [[1]]})
