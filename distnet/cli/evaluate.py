@@ -23,11 +23,14 @@ def _load(experiment, overrides):
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @_CHECKPOINT
 @_SET
-def evaluate(experiment, checkpoint, overrides):
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead (every metric, the "
+              "confusion matrices whole).")
+def evaluate(experiment, checkpoint, overrides, as_json):
     """Print the misclassification rates of EXPERIMENT's data splits (train, test) with the
-    weights of a checkpoint (a Seq2SeqExperiment: token and whole-sequence accuracies). Under mpiexec the experiment's grid is used, whatever grid wrote
-    the checkpoint."""
-    from ..experiments.evaluate import evaluate_checkpoint
+    weights of a checkpoint, with their cost, top-k error rate, accuracy per class and confusion
+    matrix (a Seq2SeqExperiment: token and whole-sequence accuracies). Under mpiexec the
+    experiment's grid is used, whatever grid wrote the checkpoint."""
+    from ..experiments.evaluate import evaluate_checkpoint, evaluation_lines
     from ..experiments.seq2seq import Seq2SeqExperiment
     with Job(world=True) as job:   # under mpiexec the abort hook first (as for run)
         exp = _load(experiment, overrides)
@@ -44,12 +47,16 @@ def evaluate(experiment, checkpoint, overrides):
                 click.echo(f"{split} set: token accuracy {tok:.2f}%, sequence accuracy {seq:.2f}% "
                            f"({n} sequences, greedy decoding)")
         return
-    if job.rank0:
+    if job.rank0 and as_json:
+        import json
+        click.echo(json.dumps({"checkpoint": checkpoint, "epoch": result.epoch, "written_on": result.written_on,
+                               "evaluated_on": result.evaluated_on, "class_names": result.class_names,
+                               "splits": {s: dict(images=result.counts[s], **m) for s, m in result.metrics.items()}}))
+    elif job.rank0:
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
                    f"{result.evaluated_on}")
-        label, unit = exp.model.metric_label   # Autoencoder: reconstruction
-        for split, rate in result.rates.items():
-            click.echo(f"{split} set {label}: {rate:.5f}{unit} ({result.counts[split]} images)")
+        for line in evaluation_lines(result, exp.model.metric_label):   # Autoencoder: reconstruction
+            click.echo(line)
 
 
 @click.command("predict")

@@ -90,6 +90,7 @@ class CliHooks:
             rec["best_epoch"] = result.best_epoch
         if result.split_images:
             rec["split_images"] = dict(result.split_images)
+        rec.update(policy_record(result))
         last = len(result.epoch_costs) - 1
         self._write(rec, self.tensorboard and (lambda r: self.tensorboard.final(r, max(last, 0))))
 
@@ -104,3 +105,11 @@ class CliHooks:
             self.metrics.close(ok)
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def policy_record(result):
+    """What the checkpoint policy left (:class:`~distnet.experiments.loop.RunResult`): why
+    training stopped, the checkpoint files kept, the best epoch's checkpoint; for the final
+    metrics line and ``run.json``."""
+    return {"stop": result.stop, "checkpoints": list(result.checkpoints),
+            "best_checkpoint": result.best_checkpoint}

@@ -20,12 +20,15 @@ def given_path(ctx, param, value):
 def checkpoint_argument(ctx, param, value):
     """The options that read a checkpoint (``run --resume``, ``evaluate`` / ``predict
     --checkpoint``): a non-empty path (:func:`given_path`), and a run directory stands for its
-    :data:`RUN_CHECKPOINT`."""
+    :data:`RUN_CHECKPOINT`, else for the last checkpoint its ``run.json`` names (``{epoch}``
+    paths)."""
     from ..models.sharded import INDEX
     value = given_path(ctx, param, value)
     if value is None or not os.path.isdir(value) or os.path.exists(os.path.join(value, INDEX)):
         return value    # a file, or a sharded checkpoint folder
     path = os.path.join(value, RUN_CHECKPOINT)
+    if not os.path.exists(path):   # a run that wrote elsewhere ({epoch} paths): its last checkpoint
+        path = _recorded_checkpoint(value) or path
     if not os.path.exists(path):
         raise click.BadParameter(f"{value} is a folder without {RUN_CHECKPOINT} (the run directory of a "
                                  "run that wrote no checkpoint?); give the checkpoint file")
@@ -38,3 +41,14 @@ def finite_number(ctx, param, value):
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number")
     return value
+
+
+def _recorded_checkpoint(run_dir):
+    """The last checkpoint a run directory's ``run.json`` names, or None."""
+    import json
+    try:
+        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
+            path = json.load(f).get("checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return path if isinstance(path, str) else None

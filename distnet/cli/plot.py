@@ -2,9 +2,11 @@
 (matplotlib, an optional dependency: ``pip install 'distnet[plot]'``).
 
 Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON-lines file
-(``distnet run --metrics``). Left: the mean training cost per epoch. Right: the error rates
-measured during training (``eval_every``; test solid, train dashed) and the final ones (a star
-for test, a triangle for train, at the last epoch). Runs that agree (dist vs non-dist) draw on
+(``distnet run --metrics``). Left: the mean training cost per epoch, and the cost of the
+evaluated splits (``eval_every``; thin lines, validation dash-dotted, test dotted). Right: the
+error rates measured during training (test in the run's own dash, train dashed, validation
+dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
+triangle for train, a diamond for validation, at the last epoch). Runs that agree (dist vs non-dist) draw on
 top of each other; every run has its own marker and dash pattern, so each stays visible.
 """
 import click
@@ -54,13 +56,25 @@ def plot_runs(runs, out, title=None, inputs=()):
     """Draw ``runs`` (dicts from :func:`~distnet.experiments.rundir.read_run`, or paths) to the
     PNG file ``out`` (:func:`check_target` first; ``inputs``: other files that must not be
     replaced). Returns ``out``."""
-    Figure = _figure()
+    _figure()
     check_target(out, runs, inputs)
     runs = [read_run(r) if isinstance(r, str) else r for r in runs]
     for run in runs:
         if not run["epochs"] and not run["final"]:      # an empty curve, drawn without a word
             click.echo(f"distnet: warning: {run['label']} recorded no epoch (it ended before its first "
                        "epoch did)", err=True)
+    fig = draw_runs(runs, title)
+    try:
+        fig.savefig(out, format="png")
+    except OSError as e:
+        raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+def draw_runs(runs, title=None):
+    """The matplotlib ``Figure`` of ``runs`` (dicts from
+    :func:`~distnet.experiments.rundir.read_run`): the cost panel and the error-rate panel."""
+    Figure = _figure()
     fig = Figure(figsize=(11, 4.2), dpi=100)
     cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
     any_err = False
@@ -71,7 +85,19 @@ def plot_runs(runs, out, title=None, inputs=()):
         (line,) = cost_ax.plot(epochs, [r["cost"] for r in recs], linestyle=dash, marker=marker, ms=4,
                                label=run["label"])
         color = line.get_color()
-        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^")):
+        for split, style in (("valid", "-."), ("test", ":")):
+            pts = [(r["epoch"], r[f"{split}_cost"]) for r in recs if f"{split}_cost" in r]
+            if pts:
+                cost_ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=3, lw=0.8, color=color,
+                             label=f"{run['label']}: {split} cost")
+        topk = sorted({k for r in recs for k in r if k.split("_", 1)[0] in ("train", "valid", "test")
+                       and k.split("_", 1)[1].startswith("top") and k.endswith("_misclass")})
+        for key in topk:
+            pts = [(r["epoch"], r[key]) for r in recs if key in r]
+            any_err = True
+            err_ax.plot(*zip(*pts), linestyle=":", marker=marker, ms=3, lw=0.8, color=color,
+                        label=f"{run['label']}: {key.replace('_misclass', '').replace('_', ' ')}")
+        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^"), ("valid", "-.", "D")):
             pts = [(r["epoch"], r[f"{split}_misclass"]) for r in recs if f"{split}_misclass" in r]
             if pts:
                 any_err = True
@@ -84,7 +110,7 @@ def plot_runs(runs, out, title=None, inputs=()):
                 label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
                 err_ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
                             markerfacecolor="none", label=label)
-    cost_ax.set(title="training cost", xlabel="epoch", ylabel="mean cost per image")
+    cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
     from matplotlib.ticker import MaxNLocator
     for ax in (cost_ax, err_ax):
@@ -97,11 +123,7 @@ def plot_runs(runs, out, title=None, inputs=()):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(out, format="png")
-    except OSError as e:
-        raise DistnetError(f"cannot write {out}: {e.strerror or e}") from None
-    return out
+    return fig
 
 
 @click.command()

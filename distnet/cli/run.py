@@ -7,7 +7,7 @@ import os
 import click
 
 from ..errors import DistnetError
-from .hooks import CliHooks
+from .hooks import CliHooks, policy_record
 from .job import Job, world_rank
 from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 
@@ -99,6 +99,11 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         if checkpoint_every is not None:
             exp.checkpoint_every = checkpoint_every
         if checkpoint_path:
+            from ..experiments.policy import path_fields
+            try:   # {epoch} expands to the epoch number; nothing else
+                path_fields(checkpoint_path)
+            except DistnetError as e:
+                raise click.BadParameter(str(e).replace("checkpoint path ", "", 1), param_hint="'--checkpoint'") from None
             exp.checkpoint_path = checkpoint_path
         if sharded_checkpoint:
             exp.checkpoint_sharded = True
@@ -143,6 +148,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
                 record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
                 if exp.checkpoint_io:   # bytes and seconds of the last save and of the restore
                     record.info["checkpoint_io"] = dict(exp.checkpoint_io)
+                record.info.update(policy_record(result), best_epoch=result.best_epoch)
                 record.finish("finished", timings=result.timings)
                 get_logger().info("run directory: %s", record.path)
         # A failure here (a full disk) ends every rank with rank 0's reason and status, instead

@@ -3,7 +3,8 @@ of every epoch record into ``<run directory>/tensorboard``, through tensorboardX
 extra ``distnet[tensorboard]``: a small writer with no TensorFlow, whose files TensorBoard reads).
 
 Tags put the splits of one quantity side by side in TensorBoard's charts: ``cost/train``,
-``cost/valid``, ``misclass/test``, ... (a record's ``<split>_<metric>``), then
+``cost/valid``, ``misclass/test``, ... (a record's ``<split>_<metric>``; the training split's
+evaluated cost is ``cost/train_evaluated``, beside the epoch's running ``cost/train``), then
 ``learning_rate/<layer>``, ``throughput/images_per_second`` and ``time/<what>_seconds``; GB's
 pretraining writes ``pretrain_cost/<layer>`` (step: its pretraining epoch), and the end of the
 run ``final_misclass/<split>`` (step: the last epoch)."""
@@ -35,6 +36,8 @@ def scalars(record, train_images=None):
             continue
         if key == "cost":
             out["cost/train"] = value
+        elif key == "train_cost":   # the training split measured after the epoch, not its running cost
+            out["cost/train_evaluated"] = value
         elif key == "seconds":
             out["time/epoch_seconds"] = value
         elif key.endswith("seconds"):

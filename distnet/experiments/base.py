@@ -9,12 +9,14 @@ from ..config.builder import config_error
 from ..errors import ConfigError
 from ..log import check_logging, get_logger, setup_logging
 from .loop import run_experiment
+from .policy import POLICY_KEYS, check_policy_keys
 
-_CHECKPOINT_KEYS = {"every", "path", "at_end", "sharded"}
+_CHECKPOINT_KEYS = {"every", "path", "at_end", "sharded"} | POLICY_KEYS
 
 
 def check_checkpoint_key(value):
-    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``) checked; ``{}`` for None."""
+    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``, and the policy's keys of
+    :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
     if value is None:
         return {}
     unknown = set(value) - _CHECKPOINT_KEYS
@@ -33,6 +35,7 @@ def check_checkpoint_key(value):
         raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
     if not isinstance(value.get("sharded", False), bool):
         raise ConfigError(f"checkpoint sharded must be True or False, got {value['sharded']!r}", key="checkpoint")
+    check_policy_keys(value)
     return dict(value)
 
 
@@ -87,6 +90,9 @@ class Experiment:
         #: ``{"save_bytes", "save_seconds", "restore_bytes", "restore_seconds", ...}`` of this run's
         #: checkpoint reads and writes (the last save; the run record keeps them).
         self.checkpoint_io = {}
+        #: The policy keys (``monitor``, ``keep_best``, ``keep_last``, ``patience``, ``min_delta``,
+        #: ``select_on_test``) of :class:`~distnet.experiments.policy.CheckpointPolicy`.
+        self.checkpoint_policy = {k: v for k, v in ck.items() if k in POLICY_KEYS}
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
@@ -128,6 +134,11 @@ class Experiment:
         self.checkpoint_io.update(restore_format=ck.io["format"], restore_bytes=ck.io["bytes"],
                                   restore_seconds=round(ck.io["seconds"], 6))
         return ck
+
+    def split_metrics(self, split):
+        """The metrics of an evaluated split ``(x, labels)``: ``{name: value}`` (the model's
+        ``split_metrics``). Collective."""
+        return self.model.split_metrics(split)
 
     def evaluates(self, epoch):
         """Whether the end of ``epoch`` measures the :meth:`eval_splits` (every ``eval_every``)."""

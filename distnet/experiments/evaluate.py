@@ -23,6 +23,11 @@ class Evaluation:
     rates: dict = field(default_factory=dict)
     #: ``{split: number of images}``.
     counts: dict = field(default_factory=dict)
+    #: ``{split: {"cost", "misclass", "top{k}_misclass", "class_accuracy", "confusion"}}``
+    #: (:func:`~distnet.experiments.metrics.split_metrics`, from the counts of every rank).
+    metrics: dict = field(default_factory=dict)
+    #: The class names the data gives (label 0 first), else None.
+    class_names: list = None
     epoch: int = None                 # the last epoch the checkpoint had trained (0-based)
     written_on: str = ""              # "6 rank(s), grid 1x3, data 2" of the checkpoint
     size: int = 1
@@ -60,10 +65,39 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
     data = exp.load_data()
     result = Evaluation(epoch=ck.epoch, written_on=written_on(ck), size=t.size, grid=tuple(t.grid),
                         evaluated_on=layout_text(t.size, t.grid, t.ndata, t.npipe))
+    result.class_names = exp.dataset.class_names()
     for split, (x, y) in data.items():
-        result.rates[split] = exp.model.misclass_rate(x, y)
+        m = result.metrics[split] = exp.split_metrics((x, y))
+        # a model that does not classify measures one thing (an Autoencoder: its reconstruction)
+        result.rates[split] = m["misclass"] if "misclass" in m else next(iter(m.values()))
         result.counts[split] = len(y)
     return result
+
+
+def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
+    """What ``distnet evaluate`` prints per split of an :class:`Evaluation`: the error rate
+    line (``label``: the model's name and unit of it), then for a classifier cost and top-k
+    error rate, the accuracy per class, and the confusion matrix (rows: true class, columns:
+    predicted) when there are at most ``max_confusion`` classes."""
+    lines = []
+    for split, m in result.metrics.items():
+        lines.append(f"{split} set {label[0]}: {result.rates[split]:.5f}{label[1]} ({result.counts[split]} images)")
+        if "confusion" not in m:
+            continue
+        extra = [f"cost {m['cost']:.5f}"] + [f"{k.replace('_misclass', '').replace('top', 'top-')} misclass "
+                                              f"{v:.5f}%" for k, v in m.items() if k.startswith("top")]
+        lines.append(f"{split} set {', '.join(extra)}")
+        names = result.class_names or [str(c) for c in range(len(m["class_accuracy"]))]
+        acc = ", ".join(f"{n} {'-' if a is None else f'{a:.2f}%'}" for n, a in zip(names, m["class_accuracy"]))
+        lines.append(f"{split} set accuracy per class: {acc}")
+        conf = m["confusion"]
+        if len(conf) <= max_confusion:
+            width = max(len(str(v)) for row in conf for v in row)
+            lines.append(f"{split} set confusion matrix (rows: true class, columns: predicted class):")
+            lines += ["  " + " ".join(str(v).rjust(width) for v in row) for row in conf]
+        else:
+            lines.append(f"{split} set confusion matrix: {len(conf)} classes, see --json")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

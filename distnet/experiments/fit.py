@@ -41,16 +41,18 @@ class FitExperiment(Experiment):
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
     with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
     ends the job when a training step makes no progress for that long, naming the rank that
-    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog`` overrides it)."""
+    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog`` overrides it), ``top_k``
+    (k of the top-k error rate measured with every evaluated split; default 5 when the dataset
+    has more than 5 classes; 0: none; :mod:`distnet.experiments.metrics`)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
                     "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
-                    "eval_every": NonNegativeInt, "watchdog": Positive}
+                    "eval_every": NonNegativeInt, "watchdog": Positive, "top_k": NonNegativeInt}
     report_errors = False
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=None,
-                 pipe=1, checkpoint=None, eval_every=0, watchdog=None):
+                 pipe=1, checkpoint=None, eval_every=0, watchdog=None, top_k=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -70,6 +72,7 @@ class FitExperiment(Experiment):
         self.pipe = pipe
         self._run_keys(logging, checkpoint, eval_every)
         self.watchdog = watchdog   # seconds (Positive: checked by the builder)
+        self.top_k = top_k         # None: the default of resolve_top_k (checked against the classes)
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
                               f"dist_flag: {self.dataset.dist_flag}; set both", key="dist_flag")
@@ -148,6 +151,7 @@ class FitExperiment(Experiment):
             raise self.model.error(f"{config_name(self.model)} is unsupervised and has no error rates; "
                                    "use FitExperiment, not FitPredictErrorExperiment")
         self.model.check_outputs(self.dataset)
+        self.metrics_top_k()
 
     def setup(self, topology=None):
         """Shapes, topology, layer plans and weights; returns the topology."""
@@ -206,6 +210,26 @@ class FitExperiment(Experiment):
 
     def set_epoch(self, train, epoch):
         self.dataset.set_epoch(train[0], epoch)
+
+    def metrics_top_k(self):
+        """The k of the top-k error rate (None: not measured, also for a model that does not
+        classify); ConfigError at ``top_k`` for a k not below the number of classes."""
+        from .metrics import resolve_top_k
+        if not self.model.classifies:
+            return None
+        try:
+            return resolve_top_k(self.top_k, self.dataset.nclasses)
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
+
+    def split_metrics(self, split):
+        """Cost, error rate, top-k error rate, per-class accuracy and confusion matrix of a split
+        ``(x, labels)`` (:func:`~distnet.experiments.metrics.split_metrics`; collective over the
+        data replicas); a model that does not classify (an Autoencoder, an RBM) gives its own."""
+        if not self.model.classifies:
+            return self.model.split_metrics(split)
+        from .metrics import split_metrics
+        return split_metrics(self.model, *split, top_k=self.metrics_top_k())
 
     def eval_splits(self):
         """The splits measured every ``eval_every`` epochs (those the data has): validation,

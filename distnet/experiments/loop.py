@@ -7,8 +7,9 @@ job on one rank, read top to bottom.
 3. load this rank's data; the model starts (first epoch, shuffle state); a run from scratch
    runs the model's ``before_training`` (GB's pretraining, its records to ``hooks.pretrain``);
 4. the epochs: one ``fit_epoch`` each (before every step: fault injection and ``hooks.batch``),
-   every ``eval_every`` epochs the metrics of the evaluated splits, every ``checkpoint.every``
-   epochs a checkpoint, then ``hooks.epoch``;
+   every ``eval_every`` epochs the metrics of the evaluated splits, then the checkpoint policy
+   (:mod:`distnet.experiments.policy`: the best epoch, early stopping, which checkpoint is due,
+   which ones go), its checkpoints, then ``hooks.epoch``;
 5. the end: the final checkpoint (``checkpoint.at_end``), the best epoch, the experiment's final
    metrics, the :class:`RunResult` with timings to ``hooks.finished``.
 
@@ -22,9 +23,12 @@ its final metrics. Every rank runs the same calls in the same order; only rank 0
 import time
 from dataclasses import dataclass, field
 
+from ..config.builder import config_error
+from ..errors import ConfigError
 from ..faults import fault_hook
 from ..log import get_logger
 from .evaluate import written_on
+from .policy import CheckpointPolicy, checkpoint_file
 
 
 @dataclass
@@ -40,8 +44,10 @@ class RunResult:
     #: Images in each split whose error rate was measured: ``{"train": n, "test": n, ...}``
     #: (what one misclassified image is worth: ``100 / n`` points).
     split_images: dict = field(default_factory=dict)
-    #: ``{"epoch", "split", "misclass"}`` of the evaluated epoch with the lowest validation (else
-    #: test) error rate; None when no epoch was evaluated (``eval_every: 0``).
+    #: ``{"epoch", "split", "metric", "value"}`` (+ ``misclass`` when that is the metric) of the
+    #: best evaluated epoch by the checkpoint policy's ``monitor`` (default ``valid_misclass``);
+    #: None when no epoch was evaluated or the run has no split to select on (no validation
+    #: split, and no ``select_on_test``).
     best_epoch: dict = None
     grid: tuple = (1, 1)
     size: int = 1
@@ -51,6 +57,12 @@ class RunResult:
     checkpoint: str = None
     #: Wall seconds: setup, restore, data, train, eval, total.
     timings: dict = field(default_factory=dict)
+    #: Why training stopped: ``{"reason": "num_epochs" | "early_stopping", "epoch", "detail"}``.
+    stop: dict = None
+    #: The checkpoint files the run leaves (those ``keep_last`` kept, then the best one).
+    checkpoints: list = field(default_factory=list)
+    #: The best epoch's checkpoint (``keep_best``), None without one.
+    best_checkpoint: str = None
 
 
 class RunHooks:
@@ -117,6 +129,11 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
     first = result.start_epoch = model.start(resume_state)
     exp.note_start(data, first, log)
     eval_splits = [s for s in exp.eval_splits() if s in data]
+    try:
+        policy = CheckpointPolicy.of(exp, eval_splits, t.rank)
+    except ConfigError as e:   # every rank: the same experiment, the same splits
+        raise config_error(exp, e.bare_message, e.key) from None
+    policy.replay(history)   # a resumed run decides as the uninterrupted one would
     fault = fault_hook(t.rank)
 
     def on_batch(epoch, batch, nbatches, running_cost):
@@ -130,7 +147,10 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
         if resume_state is None:   # checkpoints close supervised epochs, which pretraining preceded
             for record in model.before_training(train):
                 hooks.pretrain(record)
-        for epoch in range(first, model.num_epochs):
+        if policy.stop is not None and first < model.num_epochs:
+            log.info("the checkpoint stopped training early after epoch %d (%s): no epoch left to train",
+                     policy.stop["epoch"], policy.stop["detail"])
+        for epoch in range(first, model.num_epochs if policy.stop is None else first):
             t1 = clock()
             exp.set_epoch(train, epoch)     # augmented images draw per epoch
             cost = model.fit_epoch(train, epoch, on_batch, read_ahead)
@@ -139,21 +159,32 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
             if eval_splits and exp.evaluates(epoch):
                 t1 = clock()
                 for split in eval_splits:
-                    for name, value in model.split_metrics(data[split]).items():
+                    for name, value in exp.split_metrics(data[split]).items():
                         record[f"{split}_{name}"] = value
                 record["eval_seconds"] = clock() - t1
             exp.log_epoch(record, log)
             history.append(record)
-            last = epoch == model.num_epochs - 1
-            if (exp.checkpoint_path and exp.checkpoint_every and (epoch + 1) % exp.checkpoint_every == 0
-                    and not (last and exp.checkpoint_at_end)):
+            try:
+                policy.check_monitor(record)   # every rank: the same record
+            except ConfigError as e:
+                raise config_error(exp, e.bare_message, e.key) from None
+            due = policy.epoch_done(record, epoch == model.num_epochs - 1)
+            if due["checkpoint"]:
                 t1 = clock()
-                exp.save_checkpoint(exp.checkpoint_path, epoch, history)
+                exp.save_checkpoint(due["checkpoint"], epoch, history)
                 record["checkpoint_seconds"] = clock() - t1
-                result.checkpoint = exp.checkpoint_path
+                result.checkpoint = due["checkpoint"]
+            if due["best"]:
+                exp.save_checkpoint(due["best"], epoch, history)
+            if due["checkpoint"]:   # only once the newer one is complete (the final one's: below)
+                policy.remove(due["remove"])
+            if policy.stop is not None:
+                log.info("stopping early after epoch %d: %s", epoch, policy.stop["detail"])
             if on_epoch is not None:
                 on_epoch(epoch, cost)
             hooks.epoch(record)
+            if policy.stop is not None:
+                break
     finally:
         if read_ahead is not None:
             read_ahead([])   # forget what was scheduled
@@ -162,12 +193,26 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
 
     result.epoch_costs = [r["cost"] for r in history]
     if exp.checkpoint_path and exp.checkpoint_at_end and history:
-        exp.save_checkpoint(exp.checkpoint_path, history[-1]["epoch"], history)
-        result.checkpoint = exp.checkpoint_path
-    result.best_epoch = best_epoch(history) if exp.picks_best_epoch else None
+        last = history[-1]
+        trained = last["epoch"] >= first   # else the checkpoint's own last epoch, rewritten here
+        path = last["checkpoint"] if trained and last.get("checkpoint") else checkpoint_file(
+            exp.checkpoint_path, last["epoch"])
+        exp.save_checkpoint(path, last["epoch"], history)
+        result.checkpoint = path
+        if trained:
+            policy.remove(last.get("removed", ()))
+    summary = policy.summary(model.num_epochs, history[-1]["epoch"] if history else None)
+    result.stop, result.checkpoints = summary["stop"], summary["checkpoints"]
+    result.best_checkpoint = summary["best_checkpoint"]
+    result.best_epoch = summary["best_epoch"] if exp.picks_best_epoch else None
+    if result.best_epoch is None and exp.picks_best_epoch and policy.monitor is None and \
+            any("test_misclass" in r for r in history):
+        log.info("no best epoch: the run has no validation split (checkpoint select_on_test: true "
+                 "selects on the test split)")
     if result.best_epoch is not None:
-        log.info("best epoch: %d (%s misclass %.5f%%)", result.best_epoch["epoch"],
-                 result.best_epoch["split"], result.best_epoch["misclass"])
+        b = result.best_epoch
+        log.info("best epoch: %d (%s)%s", b["epoch"], best_text(b),
+                 f"; its checkpoint: {result.best_checkpoint}" if result.best_checkpoint else "")
     t0 = clock()
     exp.final_metrics(data, history, result, log)
     timings["eval"] = clock() - t0
@@ -184,12 +229,9 @@ def epochs_left(done, num_epochs):
     return f"training epochs {done + 1} to {num_epochs - 1}"
 
 
-def best_epoch(history):
-    """The evaluated epoch with the lowest validation error rate (the test rate when there is no
-    validation split; the first of equals): ``{"epoch", "split", "misclass"}``, or None."""
-    for split in ("valid", "test"):
-        rated = [r for r in history if f"{split}_misclass" in r]
-        if rated:
-            best = min(rated, key=lambda r: r[f"{split}_misclass"])
-            return {"epoch": best["epoch"], "split": split, "misclass": best[f"{split}_misclass"]}
-    return None
+def best_text(best):
+    """``valid misclass 0.50000%`` (an error rate, as the best-epoch line always said), else
+    ``valid_cost 0.12345``."""
+    if "misclass" in best:
+        return f"{best['split']} misclass {best['misclass']:.5f}%"
+    return f"{best['metric']} {best['value']:.5g}"

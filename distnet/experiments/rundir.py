@@ -9,10 +9,14 @@ instead of ``runs`` when that is set; ``-2``, ``-3``, ... if the name is taken),
     run.json          command, overrides, resume source, topology (size, grid, data, pipe),
                       versions (``distnet info``), status (see below), start and end times,
                       timings (setup, restore, data, train, eval, total seconds), the checkpoint
-                      path, the host and pid of rank 0 (``host``, ``pid``, ``pid_start``)
+                      path, the host and pid of rank 0 (``host``, ``pid``, ``pid_start``); the
+                      checkpoint policy's ``stop``, ``best_epoch``, ``checkpoints``,
+                      ``best_checkpoint`` (:mod:`~distnet.experiments.policy`)
     metrics.jsonl     one JSON line per epoch: epoch, cost, seconds (wall time of the epoch),
-                      test_misclass / train_misclass when evaluated (``eval_every``), then a
-                      final line ``{"final": true, train_misclass, test_misclass, size, grid}``
+                      the metrics of every evaluated split (``eval_every``: ``test_misclass``,
+                      ``test_cost``, ``test_confusion``, ...; :mod:`~distnet.experiments.metrics`)
+                      and the policy's decisions, then a final line ``{"final": true,
+                      train_misclass, test_misclass, size, grid, stop, checkpoints, ...}``
     checkpoint.h5     the model checkpoint (:mod:`distnet.models.checkpoint`), unless disabled
     log.txt           what rank 0 logged (the lines printed, progress lines, the error if any)
 

@@ -31,6 +31,7 @@ class Autoencoder(Model):
 
     #: What the experiment's final report calls :meth:`misclass_rate`'s number, and its unit.
     metric_label = ("reconstruction error", "")
+    classifies = False
 
     _inputs = None
 

@@ -492,6 +492,12 @@ class Model:
     #: Trains on labels (an RBM, a DBN before fine-tuning: not; they have no error rate).
     supervised = True
 
+    @property
+    def classifies(self):
+        """Its outputs are class scores (cost, error rates, top-k, confusion matrix are
+        measured); an Autoencoder's and an RBM's are not."""
+        return self.supervised
+
     def check_outputs(self, dataset):
         """ConfigError (at the last layer's ``nout``) unless the last layer gives one output per
         class of ``dataset`` (run by ``distnet check`` and before training)."""

@@ -48,6 +48,7 @@ class RBM(Model):
     input_layout = REPLICATED
     #: No labels are read: the experiment skips its class-count check and error rates.
     supervised = False
+    metric_label = ("reconstruction error", "")
 
     def __init__(self, layers, num_epochs, cost=None, **keys):
         super().__init__(layers, num_epochs, cost=cost if cost is not None else SumSquaredDiffs(), **keys)
