@@ -152,6 +152,7 @@ def test_evaluate_and_predict_with_everything_on_rank0s_node(nodes):
     shutil.rmtree(nodes["B"] / "cache", ignore_errors=True)     # nodeB: nothing but the experiment file
     out = two_nodes(nodes["A"], nodes["B"], "check", "exp.yaml")    # distnet check: the reader's header too
     assert "exp.yaml: OK (4 layers, input (1, 12, 10), output (3,); on these 4 ranks" in out
+    os.remove(nodes["B"] / "exp.yaml")       # evaluate and predict build from rank 0's file
     out = two_nodes(nodes["A"], nodes["B"], "evaluate", "exp.yaml", "--checkpoint", "ck.h5")
     want = one_process(nodes["one"], "evaluate", "exp.yaml", "--checkpoint", str(nodes["A"] / "ck.h5"))
     rates = [line.split(":", 1)[1] for line in out.splitlines() if "misclass rate" in line]
@@ -164,5 +165,5 @@ def test_evaluate_and_predict_with_everything_on_rank0s_node(nodes):
     with h5py.File(nodes["A"] / "pred.h5", "r") as got, h5py.File(nodes["one"] / "pred.h5", "r") as want:
         np.testing.assert_allclose(got["probabilities"][()], want["probabilities"][()], rtol=1e-12)
         np.testing.assert_array_equal(got["labels"][()], want["labels"][()])
-    assert sorted(os.listdir(nodes["B"])) == ["cache", "exp.yaml"]   # no data, images nor checkpoint there
+    assert sorted(os.listdir(nodes["B"])) == ["cache"]   # no experiment, data, images nor checkpoint there
     assert sorted(os.listdir(nodes["B"] / "cache")) == ["data.rank2of4.h5", "data.rank3of4.h5"]   # refilled

@@ -11,10 +11,9 @@ _CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=cli
 _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 
 
-def _load(experiment, overrides):
-    """EXPERIMENT loaded (with ``--set``) and checked."""
-    from ..config import load_experiment
-    exp = load_experiment(experiment, overrides)
+def _load(job, experiment, overrides):
+    """EXPERIMENT loaded (with ``--set``) from rank 0's file on every rank, and checked."""
+    exp = job.load_experiment(experiment, overrides)
     exp.check()
     return exp
 
@@ -33,7 +32,7 @@ def evaluate(experiment, checkpoint, overrides, as_json):
     from ..experiments.evaluate import evaluate_checkpoint, evaluation_lines
     from ..experiments.seq2seq import Seq2SeqExperiment
     with Job(world=True) as job:   # under mpiexec the abort hook first (as for run)
-        exp = _load(experiment, overrides)
+        exp = _load(job, experiment, overrides)
         if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
             ck, accuracies = exp.evaluate_checkpoint(checkpoint)
         else:
@@ -95,7 +94,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
     with Job(errors=[(OSError, unwritable)]) as job:
         prediction_format(output)           # a wrong extension fails before any work
         job.start_world()                   # under mpiexec the abort hook first (as for run)
-        exp = _load(experiment, overrides)
+        exp = _load(job, experiment, overrides)
 
         def check_output():                 # rank 0 writes OUT
             for p in (*data_paths, checkpoint, experiment):

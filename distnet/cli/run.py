@@ -85,7 +85,7 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     with Job(world=True, signals=True, errors=TRAINING_ERRORS) as job:
         rank0 = job.rank0
         state = job.on_failure(_Record())   # what to close and record when the run fails
-        text, overrides = experiment_text(job, experiment, overrides)   # rank 0's, on every rank
+        text, overrides = job.experiment_text(experiment, overrides)   # rank 0's, on every rank
         exp = load_experiment(experiment, overrides, text=text)
         if verbose or quiet:
             exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
@@ -158,26 +158,6 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
         if job.comm is not None:
             from ..comm.abort import stop_failure_relay
             stop_failure_relay()
-
-
-def experiment_text(job, path, overrides):
-    """``(text, overrides)``: the experiment file as rank 0 read it and rank 0's ``--set``
-    list, on every rank (one broadcast over ``COMM_WORLD``). The file is needed on rank 0's node
-    only, and ranks can never build different experiments from copies that differ; errors in it
-    name the file and line alike on every rank. A file rank 0 cannot read is its ConfigError on
-    every rank."""
-    from ..config.yaml_loader import read_text
-    from ..errors import ConfigError
-    mine = None
-    if job.rank0:
-        try:
-            mine = ("text", read_text(path), list(overrides))
-        except ConfigError as e:
-            mine = ("error", e.bare_message, e.where, e.key)
-    got = job.bcast(mine)
-    if got[0] == "error":
-        raise ConfigError(*got[1:])
-    return got[1], tuple(got[2])
 
 
 def _out_of_memory(e):   # numpy's "Unable to allocate 67 GiB for an array with shape ..."
