@@ -48,7 +48,12 @@ class RBM(Model):
     input_layout = REPLICATED
     #: No labels are read: the experiment skips its class-count check and error rates.
     supervised = False
-    metric_label = ("reconstruction error", "")
+
+    @property
+    def metric_label(self):
+        """A fine-tuned DBN has error rates; an RBM, or a DBN without fine-tuning, its
+        reconstruction error."""
+        return Model.metric_label if self.supervised else ("reconstruction error", "")
 
     def __init__(self, layers, num_epochs, cost=None, **keys):
         super().__init__(layers, num_epochs, cost=cost if cost is not None else SumSquaredDiffs(), **keys)
