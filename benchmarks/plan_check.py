@@ -108,7 +108,8 @@ def predict(workload, grid, rates, cores):
                    state_arrays=len(exp.model.optimizer_state_names()))
     t = p.totals()
     mem = memory_totals(p)["rank"]
-    return {"step_s": t["time"]["step"], "halo_bytes_max": t["halo_fwd_max"] + t["halo_bwd_max"],
+    halo = (p.per_rank("halo_fwd") + p.per_rank("halo_bwd")).max()   # the rank sending most, both ways
+    return {"step_s": t["time"]["step"], "halo_bytes_max": float(halo),
             "allreduce_bytes_max": t["allreduce_grad"] + t["allreduce_act"],
             "memory_bytes": mem["parameters"] + mem["gradients"] + mem["optimizer"] + mem["activations"]}
 

@@ -125,6 +125,12 @@ class Plan:
         t["halo_inter_max"] = int(r["halo_inter"].max()) if "halo_inter" in r else 0
         return t
 
+    def per_rank(self, kind):
+        """``(Py, Px)`` array of one per-rank figure of the busiest stage (``halo_fwd``,
+        ``halo_bwd``, ``halo_msgs``, ``halo_inter``, ``flops``, ``act_bytes``, ``time_step``,
+        ...; zeros where no layer has it)."""
+        return self._ranks.get(kind, np.zeros(self.grid))
+
     def to_dict(self):
         d = asdict(self)
         d["totals"] = self.totals()

@@ -149,3 +149,13 @@ def test_json_has_the_memory_and_the_machine():
     assert d["machine"]["ranks_per_node"] == 2 and d["machine"]["beta_inter"] == 1e9
     assert d["memory"]["rank"]["total"] > 0 and d["memory"]["node"]["ranks"] == 2
     assert np.isclose(d["totals"]["images_per_s"], 50 / d["totals"]["time"]["step"])
+
+
+def test_per_rank_figures_sum_to_the_totals():
+    p = plan_model(_bigimage(), (3, 256, 256), 6, grid=(2, 3), batch=4)
+    t = p.totals()
+    both = p.per_rank("halo_fwd") + p.per_rank("halo_bwd")
+    assert p.per_rank("halo_fwd").shape == (2, 3)
+    assert both.sum() == t["halo_fwd_total"] + t["halo_bwd_total"]
+    assert both.max() <= t["halo_fwd_max"] + t["halo_bwd_max"]
+    assert not p.per_rank("nothing such").any()
