@@ -20,41 +20,13 @@ def read_images(path, image_shape, tile=None):
     ``t10k-images-idx3-ubyte``, ``.gz`` too); ``(N, C, H, W)``, or ``(N, H, W)`` for one
     channel. DataError for no images, or a NaN or infinite value.
     """
-    if not os.path.isfile(path):
-        raise DataError(f"--data {path}: no such file")
-    ext = os.path.splitext(path)[1].lower()
-    if _is_idx_images(path):
-        from .idx import read_idx
-        x = read_idx(path, _IDX_UBYTE_3D)
-    elif ext == ".npy":
-        try:
-            x = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise DataError(f"--data {path}: not a numpy array file ({e})") from None
-    else:
-        import h5py
-        try:
-            f = h5py.File(path, "r")
-        except OSError as e:
-            raise DataError(f"--data {path}: neither a .npy file nor a readable HDF5 file ({e})") from None
-        with f:
-            key = next((k for k in ("x", "test/x") if k in f), None)
-            if key is None:
-                raise DataError(f"--data {path}: the HDF5 file has no dataset 'x' (or 'test/x') of "
-                                "images (N, C, H, W)")
-            x = f[key][()]
-    if x.ndim == 3:
-        x = x[:, None]
-    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(image_shape):
-        raise DataError(f"--data {path}: images of shape {tuple(x.shape[1:])}, but the experiment "
-                        f"takes {tuple(image_shape)} (C, H, W)")
-    if x.dtype.kind not in "biuf":
-        raise DataError(f"--data {path}: images must be numbers, got dtype {x.dtype}")
-    if len(x) == 0:
-        raise DataError(f"--data {path}: holds no images")
-    if tile is not None:
-        x = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
-    x = np.asarray(x)
+    from ..geometry import Box
+    src = images_source(path, image_shape)
+    try:
+        H, W = src.shape[2:]
+        x = np.asarray(src.read(np.arange(src.shape[0]), tile or Box(0, H, 0, W)))
+    finally:
+        src.close()
     check_images_finite(x, path)
     return x
 

@@ -378,24 +378,10 @@ def tile_cache(path, meta, sources, tile, rows_per_copy=256):
     matches; a stale or unreadable file is rebuilt with a warning. Only this rank reads and
     writes it, so it may live on storage no other node sees. None (with a warning) when it
     cannot be written (no room on its file system, a failed write): read ``sources`` instead."""
-    import h5py
-    from .sources import H5Source
     meta = normalize(meta)
-    refuse_foreign(path, meta)
-    if os.path.exists(path):
-        try:
-            with h5py.File(path, "r") as f:
-                cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
-                if not cached:
-                    raise _foreign(path)
-                shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in sources}
-            diffs = differences(cached, meta)
-            if not diffs:
-                log.info("using tile cache %s", path)
-                return {s: H5Source(path, s, *shapes[s]) for s in sources}
-            log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
-        except (OSError, KeyError, ValueError) as e:
-            log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
+    found = open_tile_cache(path, meta, sources)
+    if found is not None:
+        return found
     h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
     need = sum(s.shape[0] * (s.shape[1] * h * w * s.dtype.itemsize + 72) for s in sources.values()) + 2**16
     folder, free = free_space(path)
@@ -461,7 +447,6 @@ def _write_tile_cache(path, meta, sources, tile, rows_per_copy):
                 f[f"{split}/y"] = np.asarray(src.labels())
                 out[split] = ((n, c, h, w), src.dtype)
                 src.close()
-            for key, value in meta.items():
-                f.attrs[_ATTR + key] = json.dumps(value)
+            stamp(f, meta)
     log.info("wrote tile cache %s", path)
     return {s: H5Source(path, s, *v) for s, v in out.items()}

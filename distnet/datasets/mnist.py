@@ -97,16 +97,7 @@ class MNIST(Dataset):
         for split, (images_path, labels_path) in self._files().items():
             images = idx.read_idx(images_path, idx.IMAGES_MAGIC)
             labels = idx.read_idx(labels_path, idx.LABELS_MAGIC)
-            if images.shape[1:] != self.image_shape[1:]:
-                raise DataError(f"{images_path} holds {images.shape[1]}x{images.shape[2]} images, "
-                                f"MNIST's are 28x28")
-            if len(labels) != len(images):
-                raise DataError(f"{images_path} has {len(images)} images but {labels_path} has "
-                                f"{len(labels)} labels")
-            if len(labels) == 0:
-                raise DataError(f"{images_path} holds no images")
-            if labels.max() >= self.nclasses:
-                raise DataError(f"{labels_path} has label {labels.max()}; MNIST labels are 0..9")
+            self._check_pair(images, labels, images_path, labels_path)
             x = self.cut(images[:, None], tile)          # (N, 1, h, w) uint8 view
             out[split] = (x, labels.astype(np.int64))
         return out
