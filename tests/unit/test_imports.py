@@ -20,7 +20,7 @@ The layers, top to bottom; a module imports only its own layer and the ones abov
   6   layers       ``distnet/layers/``
   7   models       ``distnet/models/``
   7   experiments  ``distnet/experiments/``, and the top-level modules that serve a run or a
-                   plan of one: ``plan.py`` (plans a model's layers on a grid), ``faults.py``
+                   plan of one: ``plan/`` (plans a model's layers on a grid), ``faults.py``
                    (fault injection into training steps) and ``progress.py`` (the progress bar
                    a run reports to). One level with models, but experiments sit on models:
                    experiments may import models, models never import experiments.
