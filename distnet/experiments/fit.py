@@ -89,8 +89,9 @@ class FitExperiment(Experiment):
                               f"the MLPDist model (with LayerDist / LayerWithNoBiasDist layers), not "
                               f"{config_name(self.model)}", key="model")
         if mode == "halopar" and whole:
+            modes = " or ".join(self.model.whole_image_modes)
             raise ConfigError(f"{config_name(self.model)} takes whole images on every rank: give its "
-                              "dataset dist_mode: vecpar (or datapar), not halopar", key="model")
+                              f"dataset dist_mode: {modes}, not halopar", key="model")
         if mode == "vecpar" and self.grid is not None and self.grid[0] != 1:
             raise ConfigError(f"dist_mode vecpar shards fully connected layers over a 1 x P grid (P blocks "
                               f"of input features), but grid is [{self.grid[0]}, {self.grid[1]}]; write "

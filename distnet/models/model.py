@@ -491,6 +491,8 @@ class Model:
     metric_label = ("misclass rate", "%")
     #: Trains on labels (an RBM, a DBN before fine-tuning: not; they have no error rate).
     supervised = True
+    #: The dataset ``dist_mode`` values under which a model that takes whole images distributes.
+    whole_image_modes = ("vecpar", "datapar")
 
     @property
     def classifies(self):

@@ -48,6 +48,7 @@ class RBM(Model):
     input_layout = REPLICATED
     #: No labels are read: the experiment skips its class-count check and error rates.
     supervised = False
+    whole_image_modes = ("datapar",)      # data replicas only
 
     @property
     def metric_label(self):

@@ -8,7 +8,7 @@ import pytest
 
 from distnet.backend import Numpy64
 from distnet.comm import Topology
-from distnet.config import load_experiment
+from distnet.config import load_experiment, load_experiment_text
 from distnet.errors import ConfigError
 from distnet.layers.rbm import RBMLayer
 from distnet.models.rbm import DBN, RBM
@@ -289,3 +289,13 @@ def test_dbn_resumed_run_equals_an_uninterrupted_one(tmp_path, stop_after):
     assert len(whole.epoch_costs) == 6
     np.testing.assert_allclose(resumed.epoch_costs, whole.epoch_costs, rtol=1e-12)
     assert resumed.test_misclass == whole.test_misclass and resumed.train_misclass == whole.train_misclass
+
+
+def test_tiles_are_refused_naming_data_replicas_only():
+    """An RBM takes whole images and distributes over data replicas only: the halopar refusal
+    names datapar, not vecpar (which it would refuse next)."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "experiments" / "mnist_dbn_datapar.yaml").read_text()
+    with pytest.raises(ConfigError, match="give its dataset dist_mode: datapar, not halopar") as e:
+        load_experiment_text(text.replace("dist_mode: datapar", "dist_mode: halopar"), "dbn.yaml")
+    assert "vecpar" not in str(e.value)
