@@ -149,10 +149,10 @@ def test_second_run_from_the_node_caches_without_the_data(nodes, tmp_path):
 
 
 def test_evaluate_and_predict_with_everything_on_rank0s_node(nodes):
-    shutil.rmtree(nodes["B"] / "cache", ignore_errors=True)     # nodeB: nothing but the experiment file
+    shutil.rmtree(nodes["B"] / "cache", ignore_errors=True)     # nodeB: nothing at all,
+    os.remove(nodes["B"] / "exp.yaml")       # not even the experiment: every command builds from rank 0's
     out = two_nodes(nodes["A"], nodes["B"], "check", "exp.yaml")    # distnet check: the reader's header too
     assert "exp.yaml: OK (4 layers, input (1, 12, 10), output (3,); on these 4 ranks" in out
-    os.remove(nodes["B"] / "exp.yaml")       # evaluate and predict build from rank 0's file
     out = two_nodes(nodes["A"], nodes["B"], "evaluate", "exp.yaml", "--checkpoint", "ck.h5")
     want = one_process(nodes["one"], "evaluate", "exp.yaml", "--checkpoint", str(nodes["A"] / "ck.h5"))
     rates = [line.split(":", 1)[1] for line in out.splitlines() if "misclass rate" in line]

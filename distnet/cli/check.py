@@ -26,8 +26,9 @@ def check(experiment, list_classes, reference, overrides):
         return
     if experiment is None:
         fail("give an EXPERIMENT file (or --list-classes / --reference)")
-    with Job():     # errors as run would exit: 2 for the file, 1 for its data
-        exp, shape, lines, nranks, layout = _checked(experiment, overrides)
+    with Job(world=True) as job:     # errors as run would exit: 2 for the file, 1 for its data
+        text, overrides = job.experiment_text(experiment, overrides)   # rank 0's file, as run reads it
+        exp, shape, lines, nranks, layout = _checked(experiment, overrides, text)
     from ..log import job_rank
     if job_rank() != 0:     # under mpiexec: one report (rank 0's), errors from every rank
         return
@@ -61,21 +62,21 @@ def _list(reference):
             click.echo(f"{kind:<10} {dpath:<40} {npath or plugin_source(name) or ''}".rstrip())
 
 
-def _checked(experiment, overrides):
+def _checked(experiment, overrides, text=None):
     """``(experiment, output shape, summary lines, ranks, layout)`` of a checked EXPERIMENT: a
     chain of layers has an output shape, a Seq2SeqExperiment summary lines instead (the other
     None); under mpiexec, the launch's rank count and the layout ``distnet run`` would cut from
-    it (no MPI needed), so that `mpiexec -n 5 distnet check` cannot say OK to what run refuses
-    (one process: layout None)."""
+    it, so that `mpiexec -n 5 distnet check` cannot say OK to what run refuses (one process:
+    layout None). ``text``: the file as rank 0 read it (None: read it here)."""
     from ..comm.launcher import launcher_world_size
     from ..config import load_experiment
     from ..experiments.seq2seq import Seq2SeqExperiment
     try:
-        exp = load_experiment(experiment, overrides)
+        exp = load_experiment(experiment, overrides, text=text)
     except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
         if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
             raise
-        exp = load_experiment(experiment, overrides, gpu_as_cpu=True)
+        exp = load_experiment(experiment, overrides, gpu_as_cpu=True, text=text)
     shape = lines = None
     if isinstance(exp, Seq2SeqExperiment):   # not a chain of layers: its own lines
         exp.check()
