@@ -299,31 +299,26 @@ def test_the_layout_that_wrote_a_checkpoint_is_named_whole():
     assert written_on(ckmod.Checkpoint(path="ck.h5", epoch=0, params=[], meta={})) == "? rank(s), grid ?"
 
 
-def _warnings_of_apply(experiment, path):
+def _warnings_of_apply(experiment, path, caplog):
+    """The warnings of loading checkpoint ``path`` into ``experiment``'s model."""
     exp = load_experiment(str(experiment), ["model.num_epochs=2"])
     exp.setup()
-    log = logging.getLogger("test-ck-state")
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log.addHandler(handler)
-    try:
-        ckmod.apply_checkpoint(exp.model, read_checkpoint(path), log)
-    finally:
-        log.removeHandler(handler)
-    return [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="test-ck-state"):
+        ckmod.apply_checkpoint(exp.model, read_checkpoint(path), logging.getLogger("test-ck-state"))
+    return [r.getMessage() for r in caplog.records if r.name == "test-ck-state" and r.levelno == logging.WARNING]
 
 
-def test_a_checkpoint_without_the_momentum_state_warns_what_is_reset(files, good, tmp_path):
+def test_a_checkpoint_without_the_momentum_state_warns_what_is_reset(files, good, tmp_path, caplog):
     """The tiny CNN trains with Nesterov momentum: a checkpoint whose velocities are gone used
     to resume without them, silently (the run then differs from an uninterrupted one)."""
-    assert _warnings_of_apply(files["cnn"], good) == []
+    assert _warnings_of_apply(files["cnn"], good, caplog) == []
     bare = tmp_path / "bare.h5"
     bare.write_bytes(good.read_bytes())
     with h5py.File(bare, "a") as f:
         for name in list(f["params"]):
             del f[f"params/{name}/velocity"]
-    lines = _warnings_of_apply(files["cnn"], bare)
+    lines = _warnings_of_apply(files["cnn"], bare, caplog)
     assert lines == [f"checkpoint {bare} holds no momentum velocity for conv.W, hidden.W, out.W, out.b after 4 "
                      "optimiser steps: resumed with it reset to zero, so from here the run differs from an "
                      "uninterrupted one"], lines
@@ -332,5 +327,5 @@ def test_a_checkpoint_without_the_momentum_state_warns_what_is_reset(files, good
     adam = tmp_path / "adam.yaml"
     adam.write_text(text.replace("momentum: {type: nesterov, coef: 0.5},", "learning_rule: !obj:distnet.learning_rules.Adam {},"))
     assert adam.read_text() != text
-    lines = _warnings_of_apply(adam, good)
+    lines = _warnings_of_apply(adam, good, caplog)
     assert len(lines) == 1 and "holds no Adam state (m, v) for conv.W, hidden.W" in lines[0], lines

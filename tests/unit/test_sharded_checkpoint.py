@@ -258,7 +258,7 @@ def test_the_checkpoint_commands(saved, tmp_path):
     assert r.exit_code == 1 and "not a readable HDF5 file" in r.output and not (tmp_path / "j").exists()
 
 
-def test_a_sharded_checkpoint_without_momentum_state_warns_what_is_reset(files, tmp_path):
+def test_a_sharded_checkpoint_without_momentum_state_warns_what_is_reset(files, tmp_path, caplog):
     """As for a single file: resuming without the velocities the run keeps is said, once."""
     import logging
     single = tmp_path / "ck.h5"
@@ -269,15 +269,9 @@ def test_a_sharded_checkpoint_without_momentum_state_warns_what_is_reset(files, 
     sharded.split(single, tmp_path / "bare", 2)
     exp = load_experiment(str(files["cnn"]), ["model.num_epochs=2"])
     exp.setup()
-    log = logging.getLogger("test-sck-state")
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log.addHandler(handler)
-    try:
-        sharded.apply_sharded(exp.model, sharded.read_index(tmp_path / "bare"), log)
-    finally:
-        log.removeHandler(handler)
-    lines = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="test-sck-state"):
+        sharded.apply_sharded(exp.model, sharded.read_index(tmp_path / "bare"), logging.getLogger("test-sck-state"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "test-sck-state" and r.levelno == logging.WARNING]
     assert len(lines) == 1 and "holds no momentum velocity for conv.W, hidden.W, out.W, out.b" in lines[0], lines
     assert all(p.velocity is None for layer in exp.model.layers for p in layer.params())
