@@ -41,6 +41,8 @@ import types
 import numpy as np
 
 import distnet.backend
+import distnet.ops.cuda.launch
+from tests import cuda_emulator
 from distnet.backend import Backend
 
 xp = types.ModuleType("devicelike", __doc__.split("\n\n")[0])
@@ -428,6 +430,21 @@ xp.cuda.runtime.getDeviceCount = lambda: 1
 
 sys.modules["devicelike"] = xp
 distnet.backend.DEVICE_ARRAY_MODULES.add("devicelike")
+
+
+def _run_kernel(kernel, n, args):
+    """A fused CUDA kernel on devicelike arrays: its CUDA C compiled for the host and run
+    thread by thread (tests/cuda_emulator.py); one device call, as one launch."""
+    xp.counts["calls"] += 1
+    for a in args:
+        if isinstance(a, np.ndarray) and a.ndim:
+            raise TypeError(f"kernel {kernel.name}: a host array given as a device argument")
+    cuda_emulator.run(kernel, n, args, data=lambda a: a._a)
+
+
+# Where no C++ compiler is found, devicelike arrays take the generic array-module code instead.
+if cuda_emulator.compiler() is not None:
+    distnet.ops.cuda.launch.register_runner("devicelike", _run_kernel)
 
 
 class DeviceLike(Backend):

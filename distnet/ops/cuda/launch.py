@@ -1,0 +1,133 @@
+"""A CUDA C kernel with the launch convention of :mod:`distnet.ops.cuda`, and its launchers.
+
+Source convention (what :class:`Kernel` sources look like)::
+
+    extern "C" __global__ void distnet_name(const long long n, const T* x, T* y, const long long k) {
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+             i += (long long)blockDim.x * gridDim.x) {
+            ...   // work item i of n
+        }
+    }
+
+``T`` is the float type, defined before the source as ``float`` or ``double`` by the dtype of
+the call's array arguments; integer parameters are ``long long`` (Python ints), float parameters
+``T`` (Python floats); arrays are C-contiguous device arrays, or views wrapped in
+:func:`strided`, whose strides the kernel is given as integer parameters (pointer: the view's
+first element).
+
+On cupy a kernel is compiled once per dtype (``cupy.RawKernel``, NVRTC; cupy caches the binary
+on disk) and launched with :data:`BLOCK` threads per block. Other device array modules launch
+through a runner registered with :func:`register_runner` (the test suite registers one that
+compiles the same source for the host and runs every thread in turn).
+"""
+import numpy as np
+
+from ...backend import get_array_module
+
+#: Threads per block. 256 keeps enough blocks per SM for the small grids of MNIST-sized layers.
+BLOCK = 256
+#: At most this many blocks: the grid-stride loop covers the rest (a grid far larger than the
+#: GPU's resident blocks only adds scheduling).
+MAX_BLOCKS = 1 << 16
+
+_FLOAT_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+#: Array module name -> ``runner(kernel, n, args)``; see :func:`register_runner`.
+_RUNNERS = {}
+
+
+class Kernel:
+    """One CUDA C kernel: ``name`` (the ``extern "C"`` function) in ``source``.
+
+    Call ``kernel(n, *args)``: ``n`` work items (the grid-stride loop's bound), ``args`` the
+    kernel parameters after ``n`` in order: device arrays (all of one float dtype, or integer
+    index arrays), Python ints (``long long``) and Python floats (``T``).
+    """
+
+    #: Every kernel defined, for the suite's compile and emulation checks.
+    registry = []
+
+    def __init__(self, name, source):
+        self.name = name
+        self.source = source
+        self._compiled = {}
+        Kernel.registry.append(self)
+
+    def source_for(self, dtype):
+        """The complete CUDA C source with ``T`` defined for ``dtype`` (float32 or float64)."""
+        t = _FLOAT_TYPES.get(np.dtype(dtype))
+        if t is None:
+            raise TypeError(f"kernel {self.name}: float32 or float64 arrays expected, got {dtype}")
+        return f"typedef {t} T;\n{self.source}"
+
+    def float_dtype(self, args):
+        """The dtype ``T`` stands for: that of the float array arguments (one dtype)."""
+        dtypes = {a.dtype for a in args if _is_array(a) and a.dtype.kind == "f"}
+        if len(dtypes) != 1:
+            raise TypeError(f"kernel {self.name}: its float arrays must share one dtype, got "
+                            f"{sorted(map(str, dtypes)) or 'none'}")
+        return dtypes.pop()
+
+    def __call__(self, n, *args):
+        for i, a in enumerate(args):
+            if _is_array(a) and not a.flags.c_contiguous:
+                raise ValueError(f"kernel {self.name}: argument {i} (shape {a.shape}) is not "
+                                 "C-contiguous; a kernel reads raw memory (pass a view whose "
+                                 "strides the kernel takes as strided(view))")
+        args = tuple(a.array if isinstance(a, Strided) else a for a in args)
+        n = int(n)
+        if n <= 0:
+            return
+        xp = get_array_module(*[a for a in args if _is_array(a)])
+        if xp.__name__ == "cupy":
+            self._launch_cupy(xp, n, args)
+        else:
+            _RUNNERS[xp.__name__](self, n, args)
+
+    def _launch_cupy(self, cupy, n, args):
+        dtype = self.float_dtype(args)
+        k = self._compiled.get(dtype)
+        if k is None:
+            k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name)
+        t = dtype.type
+        params = (np.int64(n),) + tuple(
+            a if _is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
+            for a in args)
+        blocks = min(MAX_BLOCKS, -(-n // BLOCK))
+        k((blocks,), (BLOCK,), params)
+
+
+class Strided:
+    """An array argument whose strides the kernel takes itself (see :func:`strided`)."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+def strided(a):
+    """Hand the view ``a`` to a kernel that is also given ``element_strides(a)``: no
+    contiguity check, the kernel gets the address of ``a``'s first element."""
+    return Strided(a)
+
+
+def element_strides(a):
+    """``a``'s strides in elements (what a kernel indexes with)."""
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _is_array(a):
+    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, np.generic)
+
+
+def available(xp):
+    """Whether arrays of module ``xp`` get the fused kernels: cupy, or a module with a registered
+    runner. numpy never does (its own kernels are the CPU path)."""
+    return xp.__name__ == "cupy" or xp.__name__ in _RUNNERS
+
+
+def register_runner(module_name, runner):
+    """Launch kernels on arrays of ``module_name`` with ``runner(kernel, n, args)`` (``args`` as
+    given to :meth:`Kernel.__call__`). ``runner=None`` removes it."""
+    if runner is None:
+        _RUNNERS.pop(module_name, None)
+    else:
+        _RUNNERS[module_name] = runner

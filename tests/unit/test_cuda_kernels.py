@@ -1,0 +1,82 @@
+"""The fused CUDA kernels (distnet/ops/cuda): their source compiles for a GPU (nvcc, where
+installed), keeps the rules that make the host emulation faithful, and each kernel computes what
+the numpy code computes, run as CUDA C on the host (tests/cuda_emulator.py) through the
+device-like module. Kernels of one op family are also tested with their op
+(e.g. tests/unit/test_cuda_pooling.py)."""
+import importlib
+import pkgutil
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import distnet.ops.cuda
+from distnet.ops.cuda.launch import Kernel, strided
+from distnet.ops.windows import fold
+from tests import cuda_emulator
+from tests.devicelike import xp
+
+for _m in pkgutil.iter_modules(distnet.ops.cuda.__path__):
+    importlib.import_module(f"distnet.ops.cuda.{_m.name}")
+KERNELS = {k.name: k for k in Kernel.registry}
+needs_compiler = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")
+
+
+def test_kernels_are_registered_once_under_their_function_name():
+    assert len(KERNELS) == len(Kernel.registry) and KERNELS
+    for name, k in KERNELS.items():
+        assert re.search(rf'extern "C" __global__ void {name}\(', k.source), name
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_source_keeps_the_rules_of_the_emulation(name):
+    """One thread per output element, no atomics, no shared memory or barriers, no headers
+    (NVRTC has none), a grid-stride loop: what makes a serial host run mean something."""
+    src = KERNELS[name].source
+    for banned in ("atomic", "__shared__", "__syncthreads", "#include", "printf"):
+        assert banned not in src, f"{name}: {banned}"
+    assert "i += (long long)blockDim.x * gridDim.x" in src or "+= (long long)blockDim.x * gridDim.x" in src
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA compiler (nvcc)")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_source_compiles_for_a_gpu(name, dtype, tmp_path):
+    cu = tmp_path / f"{name}.cu"
+    cu.write_text(KERNELS[name].source_for(dtype))
+    r = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", "-Werror", "all-warnings", str(cu), "-o",
+                        str(tmp_path / "k.ptx")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@needs_compiler
+def test_a_strided_view_is_refused_unless_the_kernel_takes_its_strides():
+    from distnet.ops.cuda.windows import FOLD
+    a = xp.zeros((4, 6))[:, ::2]
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        FOLD(1, a, a)
+    assert isinstance(strided(a), distnet.ops.cuda.launch.Strided)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geom", [(2, 3, 7, 8, 3, 3, 1, 1), (3, 2, 9, 9, 2, 3, 2, 1),
+                                  (1, 1, 5, 5, 5, 5, 1, 1), (4, 2, 10, 7, 3, 2, 3, 2),
+                                  (2, 2, 9, 9, 2, 2, 3, 3)])
+@pytest.mark.parametrize("chwn", [False, True])
+def test_fold_kernel_equals_the_tap_by_tap_fold_bit_for_bit(geom, dtype, chwn):
+    B, C, H, W, fh, fw, sy, sx = geom
+    Ho, Wo = (H - fh) // sy + 1, (W - fw) // sx + 1
+    rng = np.random.default_rng(sum(geom))
+    # conv's layout: (C, fh, fw, Ho, Wo, B) memory read as (B, C, Ho, Wo, fh, fw)
+    cols = rng.standard_normal((C, fh, fw, Ho, Wo, B)).astype(dtype).transpose(5, 0, 3, 4, 1, 2)
+    want = fold(cols, (B, C, H, W), (sy, sx))
+    dcols = xp.asarray(np.ascontiguousarray(cols.transpose(1, 4, 5, 2, 3, 0))).transpose(5, 0, 3, 4, 1, 2)
+    out = (xp.full((C, H, W, B), np.nan, dtype=dtype).transpose(3, 0, 1, 2) if chwn
+           else xp.full((B, C, H, W), np.nan, dtype=dtype))
+    xp.counts.clear()
+    got = fold(dcols, (B, C, H, W), (sy, sx), out=out)
+    assert got is out and xp.counts["calls"] == 1
+    np.testing.assert_array_equal(got.get(), want)
