@@ -19,6 +19,10 @@ arrays but refuse every implicit host/device crossing, as cupy does:
 * Host transfers go only through ``devicelike.asnumpy``, ``d.get()``, ``d.set(host)`` and
   ``devicelike.asarray(host)`` / ``devicelike.array(host)`` (copies, as cupy). Scalar
   conversions (``float(d)``, ``int(d)``, ``bool(d)``, ``d.item()``) are allowed (cupy syncs).
+* Operations whose result size depends on the data wait for the device in cupy (the size must
+  be read back before the result is allocated): boolean-mask indexing and assignment
+  (``d[mask]``, ``d[mask] = v``), ``nonzero`` / ``argwhere`` / ``flatnonzero`` / one-argument
+  ``where`` and ``unique``. They work here and are counted as waits (``counts["syncs"]``).
 * Reductions and full integer indexing give 0-d device arrays, not numpy scalars (as cupy).
 * Only names that cupy also has are exposed (e.g. ``lib.stride_tricks.as_strided`` has no
   ``writeable`` argument, flags have no ``writeable``).
@@ -48,7 +52,8 @@ from distnet.backend import Backend
 xp = types.ModuleType("devicelike", __doc__.split("\n\n")[0])
 #: ``calls``: device array operations (functions, methods, operators, indexing: what would be
 #: kernel launches or Python dispatch on a GPU); ``syncs``: device -> host transfers (scalar
-#: conversions, ``get``/``asnumpy``: each one waits for the device). Reset with ``counts.clear()``.
+#: conversions, ``get``/``asnumpy``, and the data-dependent sizes of boolean-mask indexing,
+#: ``nonzero``, ``unique`` and their kin: each one waits for the device). Reset with ``counts.clear()``.
 xp.counts = collections.Counter()
 #: Whether MPI may read device memory. mpi4py finds a device buffer through
 #: ``__cuda_array_interface__``, which raises unless this is True, so a device array that reaches
@@ -92,6 +97,8 @@ def _function(name, fn=None):
 
     def call(*args, **kwargs):
         xp.counts["calls"] += 1
+        if name in _SIZE_FROM_DATA or (name == "where" and len(args) + len(kwargs) == 1):
+            xp.counts["syncs"] += 1
         res = fn(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         for given in (kwargs.get("out"),) + args:     # out=, or an input handed back unchanged
             if type(given) is ndarray and res is given._a:
@@ -118,7 +125,13 @@ class _Flags:
 
 def _index(key):
     key = key if type(key) is tuple else (key,)
+    if any(type(k) is ndarray and k.dtype == np.bool_ for k in key):
+        xp.counts["syncs"] += 1     # a boolean mask: cupy reads its count of True back first
     return tuple(_unwrap(k) for k in key)
+
+
+#: Functions (and methods) whose result size depends on the data: cupy waits for the device.
+_SIZE_FROM_DATA = {"nonzero", "argwhere", "flatnonzero", "unique"}
 
 
 class ndarray:
@@ -241,6 +254,8 @@ def _rebuild(a):
 def _method(name):
     def call(self, *args, **kwargs):
         xp.counts["calls"] += 1
+        if name in _SIZE_FROM_DATA:
+            xp.counts["syncs"] += 1
         res = getattr(self._a, name)(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         return self if res is self._a else _wrap(res)   # e.g. astype(same dtype, copy=False)
     call.__name__ = name
@@ -362,7 +377,8 @@ add subtract multiply divide true_divide floor_divide negative power sqrt square
 expm1 abs absolute sign maximum minimum fmax fmin clip tanh sin cos greater greater_equal less
 less_equal equal not_equal logical_and logical_or logical_not isfinite isnan isinf reciprocal
 floor ceil rint around
-sum prod mean std var max min amax amin argmax argmin all any cumsum nonzero argsort sort unique
+sum prod mean std var max min amax amin argmax argmin all any cumsum nonzero argwhere flatnonzero
+argsort sort unique
 allclose array_equal isclose
 dot vdot matmul tensordot einsum outer inner
 result_type can_cast promote_types

@@ -37,6 +37,8 @@ import numpy as np
 from ..backend import get_array_module
 from ..errors import GeometryError
 from ..geometry.window import same_padding
+from .cuda import launch as cuda
+from .cuda import lcn as cuda_lcn
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +113,13 @@ def _check_mean(w, chunk_shape):
     return Hc - fh + 1, Wc - fw + 1
 
 
+def _check_adjoint(w, gm, chunk_shape):
+    h, wd = _check_mean(w, chunk_shape)
+    if tuple(gm.shape) != (chunk_shape[0], 1, h, wd):
+        raise GeometryError(f"LCN mean gradient {tuple(gm.shape)} does not fit chunk {tuple(chunk_shape)}")
+    return h, wd
+
+
 def lcn_mean(w, x_chunk):
     """Valid single-map correlation (the weighted local mean).
 
@@ -121,6 +130,8 @@ def lcn_mean(w, x_chunk):
     xp = get_array_module(x_chunk)
     C, fh, fw = w.shape
     h, wd = _check_mean(w, x_chunk.shape)
+    if cuda.available(xp):      # one launch instead of one per tap
+        return cuda_lcn.mean(w, x_chunk, h, wd)
     B = x_chunk.shape[0]
     m = xp.zeros((B, h, wd), dtype=xp.result_type(w.dtype, x_chunk.dtype))
     g = _shared_map(w)
@@ -148,9 +159,9 @@ def lcn_mean_adjoint(w, gm, chunk_shape):
     xp = get_array_module(gm)
     C, fh, fw = w.shape
     B = chunk_shape[0]
-    h, wd = _check_mean(w, chunk_shape)
-    if tuple(gm.shape) != (B, 1, h, wd):
-        raise GeometryError(f"LCN mean gradient {tuple(gm.shape)} does not fit chunk {tuple(chunk_shape)}")
+    h, wd = _check_adjoint(w, gm, chunk_shape)
+    if cuda.available(xp):      # one launch (a gather) instead of one per tap
+        return cuda_lcn.mean_adjoint(w, gm, chunk_shape)
     dtype = xp.result_type(w.dtype, gm.dtype)
     g = _shared_map(w)
     if g is not None:
@@ -190,8 +201,12 @@ def lcn_fprop_divisive(s_tile, s_chunk, w):
     returns (y, d): y : (B, C, h, wd), d : (B, 1, h, wd) (keep d for the backward pass)
     """
     xp = get_array_module(s_chunk)
+    if cuda.available(xp):      # the squares, the mean, sqrt and the 1s in one launch
+        d = cuda_lcn.mean(w, s_chunk, *_check_mean(w, s_chunk.shape), divisor=True)
+        return s_tile / d, d
     d = xp.sqrt(lcn_mean(w, s_chunk * s_chunk))
-    d[d == 0] = 1
+    # where(), not d[d == 0] = 1: a boolean-mask assignment waits for the device (its size)
+    d = xp.where(d == 0, d.dtype.type(1), d)
     return s_tile / d, d
 
 
@@ -211,6 +226,10 @@ def lcn_bprop_divisive(e, s_tile, s_chunk, d, w):
     the true function is not differentiable; this is the gradient of the branch taken.)
     """
     gs_direct = e / d
+    if cuda.available(get_array_module(e)):     # -A, then the adjoint times s_chunk: two launches
+        gm = cuda_lcn.divisive_gain(e, s_tile, d)
+        _check_adjoint(w, gm, s_chunk.shape)
+        return gs_direct, cuda_lcn.mean_adjoint(w, gm, s_chunk.shape, factor=s_chunk)
     A = (e * s_tile).sum(axis=1, keepdims=True) / (d * d * d)
     # d(d)/d(v) = 1/(2d) and d(s^2)/ds = 2s cancel the 1/2 and 2: gs = -s * M^T(A)
     gs_chunk = lcn_mean_adjoint(w, -A, s_chunk.shape)
