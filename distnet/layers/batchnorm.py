@@ -122,7 +122,8 @@ class BatchNormLayer(BaseLayer):
         bn_stats_partial(x, shift, out=buf[:2 * C].reshape(2, C))
         buf[2 * C] = local_count(x)
         allreduce_sum([buf], self._comm, self._host_staging)
-        self._count = count = float(buf[2 * C])
+        # kept on the device (a 0-d array): float() of it would wait for the device every step
+        self._count = count = buf[2 * C]
         mean, var = bn_stats_finish(buf[:2 * C].reshape(2, C), count, shift)
         y, self._xhat, self._inv_std = bn_fprop(x, mean, var, self.gamma, self.beta, self.eps)
         bn_update_running(self.running_mean, self.running_var, mean, var, count, self.momentum)

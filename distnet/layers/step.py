@@ -175,19 +175,28 @@ class TrainingStep:
         """The L2 norm of all gradients of the model (``[(layer, Param)]``, already summed):
         per-rank sums of squares of the owned gradients, ONE float64 Allreduce over the world.
         Collective over ``Topology.world``; returns a Python float, the same on every rank."""
+        return float(self._global_sum_of_squares(params)[0]) ** 0.5
+
+    def _global_sum_of_squares(self, params):
+        """:meth:`global_norm`'s squared norm, a ``(1,)`` float64 array of the gradients' module."""
         grads = [p.grad for _, p in params if self.owned(p)]
         sq = sum_of_squares(grads) if grads else np.zeros((), dtype="float64")
         xp = _xp(params)
         total = xp.zeros(1, dtype="float64")
         total[0] = sq
         allreduce_sum([total], self.topology.world, self.host_staging, kind="allreduce_grad")
-        return float(total[0]) ** 0.5
+        return total
 
     def clip(self, params, max_norm):
         """Clip the gradients of ``params`` by their global norm (``torch.nn.utils
         .clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the norm exceeds
-        ``max_norm``). Returns the norm before clipping."""
-        norm = self.global_norm(params)
+        ``max_norm``). Returns the norm before clipping: a Python float, or a 0-d device array
+        on a device (the factor is computed and applied there, so the step does not wait)."""
+        total = self._global_sum_of_squares(params)
+        if get_array_module(total) is np:
+            norm = float(total[0]) ** 0.5
+        else:
+            norm = get_array_module(total).sqrt(total[0])
         factor, _ = clip_coefficient(norm * norm, max_norm)
         scale([p.grad for _, p in params], factor)
         return norm

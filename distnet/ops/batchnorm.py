@@ -4,7 +4,8 @@ Shapes: ``x`` is ``(N, C)`` (FC outputs: per-feature statistics over the batch) 
 ``(N, C, H, W)`` (conv outputs: per-channel statistics over the batch and all pixels). Channel
 vectors (``gamma``, ``beta``, ``mean``, ``var``, ``inv_std``, running statistics) are ``(C,)``.
 ``count`` is the number of values behind each channel's statistics: ``N`` or ``N*H*W`` of the
-GLOBAL tensor (all tiles, all data replicas).
+GLOBAL tensor (all tiles, all data replicas): a number, or a 0-d array on the arrays' device (the
+Allreduced count stays there, so that no step waits for the device to read it).
 
 Every statistic is a per-channel SUM, so a tile computes its partial sums, one Allreduce(SUM)
 over the tiles (and data replicas) makes the global sums, and every rank finishes the formula
@@ -135,9 +136,10 @@ def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
 def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1):
     """In place (PyTorch semantics): ``running = (1 - m) * running + m * batch`` with the
     UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
-    channel; ``count == 1`` uses ``var``)."""
+    channel, a number or a 0-d device array; ``count == 1`` uses ``var``)."""
     xp = get_array_module(running_mean)
-    correction = count / (count - 1) if count > 1 else 1.0
+    # count / (count - 1), and 1 for count == 1, with no branch on a device value
+    correction = count / xp.maximum(count - 1, 1.0)
     new_mean = momentum * xp.asarray(mean, dtype="float64")
     new_var = (momentum * correction) * xp.asarray(var, dtype="float64")
     running_mean *= 1 - momentum

@@ -129,14 +129,30 @@ def sum_of_squares(arrays):
 
 
 def clip_coefficient(total_sq, max_norm, eps=1e-6):
-    """The factor ``min(1, max_norm / (sqrt(total_sq) + eps))`` (a Python float) for the global
-    squared norm ``total_sq``; also returns the norm: ``(factor, norm)``."""
+    """The factor ``min(1, max_norm / (sqrt(total_sq) + eps))`` for the global squared norm
+    ``total_sq``; also returns the norm: ``(factor, norm)``. Python floats for a number or a
+    numpy array; for a device array, 0-d device arrays (reading the norm back would make every
+    clipped step wait for the device)."""
+    xp = get_array_module(total_sq)
+    if xp is not np:
+        norm = xp.sqrt(total_sq)
+        return xp.minimum(1.0, max_norm / (norm + eps)), norm
     norm = math.sqrt(float(total_sq))
     return min(1.0, max_norm / (norm + eps)), norm
 
 
 def scale(arrays, factor):
-    """Multiply every array in place by ``factor`` (skipped when it is 1)."""
-    if factor != 1.0:
+    """Multiply every array in place by ``factor``: a number (skipped when it is 1) or a 0-d
+    device array (always applied: whether it is 1 is known on the device only; multiplying by 1
+    changes nothing), cast to each array's dtype as a number would be."""
+    xp = get_array_module(factor)
+    if xp is not np:
+        cast = {}
+        for a in arrays:
+            f = cast.get(a.dtype)
+            if f is None:
+                f = cast[a.dtype] = factor.astype(a.dtype)
+            a *= f
+    elif factor != 1.0:
         for a in arrays:
             a *= factor
