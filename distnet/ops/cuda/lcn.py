@@ -128,7 +128,7 @@ def mean(w, x_chunk, h, wd, divisor=False):
     (1 or C, fh, fw)``, the output ``(B, 1, h, wd)`` given, in one launch. ``divisor``: of
     ``x_chunk**2``, then ``sqrt``, with 1 where that is 0 (the divisive stage's ``d``)."""
     xp = get_array_module(x_chunk)
-    dtype = xp.result_type(w.dtype, x_chunk.dtype)
+    dtype = np.result_type(w.dtype, x_chunk.dtype)
     w, x_chunk = _contiguous(xp, w, dtype), _cast(x_chunk, dtype)
     B, C = x_chunk.shape[:2]
     fh, fw = w.shape[1:]
@@ -143,7 +143,7 @@ def mean_adjoint(w, gm, chunk_shape, factor=None):
     gradient ``chunk_shape = (B, C, Hc, Wc)``, times ``factor`` (an array of that shape) if
     given."""
     xp = get_array_module(gm)
-    dtype = xp.result_type(w.dtype, gm.dtype)
+    dtype = np.result_type(w.dtype, gm.dtype)
     w, gm = _contiguous(xp, w, dtype), _contiguous(xp, gm, dtype)
     out = xp.empty(tuple(chunk_shape), dtype=dtype)
     if factor is not None:
@@ -159,7 +159,7 @@ def divisive_gain(e, s_tile, d):
     """``-(sum_c e * s_tile) / d**3`` ``(B, 1, h, wd)`` for ``e``, ``s_tile (B, C, h, wd)`` (any
     strides) and ``d (B, 1, h, wd)``, in one launch."""
     xp = get_array_module(e)
-    dtype = xp.result_type(e.dtype, s_tile.dtype, d.dtype)
+    dtype = np.result_type(e.dtype, s_tile.dtype, d.dtype)
     e, s_tile, d = _cast(e, dtype), _cast(s_tile, dtype), _contiguous(xp, d, dtype)
     B, C, h, wd = e.shape
     gm = xp.empty((B, 1, h, wd), dtype=dtype)
