@@ -4,7 +4,7 @@ the next step). Every other wait stalls the launch queue of a GPU mid-step: a va
 the data (boolean-mask indexing and assignment, ``nonzero`` and its kin, ``unique``: cupy reads
 the size back before it allocates). The device-like module counts all of them as waits
 (``counts["syncs"]``); here every model of tests/unit/test_backend_models.py, and nets with batch
-norm, LCN, dropout, global pooling, the other costs and learning rules with clipping, and a
+norm, LCN, dropout, global pooling, towers, the other costs and learning rules with clipping, and a
 sequence-to-sequence model, make exactly one wait per training step. The wait-free forms of
 batch norm's count and of clipping give the numbers the host code gives."""
 import numpy as np
@@ -25,6 +25,7 @@ from distnet.ops.optim import clip_coefficient, scale, sum_of_squares
 from tests.backends import make_backend
 from tests.devicelike import xp
 from tests.tiny import CNN, GB, write_data
+from tests.towers_net import tower_model
 from tests.unit.test_backend_models import convnet, data, gb, run_experiment
 from tests.unit.test_graph import resnet
 
@@ -118,6 +119,15 @@ def lcn_net():
                 FullyConnectedLayer(nout=3, weight_init=WI, activation=Logistic())], (2, 12, 12))
 
 
+def towers():
+    """Three towers with a shared stem, dropout in one tower, tower sums (tests/towers_net.py)."""
+    model = tower_model(3, 3)
+    model.infer_shapes((1, 1, 5))
+    model.configure(make_backend("devicelike", dtype="float32", rng_seed=2), Topology.serial())
+    model.init_params()
+    return model
+
+
 MODELS = {
     "convnet": lambda: (convnet("devicelike", "float32"), (2, 10, 12)),
     "convnet-micro3": lambda: (convnet("devicelike", "float32", micro_batches=3), (2, 10, 12)),
@@ -125,6 +135,7 @@ MODELS = {
     "resnet-add": lambda: (resnet(make_backend("devicelike", dtype="float32", rng_seed=2)), (2, 7, 6)),
     "resnet-concat": lambda: (resnet(make_backend("devicelike", dtype="float32", rng_seed=2), True), (2, 7, 6)),
     "lcn": lambda: (lcn_net(), (2, 12, 12)),
+    "towers": lambda: (towers(), (1, 1, 5)),
     "bn-dropout-adam-clip": lambda: (modern(SoftmaxCrossEntropy(), Adam(learning_rate=0.01, max_grad_norm=0.5)),
                                      (2, 10, 12)),
     "bn-dropout-adamw-ssd": lambda: (modern(SumSquaredDiffs(), AdamW(learning_rate=0.01, weight_decay=0.1)),
