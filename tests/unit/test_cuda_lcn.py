@@ -210,3 +210,14 @@ def test_without_kernels_the_device_code_does_not_wait_either(monkeypatch):
     assert xp.counts["syncs"] == 0 and xp.counts["calls"] > 100      # one per tap
     np.testing.assert_array_equal(got_y.get(), y)
     np.testing.assert_array_equal(got_dx.get(), lcn_bprop(e, cache, w))
+
+
+def test_an_empty_batch_launches_nothing_and_keeps_its_shapes():
+    """A data replica may get no rows of a short last batch: no launch, shapes as numpy's."""
+    w = shared_map(lcn_filter(2, (3, 3)))
+    x = np.zeros((0, 2, 5, 6))
+    y, cache = lcn_fprop(x, w)
+    got_y, got_cache = lcn_fprop(xp.asarray(x), xp.asarray(w))
+    got_dx = lcn_bprop(xp.asarray(x), got_cache, xp.asarray(w))
+    assert got_y.shape == y.shape and got_cache.d.shape == cache.d.shape
+    assert got_dx.shape == lcn_bprop(x, cache, w).shape == x.shape
