@@ -212,8 +212,8 @@ def test_without_kernels_the_device_code_does_not_wait_either(monkeypatch):
     np.testing.assert_array_equal(got_dx.get(), lcn_bprop(e, cache, w))
 
 
-def test_an_empty_batch_launches_nothing_and_keeps_its_shapes():
-    """A data replica may get no rows of a short last batch: no launch, shapes as numpy's."""
+def test_an_empty_batch_keeps_its_shapes():
+    """A data replica may get no rows of a short last batch: the shapes numpy gives."""
     w = shared_map(lcn_filter(2, (3, 3)))
     x = np.zeros((0, 2, 5, 6))
     y, cache = lcn_fprop(x, w)
