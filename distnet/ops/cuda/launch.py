@@ -20,9 +20,16 @@ on disk) and launched with :data:`BLOCK` threads per block. Other device array m
 through a runner registered with :func:`register_runner` (the test suite registers one that
 compiles the same source for the host and runs every thread in turn).
 """
+import os
+
 import numpy as np
 
 from ...backend import get_array_module
+
+#: ``DISTNET_CUDA_KERNELS=0`` in the environment turns the fused kernels off: the device path then
+#: runs the generic array-module code (one launch per tap), which computes the same numbers. For
+#: measuring what the kernels save, and for ruling a kernel in or out when a GPU result looks wrong.
+ENABLED = os.environ.get("DISTNET_CUDA_KERNELS", "1").strip() != "0"
 
 #: Threads per block. 256 keeps enough blocks per SM for the small grids of MNIST-sized layers.
 BLOCK = 256
@@ -120,8 +127,8 @@ def _is_array(a):
 
 def available(xp):
     """Whether arrays of module ``xp`` get the fused kernels: cupy, or a module with a registered
-    runner. numpy never does (its own kernels are the CPU path)."""
-    return xp.__name__ == "cupy" or xp.__name__ in _RUNNERS
+    runner, unless :data:`ENABLED` is off. numpy never does (its own kernels are the CPU path)."""
+    return ENABLED and (xp.__name__ == "cupy" or xp.__name__ in _RUNNERS)
 
 
 def register_runner(module_name, runner):
