@@ -76,7 +76,7 @@ class Kernel:
 
     def __call__(self, n, *args):
         for i, a in enumerate(args):
-            if _is_array(a) and not a.flags.c_contiguous:
+            if not isinstance(a, Strided) and _is_array(a) and not a.flags.c_contiguous:
                 raise ValueError(f"kernel {self.name}: argument {i} (shape {a.shape}) is not "
                                  "C-contiguous; a kernel reads raw memory (pass a view whose "
                                  "strides the kernel takes as strided(view))")
@@ -122,7 +122,8 @@ def element_strides(a):
 
 
 def _is_array(a):
-    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, np.generic)
+    """An array argument (a device array), as opposed to a scalar parameter."""
+    return not isinstance(a, (int, float, np.generic))
 
 
 def available(xp):
