@@ -49,7 +49,7 @@ def test_source_keeps_the_rules_of_the_emulation(name):
 def test_source_compiles_for_a_gpu(name, dtype, tmp_path):
     cu = tmp_path / f"{name}.cu"
     cu.write_text(KERNELS[name].source_for(dtype))
-    r = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", "-Werror", "all-warnings", str(cu), "-o",
+    r = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", "-fmad=false", "-Werror", "all-warnings", str(cu), "-o",
                         str(tmp_path / "k.ptx")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -16,7 +16,10 @@ the call's array arguments; integer parameters are ``long long`` (Python ints), 
 first element).
 
 On cupy a kernel is compiled once per dtype (``cupy.RawKernel``, NVRTC; cupy caches the binary
-on disk) and launched with :data:`BLOCK` threads per block. Other device array modules launch
+on disk) and launched with :data:`BLOCK` threads per block. It is compiled with
+``--fmad=false``: CUDA would otherwise contract ``a * b + c`` into one fused multiply-add (one
+rounding instead of two), and an elementwise kernel would no longer give numpy's bits; the
+kernels here are memory-bound, so the contraction would not buy speed. Other device array modules launch
 through a runner registered with :func:`register_runner` (the test suite registers one that
 compiles the same source for the host and runs every thread in turn).
 """
@@ -36,6 +39,9 @@ BLOCK = 256
 #: At most this many blocks: the grid-stride loop covers the rest (a grid far larger than the
 #: GPU's resident blocks only adds scheduling).
 MAX_BLOCKS = 1 << 16
+
+#: NVRTC options of every kernel (see the module docstring).
+COMPILE_OPTIONS = ("--fmad=false",)
 
 _FLOAT_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 #: Array module name -> ``runner(kernel, n, args)``; see :func:`register_runner`.
@@ -94,7 +100,8 @@ class Kernel:
         dtype = self.float_dtype(args)
         k = self._compiled.get(dtype)
         if k is None:
-            k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name)
+            k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name,
+                                                        options=COMPILE_OPTIONS)
         t = dtype.type
         params = (np.int64(n),) + tuple(
             a if _is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
