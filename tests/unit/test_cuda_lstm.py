@@ -1,19 +1,22 @@
-"""The fused LSTM time-step kernels (distnet/ops/cuda/lstm.py), run as CUDA C on the host through
-the device-like module: the LSTM stack as the seq2seq model calls it agrees with numpy
-(tests.backends' AGREEMENT, float32 and float64) for odd sizes, batch 1, one step, padded and
-empty sequences, dropout between layers and non-contiguous inputs, and a time step costs one
-recurrent GEMM plus one kernel each way."""
+"""The fused LSTM time-step kernels (distnet/ops/cuda/lstm.py), on the device-like module (their
+CUDA C run on the host) and on cupy where a GPU is present: the LSTM stack as the seq2seq model
+calls it agrees with numpy (tests.backends' AGREEMENT, float32 and float64; not bit for bit: the
+device's tanh is not numpy's) for odd sizes, batch 1, one step, padded and empty sequences,
+dropout between layers and non-contiguous inputs, and a time step costs one recurrent GEMM plus
+one kernel each way."""
 import numpy as np
 import pytest
 
+import distnet.ops.cuda.launch
 from distnet.comm import Topology
 from distnet.models.seq2seq import Seq2Seq
 from distnet.ops.lstm import stack_backward, stack_forward
 from tests import cuda_emulator
-from tests.backends import assert_agree
+from tests.backends import DEVICE_BACKENDS, assert_agree
 from tests.devicelike import DeviceLike, xp
+from tests.unit.test_cuda_kernels import device_backend
 
-pytestmark = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")
+needs_compiler = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")
 
 
 def _inputs(B, T, D, H, L, lengths, dropout, dtype, seed):
@@ -39,24 +42,25 @@ def _run(a):
     return out
 
 
-def _on_device(a, strided=False):
-    """``a`` moved to the device-like module; ``strided``: ``mask`` and ``dy`` as non-contiguous
-    views (every other column of a wider array), as a caller may pass them."""
+def _on_device(a, dev=xp, strided=False):
+    """``a`` moved to the array module ``dev``; ``strided``: ``mask`` and ``dy`` as
+    non-contiguous views (every other column of a wider array), as a caller may pass them."""
     def move(v):
         if isinstance(v, list):
             return [move(e) for e in v]
         if isinstance(v, tuple):
             return tuple(move(e) for e in v)
-        return None if v is None else xp.asarray(v)
+        return None if v is None else dev.asarray(v)
     d = {k: move(v) for k, v in a.items()}
     if strided:
         for k in ("mask", "dy"):
             wide = np.repeat(a[k], 2, axis=1)
-            d[k] = xp.asarray(wide)[:, ::2]
+            d[k] = dev.asarray(wide)[:, ::2]
             assert not d[k].flags.c_contiguous
     return d
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("geom", [
     # B, T, D, H, L, lengths, dropout, strided mask and dy
@@ -66,31 +70,33 @@ def _on_device(a, strided=False):
     (5, 6, 3, 7, 3, [6, 1, 3, 6, 5], 0.2, True),   # three layers, odd sizes
     (2, 9, 1, 1, 2, [9, 8], 0.0, False),           # a single unit
 ])
-def test_stack_on_the_fused_kernels_agrees_with_numpy(geom, dtype):
+def test_stack_on_the_fused_kernels_agrees_with_numpy(backend, geom, dtype):
+    be = device_backend(backend)
     B, T, D, H, L, lengths, dropout, strided = geom
     a = _inputs(B, T, D, H, L, lengths, dropout, dtype, seed=B * T + H)
     want = _run(a)
-    xp.counts.clear()
-    got = _run(_on_device(a, strided))
+    got = {k: be.to_host(v) for k, v in _run(_on_device(a, be.xp, strided)).items()}
     for k, v in want.items():
         assert got[k].dtype == np.dtype(dtype), k
-        assert_agree(got[k].get(), v, dtype, k)
+        assert_agree(got[k], v, dtype, k)
     # a padding step keeps the state, its output is 0
-    assert np.all(got["y"].get()[np.asarray(a["mask"]) == 0] == 0)
+    assert np.all(got["y"][a["mask"] == 0] == 0)
 
 
-def test_an_empty_batch_gives_zero_weight_gradients_on_the_fused_kernels():
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_an_empty_batch_gives_zero_weight_gradients_on_the_fused_kernels(backend):
     """A data replica without rows of a short last batch runs the stack on B = 0."""
+    be = device_backend(backend)
     a = _inputs(3, 4, 2, 3, 2, [4, 4, 4], 0.0, "float64", seed=1)
     a = {k: ([tuple(w) for w in v] if k == "weights" else
              None if v is None else v[:, :0] if k in ("h0", "c0", "dhT", "dcT") else v[:0])
          for k, v in a.items()}
-    got = _run(_on_device(a))
+    got = {k: be.to_host(v) for k, v in _run(_on_device(a, be.xp)).items()}
     assert got["y"].shape == (0, 4, 3) and got["dx"].shape == (0, 4, 2)
     assert got["hT"].shape == got["dh0"].shape == (2, 0, 3)
     for l, (Wx, Wh, b) in enumerate(a["weights"]):
         for k, w in (("dWx", Wx), ("dWh", Wh), ("db", b)):
-            g = got[f"{k}{l}"].get()
+            g = got[f"{k}{l}"]
             assert g.shape == w.shape and not g.any()
 
 
@@ -105,12 +111,17 @@ def _calls(T, L, backward):
     return xp.counts.pop("calls", 0)
 
 
+@needs_compiler
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_a_time_step_is_one_gemm_and_one_kernel_per_layer(backward):
+def test_a_time_step_is_one_gemm_and_one_kernel_per_layer(backward, monkeypatch):
     for L in (1, 2):
         short, long = _calls(3, L, backward), _calls(9, L, backward)
         assert (long - short) == 2 * L * 6, (L, short, long)
         assert short - 2 * L * 3 <= 16 * L     # plus a set-up per layer independent of T
+    # without the kernels (DISTNET_CUDA_KERNELS=0) the generic code takes ~20 launches per step
+    monkeypatch.setattr(distnet.ops.cuda.launch, "ENABLED", False)
+    short, long = _calls(3, 1, backward), _calls(9, 1, backward)
+    assert long - short >= 6 * 18, (short, long)
 
 
 def _seq2seq_step_calls(T, nlayers):
@@ -125,6 +136,7 @@ def _seq2seq_step_calls(T, nlayers):
     return xp.counts["calls"]
 
 
+@needs_compiler
 @pytest.mark.parametrize("nlayers", [1, 2])
 def test_a_seq2seq_training_step_costs_eight_launches_per_time_step_and_layer(nlayers):
     """Encoder and decoder, forward and backward: 4 kernels and 4 GEMMs per time step and layer
