@@ -136,19 +136,28 @@ class Numpy64(Backend):
                          threads=threads)
 
 
+#: How to install cupy: the extra of the CUDA major version the driver runs (what ConfigErrors
+#: and ``distnet info`` say where cupy is missing).
+CUPY_INSTALL = ("install the cupy wheel of your driver's CUDA (`nvidia-smi`'s \"CUDA Version\"): "
+                "`pip install 'distnet[gpu-cuda12]'` for 12.x (NVIDIA driver >= 525.60) or "
+                "`pip install 'distnet[gpu-cuda13]'` for 13.x (driver >= 580)")
+
+
 def _import_cupy():
     """cupy, or a ConfigError saying why it cannot be used (cupy is imported only here)."""
     try:
         import cupy
     except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library failing to load
         raise ConfigError("the GPU backend needs cupy, which cannot be imported here "
-                          f"({type(e).__name__}: {e}); install it with `pip install 'distnet[gpu]'` "
-                          "(CUDA 12; other CUDA versions: the matching cupy-cudaXXx wheel), or use "
-                          "distnet.backends.Numpy", key="backend") from None
+                          f"({type(e).__name__}: {e}); {CUPY_INSTALL}, or use distnet.backends.Numpy",
+                          key="backend") from None
     try:
         ndev = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001 - cudaErrorNoDevice, driver missing, ...
-        raise ConfigError(f"the GPU backend found no usable CUDA device ({type(e).__name__}: {e})",
+        # a cupy-cuda13x on a driver for CUDA 12 fails here, not at import
+        hint = f"; the cupy wheel is for a newer CUDA than the driver runs: {CUPY_INSTALL}" \
+            if "InsufficientDriver" in str(e) else ""
+        raise ConfigError(f"the GPU backend found no usable CUDA device ({type(e).__name__}: {e}){hint}",
                           key="backend") from None
     if ndev < 1:
         raise ConfigError("the GPU backend found no CUDA device", key="backend")
@@ -271,7 +280,9 @@ def gpu_stack(probe=True):
     except Exception:  # noqa: BLE001 - a broken sys.modules entry or finder
         found = False
     if not found:
-        return [("gpu", "cupy not installed (CPU only; `pip install 'distnet[gpu]'` adds it)")]
+        return [("gpu", "cupy not installed (CPU only; `pip install 'distnet[gpu-cuda12]'` or "
+                        "`'distnet[gpu-cuda13]'` adds it, for the 12.x or 13.x of `nvidia-smi`'s "
+                        "\"CUDA Version\")")]
     dists = ", ".join(_cupy_distributions()) or "no package metadata"
     if not probe and "cupy" not in sys.modules:
         return [("gpu", f"cupy installed ({dists}), not imported by this process")]

@@ -70,7 +70,7 @@ def _library(kernel, dtype):
         with os.fdopen(fd, "w") as f:
             f.write(source)
         tmp = src[:-4] + ".so"
-        r = subprocess.run([compiler(), "-O1", "-shared", "-fPIC", "-Wall", "-Werror",
+        r = subprocess.run([compiler(), "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-Wall", "-Werror",
                             "-Wno-unused-variable", "-o", tmp, src], capture_output=True, text=True)
         os.unlink(src)
         if r.returncode:

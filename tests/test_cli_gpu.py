@@ -75,7 +75,8 @@ def test_info_without_cupy():
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     info = rows(proc.stdout)
     assert info["gpu"].startswith("cupy not installed (CPU only")
-    assert "distnet[gpu]" in info["gpu"]
+    assert "distnet[gpu-cuda12]" in info["gpu"] and "distnet[gpu-cuda13]" in info["gpu"]
+    assert "`nvidia-smi`'s \"CUDA Version\"" in info["gpu"]
     assert "cuda" not in info and "gpus" not in info
     # the MPI library's own answer, or an honest "unknown"
     assert info["cuda-mpi"].split()[0] in ("yes", "no", "unknown")

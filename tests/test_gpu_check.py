@@ -166,7 +166,7 @@ def test_install_asks_only_for_what_is_missing(tmp_path, gc):
     i = missing.index("--no-index")
     assert missing[i:i + 3] == ["--no-index", "--find-links", str(tmp_path)]
     (online,), absent = gc.install_steps(gc.parse_args([]), dict(everything, cupy=False), cuda_major=13)
-    assert online.argv[-1] == "cupy-cuda13x>=13" and "--no-index" not in online.argv and absent == []
+    assert online.argv[-1] == "cupy-cuda13x>=13.6" and "--no-index" not in online.argv and absent == []
     assert gc.install_steps(gc.parse_args(["--no-install"]), {}) == ([], [])
 
 

@@ -2,6 +2,8 @@
 
 A time ratio near 1 between the two batch sizes means the step is launch-bound (the time goes to
 issuing kernels, not to the arithmetic); benchmarks/device_calls.py counts the launches on a CPU.
+Batch B is also timed with the fused kernels off (``generic``: the array-module code, one launch
+per filter tap or window offset), so the probe gives the step time before and after them.
 ``--cpu``: the device-like array module stands in for cupy (a rehearsal without a GPU).
 Writes ``{"<workload>@<batch>": seconds per step}`` to ``--json``.
 Run from the repository root (it imports ``benchmarks`` and ``tests``)."""
@@ -20,6 +22,7 @@ a = ap.parse_args()
 
 import benchmarks.workloads as W  # noqa: E402
 from distnet.comm import Topology  # noqa: E402
+from distnet.ops.cuda import launch  # noqa: E402
 
 if a.cpu:
     from tests.devicelike import DeviceLike
@@ -32,7 +35,9 @@ else:
             ("bigimage", (16, 32), 3)]
 res = {}
 for w, batches, n in plan:
-    for b in batches:
+    for b, fused in [(b, True) for b in batches] + [(batches[0], False)]:
+        launch.ENABLED = fused
+        key = f"{w}@{b}" + ("" if fused else " generic")
         try:
             run = W.DistnetRun(w, Topology.serial(), batch=b, backend="gpu")
             run.step()
@@ -43,14 +48,19 @@ for w, batches, n in plan:
                 run.step()
             sync()
             dt = (time.perf_counter() - t) / n
-            res[f"{w}@{b}"] = dt
-            print(f"probe {w:10s} batch {b:4d}: {dt * 1e3:8.2f} ms/step {b / dt:10.0f} img/s", flush=True)
+            res[key] = dt
+            print(f"probe {w:10s} batch {b:4d}{'' if fused else ' generic'}: {dt * 1e3:8.2f} ms/step "
+                  f"{b / dt:10.0f} img/s", flush=True)
             del run
         except Exception as e:  # noqa: BLE001
-            print(f"probe {w} batch {b}: FAILED {type(e).__name__}: {e}", flush=True)
+            print(f"probe {key}: FAILED {type(e).__name__}: {e}", flush=True)
     ks = [f"{w}@{b}" for b in batches]
     if all(k in res for k in ks):
         print(f"probe {w:10s} time({batches[1]}) / time({batches[0]}) = {res[ks[1]] / res[ks[0]]:.2f} "
               f"(1.0: launch-bound; {batches[1] / batches[0]:.0f}: compute-bound)", flush=True)
+    if ks[0] in res and f"{ks[0]} generic" in res:
+        print(f"probe {w:10s} generic / fused kernels at batch {batches[0]}: "
+              f"{res[ks[0] + ' generic'] / res[ks[0]]:.2f}x the time", flush=True)
+launch.ENABLED = True
 with open(a.json, "w") as f:
     json.dump(res, f, indent=1)

@@ -48,6 +48,8 @@ Running averages follow PyTorch's ``BatchNorm`` (``momentum`` default 0.1)::
 (note: the opposite convention to Keras/TensorFlow, whose momentum weights the old value).
 """
 from ..backend import get_array_module
+from .cuda import batchnorm as cuda_bn
+from .cuda import launch as cuda
 from ..errors import GeometryError
 
 
@@ -70,6 +72,13 @@ def _as(v, x):
     """``(C,)`` vector ``v`` in ``x``'s dtype, shaped to broadcast against ``x``."""
     xp = get_array_module(x)
     return xp.asarray(v, dtype=x.dtype).reshape(_bshape(x))
+
+
+def _vector(v, x):
+    """``(C,)`` vector ``v`` as a contiguous ``(C,)`` array in ``x``'s dtype (a kernel argument)."""
+    xp = get_array_module(x)
+    v = xp.asarray(v, dtype=x.dtype)
+    return v if v.ndim == 1 and v.flags.c_contiguous else xp.ascontiguousarray(v.reshape(-1))
 
 
 def local_count(x):
@@ -124,6 +133,11 @@ def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
     xp = get_array_module(x)
     inv_std = 1.0 / xp.sqrt(xp.asarray(var, dtype="float64") + eps)
     inv_std = inv_std.astype(x.dtype)
+    if cuda.available(xp):                   # one launch for xhat and y, the same roundings
+        out = xp.empty_like(x) if out is None else out
+        xhat = xp.empty_like(x)
+        cuda_bn.bn_fprop(x, *(_vector(v, x) for v in (mean, inv_std, gamma, beta)), out, xhat)
+        return out, xhat, inv_std
     xhat = x - _as(mean, x)
     xhat *= inv_std.reshape(_bshape(x))
     if out is None:
@@ -177,6 +191,9 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
     if out is None:
         out = xp.empty_like(dy)
+    if cuda.available(xp):                   # one launch, the same roundings
+        cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
+        return out
     if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
         t = xhat * mdyx
         out -= mdy

@@ -14,9 +14,14 @@ of every sequence is its state after its own last token (NStepLSTM's variable le
 padding instead of sorted packed sequences). A stack runs layer ``l`` on the outputs of layer
 ``l - 1`` with initial states ``h0[l], c0[l]``.
 
-Pure array code (numpy or cupy through ``get_array_module``); no MPI.
+Pure array code (numpy or cupy through ``get_array_module``); no MPI. On a device module with
+fused kernels (:func:`distnet.ops.cuda.launch.available`) each time step is one recurrent GEMM
+plus one kernel for its gates and state update (:mod:`distnet.ops.cuda.lstm`), forward and
+backward, and ``dWh`` is one GEMM over all steps; numpy keeps the code below.
 """
 from ..backend import get_array_module
+from .cuda import launch as cuda
+from .cuda import lstm as cuda_lstm
 
 
 def _sigmoid(xp, a):
@@ -26,6 +31,8 @@ def _sigmoid(xp, a):
 def lstm_forward(x, mask, h0, c0, Wx, Wh, b):
     """One LSTM layer over ``T`` steps. Returns ``(y (B, T, H), hT (B, H), cT (B, H), cache)``."""
     xp = get_array_module(x)
+    if cuda.available(xp):      # one GEMM and one launch per step instead of ~20 launches
+        return _forward_fused(xp, x, mask, h0, c0, Wx, Wh, b)
     B, T, _ = x.shape
     H = Wh.shape[1]
     ax = x @ Wx.T + b                              # (B, T, 4H): the input part of every step
@@ -53,6 +60,8 @@ def lstm_forward(x, mask, h0, c0, Wx, Wh, b):
 def lstm_backward(dy, dhT, dcT, cache):
     """Backward through time of :func:`lstm_forward`. ``dy (B, T, H)``, ``dhT, dcT (B, H)``
     (gradients of the final states; zeros if unused). Returns ``(dx, dh0, dc0, dWx, dWh, db)``."""
+    if isinstance(cache, _FusedCache):
+        return _backward_fused(dy, dhT, dcT, cache)
     x, mask, Wx, Wh, hs, cs, gates, tcs = cache
     xp = get_array_module(x)
     B, T, _ = x.shape
@@ -78,6 +87,62 @@ def lstm_backward(dy, dhT, dcT, cache):
         dc = dc_keep + dcn * f
     dx = da_all @ Wx
     dWx = da_all.reshape(B * T, 4 * H).T @ x.reshape(B * T, x.shape[-1])   # B may be 0 (a replica without rows)
+    db = da_all.sum(axis=(0, 1))
+    return dx, dh, dc, dWx, dWh, db
+
+
+class _FusedCache(tuple):
+    """What :func:`_forward_fused` keeps for :func:`_backward_fused`: ``(x, mask, Wx, Wh, gates
+    (B, T, 4H), tanh_c, h_prev, c_prev (B, T, H))``, the last two the state before each step."""
+
+
+def _contiguous(xp, a, dtype):
+    """``a`` as a C-contiguous array of ``dtype`` (itself when it is one): what a kernel reads."""
+    if a.dtype != dtype:
+        a = a.astype(dtype)
+    return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
+
+
+def _forward_fused(xp, x, mask, h0, c0, Wx, Wh, b):
+    """:func:`lstm_forward` with one fused launch per step (:func:`distnet.ops.cuda.lstm
+    .step_forward`) after the step's recurrent GEMM; the same results up to the rounding of
+    the GEMMs and of the device's ``tanh``."""
+    B, T, _ = x.shape
+    H = Wh.shape[1]
+    ax = x @ Wx.T + b                              # (B, T, 4H): the input part of every step
+    mask = _contiguous(xp, mask, x.dtype)
+    y = xp.empty((B, T, H), dtype=x.dtype)         # every element is written by its step
+    gates = xp.empty((B, T, 4 * H), dtype=x.dtype)
+    tanh_c, h_prev, c_prev = (xp.empty((B, T, H), dtype=x.dtype) for _ in range(3))
+    h, c = h0.copy(), c0.copy()                    # updated in place step by step
+    WhT = Wh.T
+    for t in range(T):
+        cuda_lstm.step_forward(t, ax, h @ WhT, mask, h, c, y, gates, tanh_c, h_prev, c_prev)
+    return y, h, c, _FusedCache((x, mask, Wx, Wh, gates, tanh_c, h_prev, c_prev))
+
+
+def _backward_fused(dy, dhT, dcT, cache):
+    """:func:`lstm_backward` of :func:`_forward_fused`: per step one fused launch for the gate
+    gradients (:func:`distnet.ops.cuda.lstm.step_backward`) and the GEMM ``da_t Wh``; the
+    weight gradients are GEMMs over all steps after the loop."""
+    x, mask, Wx, Wh, gates, tanh_c, h_prev, c_prev = cache
+    xp = get_array_module(x)
+    B, T, D = x.shape
+    H = Wh.shape[1]
+    dy = _contiguous(xp, dy, x.dtype)
+    da_all = xp.empty((B, T, 4 * H), dtype=x.dtype)   # every element is written by its step
+    da_step = xp.empty((B, 4 * H), dtype=x.dtype)
+    dh, dc = dhT.copy(), dcT.copy()                # updated in place step by step
+    dh_rec = None
+    for t in range(T - 1, -1, -1):
+        cuda_lstm.step_backward(t, dh, dc, dh_rec, dy, mask, gates, tanh_c, c_prev, da_all, da_step)
+        dh_rec = da_step @ Wh
+    if dh_rec is not None:
+        dh = dh + dh_rec
+    dx = da_all @ Wx
+    da_rows = da_all.reshape(B * T, 4 * H)         # B may be 0 (a replica without rows)
+    dWx = da_rows.T @ x.reshape(B * T, D)
+    dWh = da_rows.T @ h_prev.reshape(B * T, H)
     db = da_all.sum(axis=(0, 1))
     return dx, dh, dc, dWx, dWh, db
 

@@ -42,6 +42,8 @@ import math
 import numpy as np
 
 from ..backend import get_array_module
+from .cuda import launch as cuda
+from .cuda import optim as cuda_optim
 from .sgd import sgd_update
 
 
@@ -69,6 +71,9 @@ def sgd_step(w, g, v, lr, mu=0.0, nesterov=False, weight_decay=0.0, decoupled=Fa
     ``v``: velocity shaped like ``w``, or None when no momentum is used (``mu == 0``).
     ``weight_decay``: L2 into the gradient (default) or decoupled (``decoupled=True``).
     """
+    if cuda.available(get_array_module(w)):     # one launch, the same roundings
+        cuda_optim.sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled)
+        return
     if decoupled:
         decay_weights(w, lr, weight_decay)
     else:
@@ -84,6 +89,11 @@ def adam_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_dec
     if step < 1:
         raise ValueError(f"adam_step: step counts from 1, got {step}")
     xp = get_array_module(w, g, m, v)
+    bc1 = 1.0 - beta1 ** step
+    bc2 = 1.0 - beta2 ** step
+    if cuda.available(xp):                      # one launch, the same roundings
+        cuda_optim.adam_step(w, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2)
+        return
     if decoupled:
         decay_weights(w, lr, weight_decay)
     else:
@@ -95,8 +105,6 @@ def adam_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_dec
     v -= g
     v *= beta2
     v += g                                  # v = beta2 v + (1 - beta2) g^2
-    bc1 = 1.0 - beta1 ** step
-    bc2 = 1.0 - beta2 ** step
     xp.sqrt(v, out=g)
     g *= 1.0 / math.sqrt(bc2)
     g += eps                                # sqrt(v_hat) + eps

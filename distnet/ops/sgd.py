@@ -4,8 +4,11 @@ Update (every layer with weights, a distnet change: neon v0.4 applied momentum o
 ``Layer``): ``v <- mu(e) * v - lr * G``; then ``W <- W + v`` (classical momentum) or
 ``W <- W + mu(e) * v - lr * G`` (nesterov). With ``mu = 0`` both are plain ``W <- W - lr * G``.
 """
+from ..backend import get_array_module
 from ..config.types import MOMENTUM
 from ..errors import ConfigError
+from .cuda import launch as cuda
+from .cuda import optim as cuda_optim
 
 _TYPES = ("constant", "linear_monotone", "nesterov")
 _KEYS = {"type", "coef", "initial_coef", "saturated_coef", "start_epoch", "saturate_epoch"}
@@ -68,6 +71,9 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
     used as scratch space and holds no gradient afterwards: the step allocates nothing (a
     ``lr * g`` temporary would be as large as the weights, every step).
     """
+    if cuda.available(get_array_module(w)):     # one launch, the same roundings
+        cuda_optim.sgd_step(w, g, v, lr, mu, nesterov, 0.0, False)
+        return
     g *= lr                      # g := lr * G
     if v is None:
         w -= g

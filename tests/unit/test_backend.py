@@ -35,4 +35,24 @@ def test_gpu_backend_without_cupy_is_a_clear_config_error():
             "  datasets: [], model: !obj:distnet.models.MLP {layers: [], num_epochs: 1}}\n")
     with pytest.raises(ConfigError) as e:
         load_experiment_text(text, "gpu.yaml")
-    assert "gpu.yaml:2" in str(e.value) and "distnet[gpu]" in str(e.value)
+    assert "gpu.yaml:2" in str(e.value)
+    # both wheels, and how to tell which one the machine needs
+    for words in ("distnet[gpu-cuda12]", "12.x (NVIDIA driver >= 525.60)", "distnet[gpu-cuda13]",
+                  "13.x (driver >= 580)", "`nvidia-smi`'s \"CUDA Version\""):
+        assert words in str(e.value), words
+
+
+def test_a_cupy_wheel_newer_than_the_driver_is_told_to_take_the_other_extra(monkeypatch):
+    """cupy-cuda13x imports on a driver for CUDA 12 and fails at its first CUDA call."""
+    import sys
+    import types
+
+    def no_driver():
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for "
+                           "CUDA runtime version")
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=no_driver)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with pytest.raises(ConfigError, match="no usable CUDA device") as e:
+        GPU()
+    assert "newer CUDA than the driver runs" in str(e.value) and "distnet[gpu-cuda12]" in str(e.value)

@@ -16,19 +16,32 @@ the call's array arguments; integer parameters are ``long long`` (Python ints), 
 first element).
 
 On cupy a kernel is compiled once per dtype (``cupy.RawKernel``, NVRTC; cupy caches the binary
-on disk) and launched with :data:`BLOCK` threads per block. Other device array modules launch
+on disk) and launched with :data:`BLOCK` threads per block. It is compiled with
+``--fmad=false``: CUDA would otherwise contract ``a * b + c`` into one fused multiply-add (one
+rounding instead of two), and an elementwise kernel would no longer give numpy's bits; the
+kernels here are memory-bound, so the contraction would not buy speed. Other device array modules launch
 through a runner registered with :func:`register_runner` (the test suite registers one that
 compiles the same source for the host and runs every thread in turn).
 """
+import os
+
 import numpy as np
 
 from ...backend import get_array_module
+
+#: ``DISTNET_CUDA_KERNELS=0`` in the environment turns the fused kernels off: the device path then
+#: runs the generic array-module code (one launch per tap), which computes the same numbers. For
+#: measuring what the kernels save, and for ruling a kernel in or out when a GPU result looks wrong.
+ENABLED = os.environ.get("DISTNET_CUDA_KERNELS", "1").strip() != "0"
 
 #: Threads per block. 256 keeps enough blocks per SM for the small grids of MNIST-sized layers.
 BLOCK = 256
 #: At most this many blocks: the grid-stride loop covers the rest (a grid far larger than the
 #: GPU's resident blocks only adds scheduling).
 MAX_BLOCKS = 1 << 16
+
+#: NVRTC options of every kernel (see the module docstring).
+COMPILE_OPTIONS = ("--fmad=false",)
 
 _FLOAT_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 #: Array module name -> ``runner(kernel, n, args)``; see :func:`register_runner`.
@@ -69,7 +82,7 @@ class Kernel:
 
     def __call__(self, n, *args):
         for i, a in enumerate(args):
-            if _is_array(a) and not a.flags.c_contiguous:
+            if not isinstance(a, Strided) and _is_array(a) and not a.flags.c_contiguous:
                 raise ValueError(f"kernel {self.name}: argument {i} (shape {a.shape}) is not "
                                  "C-contiguous; a kernel reads raw memory (pass a view whose "
                                  "strides the kernel takes as strided(view))")
@@ -87,7 +100,8 @@ class Kernel:
         dtype = self.float_dtype(args)
         k = self._compiled.get(dtype)
         if k is None:
-            k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name)
+            k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name,
+                                                        options=COMPILE_OPTIONS)
         t = dtype.type
         params = (np.int64(n),) + tuple(
             a if _is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
@@ -115,13 +129,14 @@ def element_strides(a):
 
 
 def _is_array(a):
-    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, np.generic)
+    """An array argument (a device array), as opposed to a scalar parameter."""
+    return not isinstance(a, (int, float, np.generic))
 
 
 def available(xp):
     """Whether arrays of module ``xp`` get the fused kernels: cupy, or a module with a registered
-    runner. numpy never does (its own kernels are the CPU path)."""
-    return xp.__name__ == "cupy" or xp.__name__ in _RUNNERS
+    runner, unless :data:`ENABLED` is off. numpy never does (its own kernels are the CPU path)."""
+    return ENABLED and (xp.__name__ == "cupy" or xp.__name__ in _RUNNERS)
 
 
 def register_runner(module_name, runner):
