@@ -122,8 +122,11 @@ class BatchNormLayer(BaseLayer):
         bn_stats_partial(x, shift, out=buf[:2 * C].reshape(2, C))
         buf[2 * C] = local_count(x)
         allreduce_sum([buf], self._comm, self._host_staging)
-        # kept on the device (a 0-d array): float() of it would wait for the device every step
-        self._count = count = buf[2 * C]
+        if self._comm.Get_size() == 1:      # my values are all the values: known on the host
+            count = float(local_count(x))
+        else:   # the Allreduced count stays on the device: float() of it would wait every step
+            count = buf[2 * C]
+        self._count = count
         mean, var = bn_stats_finish(buf[:2 * C].reshape(2, C), count, shift)
         y, self._xhat, self._inv_std = bn_fprop(x, mean, var, self.gamma, self.beta, self.eps)
         bn_update_running(self.running_mean, self.running_var, mean, var, count, self.momentum)

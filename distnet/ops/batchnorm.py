@@ -47,6 +47,8 @@ Running averages follow PyTorch's ``BatchNorm`` (``momentum`` default 0.1)::
 
 (note: the opposite convention to Keras/TensorFlow, whose momentum weights the old value).
 """
+import numpy as np
+
 from ..backend import get_array_module
 from .cuda import batchnorm as cuda_bn
 from .cuda import launch as cuda
@@ -152,8 +154,10 @@ def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1)
     UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
     channel, a number or a 0-d device array; ``count == 1`` uses ``var``)."""
     xp = get_array_module(running_mean)
-    # count / (count - 1), and 1 for count == 1, with no branch on a device value
-    correction = count / xp.maximum(count - 1, 1.0)
+    if get_array_module(count) is np:        # a number
+        correction = count / (count - 1) if count > 1 else 1.0
+    else:                                   # on the device: no branch on its value (a wait)
+        correction = count / xp.maximum(count - 1, 1.0)
     new_mean = momentum * xp.asarray(mean, dtype="float64")
     new_var = (momentum * correction) * xp.asarray(var, dtype="float64")
     running_mean *= 1 - momentum

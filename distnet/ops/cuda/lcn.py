@@ -15,37 +15,16 @@ operations, 81 for neon's 9x9 filter, and as many again for the adjoint). Here:
 * :data:`DIVISIVE_GAIN`: one thread per pixel, ``-(sum_c e*s) / d^3``: the divisive backward's
   per-pixel weight of the path through ``d``.
 
-Each product is rounded before it is added (no fused multiply-add), so float64 and float32
-results equal the numpy code's bit for bit (the square root and the division are IEEE-rounded in
-CUDA by default, as on the CPU).
+Compiled without fused multiply-adds (:data:`~distnet.ops.cuda.launch.COMPILE_OPTIONS`), with
+CUDA's IEEE-rounded square root and division, the kernels give the numpy code's bits, float64
+and float32.
 """
 import numpy as np
 
 from ...backend import get_array_module
 from .launch import Kernel, element_strides, strided
 
-#: Products rounded on their own, as numpy computes them: a GPU compiler would otherwise fuse a
-#: product and the sum it is added to into one multiply-add (one rounding instead of two), and
-#: float64 results would no longer equal the CPU's bit for bit. (Host compilers for x86-64 do
-#: not fuse: the ISA they target by default has no multiply-add.)
-_ROUNDED_PRODUCT = r"""
-__device__ float distnet_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-__device__ double distnet_mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-"""
-
-MEAN = Kernel("distnet_lcn_mean", _ROUNDED_PRODUCT + r"""
+MEAN = Kernel("distnet_lcn_mean", r"""
 extern "C" __global__ void distnet_lcn_mean(
         const long long n, T* m, const T* x, const T* w,
         const long long C, const long long h, const long long wd,
@@ -63,11 +42,11 @@ extern "C" __global__ void distnet_lcn_mean(
                 const T* p = window + a * xh + k * xw;
                 T tap = 0;
                 for (long long c = 0; c < C; ++c) {
-                    const T v = divisor ? distnet_mul(p[c * xc], p[c * xc]) : p[c * xc];
+                    const T v = divisor ? p[c * xc] * p[c * xc] : p[c * xc];
                     // one map: the channel sum, weighted once; else each channel's own weight
-                    tap += shared ? v : distnet_mul(w[(c * fh + a) * fw + k], v);
+                    tap += shared ? v : w[(c * fh + a) * fw + k] * v;
                 }
-                acc += shared ? distnet_mul(w[a * fw + k], tap) : tap;
+                acc += shared ? w[a * fw + k] * tap : tap;
             }
         }
         if (divisor) {
@@ -79,7 +58,7 @@ extern "C" __global__ void distnet_lcn_mean(
 }
 """)
 
-MEAN_ADJOINT = Kernel("distnet_lcn_mean_adjoint", _ROUNDED_PRODUCT + r"""
+MEAN_ADJOINT = Kernel("distnet_lcn_mean_adjoint", r"""
 extern "C" __global__ void distnet_lcn_mean_adjoint(
         const long long n, T* out, const T* gm, const T* w, const T* factor,
         const long long C, const long long Hc, const long long Wc,
@@ -100,7 +79,7 @@ extern "C" __global__ void distnet_lcn_mean_adjoint(
             for (long long k = 0; k < fw; ++k) {
                 const long long q = x - k;
                 if (q < 0 || q >= wd) continue;
-                acc += distnet_mul(wmap[a * fw + k], g[r * wd + q]);
+                acc += wmap[a * fw + k] * g[r * wd + q];
             }
         }
         out[i] = times ? acc * factor[i] : acc;
@@ -108,7 +87,7 @@ extern "C" __global__ void distnet_lcn_mean_adjoint(
 }
 """)
 
-DIVISIVE_GAIN = Kernel("distnet_lcn_divisive_gain", _ROUNDED_PRODUCT + r"""
+DIVISIVE_GAIN = Kernel("distnet_lcn_divisive_gain", r"""
 extern "C" __global__ void distnet_lcn_divisive_gain(
         const long long n, T* gm, const T* e, const T* s, const T* d,
         const long long C, const long long h, const long long wd,
@@ -122,7 +101,7 @@ extern "C" __global__ void distnet_lcn_divisive_gain(
         const T* ep = e + b * eb + r * eh + q * ew;
         const T* sp = s + b * sb + r * sh + q * sw;
         T acc = 0;
-        for (long long c = 0; c < C; ++c) acc += distnet_mul(ep[c * ec], sp[c * sc]);
+        for (long long c = 0; c < C; ++c) acc += ep[c * ec] * sp[c * sc];
         const T di = d[i];
         gm[i] = -(acc / (di * di * di));
     }
