@@ -28,7 +28,9 @@ by 1, which gives 0 instead of e/d wherever s == 0 exactly (blank image regions,
 borders); distnet uses e/d everywhere, which matches central differences there
 (docs/neon.md#differences-in-what-is-computed).
 
-Pure math: no parameters, no communication; numpy or cupy through ``get_array_module``.
+Pure math: no parameters, no communication; numpy or cupy through ``get_array_module``. On a
+device the mean, its adjoint and the divisive stage's per-pixel factors are fused kernels
+(:mod:`distnet.ops.cuda.lcn`: one launch each instead of one per filter tap, the same bits).
 """
 from typing import NamedTuple
 

@@ -125,8 +125,9 @@ def _cast(a, dtype):
 
 def mean(w, x_chunk, h, wd, divisor=False):
     """:func:`distnet.ops.lcn.lcn_mean` of ``x_chunk (B, C, Hc, Wc)`` (any strides) with ``w
-    (1 or C, fh, fw)``, the output ``(B, 1, h, wd)`` given, in one launch. ``divisor``: of
-    ``x_chunk**2``, then ``sqrt``, with 1 where that is 0 (the divisive stage's ``d``)."""
+    (1 or C, fh, fw)``: ``(B, 1, h, wd)``, ``h = Hc - fh + 1``, ``wd = Wc - fw + 1`` (checked by
+    the caller), in one launch. ``divisor``: the mean of ``x_chunk**2``, then ``sqrt``, with 1
+    where that is 0 (the divisive stage's ``d``)."""
     xp = get_array_module(x_chunk)
     dtype = np.result_type(w.dtype, x_chunk.dtype)
     w, x_chunk = _contiguous(xp, w, dtype), _cast(x_chunk, dtype)
