@@ -3,8 +3,8 @@ batch norm's global count (Allreduced over the tiles and replicas) and the clipp
 (Allreduced over the world) stay on the device. The device-like backend with a CUDA-aware MPI
 (no host staging, whose copies are waits by design) trains a net of convolution, LCN, batch
 norm, dropout, global average pooling and FC layers with Adam and clipping on spatial tiles, on
-data replicas, and both; every rank's every step makes exactly one wait (its loss), and the run
-equals the single-process numpy run (float64, 1e-10 relative)."""
+data replicas, both, and on two pipeline stages of tiles; every rank's every step makes exactly
+one wait (its loss), and the run equals the single-process numpy run (float64, 1e-10 relative)."""
 import numpy as np
 import pytest
 
@@ -33,18 +33,20 @@ def layers():
             FullyConnectedLayer(nout=K, weight_init=WI)]
 
 
-def fit(backend, topo, x, labels):
+def fit(backend, topo, x, labels, **keys):
     model = Model(layers=layers(), num_epochs=2, batch_size=4, shuffle=True, cost=SoftmaxCrossEntropy(),
-                  learning_rule=Adam(learning_rate=0.02, max_grad_norm=0.5))
+                  learning_rule=Adam(learning_rate=0.02, max_grad_norm=0.5), **keys)
     model.infer_shapes((C, H, W))
     model.configure(backend, topo)
     model.init_params()
     return model.fit(x, labels, K)
 
 
-LAYOUTS = {"tiles": lambda n: dict(grid=(1, n) if n == 2 else (2, 2)),
-           "replicas": lambda n: dict(grid=(1, 1), data=n),
-           "both": lambda n: dict(grid=(1, n // 2), data=2)}
+#: layout -> (Topology.from_world keys at world size n, model keys)
+LAYOUTS = {"tiles": lambda n: (dict(grid=(1, n) if n == 2 else (2, 2)), {}),
+           "replicas": lambda n: (dict(grid=(1, 1), data=n), {}),
+           "both": lambda n: (dict(grid=(1, n // 2), data=2), {}),
+           "stages": lambda n: (dict(grid=(1, n // 2), pipe=2), {"stages": [4]})}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -62,11 +64,12 @@ def test_a_distributed_step_waits_once_and_equals_one_process(comm, mpi, layout,
         return loss
     monkeypatch.setattr(Model, "train_step", counted)
     saved = xp.cuda_aware_mpi
-    topo = Topology.from_world(world=comm, **LAYOUTS[layout](mpi.size))
+    world, keys = LAYOUTS[layout](mpi.size)
+    topo = Topology.from_world(world=comm, **world)
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
         costs = fit(DeviceLike(rng_seed=3, dtype="float64", cuda_aware_mpi=True), topo, x[:, :, t.y0:t.y1, t.x0:t.x1],
-                    labels)
+                    labels, **keys)
     finally:
         topo.free()
         xp.cuda_aware_mpi = saved
