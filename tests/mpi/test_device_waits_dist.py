@@ -68,8 +68,8 @@ def test_a_distributed_step_waits_once_and_equals_one_process(comm, mpi, layout,
     topo = Topology.from_world(world=comm, **world)
     try:
         t = tile_of((H, W), topo.grid, topo.coords)
-        costs = fit(DeviceLike(rng_seed=3, dtype="float64", cuda_aware_mpi=True), topo, x[:, :, t.y0:t.y1, t.x0:t.x1],
-                    labels, **keys)
+        backend = DeviceLike(rng_seed=3, dtype="float64", cuda_aware_mpi=True)
+        costs = fit(backend, topo, x[:, :, t.y0:t.y1, t.x0:t.x1], labels, **keys)
     finally:
         topo.free()
         xp.cuda_aware_mpi = saved
