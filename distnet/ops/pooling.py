@@ -13,9 +13,17 @@ loops 2-8x faster. Max pooling takes inputs, outputs and gradients already held 
 (what the small-image conv kernel of :mod:`distnet.ops.conv` returns; :func:`output_chwn`) as they
 are, and transposes only what arrives in NCHW; its work is shared out over the kernel threads by
 channels. Large planes with non-overlapping windows use NCHW directly (no transposes).
+
+On a device (:func:`distnet.ops.cuda.launch.available`), each op is one fused kernel launch of
+:mod:`distnet.ops.cuda.pooling` that reads its arrays in whatever layout they come (no copies)
+and gives the numpy code's results (float64: bit for bit).
 """
+import numpy as np
+
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .cuda import launch as cuda
+from .cuda import pooling as cuda_pooling
 from .parallel import parallel_map, run_split, shares
 from .windows import fold, output_shape
 from .workspace import scratch
@@ -29,6 +37,20 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
     fh, fw = fshape
     return (x_shape[2] * x_shape[3] >= NCHW_MIN_PLANE and tuple(stride) == (fh, fw)
             and fh * fw <= 256)
+
+
+def _fused(xp, *arrays):
+    """Whether the op runs as a fused kernel: a device module that launches them, and float
+    arrays of one dtype (other data takes the array-module code)."""
+    return (cuda.available(xp) and len({a.dtype for a in arrays}) == 1
+            and arrays[0].dtype in (np.float32, np.float64))
+
+
+def _check_shapes(op, expected, **arrays):
+    """A kernel reads and writes raw memory: every array must have the ``expected`` shape."""
+    for name, a in arrays.items():
+        if a is not None and tuple(a.shape) != tuple(expected):
+            raise GeometryError(f"{op}: {name} has shape {tuple(a.shape)}, expected {tuple(expected)}")
 
 
 def _chwn(a, work=None, name="chwn"):
@@ -94,22 +116,31 @@ def pad_with_minus_inf(x, inside, fshape, stride):
     position never wins a window (the max of a border window of negative values is the max of
     its real values, as in every other framework; zero padding would return 0). Raises
     :class:`GeometryError` if some window holds padding only (padding >= window)."""
-    y0, y1, x0, x1 = inside
-    B, C, H, W = x.shape
-    if (y0, y1, x0, x1) == (0, H, 0, W):
+    if _all_inside(x.shape, inside, fshape, stride):
         return x
-    Ho, Wo = _out_hw(x.shape, fshape, stride)
-    (fh, fw), (sy, sx) = fshape, stride
-    # every window must meet [y0, y1) x [x0, x1): the first and the last along each axis
-    if not (fh > y0 and sy * (Ho - 1) < y1 and fw > x0 and sx * (Wo - 1) < x1) or y1 <= y0 or x1 <= x0:
-        raise GeometryError(f"max pooling: a {fh}x{fw} window lies entirely in the padding (the "
-                            "padding must be smaller than the window)")
+    y0, y1, x0, x1 = inside
     lowest = -float("inf") if x.dtype.kind == "f" else get_array_module(x).iinfo(x.dtype).min
     x[:, :, :y0, :] = lowest
     x[:, :, y1:, :] = lowest
     x[:, :, :, :x0] = lowest
     x[:, :, :, x1:] = lowest
     return x
+
+
+def _all_inside(x_shape, inside, fshape, stride):
+    """Whether ``inside`` is the whole chunk (no padding); raises :class:`GeometryError` if some
+    window holds padding only (see :func:`pad_with_minus_inf`)."""
+    y0, y1, x0, x1 = inside
+    B, C, H, W = x_shape
+    if (y0, y1, x0, x1) == (0, H, 0, W):
+        return True
+    Ho, Wo = _out_hw(x_shape, fshape, stride)
+    (fh, fw), (sy, sx) = fshape, stride
+    # every window must meet [y0, y1) x [x0, x1): the first and the last along each axis
+    if not (fh > y0 and sy * (Ho - 1) < y1 and fw > x0 and sx * (Wo - 1) < x1) or y1 <= y0 or x1 <= x0:
+        raise GeometryError(f"max pooling: a {fh}x{fw} window lies entirely in the padding (the "
+                            "padding must be smaller than the window)")
+    return False
 
 
 def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
@@ -122,9 +153,20 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
     ``out``: write ``y`` there. ``work``: a Workspace for ``argmax`` and the masks (then
     ``argmax`` is reused by the next call: valid until then). ``inside``: ``(y0, y1, x0, x1)``,
     the image's part of ``x`` when ``x`` is a padded chunk; the rest is padding, overwritten
-    with -inf (:func:`pad_with_minus_inf`), so padded positions never win.
+    with -inf (:func:`pad_with_minus_inf`), so padded positions never win (on a device the
+    kernel reads them as -inf instead and ``x`` is left as it is).
     """
     xp = get_array_module(x)
+    if _fused(xp, x, *[a for a in (out,) if a is not None]):
+        Ho, Wo = _out_hw(x.shape, fshape, stride)
+        B, C, H, W = x.shape
+        if inside is None or _all_inside(x.shape, inside, fshape, stride):
+            inside = (0, H, 0, W)
+        _check_shapes("max pooling", (B, C, Ho, Wo), out=out)
+        y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
+        argmax = scratch(work, "argmax", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
+        return cuda_pooling.maxpool_fprop(x, y, argmax, fshape, stride, inside,
+                                          rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
     if inside is not None:
         pad_with_minus_inf(x, inside, fshape, stride)
     if _nchw_maxpool_ok(x.shape, fshape, stride):
@@ -350,6 +392,12 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
     pixel; overlapping windows add up; other pixels get 0. Returns ``dx`` of ``x_shape`` (NCHW),
     written into ``out`` if given."""
     xp = get_array_module(dy)
+    if _fused(xp, dy, *[a for a in (out,) if a is not None]) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP:
+        _check_shapes("max pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy,
+                      argmax=argmax)
+        _check_shapes("max pooling", x_shape, out=out)
+        dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
+        return cuda_pooling.maxpool_bprop(dy, argmax, dx, fshape, stride)
     if _nchw_maxpool_ok(x_shape, fshape, stride):
         return _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work)
     return _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work)
@@ -399,6 +447,10 @@ def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
 def avgpool_fprop(x, fshape, stride):
     """Mean over each ``fh*fw`` window of ``x (B, C, H, W)`` -> ``(B, C, Ho, Wo)``. Always divides by
     ``fh*fw``: padded zeros count (the caller has already padded)."""
+    xp = get_array_module(x)
+    if _fused(xp, x):
+        shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
+        return cuda_pooling.avgpool_fprop(x, xp.empty(shape, dtype=x.dtype), fshape, stride)
     xn = _chwn(x)
     y = None
     for _, rows, cols in _offsets(x.shape, fshape, stride):
@@ -413,6 +465,10 @@ def avgpool_fprop(x, fshape, stride):
 def avgpool_bprop(dy, x_shape, fshape, stride):
     """Gradient of :func:`avgpool_fprop`: ``dy / (fh*fw)`` spread over each window (overlaps add).
     Returns ``dx`` of ``x_shape``."""
+    xp = get_array_module(dy)
+    if _fused(xp, dy):
+        _check_shapes("average pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy)
+        return cuda_pooling.avgpool_bprop(dy, xp.empty(tuple(x_shape), dtype=dy.dtype), fshape, stride)
     return _spread(dy * (1.0 / (fshape[0] * fshape[1])), x_shape, fshape, stride)
 
 
@@ -422,6 +478,9 @@ def l2pool_fprop(x, fshape, stride):
     """``y = sqrt(sum_window x**2)`` over each window of ``x (B, C, H, W)`` -> ``(B, C, Ho, Wo)``;
     no epsilon and no averaging (docs/neon-semantics.md#pooling)."""
     xp = get_array_module(x)
+    if _fused(xp, x):
+        shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
+        return cuda_pooling.l2pool_fprop(x, xp.empty(shape, dtype=x.dtype), fshape, stride)
     xn = _chwn(x)
     y = t = None
     for _, rows, cols in _offsets(x.shape, fshape, stride):
@@ -443,5 +502,8 @@ def l2pool_bprop(x, y, dy, fshape, stride):
     ``dx = x * spread(dy / yhat)``.
     """
     xp = get_array_module(x, y, dy)
+    if _fused(xp, x, y, dy):
+        _check_shapes("L2 pooling", tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride), y=y, dy=dy)
+        return cuda_pooling.l2pool_bprop(x, y, dy, xp.empty(x.shape, dtype=x.dtype), fshape, stride)
     yhat = xp.where(y == 0, 1, y)
     return x * _spread(dy / yhat, x.shape, fshape, stride)

@@ -1,0 +1,329 @@
+"""Pooling kernels: max (with its argmax), average and L2 pooling, forward and backward, one
+launch each.
+
+:mod:`distnet.ops.pooling` loops over the ``fh*fw`` window offsets with a few array operations
+per offset (and copies between NCHW and batch-innermost memory around them). Here:
+
+* a **forward** thread computes one output element ``(b, c, i, j)``, scanning its window row by
+  row in the numpy code's order: max pooling keeps the first maximum (a later value replaces it
+  only if strictly greater; a NaN becomes the maximum without moving the index, as numpy's
+  ``maximum``/``greater`` pair does); average and L2 pooling add the window's terms in order;
+* a **backward** thread computes one input element ``(b, c, y, x)``, gathering the outputs whose
+  windows cover it (for max pooling: the terms ``dy * (argmax == its offset)``) in increasing
+  offset order ``u*fw + v``, the order of the numpy code's tap-by-tap adds, starting from 0.
+
+Every product that feeds a sum is rounded on its own (``distnet_mul``), as numpy rounds it, so
+float64 results equal the numpy code's bit for bit. Arrays are read and written through their
+strides (:func:`~distnet.ops.cuda.launch.strided`): NCHW, batch-innermost memory or a view of a
+larger buffer, no copies. Shapes are ``(B, C, H, W)`` inputs and ``(B, C, Ho, Wo)`` outputs.
+"""
+import numpy as np
+
+from .launch import Kernel, element_strides, strided
+
+_COMMON = r"""
+// Work item e's (b, c, row, col) in an array's memory order (batch innermost for CHWN memory),
+// so that neighbouring threads touch neighbouring addresses.
+__device__ void distnet_pool_item(long long e, const long long B, const long long C,
+        const long long H, const long long W, const long long batch_inner,
+        long long* b, long long* c, long long* y, long long* x) {
+    if (batch_inner) { *b = e % B; e /= B; *x = e % W; e /= W; }
+    else { *x = e % W; e /= W; }
+    *y = e % H; e /= H;
+    *c = e % C; e /= C;
+    if (!batch_inner) *b = e;
+}
+// A product rounded on its own, as numpy rounds it: a GPU compiler would otherwise fuse it with
+// the sum it feeds into one fma (one rounding instead of two).
+#ifdef __CUDA_ARCH__
+__device__ float distnet_mul(const float a, const float b) { return __fmul_rn(a, b); }
+__device__ double distnet_mul(const double a, const double b) { return __dmul_rn(a, b); }
+#else
+__device__ T distnet_mul(const T a, const T b) { return a * b; }
+#endif
+"""
+
+_MAX_STEP = r"""
+// One step of numpy's running maximum (greater, then maximum): a strictly greater value
+// replaces the maximum and its index, so the first maximum stays; a NaN replaces the maximum
+// but not the index (greater is false, maximum propagates NaN), and nothing replaces a NaN.
+__device__ void distnet_max_step(T* m, long long* k, const T s, const long long ks) {
+    if (s > *m) { *m = s; *k = ks; }
+    else if (s != s) { *m = s; }
+}
+"""
+
+_MAXPOOL_FPROP = r"""
+extern "C" __global__ void NAME(
+        const long long n, T* y, IDX* arg, const T* x,
+        const long long B, const long long C, const long long Ho, const long long Wo,
+        const long long fh, const long long fw, const long long sy, const long long sx,
+        const long long y0, const long long y1, const long long x0, const long long x1,
+        const T lowest, const long long rows_first, const long long batch_inner,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long yb, const long long yc, const long long yh, const long long yw,
+        const long long ab, const long long ac, const long long ah, const long long aw) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, i, j;
+        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+        const T* base = x + b * xb + c * xc;
+        T m = lowest;               // the window's maximum so far
+        long long k = 0;            // the offset u*fw + v of its first occurrence
+        for (long long u = 0; u < fh; ++u) {
+            const long long py = i * sy + u;
+            T r = lowest;           // rows_first: this row's maximum and its offset
+            long long kr = u * fw;
+            for (long long v = 0; v < fw; ++v) {
+                const long long px = j * sx + v;
+                // outside [y0, y1) x [x0, x1): padding, which never wins
+                const T s = (py >= y0 && py < y1 && px >= x0 && px < x1) ? base[py * xh + px * xw]
+                                                                         : lowest;
+                if (rows_first) distnet_max_step(&r, &kr, s, u * fw + v);
+                else distnet_max_step(&m, &k, s, u * fw + v);
+            }
+            // rows_first (the numpy code's large-plane order): row maxima, then the rows in order
+            if (rows_first && u == 0) { m = r; k = kr; }
+            else if (rows_first) distnet_max_step(&m, &k, r, kr);
+        }
+        y[b * yb + c * yc + i * yh + j * yw] = m;
+        arg[b * ab + c * ac + i * ah + j * aw] = (IDX)k;
+    }
+}
+"""
+
+_MAXPOOL_BPROP = r"""
+extern "C" __global__ void NAME(
+        const long long n, T* dx, const T* dy, const IDX* arg,
+        const long long B, const long long C, const long long H, const long long W,
+        const long long Ho, const long long Wo, const long long fh, const long long fw,
+        const long long sy, const long long sx, const long long batch_inner,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long gb, const long long gc, const long long gh, const long long gw,
+        const long long ab, const long long ac, const long long ah, const long long aw) {
+    // Disjoint windows: the numpy code writes dy * mask (no sum); overlapping ones add up from 0.
+    const bool disjoint = sy >= fh && sx >= fw;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, py, px;
+        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+        const T* g = dy + b * gb + c * gc;
+        const IDX* a = arg + b * ab + c * ac;
+        T acc = 0;
+        for (long long u = 0; u < fh; ++u) {
+            const long long ry = py - u;
+            if (ry < 0 || ry % sy) continue;
+            const long long i = ry / sy;
+            if (i >= Ho) continue;
+            for (long long v = 0; v < fw; ++v) {
+                const long long rx = px - v;
+                if (rx < 0 || rx % sx) continue;
+                const long long j = rx / sx;
+                if (j >= Wo) continue;
+                const T t = distnet_mul(g[i * gh + j * gw], (T)(a[i * ah + j * aw] == u * fw + v));
+                acc = disjoint ? t : acc + t;
+            }
+        }
+        dx[b * xb + c * xc + py * xh + px * xw] = acc;
+    }
+}
+"""
+
+
+def _indexed(template, name, idx_type):
+    return Kernel(name, _COMMON + _MAX_STEP + template.replace("NAME", name).replace("IDX", idx_type))
+
+
+#: argmax dtype -> kernel (the argmax is uint8 for windows of up to 256 elements, else int32)
+MAXPOOL_FPROP = {np.dtype(np.uint8): _indexed(_MAXPOOL_FPROP, "distnet_maxpool_fprop_u8", "unsigned char"),
+                 np.dtype(np.int32): _indexed(_MAXPOOL_FPROP, "distnet_maxpool_fprop_i32", "int")}
+MAXPOOL_BPROP = {np.dtype(np.uint8): _indexed(_MAXPOOL_BPROP, "distnet_maxpool_bprop_u8", "unsigned char"),
+                 np.dtype(np.int32): _indexed(_MAXPOOL_BPROP, "distnet_maxpool_bprop_i32", "int")}
+
+AVGPOOL_FPROP = Kernel("distnet_avgpool_fprop", _COMMON + r"""
+extern "C" __global__ void distnet_avgpool_fprop(
+        const long long n, T* y, const T* x,
+        const long long B, const long long C, const long long Ho, const long long Wo,
+        const long long fh, const long long fw, const long long sy, const long long sx,
+        const T scale, const long long batch_inner,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long yb, const long long yc, const long long yh, const long long yw) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, i, j;
+        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+        const T* w = x + b * xb + c * xc + i * sy * xh + j * sx * xw;
+        T acc = w[0];               // the numpy code copies the first element, then adds
+        for (long long u = 0; u < fh; ++u)
+            for (long long v = 0; v < fw; ++v)
+                if (u || v) acc += w[u * xh + v * xw];
+        y[b * yb + c * yc + i * yh + j * yw] = distnet_mul(acc, scale);
+    }
+}
+""")
+
+AVGPOOL_BPROP = Kernel("distnet_avgpool_bprop", _COMMON + r"""
+extern "C" __global__ void distnet_avgpool_bprop(
+        const long long n, T* dx, const T* dy,
+        const long long B, const long long C, const long long H, const long long W,
+        const long long Ho, const long long Wo, const long long fh, const long long fw,
+        const long long sy, const long long sx, const T scale, const long long batch_inner,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long gb, const long long gc, const long long gh, const long long gw) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, py, px;
+        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+        const T* g = dy + b * gb + c * gc;
+        T acc = 0;
+        for (long long u = 0; u < fh; ++u) {
+            const long long ry = py - u;
+            if (ry < 0 || ry % sy) continue;
+            const long long i = ry / sy;
+            if (i >= Ho) continue;
+            for (long long v = 0; v < fw; ++v) {
+                const long long rx = px - v;
+                if (rx < 0 || rx % sx) continue;
+                const long long j = rx / sx;
+                if (j >= Wo) continue;
+                acc += distnet_mul(g[i * gh + j * gw], scale);
+            }
+        }
+        dx[b * xb + c * xc + py * xh + px * xw] = acc;
+    }
+}
+""")
+
+L2POOL_FPROP = Kernel("distnet_l2pool_fprop", _COMMON + r"""
+extern "C" __global__ void distnet_l2pool_fprop(
+        const long long n, T* y, const T* x,
+        const long long B, const long long C, const long long Ho, const long long Wo,
+        const long long fh, const long long fw, const long long sy, const long long sx,
+        const long long batch_inner,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long yb, const long long yc, const long long yh, const long long yw) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, i, j;
+        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+        const T* w = x + b * xb + c * xc + i * sy * xh + j * sx * xw;
+        T acc = 0;
+        for (long long u = 0; u < fh; ++u)
+            for (long long v = 0; v < fw; ++v) {
+                const T s = w[u * xh + v * xw];
+                acc += distnet_mul(s, s);
+            }
+        y[b * yb + c * yc + i * yh + j * yw] = sqrt(acc);
+    }
+}
+""")
+
+L2POOL_BPROP = Kernel("distnet_l2pool_bprop", _COMMON + r"""
+extern "C" __global__ void distnet_l2pool_bprop(
+        const long long n, T* dx, const T* x, const T* y, const T* dy,
+        const long long B, const long long C, const long long H, const long long W,
+        const long long Ho, const long long Wo, const long long fh, const long long fw,
+        const long long sy, const long long sx, const long long batch_inner,
+        const long long ob, const long long oc, const long long oh, const long long ow,
+        const long long xb, const long long xc, const long long xh, const long long xw,
+        const long long yb, const long long yc, const long long yh, const long long yw,
+        const long long gb, const long long gc, const long long gh, const long long gw) {
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
+        long long b, c, py, px;
+        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+        const T* yo = y + b * yb + c * yc;
+        const T* g = dy + b * gb + c * gc;
+        T acc = 0;                  // sum over the windows that read the pixel of dy / yhat
+        for (long long u = 0; u < fh; ++u) {
+            const long long ry = py - u;
+            if (ry < 0 || ry % sy) continue;
+            const long long i = ry / sy;
+            if (i >= Ho) continue;
+            for (long long v = 0; v < fw; ++v) {
+                const long long rx = px - v;
+                if (rx < 0 || rx % sx) continue;
+                const long long j = rx / sx;
+                if (j >= Wo) continue;
+                const T yv = yo[i * yh + j * yw];
+                acc += g[i * gh + j * gw] / (yv == 0 ? (T)1 : yv);   // an all-zero window: no NaN
+            }
+        }
+        dx[b * ob + c * oc + py * oh + px * ow] = distnet_mul(x[b * xb + c * xc + py * xh + px * xw], acc);
+    }
+}
+""")
+
+
+def _batch_inner(a):
+    """Whether ``a (B, C, H, W)`` is walked batch innermost (its memory order)."""
+    return int(a.strides[0] == a.itemsize and a.shape[0] > 1)
+
+
+def maxpool_fprop(x, y, argmax, fshape, stride, inside, rows_first):
+    """``y``, ``argmax`` ``(B, C, Ho, Wo)`` (any strides; ``argmax`` uint8 or int32) = the max of
+    every window of ``x (B, C, H, W)`` (any strides) and the offset ``u*fw + v`` of its first
+    maximum. ``inside = (y0, y1, x0, x1)``: positions of ``x`` outside it are padding, read as
+    -inf (``x`` is not written). ``rows_first``: compare row maxima, as the numpy code's
+    large-plane path does (it differs from the plain row-major scan only in which index a window
+    holding NaN reports)."""
+    B, C, Ho, Wo = y.shape
+    MAXPOOL_FPROP[argmax.dtype](
+        y.size, strided(y), strided(argmax), strided(x), B, C, Ho, Wo, *map(int, fshape),
+        *map(int, stride), *map(int, inside), -float("inf"), int(rows_first), _batch_inner(y),
+        *element_strides(x), *element_strides(y), *element_strides(argmax))
+    return y, argmax
+
+
+def maxpool_bprop(dy, argmax, dx, fshape, stride):
+    """``dx (B, C, H, W)`` (any strides) = every ``dy (B, C, Ho, Wo)`` element sent to its
+    window's argmax pixel (``argmax`` as :func:`maxpool_fprop` wrote it); overlapping windows add
+    up; pixels no window picks get 0. Returns ``dx``."""
+    B, C, H, W = dx.shape
+    Ho, Wo = dy.shape[2:]
+    MAXPOOL_BPROP[argmax.dtype](
+        dx.size, strided(dx), strided(dy), strided(argmax), B, C, H, W, Ho, Wo, *map(int, fshape),
+        *map(int, stride), _batch_inner(dx), *element_strides(dx), *element_strides(dy),
+        *element_strides(argmax))
+    return dx
+
+
+def avgpool_fprop(x, y, fshape, stride):
+    """``y (B, C, Ho, Wo)`` = the mean of every ``fh*fw`` window of ``x (B, C, H, W)`` (sum in
+    row-major order, times ``1/(fh*fw)``). Returns ``y``."""
+    B, C, Ho, Wo = y.shape
+    fh, fw = map(int, fshape)
+    AVGPOOL_FPROP(y.size, strided(y), strided(x), B, C, Ho, Wo, fh, fw, *map(int, stride),
+                  1.0 / (fh * fw), _batch_inner(y), *element_strides(x), *element_strides(y))
+    return y
+
+
+def avgpool_bprop(dy, dx, fshape, stride):
+    """``dx (B, C, H, W)`` = ``dy (B, C, Ho, Wo) / (fh*fw)`` summed over the windows covering each
+    pixel. Returns ``dx``."""
+    B, C, H, W = dx.shape
+    Ho, Wo = dy.shape[2:]
+    fh, fw = map(int, fshape)
+    AVGPOOL_BPROP(dx.size, strided(dx), strided(dy), B, C, H, W, Ho, Wo, fh, fw, *map(int, stride),
+                  1.0 / (fh * fw), _batch_inner(dx), *element_strides(dx), *element_strides(dy))
+    return dx
+
+
+def l2pool_fprop(x, y, fshape, stride):
+    """``y (B, C, Ho, Wo)`` = ``sqrt`` of the sum of squares of every window of ``x``. Returns
+    ``y``."""
+    B, C, Ho, Wo = y.shape
+    L2POOL_FPROP(y.size, strided(y), strided(x), B, C, Ho, Wo, *map(int, fshape), *map(int, stride),
+                 _batch_inner(y), *element_strides(x), *element_strides(y))
+    return y
+
+
+def l2pool_bprop(x, y, dy, dx, fshape, stride):
+    """``dx (B, C, H, W)`` = ``x`` times the sum, over the windows covering each pixel, of
+    ``dy / yhat`` (``yhat = y``, or 1 where ``y == 0``). Returns ``dx``."""
+    B, C, H, W = dx.shape
+    Ho, Wo = dy.shape[2:]
+    L2POOL_BPROP(dx.size, strided(dx), strided(x), strided(y), strided(dy), B, C, H, W, Ho, Wo,
+                 *map(int, fshape), *map(int, stride), _batch_inner(dx), *element_strides(dx),
+                 *element_strides(x), *element_strides(y), *element_strides(dy))
+    return dx

@@ -1,0 +1,239 @@
+"""The fused pooling kernels (distnet/ops/cuda/pooling.py) through the public ops of
+distnet.ops.pooling, as the layers call them: their CUDA C, run on the host through the
+device-like module (tests/cuda_emulator.py), equals the numpy code bit for bit (float32 and
+float64, ties, NaNs, padding, any input layout) in one launch per call, whatever the window."""
+import numpy as np
+import pytest
+
+from distnet.errors import GeometryError
+from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
+                                 maxpool_bprop, maxpool_fprop)
+from distnet.ops.workspace import Workspace
+from tests import cuda_emulator
+from tests.devicelike import xp
+
+pytestmark = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")
+
+GEOMETRIES = [  # (B, C, H, W, fh, fw, sy, sx)
+    (2, 3, 7, 8, 3, 3, 1, 1),      # overlapping windows
+    (3, 2, 9, 9, 2, 3, 2, 1),      # strides > 1, overlapping along one axis
+    (1, 1, 5, 5, 5, 5, 1, 1),      # batch 1, one window: the whole image
+    (4, 2, 10, 7, 3, 2, 3, 2),     # windows that do not tile: the last row and column unread
+    (2, 2, 9, 9, 2, 2, 3, 3),      # stride > window: gaps between windows
+    (2, 2, 32, 36, 2, 3, 2, 3),    # a large plane with disjoint windows (numpy: its NCHW path)
+    (2, 1, 18, 17, 17, 16, 1, 1),  # 272-element windows: an int32 argmax
+]
+DTYPES = [np.float32, np.float64]
+LAYOUTS = ["nchw", "chwn", "view"]
+
+
+def ids(g):
+    return "x".join(map(str, g))
+
+
+def to_device(a, layout):
+    """``a (B, C, H, W)`` on the device: NCHW, batch-innermost (CHWN) memory, or a strided view
+    into a larger NaN-filled buffer (what a halo chunk or a cropped gradient looks like)."""
+    if layout == "nchw":
+        return xp.asarray(a)
+    if layout == "chwn":
+        return xp.asarray(np.ascontiguousarray(a.transpose(1, 2, 3, 0))).transpose(3, 0, 1, 2)
+    B, C, H, W = a.shape
+    big = xp.full((B, C + 1, H + 2, W + 3), np.nan, dtype=a.dtype)
+    big[:, 1:, 1:H + 1, 2:W + 2] = xp.asarray(a)
+    return big[:, 1:, 1:H + 1, 2:W + 2]
+
+
+def host(a):
+    return xp.asnumpy(a)
+
+
+def inputs(geom, dtype, ties=False, seed=0):
+    """``x (B, C, H, W)`` and a ``dy`` of the output's shape. ``ties``: values from a small set
+    of integers, so most windows hold their maximum more than once."""
+    B, C, H, W, fh, fw, sy, sx = geom
+    rng = np.random.default_rng(seed + sum(geom))
+    x = rng.integers(-2, 3, (B, C, H, W)) if ties else rng.standard_normal((B, C, H, W))
+    dy = rng.standard_normal((B, C, (H - fh) // sy + 1, (W - fw) // sx + 1))
+    return x.astype(dtype), dy.astype(dtype)
+
+
+def assert_bits(got, want):
+    """Same dtype, shape and bits (signed zeros included), NaN where numpy has NaN."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if want.dtype.kind == "f":
+        real = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got[real]), np.signbit(want[real]))
+
+
+# ----------------------------------------------------------------------------------------- max
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=ids)
+def test_maxpool_equals_numpy_bit_for_bit(geom, dtype, layout):
+    x, dy = inputs(geom, dtype, ties=True)
+    fshape, stride = geom[4:6], geom[6:]
+    want_y, want_arg = maxpool_fprop(x, fshape, stride)
+    want_dx = maxpool_bprop(dy, want_arg, x.shape, fshape, stride)
+    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    xp.counts.clear()
+    y, arg = maxpool_fprop(dx_, fshape, stride)
+    assert xp.counts["calls"] == 3              # y and argmax allocated, one launch
+    xp.counts.clear()
+    dx = maxpool_bprop(dy_, arg, x.shape, fshape, stride)
+    assert xp.counts["calls"] == 2              # dx allocated, one launch
+    assert_bits(host(y), want_y)
+    assert_bits(host(arg), np.asarray(want_arg))
+    assert_bits(host(dx), want_dx)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geom", [GEOMETRIES[0], GEOMETRIES[3], GEOMETRIES[5]], ids=ids)
+def test_maxpool_layer_call_writes_into_its_buffers_in_one_launch(geom, dtype):
+    """The layer's call: ``out``, ``work`` (scratch reused by the next call) and an ``out`` for
+    the gradient; from the second step on, each direction is a single launch."""
+    x, dy = inputs(geom, dtype, ties=True, seed=1)
+    fshape, stride = geom[4:6], geom[6:]
+    want_y, want_arg = maxpool_fprop(x, fshape, stride)
+    want_dx = maxpool_bprop(dy, want_arg, x.shape, fshape, stride)
+    work = Workspace()
+    y, dx = xp.empty(want_y.shape, dtype=dtype), xp.empty(x.shape, dtype=dtype)
+    dx_, dy_ = xp.asarray(x), xp.asarray(dy)
+    for step in range(2):
+        xp.counts.clear()
+        ry, arg = maxpool_fprop(dx_, fshape, stride, out=y, work=work, inside=(0,) + x.shape[2:3] + (0,) + x.shape[3:])
+        rdx = maxpool_bprop(dy_, arg, x.shape, fshape, stride, out=dx, work=work)
+        assert ry is y and rdx is dx
+        assert xp.counts["calls"] == (3 if step == 0 else 2)   # the argmax is allocated once
+    assert_bits(host(y), want_y)
+    assert_bits(host(arg), np.asarray(want_arg))
+    assert_bits(host(dx), want_dx)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geom,padding", [((2, 2, 6, 7, 3, 3, 2, 2), (1, 1)),
+                                          ((1, 3, 5, 5, 2, 2, 2, 2), (1, 0)),
+                                          ((3, 1, 8, 9, 3, 2, 1, 3), (2, 1)),
+                                          ((2, 2, 31, 33, 2, 2, 2, 2), (1, 1))],
+                         ids=lambda v: ids(v) if len(v) > 2 else ids(v))
+def test_maxpool_padding_is_read_as_minus_inf(geom, padding, dtype):
+    """A zero-padded chunk with ``inside``: the kernel reads the padding as -inf (numpy writes
+    -inf there first), so on all-negative data no padded position wins; ``x`` is not written."""
+    B, C, H, W, fh, fw, sy, sx = geom
+    (py, px), fshape, stride = padding, (fh, fw), (sy, sx)
+    x = (np.random.default_rng(sum(geom)).standard_normal((B, C, H, W)) - 10).astype(dtype)
+    chunk = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)))
+    inside = (py, py + H, px, px + W)
+    want_y, want_arg = maxpool_fprop(chunk.copy(), fshape, stride, inside=inside)
+    dy = np.random.default_rng(1).standard_normal(want_y.shape).astype(dtype)
+    want_dx = maxpool_bprop(dy, want_arg, chunk.shape, fshape, stride)
+    dchunk = xp.asarray(chunk)
+    xp.counts.clear()
+    y, arg = maxpool_fprop(dchunk, fshape, stride, inside=inside)
+    assert xp.counts["calls"] == 3
+    dx = maxpool_bprop(xp.asarray(dy), arg, chunk.shape, fshape, stride)
+    assert (want_y < -5).all()
+    assert_bits(host(y), want_y)
+    assert_bits(host(arg), np.asarray(want_arg))
+    assert_bits(host(dx), want_dx)
+    assert_bits(host(dchunk), chunk)
+
+
+@pytest.mark.parametrize("geom", [GEOMETRIES[0], GEOMETRIES[1], GEOMETRIES[5]], ids=ids)
+def test_maxpool_nan_as_numpy(geom):
+    """NaNs: the maximum of a window holding one is NaN, and its argmax is the index the numpy
+    code reports (the first maximum before the NaN; on the large-plane path, row by row)."""
+    x, dy = inputs(geom, np.float64, ties=True, seed=2)
+    x[np.random.default_rng(3).random(x.shape) < 0.1] = np.nan
+    fshape, stride = geom[4:6], geom[6:]
+    want_y, want_arg = maxpool_fprop(x, fshape, stride)
+    assert np.isnan(want_y).any() and not np.isnan(want_y).all()
+    y, arg = maxpool_fprop(xp.asarray(x), fshape, stride)
+    assert_bits(host(y), want_y)
+    assert_bits(host(arg), np.asarray(want_arg))
+    want_dx = maxpool_bprop(dy, want_arg, x.shape, fshape, stride)
+    assert_bits(host(maxpool_bprop(xp.asarray(dy), arg, x.shape, fshape, stride)), want_dx)
+
+
+def test_maxpool_empty_batch_launches_nothing():
+    x = xp.zeros((0, 2, 6, 6))
+    y, arg = maxpool_fprop(x, (2, 2), (2, 2))
+    assert y.shape == arg.shape == (0, 2, 3, 3)
+    assert maxpool_bprop(xp.zeros((0, 2, 3, 3)), arg, x.shape, (2, 2), (2, 2)).shape == (0, 2, 6, 6)
+
+
+# ------------------------------------------------------------------------------ average and L2
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=ids)
+def test_avgpool_equals_numpy_bit_for_bit(geom, dtype, layout):
+    x, dy = inputs(geom, dtype)
+    fshape, stride = geom[4:6], geom[6:]
+    want_y = avgpool_fprop(x, fshape, stride)
+    want_dx = avgpool_bprop(dy, x.shape, fshape, stride)
+    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    xp.counts.clear()
+    y = avgpool_fprop(dx_, fshape, stride)
+    dx = avgpool_bprop(dy_, x.shape, fshape, stride)
+    assert xp.counts["calls"] == 4                # per direction: the result allocated, one launch
+    assert_bits(host(y), want_y)
+    assert_bits(host(dx), want_dx)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=ids)
+def test_l2pool_equals_numpy_bit_for_bit(geom, dtype, layout):
+    x, dy = inputs(geom, dtype)
+    x[:, :, :3, :4] = 0                           # all-zero windows: y == 0, no NaN gradient
+    fshape, stride = geom[4:6], geom[6:]
+    want_y = l2pool_fprop(x, fshape, stride)
+    want_dx = l2pool_bprop(x, want_y, dy, fshape, stride)
+    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    xp.counts.clear()
+    y = l2pool_fprop(dx_, fshape, stride)
+    dx = l2pool_bprop(dx_, y, dy_, fshape, stride)
+    assert xp.counts["calls"] == 4
+    assert_bits(host(y), want_y)
+    assert_bits(host(dx), want_dx)
+    assert np.isfinite(host(dx)).all()
+
+
+def test_l2pool_gradient_through_a_view_of_y():
+    """``y`` and ``dy`` as the kernel's caller may hold them: views of larger buffers."""
+    geom = GEOMETRIES[1]
+    x, dy = inputs(geom, np.float64)
+    fshape, stride = geom[4:6], geom[6:]
+    y = l2pool_fprop(x, fshape, stride)
+    want = l2pool_bprop(x, y, dy, fshape, stride)
+    got = l2pool_bprop(to_device(x, "chwn"), to_device(y, "view"), to_device(dy, "view"), fshape, stride)
+    assert_bits(host(got), want)
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+def test_wrong_shapes_are_refused_before_a_launch():
+    """A kernel reads raw memory: a gradient, argmax or output of the wrong shape is a
+    GeometryError naming it, not a read past the end of an array."""
+    x = xp.zeros((2, 3, 6, 6))
+    y, arg = maxpool_fprop(x, (2, 2), (2, 2))
+    with pytest.raises(GeometryError, match=r"dy has shape \(2, 3, 2, 3\), expected \(2, 3, 3, 3\)"):
+        maxpool_bprop(xp.zeros((2, 3, 2, 3)), arg, x.shape, (2, 2), (2, 2))
+    with pytest.raises(GeometryError, match="argmax has shape"):
+        maxpool_bprop(xp.zeros((2, 3, 3, 3)), arg[:, :2], x.shape, (2, 2), (2, 2))
+    with pytest.raises(GeometryError, match="out has shape"):
+        maxpool_fprop(x, (2, 2), (2, 2), out=xp.zeros((2, 3, 3, 2)))
+    with pytest.raises(GeometryError, match="dy has shape"):
+        avgpool_bprop(xp.zeros((2, 3, 3, 4)), x.shape, (2, 2), (2, 2))
+    with pytest.raises(GeometryError, match="y has shape"):
+        l2pool_bprop(x, xp.zeros((2, 3, 3, 2)), xp.zeros((2, 3, 3, 3)), (2, 2), (2, 2))
+    with pytest.raises(GeometryError, match="gives no output"):
+        l2pool_fprop(x, (7, 2), (1, 1))
+
+
+def test_padding_as_large_as_the_window_is_refused_on_a_device():
+    with pytest.raises(GeometryError, match="entirely in the padding"):
+        maxpool_fprop(xp.zeros((1, 1, 6, 6)), (2, 2), (2, 2), inside=(2, 4, 2, 4))
