@@ -41,9 +41,9 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
 
 def _fused(xp, *arrays):
     """Whether the op runs as a fused kernel: a device module that launches them, and float
-    arrays of one dtype (other data takes the array-module code)."""
-    return (cuda.available(xp) and len({a.dtype for a in arrays}) == 1
-            and arrays[0].dtype in (np.float32, np.float64))
+    arrays (None: not given) of one dtype (other data takes the array-module code)."""
+    dtypes = {a.dtype for a in arrays if a is not None}
+    return cuda.available(xp) and len(dtypes) == 1 and dtypes.pop() in (np.float32, np.float64)
 
 
 def _check_shapes(op, expected, **arrays):
@@ -157,7 +157,7 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
     kernel reads them as -inf instead and ``x`` is left as it is).
     """
     xp = get_array_module(x)
-    if _fused(xp, x, *[a for a in (out,) if a is not None]):
+    if _fused(xp, x, out):
         Ho, Wo = _out_hw(x.shape, fshape, stride)
         B, C, H, W = x.shape
         if inside is None or _all_inside(x.shape, inside, fshape, stride):
@@ -392,7 +392,7 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
     pixel; overlapping windows add up; other pixels get 0. Returns ``dx`` of ``x_shape`` (NCHW),
     written into ``out`` if given."""
     xp = get_array_module(dy)
-    if _fused(xp, dy, *[a for a in (out,) if a is not None]) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP:
+    if _fused(xp, dy, out) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP:
         _check_shapes("max pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy,
                       argmax=argmax)
         _check_shapes("max pooling", x_shape, out=out)

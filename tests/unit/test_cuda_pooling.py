@@ -2,10 +2,14 @@
 distnet.ops.pooling, as the layers call them: their CUDA C, run on the host through the
 device-like module (tests/cuda_emulator.py), equals the numpy code bit for bit (float32 and
 float64, ties, NaNs, padding, any input layout) in one launch per call, whatever the window."""
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
 from distnet.errors import GeometryError
+from distnet.ops.cuda import pooling as cuda_pooling
 from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
                                  maxpool_bprop, maxpool_fprop)
 from distnet.ops.workspace import Workspace
@@ -103,7 +107,7 @@ def test_maxpool_layer_call_writes_into_its_buffers_in_one_launch(geom, dtype):
     dx_, dy_ = xp.asarray(x), xp.asarray(dy)
     for step in range(2):
         xp.counts.clear()
-        ry, arg = maxpool_fprop(dx_, fshape, stride, out=y, work=work, inside=(0,) + x.shape[2:3] + (0,) + x.shape[3:])
+        ry, arg = maxpool_fprop(dx_, fshape, stride, out=y, work=work, inside=(0, x.shape[2], 0, x.shape[3]))
         rdx = maxpool_bprop(dy_, arg, x.shape, fshape, stride, out=dx, work=work)
         assert ry is y and rdx is dx
         assert xp.counts["calls"] == (3 if step == 0 else 2)   # the argmax is allocated once
@@ -117,7 +121,7 @@ def test_maxpool_layer_call_writes_into_its_buffers_in_one_launch(geom, dtype):
                                           ((1, 3, 5, 5, 2, 2, 2, 2), (1, 0)),
                                           ((3, 1, 8, 9, 3, 2, 1, 3), (2, 1)),
                                           ((2, 2, 31, 33, 2, 2, 2, 2), (1, 1))],
-                         ids=lambda v: ids(v) if len(v) > 2 else ids(v))
+                         ids=ids)
 def test_maxpool_padding_is_read_as_minus_inf(geom, padding, dtype):
     """A zero-padded chunk with ``inside``: the kernel reads the padding as -inf (numpy writes
     -inf there first), so on all-negative data no padded position wins; ``x`` is not written."""
@@ -211,6 +215,29 @@ def test_l2pool_gradient_through_a_view_of_y():
     want = l2pool_bprop(x, y, dy, fshape, stride)
     got = l2pool_bprop(to_device(x, "chwn"), to_device(y, "view"), to_device(dy, "view"), fshape, stride)
     assert_bits(host(got), want)
+
+
+# ---------------------------------------------------------------------------------- on a GPU
+
+POOL_KERNELS = [*cuda_pooling.MAXPOOL_FPROP.values(), *cuda_pooling.MAXPOOL_BPROP.values(),
+                cuda_pooling.AVGPOOL_FPROP, cuda_pooling.AVGPOOL_BPROP,
+                cuda_pooling.L2POOL_FPROP, cuda_pooling.L2POOL_BPROP]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA compiler (nvcc)")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", POOL_KERNELS, ids=lambda k: k.name)
+def test_gpu_code_rounds_as_numpy(kernel, dtype, tmp_path):
+    """The equality above holds on a GPU only if the GPU rounds every operation as the host
+    does: no product fused into a multiply-add, correctly rounded division and square root."""
+    cu = tmp_path / "k.cu"
+    cu.write_text(kernel.source_for(dtype))
+    r = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", str(cu), "-o", str(tmp_path / "k.ptx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert "fma." not in ptx and "div.approx" not in ptx and "sqrt.approx" not in ptx
+    assert kernel is not cuda_pooling.L2POOL_FPROP or "sqrt.rn" in ptx
 
 
 # ------------------------------------------------------------------------------------ bad input
