@@ -81,12 +81,12 @@ def test_maxpool_equals_numpy_bit_for_bit(geom, dtype, layout):
     fshape, stride = geom[4:6], geom[6:]
     want_y, want_arg = maxpool_fprop(x, fshape, stride)
     want_dx = maxpool_bprop(dy, want_arg, x.shape, fshape, stride)
-    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    x_dev, dy_dev = to_device(x, layout), to_device(dy, layout)
     xp.counts.clear()
-    y, arg = maxpool_fprop(dx_, fshape, stride)
+    y, arg = maxpool_fprop(x_dev, fshape, stride)
     assert xp.counts["calls"] == 3              # y and argmax allocated, one launch
     xp.counts.clear()
-    dx = maxpool_bprop(dy_, arg, x.shape, fshape, stride)
+    dx = maxpool_bprop(dy_dev, arg, x.shape, fshape, stride)
     assert xp.counts["calls"] == 2              # dx allocated, one launch
     assert_bits(host(y), want_y)
     assert_bits(host(arg), np.asarray(want_arg))
@@ -104,11 +104,12 @@ def test_maxpool_layer_call_writes_into_its_buffers_in_one_launch(geom, dtype):
     want_dx = maxpool_bprop(dy, want_arg, x.shape, fshape, stride)
     work = Workspace()
     y, dx = xp.empty(want_y.shape, dtype=dtype), xp.empty(x.shape, dtype=dtype)
-    dx_, dy_ = xp.asarray(x), xp.asarray(dy)
+    x_dev, dy_dev = xp.asarray(x), xp.asarray(dy)
     for step in range(2):
         xp.counts.clear()
-        ry, arg = maxpool_fprop(dx_, fshape, stride, out=y, work=work, inside=(0, x.shape[2], 0, x.shape[3]))
-        rdx = maxpool_bprop(dy_, arg, x.shape, fshape, stride, out=dx, work=work)
+        ry, arg = maxpool_fprop(x_dev, fshape, stride, out=y, work=work,
+                                inside=(0, x.shape[2], 0, x.shape[3]))
+        rdx = maxpool_bprop(dy_dev, arg, x.shape, fshape, stride, out=dx, work=work)
         assert ry is y and rdx is dx
         assert xp.counts["calls"] == (3 if step == 0 else 2)   # the argmax is allocated once
     assert_bits(host(y), want_y)
@@ -178,10 +179,10 @@ def test_avgpool_equals_numpy_bit_for_bit(geom, dtype, layout):
     fshape, stride = geom[4:6], geom[6:]
     want_y = avgpool_fprop(x, fshape, stride)
     want_dx = avgpool_bprop(dy, x.shape, fshape, stride)
-    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    x_dev, dy_dev = to_device(x, layout), to_device(dy, layout)
     xp.counts.clear()
-    y = avgpool_fprop(dx_, fshape, stride)
-    dx = avgpool_bprop(dy_, x.shape, fshape, stride)
+    y = avgpool_fprop(x_dev, fshape, stride)
+    dx = avgpool_bprop(dy_dev, x.shape, fshape, stride)
     assert xp.counts["calls"] == 4                # per direction: the result allocated, one launch
     assert_bits(host(y), want_y)
     assert_bits(host(dx), want_dx)
@@ -196,10 +197,10 @@ def test_l2pool_equals_numpy_bit_for_bit(geom, dtype, layout):
     fshape, stride = geom[4:6], geom[6:]
     want_y = l2pool_fprop(x, fshape, stride)
     want_dx = l2pool_bprop(x, want_y, dy, fshape, stride)
-    dx_, dy_ = to_device(x, layout), to_device(dy, layout)
+    x_dev, dy_dev = to_device(x, layout), to_device(dy, layout)
     xp.counts.clear()
-    y = l2pool_fprop(dx_, fshape, stride)
-    dx = l2pool_bprop(dx_, y, dy_, fshape, stride)
+    y = l2pool_fprop(x_dev, fshape, stride)
+    dx = l2pool_bprop(x_dev, y, dy_dev, fshape, stride)
     assert xp.counts["calls"] == 4
     assert_bits(host(y), want_y)
     assert_bits(host(dx), want_dx)
