@@ -265,3 +265,31 @@ def test_wrong_shapes_are_refused_before_a_launch():
 def test_padding_as_large_as_the_window_is_refused_on_a_device():
     with pytest.raises(GeometryError, match="entirely in the padding"):
         maxpool_fprop(xp.zeros((1, 1, 6, 6)), (2, 2), (2, 2), inside=(2, 4, 2, 4))
+
+
+def test_without_kernels_the_array_module_code_still_runs(monkeypatch):
+    """A device module with no kernel runner (devicelike where no C++ compiler is found) takes
+    the generic array-module code, which gives the same numbers in more calls."""
+    import distnet.ops.cuda.launch as launch
+    monkeypatch.delitem(launch._RUNNERS, "devicelike")
+    geom = GEOMETRIES[3]
+    x, dy = inputs(geom, np.float64, ties=True)
+    fshape, stride = geom[4:6], geom[6:]
+    want_y, want_arg = maxpool_fprop(x, fshape, stride)
+    xp.counts.clear()
+    y, arg = maxpool_fprop(xp.asarray(x), fshape, stride)
+    assert xp.counts["calls"] > 3 * fshape[0] * fshape[1]      # a few per window offset
+    assert_bits(host(y), want_y)
+    assert_bits(host(arg), np.asarray(want_arg))
+    assert_bits(host(maxpool_bprop(xp.asarray(dy), arg, x.shape, fshape, stride)),
+                maxpool_bprop(dy, want_arg, x.shape, fshape, stride))
+    x_dev, dy_dev = xp.asarray(x), xp.asarray(dy)
+    close = dict(rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(host(avgpool_fprop(x_dev, fshape, stride)),
+                               avgpool_fprop(x, fshape, stride), **close)
+    np.testing.assert_allclose(host(avgpool_bprop(dy_dev, x.shape, fshape, stride)),
+                               avgpool_bprop(dy, x.shape, fshape, stride), **close)
+    y, y_dev = l2pool_fprop(x, fshape, stride), l2pool_fprop(x_dev, fshape, stride)
+    np.testing.assert_allclose(host(y_dev), y, **close)
+    np.testing.assert_allclose(host(l2pool_bprop(x_dev, y_dev, dy_dev, fshape, stride)),
+                               l2pool_bprop(x, y, dy, fshape, stride), **close)
