@@ -12,10 +12,11 @@ per offset (and copies between NCHW and batch-innermost memory around them). Her
   windows cover it (for max pooling: the terms ``dy * (argmax == its offset)``) in increasing
   offset order ``u*fw + v``, the order of the numpy code's tap-by-tap adds, starting from 0.
 
-Every product that feeds a sum is rounded on its own (``distnet_mul``), as numpy rounds it, so
-float64 results equal the numpy code's bit for bit. Arrays are read and written through their
-strides (:func:`~distnet.ops.cuda.launch.strided`): NCHW, batch-innermost memory or a view of a
-larger buffer, no copies. Shapes are ``(B, C, H, W)`` inputs and ``(B, C, Ho, Wo)`` outputs.
+The kernels are compiled without fused multiply-adds (:mod:`~distnet.ops.cuda.launch`), so every
+product is rounded on its own, as numpy rounds it, and results (float32 and float64) equal the
+numpy code's bit for bit. Arrays are read and written through their strides
+(:func:`~distnet.ops.cuda.launch.strided`): NCHW, batch-innermost memory or a view of a larger
+buffer, no copies. Shapes are ``(B, C, H, W)`` inputs and ``(B, C, Ho, Wo)`` outputs.
 """
 import numpy as np
 
@@ -33,14 +34,6 @@ __device__ void distnet_pool_item(long long e, const long long B, const long lon
     *c = e % C; e /= C;
     if (!batch_inner) *b = e;
 }
-// A product rounded on its own, as numpy rounds it: a GPU compiler would otherwise fuse it with
-// the sum it feeds into one fma (one rounding instead of two).
-#ifdef __CUDA_ARCH__
-__device__ float distnet_mul(const float a, const float b) { return __fmul_rn(a, b); }
-__device__ double distnet_mul(const double a, const double b) { return __dmul_rn(a, b); }
-#else
-__device__ T distnet_mul(const T a, const T b) { return a * b; }
-#endif
 """
 
 _MAX_STEP = r"""
@@ -120,7 +113,7 @@ extern "C" __global__ void NAME(
                 if (rx < 0 || rx % sx) continue;
                 const long long j = rx / sx;
                 if (j >= Wo) continue;
-                const T t = distnet_mul(g[i * gh + j * gw], (T)(a[i * ah + j * aw] == u * fw + v));
+                const T t = g[i * gh + j * gw] * (T)(a[i * ah + j * aw] == u * fw + v);
                 acc = disjoint ? t : acc + t;
             }
         }
@@ -157,7 +150,7 @@ extern "C" __global__ void distnet_avgpool_fprop(
         for (long long u = 0; u < fh; ++u)
             for (long long v = 0; v < fw; ++v)
                 if (u || v) acc += w[u * xh + v * xw];
-        y[b * yb + c * yc + i * yh + j * yw] = distnet_mul(acc, scale);
+        y[b * yb + c * yc + i * yh + j * yw] = acc * scale;
     }
 }
 """)
@@ -186,7 +179,7 @@ extern "C" __global__ void distnet_avgpool_bprop(
                 if (rx < 0 || rx % sx) continue;
                 const long long j = rx / sx;
                 if (j >= Wo) continue;
-                acc += distnet_mul(g[i * gh + j * gw], scale);
+                acc += g[i * gh + j * gw] * scale;
             }
         }
         dx[b * xb + c * xc + py * xh + px * xw] = acc;
@@ -211,7 +204,7 @@ extern "C" __global__ void distnet_l2pool_fprop(
         for (long long u = 0; u < fh; ++u)
             for (long long v = 0; v < fw; ++v) {
                 const T s = w[u * xh + v * xw];
-                acc += distnet_mul(s, s);
+                acc += s * s;
             }
         y[b * yb + c * yc + i * yh + j * yw] = sqrt(acc);
     }
@@ -249,7 +242,7 @@ extern "C" __global__ void distnet_l2pool_bprop(
                 acc += g[i * gh + j * gw] / (yv == 0 ? (T)1 : yv);   // an all-zero window: no NaN
             }
         }
-        dx[b * ob + c * oc + py * oh + px * ow] = distnet_mul(x[b * xb + c * xc + py * xh + px * xw], acc);
+        dx[b * ob + c * oc + py * oh + px * ow] = x[b * xb + c * xc + py * xh + px * xw] * acc;
     }
 }
 """)
