@@ -16,10 +16,16 @@ GEMM per position, no Python loop): per position the work is a (K x F) @ (F x B)
 exactly the structure of an untied layer. Internally the batch is the innermost axis
 (``(Ho*Wo, F, B)`` columns), which makes the im2col gather and the fold copy contiguous runs.
 
+On a device whose array module launches fused kernels (:func:`distnet.ops.cuda.launch.available`)
+every product is instead one direct kernel of :mod:`distnet.ops.cuda.local` (no patch matrix, no
+transposes): a forward or decoder pass is one launch, a backward pass two, a renormalisation one.
+
 Pure math: no parameters owned, no communication; numpy or cupy through ``get_array_module``.
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
+from .cuda import launch as cuda
+from .cuda import local as cuda_local
 from .parallel import matmul as pmatmul
 from .windows import fold, output_shape, patches
 
@@ -40,6 +46,20 @@ def _geometry(x_shape, w_shape, fshape, stride):
             f"weights for a {Ho}x{Wo} output, but input {H}x{W} with filter {fh}x{fw} and "
             f"stride {tuple(stride)} gives {output_shape((H, W), fshape, stride)}")
     return Ho, Wo
+
+
+def _fused(*arrays):
+    """Whether these arrays take the fused kernels: a module that launches them, and one float
+    dtype (a kernel's ``T``; mixed dtypes keep the generic code, which promotes)."""
+    dtypes = {a.dtype for a in arrays}
+    return (cuda.available(get_array_module(*arrays)) and len(dtypes) == 1
+            and dtypes.pop().name in ("float32", "float64"))
+
+
+def _check_grad(name, g, shape):
+    """A kernel reads ``g`` through its shape: refuse one that does not match the layer's."""
+    if tuple(g.shape) != tuple(shape):
+        raise GeometryError(f"local filtering: {name} {tuple(g.shape)} should be {tuple(shape)}")
 
 
 def _cols(x, fshape, stride):
@@ -110,6 +130,8 @@ def local_fprop(x, w, fshape, stride):
     returns y : (B, K, Ho, Wo),  y[b,k,i,j] = sum_f w[k,i,j,f] * x[b, c, i*sy+u, j*sx+v]
     """
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
+    if _fused(x, w):
+        return cuda_local.apply(x, w, fshape, stride)
     cols = _cols(x, fshape, stride)                     # (P, F, B)
     return _from_pkb(pmatmul(_wmat(w), cols), Ho, Wo)           # (P, K, F) @ (P, F, B) -> (P, K, B)
 
@@ -125,6 +147,10 @@ def local_bprop(x, w, dy, fshape, stride, need_dx=True):
            not divided by anything; neon's G reshaped)
     """
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
+    if _fused(x, w, dy):
+        _check_grad("dy", dy, (x.shape[0], w.shape[0], Ho, Wo))
+        dw = cuda_local.weight_grad(x, dy, fshape, stride)
+        return (cuda_local.adjoint(dy, w, x.shape, fshape, stride) if need_dx else None), dw
     cols = _cols(x, fshape, stride)                     # (P, F, B)
     dyt = _pkb(dy)                                      # (P, K, B)
     dw = _from_pkf(pmatmul(dyt, cols.transpose(0, 2, 1)), Ho, Wo)   # (P, K, B) @ (P, B, F)
@@ -140,6 +166,8 @@ def normalize_rows(w):
     place**; returns ``w``. No epsilon (as neon's N): an all-zero row becomes NaN,
     as in neon. Per-row, so a distributed layer can normalise its own slice independently."""
     xp = get_array_module(w)
+    if _fused(w) and w.flags.c_contiguous:
+        return cuda_local.normalize_rows(w)
     w /= xp.sqrt((w * w).sum(axis=-1, keepdims=True))
     return w
 
@@ -159,6 +187,9 @@ def local_defprop(h, v, x_shape, fshape, stride):
       xhat[b,c,i*sy+u,j*sx+v] += sum_k h[b,k,i,j] * v[k,i,j,(c,u,v)]
     """
     Ho, Wo = _geometry(x_shape, v.shape, fshape, stride)
+    if _fused(h, v):
+        _check_grad("h", h, (x_shape[0], v.shape[0], Ho, Wo))
+        return cuda_local.adjoint(h, v, x_shape, fshape, stride)
     dcols = pmatmul(_wmat(v).transpose(0, 2, 1), _pkb(h))      # (P, F, K) @ (P, K, B) -> (P, F, B)
     return _fold_cols(dcols, tuple(x_shape), fshape, stride, Ho, Wo)
 
@@ -172,6 +203,9 @@ def local_debprop(h, v, eps, fshape, stride):
       gv : (K, Ho, Wo, F), gv[k,i,j,f] = sum_b h[b,k,i,j] * patch(eps)[b,i,j,f]  (batch sum)
     """
     Ho, Wo = _geometry(eps.shape, v.shape, fshape, stride)
+    if _fused(h, v, eps):
+        _check_grad("h", h, (eps.shape[0], v.shape[0], Ho, Wo))
+        return cuda_local.apply(eps, v, fshape, stride), cuda_local.weight_grad(eps, h, fshape, stride)
     cols = _cols(eps, fshape, stride)                   # (P, F, B)
     gh = _from_pkb(pmatmul(_wmat(v), cols), Ho, Wo)             # (P, K, F) @ (P, F, B)
     gv = _from_pkf(pmatmul(_pkb(h), cols.transpose(0, 2, 1)), Ho, Wo)  # (P, K, B) @ (P, B, F)
