@@ -68,6 +68,13 @@ SHIFT_MIN_INNER = 32
 SHIFT_MIN_PER_OUTPUT = 2
 #: Bytes of one im2col tile of the tiled batch im2col kernel (numpy, small images).
 SMALL_TILE_BYTES = 1 << 20
+#: Bytes of the patch matrix the device path builds at once (and of the GEMM output, ``dy`` and
+#: input-gradient band that go with it): larger batches of output rows are cut into blocks of
+#: rows (:func:`_device_block_rows`). The whole matrix is ``C*fh*fw`` times the input: 9 GiB in
+#: float32 for 64 channels, 3x3, 512x512, batch 16, more than a GPU holds next to the rest. 256
+#: MiB keeps each block's GEMM large (at 64 channels, 3x3: ~116k columns, 4 GFLOP) so that the
+#: blocks cost no throughput, and leaves the memory to the activations.
+DEVICE_COLS_BYTES = 256 << 20
 
 
 
@@ -191,12 +198,30 @@ def im2col(x, fshape, stride, work=None, pad=None):
     return cols.reshape(C * fh * fw, Ho * Wo * B)
 
 
+def _device_block_rows(x_shape, w_shape, stride, Ho, Wo, itemsize, pad=None):
+    """Output rows per block of the device path: the block's patch matrix ``(CF, rows*Wo*B)``,
+    its GEMM output or ``dy`` ``(K, rows*Wo*B)`` and the band of input rows its windows cover
+    ``(C, (rows-1)*sy + fh, W, B)`` each fit :data:`DEVICE_COLS_BYTES` (at least one row).
+    ``Ho`` or more: the whole batch is one block."""
+    B, C = x_shape[:2]
+    W = _padded_hw(x_shape, pad)[1]
+    K, _, fh, fw = w_shape
+    unit = itemsize * max(B, 1)                          # B 0: an empty batch, one block
+    rows = DEVICE_COLS_BYTES // (unit * max(C * fh * fw, K) * Wo)
+    band = (DEVICE_COLS_BYTES // (unit * C * W) - fh) // stride[0] + 1
+    return max(1, min(rows, band))
+
+
 def _im2col_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
     """The whole batch: one im2col copy, one GEMM ``(K, CF) @ (CF, Ho*Wo*B)`` written straight
     into ``out`` when it is CHWN (else into a scratch matrix, then copied), each cut into
-    kernel-thread shares."""
+    kernel-thread shares. A patch matrix larger than :data:`DEVICE_COLS_BYTES` is built in
+    blocks of output rows instead (:func:`_blocked_fprop`)."""
     xp = get_array_module(x, w)
     B, K = x.shape[0], w.shape[0]
+    n = _device_block_rows(x.shape, w.shape, stride, Ho, Wo, x.dtype.itemsize, pad)
+    if n < Ho:
+        return _blocked_fprop(x, w, stride, Ho, Wo, out, relu, work, pad, n)
     cols = im2col(x, w.shape[2:], stride, work, pad)     # (CF, P*B)
     direct = is_chwn(out)
     y2 = (out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if direct
@@ -212,11 +237,15 @@ def _im2col_fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
 def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
     """``(dx, dw)`` of the whole batch: ``dw = (cols @ dy2.T).T``, ``dcols = w2.T @ dy2`` (over
     ``cols``), folded into CHWN memory (``dx_out`` itself when it is CHWN and nothing is
-    cropped), each step cut into kernel-thread shares."""
+    cropped), each step cut into kernel-thread shares. A patch matrix larger than
+    :data:`DEVICE_COLS_BYTES`: in blocks of output rows instead (:func:`_blocked_bprop`)."""
     xp = get_array_module(x, w, dy)
     B, C = x.shape[:2]
     H, W = _padded_hw(x.shape, pad)
     K, _, fh, fw = w.shape
+    n = _device_block_rows(x.shape, w.shape, stride, Ho, Wo, x.dtype.itemsize, pad)
+    if n < Ho:
+        return _blocked_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad, n)
     cols = im2col(x, (fh, fw), stride, work, pad)        # (CF, P*B); recomputed, not cached
     dy2 = _to_chwn(dy, work, "dy2").transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
     # (CF, K) then a tiny transpose copy: measured faster than dy2 @ cols.T on OpenBLAS.
@@ -234,6 +263,84 @@ def _im2col_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pa
     def fold_share(c):
         fold(cols6[:, c], (B, c.stop - c.start, H, W), stride, out=dxn[:, c])
     run_split(fold_share, C, xp, size=cols6.size)
+    if dxn is dx_out:
+        return dx_out, dw
+    return _crop_into(dxn, crop, dx_out, xp), dw
+
+
+def _blocked_fprop(x, w, stride, Ho, Wo, out, relu, work, pad, n):
+    """:func:`_im2col_fprop` in blocks of ``n`` output rows (device path, large images): per
+    block one im2col copy into ``(CF, n*Wo*B)``, one GEMM, the ReLU, one copy into ``out``.
+    Every output pixel is the same dot product of length ``CF`` as in one block."""
+    xp = get_array_module(x, w)
+    xn = _to_chwn(x, work, pad=pad)                      # (C, H, W, B) memory
+    p = patches(xn, w.shape[2:], stride)                 # (B, C, Ho, Wo, fh, fw) view
+    B, C, _, _, fh, fw = p.shape
+    K, CF = w.shape[0], C * fh * fw
+    w2 = w.reshape(K, CF)
+    cbuf = scratch(work, "block_cols", (CF * n * Wo * B,), x.dtype, like=x)
+    ybuf = scratch(work, "block_y2", (K * n * Wo * B,), x.dtype, like=x)
+    for i0 in range(0, Ho, n):
+        m = min(n, Ho - i0)
+        L = m * Wo * B
+        cols = cbuf[:CF * L].reshape(C, fh, fw, m, Wo, B)
+        xp.copyto(cols, p[:, :, i0:i0 + m].transpose(1, 4, 5, 2, 3, 0))
+        y2 = ybuf[:K * L].reshape(K, L)
+        xp.matmul(w2, cols.reshape(CF, L), out=y2)
+        if relu:
+            xp.maximum(y2, 0, out=y2)
+        xp.copyto(out[:, :, i0:i0 + m], y2.reshape(K, m, Wo, B).transpose(3, 0, 1, 2))
+    return out
+
+
+def _blocked_bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work, pad, n):
+    """:func:`_im2col_bprop` in blocks of ``n`` output rows (device path, large images). Per
+    block: the im2col copy, the block's ``dy`` copied to ``(K, n*Wo*B)``, ``dw += (cols @
+    dy_block.T).T``, ``dcols = w2.T @ dy_block`` (over the block's ``cols``) folded into the band
+    of input rows the block's windows read, which is added into ``dx`` (CHWN, zeroed first):
+    rows shared with the next block's band get both blocks' sums. Blocks run from the last
+    output row to the first and ``dw`` adds their products in that order (a fixed order: the
+    same bits every run)."""
+    xp = get_array_module(x, w, dy)
+    xn = _to_chwn(x, work, pad=pad)
+    p = patches(xn, w.shape[2:], stride)
+    B, C, _, _, fh, fw = p.shape
+    H, W = xn.shape[2:]
+    sy = stride[0]
+    K, CF = w.shape[0], C * fh * fw
+    w2 = w.reshape(K, CF)
+    cbuf = scratch(work, "block_cols", (CF * n * Wo * B,), x.dtype, like=x)
+    dbuf = scratch(work, "block_dy2", (K * n * Wo * B,), dy.dtype, like=dy)
+    dws = scratch(work, "block_dw", (CF, K), x.dtype, like=x)
+    part = scratch(work, "block_dwpart", (CF, K), x.dtype, like=x)
+    if need_dx:
+        dxn = (dx_out if crop == ((0, 0), (0, 0)) and dx_out is not None and is_chwn(dx_out)
+               else empty_chwn((B, C, H, W), dy.dtype, like=dy, work=work, name="dxn"))
+        dxn[...] = 0                                     # rows no window reads stay 0
+        bbuf = scratch(work, "block_band", (C * ((n - 1) * sy + fh) * W * B,), dy.dtype, like=dy)
+    for t, i0 in enumerate(reversed(range(0, Ho, n))):
+        m = min(n, Ho - i0)
+        L = m * Wo * B
+        cols = cbuf[:CF * L].reshape(C, fh, fw, m, Wo, B)
+        xp.copyto(cols, p[:, :, i0:i0 + m].transpose(1, 4, 5, 2, 3, 0))
+        dy2 = dbuf[:K * L].reshape(K, m, Wo, B)
+        xp.copyto(dy2, dy[:, :, i0:i0 + m].transpose(1, 2, 3, 0))
+        dy2, c2 = dy2.reshape(K, L), cols.reshape(CF, L)
+        if t == 0:
+            xp.matmul(c2, dy2.T, out=dws)
+        else:
+            xp.matmul(c2, dy2.T, out=part)
+            dws += part
+        if not need_dx:
+            continue
+        xp.matmul(w2.T, dy2, out=c2)                     # dcols of the block, over its cols
+        r0, rows = i0 * sy, (m - 1) * sy + fh            # the input rows its windows read
+        band = bbuf[:C * rows * W * B].reshape(C, rows, W, B).transpose(3, 0, 1, 2)
+        fold(cols.transpose(5, 0, 3, 4, 1, 2), (B, C, rows, W), stride, out=band)
+        dxn[:, :, r0:r0 + rows] += band
+    dw = xp.ascontiguousarray(dws.T).reshape(w.shape)
+    if not need_dx:
+        return None, dw
     if dxn is dx_out:
         return dx_out, dw
     return _crop_into(dxn, crop, dx_out, xp), dw

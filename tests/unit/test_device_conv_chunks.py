@@ -1,0 +1,219 @@
+"""The device path of the batch im2col conv in blocks of output rows (distnet/ops/conv.py,
+``DEVICE_COLS_BYTES``): with the budget set small, forward and backward (strides, padding, a
+fused ReLU, a cropped ``dx`` written into ``dx_out``, a workspace reused) agree with numpy and
+with the single-block device result, the scratch arrays stay under the budget, and a batch that
+fits in one block takes exactly the single-block code (same bits, same calls)."""
+import contextlib
+
+import numpy as np
+import pytest
+
+import distnet.ops.conv as conv
+from distnet.ops.conv import conv2d_bprop, conv2d_fprop
+from distnet.ops.cuda import launch
+from distnet.ops.workspace import Workspace
+from tests import devicelike
+from tests.backends import AGREEMENT, assert_agree
+from tests.devicelike import xp
+
+#: (B, C, H, W, K, fh, fw, stride, pad)
+GEOMETRIES = {
+    "3x3_same": (2, 3, 13, 9, 4, 3, 3, (1, 1), ((1, 1), (1, 1))),
+    "strided_padded": (3, 2, 15, 10, 3, 3, 2, (2, 2), ((1, 2), (0, 1))),
+    "stride3_unread_rows": (2, 2, 17, 9, 2, 2, 2, (3, 3), None),
+    "wide_filter_batch1": (1, 2, 12, 11, 5, 5, 3, (1, 2), ((2, 2), (1, 1))),
+}
+DTYPES = ["float32", "float64"]
+
+
+def _block_rows(geom, dtype):
+    B, C, H, W, K, fh, fw, stride, pad = geom
+    y = conv2d_fprop(np.zeros((B, C, H, W)), np.zeros((K, C, fh, fw)), stride, pad=pad)
+    return conv._device_block_rows((B, C, H, W), (K, C, fh, fw), stride, y.shape[2], y.shape[3],
+                                   np.dtype(dtype).itemsize, conv._norm_pad(pad)), y.shape[2]
+
+
+def _budget_for_rows(geom, dtype, rows):
+    """The smallest budget whose blocks hold ``rows`` output rows of ``geom``: the patch matrix,
+    the GEMM output and the input band of ``rows`` rows each fit."""
+    B, C, H, W, K, fh, fw, stride, pad = geom
+    Wp = W + (sum(pad[1]) if pad else 0)
+    Wo = (Wp - fw) // stride[1] + 1
+    return np.dtype(dtype).itemsize * B * max(C * fh * fw * Wo * rows, K * Wo * rows,
+                                              C * Wp * ((rows - 1) * stride[0] + fh))
+
+
+def _small_budget(geom, dtype, blocks=3):
+    """A budget that cuts ``geom``'s output rows into at least ``blocks`` blocks."""
+    Ho = _block_rows(geom, dtype)[1]
+    return _budget_for_rows(geom, dtype, max(1, Ho // blocks - 1))
+
+
+def _inputs(geom, dtype):
+    B, C, H, W, K, fh, fw, stride, pad = geom
+    rng = np.random.default_rng(B * H + W)
+    x = rng.standard_normal((B, C, H, W)).astype(dtype)
+    w = (rng.standard_normal((K, C, fh, fw)) / np.sqrt(C * fh * fw)).astype(dtype)
+    y = conv2d_fprop(x, w, stride, pad=pad, relu=True)
+    return x, w, rng.standard_normal(y.shape).astype(dtype)
+
+
+def _run(x, w, dy, geom, work=None, crop=None):
+    """The layer-style calls: fused ReLU forward; backward through the ReLU, full ``dx`` or the
+    ``crop`` of it written into ``dx_out``; and the weight gradient alone. Twice with a
+    workspace (its buffers reused)."""
+    stride, pad = geom[7], geom[8]
+    mod = devicelike.xp if isinstance(x, devicelike.ndarray) else np
+    for _ in range(2 if work is not None else 1):
+        y = conv2d_fprop(x, w, stride, pad=pad, relu=True, work=work)
+        if crop is None:
+            dx, dw = conv2d_bprop(x, w, dy, stride, pad=pad, relu_y=y, work=work)
+        else:
+            (ct, cb), (cl, cr) = crop
+            B, C, H, W = x.shape
+            dx = mod.empty((B, C, H - ct - cb, W - cl - cr), dtype=x.dtype)
+            r, dw = conv2d_bprop(x, w, dy, stride, crop=crop, dx_out=dx, relu_y=y, work=work)
+            assert r is dx
+        none, dw_only = conv2d_bprop(x, w, dy, stride, pad=pad, need_dx=False, relu_y=y, work=work)
+        assert none is None
+    return {"y": y, "dx": dx, "dw": dw, "dw_only": dw_only}
+
+
+def _host(res):
+    return {k: v.get() if isinstance(v, devicelike.ndarray) else v for k, v in res.items()}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_blocks_agree_with_numpy_and_with_one_block(name, dtype, monkeypatch):
+    geom = GEOMETRIES[name]
+    x, w, dy = _inputs(geom, dtype)
+    want = _run(x, w, dy, geom)
+    dev = tuple(xp.asarray(a) for a in (x, w, dy))
+    one = _host(_run(*dev, geom))
+    assert _block_rows(geom, dtype)[0] >= _block_rows(geom, dtype)[1]      # default: one block
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, dtype))
+    n, Ho = _block_rows(geom, dtype)
+    assert -(-Ho // n) >= 3, (n, Ho)                                         # several blocks
+    blocks = _host(_run(*dev, geom, work=Workspace()))
+    for key in want:
+        assert blocks[key].dtype == want[key].dtype
+        assert_agree(blocks[key], want[key], dtype, err_msg=f"{key} vs numpy")
+        assert_agree(blocks[key], one[key], dtype, err_msg=f"{key} vs one block")
+    # an output pixel is the same dot product in any block; a dx pixel adds the same taps
+    np.testing.assert_allclose(blocks["y"], one["y"], rtol=AGREEMENT[dtype]["rtol"])
+
+
+@pytest.mark.parametrize("crop", [((0, 0), (0, 0)), ((1, 2), (2, 0))])
+def test_a_cropped_input_gradient_in_blocks(crop, monkeypatch):
+    """A layer's tile inside its chunk: ``dx`` cropped and written into ``dx_out``."""
+    geom = (2, 2, 14, 12, 3, 3, 3, (1, 1), None)
+    x, w, dy = _inputs(geom, "float64")
+    want = _run(x, w, dy, geom, crop=crop)
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64", blocks=4))
+    got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop))
+    for key in want:
+        assert_agree(got[key], want[key], "float64", err_msg=key)
+
+
+def test_blocks_without_fused_kernels_agree(monkeypatch):
+    """Where no kernel can be launched (devicelike without a C++ compiler), the blocks fold
+    with the generic array-module code."""
+    monkeypatch.delitem(launch._RUNNERS, "devicelike", raising=False)
+    geom = GEOMETRIES["strided_padded"]
+    x, w, dy = _inputs(geom, "float64")
+    want = _run(x, w, dy, geom)
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64"))
+    got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom))
+    for key in want:
+        assert_agree(got[key], want[key], "float64", err_msg=key)
+
+
+@contextlib.contextmanager
+def _allocations():
+    """Record the bytes of every device array allocated (not a view) inside the block."""
+    sizes = []
+    init = devicelike.ndarray.__init__
+
+    def recording(self, data):
+        init(self, data)
+        if data.flags.owndata:
+            sizes.append(data.nbytes)
+    devicelike.ndarray.__init__ = recording
+    try:
+        yield sizes
+    finally:
+        devicelike.ndarray.__init__ = init
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_scratch_stays_under_the_budget(name, monkeypatch):
+    """Every array the blocked path allocates is under the budget, except the activation-sized
+    ones (the padded batch-innermost copy of x, y, dx and its padded form, the ReLU's dz); one
+    block (the default budget) allocates the whole patch matrix, larger."""
+    geom = GEOMETRIES[name]
+    B, C, H, W, K, fh, fw, stride, pad = geom
+    x, w, dy = _inputs(geom, "float64")
+    Hp, Wp = H + (sum(pad[0]) if pad else 0), W + (sum(pad[1]) if pad else 0)
+    activations = {x.nbytes, dy.nbytes, x.itemsize * B * C * Hp * Wp}
+    dev = tuple(xp.asarray(a) for a in (x, w, dy))
+    with _allocations() as whole:
+        _run(*dev, geom)
+    patch_matrix = x.itemsize * C * fh * fw * dy[0, 0].size * B
+    assert patch_matrix in whole
+    budget = _small_budget(geom, "float64")
+    assert patch_matrix > budget
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", budget)
+    for work in (None, Workspace()):
+        with _allocations() as sizes:
+            _run(*dev, geom, work=work)
+        over = [s for s in sizes if s > budget and s not in activations]
+        assert not over, (over, budget)
+        if work is not None:
+            assert work._bufs["block_cols"].nbytes <= budget
+            assert all(a.nbytes <= budget or a.nbytes in activations for a in work._bufs.values())
+
+
+def test_one_block_is_the_single_block_code(monkeypatch):
+    """A budget that the whole patch matrix just fits gives the default run's bits and calls."""
+    geom = GEOMETRIES["strided_padded"]
+    B, C, H, W, K, fh, fw, stride, pad = geom
+    x, w, dy = _inputs(geom, "float64")
+    dev = tuple(xp.asarray(a) for a in (x, w, dy))
+
+    def counted():
+        xp.counts.clear()
+        res = _host(_run(*dev, geom))
+        return res, xp.counts["calls"]
+    ref, calls = counted()
+    Ho = dy.shape[2]
+    exact = _budget_for_rows(geom, "float64", Ho)
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", exact)
+    assert _block_rows(geom, "float64")[0] == Ho
+    got, got_calls = counted()
+    assert got_calls == calls
+    for key in ref:
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
+    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", exact - 1)              # one byte less: blocks
+    assert _block_rows(geom, "float64")[0] < Ho
+
+
+def test_calls_grow_with_the_blocks_only(monkeypatch):
+    """Each block is a fixed number of calls (copies, GEMMs, one fold, the views they take),
+    whatever the filter size: one forward and two backward passes cost at most 60 per block."""
+    per = {}
+    for fsize in (3, 5):
+        geom = (2, 3, 13, 9, 4, fsize, fsize, (1, 1), ((fsize // 2,) * 2,) * 2)
+        x, w, dy = _inputs(geom, "float64")
+        dev = tuple(xp.asarray(a) for a in (x, w, dy))
+        Ho = dy.shape[2]
+        counts = []
+        for rows in (5, 2):                                  # 3 and 7 blocks of 13 rows
+            monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _budget_for_rows(geom, "float64", rows))
+            assert _block_rows(geom, "float64")[0] == rows
+            xp.counts.clear()
+            _run(*dev, geom)
+            counts.append((-(-Ho // rows), xp.counts["calls"]))
+        (b0, c0), (b1, c1) = counts
+        per[fsize] = (c1 - c0) / (b1 - b0)
+    assert per[3] == per[5] and per[3] <= 60, per
