@@ -30,7 +30,10 @@ without a copy, and the layers hand such arrays from layer to layer (:func:`outp
 :func:`empty_chwn`); NCHW inputs and outputs are converted. On numpy the matrix is never built
 whole (:func:`_tiled_fprop`, :func:`_tiled_bprop`): each kernel thread takes a share of the
 images and walks its output rows in tiles of about :data:`SMALL_TILE_BYTES`, doing the tile's
-im2col copy, its GEMMs and its part of the fold while the tile is in cache.
+im2col copy, its GEMMs and its part of the fold while the tile is in cache. On a device the matrix
+is built whole when it fits :data:`DEVICE_COLS_BYTES`, else in blocks of output rows
+(:func:`_blocked_fprop`, :func:`_blocked_bprop`), so that a large image does not need ``C*fh*fw``
+times its size in device memory.
 
 **Pointwise** (1x1 filters, no padding, no kernel forced): :mod:`distnet.ops.conv_pointwise`,
 one GEMM per image and no patch matrix.

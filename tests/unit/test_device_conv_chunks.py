@@ -58,7 +58,7 @@ def _inputs(geom, dtype):
     return x, w, rng.standard_normal(y.shape).astype(dtype)
 
 
-def _run(x, w, dy, geom, work=None, crop=None):
+def _run(x, w, dy, geom, work=None, crop=None, chwn=False):
     """The layer-style calls: fused ReLU forward; backward through the ReLU, full ``dx`` or the
     ``crop`` of it written into ``dx_out``; and the weight gradient alone. Twice with a
     workspace (its buffers reused)."""
@@ -71,7 +71,9 @@ def _run(x, w, dy, geom, work=None, crop=None):
         else:
             (ct, cb), (cl, cr) = crop
             B, C, H, W = x.shape
-            dx = mod.empty((B, C, H - ct - cb, W - cl - cr), dtype=x.dtype)
+            shape = (B, C, H - ct - cb, W - cl - cr)
+            dx = (mod.empty(shape[1:] + shape[:1], dtype=x.dtype).transpose(3, 0, 1, 2) if chwn
+                  else mod.empty(shape, dtype=x.dtype))
             r, dw = conv2d_bprop(x, w, dy, stride, crop=crop, dx_out=dx, relu_y=y, work=work)
             assert r is dx
         none, dw_only = conv2d_bprop(x, w, dy, stride, pad=pad, need_dx=False, relu_y=y, work=work)
@@ -104,14 +106,17 @@ def test_blocks_agree_with_numpy_and_with_one_block(name, dtype, monkeypatch):
     np.testing.assert_allclose(blocks["y"], one["y"], rtol=AGREEMENT[dtype]["rtol"])
 
 
+@pytest.mark.parametrize("chwn", [False, True])
 @pytest.mark.parametrize("crop", [((0, 0), (0, 0)), ((1, 2), (2, 0))])
-def test_a_cropped_input_gradient_in_blocks(crop, monkeypatch):
-    """A layer's tile inside its chunk: ``dx`` cropped and written into ``dx_out``."""
+def test_a_cropped_input_gradient_in_blocks(crop, chwn, monkeypatch):
+    """A layer's tile inside its chunk: ``dx`` cropped and written into ``dx_out`` (NCHW, or
+    batch-innermost memory, which the blocks fold into directly when nothing is cropped)."""
     geom = (2, 2, 14, 12, 3, 3, 3, (1, 1), None)
     x, w, dy = _inputs(geom, "float64")
     want = _run(x, w, dy, geom, crop=crop)
     monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64", blocks=4))
-    got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop))
+    got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop,
+                     chwn=chwn))
     for key in want:
         assert_agree(got[key], want[key], "float64", err_msg=key)
 
