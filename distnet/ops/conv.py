@@ -74,9 +74,10 @@ SMALL_TILE_BYTES = 1 << 20
 #: Bytes of the patch matrix the device path builds at once (and of the GEMM output, ``dy`` and
 #: input-gradient band that go with it): larger batches of output rows are cut into blocks of
 #: rows (:func:`_device_block_rows`). The whole matrix is ``C*fh*fw`` times the input: 9 GiB in
-#: float32 for 64 channels, 3x3, 512x512, batch 16, more than a GPU holds next to the rest. 256
-#: MiB keeps each block's GEMM large (at 64 channels, 3x3: ~116k columns, 4 GFLOP) so that the
-#: blocks cost no throughput, and leaves the memory to the activations.
+#: float32 for 64 channels, 3x3, 512x512, batch 16, more than a GPU holds next to the rest. Each
+#: layer's workspace keeps its blocks between steps, so the budget is paid per conv layer: 256 MiB
+#: leaves the memory to the activations and keeps each block's GEMM large (at 64 channels, 3x3:
+#: ~116k columns, 4 GFLOP), far more device work than the dozen calls a block costs.
 DEVICE_COLS_BYTES = 256 << 20
 
 
