@@ -2,17 +2,17 @@
 the device-like module, against the numpy path of distnet/ops/local.py: every public function as
 the layers call it, float32 and float64, strides, odd sizes, windows that do not tile the input,
 batch 1, an input that is a strided view (a chunk of a larger array); and each is a fixed
-number of device calls whatever the filter size."""
+number of device calls whatever the filter size. Every device backend whose arrays take the
+kernels (devicelike here, cupy on a GPU); call counts on devicelike."""
 import numpy as np
 import pytest
 
+import distnet.ops.cuda.launch
 from distnet.errors import GeometryError
 from distnet.ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
-from tests import cuda_emulator
-from tests.backends import assert_agree
+from tests.backends import DEVICE_BACKENDS, assert_agree
 from tests.devicelike import xp
-
-pytestmark = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")
+from tests.unit.test_cuda_kernels import device_backend
 
 #: (B, C, H, W, K, fh, fw, sy, sx)
 GEOMETRIES = [
@@ -49,64 +49,80 @@ def _inputs(geom, dtype, view=False):
     return big, x, w, dy
 
 
-def _device_x(big, x, view, geom):
+def _device_x(dev, big, x, view, geom):
     """x on the device: the same strided window of a device copy of ``big``, or a copy."""
-    return _window(xp.asarray(big), geom) if view else xp.asarray(x)
+    return _window(dev.asarray(big), geom) if view else dev.asarray(x)
 
 
+def _calls(dev, at_most):
+    """The device calls since the last ``xp.counts.clear()`` are at most ``at_most`` (counted on
+    devicelike only)."""
+    if dev is xp:
+        assert xp.counts["calls"] <= at_most, xp.counts["calls"]
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("view", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geom", GEOMETRIES)
-def test_encoder_forward_and_backward_agree_with_numpy(geom, dtype, view):
+def test_encoder_forward_and_backward_agree_with_numpy(backend, geom, dtype, view):
+    be = device_backend(backend)
+    dev = be.xp
     big, x, w, dy = _inputs(geom, dtype, view)
     fshape, stride = geom[5:7], geom[7:9]
     y = local_fprop(x, w, fshape, stride)
     dx, dw = local_bprop(x, w, dy, fshape, stride)
     _, dw_only = local_bprop(x, w, dy, fshape, stride, need_dx=False)
 
-    dxd, dwd, dyd = _device_x(big, x, view, geom), xp.asarray(w), xp.asarray(dy)
+    dxd, dwd, dyd = _device_x(dev, big, x, view, geom), dev.asarray(w), dev.asarray(dy)
     assert dxd.flags.c_contiguous != view
     xp.counts.clear()
     yd = local_fprop(dxd, dwd, fshape, stride)
-    assert xp.counts["calls"] <= 2                       # the output's allocation + one launch
+    _calls(dev, 2)                                       # the output's allocation + one launch
     xp.counts.clear()
     gx, gw = local_bprop(dxd, dwd, dyd, fshape, stride)
-    assert xp.counts["calls"] <= 4                       # two allocations + two launches
+    _calls(dev, 4)                                       # two allocations + two launches
     xp.counts.clear()
     none, gw_only = local_bprop(dxd, dwd, dyd, fshape, stride, need_dx=False)
-    assert none is None and xp.counts["calls"] <= 2
+    assert none is None
+    _calls(dev, 2)
     for got, want, name in ((yd, y, "y"), (gx, dx, "dx"), (gw, dw, "dw"), (gw_only, dw_only, "dw only")):
         assert got.shape == want.shape and got.dtype == want.dtype == dtype, name
-        assert_agree(got.get(), want, dtype, err_msg=name)
+        assert_agree(be.to_host(got), want, dtype, err_msg=name)
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("geom", GEOMETRIES)
-def test_decoder_forward_and_backward_agree_with_numpy(geom, dtype):
+def test_decoder_forward_and_backward_agree_with_numpy(backend, geom, dtype):
+    be = device_backend(backend)
+    dev = be.xp
     big, x, w, h = _inputs(geom, dtype)
     fshape, stride = geom[5:7], geom[7:9]
     eps = np.random.default_rng(1).standard_normal(x.shape).astype(dtype)
     xhat = local_defprop(h, w, x.shape, fshape, stride)
     gh, gv = local_debprop(h, w, eps, fshape, stride)
 
-    hd, wd, epsd = xp.asarray(h), xp.asarray(w), xp.asarray(eps)
+    hd, wd, epsd = dev.asarray(h), dev.asarray(w), dev.asarray(eps)
     xp.counts.clear()
     xhatd = local_defprop(hd, wd, x.shape, fshape, stride)
-    assert xp.counts["calls"] <= 2
+    _calls(dev, 2)
     xp.counts.clear()
     ghd, gvd = local_debprop(hd, wd, epsd, fshape, stride)
-    assert xp.counts["calls"] <= 4
+    _calls(dev, 4)
     for got, want, name in ((xhatd, xhat, "xhat"), (ghd, gh, "gh"), (gvd, gv, "gv")):
         assert got.shape == want.shape and got.dtype == want.dtype, name
-        assert_agree(got.get(), want, dtype, err_msg=name)
+        assert_agree(be.to_host(got), want, dtype, err_msg=name)
 
 
-def test_the_adjoint_identity_holds_on_the_device():
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_the_adjoint_identity_holds_on_the_device(backend):
     """<local_fprop(x, v), h> == <x, local_defprop(h, v)>: the decoder kernel is the adjoint."""
+    dev = device_backend(backend).xp
     geom = GEOMETRIES[2]
     _, x, v, h = _inputs(geom, np.float64)
     fshape, stride = geom[5:7], geom[7:9]
-    xd, vd, hd = xp.asarray(x), xp.asarray(v), xp.asarray(h)
+    xd, vd, hd = dev.asarray(x), dev.asarray(v), dev.asarray(h)
     lhs = float((local_fprop(xd, vd, fshape, stride) * hd).sum())
     rhs = float((xd * local_defprop(hd, vd, x.shape, fshape, stride)).sum())
     assert lhs == pytest.approx(rhs, rel=1e-12)
@@ -114,6 +130,7 @@ def test_the_adjoint_identity_holds_on_the_device():
 
 @pytest.mark.parametrize("fsize", [2, 5, 9])
 def test_calls_do_not_depend_on_the_filter_size(fsize):
+    device_backend("devicelike")
     B, C, H, W, K = 2, 3, 12, 11, 2
     rng = np.random.default_rng(fsize)
     Ho, Wo = H - fsize + 1, W - fsize + 1
@@ -129,23 +146,26 @@ def test_calls_do_not_depend_on_the_filter_size(fsize):
     assert xp.counts["calls"] == 2 + 4 + 2 + 4 + 1
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_normalize_rows_is_one_launch_and_agrees(dtype):
+def test_normalize_rows_is_one_launch_and_agrees(backend, dtype):
+    be = device_backend(backend)
     w = np.random.default_rng(3).standard_normal((3, 4, 5, 7)).astype(dtype)
     w[1, 2, 3] = 0                                      # no epsilon: NaN, as numpy's
     with np.errstate(invalid="ignore"):
         want = normalize_rows(w.copy())
-    wd = xp.asarray(w)
+    wd = be.xp.asarray(w)
     xp.counts.clear()
     assert normalize_rows(wd) is wd
-    assert xp.counts["calls"] == 1
-    got = wd.get()
+    _calls(be.xp, 1)
+    got = be.to_host(wd)
     assert np.isnan(got[1, 2, 3]).all() and np.isnan(want[1, 2, 3]).all()
     ok = ~np.isnan(want)
     assert_agree(got[ok], want[ok], dtype)
 
 
 def test_a_strided_weight_array_is_normalised_by_the_generic_code():
+    device_backend("devicelike")
     w = np.random.default_rng(4).standard_normal((2, 3, 3, 8))
     want = w.copy()
     normalize_rows(want[:, :, 1:])
@@ -155,6 +175,7 @@ def test_a_strided_weight_array_is_normalised_by_the_generic_code():
 
 
 def test_a_gradient_of_the_wrong_shape_is_refused_before_a_kernel_reads_it():
+    device_backend("devicelike")
     geom = GEOMETRIES[0]
     _, x, w, dy = _inputs(geom, np.float64)
     fshape, stride = geom[5:7], geom[7:9]
@@ -164,3 +185,24 @@ def test_a_gradient_of_the_wrong_shape_is_refused_before_a_kernel_reads_it():
         local_defprop(xp.asarray(dy[:1]), xp.asarray(w), x.shape, fshape, stride)
     with pytest.raises(GeometryError, match="h .* should be"):
         local_debprop(xp.asarray(dy[:, :2]), xp.asarray(w), xp.asarray(x), fshape, stride)
+
+
+def test_kernels_off_run_the_generic_code_to_the_same_numbers(monkeypatch):
+    """``DISTNET_CUDA_KERNELS=0``: the patch-matrix code, with its many calls, agrees."""
+    device_backend("devicelike")
+    geom = GEOMETRIES[1]
+    _, x, w, dy = _inputs(geom, np.float64)
+    fshape, stride = geom[5:7], geom[7:9]
+    args = tuple(xp.asarray(a) for a in (x, w, dy))
+
+    def run():
+        xp.counts.clear()
+        y = local_fprop(*args[:2], fshape, stride)
+        dx, dw = local_bprop(*args, fshape, stride)
+        return [a.get() for a in (y, dx, dw)], xp.counts["calls"]
+    fused, fused_calls = run()
+    monkeypatch.setattr(distnet.ops.cuda.launch, "ENABLED", False)
+    generic, generic_calls = run()
+    assert fused_calls == 6 and generic_calls > 3 * fused_calls
+    for a, b in zip(fused, generic):
+        assert_agree(a, b, np.float64)

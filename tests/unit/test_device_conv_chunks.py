@@ -2,18 +2,21 @@
 ``DEVICE_COLS_BYTES``): with the budget set small, forward and backward (strides, padding, a
 fused ReLU, a cropped ``dx`` written into ``dx_out``, a workspace reused) agree with numpy and
 with the single-block device result, the scratch arrays stay under the budget, and a batch that
-fits in one block takes exactly the single-block code (same bits, same calls)."""
+fits in one block takes exactly the single-block code (same bits, same calls). The agreement
+tests run on every device backend (devicelike here, cupy on a GPU); allocations and calls are
+measured on devicelike."""
 import contextlib
 
 import numpy as np
 import pytest
 
 import distnet.ops.conv as conv
+from distnet.backend import get_array_module
 from distnet.ops.conv import conv2d_bprop, conv2d_fprop
 from distnet.ops.cuda import launch
 from distnet.ops.workspace import Workspace
 from tests import devicelike
-from tests.backends import AGREEMENT, assert_agree
+from tests.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
 from tests.devicelike import xp
 
 #: (B, C, H, W, K, fh, fw, stride, pad)
@@ -63,7 +66,7 @@ def _run(x, w, dy, geom, work=None, crop=None, chwn=False):
     ``crop`` of it written into ``dx_out``; and the weight gradient alone. Twice with a
     workspace (its buffers reused)."""
     stride, pad = geom[7], geom[8]
-    mod = devicelike.xp if isinstance(x, devicelike.ndarray) else np
+    mod = get_array_module(x)
     for _ in range(2 if work is not None else 1):
         y = conv2d_fprop(x, w, stride, pad=pad, relu=True, work=work)
         if crop is None:
@@ -82,16 +85,18 @@ def _run(x, w, dy, geom, work=None, crop=None, chwn=False):
 
 
 def _host(res):
-    return {k: v.get() if isinstance(v, devicelike.ndarray) else v for k, v in res.items()}
+    return {k: v if isinstance(v, np.ndarray) else v.get() for k, v in res.items()}
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
-def test_blocks_agree_with_numpy_and_with_one_block(name, dtype, monkeypatch):
+def test_blocks_agree_with_numpy_and_with_one_block(backend, name, dtype, monkeypatch):
+    be = make_backend(backend, dtype)
     geom = GEOMETRIES[name]
     x, w, dy = _inputs(geom, dtype)
     want = _run(x, w, dy, geom)
-    dev = tuple(xp.asarray(a) for a in (x, w, dy))
+    dev = tuple(be.xp.asarray(a) for a in (x, w, dy))
     one = _host(_run(*dev, geom))
     assert _block_rows(geom, dtype)[0] >= _block_rows(geom, dtype)[1]      # default: one block
     monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, dtype))
@@ -106,16 +111,18 @@ def test_blocks_agree_with_numpy_and_with_one_block(name, dtype, monkeypatch):
     np.testing.assert_allclose(blocks["y"], one["y"], rtol=AGREEMENT[dtype]["rtol"])
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
 @pytest.mark.parametrize("chwn", [False, True])
 @pytest.mark.parametrize("crop", [((0, 0), (0, 0)), ((1, 2), (2, 0))])
-def test_a_cropped_input_gradient_in_blocks(crop, chwn, monkeypatch):
+def test_a_cropped_input_gradient_in_blocks(backend, crop, chwn, monkeypatch):
     """A layer's tile inside its chunk: ``dx`` cropped and written into ``dx_out`` (NCHW, or
     batch-innermost memory, which the blocks fold into directly when nothing is cropped)."""
     geom = (2, 2, 14, 12, 3, 3, 3, (1, 1), None)
     x, w, dy = _inputs(geom, "float64")
     want = _run(x, w, dy, geom, crop=crop)
     monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64", blocks=4))
-    got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop,
+    dev = make_backend(backend).xp
+    got = _host(_run(*(dev.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop,
                      chwn=chwn))
     for key in want:
         assert_agree(got[key], want[key], "float64", err_msg=key)
