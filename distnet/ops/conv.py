@@ -77,7 +77,7 @@ SMALL_TILE_BYTES = 1 << 20
 #: float32 for 64 channels, 3x3, 512x512, batch 16, more than a GPU holds next to the rest. Each
 #: layer's workspace keeps its blocks between steps, so the budget is paid per conv layer: 256 MiB
 #: leaves the memory to the activations and keeps each block's GEMM large (at 64 channels, 3x3:
-#: ~116k columns, 4 GFLOP), far more device work than the dozen calls a block costs.
+#: ~116k columns, 4 GFLOP), far more device work than the ~40 calls a block costs.
 DEVICE_COLS_BYTES = 256 << 20
 
 
