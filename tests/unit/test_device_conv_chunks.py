@@ -212,7 +212,10 @@ def test_one_block_is_the_single_block_code(monkeypatch):
 
 def test_calls_grow_with_the_blocks_only(monkeypatch):
     """Each block is a fixed number of calls (copies, GEMMs, one fold, the views they take),
-    whatever the filter size: one forward and two backward passes cost at most 60 per block."""
+    whatever the filter size: one forward and two backward passes cost at most 60 per block.
+    Without the fused fold (no host compiler to run it) the fold is one call per tap."""
+    if not launch.available(xp):
+        pytest.skip("the device-like module has no fused kernels here (no C++ compiler)")
     per = {}
     for fsize in (3, 5):
         geom = (2, 3, 13, 9, 4, fsize, fsize, (1, 1), ((fsize // 2,) * 2,) * 2)
