@@ -3,7 +3,10 @@
 A time ratio near 1 between the two batch sizes means the step is launch-bound (the time goes to
 issuing kernels, not to the arithmetic); benchmarks/device_calls.py counts the launches on a CPU.
 Batch B is also timed with the fused kernels off (``generic``: the array-module code, one launch
-per filter tap or window offset), so the probe gives the step time before and after them.
+per filter tap or window offset), so the probe gives the step time before and after them, and
+bigimage at batch B with its convolutions' patch matrices built whole (``one block``: no
+``DEVICE_COLS_BYTES`` budget), which says what the blocks that keep a 512x512 batch in memory
+cost at 256x256.
 ``--cpu``: the device-like array module stands in for cupy (a rehearsal without a GPU).
 Writes ``{"<workload>@<batch>": seconds per step}`` to ``--json``.
 Run from the repository root (it imports ``benchmarks`` and ``tests``)."""
@@ -22,6 +25,7 @@ a = ap.parse_args()
 
 import benchmarks.workloads as W  # noqa: E402
 from distnet.comm import Topology  # noqa: E402
+from distnet.ops import conv  # noqa: E402
 from distnet.ops.cuda import launch  # noqa: E402
 
 if a.cpu:
@@ -34,10 +38,15 @@ else:
     plan = [("mnist_cnn", (100, 400), 20), ("gb_train", (100, 400), 10), ("resnet", (100, 400), 10),
             ("bigimage", (16, 32), 3)]
 res = {}
+budget = conv.DEVICE_COLS_BYTES
 for w, batches, n in plan:
-    for b, fused in [(b, True) for b in batches] + [(batches[0], False)]:
+    variants = [(b, True, "") for b in batches] + [(batches[0], False, " generic")]
+    if w == "bigimage":
+        variants.append((batches[0], True, " one block"))
+    for b, fused, tag in variants:
         launch.ENABLED = fused
-        key = f"{w}@{b}" + ("" if fused else " generic")
+        conv.DEVICE_COLS_BYTES = 1 << 50 if tag == " one block" else budget
+        key = f"{w}@{b}{tag}"
         try:
             run = W.DistnetRun(w, Topology.serial(), batch=b, backend="gpu")
             run.step()
@@ -49,7 +58,7 @@ for w, batches, n in plan:
             sync()
             dt = (time.perf_counter() - t) / n
             res[key] = dt
-            print(f"probe {w:10s} batch {b:4d}{'' if fused else ' generic'}: {dt * 1e3:8.2f} ms/step "
+            print(f"probe {w:10s} batch {b:4d}{tag}: {dt * 1e3:8.2f} ms/step "
                   f"{b / dt:10.0f} img/s", flush=True)
             del run
         except Exception as e:  # noqa: BLE001
@@ -61,6 +70,10 @@ for w, batches, n in plan:
     if ks[0] in res and f"{ks[0]} generic" in res:
         print(f"probe {w:10s} generic / fused kernels at batch {batches[0]}: "
               f"{res[ks[0] + ' generic'] / res[ks[0]]:.2f}x the time", flush=True)
+    if ks[0] in res and f"{ks[0]} one block" in res:
+        print(f"probe {w:10s} blocks / one block at batch {batches[0]}: "
+              f"{res[ks[0]] / res[ks[0] + ' one block']:.2f}x the time", flush=True)
 launch.ENABLED = True
+conv.DEVICE_COLS_BYTES = budget
 with open(a.json, "w") as f:
     json.dump(res, f, indent=1)
