@@ -9,6 +9,8 @@ contraction into fused multiply-adds: see :mod:`distnet.ops.cuda.launch`), so it
 array-module code's bits. ``g`` is left holding what the array-module code leaves there (it is
 scratch for the caller either way).
 """
+import math
+
 from .launch import Kernel
 
 SGD = Kernel("distnet_sgd_step", r"""
@@ -73,7 +75,6 @@ def sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled):
 def adam_step(w, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2):
     """:func:`distnet.ops.optim.adam_step` in one launch (``bc1``, ``bc2``: the bias corrections
     ``1 - beta^t``)."""
-    import math
     ADAM(w.size, w, g, m, v, float(beta1), float(beta2), float(weight_decay),
          1.0 - lr * weight_decay, 1.0 / math.sqrt(bc2), float(eps), lr / bc1,
          int(bool(weight_decay) and not decoupled), int(bool(weight_decay) and decoupled))
