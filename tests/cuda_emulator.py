@@ -7,7 +7,7 @@ output element, no atomics, no shared memory or barriers, grid-stride loops), so
 compiled by the host's C++ compiler with a prelude that defines ``__global__``, ``threadIdx``,
 ``blockIdx``, ``blockDim`` and ``gridDim``, and every (block, thread) of a small grid is run in
 turn: :data:`GRID` blocks of :data:`BLOCK` threads, so each thread's grid-stride loop visits
-several work items, as on a GPU.
+several work items, as on a GPU, in an order that changes from launch to launch.
 
 Compiled libraries are cached per source and dtype in a per-user temporary folder (written
 atomically: parallel MPI ranks may compile the same kernel at once).
@@ -97,7 +97,17 @@ def run(kernel, n, args, data=lambda a: a):
         else:
             params.append(ctype(a))
     fn = getattr(lib, kernel.name)
-    for b in range(GRID):
-        for t in range(BLOCK):
-            lib.distnet_emulator_set(b, t, GRID, BLOCK)
-            fn(*params)
+    global _launches
+    _launches += 1
+    # Threads run in another order at every launch (forward, backward, interleaved): a kernel
+    # whose threads read what another thread writes gives results that depend on the order
+    # here, as it would on a GPU, and fails the tests that compare it with numpy.
+    order = [(b, t) for b in range(GRID) for t in range(BLOCK)]
+    order = _ORDERS[_launches % len(_ORDERS)](order)
+    for b, t in order:
+        lib.distnet_emulator_set(b, t, GRID, BLOCK)
+        fn(*params)
+
+
+_launches = 0
+_ORDERS = (lambda o: o, lambda o: o[::-1], lambda o: o[1::2] + o[::2])

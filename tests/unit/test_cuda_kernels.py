@@ -107,3 +107,25 @@ def test_kernels_can_be_turned_off_and_the_generic_code_runs(monkeypatch):
     got = fold(xp.asarray(cols), (2, 1, 4, 4), (1, 1))
     assert xp.counts["calls"] > 4     # one per tap, and the zeroing
     np.testing.assert_array_equal(got.get(), fold(cols, (2, 1, 4, 4), (1, 1)))
+
+
+@needs_compiler
+def test_the_emulation_exposes_a_kernel_whose_threads_read_each_others_output():
+    """A kernel breaking the one-thread-per-output rule (each item reads the item before it,
+    which another thread writes) gives different results from launch to launch, because the
+    emulation runs the threads in another order each time: the agreement tests catch it."""
+    racy = Kernel("distnet_test_racy", r"""
+extern "C" __global__ void distnet_test_racy(const long long n, T* y) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
+        y[i] = (i ? y[i - 1] : (T)0) + (T)1;
+    }
+}
+""")
+    Kernel.registry.remove(racy)
+    results = set()
+    for _ in range(3):
+        y = np.zeros(40)
+        cuda_emulator.run(racy, y.size, (y,))
+        results.add(y.tobytes())
+    assert len(results) > 1
