@@ -12,7 +12,6 @@ here (about 0.6 GB per image at the defaults); ``--blocks-only`` skips it, and `
 runs nothing, printing both patch matrices' sizes from the geometry alone (e.g. ``--batch 16``).
 """
 import argparse
-import contextlib
 import os
 import sys
 
@@ -24,23 +23,6 @@ import numpy as np  # noqa: E402
 import distnet.ops.conv as conv  # noqa: E402
 from tests import devicelike  # noqa: E402
 from tests.devicelike import xp  # noqa: E402
-
-
-@contextlib.contextmanager
-def allocations():
-    """Bytes of every device array allocated inside the block (views excluded)."""
-    sizes = []
-    init = devicelike.ndarray.__init__
-
-    def recording(self, data):
-        init(self, data)
-        if data.flags.owndata:
-            sizes.append(data.nbytes)
-    devicelike.ndarray.__init__ = recording
-    try:
-        yield sizes
-    finally:
-        devicelike.ndarray.__init__ = init
 
 
 def step(x, w, dy):
@@ -80,7 +62,7 @@ def main():
         n = conv._device_block_rows((B, C, S, S), (C, C, 3, 3), (1, 1), S, S, 4, ((1, 1), (1, 1)))
         largest = ""
         if not a.dry_run:
-            with allocations() as sizes:
+            with devicelike.allocations() as sizes:
                 step(x, w, dy)
             largest = f"{max(sizes) / mib:.1f} MiB"
         print(f"| {name} | {min(n, S)} | {-(-S // n)} | {4 * C * 9 * min(n, S) * S * B / mib:.1f} MiB "

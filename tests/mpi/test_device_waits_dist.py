@@ -19,6 +19,7 @@ from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.learning_rules import Adam
+from tests import devicelike
 from tests.devicelike import DeviceLike, xp
 
 MPI_SIZES = (2, 4)
@@ -54,15 +55,7 @@ def test_a_distributed_step_waits_once_and_equals_one_process(comm, mpi, layout,
     rng = np.random.RandomState(5)
     x, labels = rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
     ref = fit(Numpy64(rng_seed=3), Topology.serial(), x, labels)
-    per_step = []
-    train_step = Model.train_step
-
-    def counted(self, *args, **kwargs):
-        before = xp.counts["syncs"]
-        loss = train_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return loss
-    monkeypatch.setattr(Model, "train_step", counted)
+    per_step = devicelike.waits_per_train_step(monkeypatch)
     saved = xp.cuda_aware_mpi
     world, keys = LAYOUTS[layout](mpi.size)
     topo = Topology.from_world(world=comm, **world)

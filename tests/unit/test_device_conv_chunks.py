@@ -5,7 +5,6 @@ with the single-block device result, the scratch arrays stay under the budget, a
 fits in one block takes exactly the single-block code (same bits, same calls). The agreement
 tests run on every device backend (devicelike here, cupy on a GPU); allocations and calls are
 measured on devicelike."""
-import contextlib
 
 import numpy as np
 import pytest
@@ -141,23 +140,6 @@ def test_blocks_without_fused_kernels_agree(monkeypatch):
         assert_agree(got[key], want[key], "float64", err_msg=key)
 
 
-@contextlib.contextmanager
-def _allocations():
-    """Record the bytes of every device array allocated (not a view) inside the block."""
-    sizes = []
-    init = devicelike.ndarray.__init__
-
-    def recording(self, data):
-        init(self, data)
-        if data.flags.owndata:
-            sizes.append(data.nbytes)
-    devicelike.ndarray.__init__ = recording
-    try:
-        yield sizes
-    finally:
-        devicelike.ndarray.__init__ = init
-
-
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
 def test_scratch_stays_under_the_budget(name, monkeypatch):
     """Every array the blocked path allocates is under the budget, except the activation-sized
@@ -169,7 +151,7 @@ def test_scratch_stays_under_the_budget(name, monkeypatch):
     Hp, Wp = H + (sum(pad[0]) if pad else 0), W + (sum(pad[1]) if pad else 0)
     activations = {x.nbytes, dy.nbytes, x.itemsize * B * C * Hp * Wp}
     dev = tuple(xp.asarray(a) for a in (x, w, dy))
-    with _allocations() as whole:
+    with devicelike.allocations() as whole:
         _run(*dev, geom)
     patch_matrix = x.itemsize * C * fh * fw * dy[0, 0].size * B
     assert patch_matrix in whole
@@ -177,7 +159,7 @@ def test_scratch_stays_under_the_budget(name, monkeypatch):
     assert patch_matrix > budget
     monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", budget)
     for work in (None, Workspace()):
-        with _allocations() as sizes:
+        with devicelike.allocations() as sizes:
             _run(*dev, geom, work=work)
         over = [s for s in sizes if s > budget and s not in activations]
         assert not over, (over, budget)

@@ -23,6 +23,7 @@ from distnet.ops.costs import CrossEntropy, SoftmaxCrossEntropy, SumSquaredDiffs
 from distnet.ops.learning_rules import Adam, AdamW, GradientDescent
 from distnet.ops.optim import clip_coefficient, scale, sum_of_squares
 from tests.backends import make_backend
+from tests import devicelike
 from tests.devicelike import xp
 from tests.tiny import CNN, GB, write_data
 from tests.towers_net import tower_model
@@ -81,16 +82,7 @@ def test_devicelike_does_not_count_what_stays_on_the_device(op):
 @pytest.fixture
 def waits(monkeypatch):
     """The device waits of each ``Model.train_step`` call, in order."""
-    per_step = []
-    train_step = Model.train_step
-
-    def counted(self, *args, **kwargs):
-        before = xp.counts["syncs"]
-        loss = train_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return loss
-    monkeypatch.setattr(Model, "train_step", counted)
-    return per_step
+    return devicelike.waits_per_train_step(monkeypatch)
 
 
 def net(layers, shape, **kw):

@@ -10,7 +10,19 @@ of ``x`` and indexes every array through its own strides.
 """
 from .launch import Kernel, element_strides, strided
 
-_INDEX = r"""
+# The parameters after each kernel's own (x's four axes in memory order, the channel axis's
+# position, the element strides of x and of two more arrays) and the loop that finds, for element
+# e, the arrays' offsets (ox, o1, o2) and the channel c.
+_LAYOUT = r"""
+        const long long d0, const long long d1, const long long d2, const long long d3,
+        const long long caxis,
+        const long long x0, const long long x1, const long long x2, const long long x3,
+        const long long y0, const long long y1, const long long y2, const long long y3,
+        const long long h0, const long long h1, const long long h2, const long long h3) {
+    const long long dims[4] = {d0, d1, d2, d3};
+    const long long sx[4] = {x0, x1, x2, x3}, s1[4] = {y0, y1, y2, y3}, s2[4] = {h0, h1, h2, h3};
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)blockDim.x * gridDim.x) {
     // element e of x's memory order -> offsets of the arrays and the channel
     long long r = e, ox = 0, o1 = 0, o2 = 0, c = 0;
     for (int k = 3; k >= 0; --k) {
@@ -24,16 +36,7 @@ FPROP = Kernel("distnet_bn_fprop", r"""
 extern "C" __global__ void distnet_bn_fprop(
         const long long n, const T* x, T* y, T* xhat, const T* mean, const T* inv_std,
         const T* gamma, const T* beta,
-        const long long d0, const long long d1, const long long d2, const long long d3,
-        const long long caxis,
-        const long long x0, const long long x1, const long long x2, const long long x3,
-        const long long y0, const long long y1, const long long y2, const long long y3,
-        const long long h0, const long long h1, const long long h2, const long long h3) {
-    const long long dims[4] = {d0, d1, d2, d3};
-    const long long sx[4] = {x0, x1, x2, x3}, s1[4] = {y0, y1, y2, y3}, s2[4] = {h0, h1, h2, h3};
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-""" + _INDEX + r"""
+""" + _LAYOUT + r"""
         T xh = x[ox] - mean[c];
         xh = xh * inv_std[c];
         T out = xh * gamma[c];
@@ -48,16 +51,7 @@ BPROP_DX = Kernel("distnet_bn_bprop_dx", r"""
 extern "C" __global__ void distnet_bn_bprop_dx(
         const long long n, const T* dy, T* dx, const T* xhat, const T* mdy, const T* mdyx,
         const T* scale, const long long dy_first,
-        const long long d0, const long long d1, const long long d2, const long long d3,
-        const long long caxis,
-        const long long x0, const long long x1, const long long x2, const long long x3,
-        const long long y0, const long long y1, const long long y2, const long long y3,
-        const long long h0, const long long h1, const long long h2, const long long h3) {
-    const long long dims[4] = {d0, d1, d2, d3};
-    const long long sx[4] = {x0, x1, x2, x3}, s1[4] = {y0, y1, y2, y3}, s2[4] = {h0, h1, h2, h3};
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-""" + _INDEX + r"""
+""" + _LAYOUT + r"""
         const T t = xhat[o2] * mdyx[c];
         T d = dy[ox];
         // the array code subtracts in this order when dx is dy itself, the other way otherwise
