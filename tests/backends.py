@@ -68,3 +68,12 @@ def assert_agree(actual, expected, dtype, err_msg=""):
     actual = np.asarray(actual)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     np.testing.assert_allclose(actual, expected, err_msg=err_msg, **tol)
+
+
+def to_device(xp, a):
+    """Host array ``a`` on the device module ``xp`` with its memory layout kept: a
+    batch-innermost ``(B, C, H, W)`` view (``(C, H, W, B)`` memory) stays one, where
+    ``xp.asarray`` would make it C-contiguous."""
+    if a.ndim == 4 and not a.flags.c_contiguous:
+        return xp.asarray(np.ascontiguousarray(a.transpose(1, 2, 3, 0))).transpose(3, 0, 1, 2)
+    return xp.asarray(a)

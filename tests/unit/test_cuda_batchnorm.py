@@ -7,7 +7,7 @@ import pytest
 import distnet.ops.cuda.launch
 
 from distnet.ops.batchnorm import bn_bprop_dx, bn_bprop_partial, bn_fprop, bn_stats_finish, bn_stats_partial
-from tests.backends import DEVICE_BACKENDS
+from tests.backends import DEVICE_BACKENDS, to_device
 from tests.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
@@ -19,13 +19,6 @@ def _draw(layout, dtype, seed):
     if layout == "chwn":      # (B, C, H, W) indexed, (C, H, W, B) memory
         a = np.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
     return a.astype(dtype)
-
-
-def _to_device(be, a):
-    """``a`` on the device with its memory layout kept."""
-    if a.ndim == 4 and not a.flags.c_contiguous:
-        return be.xp.asarray(np.ascontiguousarray(a.transpose(1, 2, 3, 0))).transpose(3, 0, 1, 2)
-    return be.xp.asarray(a)
 
 
 @pytest.mark.parametrize("backend", DEVICE_BACKENDS)
@@ -43,7 +36,7 @@ def test_forward_and_input_gradient_give_the_array_code_bits(backend, dtype, lay
     dy_over = dy.copy()
     dx_over = bn_bprop_dx(dy_over, xhat, gamma, inv_std, bn_bprop_partial(dy, xhat), x.size // C, out=dy_over)
 
-    dev = lambda a: _to_device(be, a)   # noqa: E731
+    dev = lambda a: to_device(be.xp, a)   # noqa: E731
     dmean, dvar = bn_stats_finish(bn_stats_partial(dev(x)), x.size // C)
     xp.counts.clear()
     gy, gxhat, ginv = bn_fprop(dev(x), dmean, dvar, be.xp.asarray(gamma), be.xp.asarray(beta))

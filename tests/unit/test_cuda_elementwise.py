@@ -8,7 +8,7 @@ import pytest
 import distnet.ops.cuda.launch
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from distnet.ops.costs import EPS, CrossEntropy
-from tests.backends import DEVICE_BACKENDS, assert_agree
+from tests.backends import DEVICE_BACKENDS, assert_agree, to_device
 from tests.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
@@ -22,12 +22,6 @@ def _draw(layout, dtype, seed, scale=3.0):
     if layout == "chwn":
         a = np.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
     return a.astype(dtype)
-
-
-def _dev(be, a):
-    if a.ndim == 4 and not a.flags.c_contiguous:
-        return be.xp.asarray(np.ascontiguousarray(a.transpose(1, 2, 3, 0))).transpose(3, 0, 1, 2)
-    return be.xp.asarray(a)
 
 
 def _one_launch(fn, *args):
@@ -49,8 +43,8 @@ def test_activation_gradients_give_the_array_code_bits(backend, dtype, layout):
         cases = [(RectLin(), z, z, dy), (Tanh(), z, y, dy), (Logistic(), z, p, dy)]
         for act, zz, yy, d in cases:
             want = act.bprop(zz, yy, d)
-            got, calls = _one_launch(act.bprop, _dev(be, zz), _dev(be, yy), _dev(be, d))
-            assert got.strides == _dev(be, zz).strides, act.name      # the layout is kept
+            got, calls = _one_launch(act.bprop, to_device(be.xp, zz), to_device(be.xp, yy), to_device(be.xp, d))
+            assert got.strides == to_device(be.xp, zz).strides, act.name      # the layout is kept
             np.testing.assert_array_equal(be.to_host(got), want, err_msg=act.name)
             if be.xp is xp:
                 assert calls <= 6, (act.name, calls)
@@ -64,7 +58,7 @@ def test_logistic_agrees_and_keeps_nan(backend, dtype, layout):
     z = _draw(layout, dtype, 3)
     with np.errstate(all="ignore"):
         want = Logistic().fprop(z)
-    got, calls = _one_launch(Logistic().fprop, _dev(be, z))
+    got, calls = _one_launch(Logistic().fprop, to_device(be.xp, z))
     got = be.to_host(got)
     assert np.array_equal(np.isnan(got), np.isnan(want))
     keep = ~np.isnan(want)
@@ -106,12 +100,7 @@ def test_arrays_of_other_layouts_take_the_array_code(monkeypatch):
     dy = _draw("chwn", np.float64, 6)
     want = RectLin().bprop(z, z, dy)
     xp.counts.clear()
-    got = RectLin().bprop(_dev_like(z), _dev_like(z), _dev_like(dy))
+    got = RectLin().bprop(to_device(xp, z), to_device(xp, z), to_device(xp, dy))
     assert xp.counts["calls"] > 4      # the where/isnan chain, not one kernel
     np.testing.assert_array_equal(got.get(), want)
 
-
-def _dev_like(a):
-    if a.ndim == 4 and not a.flags.c_contiguous:
-        return xp.asarray(np.ascontiguousarray(a.transpose(1, 2, 3, 0))).transpose(3, 0, 1, 2)
-    return xp.asarray(a)
