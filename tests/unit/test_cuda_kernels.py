@@ -129,3 +129,15 @@ extern "C" __global__ void distnet_test_racy(const long long n, T* y) {
         cuda_emulator.run(racy, y.size, (y,))
         results.add(y.tobytes())
     assert len(results) > 1
+
+
+@pytest.mark.parametrize("value,enabled", [("0", False), ("off", False), ("False", False), (" no ", False),
+                                           ("1", True), ("", True)])
+def test_the_environment_switch_reads_every_spelling_of_off(value, enabled):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, DISTNET_CUDA_KERNELS=value)
+    r = subprocess.run([sys.executable, "-c", "import distnet.ops.cuda.launch as l; print(l.ENABLED)"],
+                       env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == str(enabled)

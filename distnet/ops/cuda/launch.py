@@ -32,7 +32,9 @@ from ...backend import get_array_module
 #: ``DISTNET_CUDA_KERNELS=0`` in the environment turns the fused kernels off: the device path then
 #: runs the generic array-module code (one launch per tap), which computes the same numbers. For
 #: measuring what the kernels save, and for ruling a kernel in or out when a GPU result looks wrong.
-ENABLED = os.environ.get("DISTNET_CUDA_KERNELS", "1").strip() != "0"
+#: ``false``, ``no`` and ``off`` (any case) count as ``0`` too, so no spelling of "off" is silently
+#: taken for "on".
+ENABLED = os.environ.get("DISTNET_CUDA_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 #: Threads per block. 256 keeps enough blocks per SM for the small grids of MNIST-sized layers.
 BLOCK = 256
