@@ -1,8 +1,9 @@
-"""GlobalArray halo exchange and its adjoint against global oracles, on many grids and windows.
+"""GlobalArray halo exchange and its adjoint against global oracles, on many grids and windows,
+in 1, 2 and 3 spatial axes (lines, planes, volumes; the decoder rules of a U-Net included).
 
 Every rank builds the same global input (same seed), cuts its own tile, runs the exchange, and
 compares with the slice of the zero-padded global array. A (grid, window) case runs only on the
-launch size ``Py * Px`` (collective skip otherwise).
+launch size ``Py * Px`` (``Pz * Py * Px``; deselected otherwise).
 """
 import time
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from distnet.comm import GlobalArray, Topology
-from distnet.geometry import Box, Window, grid_coords, plan_halo, same_padding, tile_of
+from distnet.geometry import Box, Crop, Window, grid_coords, plan_halo, same_padding, tile_of
+from distnet.errors import GeometryError
 
-MPI_SIZES = (1, 2, 3, 4, 6, 9)
+MPI_SIZES = (1, 2, 3, 4, 6, 8, 9)
 
 B, C = 2, 3
 PLANE = (13, 11)  # uneven tiles on every grid below
@@ -205,3 +207,126 @@ def test_topology_coords_match_tiles(comm):
         assert (cover == 1).all()
     finally:
         topo.free()
+
+
+# -- any number of axes ------------------------------------------------------------------------------
+
+ND_SHAPES = {1: (23,), 2: (13, 11), 3: (9, 7, 5)}
+# grids by launch size: 1-D, 2-D and 3-D (3x2x1 on 6 ranks, 2x2x2 on 8)
+ND_GRIDS = [(1,), (1, 1, 1), (2,), (2, 1, 1), (1, 1, 2), (4,), (2, 2, 1), (1, 2, 2), (6,), (3, 2, 1),
+            (1, 2, 3), (8,), (2, 4), (2, 2, 2), (3,), (3, 1, 1), (9,), (3, 3, 1)]
+# name -> the rules of the axes of an input shape
+ND_RULES = {
+    "3s1p1": lambda shape: [Window(3, 1, 1, 1)] * len(shape),
+    "mixed": lambda shape: [Window(2, 2), Window(3, 1, 1, 1), Window(5, 2, 2, 1)][-len(shape):],
+    "wide7": lambda shape: [Window(7, 1, 3, 3)] * len(shape),         # halo 3 > tiles of 1-3
+    "dilated": lambda shape: [Window(3, 1, 2, 2, 2)] * len(shape),
+    "crop": lambda shape: [Crop.center(n, n - 1 - (n > 6)) for n in shape],
+}
+
+
+def _nd_cases():
+    """``(grid, rules name)`` for which every rank's plan exists (decided at collection, alike on
+    every rank), each marked for its launch size."""
+    cases = []
+    for grid in ND_GRIDS:
+        shape = ND_SHAPES[len(grid)]
+        for name, rules in ND_RULES.items():
+            try:
+                plan_halo(shape, *rules(shape), grid, (0,) * len(grid))
+            except GeometryError:
+                continue
+            cases.append(pytest.param(grid, name, id=f"{'x'.join(map(str, grid))}-{name}",
+                                      marks=pytest.mark.mpi_size(int(np.prod(grid)))))
+    return cases
+
+
+nd_cases = pytest.mark.parametrize("grid,rules", _nd_cases())
+
+
+def _nd_setup(topologies, grid, rules, comm=None, host_staging=False):
+    topo = topologies(grid)
+    shape = ND_SHAPES[len(grid)]
+    plan = plan_halo(shape, *ND_RULES[rules](shape), grid, topo.coords)
+    return shape, plan, GlobalArray(plan, comm or topo.spatial, tag=11, host_staging=host_staging)
+
+
+def _nd_crop(a, box):
+    """``box`` (global coordinates) of an array zero-padded by MARGIN on its spatial axes."""
+    return a[(Ellipsis,) + tuple(slice(lo + MARGIN, hi + MARGIN) for lo, hi in box.spans)]
+
+
+def _nd_padded(x):
+    return np.pad(x, ((0, 0), (0, 0)) + ((MARGIN, MARGIN),) * (x.ndim - 2))
+
+
+@nd_cases
+@staging
+def test_nd_exchange_and_adjoint_against_global_oracles(mpi, topologies, grid, rules, host_staging):
+    """The chunk is the zero-padded global slice; the adjoint is the global scatter-add of every
+    rank's chunk gradient, cropped to my tile."""
+    shape, plan, ga = _nd_setup(topologies, grid, rules, host_staging=host_staging)
+    x = _global(3, shape=(B, C) + shape)
+    chunk = ga.exchange(np.ascontiguousarray(_nd_crop(_nd_padded(x), plan.own)))
+    np.testing.assert_array_equal(chunk, _nd_crop(_nd_padded(x), plan.chunk))
+    total = _nd_padded(np.zeros((B, C) + shape))
+    for r, coords in enumerate(grid_coords(grid)):
+        box = plan_halo(shape, *ND_RULES[rules](shape), grid, coords).chunk
+        g = np.random.RandomState(60 + r).standard_normal((B, C) + box.shape)
+        _nd_crop(total, box)[...] += g
+        if coords == plan.coords:
+            mine = g
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), _nd_crop(total, plan.own), rtol=1e-13, atol=1e-13)
+
+
+@nd_cases
+def test_nd_adjoint_dot_product(mpi, topologies, grid, rules):
+    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)>."""
+    shape, plan, ga = _nd_setup(topologies, grid, rules)
+    rng = np.random.RandomState(4000 + mpi.rank)
+    x = rng.standard_normal((B, C) + plan.own.shape)
+    y = rng.standard_normal((B, C) + plan.chunk.shape)
+    lhs = mpi.comm.allreduce(float(np.vdot(ga.exchange(x), y)))
+    rhs = mpi.comm.allreduce(float(np.vdot(x, ga.exchange_adjoint(y))))
+    assert abs(lhs - rhs) <= 1e-12 * max(abs(lhs), abs(rhs), 1.0)
+
+
+class CountingComm:
+    """The spatial communicator, counting the messages handed to it: ``sent[(dest, tag)]`` =
+    list of payload sizes in bytes."""
+
+    def __init__(self, comm):
+        self._comm, self.sent = comm, {}
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def Isend(self, buf, dest, tag):
+        self.sent.setdefault((dest, tag), []).append(buf.nbytes)
+        return self._comm.Isend(buf, dest=dest, tag=tag)
+
+
+@nd_cases
+def test_nd_one_message_per_peer_and_direction(mpi, topologies, grid, rules):
+    """Forward, a rank sends one message to each rank whose chunk meets its tile, of exactly that
+    box; backward, one to each rank whose tile meets its chunk (brute force over all ranks). On
+    2x2x2 ranks a 3x3x3 window is 7 messages each way: 3 faces, 3 edges, 1 corner."""
+    topo = topologies(grid)
+    counting = CountingComm(topo.spatial)
+    shape, plan, ga = _nd_setup(topologies, grid, rules, comm=counting)
+    ga.exchange_adjoint(np.ones((B, C) + plan.chunk.shape))
+    ga.exchange(np.ones((B, C) + plan.own.shape))
+    fwd, bwd = {}, {}
+    for r, coords in enumerate(grid_coords(grid)):
+        if coords == plan.coords:
+            continue
+        other = plan_halo(shape, *ND_RULES[rules](shape), grid, coords)
+        if not plan.own.intersect(other.chunk).is_empty():
+            fwd[(r, 22)] = [B * C * 8 * plan.own.intersect(other.chunk).size]
+        if not other.own.intersect(plan.chunk).is_empty():
+            bwd[(r, 23)] = [B * C * 8 * other.own.intersect(plan.chunk).size]
+    assert counting.sent == {**fwd, **bwd}
+    if grid == (2, 2, 2) and rules == "3s1p1":
+        coords = grid_coords(grid)
+        axes_crossed = [sum(a != b for a, b in zip(coords[r], plan.coords)) for r, _ in fwd]
+        assert sorted(axes_crossed) == [1, 1, 1, 2, 2, 2, 3]
