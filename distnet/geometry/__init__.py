@@ -5,9 +5,11 @@ from .box import Box
 from .grid import (GridLayout, GridPosition, check_grid, choose_grid, resolve_layout, valid_grids)
 from .halo import HaloPlan, Transfer, chunk_box, output_plane, plan_halo
 from .partition import block_of, block_partition, coords_of, grid_coords, grid_rank, tile_of
+from .upsampling import LinearUpsample, NearestUpsample, TransposedWindow
 from .window import Crop, Window, same_padding
 
-__all__ = ["Box", "Crop", "GridLayout", "GridPosition", "HaloPlan", "Transfer", "Window", "block_of",
+__all__ = ["Box", "Crop", "GridLayout", "GridPosition", "HaloPlan", "LinearUpsample",
+           "NearestUpsample", "Transfer", "TransposedWindow", "Window", "block_of",
            "block_partition", "check_grid", "choose_grid", "chunk_box", "coords_of", "grid_coords",
            "grid_rank", "output_plane", "plan_halo", "resolve_layout", "same_padding", "tile_of",
            "valid_grids"]

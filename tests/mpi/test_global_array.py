@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from distnet.comm import GlobalArray, Topology
-from distnet.geometry import Box, Crop, Window, grid_coords, plan_halo, same_padding, tile_of
+from distnet.geometry import (Box, Crop, LinearUpsample, NearestUpsample, TransposedWindow, Window,
+                              grid_coords, plan_halo, same_padding, tile_of)
 from distnet.errors import GeometryError
 
 MPI_SIZES = (1, 2, 3, 4, 6, 8, 9)
@@ -221,6 +222,9 @@ ND_RULES = {
     "mixed": lambda shape: [Window(2, 2), Window(3, 1, 1, 1), Window(5, 2, 2, 1)][-len(shape):],
     "wide7": lambda shape: [Window(7, 1, 3, 3)] * len(shape),         # halo 3 > tiles of 1-3
     "dilated": lambda shape: [Window(3, 1, 2, 2, 2)] * len(shape),
+    "transposed3s2p1": lambda shape: [TransposedWindow(3, 2, 1, 1, 1)] * len(shape),
+    "nearest2": lambda shape: [NearestUpsample(2)] * len(shape),
+    "linear2": lambda shape: [LinearUpsample(2, n) for n in shape],
     "crop": lambda shape: [Crop.center(n, n - 1 - (n > 6)) for n in shape],
 }
 
