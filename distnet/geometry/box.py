@@ -12,18 +12,6 @@ from ..errors import GeometryError
 _LETTERS = "zyx"
 
 
-def _bound(letter, which):
-    """The property ``x0`` (``letter='x', which=0``) etc.: bound of a trailing axis."""
-    back = len(_LETTERS) - _LETTERS.index(letter)    # x: 1, y: 2, z: 3 (from the end)
-
-    def get(self):
-        if self.ndim < back:
-            raise AttributeError(f"a {self.ndim}-D box has no {letter} axis")
-        return (self.hi if which else self.lo)[-back]
-    get.__doc__ = f"{'Stop' if which else 'Start'} along the {letter} axis (axis -{back})."
-    return property(get)
-
-
 class Box:
     """``[lo[0], hi[0]) x ... x [lo[n-1], hi[n-1])`` in global coordinates.
 
@@ -32,15 +20,23 @@ class Box:
     bounds are.
 
     lo, hi : per-axis starts and stops, tuples of ``ndim`` ints.
+    z0, z1, y0, y1, x0, x1 : start and stop along the last three axes (``x``: the last one), as
+        far as the box has them (a 1-D box has no ``y0``: AttributeError).
     """
 
-    __slots__ = ("lo", "hi")
+    # The bounds of the trailing axes are plain slots (not properties): 2-D code reads them in
+    # every step, as fast as before the boxes had any number of axes.
+    __slots__ = ("lo", "hi", "z0", "z1", "y0", "y1", "x0", "x1")
 
     def __init__(self, *bounds):
         if not bounds or len(bounds) % 2:
             raise GeometryError(f"a box needs a (start, stop) pair per axis, got {bounds!r}")
-        object.__setattr__(self, "lo", tuple(bounds[0::2]))
-        object.__setattr__(self, "hi", tuple(bounds[1::2]))
+        lo, hi = tuple(bounds[0::2]), tuple(bounds[1::2])
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        for letter, a, b in zip(_LETTERS[::-1], lo[::-1], hi[::-1]):   # x, y, z from the end
+            object.__setattr__(self, f"{letter}0", a)
+            object.__setattr__(self, f"{letter}1", b)
 
     @classmethod
     def of_spans(cls, spans):
@@ -54,10 +50,6 @@ class Box:
         return (Box, self.bounds)
 
     # -- bounds ---------------------------------------------------------------------------------
-    z0, z1 = _bound("z", 0), _bound("z", 1)
-    y0, y1 = _bound("y", 0), _bound("y", 1)
-    x0, x1 = _bound("x", 0), _bound("x", 1)
-
     @property
     def ndim(self):
         return len(self.lo)

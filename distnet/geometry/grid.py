@@ -64,14 +64,17 @@ def _divisors(n):
     return low + high[::-1]
 
 
-def factorizations(n, ndim=2):
+def factorizations(n, ndim=2, caps=None):
     """All grids of ``ndim`` sides whose product is ``n``, in lexicographic order (first side
-    ascending): ``(Py, Px)`` pairs for ``ndim=2``, ``(Pz, Py, Px)`` for 3."""
+    ascending): ``(Py, Px)`` pairs for ``ndim=2``, ``(Pz, Py, Px)`` for 3. ``caps``: the largest
+    side allowed on each axis (None: any), which prunes the search for huge ``n``."""
     if n < 1:
         raise TopologyError(f"a process grid needs at least 1 rank, got {n}")
+    caps = caps or (n,) * ndim
     if ndim == 1:
-        return [(n,)]
-    return [(d,) + rest for d in _divisors(n) for rest in factorizations(n // d, ndim - 1)]
+        return [(n,)] if n <= caps[0] else []
+    return [(d,) + rest for d in _divisors(n) if d <= caps[0]
+            for rest in factorizations(n // d, ndim - 1, caps[1:])]
 
 
 def factor_pairs(n):
@@ -110,7 +113,9 @@ def valid_grids(nranks, planes=(), ndim=None):
     best first (the order :func:`choose_grid` picks from); ``ndim`` axes (default: the planes',
     2 without planes)."""
     ndim = ndim or planes_ndim(planes)
-    return sorted((g for g in factorizations(nranks, ndim) if grid_failure(g, planes) is None),
+    shapes = [plane_shape(p)[0] for p in planes or ()]
+    caps = [min([s[a] for s in shapes if len(s) == ndim], default=nranks) for a in range(ndim)]
+    return sorted((g for g in factorizations(nranks, ndim, caps) if grid_failure(g, planes) is None),
                   key=_grid_order)
 
 
