@@ -163,3 +163,25 @@ def test_huge_rank_counts_of_volumes_answer():
     assert choose_grid(10**6, [(4000, 4000, 4000)]) == (100, 100, 100)
     with pytest.raises(TopologyError, match=r"Rank counts that work: 1, 2, 3"):
         choose_grid(10**6 + 3, [(12, 10, 9)])
+
+
+def test_the_experiment_grid_key_takes_two_or_three_sides_and_text(tmp_path):
+    """``grid: "2x3"`` is [2, 3]; a grid of three sides for a model of images is refused at the
+    key's line, naming the axes; malformed grids are configuration errors at the key."""
+    from distnet.config import load_experiment_text
+    from distnet.errors import ConfigError
+    from tests.tiny import CNN, experiment
+    text = experiment(CNN, tmp_path / "d.h5", dist=True)
+
+    def load(grid):
+        return load_experiment_text(text.replace("dist_flag: True,", f"dist_flag: True, grid: {grid},", 1), "g.yaml")
+    assert load('"2x3"').grid == (2, 3) and load("[2, 3]").grid == (2, 3) and load("2").grid == (2, 2)
+    assert tuple(load('"2X3"').layout(6, (1, 12, 10)).grid) == (2, 3)
+    assert load('"2x2x2"').grid == load("[2, 2, 2]").grid == (2, 2, 2)
+    with pytest.raises(TopologyError) as e:
+        load("[2, 2, 2]").layout(8, (1, 12, 10))
+    assert str(e.value).startswith("g.yaml:1: key 'grid': grid 2x2x2 has 3 axes, but the arrays it must "
+                                   "cut have 2"), e.value
+    for bad in ('"2x"', '"4"', "[1, 2, 3, 4]", "[2, 0]", "true"):
+        with pytest.raises(ConfigError, match="grid"):
+            load(bad)
