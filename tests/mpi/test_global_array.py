@@ -49,12 +49,13 @@ def _global(seed, shape=(B, C) + PLANE, dtype=np.float64):
 
 
 def _padded(x):
-    return np.pad(x, ((0, 0), (0, 0), (MARGIN, MARGIN), (MARGIN, MARGIN)))
+    """``x (B, C, *spatial)`` zero-padded by MARGIN on its spatial axes."""
+    return np.pad(x, ((0, 0), (0, 0)) + ((MARGIN, MARGIN),) * (x.ndim - 2))
 
 
 def _crop(a, box):
     """The ``box`` (global coordinates) of an array padded by MARGIN."""
-    return a[..., box.y0 + MARGIN:box.y1 + MARGIN, box.x0 + MARGIN:box.x1 + MARGIN]
+    return a[(Ellipsis,) + tuple(slice(lo + MARGIN, hi + MARGIN) for lo, hi in box.spans)]
 
 
 def _own(x, plan):
@@ -90,9 +91,13 @@ def test_exchange_equals_padded_global_slice(mpi, topologies, grid, window, host
 @cases
 @windows
 def test_adjoint_dot_product(mpi, topologies, grid, window):
-    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)>."""
     topo, plan, ga = _setup(mpi, topologies, grid, window)
-    rng = np.random.RandomState(1000 + mpi.rank)
+    _check_dot_product(mpi, plan, ga, 1000)
+
+
+def _check_dot_product(mpi, plan, ga, seed):
+    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)> for random x and y."""
+    rng = np.random.RandomState(seed + mpi.rank)
     x = rng.standard_normal((B, C) + plan.own.shape)
     y = rng.standard_normal((B, C) + plan.chunk.shape)
     lhs = mpi.comm.allreduce(float(np.vdot(ga.exchange(x), y)))
@@ -107,17 +112,23 @@ def test_adjoint_equals_global_scatter_add(mpi, topologies, grid, window, host_s
     """My tile of exchange_adjoint = my tile of the sum of every rank's chunk gradient placed at its
     chunk box, cropped to the image (padding dropped)."""
     topo, plan, ga = _setup(mpi, topologies, grid, window, host_staging)
-    wy, wx = WINDOWS[window]
-    total = _padded(np.zeros((B, C) + PLANE))
-    for r, coords in enumerate(grid_coords(grid)):  # rank r of the Cartesian comm = row-major coords
-        box = plan_halo(PLANE, wy, wx, grid, coords).chunk
-        g = np.random.RandomState(2000 + r).standard_normal((B, C) + box.shape)
+    mine, expect = _adjoint_oracle(PLANE, lambda c: plan_halo(PLANE, *WINDOWS[window], grid, c), grid,
+                                   topo.coords, 2000)
+    np.testing.assert_allclose(ga.get_bprop_view(mine), expect, rtol=1e-13, atol=1e-13)
+
+
+def _adjoint_oracle(shape, plan_of, grid, coords, seed):
+    """``(my chunk gradient, my tile of the sum of every rank's chunk gradient placed at its
+    chunk box)``: what ``exchange_adjoint`` must return, padding dropped. ``plan_of(coords)`` is
+    a rank's plan; rank r of the Cartesian communicator has the row-major coordinates r."""
+    total = _padded(np.zeros((B, C) + shape))
+    for r, c in enumerate(grid_coords(grid)):
+        box = plan_of(c).chunk
+        g = np.random.RandomState(seed + r).standard_normal((B, C) + box.shape)
         _crop(total, box)[...] += g
-        if coords == topo.coords:
+        if c == tuple(coords):
             mine = g
-    got = ga.get_bprop_view(mine)
-    expect = _crop(total, plan.own)
-    np.testing.assert_allclose(got, expect, rtol=1e-13, atol=1e-13)
+    return mine, _crop(total, plan_of(coords).own)
 
 
 @pytest.mark.parametrize("grid", _grids(g for g in GRIDS if g[0] * g[1] > 1))
@@ -185,13 +196,8 @@ def test_chunks_entirely_in_padding(mpi, topologies, grid):
     image = Box(0, plane[0], 0, plane[1])
     chunk = ga.exchange(np.ascontiguousarray(x[(Ellipsis,) + plan.own.relative_to(image)]))
     np.testing.assert_array_equal(chunk, _crop(_padded(x), plan.chunk))
-    total = _padded(np.zeros((B, C) + plane))
-    for r, c in enumerate(grid_coords(grid)):
-        g = np.random.RandomState(50 + r).standard_normal((B, C) + plans[c].chunk.shape)
-        _crop(total, plans[c].chunk)[...] += g
-        if c == topo.coords:
-            mine = g
-    np.testing.assert_allclose(ga.exchange_adjoint(mine), _crop(total, plan.own), rtol=1e-13, atol=1e-13)
+    mine, expect = _adjoint_oracle(plane, plans.get, grid, topo.coords, 50)
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), expect, rtol=1e-13, atol=1e-13)
 
 
 def test_topology_coords_match_tiles(comm):
@@ -255,15 +261,6 @@ def _nd_setup(topologies, grid, rules, comm=None, host_staging=False):
     return shape, plan, GlobalArray(plan, comm or topo.spatial, tag=11, host_staging=host_staging)
 
 
-def _nd_crop(a, box):
-    """``box`` (global coordinates) of an array zero-padded by MARGIN on its spatial axes."""
-    return a[(Ellipsis,) + tuple(slice(lo + MARGIN, hi + MARGIN) for lo, hi in box.spans)]
-
-
-def _nd_padded(x):
-    return np.pad(x, ((0, 0), (0, 0)) + ((MARGIN, MARGIN),) * (x.ndim - 2))
-
-
 @nd_cases
 @staging
 def test_nd_exchange_and_adjoint_against_global_oracles(mpi, topologies, grid, rules, host_staging):
@@ -271,28 +268,17 @@ def test_nd_exchange_and_adjoint_against_global_oracles(mpi, topologies, grid, r
     rank's chunk gradient, cropped to my tile."""
     shape, plan, ga = _nd_setup(topologies, grid, rules, host_staging=host_staging)
     x = _global(3, shape=(B, C) + shape)
-    chunk = ga.exchange(np.ascontiguousarray(_nd_crop(_nd_padded(x), plan.own)))
-    np.testing.assert_array_equal(chunk, _nd_crop(_nd_padded(x), plan.chunk))
-    total = _nd_padded(np.zeros((B, C) + shape))
-    for r, coords in enumerate(grid_coords(grid)):
-        box = plan_halo(shape, *ND_RULES[rules](shape), grid, coords).chunk
-        g = np.random.RandomState(60 + r).standard_normal((B, C) + box.shape)
-        _nd_crop(total, box)[...] += g
-        if coords == plan.coords:
-            mine = g
-    np.testing.assert_allclose(ga.exchange_adjoint(mine), _nd_crop(total, plan.own), rtol=1e-13, atol=1e-13)
+    chunk = ga.exchange(np.ascontiguousarray(_crop(_padded(x), plan.own)))
+    np.testing.assert_array_equal(chunk, _crop(_padded(x), plan.chunk))
+    mine, expect = _adjoint_oracle(shape, lambda c: plan_halo(shape, *ND_RULES[rules](shape), grid, c), grid,
+                                   plan.coords, 60)
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), expect, rtol=1e-13, atol=1e-13)
 
 
 @nd_cases
 def test_nd_adjoint_dot_product(mpi, topologies, grid, rules):
-    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)>."""
     shape, plan, ga = _nd_setup(topologies, grid, rules)
-    rng = np.random.RandomState(4000 + mpi.rank)
-    x = rng.standard_normal((B, C) + plan.own.shape)
-    y = rng.standard_normal((B, C) + plan.chunk.shape)
-    lhs = mpi.comm.allreduce(float(np.vdot(ga.exchange(x), y)))
-    rhs = mpi.comm.allreduce(float(np.vdot(x, ga.exchange_adjoint(y))))
-    assert abs(lhs - rhs) <= 1e-12 * max(abs(lhs), abs(rhs), 1.0)
+    _check_dot_product(mpi, plan, ga, 4000)
 
 
 class CountingComm:
