@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from math import prod
 
 from ..errors import TopologyError
-from .partition import axis_noun, coords_of, one_of_each, shape_text
+from .partition import array_noun, axis_noun, coords_of, one_of_each, shape_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,16 +90,13 @@ def _grid_order(grid):
     return tuple(sorted(grid, reverse=True)), orientation
 
 
-_NOUN = {1: "line", 2: "plane", 3: "volume"}
-
-
 def grid_failure(grid, planes):
     """``None`` if ``grid`` cuts every plane into non-empty tiles, else a phrase saying which
     plane fails and why (e.g. ``"plane 5x28: 5 rows < 6"``). A plane may carry a label as a
     last item (``(H, W, "the output of layer 'conv2'")``), which the phrase then names."""
     for plane in planes or ():
         shape, label = plane_shape(plane)
-        what = f"{_NOUN.get(len(shape), 'array')} {shape_text(shape)}" + (f" ({label})" if label else "")
+        what = f"{array_noun(len(shape))} {shape_text(shape)}" + (f" ({label})" if label else "")
         if len(shape) != len(grid):
             return f"{what}: {len(shape)} axes, the grid {len(grid)}"
         for axis, (n, p) in enumerate(zip(shape, grid)):

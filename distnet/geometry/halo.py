@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import GeometryError
 from .box import Box
-from .partition import block_partition, one_of_each, shape_text, tile_of
+from .partition import array_noun, block_partition, one_of_each, shape_text, tile_of
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,9 @@ def plan_halo(in_plane, *rules_grid_coords):
     out_plane = output_plane(in_plane, *rules)
     for what, plane in (("input", in_plane), ("output", out_plane)):
         if any(n < p for n, p in zip(plane, grid)):
-            noun = "plane" if len(grid) == 2 else f"{len(grid)}-D array"
             raise GeometryError(
-                f"a {shape_text(grid)} grid cannot cut the {shape_text(plane)} {what} {noun}: "
-                f"every rank must own at least {one_of_each(len(grid))}")
+                f"a {shape_text(grid)} grid cannot cut the {shape_text(plane)} {what} "
+                f"{array_noun(len(grid))}: every rank must own at least {one_of_each(len(grid))}")
 
     own = tile_of(in_plane, grid, coords)
     out_tile = tile_of(out_plane, grid, coords)

@@ -9,8 +9,8 @@ import itertools
 from ..errors import GeometryError
 from .box import Box
 
-__all__ = ["Box", "axis_noun", "block_of", "block_partition", "coords_of", "grid_coords", "grid_rank",
-           "one_of_each", "shape_text", "tile_of"]
+__all__ = ["Box", "array_noun", "axis_noun", "block_of", "block_partition", "coords_of",
+           "grid_coords", "grid_rank", "one_of_each", "shape_text", "tile_of"]
 
 
 def block_partition(length, parts):
@@ -84,11 +84,18 @@ def coords_of(grid, rank):
 
 #: What one position along each of the last three axes is called (``x``: a column).
 _NOUNS = ("slice", "row", "column")
+#: What an array of 1, 2, 3 axes is called.
+_ARRAYS = {1: "line", 2: "plane", 3: "volume"}
 
 
 def shape_text(shape):
     """``"13x11"``, ``"2x2x2"``: a shape or a grid as messages write it."""
     return "x".join(str(n) for n in shape)
+
+
+def array_noun(ndim):
+    """``"plane"`` for 2 axes, ``"volume"`` for 3, ``"line"`` for 1, else ``"array"``."""
+    return _ARRAYS.get(ndim, "array")
 
 
 def axis_noun(ndim, axis, count=1):

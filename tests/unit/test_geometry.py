@@ -326,3 +326,10 @@ def test_3d_halo_has_faces_edges_and_corners():
 def test_plan_halo_wants_one_rule_per_axis():
     with pytest.raises(GeometryError, match="one rule, grid axis and coordinate per axis"):
         plan_halo((8, 8, 8), Window(3), Window(3), (2, 2), (0, 0))
+
+
+def test_a_grid_too_fine_for_a_volume_names_its_axes():
+    w = Window(3, 1, 1, 1)
+    with pytest.raises(GeometryError, match=r"a 1x1x3 grid cannot cut the 9x7x2 input volume: every rank "
+                                            r"must own at least one slice, one row and one column"):
+        plan_halo((9, 7, 2), w, w, w, (1, 1, 3), (0, 0, 0))
