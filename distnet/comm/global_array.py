@@ -1,5 +1,6 @@
 """``GlobalArray``: the halo object of one spatial layer (neon's name), carrying out a
-:class:`~distnet.geometry.HaloPlan` with nonblocking point-to-point messages.
+:class:`~distnet.geometry.HaloPlan` with nonblocking point-to-point messages, for any number of
+spatial axes (arrays ``(B, C, *spatial)``: ``(B, C, h, w)`` in 2-D, ``(B, C, d, h, w)`` in 3-D).
 
 * :meth:`GlobalArray.exchange` (= ``get_fprop_view``), PETSc ``globalToLocal``: my input tile
   ``(B, C, h, w)`` -> my chunk ``(B, C, Hc, Wc)``: own part copied, ghost parts received from
@@ -10,7 +11,8 @@
 
 Summed over the ranks, ``<exchange(x), y> == <x, exchange_adjoint(y)>``.
 
-Messages: one per peer and direction per call (each plan ``Transfer`` is one box), packed into a
+Messages: one per peer and direction per call (each plan ``Transfer`` is one box: in 3-D a face,
+an edge or a corner of the chunk, sent directly to the rank that needs it), packed into a
 contiguous buffer; all receives are posted before any send, then ``Waitall``. No barriers. The
 forward uses tag ``2*tag``, the adjoint ``2*tag + 1``: with one tag per layer no message of one
 exchange can match a receive of another, even when ranks run ahead. Message buffers are allocated
@@ -36,7 +38,8 @@ def _waitall(requests):
 class HaloExchange:
     """A forward halo exchange in flight (:meth:`GlobalArray.exchange_begin`).
 
-    chunk : the ``(B, C, Hc, Wc)`` chunk, valid except at its ghost pixels until :meth:`finish`.
+    chunk : the ``(B, C, Hc, Wc)`` chunk (``(B, C, *plan.chunk.shape)``), valid except at its
+        ghost pixels until :meth:`finish`.
     """
 
     def __init__(self, ga, chunk, requests, ghost):
@@ -57,9 +60,8 @@ class HaloExchange:
             delay = halo_delay() if self._requests else 0.0
             if delay:      # benchmarks: a slow transport (distnet.comm.delay)
                 sleep_until(self._started + delay)
-            box = self._ga.plan.chunk
-            for buf, t in zip(self._ghost.arrived(), self._ga.plan.recvs):
-                self.chunk[(Ellipsis,) + t.box.relative_to(box)] = buf
+            for buf, where in zip(self._ghost.arrived(), self._ga._unpack):
+                self.chunk[where] = buf
             self.done = True
         return self.chunk
 
@@ -68,7 +70,7 @@ class GlobalArray:
     """Halo exchange of one layer on the spatial communicator.
 
     plan : HaloPlan of this rank (``plan.coords`` must be my coordinates in ``comm``).
-    comm : the spatial 2-D Cartesian communicator (``Topology.spatial``) or a
+    comm : the spatial Cartesian communicator (``Topology.spatial``, as many axes as the plan) or a
         :class:`~distnet.comm.serial.SerialComm`. Every call below is collective over the ranks of
         ``comm`` that appear in my plan (point-to-point only, no global synchronisation).
     tag : this layer's tag; distinct layers sharing ``comm`` should use distinct tags.
@@ -94,12 +96,21 @@ class GlobalArray:
         # Peer ranks, resolved once. recv_peers[i] owns plan.recvs[i]; send_peers[i] needs plan.sends[i].
         self._recv_peers = [comm.Get_cart_rank(t.peer) for t in plan.recvs]
         self._send_peers = [comm.Get_cart_rank(t.peer) for t in plan.sends]
+        # Index tuples, made once: what each send takes from my tile, where each receive goes in
+        # the chunk, and the interior's place in both.
+        own, box = plan.own, plan.chunk
+        self._pack = [(Ellipsis,) + t.box.relative_to(own) for t in plan.sends]
+        self._unpack = [(Ellipsis,) + t.box.relative_to(box) for t in plan.recvs]
+        inner = plan.interior
+        self._inner = None if inner.is_empty() else \
+            ((Ellipsis,) + inner.relative_to(box), (Ellipsis,) + inner.relative_to(own))
+        self._inner_is_own = inner.shape == own.shape   # the adjoint writes all of my tile
         self._buffers = {}  # (B, C, dtype, xp name) -> (ghost, share) MessageBuffers
 
     # -- shapes ---------------------------------------------------------------------------------
     @property
     def local_shape(self):
-        """``(h, w)`` of my input tile (``plan.own``)."""
+        """``(h, w)`` of my input tile (``plan.own``; one length per spatial axis)."""
         return self.plan.own.shape
 
     @property
@@ -113,14 +124,14 @@ class GlobalArray:
         return self.plan.out_tile.shape
 
     def _check(self, a, expect, what):
-        if a.ndim != 4 or tuple(a.shape[2:]) != tuple(expect):
-            raise ValueError(f"{what} must have shape (B, C, {expect[0]}, {expect[1]}) on rank "
-                             f"{self.plan.coords}, got {tuple(a.shape)}")
+        if a.ndim != 2 + len(expect) or tuple(a.shape[2:]) != tuple(expect):
+            raise ValueError(f"{what} must have shape (B, C, {', '.join(str(n) for n in expect)}) "
+                             f"on rank {self.plan.coords}, got {tuple(a.shape)}")
 
     def _bufs(self, a):
         """``(ghost, share)`` :class:`MessageBuffers` for arrays like ``a``: ``ghost.arrays[i]``
         has the shape of ``plan.recvs[i].box``, ``share.arrays[i]`` of ``plan.sends[i].box``
-        (both ``(B, C, bh, bw)``)."""
+        (both ``(B, C, bh, bw)``, ``(B, C, *box.shape)``)."""
         xp = get_array_module(a)
         B, C = a.shape[:2]
         key = (B, C, a.dtype.str, xp.__name__)
@@ -135,7 +146,8 @@ class GlobalArray:
     def exchange(self, x_local, out=None):
         """Fill my chunk from my tile and my peers' tiles.
 
-        x_local : ``(B, C, h, w)``, my input tile (``plan.own``).
+        x_local : ``(B, C, h, w)``, my input tile (``plan.own``; ``(B, C, *plan.own.shape)`` in
+            any number of axes).
         out : optional ``(B, C, Hc, Wc)`` array to fill (a buffer the caller reuses every step).
             It must be zero outside the image (allocate it with zeros once): those positions are
             never written, so it stays so.
@@ -155,15 +167,15 @@ class GlobalArray:
         layer must not write ``x_local`` or the chunk's ghost parts. Collective over my peers in
         ``comm``; the same chunk as :meth:`exchange`, whatever the timing.
         """
-        plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
-        self._check(x_local, own.shape, "x_local")
+        chunk_box = self.plan.chunk
+        self._check(x_local, self.plan.own.shape, "x_local")
         xp = get_array_module(x_local)
         ghost, share = self._bufs(x_local)
         tag = 2 * self.tag
         reqs = [self.comm.Irecv(buf, source=src, tag=tag)
                 for buf, src in zip(ghost.incoming(), self._recv_peers)]
-        for buf, t in zip(share.arrays, plan.sends):
-            buf[...] = x_local[(Ellipsis,) + t.box.relative_to(own)]
+        for buf, part in zip(share.arrays, self._pack):
+            buf[...] = x_local[part]
         reqs += [self.comm.Isend(buf, dest=dst, tag=tag)
                  for buf, dst in zip(share.outgoing(), self._send_peers)]
         if TRAFFIC.enabled and share.arrays:
@@ -175,10 +187,9 @@ class GlobalArray:
         else:
             self._check(out, chunk_box.shape, "out")
             chunk = out
-        interior = plan.interior
-        if not interior.is_empty():
-            chunk[(Ellipsis,) + interior.relative_to(chunk_box)] = \
-                x_local[(Ellipsis,) + interior.relative_to(own)]
+        if self._inner is not None:
+            in_chunk, in_own = self._inner
+            chunk[in_chunk] = x_local[in_own]
         return HaloExchange(self, chunk, reqs, ghost)
 
     get_fprop_view = exchange
@@ -187,43 +198,43 @@ class GlobalArray:
     def exchange_adjoint(self, g_chunk, out=None):
         """Sum chunk gradients into their owners' tiles (the adjoint of :meth:`exchange`).
 
-        g_chunk : ``(B, C, Hc, Wc)``, the gradient with respect to my chunk.
+        g_chunk : ``(B, C, Hc, Wc)`` (``(B, C, *plan.chunk.shape)``), the gradient with respect
+            to my chunk.
         Returns a new ``(B, C, h, w)`` array: my interior part of ``g_chunk`` plus, for every peer
         whose chunk overlaps my tile, its gradient there (added in peer rank order, so the result
         is deterministic). Padding positions are dropped. ``out``: an optional ``(B, C, h, w)``
         array to write the result into (and return); it may be the view of ``g_chunk`` on my
         tile (the result is then formed in place). Collective over my peers in ``comm``.
         """
-        plan, own, chunk_box = self.plan, self.plan.own, self.plan.chunk
-        self._check(g_chunk, chunk_box.shape, "g_chunk")
+        own = self.plan.own
+        self._check(g_chunk, self.plan.chunk.shape, "g_chunk")
         xp = get_array_module(g_chunk)
         ghost, share = self._bufs(g_chunk)
         tag = 2 * self.tag + 1
         # What I sent forward comes back (share), what I received goes back to its owner (ghost).
         reqs = [self.comm.Irecv(buf, source=src, tag=tag)
                 for buf, src in zip(share.incoming(), self._send_peers)]
-        for buf, t in zip(ghost.arrays, plan.recvs):
-            buf[...] = g_chunk[(Ellipsis,) + t.box.relative_to(chunk_box)]
+        for buf, part in zip(ghost.arrays, self._unpack):
+            buf[...] = g_chunk[part]
         reqs += [self.comm.Isend(buf, dest=dst, tag=tag)
                  for buf, dst in zip(ghost.outgoing(), self._recv_peers)]
         if TRAFFIC.enabled and ghost.arrays:
             TRAFFIC.record("halo_bwd", sum(b.nbytes for b in ghost.arrays), len(ghost.arrays), self.tag)
-        interior = plan.interior
         if out is None:
             g_local = xp.zeros(g_chunk.shape[:2] + own.shape, dtype=g_chunk.dtype)
         else:
             self._check(out, own.shape, "out")
             g_local = out
-            if interior.shape != own.shape or interior.is_empty():
+            if not self._inner_is_own:
                 g_local[...] = 0
-        if not interior.is_empty():
-            dst = g_local[(Ellipsis,) + interior.relative_to(own)]
-            src = g_chunk[(Ellipsis,) + interior.relative_to(chunk_box)]
+        if self._inner is not None:
+            in_chunk, in_own = self._inner
+            dst, src = g_local[in_own], g_chunk[in_chunk]
             if not same_view(dst, src):   # out may be g_chunk's own-tile view: nothing to copy
                 dst[...] = src
         _waitall(reqs)
-        for buf, t in zip(share.arrived(), plan.sends):
-            g_local[(Ellipsis,) + t.box.relative_to(own)] += buf
+        for buf, part in zip(share.arrived(), self._pack):
+            g_local[part] += buf
         return g_local
 
     get_bprop_view = exchange_adjoint

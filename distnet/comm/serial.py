@@ -3,8 +3,9 @@ mpi4py nor a launcher.
 
 :class:`SerialComm` implements the subset of ``mpi4py.MPI.Comm`` / ``Cartcomm`` that distnet calls,
 with the semantics those calls have on a communicator of size 1: reductions and broadcasts return
-(or copy) their input, barriers do nothing, the Cartesian grid is 1x1. Point-to-point calls are not
-provided: with one rank a halo plan has no peers, so nothing is ever sent.
+(or copy) their input, barriers do nothing, the Cartesian grid is 1x1 (1x1x1 after a 3-D
+``Create_cart``). Point-to-point calls are not provided: with one rank a halo plan has no peers,
+so nothing is ever sent.
 
 ``IN_PLACE``: mpi4py wants ``MPI.IN_PLACE`` itself; :class:`SerialComm` cannot import it. So
 distnet code asks :func:`in_place` for the token a given communicator understands, and
@@ -56,15 +57,17 @@ def is_serial(comm):
 
 
 class SerialComm:
-    """A communicator of size 1 with mpi4py's method names (a 1x1 non-periodic Cartesian grid).
+    """A communicator of size 1 with mpi4py's method names (a non-periodic Cartesian grid of one
+    rank per axis, 2 axes unless ``ndim`` says otherwise).
 
     Only rank 0 exists: every collective is local; ``root`` arguments must be 0.
     """
 
     IN_PLACE = IN_PLACE
 
-    def __init__(self, name="serial"):
+    def __init__(self, name="serial", ndim=2):
         self.name = name
+        self._ndim = ndim          # axes of its Cartesian grid (1x1 unless Create_cart said)
 
     # -- identity ---------------------------------------------------------------------------
     def Get_rank(self):
@@ -82,31 +85,32 @@ class SerialComm:
     def __repr__(self):
         return f"SerialComm({self.name!r})"
 
-    # -- Cartesian (1x1) --------------------------------------------------------------------
-    dims = property(lambda self: [1, 1])
-    periods = property(lambda self: [False, False])
-    coords = property(lambda self: [0, 0])
-    ndim = property(lambda self: 2)
+    # -- Cartesian (1x1, or 1x1x1 ...: one rank on every axis) -------------------------------
+    dims = property(lambda self: [1] * self._ndim)
+    periods = property(lambda self: [False] * self._ndim)
+    coords = property(lambda self: [0] * self._ndim)
+    ndim = property(lambda self: self._ndim)
 
     def Get_dim(self):
-        return 2
+        return self._ndim
 
     def Get_topo(self):
-        return ([1, 1], [False, False], [0, 0])
+        return (self.dims, self.periods, self.coords)
 
     def Get_coords(self, rank):
         self._check_rank(rank)
-        return [0, 0]
+        return self.coords
 
     def Get_cart_rank(self, coords):
         if any(int(c) != 0 for c in coords):
-            raise ValueError(f"coordinates {tuple(coords)} outside the 1x1 grid of a SerialComm")
+            raise ValueError(f"coordinates {tuple(coords)} outside the {'x'.join(['1'] * self._ndim)} "
+                             f"grid of a SerialComm")
         return 0
 
     def Create_cart(self, dims, periods=None, reorder=False):
         if int(np.prod(dims)) != 1:
             raise ValueError(f"a SerialComm has 1 rank, cannot make a {dims} grid")
-        return SerialComm(self.name)
+        return SerialComm(self.name, ndim=len(dims))
 
     def Sub(self, remain_dims):
         return SerialComm(self.name)
@@ -115,10 +119,10 @@ class SerialComm:
         return self
 
     def Dup(self):
-        return SerialComm(self.name)
+        return SerialComm(self.name, self._ndim)
 
     def Clone(self):
-        return SerialComm(self.name)
+        return SerialComm(self.name, self._ndim)
 
     def Free(self):
         pass

@@ -1,17 +1,20 @@
-"""The process grid of a run: ``world = data x pipe x Py x Px`` and its sub-communicators.
+"""The process grid of a run: ``world = data x pipe x Py x Px`` (``x Pz x Py x Px`` for volumes,
+any number of spatial axes) and its sub-communicators.
 
 Rank layout (world rank, row-major with the spatial grid fastest, so the ranks that exchange
 halos every layer are neighbours in the launcher's numbering, usually on the same node)::
 
     world_rank = ((d * pipe + p) * Py + iy) * Px + ix
+    world_rank = (((d * pipe + p) * Pz + iz) * Py + iy) * Px + ix      (3-D)
 
 Sub-communicators, made once per run by :meth:`Topology.from_world`:
 
 ============  ===========================================  =========================================
-``spatial``   ranks with the same ``(d, p)``; 2-D Cartesian  halo exchange (``GlobalArray``)
-              ``(Py, Px)``, non-periodic, cart rank = iy*Px+ix
-``data``      ranks with the same ``(p, iy, ix)``            (data replicas of one tile)
-``pipe``      ranks with the same ``(d, iy, ix)``            pipeline send/recv between stages
+``spatial``   ranks with the same ``(d, p)``; Cartesian      halo exchange (``GlobalArray``)
+              ``(Py, Px)`` or ``(Pz, Py, Px)``, non-periodic,
+              cart rank row-major (iy*Px+ix in 2-D)
+``data``      ranks with the same ``p`` and spatial coords   (data replicas of one tile)
+``pipe``      ranks with the same ``d`` and spatial coords   pipeline send/recv between stages
 ``grad``      ranks with the same ``p`` (spatial x data)     Allreduce of replicated-weight gradients
 ============  ===========================================  =========================================
 
@@ -19,8 +22,11 @@ How the world is cut (replicas, stages, grid choice) is decided by the pure reso
 :func:`~distnet.geometry.grid.resolve_layout`; this module only builds the communicators of a
 :class:`~distnet.geometry.grid.GridLayout`. It imports mpi4py only inside its methods.
 """
+from math import prod
+
 from ..geometry.grid import (GridLayout, GridPosition, check_grid, choose_grid, factor_pairs,
                              grid_failure, resolve_layout, valid_grids, working_sizes)
+from ..geometry.partition import coords_of, shape_text
 from .serial import SerialComm
 
 __all__ = ["Topology", "check_grid", "choose_grid", "factor_pairs", "grid_failure", "valid_grids",
@@ -32,15 +38,16 @@ __all__ = ["Topology", "check_grid", "choose_grid", "factor_pairs", "grid_failur
 # ---------------------------------------------------------------------------------------------
 
 class Topology:
-    """Where this process sits in ``world = data x pipe x Py x Px``, with one communicator per axis.
+    """Where this process sits in ``world = data x pipe x`` spatial grid, with one communicator
+    per axis.
 
     Attributes
     ----------
     world : the world communicator (mpi4py ``Comm`` or :class:`SerialComm`).
-    spatial : 2-D Cartesian communicator of my ``(Py, Px)`` grid (halo exchange).
+    spatial : Cartesian communicator of my spatial grid (halo exchange), as many axes as it.
     data, pipe : communicators along the data-replica and pipeline axes.
     grad : spatial x data, the ranks that hold the same replicated parameters.
-    grid : ``(Py, Px)``; coords : my ``(iy, ix)``.
+    grid : ``(Py, Px)`` (``(Pz, Py, Px)``, ...); coords : my ``(iy, ix)`` (``(iz, iy, ix)``, ...).
     data_index, pipe_index, ndata, npipe : my position along / length of the two other axes.
     rank, size, is_root : world rank, world size, ``rank == 0``.
     """
@@ -64,23 +71,24 @@ class Topology:
 
     @property
     def nspatial(self):
-        """Number of ranks in one spatial grid, ``Py * Px``."""
-        return self.grid[0] * self.grid[1]
+        """Number of ranks in one spatial grid, ``Py * Px`` (the product of its sides)."""
+        return prod(self.grid)
 
     @classmethod
-    def serial(cls):
-        """The one-process topology: every communicator a :class:`SerialComm` (no mpi4py)."""
-        return cls(SerialComm("world"), SerialComm("spatial"), SerialComm("data"),
-                   SerialComm("pipe"), SerialComm("grad"), (1, 1), (0, 0))
+    def serial(cls, ndim=2):
+        """The one-process topology of ``ndim`` spatial axes: every communicator a
+        :class:`SerialComm` (no mpi4py)."""
+        return cls(SerialComm("world"), SerialComm("spatial", ndim), SerialComm("data"),
+                   SerialComm("pipe"), SerialComm("grad"), (1,) * ndim, (0,) * ndim)
 
     @classmethod
     def from_world(cls, grid=None, data=1, pipe=1, planes=None, world=None):
         """Build the topology of the current MPI run (collective over ``world``).
 
-        grid : ``(Py, Px)`` or None to choose one that fits ``planes``.
-        data, pipe : replica / pipeline-stage counts; ``world size = data * pipe * Py * Px``.
-        planes : ``(H, W)`` of every spatial plane the grid must cut (inputs and outputs of each
-            spatial layer); each tile must own at least one row and one column.
+        grid : ``(Py, Px)`` (``(Pz, Py, Px)``) or None to choose one that fits ``planes``.
+        data, pipe : replica / pipeline-stage counts; ``world size = data * pipe * prod(grid)``.
+        planes : ``(H, W)`` (``(D, H, W)``) of every spatial array the grid must cut (inputs and
+            outputs of each spatial layer); each tile must own at least one index per axis.
         world : communicator to split (default ``MPI.COMM_WORLD``; tests pass sub-communicators).
 
         The sizes are checked by :func:`~distnet.geometry.grid.resolve_layout` (a spatially
@@ -120,13 +128,13 @@ class Topology:
         p, s = divmod(rest, nspatial)
         # Split is collective over world: every rank calls each one, in the same order.
         flat = world.Split(color=d * pipe + p, key=s)
-        spatial = flat.Create_cart(dims=list(grid), periods=[False, False], reorder=False)
+        spatial = flat.Create_cart(dims=list(grid), periods=[False] * len(grid), reorder=False)
         flat.Free()
         data_comm = world.Split(color=p * nspatial + s, key=d)
         pipe_comm = world.Split(color=d * nspatial + s, key=p)
         grad = world.Split(color=p, key=d * nspatial + s)
         coords = tuple(spatial.Get_coords(spatial.Get_rank()))
-        assert coords == divmod(s, grid[1]), (coords, s, grid)
+        assert coords == coords_of(grid, s), (coords, s, grid)
         return cls(world, spatial, data_comm, pipe_comm, grad, grid, coords, data_index=d,
                    pipe_index=p, ndata=data, npipe=pipe)
 
@@ -169,4 +177,4 @@ class Topology:
 
     def __repr__(self):
         return (f"Topology(rank {self.rank}/{self.size}: data {self.data_index}/{self.ndata}, "
-                f"pipe {self.pipe_index}/{self.npipe}, grid {self.grid[0]}x{self.grid[1]} at {self.coords})")
+                f"pipe {self.pipe_index}/{self.npipe}, grid {shape_text(self.grid)} at {self.coords})")

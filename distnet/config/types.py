@@ -132,6 +132,48 @@ class Shape2:
 
 #: Filter sizes, strides, image sizes.
 PositiveShape2 = Shape2(1)
+
+
+class GridShape(Shape2):
+    """A process grid: what :class:`Shape2` takes (an int N is N x N), a list of 1 or 3 ints
+    (``[Px]``, ``[Pz, Py, Px]``), or the same written ``"2x4"`` / ``"2x2x2"``; each >= 1.
+    Normalised to a tuple (its number of axes is checked against the model's arrays when the run
+    is laid out)."""
+
+    def __init__(self):
+        super().__init__(1)
+
+    def describe(self):
+        return 'int, [Py, Px] or [Pz, Py, Px] (or [Px], "2x2x2"), each >= 1'
+
+    __str__ = __repr__ = describe
+
+    def coerce(self, value):
+        if isinstance(value, str):
+            try:
+                parts = [int(p) for p in value.lower().split("x")]
+            except ValueError:
+                parts = []
+            if not 2 <= len(parts) <= 3:
+                raise ValueError(f'expected a grid written like "2x4" or "2x2x2", got {short_repr(value)}')
+            value = parts
+        if isinstance(value, int) and not isinstance(value, bool):
+            grid = (value, value)
+        elif (isinstance(value, (list, tuple)) and 1 <= len(value) <= 3
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            grid = tuple(value)
+        else:
+            raise ValueError(f"expected an integer or a list [Py, Px] or [Pz, Py, Px] of integers, "
+                             f"got {describe(value)}")
+        if min(grid) < 1:
+            raise ValueError(f"expected sizes >= 1, got {short_repr(value)}")
+        if max(grid) > SIZE_CAP:
+            raise ValueError(f"{short_repr(value)} is too large (more than {SIZE_CAP})")
+        return grid
+
+
+#: The experiment's ``grid``.
+ProcessGrid = GridShape()
 #: Paddings.
 NonNegativeShape2 = Shape2(0)
 

@@ -12,7 +12,7 @@ its progress bar that way).
 """
 from ..backend import Numpy
 from ..config.builder import config_error, config_given, config_name, config_where
-from ..config.types import NonNegativeInt, Positive, PositiveInt, PositiveShape2
+from ..config.types import NonNegativeInt, Positive, PositiveInt, ProcessGrid
 from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
@@ -27,8 +27,8 @@ class FitExperiment(Experiment):
     says: ``halopar`` (default) cuts every image into tiles over a ``Py x Px`` grid, ``vecpar``
     gives every rank whole images and an ``MLPDist`` model shards its FC layers over a ``1 x P``
     grid, ``datapar`` gives every rank whole images and makes the ranks data replicas), ``grid``
-    ([Py, Px]; an int N is N x N; default: the most square grid that fits, of two mirror grids
-    the one with rows <= columns), ``data`` (number of data-parallel
+    ([Py, Px], or [Pz, Py, Px] for volumes, also written "2x2x2"; an int N is N x N; default:
+    the most square grid that fits, of two mirror grids the one with rows <= columns), ``data`` (number of data-parallel
     replicas, default 1: ``world size = data x pipe x Py x Px``; replicas train on disjoint
     slices of every global minibatch and sum their gradients; with ``dist_mode: datapar``
     default: all ranks of a pipeline stage, and a ``data`` that is given must say so),
@@ -47,7 +47,7 @@ class FitExperiment(Experiment):
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
-                    "grid": PositiveShape2, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
+                    "grid": ProcessGrid, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
                     "eval_every": NonNegativeInt, "watchdog": Positive, "top_k": NonNegativeInt}
     report_errors = False
 

@@ -1,12 +1,13 @@
-"""Largest tiles, chunks and halo widths over a whole process grid, in ``O(Py + Px)``.
+"""Largest tiles, chunks and halo widths over a whole process grid, in ``O(sum of its sides)``.
 
-A 2-D tile (and its chunk) is the product of one block per axis, so every "largest over the
-ranks" figure of a plane cut by ``Py x Px`` is the product, or the pair, of per-axis maxima:
-no loop over the ``Py * Px`` ranks and no halo plan per rank (``distnet show -n 1000000`` answers
-at once). Pure index math, same rules as :func:`~distnet.geometry.partition.block_partition` and
-:func:`~distnet.geometry.halo.plan_halo` (the tests compare them).
+A tile (and its chunk) is the product of one block per axis, so every "largest over the ranks"
+figure of an array cut by ``Py x Px`` (or ``Pz x Py x Px``) is the product, or the tuple, of
+per-axis maxima: no loop over the ranks and no halo plan per rank (``distnet show -n 1000000``
+answers at once). Pure index math, same rules as
+:func:`~distnet.geometry.partition.block_partition` and :func:`~distnet.geometry.halo.plan_halo`
+(the tests compare them).
 """
-from .partition import Box
+from .box import Box
 
 
 def block(length, parts, index):
@@ -17,9 +18,8 @@ def block(length, parts, index):
 
 def largest_tile(plane, grid):
     """The largest tile :func:`~distnet.geometry.partition.tile_of` gives over all ranks, as a
-    :class:`Box` at the origin: ``ceil(H / Py) x ceil(W / Px)``."""
-    (H, W), (Py, Px) = plane, grid
-    return Box(0, -(-H // Py), 0, -(-W // Px))
+    :class:`Box` at the origin: ``ceil(H / Py) x ceil(W / Px)`` (one ceiling per axis)."""
+    return Box.of_spans((0, -(-n // p)) for n, p in zip(plane, grid))
 
 
 def _axis(in_len, window, parts):
@@ -37,10 +37,12 @@ def _axis(in_len, window, parts):
     return longest, before, after
 
 
-def halo_extents(in_plane, window_y, window_x, grid):
-    """``(halo, chunk)`` of a window layer on ``grid``: ``halo`` = the widest ghost rows/columns
-    any rank receives on each side ``(top, bottom, left, right)`` (zero padding not counted), and
-    ``chunk`` = the largest input chunk (tile + halo + padding) as a :class:`Box` at the origin."""
-    hy, top, bottom = _axis(in_plane[0], window_y, grid[0])
-    hx, left, right = _axis(in_plane[1], window_x, grid[1])
-    return (max(top, 0), max(bottom, 0), max(left, 0), max(right, 0)), Box(0, hy, 0, hx)
+def halo_extents(in_plane, *rules_grid):
+    """``halo_extents(in_plane, *rules, grid)``: ``(halo, chunk)`` of a layer with one window rule
+    per axis on ``grid``: ``halo`` = the widest ghost band any rank receives on each side, axis by
+    axis (``(top, bottom, left, right)`` in 2-D; zero padding not counted), and ``chunk`` = the
+    largest input chunk (tile + halo + padding) as a :class:`Box` at the origin."""
+    *rules, grid = rules_grid
+    axes = [_axis(n, rule, p) for n, rule, p in zip(in_plane, rules, grid)]
+    halo = tuple(max(w, 0) for _, before, after in axes for w in (before, after))
+    return halo, Box.of_spans((0, longest) for longest, _, _ in axes)

@@ -1,22 +1,32 @@
-"""Halo planning: for one rank and one window layer, the chunk of input it needs and which parts
-come from which rank. Pure index math (no MPI, no arrays); :mod:`distnet.comm.global_array` carries
-the plan out.
+"""Halo planning: for one rank and one layer with a window rule per axis, the chunk of input it
+needs and which parts come from which rank. Pure index math (no MPI, no arrays), the same for any
+number of axes (a line, an image plane, a volume); :mod:`distnet.comm.global_array` carries the
+plan out.
 
-Ownership rule: every layer's input *and* output plane is cut by :func:`tile_of` on the same grid.
+Ownership rule: every layer's input *and* output array is cut by :func:`tile_of` on the same grid.
 A rank computes exactly its output tile; the input box that tile reads (its *chunk*, PETSc's
 "ghosted local" box) is made of the rank's own input tile, *ghost* parts owned by other ranks
-(any rank, not only the 8 neighbours, when a halo is wider than a tile), and zero padding outside
-the image.
+(any rank, not only the neighbours, when a halo is wider than a tile), and zero padding outside
+the image. When the output is cut at other places than the input (pooling, upsampling, a crop,
+uneven tiles of a longer or shorter output), the same rule moves each part to the rank whose
+output tile reads it: the plan is a redistribution as much as a halo.
+
+Messages: one :class:`Transfer` per peer and direction, its box the intersection of the peer's
+tile and my chunk (a box, since both are). In 3-D that makes up to 26 neighbours (6 faces,
+12 edges, 8 corners), more when a halo is wider than a tile: the direct scheme, chosen over
+exchanging axis by axis in 3 dependent rounds (docs/parallelism.md#halos-in-n-dimensions).
 """
+import itertools
 from dataclasses import dataclass
 
 from ..errors import GeometryError
-from .partition import Box, block_partition, tile_of
+from .box import Box
+from .partition import array_noun, block_partition, one_of_each, shape_text, tile_of
 
 
 @dataclass(frozen=True)
 class Transfer:
-    """A box of the input plane that moves between this rank and ``peer`` (grid coordinates)."""
+    """A box of the input array that moves between this rank and ``peer`` (grid coordinates)."""
 
     peer: tuple
     box: Box
@@ -28,12 +38,14 @@ class HaloPlan:
 
     Attributes
     ----------
-    in_plane, out_plane : (H, W) global input and output plane sizes.
-    grid, coords : process grid ``(Py, Px)`` and this rank's ``(iy, ix)``.
+    in_plane, out_plane : global input and output shapes, one length per axis (``(H, W)``,
+        ``(D, H, W)``, ...).
+    grid, coords : process grid (``(Py, Px)``, ``(Pz, Py, Px)``, ...) and this rank's coordinates.
     own : Box, this rank's tile of the input plane (what it holds before the exchange).
     out_tile : Box, this rank's tile of the output plane (what it computes).
     chunk : Box, the input box ``out_tile`` reads; may extend past the image (zero padding).
-    recvs : Transfers ``own(peer) ∩ chunk`` (ghost parts this rank receives), peers in rank order.
+    recvs : Transfers ``own(peer) ∩ chunk`` (ghost parts this rank receives), peers in rank order
+        (row-major coordinates).
     sends : Transfers ``own ∩ chunk(peer)`` (parts of my tile other ranks need), in rank order.
     """
 
@@ -48,61 +60,80 @@ class HaloPlan:
     sends: tuple
 
     @property
+    def ndim(self):
+        """Number of spatial axes."""
+        return len(self.grid)
+
+    @property
     def interior(self):
         """``own ∩ chunk``: the part of my own tile the chunk uses (copied, never sent)."""
         return self.own.intersect(self.chunk)
 
     def ghost_count(self):
-        """Number of ghost pixels per (sample, channel) received in a forward exchange."""
+        """Number of ghost positions per (sample, channel) received in a forward exchange."""
         return sum(t.box.size for t in self.recvs)
 
 
-def chunk_box(out_tile, window_y, window_x):
-    """The input box read by ``out_tile`` under the two axes' :class:`Window` rules."""
-    y0, y1 = window_y.input_span(out_tile.y0, out_tile.y1 - out_tile.y0)
-    x0, x1 = window_x.input_span(out_tile.x0, out_tile.x1 - out_tile.x0)
-    return Box(y0, y1, x0, x1)
+def chunk_box(out_tile, *rules):
+    """The input box read by ``out_tile`` under the rules of its axes (one rule per axis, e.g.
+    ``chunk_box(tile, window_y, window_x)``)."""
+    return Box.of_spans(rule.input_span(a, b - a) for rule, (a, b) in zip(rules, out_tile.spans))
 
 
-def output_plane(in_plane, window_y, window_x):
-    """Global output ``(Ho, Wo)`` of a window layer on an ``in_plane = (H, W)`` input."""
-    return (window_y.output_length(in_plane[0]), window_x.output_length(in_plane[1]))
+def output_plane(in_plane, *rules):
+    """Global output shape of a layer with one rule per axis on an ``in_plane`` input:
+    ``(Ho, Wo)`` of ``output_plane((H, W), window_y, window_x)``."""
+    return tuple(rule.output_length(n) for rule, n in zip(rules, in_plane))
 
 
-def plan_halo(in_plane, window_y, window_x, grid, coords):
-    """The :class:`HaloPlan` of rank ``coords`` for a layer with the given window rules.
+def plan_halo(in_plane, *rules_grid_coords):
+    """``plan_halo(in_plane, *rules, grid, coords)``: the :class:`HaloPlan` of rank ``coords``
+    for a layer with one window rule per axis, e.g. ``plan_halo((H, W), window_y, window_x,
+    (Py, Px), (iy, ix))`` or ``plan_halo((D, H, W), wz, wy, wx, (Pz, Py, Px), (iz, iy, ix))``.
 
-    Raises :class:`GeometryError` if the grid cuts the input or output plane into empty tiles.
+    Raises :class:`GeometryError` if the grid cuts the input or output array into empty tiles.
     """
-    out_plane = output_plane(in_plane, window_y, window_x)
+    *rules, grid, coords = rules_grid_coords
+    grid, coords = tuple(grid), tuple(coords)
+    if not len(in_plane) == len(rules) == len(grid) == len(coords):
+        raise GeometryError(f"a halo plan needs one rule, grid axis and coordinate per axis of the "
+                            f"{shape_text(in_plane)} input; got {len(rules)} rule(s), grid "
+                            f"{shape_text(grid)}, coordinates {coords}")
+    out_plane = output_plane(in_plane, *rules)
     for what, plane in (("input", in_plane), ("output", out_plane)):
-        if plane[0] < grid[0] or plane[1] < grid[1]:
+        if any(n < p for n, p in zip(plane, grid)):
             raise GeometryError(
-                f"a {grid[0]}x{grid[1]} grid cannot cut the {plane[0]}x{plane[1]} {what} plane: "
-                f"every rank must own at least one row and one column")
+                f"a {shape_text(grid)} grid cannot cut the {shape_text(plane)} {what} "
+                f"{array_noun(len(grid))}: every rank must own at least {one_of_each(len(grid))}")
 
     own = tile_of(in_plane, grid, coords)
     out_tile = tile_of(out_plane, grid, coords)
-    chunk = chunk_box(out_tile, window_y, window_x)
+    chunk = chunk_box(out_tile, *rules)
     # Box intersections are separable: find, per axis, the peers whose input block meets my
-    # chunk (recvs) and whose chunk meets my input block (sends): O(Py + Px + peers), not O(P).
-    recv_y = _overlaps(in_plane[0], grid[0], None, (chunk.y0, chunk.y1))
-    recv_x = _overlaps(in_plane[1], grid[1], None, (chunk.x0, chunk.x1))
-    send_y = _overlaps(out_plane[0], grid[0], window_y, (own.y0, own.y1))
-    send_x = _overlaps(out_plane[1], grid[1], window_x, (own.x0, own.x1))
-    recvs = [Transfer((iy, ix), Box(a0, a1, b0, b1)) for iy, (a0, a1) in recv_y
-             for ix, (b0, b1) in recv_x if (iy, ix) != tuple(coords)]
-    sends = [Transfer((iy, ix), Box(a0, a1, b0, b1)) for iy, (a0, a1) in send_y
-             for ix, (b0, b1) in send_x if (iy, ix) != tuple(coords)]
-    return HaloPlan(tuple(in_plane), out_plane, tuple(grid), tuple(coords), own, out_tile, chunk,
-                    tuple(recvs), tuple(sends))
+    # chunk (recvs) and whose chunk meets my input block (sends): O(sum of the grid's sides +
+    # peers), not O(ranks). The product over the axes lists peers in row-major (rank) order.
+    recv = [_overlaps(n, p, None, span) for n, p, span in zip(in_plane, grid, chunk.spans)]
+    send = [_overlaps(n, p, rule, span) for n, p, rule, span in zip(out_plane, grid, rules, own.spans)]
+    return HaloPlan(tuple(in_plane), out_plane, grid, coords, own, out_tile, chunk,
+                    _transfers(recv, coords), _transfers(send, coords))
+
+
+def _transfers(per_axis, coords):
+    """The :class:`Transfer` of every peer (not ``coords``) in the product of the per-axis
+    overlap lists, in row-major order."""
+    out = []
+    for parts in itertools.product(*per_axis):
+        peer = tuple(j for j, _ in parts)
+        if peer != coords:
+            out.append(Transfer(peer, Box.of_spans(span for _, span in parts)))
+    return tuple(out)
 
 
 def _overlaps(length, parts, window, span):
     """Along one axis: ``[(peer index, (start, stop))]`` of the non-empty intersections of
     ``span`` with every peer's input block (``window`` None; ``length`` is the input length) or
-    with every peer's chunk (``window``: the chunk its output block of ``length`` reads), in
-    peer order."""
+    with every peer's chunk (``window``: the rule of the axis; the chunk its output block of
+    ``length`` reads), in peer order."""
     lo, hi = span
     out = []
     for j, (o, n) in enumerate(block_partition(length, parts)):

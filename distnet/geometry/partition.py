@@ -1,11 +1,16 @@
-"""Block partition of a length over the ranks of one grid axis, and of a plane over a 2-D grid.
+"""Block partition of a length over the ranks of one grid axis, and of an N-dimensional array
+(a line, an image plane, a volume) over a process grid of as many axes.
 
 The same functions cut the images in the datasets and the activations in the model, so the two
 can never disagree about which rank owns which pixel (docs/design.md#datasets-and-shards).
 """
-from dataclasses import dataclass
+import itertools
 
 from ..errors import GeometryError
+from .box import Box
+
+__all__ = ["Box", "array_noun", "axis_noun", "block_of", "block_partition", "coords_of",
+           "grid_coords", "grid_rank", "one_of_each", "shape_text", "tile_of"]
 
 
 def block_partition(length, parts):
@@ -40,50 +45,69 @@ def block_of(length, parts, index):
     return index * base + min(index, extra), base + (1 if index < extra else 0)
 
 
-@dataclass(frozen=True)
-class Box:
-    """A half-open box ``[y0, y1) x [x0, x1)`` of a 2-D plane, in global coordinates.
-
-    Coordinates may lie outside the plane (negative, or past its end): that is the zero padding
-    a chunk carries at the global border.
-    """
-
-    y0: int
-    y1: int
-    x0: int
-    x1: int
-
-    @property
-    def shape(self):
-        return (self.y1 - self.y0, self.x1 - self.x0)
-
-    @property
-    def size(self):
-        h, w = self.shape
-        return max(h, 0) * max(w, 0)
-
-    def is_empty(self):
-        return self.y1 <= self.y0 or self.x1 <= self.x0
-
-    def intersect(self, other):
-        return Box(max(self.y0, other.y0), min(self.y1, other.y1),
-                   max(self.x0, other.x0), min(self.x1, other.x1))
-
-    def relative_to(self, origin):
-        """Slices ``(sy, sx)`` of this box inside an array whose [0, 0] is ``origin``'s corner."""
-        return (slice(self.y0 - origin.y0, self.y1 - origin.y0),
-                slice(self.x0 - origin.x0, self.x1 - origin.x0))
-
-
-def tile_of(plane, grid, coords):
-    """The :class:`Box` rank ``coords = (iy, ix)`` owns of a ``plane = (H, W)`` cut by ``grid = (Py, Px)``."""
-    (H, W), (Py, Px), (iy, ix) = plane, grid, coords
-    oy, ny = block_of(H, Py, iy)
-    ox, nx = block_of(W, Px, ix)
-    return Box(oy, oy + ny, ox, ox + nx)
+def tile_of(shape, grid, coords):
+    """The :class:`Box` rank ``coords`` owns of an array of ``shape`` cut by ``grid``, one block
+    per axis: ``tile_of((H, W), (Py, Px), (iy, ix))``, ``tile_of((D, H, W), (Pz, Py, Px),
+    (iz, iy, ix))``, ``tile_of((L,), (P,), (i,))``."""
+    if not len(shape) == len(grid) == len(coords):
+        raise GeometryError(f"shape {tuple(shape)}, grid {tuple(grid)} and coordinates "
+                            f"{tuple(coords)} must have one entry per axis")
+    blocks = (block_of(n, p, i) for n, p, i in zip(shape, grid, coords))
+    return Box.of_spans((o, o + k) for o, k in blocks)
 
 
 def grid_coords(grid):
-    """All ``(iy, ix)`` of a grid in row-major (= rank) order."""
-    Py, Px = grid
-    return [(iy, ix) for iy in range(Py) for ix in range(Px)]
+    """All coordinates of a grid in row-major (= rank) order: ``(iy, ix)`` for ``(Py, Px)``,
+    the last axis fastest."""
+    return list(itertools.product(*(range(p) for p in grid)))
+
+
+def grid_rank(grid, coords):
+    """The row-major rank of ``coords`` in ``grid`` (the inverse of ``grid_coords(grid)[rank]``;
+    MPI's Cartesian numbering): ``iy * Px + ix`` in 2-D."""
+    rank = 0
+    for p, i in zip(grid, coords):
+        rank = rank * p + i
+    return rank
+
+
+def coords_of(grid, rank):
+    """The coordinates of row-major ``rank`` in ``grid`` (``divmod(rank, Px)`` in 2-D)."""
+    coords = []
+    for p in reversed(tuple(grid)):
+        rank, i = divmod(rank, p)
+        coords.append(i)
+    return tuple(reversed(coords))
+
+
+# -- words for messages --------------------------------------------------------------------------
+
+#: What one position along each of the last three axes is called (``x``: a column).
+_NOUNS = ("slice", "row", "column")
+#: What an array of 1, 2, 3 axes is called.
+_ARRAYS = {1: "line", 2: "plane", 3: "volume"}
+
+
+def shape_text(shape):
+    """``"13x11"``, ``"2x2x2"``: a shape or a grid as messages write it."""
+    return "x".join(str(n) for n in shape)
+
+
+def array_noun(ndim):
+    """``"plane"`` for 2 axes, ``"volume"`` for 3, ``"line"`` for 1, else ``"array"``."""
+    return _ARRAYS.get(ndim, "array")
+
+
+def axis_noun(ndim, axis, count=1):
+    """The word for ``count`` positions along ``axis`` of an ``ndim``-D array: ``row`` / ``rows``
+    (y), ``column`` (x), ``slice`` (z); ``position along axis k`` beyond three axes."""
+    if ndim > len(_NOUNS):
+        return f"position{'s' * (count != 1)} along axis {axis}"
+    return _NOUNS[len(_NOUNS) - ndim + axis] + "s" * (count != 1)
+
+
+def one_of_each(ndim):
+    """``"one row and one column"`` (2-D), ``"one slice, one row and one column"`` (3-D): what
+    every rank must own of every array."""
+    words = [f"one {axis_noun(ndim, a)}" for a in range(ndim)]
+    return words[0] if ndim == 1 else ", ".join(words[:-1]) + " and " + words[-1]

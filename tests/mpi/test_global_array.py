@@ -1,8 +1,9 @@
-"""GlobalArray halo exchange and its adjoint against global oracles, on many grids and windows.
+"""GlobalArray halo exchange and its adjoint against global oracles, on many grids and windows,
+in 1, 2 and 3 spatial axes (lines, planes, volumes; the decoder rules of a U-Net included).
 
 Every rank builds the same global input (same seed), cuts its own tile, runs the exchange, and
 compares with the slice of the zero-padded global array. A (grid, window) case runs only on the
-launch size ``Py * Px`` (collective skip otherwise).
+launch size ``Py * Px`` (``Pz * Py * Px``; deselected otherwise).
 """
 import time
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from distnet.comm import GlobalArray, Topology
-from distnet.geometry import Box, Window, grid_coords, plan_halo, same_padding, tile_of
+from distnet.geometry import (Box, Crop, LinearUpsample, NearestUpsample, TransposedWindow, Window,
+                              grid_coords, plan_halo, same_padding, tile_of)
+from distnet.errors import GeometryError
 
-MPI_SIZES = (1, 2, 3, 4, 6, 9)
+MPI_SIZES = (1, 2, 3, 4, 6, 8, 9)
 
 B, C = 2, 3
 PLANE = (13, 11)  # uneven tiles on every grid below
@@ -46,12 +49,13 @@ def _global(seed, shape=(B, C) + PLANE, dtype=np.float64):
 
 
 def _padded(x):
-    return np.pad(x, ((0, 0), (0, 0), (MARGIN, MARGIN), (MARGIN, MARGIN)))
+    """``x (B, C, *spatial)`` zero-padded by MARGIN on its spatial axes."""
+    return np.pad(x, ((0, 0), (0, 0)) + ((MARGIN, MARGIN),) * (x.ndim - 2))
 
 
 def _crop(a, box):
     """The ``box`` (global coordinates) of an array padded by MARGIN."""
-    return a[..., box.y0 + MARGIN:box.y1 + MARGIN, box.x0 + MARGIN:box.x1 + MARGIN]
+    return a[(Ellipsis,) + tuple(slice(lo + MARGIN, hi + MARGIN) for lo, hi in box.spans)]
 
 
 def _own(x, plan):
@@ -87,9 +91,13 @@ def test_exchange_equals_padded_global_slice(mpi, topologies, grid, window, host
 @cases
 @windows
 def test_adjoint_dot_product(mpi, topologies, grid, window):
-    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)>."""
     topo, plan, ga = _setup(mpi, topologies, grid, window)
-    rng = np.random.RandomState(1000 + mpi.rank)
+    _check_dot_product(mpi, plan, ga, 1000)
+
+
+def _check_dot_product(mpi, plan, ga, seed):
+    """sum_ranks <exchange(x), y> == sum_ranks <x, exchange_adjoint(y)> for random x and y."""
+    rng = np.random.RandomState(seed + mpi.rank)
     x = rng.standard_normal((B, C) + plan.own.shape)
     y = rng.standard_normal((B, C) + plan.chunk.shape)
     lhs = mpi.comm.allreduce(float(np.vdot(ga.exchange(x), y)))
@@ -104,17 +112,23 @@ def test_adjoint_equals_global_scatter_add(mpi, topologies, grid, window, host_s
     """My tile of exchange_adjoint = my tile of the sum of every rank's chunk gradient placed at its
     chunk box, cropped to the image (padding dropped)."""
     topo, plan, ga = _setup(mpi, topologies, grid, window, host_staging)
-    wy, wx = WINDOWS[window]
-    total = _padded(np.zeros((B, C) + PLANE))
-    for r, coords in enumerate(grid_coords(grid)):  # rank r of the Cartesian comm = row-major coords
-        box = plan_halo(PLANE, wy, wx, grid, coords).chunk
-        g = np.random.RandomState(2000 + r).standard_normal((B, C) + box.shape)
+    mine, expect = _adjoint_oracle(PLANE, lambda c: plan_halo(PLANE, *WINDOWS[window], grid, c), grid,
+                                   topo.coords, 2000)
+    np.testing.assert_allclose(ga.get_bprop_view(mine), expect, rtol=1e-13, atol=1e-13)
+
+
+def _adjoint_oracle(shape, plan_of, grid, coords, seed):
+    """``(my chunk gradient, my tile of the sum of every rank's chunk gradient placed at its
+    chunk box)``: what ``exchange_adjoint`` must return, padding dropped. ``plan_of(coords)`` is
+    a rank's plan; rank r of the Cartesian communicator has the row-major coordinates r."""
+    total = _padded(np.zeros((B, C) + shape))
+    for r, c in enumerate(grid_coords(grid)):
+        box = plan_of(c).chunk
+        g = np.random.RandomState(seed + r).standard_normal((B, C) + box.shape)
         _crop(total, box)[...] += g
-        if coords == topo.coords:
+        if c == tuple(coords):
             mine = g
-    got = ga.get_bprop_view(mine)
-    expect = _crop(total, plan.own)
-    np.testing.assert_allclose(got, expect, rtol=1e-13, atol=1e-13)
+    return mine, _crop(total, plan_of(coords).own)
 
 
 @pytest.mark.parametrize("grid", _grids(g for g in GRIDS if g[0] * g[1] > 1))
@@ -182,13 +196,8 @@ def test_chunks_entirely_in_padding(mpi, topologies, grid):
     image = Box(0, plane[0], 0, plane[1])
     chunk = ga.exchange(np.ascontiguousarray(x[(Ellipsis,) + plan.own.relative_to(image)]))
     np.testing.assert_array_equal(chunk, _crop(_padded(x), plan.chunk))
-    total = _padded(np.zeros((B, C) + plane))
-    for r, c in enumerate(grid_coords(grid)):
-        g = np.random.RandomState(50 + r).standard_normal((B, C) + plans[c].chunk.shape)
-        _crop(total, plans[c].chunk)[...] += g
-        if c == topo.coords:
-            mine = g
-    np.testing.assert_allclose(ga.exchange_adjoint(mine), _crop(total, plan.own), rtol=1e-13, atol=1e-13)
+    mine, expect = _adjoint_oracle(plane, plans.get, grid, topo.coords, 50)
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), expect, rtol=1e-13, atol=1e-13)
 
 
 def test_topology_coords_match_tiles(comm):
@@ -205,3 +214,109 @@ def test_topology_coords_match_tiles(comm):
         assert (cover == 1).all()
     finally:
         topo.free()
+
+
+# -- any number of axes ------------------------------------------------------------------------------
+
+ND_SHAPES = {1: (23,), 2: (13, 11), 3: (9, 7, 5)}
+# grids by launch size: 1-D, 2-D and 3-D (3x2x1 on 6 ranks, 2x2x2 on 8)
+ND_GRIDS = [(1,), (1, 1, 1), (2,), (2, 1, 1), (1, 1, 2), (4,), (2, 2, 1), (1, 2, 2), (6,), (3, 2, 1),
+            (1, 2, 3), (8,), (2, 4), (2, 2, 2), (3,), (3, 1, 1), (9,), (3, 3, 1)]
+# name -> the rules of the axes of an input shape
+ND_RULES = {
+    "3s1p1": lambda shape: [Window(3, 1, 1, 1)] * len(shape),
+    "mixed": lambda shape: [Window(2, 2), Window(3, 1, 1, 1), Window(5, 2, 2, 1)][-len(shape):],
+    "wide7": lambda shape: [Window(7, 1, 3, 3)] * len(shape),         # halo 3 > tiles of 1-3
+    "dilated": lambda shape: [Window(3, 1, 2, 2, 2)] * len(shape),
+    "transposed3s2p1": lambda shape: [TransposedWindow(3, 2, 1, 1, 1)] * len(shape),
+    "nearest2": lambda shape: [NearestUpsample(2)] * len(shape),
+    "linear2": lambda shape: [LinearUpsample(2, n) for n in shape],
+    "crop": lambda shape: [Crop.center(n, n - 1 - (n > 6)) for n in shape],
+}
+
+
+def _nd_cases():
+    """``(grid, rules name)`` for which every rank's plan exists (decided at collection, alike on
+    every rank), each marked for its launch size."""
+    cases = []
+    for grid in ND_GRIDS:
+        shape = ND_SHAPES[len(grid)]
+        for name, rules in ND_RULES.items():
+            try:
+                plan_halo(shape, *rules(shape), grid, (0,) * len(grid))
+            except GeometryError:
+                continue
+            cases.append(pytest.param(grid, name, id=f"{'x'.join(map(str, grid))}-{name}",
+                                      marks=pytest.mark.mpi_size(int(np.prod(grid)))))
+    return cases
+
+
+nd_cases = pytest.mark.parametrize("grid,rules", _nd_cases())
+
+
+def _nd_setup(topologies, grid, rules, comm=None, host_staging=False):
+    topo = topologies(grid)
+    shape = ND_SHAPES[len(grid)]
+    plan = plan_halo(shape, *ND_RULES[rules](shape), grid, topo.coords)
+    return shape, plan, GlobalArray(plan, comm or topo.spatial, tag=11, host_staging=host_staging)
+
+
+@nd_cases
+@staging
+def test_nd_exchange_and_adjoint_against_global_oracles(mpi, topologies, grid, rules, host_staging):
+    """The chunk is the zero-padded global slice; the adjoint is the global scatter-add of every
+    rank's chunk gradient, cropped to my tile."""
+    shape, plan, ga = _nd_setup(topologies, grid, rules, host_staging=host_staging)
+    x = _global(3, shape=(B, C) + shape)
+    chunk = ga.exchange(np.ascontiguousarray(_crop(_padded(x), plan.own)))
+    np.testing.assert_array_equal(chunk, _crop(_padded(x), plan.chunk))
+    mine, expect = _adjoint_oracle(shape, lambda c: plan_halo(shape, *ND_RULES[rules](shape), grid, c), grid,
+                                   plan.coords, 60)
+    np.testing.assert_allclose(ga.exchange_adjoint(mine), expect, rtol=1e-13, atol=1e-13)
+
+
+@nd_cases
+def test_nd_adjoint_dot_product(mpi, topologies, grid, rules):
+    shape, plan, ga = _nd_setup(topologies, grid, rules)
+    _check_dot_product(mpi, plan, ga, 4000)
+
+
+class CountingComm:
+    """The spatial communicator, counting the messages handed to it: ``sent[(dest, tag)]`` =
+    list of payload sizes in bytes."""
+
+    def __init__(self, comm):
+        self._comm, self.sent = comm, {}
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def Isend(self, buf, dest, tag):
+        self.sent.setdefault((dest, tag), []).append(buf.nbytes)
+        return self._comm.Isend(buf, dest=dest, tag=tag)
+
+
+@nd_cases
+def test_nd_one_message_per_peer_and_direction(mpi, topologies, grid, rules):
+    """Forward, a rank sends one message to each rank whose chunk meets its tile, of exactly that
+    box; backward, one to each rank whose tile meets its chunk (brute force over all ranks). On
+    2x2x2 ranks a 3x3x3 window is 7 messages each way: 3 faces, 3 edges, 1 corner."""
+    topo = topologies(grid)
+    counting = CountingComm(topo.spatial)
+    shape, plan, ga = _nd_setup(topologies, grid, rules, comm=counting)
+    ga.exchange_adjoint(np.ones((B, C) + plan.chunk.shape))
+    ga.exchange(np.ones((B, C) + plan.own.shape))
+    fwd, bwd = {}, {}
+    for r, coords in enumerate(grid_coords(grid)):
+        if coords == plan.coords:
+            continue
+        other = plan_halo(shape, *ND_RULES[rules](shape), grid, coords)
+        if not plan.own.intersect(other.chunk).is_empty():
+            fwd[(r, 22)] = [B * C * 8 * plan.own.intersect(other.chunk).size]
+        if not other.own.intersect(plan.chunk).is_empty():
+            bwd[(r, 23)] = [B * C * 8 * other.own.intersect(plan.chunk).size]
+    assert counting.sent == {**fwd, **bwd}
+    if grid == (2, 2, 2) and rules == "3s1p1":
+        coords = grid_coords(grid)
+        axes_crossed = [sum(a != b for a, b in zip(coords[r], plan.coords)) for r, _ in fwd]
+        assert sorted(axes_crossed) == [1, 1, 1, 2, 2, 2, 3]

@@ -241,3 +241,95 @@ def test_grid_too_fine_raises(plane, window, grid):
 def test_window_larger_than_input_raises():
     with pytest.raises(GeometryError, match="larger than the input"):
         plan_halo((4, 4), Window(5), Window(5), (1, 1), (0, 0))
+
+
+# -- any number of axes ----------------------------------------------------------------------------
+
+def test_box_in_one_and_three_axes():
+    v = Box(1, 4, 0, 3, 2, 7)                     # z, y, x
+    assert v.ndim == 3 and v.shape == (3, 3, 5) and v.size == 45
+    assert (v.z0, v.z1, v.y0, v.y1, v.x0, v.x1) == (1, 4, 0, 3, 2, 7)
+    assert v.spans == ((1, 4), (0, 3), (2, 7)) and Box.of_spans(v.spans) == v
+    assert v.intersect(Box(0, 2, 1, 9, -1, 3)) == Box(1, 2, 1, 3, 2, 3)
+    assert v.intersect(Box(4, 5, 0, 3, 2, 7)).is_empty()
+    assert v.relative_to(Box(0, 9, -1, 9, 2, 9)) == (slice(1, 4), slice(1, 4), slice(0, 5))
+    line = Box(-2, 3)
+    assert line.shape == (5,) and line.x0 == -2 and line.relative_to(Box(-3, 9)) == (slice(1, 6),)
+    with pytest.raises(AttributeError, match="y0"):
+        line.y0
+    with pytest.raises(AttributeError):
+        v.lo = (0, 0, 0)
+    assert repr(Box(0, 4, 1, 5)) == "Box(y0=0, y1=4, x0=1, x1=5)"
+    assert repr(v) == "Box(z0=1, z1=4, y0=0, y1=3, x0=2, x1=7)"
+    assert len({Box(0, 1), Box(0, 1), Box(0, 2)}) == 2 and Box(0, 1) != (0, 1)
+    import pickle
+    assert pickle.loads(pickle.dumps(v)) == v
+    with pytest.raises(GeometryError):
+        Box(0, 1, 2)
+
+
+@pytest.mark.parametrize("shape,grid", [((17,), (4,)), ((9, 7, 5), (3, 2, 1)), ((9, 7, 5), (2, 2, 2)),
+                                        ((4, 6, 5, 3), (2, 3, 1, 2))])
+def test_tiles_cover_any_number_of_axes_in_rank_order(shape, grid):
+    from distnet.geometry import coords_of, grid_rank
+    coords = grid_coords(grid)
+    assert coords == sorted(coords) and len(coords) == int(np.prod(grid))
+    assert [grid_rank(grid, c) for c in coords] == list(range(len(coords)))
+    assert [coords_of(grid, r) for r in range(len(coords))] == coords
+    assert coords == [tuple(int(i) for i in np.unravel_index(r, grid)) for r in range(len(coords))]
+    cover = np.zeros(shape, int)
+    for c in coords:
+        t = tile_of(shape, grid, c)
+        assert t.shape == tuple(block_of(n, p, i)[1] for n, p, i in zip(shape, grid, c))
+        cover[t.relative_to(Box.of_spans((0, n) for n in shape))] += 1
+    assert (cover == 1).all()
+    with pytest.raises(GeometryError, match="one entry per axis"):
+        tile_of(shape, grid, coords[0][:-1])
+
+
+ND_WINDOWS = {"3s1p1": Window(3, 1, 1, 1), "2s2": Window(2, 2), "5s2p2": Window(5, 2, 2, 2),
+              "7p3wide": Window(7, 1, 3, 3), "3d2p2": Window(3, 1, 2, 2, 2)}
+ND_CASES = [((23,), (1,)), ((23,), (3,)), ((23,), (7,)), ((9, 7, 5), (1, 1, 1)), ((9, 7, 5), (3, 2, 1)),
+            ((9, 7, 5), (2, 2, 2)), ((8, 9, 6), (2, 3, 2))]
+
+
+@pytest.mark.parametrize("window", list(ND_WINDOWS))
+@pytest.mark.parametrize("shape,grid", ND_CASES)
+def test_plan_halo_in_one_and_three_axes(shape, grid, window):
+    from tests.geometry_oracles import check_plans, conv_reads
+    w = ND_WINDOWS[window]
+    try:
+        out = output_plane(shape, *[w] * len(shape))
+    except GeometryError:
+        return
+    if any(n < p for n, p in zip(out, grid)):
+        with pytest.raises(GeometryError, match="grid cannot cut"):
+            plan_halo(shape, *[w] * len(shape), grid, (0,) * len(grid))
+        return
+    check_plans(shape, [w] * len(shape), [conv_reads(w.size, w.stride, w.pad_lo, w.dilation)] * len(shape), grid)
+
+
+def test_3d_halo_has_faces_edges_and_corners():
+    """A 3x3x3 window on 2x2x2 ranks: each rank receives 3 faces, 3 edges and 1 corner, one
+    message each; the middle rank of a 3x3x3 grid has all 26 neighbours."""
+    w = Window(3, 1, 1, 1)
+    for coords in grid_coords((2, 2, 2)):
+        plan = plan_halo((8, 8, 8), w, w, w, (2, 2, 2), coords)
+        sizes = sorted(t.box.size for t in plan.recvs)
+        assert sizes == [1, 4, 4, 4, 16, 16, 16] and plan.ghost_count() == 61
+        assert len(plan.sends) == 7
+    middle = plan_halo((9, 9, 9), w, w, w, (3, 3, 3), (1, 1, 1))
+    kinds = sorted(sum(a != 1 for a in t.peer) for t in middle.recvs)
+    assert kinds == [1] * 6 + [2] * 12 + [3] * 8      # faces, edges, corners
+
+
+def test_plan_halo_wants_one_rule_per_axis():
+    with pytest.raises(GeometryError, match="one rule, grid axis and coordinate per axis"):
+        plan_halo((8, 8, 8), Window(3), Window(3), (2, 2), (0, 0))
+
+
+def test_a_grid_too_fine_for_a_volume_names_its_axes():
+    w = Window(3, 1, 1, 1)
+    with pytest.raises(GeometryError, match=r"a 1x1x3 grid cannot cut the 9x7x2 input volume: every rank "
+                                            r"must own at least one slice, one row and one column"):
+        plan_halo((9, 7, 2), w, w, w, (1, 1, 3), (0, 0, 0))

@@ -79,9 +79,9 @@ def test_check_grid_errors():
         check_grid((3, 3), 4, [(28, 28)])
     with pytest.raises(TopologyError, match="cannot cut plane 28x3: 3 columns < 4.*fit: 2x2, 4x1"):
         check_grid((1, 4), 4, [(28, 3)])
-    with pytest.raises(TopologyError, match="two positive integers"):
+    with pytest.raises(TopologyError, match="grid must be positive integers, one per spatial axis"):
         check_grid((0, 4), 4)
-    with pytest.raises(TopologyError, match="two integers"):
+    with pytest.raises(TopologyError, match="grid must be integers, one per spatial axis"):
         check_grid("ab", 4)
     assert check_grid([2, "2"], 4) == (2, 2)
 
@@ -343,3 +343,23 @@ def test_the_input_images_are_a_plane_to_cut_without_window_layers():
     vecpar = MLPDist(layers=[FullyConnectedLayer(name="out", nout=3, weight_init=WI3)], num_epochs=1)   # whole images: no tiles
     vecpar.infer_shapes((1, 4, 3))
     assert vecpar.planes() == [(1, 12)]
+
+
+def test_serial_topology_and_global_array_of_volumes():
+    """One process, 3 spatial axes: a 1x1x1 grid, and the exchange is zero padding."""
+    topo = Topology.serial(ndim=3)
+    assert topo.grid == (1, 1, 1) and topo.coords == (0, 0, 0) and topo.nspatial == 1
+    assert topo.spatial.Get_topo() == ([1, 1, 1], [False] * 3, [0, 0, 0])
+    assert "grid 1x1x1" in repr(topo) and Topology.serial().grid == (1, 1)
+    w = Window(3, 1, 1, 1)
+    plan = plan_halo((4, 5, 3), w, Window(2, 2), w, (1, 1, 1), (0, 0, 0))
+    ga = GlobalArray(plan, topo.spatial)
+    x = np.random.RandomState(0).standard_normal((2, 3, 4, 5, 3))
+    chunk = ga.exchange(x)
+    padded = np.pad(x, ((0, 0), (0, 0)) + ((2, 2),) * 3)
+    expect = padded[(Ellipsis,) + tuple(slice(a + 2, b + 2) for a, b in plan.chunk.spans)]
+    np.testing.assert_array_equal(chunk, expect)
+    with pytest.raises(ValueError, match=r"x_local must have shape \(B, C, 4, 5, 3\)"):
+        ga.exchange(x[..., 0])
+    with pytest.raises(ValueError, match="plan for a"):
+        GlobalArray(plan, Topology.serial().spatial)
