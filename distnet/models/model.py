@@ -32,8 +32,7 @@ from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
 from .notes import model_notes
-from .pipeline import Pipeline, StagePlanError, assign_stages
-from .towers import TowerPlan
+from .stages import plan_stages, stage_plan, tower_plan
 
 
 class Model:
@@ -114,7 +113,7 @@ class Model:
                     name += "_"
                 layer.name = name
         self.graph = Graph(layers)
-        self.towers = self._tower_plan(towers)
+        self.towers = tower_plan(self, towers)
         if not self.graph.is_chain and micro_batches > 1:
             raise ConfigError(f"micro_batches is {micro_batches}, but this model is a graph (its layers name "
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
@@ -129,25 +128,6 @@ class Model:
         """``[(logging level, text)]`` about this model's keys for the experiment's
         ``config_notes`` (:func:`~distnet.models.notes.model_notes`)."""
         return model_notes(self)
-
-    def _tower_plan(self, ntowers):
-        """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without
-        ``towers``; tower keys and TowerSumLayers then are errors)."""
-        if ntowers is None:
-            for layer in self.layers:
-                if layer.tower is not None:
-                    raise layer.error(f"has tower: {layer.tower} but the model has no towers key; give "
-                                      "the model towers: T (the number of towers)", "tower")
-                if layer.tower_sum:
-                    raise layer.error("a TowerSumLayer sums the outputs of towers, but the model has no "
-                                      "towers key; give the model towers: T and its layers tower keys")
-            return None
-        if self.micro_batches > 1:
-            raise self.error("a tower network runs one micro-batch; remove micro_batches", "micro_batches")
-        if self.stages is not None:
-            raise self.error("in a tower network the pipe ranks hold towers, not pipeline stages; "
-                             "remove stages", "stages")
-        return TowerPlan(self.layers, self.graph, ntowers, self.error)
 
     # -- building ------------------------------------------------------------------------------
     def check_layers(self):
@@ -227,7 +207,7 @@ class Model:
                 if self.learning_rate is None:
                     raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
                 layer.learning_rate = self.learning_rate
-        self._plan_stages(topology)
+        self.stage_of, self.local_layers, self.pipeline = plan_stages(self, topology)
         if self.micro_batches > 1:
             for layer in self.layers:
                 if layer.whole_batch:
@@ -252,42 +232,9 @@ class Model:
                           ChainExecution(self.layers, self.cost) if self.graph.is_chain else
                           GraphExecution(self.graph, self.cost))
 
-    def _plan_stages(self, topology):
-        """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
-        (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
-        has one stage and one micro-batch: a chain or a graph runs it)."""
-        npipe = topology.npipe
-        self.stage_of = self.stage_plan(npipe)
-        mine = topology.pipe_index
-        self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
-        if self.towers is not None:   # the pipe ranks hold towers: no pipeline
-            local = self.towers.local(mine, npipe)
-            self.local_layers = [self.layers[i] for i in local]
-            self.graph.set_towers(self.towers.tower_of, local, self.towers.exchanged,
-                                  self.towers.exchange(topology, self.backend))
-            self.pipeline = None
-            return
-        self.pipeline = (Pipeline(self, self.stage_of, self.micro_batches)
-                         if npipe > 1 or self.micro_batches > 1 else None)
-
     def stage_plan(self, npipe):
-        """The pipeline stage of every layer on ``npipe`` stages (list of ints):
-        :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
-        point at the layer's (or the model's) YAML."""
-        if self.towers is not None:   # the pipe rank running each layer (shared layers: 0 and all)
-            self.towers.check_pipe(npipe)
-            per = self.towers.T // npipe
-            return [0 if t is None else t // per for t in self.towers.tower_of]
-        if npipe > 1 and not self.graph.is_chain:
-            raise self.error(f"this model is a graph (its layers name their inputs) and graphs run on one "
-                             f"pipeline stage, but the run has pipe = {npipe}; use spatial and data "
-                             "parallelism (pipe: 1)")
-        try:
-            return assign_stages(len(self.layers), [layer.stage for layer in self.layers], self.stages, npipe)
-        except StagePlanError as e:
-            where = self.layers[e.layer] if e.layer is not None else self
-            raise config_error(where, str(e) if e.layer is None else
-                               f"layer '{where.name}': {e}", e.key) from None
+        """The pipeline stage of every layer on ``npipe`` stages (:func:`~distnet.models.stages.stage_plan`)."""
+        return stage_plan(self, npipe)
 
     def init_params(self):
         """Draw every layer's weights from the backend RNG, in layer order
