@@ -13,8 +13,8 @@ data ranks; ``data``: data replicas); communicators of one rank are skipped, and
 parameters whose gradient the layer already made global (``reduce_over`` None: batch norm).
 
 Update: without a learning rule, neon's SGD with momentum (each layer's ``learning_rate``;
-:func:`~distnet.ops.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
-(:mod:`distnet.ops.learning_rules`: GradientDescent with weight decay, Adam, AdamW, schedules),
+:func:`~distnet.optim.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
+(:mod:`distnet.optim.rules`: GradientDescent with weight decay, Adam, AdamW, schedules),
 first the optional clipping by global norm (``max_grad_norm``: every rank adds the squares of
 the gradients it owns, a replicated gradient counted on one rank only, ONE Allreduce of that
 float64 scalar over the world), then ``rule.update`` per parameter with its state arrays
@@ -26,8 +26,8 @@ from ..backend import get_array_module
 from ..comm.buckets import BucketReducer
 from ..comm.overlap import bucket_bytes, overlap_enabled
 from ..comm.reduce import allreduce_sum, progress
-from ..ops.optim import clip_coefficient, scale, sum_of_squares
-from ..ops.sgd import sgd_update
+from ..optim.clipping import clip_coefficient, scale, sum_of_squares
+from ..optim.sgd import sgd_update
 
 
 def forward(layers, x):

@@ -27,7 +27,7 @@ from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
-from ..ops.sgd import MomentumSchedule
+from ..optim.sgd import MomentumSchedule
 from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph

@@ -41,8 +41,8 @@ from ..layers.params import Param
 from ..layers.placement import OVER_DATA, ParamPlacement, Placement
 from ..layers.step import TrainingStep
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
-from ..ops.learning_rules import Adam, LearningRule
 from ..ops.lstm import stack_backward, stack_forward
+from ..optim.rules import Adam, LearningRule
 from .finite import after_step as check_finite_after_step
 
 BOS, EOS = 2, 3

@@ -1,4 +1,4 @@
-"""distnet.ops.learning_rules: the YAML learning-rule and schedule objects: built from YAML
+"""distnet.optim.rules: the YAML learning-rule and schedule objects: built from YAML
 through the registry, their errors, and their updates against the ops they wrap (and PyTorch
 where installed)."""
 import numpy as np
@@ -6,10 +6,10 @@ import pytest
 
 from distnet.config import Builder, parse_yaml
 from distnet.errors import ConfigError
-from distnet.ops.learning_rules import Adam, AdamW, GradientDescent
-from distnet.ops.optim import adam_step
-from distnet.ops.schedules import CosineSchedule, LinearWarmup, StepSchedule
-from distnet.ops.sgd import MomentumSchedule, sgd_update
+from distnet.optim.rules import Adam, AdamW, GradientDescent
+from distnet.optim.adam import adam_step
+from distnet.optim.schedules import CosineSchedule, LinearWarmup, StepSchedule
+from distnet.optim.sgd import MomentumSchedule, sgd_update
 
 
 def build(text):

@@ -21,7 +21,7 @@ from distnet.models.checkpoint import read_checkpoint, restore_checkpoint, save_
 from distnet.ops.activations import Identity
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.dropout import keep_mask, stream_key
-from distnet.ops.learning_rules import Adam, GradientDescent
+from distnet.optim.rules import Adam, GradientDescent
 from tests.numgrad import check_grad
 
 WI = {"type": "uniform", "low": -0.4, "high": 0.4}

@@ -14,7 +14,7 @@ from distnet.config import load_experiment, load_experiment_text
 from distnet.config.registry import resolve
 from distnet.errors import ConfigError
 from distnet.layers import FullyConnectedLayer, FullyConnectedNoBiasLayer, LocalFilteringLayer
-from distnet.ops.sgd import MomentumSchedule
+from distnet.optim.sgd import MomentumSchedule
 from tests import neon_files
 
 # files with seterr_handling {all: warn} make numpy warn about harmless underflows

@@ -1,6 +1,6 @@
 """Learning rules: the YAML objects that say how parameters are updated (kind
-``learning_rule``), built on the in-place steps of :mod:`distnet.ops.optim` and the schedules of
-:mod:`distnet.ops.schedules` (kind ``schedule``).
+``learning_rule``), built on the in-place steps of :mod:`distnet.optim.sgd` and
+:mod:`distnet.optim.adam` and the schedules of :mod:`distnet.optim.schedules` (kind ``schedule``).
 
 A rule is stateless itself; the state of a parameter (velocity, Adam moments) lives in a dict of
 arrays shaped like that parameter (or its shard: the state is sharded like the parameter), made
@@ -18,14 +18,14 @@ resume: Adam's bias correction and step-based schedules read it), ``epoch`` the 
 Clipping by global norm (``max_grad_norm``) spans all parameters, so the caller applies it
 before the updates: ``sq = sum_of_squares(owned gradient shards)``, one Allreduce(SUM) of
 ``sq`` over the world, ``factor, norm = clip_coefficient(sq, rule.max_grad_norm)``,
-``scale(grads, factor)`` (:mod:`distnet.ops.optim`).
+``scale(grads, factor)`` (:mod:`distnet.optim.clipping`).
 """
 from ..backend import get_array_module
 from ..config.types import MOMENTUM, HalfOpenFraction, NonNegative, Positive
 from ..errors import ConfigError
-from .optim import adam_step, sgd_step
+from .adam import adam_step
 from .schedules import ProductSchedule, Schedule
-from .sgd import MomentumSchedule
+from .sgd import MomentumSchedule, sgd_step
 
 _UNITS = ("epoch", "step")
 
