@@ -7,10 +7,16 @@ pipeline schedule (its micro-batched forward/backward, built from :func:`forward
 pretraining (the sparse autoencoder's forward/backward). What differs is only the
 forward/backward callable; the gradient sums and the update are the same code.
 
-Gradient sums: one flat Allreduce per (communicator, dtype) bucket, the communicator being each
-parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over` (``grad``: spatial x
-data ranks; ``data``: data replicas); communicators of one rank are skipped, and so are
-parameters whose gradient the layer already made global (``reduce_over`` None: batch norm).
+Gradient sums: :class:`GradientBuckets`, one flat Allreduce per bucket of (communicator, dtype),
+the communicator being each parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over`
+(``grad``: spatial x data ranks; ``data``: data replicas); communicators of one rank are skipped,
+and so are parameters whose gradient the layer already made global (``reduce_over`` None: batch
+norm). A forward/backward that reports each layer whose gradients are final (its
+``after_layer`` hook) gets them summed during the backward, in buckets of
+:func:`~distnet.comm.overlap.bucket_bytes` (``DISTNET_OVERLAP``, on by default); whatever was not
+reported (all of it when the overlap is off, or for a forward/backward that reports nothing) is
+summed after the backward in one bucket per communicator and dtype: the blocking sum is that
+bucket size, not another path.
 
 Update: without a learning rule, neon's SGD with momentum (each layer's ``learning_rate``;
 :func:`~distnet.optim.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
@@ -66,25 +72,26 @@ def forward_backward(layers, cost, x, t, batch_size, lowest=0, after_layer=None)
 
 
 class GradientBuckets:
-    """The gradient sums of one step, started during the backward (``DISTNET_OVERLAP``,
-    :mod:`distnet.comm.overlap`): called with a layer once its backward is done, it adds that
-    layer's gradients (``Param.grad`` of the trained ``params``, ``[(layer, Param)]``, grouped
-    by ``reduce_over`` in parameter order) to a :class:`~distnet.comm.buckets.BucketReducer`,
-    whose buckets (per communicator and dtype) start a nonblocking Allreduce once they hold
-    :func:`~distnet.comm.overlap.bucket_bytes`; each call also lets MPI progress the sums in
-    flight (MPICH moves them only inside MPI calls). :meth:`finish` adds what no call added (in
+    """The gradient sums of one step: the gradients (``Param.grad``) of the trained ``params``
+    (``[(layer, Param)]``, grouped by ``reduce_over`` in parameter order) in a
+    :class:`~distnet.comm.buckets.BucketReducer`, one bucket per communicator and dtype.
+
+    Called with a layer once its backward is done (the ``after_layer`` hook of
+    :func:`backward`), it adds that layer's gradients; a bucket that reaches ``bucket_bytes``
+    starts its nonblocking Allreduce then (each call also lets MPI progress the sums in flight:
+    MPICH moves them only inside MPI calls). :meth:`finish` adds what no call added (in
     parameter order), then the ``extra`` arrays (the losses) to the ``data`` bucket of their
-    dtype, and waits for every sum.
+    dtype, without starting a bucket early, and waits for every sum: a step whose layers were
+    never reported sums everything after the backward, one Allreduce per communicator and dtype.
 
     Every rank of a communicator backpropagates the same layers in the same order, so it starts
-    the same buckets in the same order (MPI matches nonblocking collectives by order). Each
-    gradient is summed over the same ranks as by :meth:`TrainingStep.reduce`; only which arrays
-    share a message changes (the sums are per element: bitwise the blocking ones on 1-2 ranks).
+    the same buckets in the same order (MPI matches nonblocking collectives by order). Only which
+    arrays share a message depends on when they were added (the sums are per element).
     """
 
-    def __init__(self, topology, params, host_staging=False):
+    def __init__(self, topology, params, host_staging=False, bucket_bytes=0):
         self.topology = topology
-        self.reducer = BucketReducer(host_staging, bucket_bytes())
+        self.reducer = BucketReducer(host_staging, bucket_bytes)
         self._left = {}    # id(layer) -> [Param] not added yet, in parameter order
         for layer, p in params:
             if p.reduce_over is not None:   # None: complete already (the layer summed it)
@@ -96,24 +103,26 @@ class GradientBuckets:
         if ps is None:
             progress()
             return
-        self._add(ps)
+        self._add(ps, True)
 
-    def _add(self, ps):
+    def _add(self, ps, start_full):
         overs = []
         for p in ps:
             if p.reduce_over not in overs:
                 overs.append(p.reduce_over)
         for over in overs:
-            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over))
+            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over), start_full)
 
     def finish(self, extra=()):
-        """Start the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and
-        wait: afterwards every gradient holds its sum."""
+        """Add the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and wait:
+        afterwards every gradient holds its sum. ``extra`` rides along in the ``data`` bucket of
+        its dtype (the float64 batch loss: in a float64 run it shares the parameters' Allreduce;
+        in a float32 run it is one more small Allreduce over ``Topology.data``, never cast)."""
         for ps in list(self._left.values()):
-            self._add(ps)
+            self._add(ps, False)
         self._left = {}
         if extra:
-            self.reducer.add(list(extra), self.topology.comm("data"))
+            self.reducer.add(list(extra), self.topology.comm("data"), start_full=False)
         self.reducer.finish()
 
 
@@ -127,25 +136,6 @@ class TrainingStep:
     def __init__(self, topology, host_staging=False):
         self.topology = topology
         self.host_staging = host_staging
-
-    def reduce(self, params, extra=()):
-        """Sum the gradients of ``params`` (``[(layer, Param)]``): one flat Allreduce per bucket.
-
-        ``extra`` arrays ride along in the ``data`` bucket of their dtype (the float64 batch
-        loss: in a float64 run it shares the parameters' Allreduce; in a float32 run it is one
-        more small Allreduce over ``Topology.data``, never cast to float32). Collective over
-        every communicator that has a bucket and more than one rank.
-        """
-        buckets = {}  # (communicator name, dtype) -> arrays: one Allreduce each
-        for a in extra:
-            buckets.setdefault(("data", a.dtype.str), []).append(a)
-        for _, p in params:
-            if p.reduce_over is not None:   # None: complete already (the layer summed it)
-                buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
-        for (over, _), arrays in buckets.items():
-            comm = self.topology.comm(over)
-            if arrays and comm.Get_size() > 1:
-                allreduce_sum(arrays, comm, self.host_staging, kind="allreduce_grad")
 
     @staticmethod
     def update(params, momentum=None, xp=None):
@@ -224,14 +214,12 @@ class TrainingStep:
         ``layered``: ``run`` takes a hook, ``run(after_layer)``, which it calls with each layer
         once that layer's gradients are final (:func:`backward`'s ``after_layer``); the sums
         then start during the backward (:class:`GradientBuckets`) unless ``DISTNET_OVERLAP``
-        turns the gradient overlap off (``run(None)``; then :meth:`reduce` after it)."""
-        if layered and overlap_enabled("grad"):
-            buckets = GradientBuckets(self.topology, params, self.host_staging)
-            outputs = run(buckets)
-            buckets.finish(outputs if reduce_outputs else ())
-        else:
-            outputs = run(None) if layered else run()
-            self.reduce(params, extra=outputs if reduce_outputs else ())
+        turns the gradient overlap off (``run(None)``). Whatever was not handed over is summed
+        after ``run``, one bucket per communicator and dtype."""
+        buckets = GradientBuckets(self.topology, params, self.host_staging, bucket_bytes())
+        during = layered and overlap_enabled("grad")
+        outputs = run(buckets if during else None) if layered else run()
+        buckets.finish(outputs if reduce_outputs else ())
         if rule is None:
             self.update(params, momentum, xp)
         else:
