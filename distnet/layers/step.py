@@ -1,11 +1,14 @@
 """The one training step: forward -> cost -> backward -> gradient sums -> update.
 
-Every way distnet trains goes through :class:`TrainingStep`: a plain model
-(:meth:`Model.train_step <distnet.models.model.Model.train_step>` with :func:`forward_backward`), the
-pipeline schedule (its micro-batched forward/backward, built from :func:`forward`,
-:func:`cost_delta` and :func:`backward`), GB's supervised phase (MLP's step) and LocalFiltering
-pretraining (the sparse autoencoder's forward/backward). What differs is only the
-forward/backward callable; the gradient sums and the update are the same code.
+Every way distnet trains goes through :class:`TrainingStep`: a plain model, a graph, pipeline
+stages and towers (:meth:`Model.train_step <distnet.models.model.Model.train_step>` with the
+model's execution: :func:`forward_backward`, or the pipeline schedule built from
+:func:`forward`, :func:`cost_delta` and :func:`backward`), GB's supervised phase and a DBN's
+fine-tuning (the same), GB's LocalFiltering pretraining (the sparse autoencoder's
+forward/backward), the RBM's contrastive divergence (its statistics as a gradient) and the
+sequence-to-sequence model. What differs is only the forward/backward callable and the
+:class:`~distnet.optim.optimizer.Optimizer` it is given; the gradient sums and the update are
+the same code.
 
 Gradient sums: :class:`GradientBuckets`, one flat Allreduce per bucket of (communicator, dtype),
 the communicator being each parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over`
@@ -18,13 +21,13 @@ reported (all of it when the overlap is off, or for a forward/backward that repo
 summed after the backward in one bucket per communicator and dtype: the blocking sum is that
 bucket size, not another path.
 
-Update: without a learning rule, neon's SGD with momentum (each layer's ``learning_rate``;
-:func:`~distnet.optim.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
-(:mod:`distnet.optim.rules`: GradientDescent with weight decay, Adam, AdamW, schedules),
-first the optional clipping by global norm (``max_grad_norm``: every rank adds the squares of
-the gradients it owns, a replicated gradient counted on one rank only, ONE Allreduce of that
-float64 scalar over the world), then ``rule.update`` per parameter with its state arrays
-(``Param.state``, made on the first update, sharded like the parameter).
+Update: with the optimizer's ``max_grad_norm``, first the clipping by global norm (every rank
+adds the squares of the gradients it owns, a replicated gradient counted on one rank only, ONE
+Allreduce of that float64 scalar over the world); then, per parameter, the optimizer's rule at
+the parameter's resolved learning rate (:meth:`Optimizer.update
+<distnet.optim.optimizer.Optimizer.update>`: neon's SGD with momentum, GradientDescent with
+weight decay, Adam, AdamW, with their schedules), its state arrays living with the parameter;
+after a layer's last parameter, that layer's ``after_update``.
 """
 import numpy as np
 
@@ -33,7 +36,6 @@ from ..comm.buckets import BucketReducer
 from ..comm.overlap import bucket_bytes, overlap_enabled
 from ..comm.reduce import allreduce_sum, progress
 from ..optim.clipping import clip_coefficient, scale, sum_of_squares
-from ..optim.sgd import sgd_update
 
 
 def forward(layers, x):
@@ -137,21 +139,28 @@ class TrainingStep:
         self.topology = topology
         self.host_staging = host_staging
 
-    @staticmethod
-    def update(params, momentum=None, xp=None):
-        """SGD step on ``params`` (``[(layer, Param)]``, a layer's parameters next to each
-        other), each with its layer's ``learning_rate`` and the momentum ``momentum(layer) ->
-        (mu, nesterov)`` (None: plain SGD); after a layer's last parameter, its
-        ``after_update`` hook (LocalFiltering renormalises its filters there; with tied
-        pretraining weights the decoder's and the encoder's renormalisations must each follow
-        their own update)."""
+    def __call__(self, run, params, optimizer, step=1, epoch=0, reduce_outputs=True):
+        """One step of the ``params`` (``[(layer, Param)]``, a layer's parameters next to each
+        other): ``run(after_layer)`` (forward, cost, backward: fills their gradients, returns a
+        list of loss arrays; it may call ``after_layer(layer)`` once a layer's gradients are
+        final, :func:`backward`'s hook, or ignore it), the gradient sums (with the losses summed
+        over the data replicas when ``reduce_outputs``), the clipping and the update of
+        ``optimizer`` (a :class:`~distnet.optim.optimizer.Optimizer`) at optimiser step ``step``
+        (1-based) of ``epoch``. Returns ``run``'s list. Collective over the communicators of the
+        params' buckets (and the world, when clipping)."""
+        buckets = GradientBuckets(self.topology, params, self.host_staging, bucket_bytes())
+        outputs = run(buckets if overlap_enabled("grad") else None)
+        buckets.finish(outputs if reduce_outputs else ())
+        if optimizer.max_grad_norm is not None:
+            self.clip(params, optimizer.max_grad_norm)
         for k, (layer, p) in enumerate(params):
-            mu, nesterov = momentum(layer) if momentum is not None else (0.0, False)
-            if mu != 0.0 and p.velocity is None:
-                p.velocity = xp.zeros_like(p.value)
-            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, nesterov)
+            optimizer.update(layer, p, step, epoch)
+            # a layer's hook after its last parameter: LocalFiltering renormalises its filters
+            # there, and with tied pretraining weights the decoder's and the encoder's
+            # renormalisations must each follow their own update
             if k + 1 == len(params) or params[k + 1][0] is not layer:
                 layer.after_update()
+        return outputs
 
     def owned(self, p):
         """True when this rank counts ``p``'s gradient in the global norm: data replica 0 only
@@ -161,28 +170,18 @@ class TrainingStep:
         t = self.topology
         return t.data_index == 0 and (p.sharded or t.spatial.Get_rank() == 0) and not p.copy_elsewhere
 
-    def global_norm(self, params):
-        """The L2 norm of all gradients of the model (``[(layer, Param)]``, already summed):
-        per-rank sums of squares of the owned gradients, ONE float64 Allreduce over the world.
-        Collective over ``Topology.world``; returns a Python float, the same on every rank."""
-        return float(self._global_sum_of_squares(params)[0]) ** 0.5
-
-    def _global_sum_of_squares(self, params):
-        """:meth:`global_norm`'s squared norm, a ``(1,)`` float64 array of the gradients' module."""
+    def clip(self, params, max_norm):
+        """Clip the gradients of ``params`` (``[(layer, Param)]``, already summed) by their global
+        norm (``torch.nn.utils.clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the
+        norm exceeds ``max_norm``): per-rank sums of squares of the owned gradients, ONE float64
+        Allreduce over the world (collective over ``Topology.world``). Returns the norm before
+        clipping: a Python float, or a 0-d device array on a device (the factor is computed and
+        applied there, so the step does not wait)."""
         grads = [p.grad for _, p in params if self.owned(p)]
         sq = sum_of_squares(grads) if grads else np.zeros((), dtype="float64")
-        xp = _xp(params)
-        total = xp.zeros(1, dtype="float64")
+        total = _xp(params).zeros(1, dtype="float64")
         total[0] = sq
         allreduce_sum([total], self.topology.world, self.host_staging, kind="allreduce_grad")
-        return total
-
-    def clip(self, params, max_norm):
-        """Clip the gradients of ``params`` by their global norm (``torch.nn.utils
-        .clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the norm exceeds
-        ``max_norm``). Returns the norm before clipping: a Python float, or a 0-d device array
-        on a device (the factor is computed and applied there, so the step does not wait)."""
-        total = self._global_sum_of_squares(params)
         if get_array_module(total) is np:
             norm = float(total[0]) ** 0.5
         else:
@@ -190,43 +189,6 @@ class TrainingStep:
         factor, _ = clip_coefficient(norm * norm, max_norm)
         scale([p.grad for _, p in params], factor)
         return norm
-
-    @staticmethod
-    def apply_rule(params, rule, step, epoch):
-        """The learning rule's update of every parameter (``step``: 1-based count of optimiser
-        steps including this one; ``epoch`` 0-based), each with its layer's ``learning_rate``
-        (None: the rule's), then each layer's ``after_update``."""
-        for k, (layer, p) in enumerate(params):
-            if p.state is None:
-                p.state = rule.init_state(p.value)
-            rule.update(p.value, p.grad, p.state, step, epoch, layer.learning_rate)
-            if k + 1 == len(params) or params[k + 1][0] is not layer:
-                layer.after_update()
-
-    def __call__(self, run, params, momentum=None, xp=None, reduce_outputs=True,
-                 rule=None, step=1, epoch=0, layered=False):
-        """One step: ``run()`` (forward, cost, backward: fills the gradients of ``params``,
-        returns a list of loss arrays), the gradient sums (with the losses summed over the
-        data replicas when ``reduce_outputs``), the update: neon's SGD (``momentum(layer) ->
-        (mu, nesterov)``, None: plain SGD) or, given a learning ``rule``, its clipping and update at optimiser ``step`` (1-based)
-        and ``epoch``. Returns ``run()``'s list.
-
-        ``layered``: ``run`` takes a hook, ``run(after_layer)``, which it calls with each layer
-        once that layer's gradients are final (:func:`backward`'s ``after_layer``); the sums
-        then start during the backward (:class:`GradientBuckets`) unless ``DISTNET_OVERLAP``
-        turns the gradient overlap off (``run(None)``). Whatever was not handed over is summed
-        after ``run``, one bucket per communicator and dtype."""
-        buckets = GradientBuckets(self.topology, params, self.host_staging, bucket_bytes())
-        during = layered and overlap_enabled("grad")
-        outputs = run(buckets if during else None) if layered else run()
-        buckets.finish(outputs if reduce_outputs else ())
-        if rule is None:
-            self.update(params, momentum, xp)
-        else:
-            if rule.max_grad_norm is not None:
-                self.clip(params, rule.max_grad_norm)
-            self.apply_rule(params, rule, step, epoch)
-        return outputs
 
 
 def _xp(params):

@@ -27,6 +27,8 @@ from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
+from ..optim.optimizer import Optimizer
+from ..optim.rates import LearningRates
 from ..optim.sgd import MomentumSchedule
 from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
@@ -99,6 +101,8 @@ class Model:
             raise ConfigError("momentum is a key of the learning rule when the model has a learning_rule "
                               "(GradientDescent's momentum); remove it from the model", key="momentum")
         self.learning_rule = learning_rule
+        #: How the parameters are updated: the rules and learning rates of the training step.
+        self.optimizer = self.make_optimizer()
         #: Optimiser steps done (restored from checkpoints): Adam's bias correction, step
         #: schedules and dropout's masks read it.
         self.steps = 0
@@ -201,12 +205,7 @@ class Model:
             layout = self.layouts[-1]
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
-        rule_rate = self.learning_rule is not None and self.learning_rule.learning_rate is not None
-        for layer in self.layers:
-            if layer.placement.params and layer.learning_rate is None and not rule_rate:
-                if self.learning_rate is None:
-                    raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
-                layer.learning_rate = self.learning_rate
+        self.optimizer.rates.check(self.weighted_layers())
         self.stage_of, self.local_layers, self.pipeline = plan_stages(self, topology)
         if self.micro_batches > 1:
             for layer in self.layers:
@@ -215,12 +214,10 @@ class Model:
                                       f"statistics / global row masks); it cannot run with micro_batches: "
                                       f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)
-        self._momentum = {id(layer): MomentumSchedule(layer.momentum_params) for layer in self.layers
-                          if layer.momentum_params is not None}
-        if self.learning_rule is not None and self._momentum:
-            layer = next(layer for layer in self.layers if id(layer) in self._momentum)
-            raise layer.error("has its own momentum (neon's per-layer learning_rule) but the model has a "
-                              "learning_rule: give the momentum to the model's learning rule")
+        own = [layer for layer in self.layers if layer.momentum_params is not None]
+        if self.learning_rule is not None and own:
+            raise own[0].error("has its own momentum (neon's per-layer learning_rule) but the model has a "
+                               "learning_rule: give the momentum to the model's learning rule")
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
@@ -273,24 +270,35 @@ class Model:
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
 
-    def momentum_at(self, epoch):
-        """``layer -> (mu, nesterov)`` in ``epoch``: the layer's own momentum schedule (neon's
-        later per-layer ``learning_rule``: ``momentum_params``) or the model's ``momentum``."""
-        def of(layer):
-            sched = self._momentum.get(id(layer), self.momentum)
-            return sched(epoch), sched.nesterov
-        return of
+    def make_optimizer(self):
+        """The :class:`~distnet.optim.optimizer.Optimizer` of the training step: the model's
+        ``learning_rule`` for every layer, or neon's update (``momentum``, or a layer's own
+        ``momentum_params``); learning rates from the layers, the rule and the model's
+        ``learning_rate`` (:class:`~distnet.optim.rates.LearningRates`)."""
+        rates = LearningRates(self.learning_rate, self.learning_rule)
+        if self.learning_rule is not None:
+            return Optimizer(self.learning_rule, rates)
+        return Optimizer.neon(rates, self.momentum, self.layers)
+
+    def weighted_layers(self, lowest=0):
+        """The layers from index ``lowest`` up that have parameters to train (placed: :meth:`configure`)."""
+        return [layer for layer in self.layers[lowest:] if layer.placement.params]
 
     def optimizer_state_names(self):
         """Names of the arrays the optimiser keeps per parameter beside its value and gradient
         (``("m", "v")`` for Adam, ``("velocity",)`` with momentum, ``()`` for plain SGD): what a
         parameter costs in memory is ``2 + len(...)`` times its size."""
-        if self.learning_rule is not None:
-            return tuple(self.learning_rule.state_names)
-        schedules = [self.momentum] + [MomentumSchedule(layer.momentum_params) for layer in self.layers
-                                       if layer.momentum_params is not None]
-        moves = any(s.kind == "linear_monotone" or s.coef != 0.0 for s in schedules)
-        return ("velocity",) if moves else ()
+        return self.optimizer.state_names
+
+    def learning_rates(self, epoch):
+        """``{layer name: learning rate}`` of the layers that train in ``epoch``, as the training
+        step used them (:meth:`Optimizer.learning_rates
+        <distnet.optim.optimizer.Optimizer.learning_rates>`): what TensorBoard logs per epoch."""
+        return self.optimizer.learning_rates(self.weighted_layers(self.lowest_trained_layer(epoch)), epoch)
+
+    def describe_learning_rates(self, layers):
+        """Lines for ``distnet show``: the learning rates of ``layers`` (those with weights)."""
+        return [f"learning rate: {self.optimizer.rates.describe(layers)}"]
 
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
@@ -314,8 +322,7 @@ class Model:
         def run(after_layer):
             return [self.execution.forward_backward(x, t, batch_size, lowest, after_layer)]
         self.start_batch(batch_size)
-        loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
-                          rule=self.learning_rule, step=self.steps + 1, epoch=epoch, layered=True)
+        loss, = self.step(run, self.trained_params(lowest), self.optimizer, self.steps + 1, epoch)
         self.steps += 1
         return float(loss[0])
 
