@@ -135,11 +135,14 @@ class DistnetRun:
             r, s = m.layers[0].pretrain_step(x)
             return r + s
         if self.workload == "local":
-            lf = m.layers[0]
-            y = lf.fprop(x)
-            lf.bprop(self.dy, need_input_grad=False)
-            m.step.update([(lf, p) for p in lf.params()], m.momentum_at(0), m.backend.xp)
-            return float((y * self.dy).sum())
+            lf, y = m.layers[0], []
+
+            def run(after_layer):   # the layer's forward and backward alone, against a fixed dy
+                y.append(lf.fprop(x))
+                lf.bprop(self.dy, need_input_grad=False)
+                return []
+            m.step(run, [(lf, p) for p in lf.params()], m.optimizer)
+            return float((y[0] * self.dy).sum())
         return m.train_step(x, t, self.epoch)
 
     def held_bytes(self):
@@ -248,7 +251,7 @@ def torch_twin(workload, device="cpu"):
             a = acts[layer.activation.name] if layer.activation is not None else acts["identity"]
             mods.append(c)
             fns.append(lambda x, c=c, a=a: a(c(x)))
-            groups.append({"params": list(c.parameters()), "lr": layer.learning_rate})
+            groups.append({"params": list(c.parameters()), "lr": model.optimizer.rates.base(layer)})
         elif isinstance(layer, MaxPoolingLayer):
             fns.append(lambda x, l=layer: F.max_pool2d(x, l.fshape, l.stride, l.padding))
         elif isinstance(layer, L2PoolingLayer):
@@ -259,7 +262,7 @@ def torch_twin(workload, device="cpu"):
             m = LF(layer)
             mods.append(m)
             fns.append(m)
-            groups.append({"params": list(m.parameters()), "lr": layer.learning_rate})
+            groups.append({"params": list(m.parameters()), "lr": model.optimizer.rates.base(layer)})
         elif isinstance(layer, LayerWithNoBias):
             lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
             lin.weight.data = T(layer.W)
@@ -268,7 +271,7 @@ def torch_twin(workload, device="cpu"):
             a = acts[layer.activation.name]
             mods.append(lin)
             fns.append(lambda x, lin=lin, a=a: a(lin(x.reshape(x.shape[0], -1))))
-            groups.append({"params": list(lin.parameters()), "lr": layer.learning_rate})
+            groups.append({"params": list(lin.parameters()), "lr": model.optimizer.rates.base(layer)})
         else:
             raise TypeError(f"no torch twin for {type(layer).__name__}")
     mu = float(model.momentum(run.epoch)) if hasattr(model, "momentum") else 0.0

@@ -68,6 +68,27 @@ def test_event_files_hold_the_metrics_and_agree_across_ranks(files):
         np.testing.assert_allclose([v for _, v in other[tag]], [v for _, v in got[tag]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("unit,want_out", [
+    ("epoch", [0.1, 0.1, 0.05, 0.05]),              # StepSchedule(2) at t = epoch
+    ("step", [0.1, 0.05, 0.05, 0.025]),            # StepSchedule(6) at the epoch's last step: 4 per epoch
+])
+def test_learning_rate_of_every_epoch_follows_the_schedule(files, unit, want_out):
+    """``learning_rate/<layer>`` is the rate that layer trained at in that epoch (the one resolver:
+    the layer's own rate or the rule's, times the schedule's factor), not the rate at the start."""
+    step_size = 2 if unit == "epoch" else 6
+    text = (files / "cnn.yaml").read_text().replace(
+        "momentum: {type: nesterov, coef: 0.5},",
+        "learning_rule: !obj:distnet.learning_rules.GradientDescent {momentum: {type: nesterov, coef: 0.5}, "
+        f"schedule_unit: {unit}, schedule: [!obj:distnet.schedules.StepSchedule {{step_size: {step_size}, "
+        "gamma: 0.5}]},").replace("name: conv, nofm: 3,", "name: conv, nofm: 3, learning_rate: 0.2,")
+    (files / f"sched_{unit}.yaml").write_text(text)
+    got = _scalars(_run(files, 1, f"sched_{unit}", f"sched_{unit}"))
+    for layer, scale in (("out", 1.0), ("hidden", 1.0), ("conv", 2.0)):
+        assert [s for s, _ in got[f"learning_rate/{layer}"]] == [0, 1, 2, 3]
+        np.testing.assert_allclose([v for _, v in got[f"learning_rate/{layer}"]], np.multiply(want_out, scale),
+                                   rtol=1e-6)
+
+
 def test_without_the_writer_or_a_run_directory_it_is_refused_first(files, monkeypatch, tmp_path):
     r = CliRunner().invoke(main, ["run", str(files / "cnn.yaml"), "--tensorboard", "--no-run-dir"])
     assert r.exit_code == 2 and "--tensorboard and --no-run-dir contradict each other" in r.output, r.output

@@ -8,7 +8,7 @@ from distnet.layers.dropout import DropoutLayer
 from distnet.models import Model
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import Adam
+from distnet.optim.rules import Adam
 
 WI = {"type": "normal", "scale": 0.4}
 

@@ -5,9 +5,11 @@ extra ``distnet[tensorboard]``: a small writer with no TensorFlow, whose files T
 Tags put the splits of one quantity side by side in TensorBoard's charts: ``cost/train``,
 ``cost/valid``, ``misclass/test``, ... (a record's ``<split>_<metric>``; the training split's
 evaluated cost is ``cost/train_evaluated``, beside the epoch's running ``cost/train``), then
-``learning_rate/<layer>``, ``throughput/images_per_second`` and ``time/<what>_seconds``; GB's
-pretraining writes ``pretrain_cost/<layer>`` (step: its pretraining epoch), and the end of the
-run ``final_misclass/<split>`` (step: the last epoch)."""
+``learning_rate/<layer>`` (the rate each layer trained at in that epoch, as the model's resolved
+rates give it: ``model.learning_rates(epoch)``, :mod:`distnet.optim.rates`; a rate that changes
+every step is that of the epoch's last step), ``throughput/images_per_second`` and
+``time/<what>_seconds``; GB's pretraining writes ``pretrain_cost/<layer>`` (step: its
+pretraining epoch), and the end of the run ``final_misclass/<split>`` (step: the last epoch)."""
 import numbers
 
 from ..errors import ConfigError
@@ -51,20 +53,6 @@ def scalars(record, train_images=None):
     return out
 
 
-def learning_rates(model):
-    """``{layer name: learning rate}`` of the layers that train (their own rate, else the
-    learning rule's)."""
-    rule = getattr(model, "learning_rule", None)
-    default = getattr(rule, "learning_rate", None)
-    rates = {}
-    for layer in getattr(model, "layers", ()):
-        rate = getattr(layer, "learning_rate", None)
-        rate = default if rate is None else rate
-        if getattr(layer, "placement", None) is not None and layer.placement.params and rate is not None:
-            rates[layer.name] = float(rate)
-    return rates
-
-
 class TensorBoardLog:
     """The event files of one run, in ``logdir`` (rank 0 only). Call :meth:`started`, then
     :meth:`epoch` / :meth:`pretrain` per record, and :meth:`close`."""
@@ -73,11 +61,12 @@ class TensorBoardLog:
         from tensorboardX import SummaryWriter
         self.logdir = logdir
         self.writer = SummaryWriter(logdir=logdir)
-        self.rates = {}
+        self.model = None
         self.train_images = None
 
     def started(self, model):
-        self.rates = learning_rates(model)
+        """``model``: the run's model, whose ``learning_rates(epoch)`` gives each epoch's rates."""
+        self.model = model
 
     def loaded(self, sizes):
         """``sizes``: ``{split: images}`` of the run's data."""
@@ -87,7 +76,7 @@ class TensorBoardLog:
         step = int(record["epoch"])
         for tag, value in scalars(record, self.train_images).items():
             self.writer.add_scalar(tag, value, step)
-        for layer, rate in self.rates.items():
+        for layer, rate in self.model.learning_rates(step).items():
             self.writer.add_scalar(f"learning_rate/{layer}", rate, step)
         self.writer.flush()    # a crashed run keeps the epochs it finished
 

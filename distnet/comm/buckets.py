@@ -36,10 +36,11 @@ class BucketReducer:
         self._open = {}       # (id(comm), dtype) -> [comm, arrays, bytes], in order of creation
         self._pending = []    # PendingSums in start order
 
-    def add(self, arrays, comm):
+    def add(self, arrays, comm, start_full=True):
         """``arrays`` (gradients that are final now) join the open bucket of ``comm`` and their
-        dtype; a bucket that reaches ``bucket_bytes`` is started. Communicators of one rank are
-        skipped. Lets MPI progress the sums in flight. Collective over ``comm`` (see module)."""
+        dtype; a bucket that reaches ``bucket_bytes`` is started (``start_full`` False: it stays
+        open, whatever its size, until :meth:`finish`). Communicators of one rank are skipped.
+        Lets MPI progress the sums in flight. Collective over ``comm`` (see module)."""
         for a in arrays:
             if comm.Get_size() == 1:
                 continue
@@ -47,7 +48,7 @@ class BucketReducer:
             bucket = self._open.setdefault(key, [comm, [], 0])
             bucket[1].append(a)
             bucket[2] += a.nbytes
-            if bucket[2] >= self.bucket_bytes:
+            if start_full and bucket[2] >= self.bucket_bytes:
                 self._start(key)
         progress()
 

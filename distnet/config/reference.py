@@ -39,7 +39,7 @@ def _keys(cls):
 
 
 #: The keys that take a plain mapping and whose own keys no class table lists (a test checks
-#: these lists against the code that reads them: distnet/layers/params.py, distnet/ops/sgd.py).
+#: these lists against the code that reads them: distnet/layers/params.py, distnet/optim/sgd.py).
 MAPPINGS = """## Mappings: `weight_init` and `momentum`
 
 ### weight_init

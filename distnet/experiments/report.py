@@ -128,6 +128,8 @@ def format_show(exp, path, nranks, layout=None, image_shape=None, data_line=True
     kept = "gradients" + (f" and optimiser state {', '.join(state)}" if state else "")
     out.append(f"parameters: {pg:,} in total ({_mib(pg * itemsize)}); at most {pr:,} on one rank{where} "
                f"({_mib(pr * itemsize)}, x{2 + len(state)} counting {kept})")
+    # the rates the training step will use, from the model's one resolver (distnet.optim.rates)
+    out += exp.model.describe_learning_rates([layer for layer, r in zip(exp.model.layers, rows) if r.params_global])
     out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
     if data_line:   # rank 0 holds the largest tile of the images

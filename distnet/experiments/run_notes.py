@@ -52,7 +52,7 @@ def note_schedules(exp, n, log):
     its numbers fit the run's optimiser steps but are counted in epochs (``schedule_unit:
     epoch``, the default, where ``step`` was meant). Not when ``num_epochs`` was set on the
     command line (a short trial run, or a resume that trains longer, knows it)."""
-    from ..ops.schedules import unreached, vanishes
+    from ..optim.schedules import unreached, vanishes
     rule, epochs = exp.model.learning_rule, exp.model.num_epochs
     if rule is None or rule.schedule is None or epochs == 0:
         return

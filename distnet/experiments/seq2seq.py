@@ -90,7 +90,7 @@ class Seq2SeqExperiment(Experiment):
                       "each way"]
         else:
             lines += [f"every rank: encoder and decoder, {enc + dec} parameters"]
-        return lines
+        return lines + m.describe_learning_rates()
 
     def layout(self, nranks, image_shape=None):
         """How ``nranks`` ranks run it (the one grid resolver): ``data x pipe`` ranks, no grid."""

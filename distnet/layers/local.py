@@ -20,6 +20,8 @@ import numpy as np
 
 from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
 from ..ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
+from ..optim.optimizer import Optimizer
+from ..optim.rates import LearningRates
 from .params import Param, check_finite, check_weight_init, gen_weights, gen_weights_part
 from .placement import OVER_DATA, ParamPlacement
 from .spatial import WindowLayer
@@ -31,12 +33,13 @@ class LocalDeFilteringLayer:
 
     ``V (K, ho, wo, F)`` has W's shape and slice: with tied weights it **is** ``W`` (same
     storage), otherwise it is a copy of ``W`` taken when pretraining starts. Its forward is the
-    adjoint of the encoder (docs/neon-semantics.md#local-defiltering); ``learning_rate`` is the
-    encoder's ``pretrain_learning_rate``. Works on chunks; no communication.
+    adjoint of the encoder (docs/neon-semantics.md#local-defiltering); it trains at the encoder's
+    ``pretrain_learning_rate`` (the pretraining's :class:`~distnet.optim.rates.LearningRates`).
+    Works on chunks; no communication.
     """
 
-    def __init__(self, V, fshape, stride, learning_rate, name):
-        self.V, self.fshape, self.stride, self.learning_rate = V, fshape, stride, learning_rate
+    def __init__(self, V, fshape, stride, name):
+        self.V, self.fshape, self.stride = V, fshape, stride
         self.param = Param(f"{name}.V", V, None, OVER_DATA, sharded=True)
         self.name = f"{name}.decoder"
 
@@ -85,7 +88,7 @@ class LocalFilteringLayer(WindowLayer):
             for key in ("pretrain_learning_rate", "sparsity"):
                 if getattr(self, key) is None:
                     raise self.error(f"pretraining is True but {key} is not given", key)
-        self.W = self.decoder = self.pooling = None
+        self.W = self.decoder = self.pooling = self.pretrain_optimizer = None
         self._fresh = False
 
     def out_channels(self, nifm):
@@ -155,19 +158,19 @@ class LocalFilteringLayer(WindowLayer):
         return self._input_grad(dxc) if need_input_grad else None
 
     # -- pretraining ------------------------------------------------------------------------------
+    def pretrain_rates(self):
+        """The learning rates of this layer's pretraining: its ``pretrain_learning_rate``, for the
+        encoder and the decoder (:class:`~distnet.optim.rates.LearningRates`)."""
+        return LearningRates(phase_rate=self.pretrain_learning_rate, phase="pretrain_learning_rate")
+
     def pretrain_mode(self, pooling):
         """Start pretraining with ``pooling`` (the next layer, any pooling layer) as the sparsity
-        pool: learning rate := ``pretrain_learning_rate``; build the decoder (tied: V is W)."""
+        pool: build the decoder (tied: V is W) and the pretraining's optimizer (plain SGD at
+        :meth:`pretrain_rates`; the supervised training keeps its own)."""
         self.pooling = pooling
-        self._train_lr = self.learning_rate
-        self.learning_rate = self.pretrain_learning_rate
         V = self.W if self.tied_weights else self.W.copy()
-        self.decoder = LocalDeFilteringLayer(V, self.fshape, self.stride, self.pretrain_learning_rate,
-                                             self.name)
-
-    def train_mode(self):
-        """End pretraining: learning rate := ``learning_rate``."""
-        self.learning_rate = self._train_lr
+        self.decoder = LocalDeFilteringLayer(V, self.fshape, self.stride, self.name)
+        self.pretrain_optimizer = Optimizer.plain(self.pretrain_rates())
 
     def pretrain_step(self, x, batch_size=None, step=None):
         """One sparse-autoencoder step on ``x (B, C, h, w)`` (my input tile;
@@ -189,7 +192,8 @@ class LocalFilteringLayer(WindowLayer):
         holds some rows of the batch and the gradients are summed over ``Topology.data``).
         One :class:`~distnet.layers.step.TrainingStep` (``step``, default a new one on this
         layer's topology) with :meth:`pretrain_forward_backward`: both gradients, their sum over
-        ``data`` (one bucket), then V's update and renormalisation, then W's.
+        ``data`` (one bucket), then V's update and renormalisation, then W's (plain SGD at
+        ``pretrain_learning_rate``: :meth:`pretrain_mode`).
 
         Returns ``(rcost, spcost)``, this rank's partial sums (0-d float64 ``xp`` arrays, left on
         the device so that a step does not wait for them; ``float()`` them): 1/2 sum of the
@@ -199,8 +203,9 @@ class LocalFilteringLayer(WindowLayer):
         """
         b = x.shape[0] if batch_size is None else batch_size
         step = step or TrainingStep(self.ctx.topology, self.ctx.backend.host_staging)
-        return tuple(step(lambda: self.pretrain_forward_backward(x, b),
-                          [(self.decoder, self.decoder.param), (self, self._params[0])], reduce_outputs=False))
+        return tuple(step(lambda after_layer: self.pretrain_forward_backward(x, b),
+                          [(self.decoder, self.decoder.param), (self, self._params[0])], self.pretrain_optimizer,
+                          reduce_outputs=False))
 
     def pretrain_forward_backward(self, x, b):
         """The sparse autoencoder's forward, cost and backward on ``x`` (:meth:`pretrain_step`):

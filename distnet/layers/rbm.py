@@ -4,11 +4,11 @@ contrastive divergence (:mod:`distnet.ops.rbm`), on data replicas.
 The layer is a :class:`~distnet.layers.fc.FullyConnectedLayer` (``W (nout, nfeat)`` and the
 column of neon's constant visible unit ``b (nout,)``; ``nin`` counts that unit, as in neon),
 so it runs forward like one (``f(x W^T + b)``: the hidden probabilities). Its weights are
-replicated; a data replica computes the CD statistics of its rows of the global minibatch and
-the replicas sum them with one Allreduce over ``Topology.data`` before the update, so D
+replicated; a data replica computes the CD statistics of its rows of the global minibatch as the
+gradients of its parameters (:meth:`RBMLayer.cd_gradients`), which the training step sums with
+one Allreduce over ``Topology.data`` (the parameters' ``reduce_over``) before its update, so D
 replicas update exactly as one process (up to the order of the sum).
 """
-from ..comm.reduce import allreduce_sum
 from ..config.types import PositiveInt
 from ..ops import rbm as cd
 from .fc import FullyConnectedLayer
@@ -53,10 +53,6 @@ class RBMLayer(FullyConnectedLayer):
             delta = full
         return super().bprop(delta, need_input_grad)
 
-    def setup(self, ctx):
-        super().setup(ctx)
-        self._data_comm = ctx.topology.data
-
     def hidden_probabilities(self, x):
         """``p(h = 1 | x) (B, nout)`` of ``x (B, nfeat)``."""
         return cd.hidden_probabilities(x, self.xp.ones(len(x), dtype=x.dtype), self.W, self.b, self.activation)
@@ -65,13 +61,14 @@ class RBMLayer(FullyConnectedLayer):
         """The visible probabilities ``(B, nfeat)`` of hidden values ``h (B, nout)``."""
         return cd.visible_probabilities(h, self.W, self.b, self.activation)[0]
 
-    def cd_step(self, x, u, learning_rate):
-        """One CD-k update from this replica's rows ``x (b, nfeat)`` of a global minibatch, with
-        their uniforms ``u (cd_steps, b, nout)``. Collective over ``Topology.data`` (one
-        Allreduce of the statistics). Returns ``(reconstruction cost of these rows, first
-        hidden sample (b, nout))``."""
+    def cd_gradients(self, x, u):
+        """The CD-k statistics of this replica's rows ``x (b, nfeat)`` of a global minibatch, with
+        their uniforms ``u (cd_steps, b, nout)``, as the gradients of ``W`` and ``b``: the
+        statistics negated, so that the training step's SGD ``W - lr * (-dW)`` is neon's
+        ``W + lr * dW``, bit for bit (negation is exact). No communication. Returns
+        ``(reconstruction cost of these rows, first hidden sample (b, nout))``."""
         dW, db, x_minus, s_plus = cd.cd_statistics(x, self.W, self.b, u, self.activation)
-        allreduce_sum([dW, db], self._data_comm, self._host_staging, kind="allreduce_grad")
-        self.W += learning_rate * dW
-        self.b += learning_rate * db
+        gW, gb = (p.grad for p in self._params)
+        self.xp.negative(dW, out=gW)
+        self.xp.negative(db, out=gb)
         return cd.reconstruction_cost(x, x_minus), s_plus

@@ -1,24 +1,33 @@
 """The one training step: forward -> cost -> backward -> gradient sums -> update.
 
-Every way distnet trains goes through :class:`TrainingStep`: a plain model
-(:meth:`Model.train_step <distnet.models.model.Model.train_step>` with :func:`forward_backward`), the
-pipeline schedule (its micro-batched forward/backward, built from :func:`forward`,
-:func:`cost_delta` and :func:`backward`), GB's supervised phase (MLP's step) and LocalFiltering
-pretraining (the sparse autoencoder's forward/backward). What differs is only the
-forward/backward callable; the gradient sums and the update are the same code.
+Every way distnet trains goes through :class:`TrainingStep`: a plain model, a graph, pipeline
+stages and towers (:meth:`Model.train_step <distnet.models.model.Model.train_step>` with the
+model's execution: :func:`forward_backward`, or the pipeline schedule built from
+:func:`forward`, :func:`cost_delta` and :func:`backward`), GB's supervised phase and a DBN's
+fine-tuning (the same), GB's LocalFiltering pretraining (the sparse autoencoder's
+forward/backward), the RBM's contrastive divergence (its statistics as a gradient) and the
+sequence-to-sequence model. What differs is only the forward/backward callable and the
+:class:`~distnet.optim.optimizer.Optimizer` it is given; the gradient sums and the update are
+the same code.
 
-Gradient sums: one flat Allreduce per (communicator, dtype) bucket, the communicator being each
-parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over` (``grad``: spatial x
-data ranks; ``data``: data replicas); communicators of one rank are skipped, and so are
-parameters whose gradient the layer already made global (``reduce_over`` None: batch norm).
+Gradient sums: :class:`GradientBuckets`, one flat Allreduce per bucket of (communicator, dtype),
+the communicator being each parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over`
+(``grad``: spatial x data ranks; ``data``: data replicas); communicators of one rank are skipped,
+and so are parameters whose gradient the layer already made global (``reduce_over`` None: batch
+norm). A forward/backward that reports each layer whose gradients are final (its
+``after_layer`` hook) gets them summed during the backward, in buckets of
+:func:`~distnet.comm.overlap.bucket_bytes` (``DISTNET_OVERLAP``, on by default); whatever was not
+reported (all of it when the overlap is off, or for a forward/backward that reports nothing) is
+summed after the backward in one bucket per communicator and dtype: the blocking sum is that
+bucket size, not another path.
 
-Update: without a learning rule, neon's SGD with momentum (each layer's ``learning_rate``;
-:func:`~distnet.ops.sgd.sgd_update`, unchanged bit for bit). With a model's ``learning_rule``
-(:mod:`distnet.ops.learning_rules`: GradientDescent with weight decay, Adam, AdamW, schedules),
-first the optional clipping by global norm (``max_grad_norm``: every rank adds the squares of
-the gradients it owns, a replicated gradient counted on one rank only, ONE Allreduce of that
-float64 scalar over the world), then ``rule.update`` per parameter with its state arrays
-(``Param.state``, made on the first update, sharded like the parameter).
+Update: with the optimizer's ``max_grad_norm``, first the clipping by global norm (every rank
+adds the squares of the gradients it owns, a replicated gradient counted on one rank only, ONE
+Allreduce of that float64 scalar over the world); then, per parameter, the optimizer's rule at
+the parameter's resolved learning rate (:meth:`Optimizer.update
+<distnet.optim.optimizer.Optimizer.update>`: neon's SGD with momentum, GradientDescent with
+weight decay, Adam, AdamW, with their schedules), its state arrays living with the parameter;
+after a layer's last parameter, that layer's ``after_update``.
 """
 import numpy as np
 
@@ -26,8 +35,7 @@ from ..backend import get_array_module
 from ..comm.buckets import BucketReducer
 from ..comm.overlap import bucket_bytes, overlap_enabled
 from ..comm.reduce import allreduce_sum, progress
-from ..ops.optim import clip_coefficient, scale, sum_of_squares
-from ..ops.sgd import sgd_update
+from ..optim.clipping import clip_coefficient, scale, sum_of_squares
 
 
 def forward(layers, x):
@@ -66,25 +74,26 @@ def forward_backward(layers, cost, x, t, batch_size, lowest=0, after_layer=None)
 
 
 class GradientBuckets:
-    """The gradient sums of one step, started during the backward (``DISTNET_OVERLAP``,
-    :mod:`distnet.comm.overlap`): called with a layer once its backward is done, it adds that
-    layer's gradients (``Param.grad`` of the trained ``params``, ``[(layer, Param)]``, grouped
-    by ``reduce_over`` in parameter order) to a :class:`~distnet.comm.buckets.BucketReducer`,
-    whose buckets (per communicator and dtype) start a nonblocking Allreduce once they hold
-    :func:`~distnet.comm.overlap.bucket_bytes`; each call also lets MPI progress the sums in
-    flight (MPICH moves them only inside MPI calls). :meth:`finish` adds what no call added (in
+    """The gradient sums of one step: the gradients (``Param.grad``) of the trained ``params``
+    (``[(layer, Param)]``, grouped by ``reduce_over`` in parameter order) in a
+    :class:`~distnet.comm.buckets.BucketReducer`, one bucket per communicator and dtype.
+
+    Called with a layer once its backward is done (the ``after_layer`` hook of
+    :func:`backward`), it adds that layer's gradients; a bucket that reaches ``bucket_bytes``
+    starts its nonblocking Allreduce then (each call also lets MPI progress the sums in flight:
+    MPICH moves them only inside MPI calls). :meth:`finish` adds what no call added (in
     parameter order), then the ``extra`` arrays (the losses) to the ``data`` bucket of their
-    dtype, and waits for every sum.
+    dtype, without starting a bucket early, and waits for every sum: a step whose layers were
+    never reported sums everything after the backward, one Allreduce per communicator and dtype.
 
     Every rank of a communicator backpropagates the same layers in the same order, so it starts
-    the same buckets in the same order (MPI matches nonblocking collectives by order). Each
-    gradient is summed over the same ranks as by :meth:`TrainingStep.reduce`; only which arrays
-    share a message changes (the sums are per element: bitwise the blocking ones on 1-2 ranks).
+    the same buckets in the same order (MPI matches nonblocking collectives by order). Only which
+    arrays share a message depends on when they were added (the sums are per element).
     """
 
-    def __init__(self, topology, params, host_staging=False):
+    def __init__(self, topology, params, host_staging=False, bucket_bytes=0):
         self.topology = topology
-        self.reducer = BucketReducer(host_staging, bucket_bytes())
+        self.reducer = BucketReducer(host_staging, bucket_bytes)
         self._left = {}    # id(layer) -> [Param] not added yet, in parameter order
         for layer, p in params:
             if p.reduce_over is not None:   # None: complete already (the layer summed it)
@@ -96,24 +105,26 @@ class GradientBuckets:
         if ps is None:
             progress()
             return
-        self._add(ps)
+        self._add(ps, True)
 
-    def _add(self, ps):
+    def _add(self, ps, start_full):
         overs = []
         for p in ps:
             if p.reduce_over not in overs:
                 overs.append(p.reduce_over)
         for over in overs:
-            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over))
+            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over), start_full)
 
     def finish(self, extra=()):
-        """Start the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and
-        wait: afterwards every gradient holds its sum."""
+        """Add the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and wait:
+        afterwards every gradient holds its sum. ``extra`` rides along in the ``data`` bucket of
+        its dtype (the float64 batch loss: in a float64 run it shares the parameters' Allreduce;
+        in a float32 run it is one more small Allreduce over ``Topology.data``, never cast)."""
         for ps in list(self._left.values()):
-            self._add(ps)
+            self._add(ps, False)
         self._left = {}
         if extra:
-            self.reducer.add(list(extra), self.topology.comm("data"))
+            self.reducer.add(list(extra), self.topology.comm("data"), start_full=False)
         self.reducer.finish()
 
 
@@ -128,40 +139,28 @@ class TrainingStep:
         self.topology = topology
         self.host_staging = host_staging
 
-    def reduce(self, params, extra=()):
-        """Sum the gradients of ``params`` (``[(layer, Param)]``): one flat Allreduce per bucket.
-
-        ``extra`` arrays ride along in the ``data`` bucket of their dtype (the float64 batch
-        loss: in a float64 run it shares the parameters' Allreduce; in a float32 run it is one
-        more small Allreduce over ``Topology.data``, never cast to float32). Collective over
-        every communicator that has a bucket and more than one rank.
-        """
-        buckets = {}  # (communicator name, dtype) -> arrays: one Allreduce each
-        for a in extra:
-            buckets.setdefault(("data", a.dtype.str), []).append(a)
-        for _, p in params:
-            if p.reduce_over is not None:   # None: complete already (the layer summed it)
-                buckets.setdefault((p.reduce_over, p.grad.dtype.str), []).append(p.grad)
-        for (over, _), arrays in buckets.items():
-            comm = self.topology.comm(over)
-            if arrays and comm.Get_size() > 1:
-                allreduce_sum(arrays, comm, self.host_staging, kind="allreduce_grad")
-
-    @staticmethod
-    def update(params, momentum=None, xp=None):
-        """SGD step on ``params`` (``[(layer, Param)]``, a layer's parameters next to each
-        other), each with its layer's ``learning_rate`` and the momentum ``momentum(layer) ->
-        (mu, nesterov)`` (None: plain SGD); after a layer's last parameter, its
-        ``after_update`` hook (LocalFiltering renormalises its filters there; with tied
-        pretraining weights the decoder's and the encoder's renormalisations must each follow
-        their own update)."""
+    def __call__(self, run, params, optimizer, step=1, epoch=0, reduce_outputs=True):
+        """One step of the ``params`` (``[(layer, Param)]``, a layer's parameters next to each
+        other): ``run(after_layer)`` (forward, cost, backward: fills their gradients, returns a
+        list of loss arrays; it may call ``after_layer(layer)`` once a layer's gradients are
+        final, :func:`backward`'s hook, or ignore it), the gradient sums (with the losses summed
+        over the data replicas when ``reduce_outputs``), the clipping and the update of
+        ``optimizer`` (a :class:`~distnet.optim.optimizer.Optimizer`) at optimiser step ``step``
+        (1-based) of ``epoch``. Returns ``run``'s list. Collective over the communicators of the
+        params' buckets (and the world, when clipping)."""
+        buckets = GradientBuckets(self.topology, params, self.host_staging, bucket_bytes())
+        outputs = run(buckets if overlap_enabled("grad") else None)
+        buckets.finish(outputs if reduce_outputs else ())
+        if optimizer.max_grad_norm is not None:
+            self.clip(params, optimizer.max_grad_norm)
         for k, (layer, p) in enumerate(params):
-            mu, nesterov = momentum(layer) if momentum is not None else (0.0, False)
-            if mu != 0.0 and p.velocity is None:
-                p.velocity = xp.zeros_like(p.value)
-            sgd_update(p.value, p.grad, p.velocity, layer.learning_rate, mu, nesterov)
+            optimizer.update(layer, p, step, epoch)
+            # a layer's hook after its last parameter: LocalFiltering renormalises its filters
+            # there, and with tied pretraining weights the decoder's and the encoder's
+            # renormalisations must each follow their own update
             if k + 1 == len(params) or params[k + 1][0] is not layer:
                 layer.after_update()
+        return outputs
 
     def owned(self, p):
         """True when this rank counts ``p``'s gradient in the global norm: data replica 0 only
@@ -171,28 +170,18 @@ class TrainingStep:
         t = self.topology
         return t.data_index == 0 and (p.sharded or t.spatial.Get_rank() == 0) and not p.copy_elsewhere
 
-    def global_norm(self, params):
-        """The L2 norm of all gradients of the model (``[(layer, Param)]``, already summed):
-        per-rank sums of squares of the owned gradients, ONE float64 Allreduce over the world.
-        Collective over ``Topology.world``; returns a Python float, the same on every rank."""
-        return float(self._global_sum_of_squares(params)[0]) ** 0.5
-
-    def _global_sum_of_squares(self, params):
-        """:meth:`global_norm`'s squared norm, a ``(1,)`` float64 array of the gradients' module."""
+    def clip(self, params, max_norm):
+        """Clip the gradients of ``params`` (``[(layer, Param)]``, already summed) by their global
+        norm (``torch.nn.utils.clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the
+        norm exceeds ``max_norm``): per-rank sums of squares of the owned gradients, ONE float64
+        Allreduce over the world (collective over ``Topology.world``). Returns the norm before
+        clipping: a Python float, or a 0-d device array on a device (the factor is computed and
+        applied there, so the step does not wait)."""
         grads = [p.grad for _, p in params if self.owned(p)]
         sq = sum_of_squares(grads) if grads else np.zeros((), dtype="float64")
-        xp = _xp(params)
-        total = xp.zeros(1, dtype="float64")
+        total = _xp(params).zeros(1, dtype="float64")
         total[0] = sq
         allreduce_sum([total], self.topology.world, self.host_staging, kind="allreduce_grad")
-        return total
-
-    def clip(self, params, max_norm):
-        """Clip the gradients of ``params`` by their global norm (``torch.nn.utils
-        .clip_grad_norm_``: factor ``max_norm / (norm + 1e-6)`` when the norm exceeds
-        ``max_norm``). Returns the norm before clipping: a Python float, or a 0-d device array
-        on a device (the factor is computed and applied there, so the step does not wait)."""
-        total = self._global_sum_of_squares(params)
         if get_array_module(total) is np:
             norm = float(total[0]) ** 0.5
         else:
@@ -200,45 +189,6 @@ class TrainingStep:
         factor, _ = clip_coefficient(norm * norm, max_norm)
         scale([p.grad for _, p in params], factor)
         return norm
-
-    @staticmethod
-    def apply_rule(params, rule, step, epoch):
-        """The learning rule's update of every parameter (``step``: 1-based count of optimiser
-        steps including this one; ``epoch`` 0-based), each with its layer's ``learning_rate``
-        (None: the rule's), then each layer's ``after_update``."""
-        for k, (layer, p) in enumerate(params):
-            if p.state is None:
-                p.state = rule.init_state(p.value)
-            rule.update(p.value, p.grad, p.state, step, epoch, layer.learning_rate)
-            if k + 1 == len(params) or params[k + 1][0] is not layer:
-                layer.after_update()
-
-    def __call__(self, run, params, momentum=None, xp=None, reduce_outputs=True,
-                 rule=None, step=1, epoch=0, layered=False):
-        """One step: ``run()`` (forward, cost, backward: fills the gradients of ``params``,
-        returns a list of loss arrays), the gradient sums (with the losses summed over the
-        data replicas when ``reduce_outputs``), the update: neon's SGD (``momentum(layer) ->
-        (mu, nesterov)``, None: plain SGD) or, given a learning ``rule``, its clipping and update at optimiser ``step`` (1-based)
-        and ``epoch``. Returns ``run()``'s list.
-
-        ``layered``: ``run`` takes a hook, ``run(after_layer)``, which it calls with each layer
-        once that layer's gradients are final (:func:`backward`'s ``after_layer``); the sums
-        then start during the backward (:class:`GradientBuckets`) unless ``DISTNET_OVERLAP``
-        turns the gradient overlap off (``run(None)``; then :meth:`reduce` after it)."""
-        if layered and overlap_enabled("grad"):
-            buckets = GradientBuckets(self.topology, params, self.host_staging)
-            outputs = run(buckets)
-            buckets.finish(outputs if reduce_outputs else ())
-        else:
-            outputs = run(None) if layered else run()
-            self.reduce(params, extra=outputs if reduce_outputs else ())
-        if rule is None:
-            self.update(params, momentum, xp)
-        else:
-            if rule.max_grad_norm is not None:
-                self.clip(params, rule.max_grad_norm)
-            self.apply_rule(params, rule, step, epoch)
-        return outputs
 
 
 def _xp(params):

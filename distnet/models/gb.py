@@ -140,7 +140,13 @@ class GB(Model):
                 self.pretrain_costs.append((layer.name, epoch, r, s))
                 self.log.info("epoch: %d, cost: %.5f + %.5f = %.5f", epoch, r, s, r + s)
                 yield self.pretrain_costs[-1]
-            layer.train_mode()
+
+    def describe_learning_rates(self, layers):
+        """The supervised phase's learning rates, then each pretrained layer's."""
+        lines, alike = super().describe_learning_rates(layers), {}
+        for i in self.pretrained_layers() if self.pretraining else ():
+            alike.setdefault(self.layers[i].pretrain_learning_rate, []).append(self.layers[i])
+        return lines + [f"pretraining: {group[0].pretrain_rates().describe(group)}" for group in alike.values()]
 
     # -- supervised phase (docs/neon-semantics.md#gb-supervised-phase) ----------------------------
     def before_training(self, train):

@@ -27,13 +27,14 @@ from ..layers.placement import REPLICATED, SPATIAL
 from ..layers.step import TrainingStep
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
-from ..ops.sgd import MomentumSchedule
+from ..optim.optimizer import Optimizer
+from ..optim.rates import LearningRates
+from ..optim.sgd import MomentumSchedule
 from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
 from .notes import model_notes
-from .pipeline import Pipeline, StagePlanError, assign_stages
-from .towers import TowerPlan
+from .stages import plan_stages, stage_plan, tower_plan
 
 
 class Model:
@@ -100,6 +101,8 @@ class Model:
             raise ConfigError("momentum is a key of the learning rule when the model has a learning_rule "
                               "(GradientDescent's momentum); remove it from the model", key="momentum")
         self.learning_rule = learning_rule
+        #: How the parameters are updated: the rules and learning rates of the training step.
+        self.optimizer = self.make_optimizer()
         #: Optimiser steps done (restored from checkpoints): Adam's bias correction, step
         #: schedules and dropout's masks read it.
         self.steps = 0
@@ -114,7 +117,7 @@ class Model:
                     name += "_"
                 layer.name = name
         self.graph = Graph(layers)
-        self.towers = self._tower_plan(towers)
+        self.towers = tower_plan(self, towers)
         if not self.graph.is_chain and micro_batches > 1:
             raise ConfigError(f"micro_batches is {micro_batches}, but this model is a graph (its layers name "
                               "their inputs) and graphs run one micro-batch; remove micro_batches",
@@ -129,25 +132,6 @@ class Model:
         """``[(logging level, text)]`` about this model's keys for the experiment's
         ``config_notes`` (:func:`~distnet.models.notes.model_notes`)."""
         return model_notes(self)
-
-    def _tower_plan(self, ntowers):
-        """The :class:`~distnet.models.towers.TowerPlan` of a tower network (None without
-        ``towers``; tower keys and TowerSumLayers then are errors)."""
-        if ntowers is None:
-            for layer in self.layers:
-                if layer.tower is not None:
-                    raise layer.error(f"has tower: {layer.tower} but the model has no towers key; give "
-                                      "the model towers: T (the number of towers)", "tower")
-                if layer.tower_sum:
-                    raise layer.error("a TowerSumLayer sums the outputs of towers, but the model has no "
-                                      "towers key; give the model towers: T and its layers tower keys")
-            return None
-        if self.micro_batches > 1:
-            raise self.error("a tower network runs one micro-batch; remove micro_batches", "micro_batches")
-        if self.stages is not None:
-            raise self.error("in a tower network the pipe ranks hold towers, not pipeline stages; "
-                             "remove stages", "stages")
-        return TowerPlan(self.layers, self.graph, ntowers, self.error)
 
     # -- building ------------------------------------------------------------------------------
     def check_layers(self):
@@ -221,13 +205,8 @@ class Model:
             layout = self.layouts[-1]
         if layout != REPLICATED:
             raise self.layers[-1].error("the output of the last layer must be complete on every rank")
-        rule_rate = self.learning_rule is not None and self.learning_rule.learning_rate is not None
-        for layer in self.layers:
-            if layer.placement.params and layer.learning_rate is None and not rule_rate:
-                if self.learning_rate is None:
-                    raise layer.error("has no learning_rate and the model gives no default", "learning_rate")
-                layer.learning_rate = self.learning_rate
-        self._plan_stages(topology)
+        self.optimizer.rates.check(self.weighted_layers())
+        self.stage_of, self.local_layers, self.pipeline = plan_stages(self, topology)
         if self.micro_batches > 1:
             for layer in self.layers:
                 if layer.whole_batch:
@@ -235,12 +214,10 @@ class Model:
                                       f"statistics / global row masks); it cannot run with micro_batches: "
                                       f"{self.micro_batches}")
         self.step = TrainingStep(topology, backend.host_staging)
-        self._momentum = {id(layer): MomentumSchedule(layer.momentum_params) for layer in self.layers
-                          if layer.momentum_params is not None}
-        if self.learning_rule is not None and self._momentum:
-            layer = next(layer for layer in self.layers if id(layer) in self._momentum)
-            raise layer.error("has its own momentum (neon's per-layer learning_rule) but the model has a "
-                              "learning_rule: give the momentum to the model's learning rule")
+        own = [layer for layer in self.layers if layer.momentum_params is not None]
+        if self.learning_rule is not None and own:
+            raise own[0].error("has its own momentum (neon's per-layer learning_rule) but the model has a "
+                               "learning_rule: give the momentum to the model's learning rule")
         # Without a pipeline nothing keeps a layer's output or input gradient past the layer's
         # next call, so window layers may hand out their own reused buffers (no large
         # allocation per step); the pipeline keeps several micro-batches alive.
@@ -252,42 +229,9 @@ class Model:
                           ChainExecution(self.layers, self.cost) if self.graph.is_chain else
                           GraphExecution(self.graph, self.cost))
 
-    def _plan_stages(self, topology):
-        """Place the layers on pipeline stages (:mod:`distnet.models.pipeline`): ``stage_of``
-        (per layer), ``local_layers`` (this rank's stage's) and ``pipeline`` (None when the run
-        has one stage and one micro-batch: a chain or a graph runs it)."""
-        npipe = topology.npipe
-        self.stage_of = self.stage_plan(npipe)
-        mine = topology.pipe_index
-        self.local_layers = [layer for layer, s in zip(self.layers, self.stage_of) if s == mine]
-        if self.towers is not None:   # the pipe ranks hold towers: no pipeline
-            local = self.towers.local(mine, npipe)
-            self.local_layers = [self.layers[i] for i in local]
-            self.graph.set_towers(self.towers.tower_of, local, self.towers.exchanged,
-                                  self.towers.exchange(topology, self.backend))
-            self.pipeline = None
-            return
-        self.pipeline = (Pipeline(self, self.stage_of, self.micro_batches)
-                         if npipe > 1 or self.micro_batches > 1 else None)
-
     def stage_plan(self, npipe):
-        """The pipeline stage of every layer on ``npipe`` stages (list of ints):
-        :func:`~distnet.models.pipeline.assign_stages` with its errors as ConfigErrors that
-        point at the layer's (or the model's) YAML."""
-        if self.towers is not None:   # the pipe rank running each layer (shared layers: 0 and all)
-            self.towers.check_pipe(npipe)
-            per = self.towers.T // npipe
-            return [0 if t is None else t // per for t in self.towers.tower_of]
-        if npipe > 1 and not self.graph.is_chain:
-            raise self.error(f"this model is a graph (its layers name their inputs) and graphs run on one "
-                             f"pipeline stage, but the run has pipe = {npipe}; use spatial and data "
-                             "parallelism (pipe: 1)")
-        try:
-            return assign_stages(len(self.layers), [layer.stage for layer in self.layers], self.stages, npipe)
-        except StagePlanError as e:
-            where = self.layers[e.layer] if e.layer is not None else self
-            raise config_error(where, str(e) if e.layer is None else
-                               f"layer '{where.name}': {e}", e.key) from None
+        """The pipeline stage of every layer on ``npipe`` stages (:func:`~distnet.models.stages.stage_plan`)."""
+        return stage_plan(self, npipe)
 
     def init_params(self):
         """Draw every layer's weights from the backend RNG, in layer order
@@ -326,24 +270,35 @@ class Model:
         """``[(layer, Param)]`` of the layers from index ``lowest`` up."""
         return [(layer, p) for layer, p in self._params if self._index[id(layer)] >= lowest]
 
-    def momentum_at(self, epoch):
-        """``layer -> (mu, nesterov)`` in ``epoch``: the layer's own momentum schedule (neon's
-        later per-layer ``learning_rule``: ``momentum_params``) or the model's ``momentum``."""
-        def of(layer):
-            sched = self._momentum.get(id(layer), self.momentum)
-            return sched(epoch), sched.nesterov
-        return of
+    def make_optimizer(self):
+        """The :class:`~distnet.optim.optimizer.Optimizer` of the training step: the model's
+        ``learning_rule`` for every layer, or neon's update (``momentum``, or a layer's own
+        ``momentum_params``); learning rates from the layers, the rule and the model's
+        ``learning_rate`` (:class:`~distnet.optim.rates.LearningRates`)."""
+        rates = LearningRates(self.learning_rate, self.learning_rule)
+        if self.learning_rule is not None:
+            return Optimizer(self.learning_rule, rates)
+        return Optimizer.neon(rates, self.momentum, self.layers)
+
+    def weighted_layers(self, lowest=0):
+        """The layers from index ``lowest`` up that have parameters to train (placed: :meth:`configure`)."""
+        return [layer for layer in self.layers[lowest:] if layer.placement.params]
 
     def optimizer_state_names(self):
         """Names of the arrays the optimiser keeps per parameter beside its value and gradient
         (``("m", "v")`` for Adam, ``("velocity",)`` with momentum, ``()`` for plain SGD): what a
         parameter costs in memory is ``2 + len(...)`` times its size."""
-        if self.learning_rule is not None:
-            return tuple(self.learning_rule.state_names)
-        schedules = [self.momentum] + [MomentumSchedule(layer.momentum_params) for layer in self.layers
-                                       if layer.momentum_params is not None]
-        moves = any(s.kind == "linear_monotone" or s.coef != 0.0 for s in schedules)
-        return ("velocity",) if moves else ()
+        return self.optimizer.state_names
+
+    def learning_rates(self, epoch):
+        """``{layer name: learning rate}`` of the layers that train in ``epoch``, as the training
+        step used them (:meth:`Optimizer.learning_rates
+        <distnet.optim.optimizer.Optimizer.learning_rates>`): what TensorBoard logs per epoch."""
+        return self.optimizer.learning_rates(self.weighted_layers(self.lowest_trained_layer(epoch)), epoch)
+
+    def describe_learning_rates(self, layers):
+        """Lines for ``distnet show``: the learning rates of ``layers`` (those with weights)."""
+        return [f"learning rate: {self.optimizer.rates.describe(layers)}"]
 
     def replica_rows(self, idx):
         """The rows of a global minibatch ``idx`` that this data replica trains on: contiguous
@@ -367,8 +322,7 @@ class Model:
         def run(after_layer):
             return [self.execution.forward_backward(x, t, batch_size, lowest, after_layer)]
         self.start_batch(batch_size)
-        loss, = self.step(run, self.trained_params(lowest), self.momentum_at(epoch), self.backend.xp,
-                          rule=self.learning_rule, step=self.steps + 1, epoch=epoch, layered=True)
+        loss, = self.step(run, self.trained_params(lowest), self.optimizer, self.steps + 1, epoch)
         self.steps += 1
         return float(loss[0])
 

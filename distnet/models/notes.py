@@ -1,6 +1,7 @@
 """Warnings about a model's keys, logged at the start of a run (the experiment's
-``config_notes``): a learning rate no parameter uses, pretraining keys a model ignores, a last
-activation that does not suit the cost. They warn, never refuse."""
+``config_notes``): a learning rate no parameter uses (which rate a parameter uses is
+:mod:`distnet.optim.rates`' decision, and the notes ask it), pretraining keys a model ignores, a
+last activation that does not suit the cost. They warn, never refuse."""
 import logging
 
 from ..config.builder import config_given, config_name, config_where, constructor_keys
@@ -38,13 +39,15 @@ def model_notes(model):
 
 
 def learning_rate_notes(model):
-    """``[(logging.WARNING, text)]`` for a ``learning_rate`` no parameter will use, with a
-    learning rule (a layer's own rate wins over the rule's, which wins over the model's): the
-    model's, when the rule has a rate (Adam's default 0.001 counts: a model rate of 0.1 beside
-    ``learning_rule: Adam {}`` trained at 0.001), and the rule's, when every layer with weights
-    gives its own. Without a learning rule neon's files give the model a rate that the layers'
-    own replace (neon stored it, unused): no note."""
-    rule = model.learning_rule
+    """``[(logging.WARNING, text)]`` for a ``learning_rate`` that no parameter will use. Which
+    rate a layer trains at is decided in one place, :class:`~distnet.optim.rates.LearningRates`
+    (the layer's own ``learning_rate`` wins over the learning rule's, which wins over the
+    model's); this asks it (``model.optimizer.rates``) which of the rates given no layer uses.
+    With a learning rule that has a rate (Adam's default 0.001 counts: a model rate of 0.1 beside
+    ``learning_rule: Adam {}`` trained at 0.001), the model's is never used, and the rule's is not
+    when every layer with weights gives its own. Without such a rule neon's files give the model a
+    rate that the layers' own replace (neon stored it, unused): no note."""
+    rule, rates = model.learning_rule, model.optimizer.rates
     if rule is None or rule.learning_rate is None:
         return []
 
@@ -52,11 +55,11 @@ def learning_rate_notes(model):
         where = config_where(obj, key)
         return f"{where}: " if where else ""
     weighted = [layer for layer in model.layers if "learning_rate" in constructor_keys(type(layer))[0]]
-    own = [layer for layer in weighted if layer.learning_rate is not None]
+    used = {rates.source(layer)[1] for layer in weighted}
     rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
                                        f", {type(rule).__name__}'s default")
-    notes, all_own = [], bool(weighted) and len(own) == len(weighted)
-    if model.learning_rate is not None:
+    notes, all_own = [], bool(weighted) and used == {"layer"}
+    if model.learning_rate is not None and "model" not in used:
         why = ("every layer with weights gives its own learning_rate" if all_own else
                f"the learning rule's ({rate}) applies to the layers without their own; give the rate "
                "to the learning rule")

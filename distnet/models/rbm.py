@@ -3,8 +3,9 @@ binary restricted Boltzmann machines (:class:`~distnet.layers.rbm.RBMLayer`) tra
 contrastive divergence, alone or stacked greedily into a deep belief network.
 
 Both run on data replicas (``dist_mode: datapar``, or ``data: D`` with no spatial grid): a
-replica trains on its rows of every global minibatch, the layer sums the CD statistics over
-``Topology.data`` before its update and the model sums the reconstruction cost once per epoch,
+replica trains on its rows of every global minibatch, its CD statistics are the gradients of one
+training step (:class:`~distnet.layers.step.TrainingStep`: summed over ``Topology.data``, then
+plain SGD at the layer's rate) and the model sums the reconstruction cost once per epoch,
 so every rank logs and returns the one-process numbers. The Gibbs samples are drawn from the
 uniforms of the *global* minibatch, keyed by the backend seed, the layer and the step (every
 rank draws the whole block and keeps its rows), so D replicas draw the samples one process
@@ -23,6 +24,8 @@ from ..layers.rbm import RBMLayer
 from ..config.types import NonNegative, NonNegativeInt
 from ..ops.costs import CrossEntropy, SumSquaredDiffs
 from ..ops.rbm import reconstruction_cost
+from ..optim.optimizer import Optimizer
+from ..optim.rates import LearningRates
 from .model import Model, _replica_row0
 
 #: Stream tags of :func:`uniforms`: training steps and a DBN's transforms of its data.
@@ -69,6 +72,9 @@ class RBM(Model):
         if self.learning_rule is not None:
             raise ConfigError(f"{type(self).__name__} trains by contrastive divergence with neon's plain "
                               "update (learning_rate only); remove learning_rule", key="learning_rule")
+        #: Contrastive divergence's update: plain SGD (no momentum, as neon's RBMLayer) at each
+        #: layer's rate (its own, else the model's).
+        self.cd_optimizer = Optimizer.plain(LearningRates(self.learning_rate))
 
     def check_layers(self):
         for layer in self.layers:
@@ -93,9 +99,16 @@ class RBM(Model):
             raise self.error(f"{config_name(self)} distributes over data replicas only (dist_mode: datapar); "
                              f"the run has grid {topology.grid[0]}x{topology.grid[1]} and pipe {topology.npipe}")
         super().configure(backend, topology)
+        self.cd_optimizer.rates.check(self.weighted_layers())
 
     def optimizer_state_names(self):
-        return ()
+        return self.cd_optimizer.state_names
+
+    def learning_rates(self, epoch):
+        return self.cd_optimizer.learning_rates(self.layers[:1], epoch)
+
+    def describe_learning_rates(self, layers):
+        return [f"learning rate: {self.cd_optimizer.rates.describe(layers)}"]
 
     def check_outputs(self, dataset):
         """Nothing to check: the hidden units are no classes (a fine-tuned DBN checks its classifier)."""
@@ -103,6 +116,16 @@ class RBM(Model):
             Model.check_outputs(self, dataset)
 
     # -- training ------------------------------------------------------------------------------
+    def cd_step(self, layer, x, u, epoch):
+        """One CD-k step of ``layer`` (an RBMLayer) from this replica's rows ``x (b, nfeat)`` of a
+        global minibatch and their uniforms ``u (cd_steps, b, nout)``: its statistics as the
+        gradients of the one training step, summed over ``Topology.data`` (collective there),
+        then plain SGD at the layer's rate. Returns the reconstruction cost of these rows."""
+        cost, = self.step(lambda after_layer: [layer.cd_gradients(x, u)[0]], [(layer, p) for p in layer.params()],
+                          self.cd_optimizer, self.steps + 1, epoch, reduce_outputs=False)
+        self.steps += 1
+        return cost
+
     def _train_layer_epoch(self, i, x, epoch, on_batch=None):
         """One epoch of CD on layer ``i`` over ``x (N, nfeat)`` (whole, on every rank): returns
         neon's mean reconstruction cost per batch, summed over the replicas (collective over
@@ -117,10 +140,7 @@ class RBM(Model):
             u = uniforms(self.backend.rng_seed, TRAIN, i, self.steps, (layer.cd_steps, len(idx), layer.nout))
             r0 = _replica_row0(len(idx), self.topology.ndata, self.topology.data_index)
             mine = u[:, r0:r0 + len(rows)]
-            cost, _ = layer.cd_step(xp.asarray(x[rows]), xp.asarray(mine, dtype=self.backend.dtype),
-                                    layer.learning_rate)
-            total += cost
-            self.steps += 1
+            total += self.cd_step(layer, xp.asarray(x[rows]), xp.asarray(mine, dtype=self.backend.dtype), epoch)
         total, = allreduce_scalars([total], self.topology.data)
         mean = total / len(batches)
         if not math.isfinite(mean):
@@ -207,6 +227,7 @@ class DBN(RBM):
 
     config_types = dict(RBM.config_types, finetune_epochs=NonNegativeInt, finetune_cost=("obj", "cost"),
                         finetune_learning_rate=NonNegative)
+    finetune_learning_rate = None
 
     def __init__(self, layers, num_epochs, finetune_epochs=0, finetune_cost=None, finetune_learning_rate=None,
                  **keys):
@@ -229,6 +250,7 @@ class DBN(RBM):
             if value is not None and not self.top:
                 raise ConfigError(f"{key} is used only with classifier layers and finetune_epochs", key=key)
         self.finetune_learning_rate = finetune_learning_rate
+        self.optimizer = self.make_optimizer()
         if self.top:
             self.cost = finetune_cost if finetune_cost is not None else CrossEntropy()
         for m in machines[:-1]:
@@ -250,6 +272,26 @@ class DBN(RBM):
                 raise layer.error(f"the layer below gives {below.nout} unit(s), of which the last is not "
                                   "passed on: nothing is left for this layer")
         return super().infer_shapes(input_shape)
+
+    def make_optimizer(self):
+        """The fine-tuning's optimizer: the model's (neon's update), each layer at
+        ``finetune_learning_rate`` when given (CD's rate multiplies statistics summed over the
+        batch, SGD's a gradient averaged over it)."""
+        rates = LearningRates(self.learning_rate, phase_rate=self.finetune_learning_rate,
+                              phase="finetune_learning_rate")
+        return Optimizer.neon(rates, self.momentum, self.layers)
+
+    def learning_rates(self, epoch):
+        if epoch >= self.pretrain_epochs:
+            return Model.learning_rates(self, epoch - self.pretrain_epochs)
+        i, e = divmod(epoch, self.epochs_per_layer)
+        return self.cd_optimizer.learning_rates([self.layers[i]], e)
+
+    def describe_learning_rates(self, layers):
+        lines = super().describe_learning_rates(self.machines)
+        if self.top:
+            lines.append(f"fine-tuning: {self.optimizer.rates.describe(layers)}")
+        return lines
 
     def notes(self):
         return Model.notes(self) if self.supervised else super().notes()
@@ -295,10 +337,6 @@ class DBN(RBM):
             if epoch == self.pretrain_epochs:
                 self.log.info("fine-tuning the whole stack")
                 self._inputs = (None, None)
-            if self.finetune_learning_rate is not None:   # the CD rate (a sum over the batch) is no SGD rate
-                for layer in self.layers:
-                    if layer.placement.params:
-                        layer.learning_rate = self.finetune_learning_rate
             return Model.fit_epoch(self, train, epoch - self.pretrain_epochs, on_batch, read_ahead)
         i, e = divmod(epoch, self.epochs_per_layer)
         if self._inputs[0] != i:

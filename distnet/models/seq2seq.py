@@ -41,8 +41,10 @@ from ..layers.params import Param
 from ..layers.placement import OVER_DATA, ParamPlacement, Placement
 from ..layers.step import TrainingStep
 from ..ops.embedding import embed, embed_grad, linear_steps, linear_steps_backward, token_xent
-from ..ops.learning_rules import Adam, LearningRule
 from ..ops.lstm import stack_backward, stack_forward
+from ..optim.optimizer import Optimizer
+from ..optim.rates import LearningRates
+from ..optim.rules import Adam, LearningRule
 from .finite import after_step as check_finite_after_step
 
 BOS, EOS = 2, 3
@@ -55,14 +57,15 @@ class Half:
     layout) treat them as they treat any layer's. Every parameter is whole on its stage
     (``sharded`` False) and summed over ``Topology.data``; on the other stage the half holds none."""
 
+    #: A half has no rate of its own: the learning rule's, else the model's (LearningRates).
+    learning_rate = None
+
     def __init__(self, name, shapes, held):
         self.name = name
         #: Each parameter's global shape, in model order (a dict name -> shape).
         self.placement = Placement(None, None, tuple(ParamPlacement(k, tuple(v), tuple(v), reduce_over=OVER_DATA)
                                                      for k, v in shapes.items()))
         self.held = held
-        #: The rate of this half (None: the learning rule's).
-        self.learning_rate = None
         self._params = []
 
     def bind(self, values):
@@ -125,6 +128,8 @@ class Seq2Seq:
         self.batch_size, self.learning_rate = batch_size, learning_rate
         self.learning_rule = (learning_rule if learning_rule is not None
                               else Adam(learning_rate=learning_rate, max_grad_norm=5.0))
+        #: The rule of both halves, at the rule's rate, else the model's ``learning_rate``.
+        self.optimizer = Optimizer(self.learning_rule, LearningRates(learning_rate, self.learning_rule))
         self.encoder_stage, self.decoder_stage = encoder_stage, decoder_stage
         #: Optimiser steps done (restored from checkpoints): Adam's bias correction and step
         #: schedules read it.
@@ -134,14 +139,23 @@ class Seq2Seq:
 
     def optimizer_state_names(self):
         """Names of the arrays the learning rule keeps per parameter (Adam's ``m``, ``v``)."""
-        return tuple(self.learning_rule.state_names)
+        return self.optimizer.state_names
+
+    def learning_rates(self, epoch):
+        """``{half name: learning rate}`` in ``epoch`` (TensorBoard's per-epoch rates)."""
+        return self.optimizer.learning_rates(self.layers, epoch)
+
+    def describe_learning_rates(self):
+        """Lines for ``distnet show``: the rate of the two halves."""
+        halves = [Half(name, {}, False) for name in ("encoder", "decoder")]
+        return [f"learning rate: {self.optimizer.rates.describe(halves)}"]
 
     def notes(self):
         """``[(logging.WARNING, text)]`` when the file's ``learning_rate`` is not used: a
         ``learning_rule`` with a rate of its own (Adam's default 0.001 counts) replaces it."""
         rule = self.learning_rule
         if not (config_given(self, "learning_rate") and config_given(self, "learning_rule")
-                and rule.learning_rate is not None):
+                and self.optimizer.rates.source(Half)[1] != "model"):
             return []
         where = config_where(self, "learning_rate")
         rate = f"{rule.learning_rate:g}" + ("" if config_given(rule, "learning_rate") else
@@ -195,10 +209,8 @@ class Seq2Seq:
                        {**(enc if self.runs_encoder else {}), **(dec if self.runs_decoder else {})}.items()}
         self.layers = (Half("encoder", {k: v.shape for k, v in enc.items()}, self.runs_encoder),
                        Half("decoder", {k: v.shape for k, v in dec.items()}, self.runs_decoder))
-        rate = None if self.learning_rule.learning_rate is not None else self.learning_rate
         for half in self.layers:
             half.bind(self.params)
-            half.learning_rate = rate
         #: ``[(half, Param)]`` this rank trains (the non-finite check reads it too).
         self._params = [(half, p) for half in self.layers for p in half.params()]
         self.step = TrainingStep(topology, backend.host_staging)
@@ -292,7 +304,7 @@ class Seq2Seq:
         src, src_len, tgt, tgt_len = (xp.asarray(a[rows]) for a in (src, src_len, tgt, tgt_len))
         b = len(src)
 
-        def run():
+        def run(after_layer):   # the gradients are final at its end: summed after it
             grads, loss = {}, xp.zeros(1, dtype="float64")
             if not self.split:
                 states, cache = self._encode(src, src_len, de)
@@ -313,7 +325,7 @@ class Seq2Seq:
                 p.grad = grads[p.name]
             return [loss]
 
-        loss, = self.step(run, self._params, rule=self.learning_rule, step=self.steps + 1, epoch=epoch)
+        loss, = self.step(run, self._params, self.optimizer, self.steps + 1, epoch)
         self.steps += 1
         if self.split:   # the loss lives on the decoder's stage
             allreduce_sum([loss], self.topology.pipe, self.backend.host_staging)

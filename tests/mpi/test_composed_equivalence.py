@@ -32,8 +32,8 @@ from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import AdamW
-from distnet.ops.schedules import CosineSchedule, LinearWarmup
+from distnet.optim.rules import AdamW
+from distnet.optim.schedules import CosineSchedule, LinearWarmup
 
 MPI_SIZES = (4, 6)
 

@@ -18,7 +18,7 @@ from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import Adam
+from distnet.optim.rules import Adam
 from tests import devicelike
 from tests.devicelike import DeviceLike, xp
 

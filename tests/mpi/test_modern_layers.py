@@ -24,8 +24,8 @@ from distnet.models import Model
 from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
 from distnet.ops.activations import Identity, RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import Adam, GradientDescent
-from distnet.ops.schedules import CosineSchedule, LinearWarmup
+from distnet.optim.rules import Adam, GradientDescent
+from distnet.optim.schedules import CosineSchedule, LinearWarmup
 
 MPI_SIZES = (1, 2, 3, 4, 6)
 

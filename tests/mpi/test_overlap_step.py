@@ -1,5 +1,6 @@
 """The overlapped training step (``DISTNET_OVERLAP``, :mod:`distnet.comm.overlap`) gives the
-blocking step's numbers: gradient buckets started during the backward and halo exchanges
+blocking step's numbers (the blocking sum: one bucket per communicator and dtype, started after
+the backward): gradient buckets started during the backward and halo exchanges
 overlapped with the interior of the output tile change no sum and no dot product. float64;
 the gradient buckets bitwise on 1-2 ranks (a sum of two terms does not depend on how the
 messages were cut), else to 1e-12 relative (MPICH may pick another Allreduce algorithm for
@@ -83,11 +84,12 @@ def test_overlapped_step_equals_blocking(comm, data, ndata, grid, net, bucket):
         t = tile_of((H, W), topo.grid, topo.coords)
         xt = x[:, :, t.y0:t.y1, t.x0:t.x1]
         ref, ref_costs, ref_out, n_blocking = _run(False, bucket, net, topo, xt, labels)
-        assert n_blocking == 0
         for mode, exact in (("grad", comm.Get_size() <= 2), (True, False)):
             got, costs, out, n_overlap = _run(mode, bucket, net, topo, xt, labels)
-            # with more than one rank the sums are started during the backward
-            assert (n_overlap > 0) == (comm.Get_size() > 1)
+            # with more than one rank the sums are started during the backward; without the
+            # overlap, after it, one per communicator and dtype: never more than with it
+            assert (n_overlap > 0) == (n_blocking > 0) == (comm.Get_size() > 1)
+            assert n_blocking <= n_overlap
             _same(costs, ref_costs, exact, f"{mode}: costs")
             _same(out, ref_out, exact, f"{mode}: outputs")
             _same_weights(ref, got, exact, f"{mode}: ")

@@ -34,8 +34,8 @@ from distnet.models import Model
 from distnet.models.checkpoint import gather_params
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import Adam, AdamW, GradientDescent
-from distnet.ops.schedules import CosineSchedule, LinearWarmup
+from distnet.optim.rules import Adam, AdamW, GradientDescent
+from distnet.optim.schedules import CosineSchedule, LinearWarmup
 
 MPI_SIZES = (4, 6)
 MPI_TIMEOUT = 300

@@ -17,7 +17,7 @@ from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.ops.learning_rules import Adam
+from distnet.optim.rules import Adam
 
 MPI_SIZES = (2, 3, 4, 6, 9)
 MPI_TIMEOUT = 600

@@ -128,7 +128,7 @@ def test_decoder_on_the_encoders_stage_is_refused(comm):
 
 def _experiment(pipe, data, checkpoint=None, epochs=4):
     from distnet.experiments.seq2seq import Seq2SeqExperiment
-    from distnet.ops.learning_rules import Adam
+    from distnet.optim.rules import Adam
     model = Seq2Seq(num_epochs=epochs, embed=5, hidden=6, nlayers=2, batch_size=16, dropout=0.2,
                     learning_rule=Adam(learning_rate=0.05, max_grad_norm=1.0))   # clipping fires
     ds = SequenceDataset(generate="numbers", digits=2, n_train=70, n_test=20, seed=1)

@@ -12,7 +12,7 @@ from distnet.ops.batchnorm import (bn_bprop_dx, bn_bprop_partial, bn_fprop, bn_s
                                    bn_stats_partial, bn_update_running)
 from distnet.ops.dropout import dropout_mask, stream_key
 from distnet.ops.global_pool import gap_bprop, gap_finish, gap_partial, global_avg_pool_bprop, global_avg_pool_fprop
-from distnet.ops.optim import clip_coefficient, sum_of_squares
+from distnet.optim.clipping import clip_coefficient, sum_of_squares
 
 MPI_SIZES = (1, 2, 3, 4)
 N, C, H, W = 6, 3, 9, 10

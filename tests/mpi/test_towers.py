@@ -119,7 +119,7 @@ def test_conv_towers_on_a_grid_equal_single_process(comm, name):
     from distnet.geometry import tile_of
     from distnet.models import Model
     from distnet.ops.costs import SoftmaxCrossEntropy
-    from distnet.ops.learning_rules import Adam
+    from distnet.optim.rules import Adam
     from tests.towers_net import conv_tower_layers
     grid, T, npipe, ndata = CONV[name]
     rng = np.random.RandomState(5)

@@ -6,7 +6,7 @@ import pytest
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
 from distnet.experiments.run_notes import note_batch_size
-from distnet.ops.sgd import MomentumSchedule
+from distnet.optim.sgd import MomentumSchedule
 
 HEADER = """!obj:distnet.experiments.FitPredictErrorExperiment {
   backend: !obj:distnet.backends.Numpy {rng_seed: 0},
@@ -199,7 +199,7 @@ def test_nonsense_schedules_are_refused_at_their_line(schedule, needle):
 
 
 def test_multistep_schedule_as_a_library_refuses_what_it_used_to_round():
-    from distnet.ops.schedules import MultiStepSchedule
+    from distnet.optim.schedules import MultiStepSchedule
     for bad in ([2.5], ["30"], [True], [-1], [5, 3]):
         with pytest.raises(ConfigError, match="milestones"):
             MultiStepSchedule(bad)
@@ -298,7 +298,7 @@ def test_a_warmup_the_run_never_leaves_says_nothing_trains(tmp_path, restore_log
 
 
 def test_common_schedule_idioms_are_not_warned_about():
-    from distnet.ops.schedules import CosineSchedule, LinearWarmup, MultiStepSchedule, StepSchedule, unreached
+    from distnet.optim.schedules import CosineSchedule, LinearWarmup, MultiStepSchedule, StepSchedule, unreached
     assert unreached(CosineSchedule(10), 9) is None                 # T_max = the run's epochs
     assert unreached(CosineSchedule(280, start=40), 319) is None
     assert unreached(MultiStepSchedule([30, 60, 90]), 89) is None   # the last milestone: 1e-3 -> 1e-4
@@ -413,7 +413,7 @@ def test_a_step_decay_that_leaves_no_learning_rate_is_a_warning(tmp_path, restor
 
 
 def test_schedule_decay_checks_need_no_loop_over_steps():
-    from distnet.ops.schedules import CosineSchedule, MultiStepSchedule, StepSchedule, vanishes
+    from distnet.optim.schedules import CosineSchedule, MultiStepSchedule, StepSchedule, vanishes
     assert "at t = 7 " in vanishes(StepSchedule(1), 10**12)                # instant, not 1e12 steps
     assert vanishes(MultiStepSchedule([30, 60, 90]), 89) is None and vanishes(CosineSchedule(10), 9) is None
     assert vanishes(StepSchedule(30, gamma=1.5), 10**6) is None

@@ -1,11 +1,11 @@
-"""The fused optimiser kernels (distnet/ops/cuda/optim.py) give the array-module code's bits:
+"""The fused optimiser kernels (distnet/optim/kernels.py) give the array-module code's bits:
 SGD (plain, momentum, Nesterov) and Adam, with L2 or decoupled weight decay, several steps, in
 one launch per parameter and step."""
 import numpy as np
 import pytest
 
-from distnet.ops.optim import adam_step, sgd_step
-from distnet.ops.sgd import sgd_update
+from distnet.optim.adam import adam_step
+from distnet.optim.sgd import sgd_step, sgd_update
 from tests.backends import DEVICE_BACKENDS
 from tests.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend

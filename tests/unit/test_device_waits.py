@@ -20,8 +20,8 @@ from distnet.models import Model
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from distnet.ops.batchnorm import bn_stats_finish, bn_stats_partial, bn_update_running
 from distnet.ops.costs import CrossEntropy, SoftmaxCrossEntropy, SumSquaredDiffs
-from distnet.ops.learning_rules import Adam, AdamW, GradientDescent
-from distnet.ops.optim import clip_coefficient, scale, sum_of_squares
+from distnet.optim.rules import Adam, AdamW, GradientDescent
+from distnet.optim.clipping import clip_coefficient, scale, sum_of_squares
 from tests.backends import make_backend
 from tests import devicelike
 from tests.devicelike import xp

@@ -17,6 +17,8 @@ The layers, top to bottom; a module imports only its own layer and the ones abov
   3   geometry     ``distnet/geometry/``
   4   comm         ``distnet/comm/``
   5   ops          ``distnet/ops/``
+  5   optim        ``distnet/optim/`` (the optimisers: math on arrays like ops, on top of ops'
+                   kernel launcher; ops never import optim)
   6   layers       ``distnet/layers/``
   7   models       ``distnet/models/``
   7   experiments  ``distnet/experiments/``, and the top-level modules that serve a run or a
@@ -61,6 +63,7 @@ LAYERS = {
     "distnet.geometry": (3, "geometry"),
     "distnet.comm": (4, "comm"),
     "distnet.ops": (5, "ops"),
+    "distnet.optim": (5, "optim"),
     "distnet.layers": (6, "layers"),
     "distnet.models": (7, "models"),
     "distnet.experiments": (7, "experiments"),
@@ -72,7 +75,7 @@ LAYERS = {
     "distnet.__main__": (9, "cli"),
 }
 # Same level, one direction only: (importer, imported) pairs that are refused.
-SIDEWAYS_REFUSED = {("models", "experiments")}
+SIDEWAYS_REFUSED = {("models", "experiments"), ("ops", "optim")}
 
 # Third-party modules with one home.
 HOMES = {"mpi4py": ("distnet.comm", "distnet/comm/"), "cupy": ("distnet.backend", "distnet/backend.py")}

@@ -12,7 +12,7 @@ from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, Full
 from distnet.models import Model
 from distnet.ops.activations import Logistic, Softmax, Tanh
 from distnet.ops.costs import CrossEntropy, SumSquaredDiffs
-from distnet.ops.sgd import MomentumSchedule, sgd_update
+from distnet.optim.sgd import MomentumSchedule, sgd_update
 from tests.backends import make_backend
 from tests.numgrad import numerical_grad
 

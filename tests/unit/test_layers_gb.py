@@ -233,7 +233,10 @@ def test_pretrain_step_matches_oracle(tied, geom, backend_name):
     x = np.random.RandomState(5).rand(3, 2, 7, 8)
     W0 = on_host(layer, layer.W)
     layer.pretrain_mode(pool)
-    assert layer.learning_rate == 0.05 and (layer.decoder.V is layer.W) == tied
+    # encoder and decoder train at the pretraining rate; the layer keeps its own for later
+    rates = layer.pretrain_optimizer.rates
+    assert rates(layer, 1, 0) == rates(layer.decoder, 1, 0) == 0.05 and layer.learning_rate == 0.1
+    assert (layer.decoder.V is layer.W) == tied
     if not tied:   # an untied decoder starts as a copy of W; make it differ to test both paths
         layer.decoder.V[...] = dev(layer, np.random.RandomState(9).standard_normal(W0.shape))
     V0 = on_host(layer, layer.decoder.V)
@@ -243,8 +246,6 @@ def test_pretrain_step_matches_oracle(tied, geom, backend_name):
     np.testing.assert_allclose([r, s], [r_o, s_o], rtol=1e-12)
     np.testing.assert_allclose(on_host(layer, layer.W), W1, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(on_host(layer, layer.decoder.V), W1 if tied else V1, rtol=1e-11, atol=1e-13)
-    layer.train_mode()
-    assert layer.learning_rate == 0.1
 
 
 # -- the GB model ----------------------------------------------------------------------------------
@@ -326,7 +327,8 @@ def test_gb_fit_pretrains_then_trains(backend_name):
         ("LocalFilteringLayer3", 1)]
     assert m.pretrain_costs[1][2] < m.pretrain_costs[0][2]   # reconstruction improves
     assert len(costs) == 2 and all(np.isfinite(costs))
-    assert m.layers[0].learning_rate == 0.1 and m.layers[3].learning_rate == 0.1
+    # the supervised phase trains at the supervised rate, whatever pretraining used
+    assert [m.optimizer.rates(m.layers[i], m.steps, 1) for i in (0, 3)] == [0.1, 0.1]
 
 
 def _dropout_masks(model):

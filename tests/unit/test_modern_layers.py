@@ -21,7 +21,9 @@ from distnet.models.checkpoint import read_checkpoint, restore_checkpoint, save_
 from distnet.ops.activations import Identity
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.dropout import keep_mask, stream_key
-from distnet.ops.learning_rules import Adam, GradientDescent
+from distnet.optim.optimizer import Optimizer
+from distnet.optim.rates import LearningRates
+from distnet.optim.rules import Adam, GradientDescent
 from tests.numgrad import check_grad
 
 WI = {"type": "uniform", "low": -0.4, "high": 0.4}
@@ -153,11 +155,11 @@ def test_training_step_adam_with_clipping_equals_textbook():
     rule = Adam(learning_rate=0.05, max_grad_norm=1.5)
     step = TrainingStep(Topology.serial())
     for t, gs in enumerate(grads, 1):
-        def run(gs=gs):
+        def run(after_layer, gs=gs):
             for (_, p), g in zip(params, gs):
                 p.grad[...] = g
             return [np.zeros(1)]
-        step(run, params, rule=rule, step=t, epoch=0)
+        step(run, params, Optimizer(rule, LearningRates(rule=rule)), t, 0)
     # textbook: clip by the global norm, then Adam with bias correction
     w = [a.copy() for a in w0]
     m = [np.zeros_like(a) for a in w0]
@@ -183,7 +185,7 @@ def test_training_step_sgd_weight_decay_and_layer_rate():
     layer = _Layer(lr=0.3)                                   # the layer's rate wins over the rule's
     p = Param("w", w0.copy(), g.copy())
     rule = GradientDescent(learning_rate=0.1, momentum={"type": "constant", "coef": 0.9}, weight_decay=0.01)
-    TrainingStep(Topology.serial())(lambda: [], [(layer, p)], rule=rule)
+    TrainingStep(Topology.serial())(lambda after_layer: [], [(layer, p)], Optimizer(rule, LearningRates(rule=rule)))
     np.testing.assert_allclose(p.value, w0 - 0.3 * (g + 0.01 * w0), rtol=1e-14)   # L2 by default
     np.testing.assert_allclose(p.state["velocity"], -0.3 * (g + 0.01 * w0), rtol=1e-14)
 

@@ -14,7 +14,7 @@ from distnet.config import load_experiment, load_experiment_text
 from distnet.config.registry import resolve
 from distnet.errors import ConfigError
 from distnet.layers import FullyConnectedLayer, FullyConnectedNoBiasLayer, LocalFilteringLayer
-from distnet.ops.sgd import MomentumSchedule
+from distnet.optim.sgd import MomentumSchedule
 from tests import neon_files
 
 # files with seterr_handling {all: warn} make numpy warn about harmless underflows
@@ -84,7 +84,9 @@ def test_datapar_cnn_translation(folder):
     assert MomentumSchedule(fc.momentum_params)(0) == 0.9
     exp.check()
     exp.model.configure(exp.backend, Topology.serial())    # the training step's momentum per layer
-    assert exp.model.momentum_at(3)(conv1) == (0.0, False) and exp.model.momentum_at(0)(fc) == (0.9, False)
+    rule_of = exp.model.optimizer.rule_of
+    assert rule_of(conv1).momentum(3) == 0.0 and rule_of(fc).momentum(0) == 0.9 and not rule_of(fc).momentum.nesterov
+    assert rule_of(conv1) is not rule_of(fc) and rule_of(fc).neon_velocity      # neon's update, per layer
     # weight_init: !obj:params.UniformValGen without bias_init -> a Layer without bias (neon 2015)
     assert type(fc) is FullyConnectedNoBiasLayer and fc.weight_init == {"type": "uniform", "low": -0.1, "high": 0.1}
     assert out.weight_init == fc.weight_init       # the aliased generator

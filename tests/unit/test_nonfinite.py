@@ -210,7 +210,7 @@ def test_infinity_is_named_and_an_overflowing_sum_is_not_an_error(tmp_path, rest
 
 
 def test_a_nan_velocity_reaches_its_parameter_in_the_same_update():
-    from distnet.ops.sgd import sgd_update
+    from distnet.optim.sgd import sgd_update
     for nesterov in (False, True):
         w, g, v = np.zeros(3), np.ones(3), np.array([0.0, np.nan, 0.0])
         sgd_update(w, g, v, 0.1, 0.9, nesterov)

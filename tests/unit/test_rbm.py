@@ -82,7 +82,7 @@ def test_rbm_samples_are_bernoulli_of_the_stream():
               num_epochs=1, batch_size=6, learning_rate=0.1)
     W = W_ext_of(m.layers[0]).copy()
     u = stream(0, 0, 0, (1, 6, 3))
-    _, s = m.layers[0].cd_step(x, u, 0.1)
+    _, s = m.layers[0].cd_gradients(x, u)
     _, _, s_ref = ref_cd1(W, x, u[0], 0.1)
     np.testing.assert_array_equal(s, s_ref)
     assert 0 < s.sum() < s.size   # both outcomes occur: the comparison means something
@@ -132,7 +132,7 @@ def test_cd_k_runs_k_gibbs_steps():
               num_epochs=1, batch_size=5, learning_rate=0.2)
     W = W_ext_of(m.layers[0]).copy()
     u = stream(0, 0, 0, (2, 5, 4))
-    m.layers[0].cd_step(x, u, 0.2)
+    m.cd_step(m.layers[0], x, u, 0)          # the model's rate: 0.2
     v = np.hstack([x, np.ones((5, 1))])
     p_plus = sigm(v @ W.T)
     s = (p_plus > u[0]).astype(float)
@@ -225,6 +225,9 @@ def test_dbn_fine_tuning_is_backprop_through_the_stack():
     for layer, W in zip(layers, Ws):
         np.testing.assert_allclose(W_ext_of(layer), W, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
+    # the rates of each epoch (TensorBoard's): CD's of the machine trained, then fine-tuning's
+    assert [m.learning_rates(e) for e in range(4)] == [{"l0": 0.05}, {"l1": 0.05}, {"l0": lr, "l1": lr, "out": lr},
+                                                       {"l0": lr, "l1": lr, "out": lr}]
     assert m.misclass_rate(x, labels) == pytest.approx(
         100 * np.mean(m.predict(x).argmax(axis=1) != labels))
 

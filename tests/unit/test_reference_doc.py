@@ -10,7 +10,7 @@ from distnet.backend import Backend
 from distnet.config import registry
 from distnet.config.reference import MAPPINGS, reference_markdown
 from distnet.layers.params import _INIT_KEYS
-from distnet.ops import sgd
+from distnet.optim import sgd
 
 
 def _table(section):

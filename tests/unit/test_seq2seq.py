@@ -251,7 +251,7 @@ def test_device_backends_train_seq2seq_as_numpy(name, dtype, tmp_path):
     its checkpoint holds Adam's moments."""
     from distnet.experiments.seq2seq import Seq2SeqExperiment
     from distnet.models.checkpoint import read_checkpoint
-    from distnet.ops.learning_rules import Adam
+    from distnet.optim.rules import Adam
     from tests.backends import assert_agree, make_backend
 
     def run(backend, path=None):

@@ -5,7 +5,7 @@ learning rate at ``t`` is ``base_lr * f(t)``. Schedules compose by multiplicatio
 (``LinearWarmup(5) * CosineSchedule(95, start=5)``: a 5-step linear warm-up, then cosine decay
 over the next 95), or with :class:`ProductSchedule`. Each is a pure function of ``t`` (no hidden
 state), so a resumed run continues exactly and every rank computes the same number. The classes
-are also YAML objects (kind ``schedule``, see :mod:`distnet.ops.learning_rules`).
+are also YAML objects (kind ``schedule``, see :mod:`distnet.optim.rules`).
 
 Closed forms, matching PyTorch's schedulers where they exist (``torch.optim.lr_scheduler``):
 

@@ -1,17 +1,18 @@
-"""Optimiser steps in one launch per parameter: SGD (momentum, Nesterov) and Adam, each with L2
-or decoupled weight decay.
+"""Optimiser steps in one launch per parameter, on a device: SGD (momentum, Nesterov) and Adam,
+each with L2 or decoupled weight decay.
 
-The array-module code of :mod:`distnet.ops.optim` makes one launch per arithmetic step (up to 9
-for SGD with momentum and L2, 14 for Adam) for every parameter array, every step. Each kernel
-here does the same operations on one element per thread, in the same order and with the same
-roundings (scalars in the parameter's dtype, as numpy applies Python floats to an array; no
-contraction into fused multiply-adds: see :mod:`distnet.ops.cuda.launch`), so it gives the
+The array-module code of :mod:`distnet.optim.sgd` and :mod:`distnet.optim.adam` makes one launch
+per arithmetic step (up to 9 for SGD with momentum and L2, 14 for Adam) for every parameter
+array, every step. Each kernel here does the same operations on one element per thread, in the
+same order and with the same roundings (scalars in the parameter's dtype, as numpy applies
+Python floats to an array; no contraction into fused multiply-adds: see
+:mod:`distnet.ops.cuda.launch`, whose launch convention they follow), so it gives the
 array-module code's bits. ``g`` is left holding what the array-module code leaves there (it is
 scratch for the caller either way).
 """
 import math
 
-from .launch import Kernel
+from ..ops.cuda.launch import Kernel
 
 SGD = Kernel("distnet_sgd_step", r"""
 extern "C" __global__ void distnet_sgd_step(
@@ -65,7 +66,7 @@ extern "C" __global__ void distnet_adam_step(
 
 
 def sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled):
-    """:func:`distnet.ops.optim.sgd_step` (``weight_decay`` 0: :func:`distnet.ops.sgd.sgd_update`)
+    """:func:`distnet.optim.sgd.sgd_step` (``weight_decay`` 0: :func:`distnet.optim.sgd.sgd_update`)
     in one launch; ``v`` None: no momentum."""
     SGD(w.size, w, g, g if v is None else v, float(lr), float(mu), float(weight_decay),
         1.0 - lr * weight_decay, int(v is not None), int(bool(nesterov)),
@@ -73,7 +74,7 @@ def sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled):
 
 
 def adam_step(w, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2):
-    """:func:`distnet.ops.optim.adam_step` in one launch (``bc1``, ``bc2``: the bias corrections
+    """:func:`distnet.optim.adam.adam_step` in one launch (``bc1``, ``bc2``: the bias corrections
     ``1 - beta^t``)."""
     ADAM(w.size, w, g, m, v, float(beta1), float(beta2), float(weight_decay),
          1.0 - lr * weight_decay, 1.0 / math.sqrt(bc2), float(eps), lr / bc1,

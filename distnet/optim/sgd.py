@@ -1,14 +1,31 @@
-"""Stochastic gradient descent with momentum, and the momentum schedules of neon's YAML.
+"""Stochastic gradient descent with momentum (neon's form), weight decay, and the momentum
+schedules of neon's YAML.
 
 Update (every layer with weights, a distnet change: neon v0.4 applied momentum only in
 ``Layer``): ``v <- mu(e) * v - lr * G``; then ``W <- W + v`` (classical momentum) or
 ``W <- W + mu(e) * v - lr * G`` (nesterov). With ``mu = 0`` both are plain ``W <- W - lr * G``.
+With a constant ``lr`` this is exactly ``torch.optim.SGD`` (``b <- mu b + g``, ``w <- w - lr b``;
+``v = -lr b``); when ``lr`` changes between steps neon's form keeps the old velocity's scale (no
+``lr`` rescaling of momentum).
+
+Weight decay, two kinds (both with the ``weight_decay`` coefficient ``lambda``; Adam takes the
+same two, :mod:`distnet.optim.adam`):
+
+* **L2** (``decoupled=False``, the default, as in ``torch.optim.SGD`` / ``torch.optim.Adam``):
+  ``g <- g + lambda * w`` before the step, i.e. the gradient of ``lambda/2 |w|^2`` is added to
+  the loss gradient;
+* **decoupled** (``decoupled=True``, as ``torch.optim.AdamW`` and Loshchilov & Hutter's SGDW):
+  ``w <- w * (1 - lr * lambda)`` before the step, independent of the gradient.
+
+For plain SGD with a constant learning rate the two are the same update. Every step updates
+``w`` in place and uses ``g`` as scratch space (it holds no gradient afterwards): a step
+allocates nothing the size of ``w``, except the L2 term when no ``scratch`` array is given.
 """
 from ..backend import get_array_module
 from ..config.types import MOMENTUM
 from ..errors import ConfigError
-from .cuda import launch as cuda
-from .cuda import optim as cuda_optim
+from ..ops.cuda import launch as cuda
+from . import kernels
 
 _TYPES = ("constant", "linear_monotone", "nesterov")
 _KEYS = {"type", "coef", "initial_coef", "saturated_coef", "start_epoch", "saturate_epoch"}
@@ -72,7 +89,7 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
     ``lr * g`` temporary would be as large as the weights, every step).
     """
     if cuda.available(get_array_module(w)):     # one launch, the same roundings
-        cuda_optim.sgd_step(w, g, v, lr, mu, nesterov, 0.0, False)
+        kernels.sgd_step(w, g, v, lr, mu, nesterov, 0.0, False)
         return
     g *= lr                      # g := lr * G
     if v is None:
@@ -87,3 +104,38 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
         w += g                   # w += mu * v - lr * G
     else:
         w += v
+
+
+def add_l2(g, w, weight_decay, scratch=None):
+    """L2 weight decay into the gradient, in place: ``g += weight_decay * w`` (through
+    ``scratch``, shaped like ``w``, if given; otherwise one temporary)."""
+    if weight_decay:
+        xp = get_array_module(g, w)
+        if scratch is None:
+            g += weight_decay * w
+        else:
+            xp.multiply(w, weight_decay, out=scratch)
+            g += scratch
+
+
+def decay_weights(w, lr, weight_decay):
+    """Decoupled weight decay, in place: ``w *= 1 - lr * weight_decay``."""
+    if weight_decay:
+        w *= 1.0 - lr * weight_decay
+
+
+def sgd_step(w, g, v, lr, mu=0.0, nesterov=False, weight_decay=0.0, decoupled=False, scratch=None):
+    """One SGD step in place: :func:`sgd_update` after the weight decay (see the module docstring;
+    ``weight_decay`` 0: exactly :func:`sgd_update`'s arithmetic, neon's).
+
+    ``v``: velocity shaped like ``w``, or None when no momentum is used (``mu == 0``).
+    ``weight_decay``: L2 into the gradient (default) or decoupled (``decoupled=True``).
+    """
+    if cuda.available(get_array_module(w)):     # one launch, the same roundings
+        kernels.sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled)
+        return
+    if decoupled:
+        decay_weights(w, lr, weight_decay)
+    else:
+        add_l2(g, w, weight_decay, scratch)
+    sgd_update(w, g, v, lr, mu, nesterov)

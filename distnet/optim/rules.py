@@ -1,31 +1,32 @@
-"""Learning rules: the YAML objects that say how parameters are updated (kind
-``learning_rule``), built on the in-place steps of :mod:`distnet.ops.optim` and the schedules of
-:mod:`distnet.ops.schedules` (kind ``schedule``).
+"""Learning rules: the YAML objects that say how parameters are updated (kind ``learning_rule``:
+``GradientDescent``, ``Adam``, ``AdamW``), built on the in-place steps of :mod:`distnet.optim.sgd`
+and :mod:`distnet.optim.adam` and the schedules of :mod:`distnet.optim.schedules` (kind
+``schedule``). neon's own update (a model without ``learning_rule``: SGD with its momentum
+schedules) is one of them: :meth:`GradientDescent.neon`.
 
-A rule is stateless itself; the state of a parameter (velocity, Adam moments) lives in a dict of
-arrays shaped like that parameter (or its shard: the state is sharded like the parameter), made
-by :meth:`LearningRule.init_state` and named by :attr:`LearningRule.state_names` (for
-checkpoints). The caller (a model) does, once per optimiser step and for every parameter::
+A rule is stateless itself; the state of a parameter (velocity, Adam moments) lives with the
+parameter, in arrays shaped like it (or its shard: the state is sharded like the parameter),
+named by :attr:`LearningRule.state_names` (for checkpoints). For every parameter, once per
+optimiser step, the training step (:class:`distnet.layers.step.TrainingStep`) calls::
 
-    state = rule.init_state(w)                      # once, at set-up (or from a checkpoint)
-    rule.update(w, g, state, step, epoch, lr)       # g is scratch afterwards
+    rule.apply(p, lr, step, epoch)       # p: a Param; its grad is scratch afterwards
 
 with ``step`` the 1-based global count of optimiser steps including this one (restored on
-resume: Adam's bias correction and step-based schedules read it), ``epoch`` the 0-based epoch,
-``lr`` the layer's own ``learning_rate`` or None for the rule's. The learning rate used is
-``lr * prod(schedule factors at t)``, ``t = epoch`` or ``step - 1`` as ``schedule_unit`` says.
+resume: Adam's bias correction and step-based schedules read it), ``epoch`` the 0-based epoch
+(momentum schedules read it) and ``lr`` the parameter's learning rate of this step, resolved by
+:class:`distnet.optim.rates.LearningRates` (which reads the rule's ``learning_rate`` and
+:meth:`LearningRule.factor` among its sources). :meth:`LearningRule.update` is the same step on
+bare arrays.
 
-Clipping by global norm (``max_grad_norm``) spans all parameters, so the caller applies it
-before the updates: ``sq = sum_of_squares(owned gradient shards)``, one Allreduce(SUM) of
-``sq`` over the world, ``factor, norm = clip_coefficient(sq, rule.max_grad_norm)``,
-``scale(grads, factor)`` (:mod:`distnet.ops.optim`).
+Clipping by global norm (``max_grad_norm``) spans all parameters, so the training step applies
+it before the updates (:mod:`distnet.optim.clipping`).
 """
 from ..backend import get_array_module
 from ..config.types import MOMENTUM, HalfOpenFraction, NonNegative, Positive
 from ..errors import ConfigError
-from .optim import adam_step, sgd_step
+from .adam import adam_step
 from .schedules import ProductSchedule, Schedule
-from .sgd import MomentumSchedule
+from .sgd import MomentumSchedule, sgd_step
 
 _UNITS = ("epoch", "step")
 
@@ -58,24 +59,33 @@ class LearningRule:
             raise ConfigError(f"max_grad_norm must be > 0, got {max_grad_norm}", key="max_grad_norm")
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
 
-    def rate(self, step, epoch, lr=None):
-        """The learning rate of this step: ``lr`` (or the rule's ``learning_rate``) times the
-        schedules' factor at ``t`` (``epoch``, or ``step - 1`` with ``schedule_unit: step``)."""
-        base = self.learning_rate if lr is None else lr
-        if base is None:
-            raise ConfigError("no learning_rate: give one to the layer or to the learning rule",
-                              key="learning_rate")
+    def factor(self, step, epoch):
+        """The schedules' factor of this step (``prod f_i(t)``, ``t = epoch``, or ``step - 1`` with
+        ``schedule_unit: step``), or None without schedules."""
         if self.schedule is None:
-            return base
-        return base * self.schedule(epoch if self.schedule_unit == "epoch" else step - 1)
+            return None
+        return self.schedule(epoch if self.schedule_unit == "epoch" else step - 1)
 
     def init_state(self, w):
         """Zeroed state arrays shaped like ``w`` (a dict keyed by :attr:`state_names`)."""
         xp = get_array_module(w)
         return {name: xp.zeros_like(w) for name in self.state_names}
 
-    def update(self, w, g, state, step, epoch, lr=None):
-        """One in-place step of ``w`` with gradient ``g`` (scratch afterwards)."""
+    def state_of(self, p, epoch):
+        """The state arrays of parameter ``p`` (a :class:`~distnet.layers.params.Param`): its
+        ``state``, made by :meth:`init_state` on the first update (or restored from a checkpoint)."""
+        if p.state is None:
+            p.state = self.init_state(p.value)
+        return p.state
+
+    def apply(self, p, lr, step, epoch):
+        """One in-place step of parameter ``p`` (its ``value``, from its ``grad``, which is scratch
+        afterwards) at learning rate ``lr`` (see the module docstring)."""
+        self.update(p.value, p.grad, self.state_of(p, epoch), step, epoch, lr)
+
+    def update(self, w, g, state, step, epoch, lr):
+        """One in-place step of ``w`` with gradient ``g`` (scratch afterwards), ``state`` (a dict
+        of :attr:`state_names` arrays) and learning rate ``lr``."""
         raise NotImplementedError
 
 
@@ -90,19 +100,40 @@ class GradientDescent(LearningRule):
     ``max_grad_norm`` (clip the gradients' global norm first; default none)."""
 
     config_types = {"momentum": MOMENTUM}
+    #: Where the velocity lives (see :meth:`neon`): False, the rule's state (``Param.state``,
+    #: zeroed from the first step on; checkpoint key ``state/velocity``).
+    neon_velocity = False
 
     def __init__(self, learning_rate=None, momentum=None, **common):
         super().__init__(learning_rate, **common)
-        self.momentum = MomentumSchedule(momentum)
+        self.momentum = momentum if isinstance(momentum, MomentumSchedule) else MomentumSchedule(momentum)
+
+    @classmethod
+    def neon(cls, momentum=None):
+        """neon's update, that of a model without ``learning_rule``: this rule with ``momentum``
+        (a :class:`~distnet.optim.sgd.MomentumSchedule`: the model's, or a layer's own; None:
+        plain SGD), no weight decay and no schedule (:func:`~distnet.optim.sgd.sgd_step` is then
+        :func:`~distnet.optim.sgd.sgd_update`'s arithmetic), and neon's velocity: made at the
+        first step whose momentum is not 0 (the steps before it keep none, so they leave no
+        trace in it) and held in ``Param.velocity`` (checkpoint key ``velocity``)."""
+        rule = cls(momentum=momentum)
+        rule.neon_velocity = True
+        return rule
 
     @property
     def state_names(self):
         uses = self.momentum.kind == "linear_monotone" or self.momentum.coef != 0.0
         return ("velocity",) if uses else ()
 
-    def update(self, w, g, state, step, epoch, lr=None):
-        rate = self.rate(step, epoch, lr)
-        sgd_step(w, g, state.get("velocity"), rate, self.momentum(epoch), self.momentum.nesterov,
+    def state_of(self, p, epoch):
+        if not self.neon_velocity:
+            return super().state_of(p, epoch)
+        if p.velocity is None and self.momentum(epoch) != 0.0:
+            p.velocity = get_array_module(p.value).zeros_like(p.value)
+        return {} if p.velocity is None else {"velocity": p.velocity}
+
+    def update(self, w, g, state, step, epoch, lr):
+        sgd_step(w, g, state.get("velocity"), lr, self.momentum(epoch), self.momentum.nesterov,
                  self.weight_decay, self.decoupled)
 
 
@@ -126,9 +157,9 @@ class Adam(LearningRule):
             raise ConfigError(f"epsilon must be > 0, got {epsilon}", key="epsilon")
         self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
 
-    def update(self, w, g, state, step, epoch, lr=None):
-        adam_step(w, g, state["m"], state["v"], step, self.rate(step, epoch, lr), self.beta1, self.beta2,
-                  self.epsilon, self.weight_decay, self.decoupled)
+    def update(self, w, g, state, step, epoch, lr):
+        adam_step(w, g, state["m"], state["v"], step, lr, self.beta1, self.beta2, self.epsilon,
+                  self.weight_decay, self.decoupled)
 
 
 class AdamW(Adam):

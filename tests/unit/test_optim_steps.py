@@ -1,4 +1,4 @@
-"""distnet.ops.optim and distnet.ops.schedules: in-place steps against textbook per-element
+"""distnet.optim's steps (sgd, adam, clipping) and schedules: in-place steps against textbook per-element
 loops (several steps, weight decay of both kinds), against PyTorch where it is installed, and
 clipping by global norm from shard sums; on every array backend."""
 import math
@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from distnet.errors import ConfigError
-from distnet.ops.optim import (adam_step, adamw_step, clip_coefficient, scale, sgd_step,
-                               sum_of_squares)
-from distnet.ops.schedules import (ConstantSchedule, CosineSchedule, LinearWarmup, MultiStepSchedule,
-                                   ProductSchedule, StepSchedule)
+from distnet.optim.adam import adam_step, adamw_step
+from distnet.optim.clipping import clip_coefficient, scale, sum_of_squares
+from distnet.optim.schedules import (ConstantSchedule, CosineSchedule, LinearWarmup, MultiStepSchedule,
+                                     ProductSchedule, StepSchedule)
+from distnet.optim.sgd import sgd_step
 from tests.backends import make_backend
 
 
