@@ -81,7 +81,7 @@ class Dataset:
     repo_path : str
         Data root (``~`` expanded). Required by MNIST and CIFAR10.
     sample_pct : number in (0, 100], default 100
-        Percentage of training images kept (module docstring).
+        Percentage of training images kept (:mod:`distnet.data.selection`).
     serialized_path : str or None
         Per-rank cache file (``.h5``, ``.hdf5`` or ``.pkl``) with ``{rank}``/``{size}`` or
         ``<rank>``/``<size>`` placeholders (:mod:`~distnet.data.cache`).
