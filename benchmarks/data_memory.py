@@ -69,7 +69,7 @@ def make_file(path, n_train, seed=0):
 
     labels = {"train": rng.randint(0, 10, n_train), "test": rng.randint(0, 10, n_test)}
     write(path, {"train": (n_train, (3, 256, 256), np.uint8), "test": (n_test, (3, 256, 256), np.uint8)},
-           fill, labels, [str(k) for k in range(10)], "random", seed, 0.0, 0.0)
+          fill, labels, [str(k) for k in range(10)], "random", seed, 0.0, 0.0)
 
 
 def warm_page_cache(path):
