@@ -155,9 +155,10 @@ class H5Source(Source):
         positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
         out = self._out(len(rows), tile, out)
         a = n = 0
+        box = cut(tile)[1:]     # every channel, the tile's box over the spatial axes
         try:
             for a, at, n in _runs(rows, positions):   # one hyperslab per run of consecutive rows
-                ds.read_direct(out, cut(tile, rows=slice(a, a + n)), np.s_[at:at + n])
+                ds.read_direct(out, (slice(a, a + n),) + box, np.s_[at:at + n])
         except (OSError, ValueError, RuntimeError) as e:
             raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{a + n - 1}): "
                             f"{str(e).splitlines()[0]}") from None
