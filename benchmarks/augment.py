@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from distnet.datasets.augment import Augmentation, AugmentedArray
+from distnet.data.augment import Augmentation, AugmentedArray
 from distnet.geometry import tile_of
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 def measure(path, how):
     """In this process: ``{"seconds", "peak_mib", "mean", "std"}`` of ``how`` (blocks | whole)."""
     import h5py
-    from distnet.datasets.stats import channel_stats
+    from distnet.data.stats import channel_stats
     with h5py.File(path, "r") as f:
         t = time.perf_counter()
         if how == "blocks":

@@ -58,7 +58,7 @@ CONFIGS = [  # name, ranks, extra experiment keys, dist_mode
 
 def make_file(path, n_train, seed=0):
     """Random uint8 images (3, 256, 256), 10 classes, written in blocks (memory flat)."""
-    from distnet.datasets.convert import _write
+    from distnet.convert.writer import write
     n_test = max(1, n_train // 5)
     rng = np.random.RandomState(seed)
 
@@ -68,8 +68,8 @@ def make_file(path, n_train, seed=0):
             dset[a:a + n] = rng.randint(0, 256, (n, 3, 256, 256), dtype=np.uint8)
 
     labels = {"train": rng.randint(0, 10, n_train), "test": rng.randint(0, 10, n_test)}
-    _write(path, {"train": (n_train, (3, 256, 256), np.uint8), "test": (n_test, (3, 256, 256), np.uint8)},
-           fill, labels, [str(k) for k in range(10)], "random", seed, 0.0, 0.0)
+    write(path, {"train": (n_train, (3, 256, 256), np.uint8), "test": (n_test, (3, 256, 256), np.uint8)},
+          fill, labels, [str(k) for k in range(10)], "random", seed, 0.0, 0.0)
 
 
 def warm_page_cache(path):

@@ -2,8 +2,8 @@
 
 The promise: a distributed run gives the same numbers as the single-process run, up to
 floating-point summation order. See README.md, and docs/design.md#layers-of-the-code for the
-layer map (config -> backend -> geometry -> comm -> ops -> layers -> models/experiments ->
-datasets -> cli).
+layer map (config -> backend -> geometry -> comm -> two wings, ops -> layers -> models and
+data -> datasets, joined by experiments -> convert -> cli).
 """
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distnet.datasets import idx
+from distnet.data import idx
 
 ROOT = Path(__file__).resolve().parent.parent
 LATER = sorted((ROOT / "tests" / "data" / "neon_later").glob("*.yaml"))

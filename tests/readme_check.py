@@ -285,7 +285,7 @@ class Session:
 
     def prepare_data(self):
         """The MNIST sample in ``datasets/`` (what ``distnet data mnist-sample datasets`` writes)."""
-        from distnet.datasets import write_mnist_sample
+        from distnet.convert.sample import write_mnist_sample
         write_mnist_sample(str(self.dir / "datasets"))
 
     def close(self):

@@ -112,7 +112,7 @@ def _demo_images_h5(folder):
     """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
     import importlib.util
     pytest.importorskip("PIL")
-    from distnet.datasets.convert import convert
+    from distnet.convert import convert
     spec = importlib.util.spec_from_file_location("demo", ROOT / "experiments" / "make_demo_images.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

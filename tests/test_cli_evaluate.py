@@ -162,7 +162,7 @@ def test_predict_and_evaluate_with_data_replicas_equal_one_process(trained):
 def test_predict_onto_a_full_disk_is_one_line(trained, tmp_path, monkeypatch):
     """h5py's ENOSPC text runs over two lines (time, file descriptor, buffer address)."""
     from click.testing import CliRunner
-    import distnet.datasets.arrays as arrays
+    import distnet.data.predict_files as arrays
     from distnet.cli.main import main
     d, exp, dist, run, proc = trained
 

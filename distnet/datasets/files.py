@@ -2,17 +2,17 @@
 a validation split, node-local caches.
 
 :class:`FileDataset` is the base of :class:`~distnet.datasets.HDF5Dataset` and
-:class:`~distnet.datasets.NumpyDataset`; subclasses give :meth:`~FileDataset.sources` (split ->
-:class:`~distnet.datasets.sources.Source`). :meth:`~FileDataset.load` returns
+:class:`~distnet.datasets.NumpyDataset`; subclasses give :meth:`~FileDataset.file_sources` (split ->
+:class:`~distnet.data.sources.Source`). :meth:`~FileDataset.load` returns
 ``{'train': (x, y), 'test': (x, y)}`` (+ ``'valid'`` when there is a validation split) where ``x``
-is either an ``(N, C, h, w)`` array (in memory) or a :class:`~distnet.datasets.stream.StreamArray`
+is either an ``(N, C, h, w)`` array (in memory) or a :class:`~distnet.data.stream.StreamArray`
 (read per minibatch), which the models index the same way.
 
 Row selection, in this order: the validation split is the file's ``valid`` group if it has one,
-else ``valid_fraction`` of the training images (``round(N * valid_fraction)`` of them, chosen by
-``np.random.RandomState(0).permutation(N)``, kept in file order) held out of train; then
-``sample_pct`` keeps a subset of the remaining training images exactly as for every dataset
-(:mod:`.base`). With neither key, train is the file's rows in file order, as before.
+else ``valid_fraction`` of the training images held out of train; then ``sample_pct`` keeps a
+subset of the remaining training images exactly as for every dataset
+(:func:`distnet.data.selection.split_rows`). With neither key, train is the file's rows in file
+order, as before.
 """
 import contextlib
 import logging
@@ -22,16 +22,17 @@ import re
 import numpy as np
 
 from ..config.builder import config_error
+from ..data import cache
+from ..data.checks import labels_problem
+from ..data.fingerprints import crc, sampled_rows, shape_text
+from ..data.header import header_sources
+from ..data.scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
+from ..data.selection import split_rows
+from ..data.sources import H5Source, whole
+from ..data.stream import StreamArray, check_source_finite
 from ..errors import ConfigError, DataError
-from ..geometry.partition import Box
 from ..log import warn_once_per_job
-from . import cache
-from .base import Dataset, sample_indices
-from .checks import labels_problem
-from .scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
-from .shared import fetch_shared, header_sources
-from .sources import H5Source
-from .stream import StreamArray, check_source_finite
+from .base import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,6 @@ _PLACEHOLDER = re.compile(r"\{(rank|size)(:[^}]*)?\}|<(rank|size)>")
 IN_MEMORY_AUTO_BYTES = 256 * 2**20
 #: Environment variable naming a node-local folder for per-rank caches (like the key cache_dir).
 CACHE_DIR_ENV = "DISTNET_CACHE_DIR"
-#: Seed of the validation hold-out (valid_fraction): fixed, independent of the model's seed.
-VALID_SEED = 0
 
 
 def parse_in_memory(value):
@@ -61,7 +60,7 @@ def parse_in_memory(value):
 class FileDataset(Dataset):
     """Base of the datasets read from files (module docstring). Keys, besides
     :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``, ``normalize``
-    (:mod:`~distnet.datasets.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
+    (:mod:`~distnet.data.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
     ``valid_fraction``, ``cache_dir``."""
 
     #: scale (number or "a/b"), mean / std (number or list) and in_memory (auto/true/false) are
@@ -93,21 +92,12 @@ class FileDataset(Dataset):
     def sources(self):
         """``{split: Source}`` for ``train``, ``test`` and (if stored) ``valid``: the files'
         (:meth:`file_sources`), or where another rank reads them (``read: root`` / ``node``) the
-        reader's header (:class:`~distnet.datasets.shared.HeaderSource`: shapes and labels, no
-        pixels) and, while the data are being prepared, the tiles received."""
-        if self._held is not None:
-            return self._held
+        reader's header (:class:`~distnet.data.header.HeaderSource`: shapes and labels, no
+        pixels)."""
         header = self.shared_header()
-        if header is None or (self.reader().is_reader and not header.get("from_cache")):
+        if header is None or self.reading.opens_files():
             return self.file_sources()
         return header_sources(header)
-
-    def file_sources(self):
-        """``{split: Source}`` of the data files themselves."""
-        raise NotImplementedError
-
-    def reader_sources(self):
-        return self.file_sources()
 
     #: How messages call the data files.
     file_kind = "data file"
@@ -146,13 +136,12 @@ class FileDataset(Dataset):
 
     def fingerprint(self):
         """Per split: its shape and dtype, a CRC-32 of its labels and one of the pixels of
-        :data:`~distnet.datasets.checks.SAMPLED_IMAGES` evenly spaced images, read from the
+        :data:`~distnet.data.fingerprints.SAMPLED_IMAGES` evenly spaced images, read from the
         header, the labels and those rows (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
-        from .checks import crc, sampled_rows, shape_text
         out = []
         for split, src in sorted(self.sources().items()):
             rows = sampled_rows(int(src.shape[0]))
-            pixels = src.read(rows, Box(0, int(src.shape[2]), 0, int(src.shape[3]))) if rows.size else np.zeros(0)
+            pixels = src.read(rows, whole(src.shape[2:])) if rows.size else np.zeros(0)
             out += [(f"{split} images", shape_text(src.shape, src.dtype), crc(pixels)),
                     (f"{split} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64)))]
         return out
@@ -198,11 +187,6 @@ class FileDataset(Dataset):
             check_scaled(out, "images to predict", np.arange(len(x)), lambda i: x[i:i + 1], scaler)
         return out
 
-    def read_ahead(self, x):
-        """Streamed splits (:class:`StreamArray`) prefetch the scheduled minibatches."""
-        x = getattr(x, "stored", x)     # an AugmentedArray reads through its stored split
-        return x.schedule if isinstance(x, StreamArray) else None
-
     def check(self):
         """What can be checked from the file header, before any pixel is read: layout, labels,
         scaling keys. ``distnet check`` and every rank's setup call it. Images whose last axis
@@ -224,26 +208,9 @@ class FileDataset(Dataset):
                               self.source_files()[0], C, H, W)
 
     def split_rows(self, seed=0):
-        """``{split: file rows}`` in the order train, valid, test (module docstring)."""
-        srcs = self.sources()
-        n_train = srcs["train"].shape[0]
-        rows = {"test": np.arange(srcs["test"].shape[0])}
-        train = np.arange(n_train)
-        if "valid" in srcs:
-            rows["valid"] = np.arange(srcs["valid"].shape[0])
-        elif self.valid_fraction > 0:
-            n_valid = int(round(n_train * self.valid_fraction))
-            if not 0 < n_valid < n_train:
-                raise ConfigError(f"valid_fraction {self.valid_fraction} of {n_train} training images "
-                                  f"holds out {n_valid}: need at least 1 and leave 1", key="valid_fraction")
-            held = np.zeros(n_train, bool)
-            held[np.random.RandomState(VALID_SEED).permutation(n_train)[:n_valid]] = True
-            rows["valid"] = np.flatnonzero(held)
-            train = np.flatnonzero(~held)
-        if self.sample_pct != 100:
-            train = train[sample_indices(len(train), self.sample_pct, seed)]
-        rows["train"] = train
-        return {s: rows[s] for s in ("train", "valid", "test") if s in rows}   # the order runs print
+        """``{split: file rows}`` in the order train, valid, test (:func:`~distnet.data.selection.split_rows`)."""
+        counts = {s: src.shape[0] for s, src in self.sources().items()}
+        return split_rows(counts, self.valid_fraction, self.sample_pct, seed)
 
     def float_bytes(self, tile=None, dtype=np.float32):
         """Bytes of the rank's float arrays of every split (what in-memory mode holds)."""
@@ -261,10 +228,10 @@ class FileDataset(Dataset):
 
     def memory_per_rank(self, tile=None, batch_size=None, ndata=1, dtype=np.float32):
         """Data bytes one rank holds: ``{"memory", "stream", "mode"}`` — both ways
-        (:func:`~distnet.datasets.memory.data_memory`) and the mode ``in_memory`` chooses.
-        ``tile``: the rank's :class:`Box` (``rank_tile(grid, coords)``; None: whole images);
+        (:func:`~distnet.data.memory.data_memory`) and the mode ``in_memory`` chooses.
+        ``tile``: the rank's :class:`~distnet.geometry.Box` (``rank_tile(grid, coords)``; None: whole images);
         ``batch_size``: the model's; ``ndata``: data replicas. Reads the file header only."""
-        from .memory import data_memory
+        from ..data.memory import data_memory
         tile = self._check_tile(tile)
         if self.augment is not None:    # the rank loads its tile's reach (every split: a bound)
             tile = self.augment.reach(tile, self.plane)
@@ -296,153 +263,71 @@ class FileDataset(Dataset):
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def _load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
+    def _load(self, tile, seed, dtype, rank, size, grid):
         """This rank's data of every split: arrays (in memory) or :class:`StreamArray` (streamed),
-        both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring)."""
-        dtype = np.dtype(dtype)
-        if dtype.kind != "f":
-            raise ConfigError(f"data dtype must be floating, got {dtype}", key="dtype")
-        tile = self._check_tile(tile)
-        if self.shared_header() is not None:
-            return self._load_shared(tile, seed, dtype, rank, size, grid)
+        both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring). The rows of
+        every split this rank uses come through the read strategy (:attr:`reading`); in memory
+        mode the float arrays are cached (``serialized_path``, ``cache_dir``)."""
         scaler = self.scaler()
         self.mode = self.choose_mode(tile, dtype)
+        rows = self.split_rows(seed)
         path = self.cache_path(rank, size, self.mode)
-        if self.mode == "memory":
-            def build():
-                return self._in_memory(tile, seed, dtype, scaler)
-            if path is None:
-                return build()
+        if self.mode == "stream":
+            return self._stream(tile, rows, path, rank, size, grid, scaler, dtype)
+        meta = None
+        if path is not None:
             meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
             meta["scaling"] = scaler.describe()
             meta["valid_fraction"] = self.valid_fraction
-            return cache.load_or_build(path, meta, build)
-        files = self.sources()
-        if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
-            # the key's value, the same on every rank: said once per job
-            warn_once_per_job(log, "%s: streamed data is cached in HDF5 only; not caching (give a .h5 "
-                              "name or cache_dir)", self.serialized_path)
-            path = None
-        rows = self.split_rows(seed)
-        srcs, tile_local = self._stream_sources(files, rows, tile, path, rank, size, grid, scaler, dtype)
-        for src in srcs.values() if srcs is files else ():    # (a tile cache has one image per chunk)
-            note = src.chunk_warning() if isinstance(src, H5Source) else None
-            if note:        # about the file every rank streams alike: once per job
-                warn_once_per_job(log, "%s", note)
-        out = {}
+        return self.reading.fetch(self.file_sources, self._stored_rows(rows), tile, path, meta,
+                                  lambda srcs: self._in_memory(srcs, rows, tile, dtype, scaler))
+
+    def _stored_rows(self, rows):
+        """``{stored split: increasing rows}`` that the splits ``rows`` read (a held-out
+        validation split reads rows of train)."""
+        stored, by_source = self.sources(), {}
         for split, r in rows.items():
-            src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
-            labels = self._labels(files.get(split, files["train"]), r)   # the file's, never a cache's
-            out[split] = (StreamArray(src, r, tile_local, scaler, dtype), labels)
-        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
-                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
-                 scaler.describe())
-        return out
+            by_source.setdefault(split if split in stored else "train", []).append(r)
+        return {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
 
-    def _header_cache_file(self):
-        """The reader's cache (float arrays, else its tile cache) that may hold the header."""
-        paths = [self.cache_path(*self.reader().world, m) for m in ("memory", "stream")]
-        return next((p for p in paths if p and os.path.isfile(p)), paths[0])
-
-    def _load_shared(self, tile, seed, dtype, rank, size, grid):
-        """:meth:`load` where another rank reads the files (``read: root`` / ``node``): the
-        rows of every split this rank uses, its tile of them received from the reader
-        (:func:`~distnet.datasets.shared.fetch_shared`), then the steps of ``read: every`` on
-        them; in memory mode the arrays are cached as there."""
-        header, reader = self.shared_header(), self.reader()
-        scaler = self.scaler()
-        self.mode = self.choose_mode(tile, dtype)
-        rows = self.split_rows(seed)
-        by_source = {}
-        for split, r in rows.items():   # a held-out validation split reads train rows
-            by_source.setdefault(split if split in header["splits"] else "train", []).append(r)
-        by_source = {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
-        path = meta = None
-        if self.mode == "memory":
-            path = self.cache_path(rank, size, "memory")
-            if path is not None:
-                meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
-                meta["scaling"] = scaler.describe()
-                meta["valid_fraction"] = self.valid_fraction
-        else:
-            path = self.cache_path(rank, size, "stream")
-            if path is not None and path.lower().endswith(cache.H5_EXTENSIONS):
-                return self._stream_shared(header, reader, tile, rows, path, rank, size, grid, scaler, dtype)
-            if path is not None:
-                warn_once_per_job(log, "%s: streamed data are cached in HDF5 only; with read: %s they are "
-                                  "held in memory as stored (give a .h5 name or cache_dir)",
-                                  self.serialized_path, self.read)
-
-        def build(held):
-            self._held = held
-            try:
-                if self.mode == "memory":
-                    return self._in_memory(tile, seed, dtype, scaler)
-                out = {}
-                for split, r in rows.items():
-                    src = held.get(split, held["train"])
-                    with self._check_scaling():
-                        check_source_finite(src, r, tile, scaler=scaler, dtype=dtype)
-                    out[split] = (StreamArray(src, r, tile, scaler, dtype), self._labels(src, r))
-                return out
-            finally:
-                self._held = None
-        return fetch_shared(reader, header, self.file_sources, by_source, tile, path, meta, build,
-                            self.chunk_bytes)
-
-    def _stream_shared(self, header, reader, tile, rows, path, rank, size, grid, scaler, dtype):
-        """Streaming where another rank reads the files, with a cache: this rank's tile cache at
-        ``path``, written from the reader's stream a chunk at a time (or used as it is), then
-        streamed from as ``read: every`` streams from its tile cache."""
-        from .shared import fetch_tile_cache
-        meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
-        for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
-            del meta[key]
-        meta["kind"] = "tile"
-        srcs = fetch_tile_cache(reader, header, self.file_sources, tile, path, meta, self.chunk_bytes)
-        local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
-        out = {}
-        for split, r in rows.items():
-            src = srcs.get(split, srcs["train"])
-            with self._check_scaling():
-                check_source_finite(src, r, local, scaler=scaler, dtype=dtype)
-            out[split] = (StreamArray(src, r, local, scaler, dtype), self._labels(header_sources(header).get(
-                split, header_sources(header)["train"]), r))
-        return out
-
-    def _stream_sources(self, files, rows, tile, path, rank, size, grid, scaler, dtype):
-        """``(sources, tile in them)`` to stream ``rows`` of every split from: the data files, or
-        this rank's tile cache at ``path``. Float pixels are checked for NaN / inf (in blocks),
-        as stored and scaled (:meth:`_check_scaling`); a cache failing the check while the file
-        passes it was changed behind its metadata and is rebuilt once, with a warning."""
+    def _stream(self, tile, rows, path, rank, size, grid, scaler, dtype):
+        """Streamed splits (:class:`StreamArray`): from this rank's tile cache at ``path`` when
+        there is one (:meth:`~distnet.data.reading.Reading.tile_cache`), else from what the read
+        strategy gives (the data files, or the tile received from the reader, held as stored).
+        Float pixels are checked for NaN / inf (in blocks), as stored and scaled
+        (:meth:`_check_scaling`)."""
         def check(srcs, t):
             for split, r in rows.items():
                 with self._check_scaling():
                     check_source_finite(srcs.get(split, srcs["train"]), r, t, scaler=scaler, dtype=dtype)
+        if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
+            # the key's value, the same on every rank: said once per job
+            warn_once_per_job(log, "%s: streamed data is cached in HDF5 only; %s (give a .h5 name or cache_dir)",
+                              self.serialized_path, self.reading.without_tile_cache)
+            path = None
+        srcs = None
         if path is not None:
             meta = self.cache_metadata(tile, 0, np.float64, rank, size, grid)
             for key in ("seed", "sample_pct", "dtype"):   # the tile cache holds every row as stored
                 del meta[key]
             meta["kind"] = "tile"
-            local = Box(0, tile.y1 - tile.y0, 0, tile.x1 - tile.x0)
-            for attempt in range(2):
-                cached = cache.tile_cache(path, meta, files, tile)
-                if cached is None:
-                    break
-                try:
-                    check(cached, local)
-                    return cached, local
-                except (DataError, ConfigError) as e:   # NaN / inf, as stored or scaled
-                    for src in cached.values():
-                        src.close()
-                    check(files, tile)      # bad data (or scaling) of the file itself: name the file
-                    if attempt:
-                        raise
-                    log.warning("tile cache %s does not hold what %s does (%s); rebuilding it", path,
-                                self.source_files()[0], e)
-                    os.unlink(path)
-        check(files, tile)
-        return files, tile
+            srcs = self.reading.tile_cache(self.file_sources, tile, path, meta, check, self.source_files()[0])
+        if srcs is not None:
+            tile = whole(tile.shape)    # the cache holds the tile at its origin
+        else:
+            srcs = self.reading.rows(self.file_sources, self._stored_rows(rows), tile)
+            check(srcs, tile)
+            for src in srcs.values():   # (a tile cache has one image per chunk)
+                note = src.chunk_warning() if isinstance(src, H5Source) else None
+                if note:        # about the file every rank streams alike: once per job
+                    warn_once_per_job(log, "%s", note)
+        labels = self.sources()         # the file's (or the header's), never a cache's
+        out = {split: (StreamArray(srcs.get(split, srcs["train"]), r, tile, scaler, dtype),
+                       self._labels(labels.get(split, labels["train"]), r)) for split, r in rows.items()}
+        log.info("%s: streaming %s from %s (%s)", type(self).__name__,
+                 ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
+                 scaler.describe())
+        return out
 
     @contextlib.contextmanager
     def _check_scaling(self):
@@ -460,15 +345,16 @@ class FileDataset(Dataset):
         y = np.asarray(src.labels())
         return y[rows].astype(np.int64)
 
-    def _in_memory(self, tile, seed, dtype, scaler):
+    def _in_memory(self, srcs, rows, tile, dtype, scaler):
+        """``{split: (x, y)}`` in memory: the ``rows`` of every split read from ``srcs`` (what the
+        read strategy gave), ``tile`` cut, scaled to ``dtype`` and checked."""
         out = {}
-        srcs = self.sources()
-        for split, rows in self.split_rows(seed).items():
+        for split, r in rows.items():
             src = srcs.get(split, srcs["train"])    # a held-out validation split reads train rows
-            x = StreamArray(src, rows, tile, scaler, dtype).materialize()
+            x = StreamArray(src, r, tile, scaler, dtype).materialize()
             with self._check_scaling():
-                check_scaled(x, src.where(), rows, lambda i: src.read(rows[i:i + 1], tile), scaler)
-            out[split] = (x, self._labels(src, rows))
+                check_scaled(x, src.where(), r, lambda i: src.read(r[i:i + 1], tile), scaler)
+            out[split] = (x, self._labels(src, r))
         for src in srcs.values():
             src.close()
         return out

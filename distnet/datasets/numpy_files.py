@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 
+from ..data.checks import labels_problem
+from ..data.sources import ArraySource, npy_source
 from ..errors import ConfigError, DataError
 from .base import check_path
-from .checks import labels_problem
 from .files import FileDataset
-from .sources import ArraySource, npy_source
 
 _NPY_KEYS = ("train_x", "train_y", "test_x", "test_y", "valid_x", "valid_y")
 

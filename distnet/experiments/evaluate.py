@@ -110,7 +110,7 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     ``(probabilities (N, K), labels (N,))``, labels the argmax; the last layer's outputs, through
     the softmax where the cost takes logits (:meth:`~distnet.ops.costs.Cost.probabilities`). ``read_images(tile)`` returns this rank's part of the
     images as stored, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
-    None for whole images), e.g. :func:`distnet.datasets.arrays.read_images` of a file; the
+    None for whole images), e.g. :meth:`distnet.data.reading.Reading.read_images` of a file; the
     experiment's dataset turns them into the values it trained on (``prepare_images``: its
     ``scale``, ``mean`` and ``std``, or MNIST's division by 255). The result is
     the same on every rank (data replicas each compute their rows; one Allreduce over

@@ -6,7 +6,9 @@ import os
 from ..backend import Numpy, under_seterr_handling
 from ..config.builder import config_name
 from ..config.types import NonNegativeInt, PositiveInt
+from ..datasets.sequences import SequenceDataset
 from ..errors import ConfigError
+from ..models.seq2seq import Seq2Seq
 from ..ops.threads import KERNEL_VAR, THREAD_VARS, ThreadPlan, apply_plan
 from .base import Experiment, setup_experiment_logging
 from .threads import plan_threads
@@ -41,9 +43,9 @@ class Seq2SeqExperiment(Experiment):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         dataset = datasets[0]
-        if type(model).__name__ != "Seq2Seq":
+        if not isinstance(model, Seq2Seq):
             raise ConfigError(f"Seq2SeqExperiment trains a Seq2Seq model, got {config_name(model)}", key="model")
-        if type(dataset).__name__ != "SequenceDataset":
+        if not isinstance(dataset, SequenceDataset):
             raise ConfigError(f"Seq2SeqExperiment takes a SequenceDataset, got {type(dataset).__name__}",
                               key="datasets")
         for k, v in (("data", data), ("pipe", pipe)):

@@ -33,7 +33,7 @@ def _pictures(root):
 def converted(comm, tmp_path_factory):
     root = None
     if comm.rank == 0:
-        from distnet.datasets.convert import convert
+        from distnet.convert import convert
         root = str(tmp_path_factory.mktemp("norm"))
         _pictures(os.path.join(root, "imgs"))
         convert(os.path.join(root, "imgs"), os.path.join(root, "d.h5"), size="12x10", resize="crop",

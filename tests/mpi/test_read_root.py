@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from distnet.comm.root_read import job_reader
+from distnet.data.idx import write_idx
+from distnet.data.stream import StreamArray
 from distnet.datasets import CIFAR10, MNIST, HDF5Dataset, NumpyDataset
-from distnet.datasets.idx import write_idx
-from distnet.datasets.stream import StreamArray
 from distnet.geometry.partition import tile_of
 
 MPI_SIZES = (2, 4)
@@ -73,7 +73,7 @@ def _write_converted(folder):
 
     from PIL import Image
 
-    from distnet.datasets.convert import convert_image_folder
+    from distnet.convert.images import convert_image_folder
     rng = np.random.RandomState(5)
     for c in ("cat", "dog", "eel"):
         os.makedirs(f"{folder}/imgs/{c}")
@@ -177,7 +177,7 @@ def test_caches_then_no_data(comm, tmp_path_factory, in_memory):
 def test_a_read_failing_half_way_stops_every_rank(comm, tmp_path_factory, monkeypatch):
     """The reader's file fails after the first chunk (a bad disk, a truncated copy): every rank
     raises the reader's error at that chunk; none waits for pixels."""
-    from distnet.datasets.sources import H5Source
+    from distnet.data.sources import H5Source
     from distnet.errors import DataError
     real, mine = _folder(comm, tmp_path_factory)
     if comm.rank == 0:

@@ -30,7 +30,7 @@ def _images(root):
 def converted(comm, tmp_path_factory):
     root = None
     if comm.rank == 0:
-        from distnet.datasets.convert import convert
+        from distnet.convert import convert
         root = str(tmp_path_factory.mktemp("data"))
         _images(os.path.join(root, "imgs"))
         convert(os.path.join(root, "imgs"), os.path.join(root, "d.h5"), valid_fraction=0.2, seed=1)

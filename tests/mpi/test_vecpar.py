@@ -11,6 +11,7 @@ import pytest
 
 from distnet.backend import Numpy64
 from distnet.comm import Topology
+from distnet.data.sources import ArraySource
 from distnet.datasets.base import Dataset
 from distnet.errors import ConfigError
 from distnet.experiments.fit import FitPredictErrorExperiment
@@ -129,7 +130,8 @@ def test_mlpdist_refuses_other_layers():
 # -- dist_mode through the experiment ------------------------------------------------------------
 
 class Synthetic(Dataset):
-    """Random images ``(C, H, W)`` (23 train, 9 test), the same on every rank; cut to the tile."""
+    """Random images ``(C, H, W)`` (23 train, 9 test), the same on every rank (the dataset cuts
+    each rank's tile)."""
 
     repo_required = False
     scale_255 = False
@@ -139,12 +141,12 @@ class Synthetic(Dataset):
     def source_files(self):
         return []
 
-    def _read(self, tile):
+    def file_sources(self):
         rng = np.random.RandomState(5)
         out = {}
         for split, n in (("train", N), ("test", 9)):
             x, y = rng.standard_normal((n, C, H, W)), rng.randint(0, K, n)
-            out[split] = (self.cut(x, tile), y)
+            out[split] = ArraySource("synthetic", split, x, y)
         return out
 
 

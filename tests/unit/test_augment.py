@@ -1,11 +1,11 @@
-"""Augmentation of the training split (distnet.datasets.augment): each transform against a direct
+"""Augmentation of the training split (distnet.data.augment): each transform against a direct
 numpy oracle (np.pad, a slice, a flip), the draws against their stated hash function, tiles and
 their reach, and the dataset hooks (in memory and streamed, train only, config errors)."""
 import numpy as np
 import pytest
 
 from distnet.config import load_experiment_text
-from distnet.datasets.augment import Augmentation, draw_hash
+from distnet.data.augment import Augmentation, draw_hash
 from distnet.errors import ConfigError
 from distnet.geometry import tile_of
 from distnet.geometry.partition import Box
@@ -224,7 +224,7 @@ def test_memory_per_rank_counts_the_reach(tmp_path):
 
 
 def test_the_loop_sets_the_epoch_for_the_steps_only(tmp_path, monkeypatch):
-    from distnet.datasets.augment import AugmentedArray
+    from distnet.data.augment import AugmentedArray
     calls = []
     original = AugmentedArray.set_epoch
     monkeypatch.setattr(AugmentedArray, "set_epoch", lambda self, e: (calls.append(e), original(self, e)))

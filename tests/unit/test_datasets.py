@@ -7,8 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from distnet.datasets import CIFAR10, MNIST, sample_indices
-from distnet.datasets import idx
+from distnet.data import idx
+from distnet.data.selection import sample_indices
+from distnet.datasets import CIFAR10, MNIST
 from distnet.errors import ConfigError, DataError
 from distnet.geometry.partition import Box, grid_coords, tile_of
 

@@ -10,14 +10,15 @@ import h5py
 import numpy as np
 import pytest
 
-from distnet.datasets import MNIST, HDF5Dataset, fill_placeholders
-from distnet.datasets import cache, idx
+from distnet.data import cache, idx
+from distnet.data.cache import fill_placeholders
+from distnet.datasets import MNIST, HDF5Dataset
 from distnet.errors import ConfigError, DataError
 from distnet.geometry.partition import Box, tile_of
 
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-LOGGER = "distnet.datasets.cache"
+LOGGER = "distnet.data.cache"
 FIELDS = ("format_version", "dataset", "sources", "sample_pct", "seed", "dtype", "tile", "grid",
           "plane", "rank", "size")
 
@@ -38,9 +39,9 @@ def data_dir(tmp_path):
 
 def no_reads(monkeypatch):
     """Make any read of the source fail, to prove a load came from the cache."""
-    def boom(self, tile):
+    def boom(self):
         raise AssertionError("the source was read")
-    monkeypatch.setattr(MNIST, "_read", boom)
+    monkeypatch.setattr(MNIST, "file_sources", boom)
 
 
 def assert_same(a, b):
@@ -319,9 +320,9 @@ def test_failed_write_leaves_no_file(tmp_path):
 def test_failed_build_writes_nothing(data_dir, tmp_path, monkeypatch):
     path = str(tmp_path / "out" / "c.h5")
 
-    def boom(self, tile):
+    def boom(self):
         raise DataError("source broke")
-    monkeypatch.setattr(MNIST, "_read", boom)
+    monkeypatch.setattr(MNIST, "file_sources", boom)
     with pytest.raises(DataError, match="source broke"):
         MNIST(repo_path=data_dir, serialized_path=path).load()
     assert not os.path.exists(path)
@@ -353,7 +354,7 @@ def test_a_stale_temporary_of_a_killed_write_is_removed_even_when_the_cache_is_u
 def test_a_full_disk_is_a_one_line_warning(data_dir, tmp_path, caplog, monkeypatch):
     """h5py's ENOSPC error spans two lines (its errno, time, file descriptor, buffer address...)."""
     import errno
-    from distnet.datasets import cache
+    from distnet.data import cache
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "Can't close file (file write failed: time = ...\n, filename = ...)")

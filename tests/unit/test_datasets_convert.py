@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from distnet.cli.main import main
 from distnet.datasets import HDF5Dataset
-from distnet.datasets.convert import convert, parse_size
+from distnet.convert import convert
+from distnet.convert.decode import parse_size
 from distnet.errors import DataError, OptionError
 
 Image = pytest.importorskip("PIL.Image")
@@ -194,11 +195,11 @@ def test_a_full_disk_is_one_line_before_writing(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"cannot write .*d.h5: it needs about 0.0\d MiB but .* has 0.00 MiB free"):
         convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
     monkeypatch.undo()
-    import distnet.datasets.convert as conv
+    import distnet.convert.images as conv
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "Driver write request failed (file write failed: ...\n...)")
-    monkeypatch.setattr(conv, "_decode", full)
+    monkeypatch.setattr(conv, "decode_image", full)
     with pytest.raises(DataError, match=r"^cannot write .*d.h5: No space left on device$"):
         convert(tmp_path / "imgs", tmp_path / "d.h5", test_fraction=0.25)
     assert os.listdir(tmp_path) == ["imgs"]
@@ -587,7 +588,7 @@ def test_predictions_name_the_class_of_every_label(tmp_path):
     assert all(r[1] == names[int(r[0])] and len(r) == 5 for r in rows[1:])
     with h5py.File(tmp_path / "p.h5") as f:
         assert list(f["labels"].attrs["class_names"]) == ["cat", "dog", "eel, the fish"]
-    from distnet.datasets.arrays import write_predictions
+    from distnet.data.predict_files import write_predictions
     write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.9, 0.0]]), np.array([1]))   # no names
     assert (tmp_path / "q.csv").read_text().splitlines() == ["label,p0,p1,p2", "1,0.1,0.9,0"]
     write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.0, 0.9]]), np.array([2]),

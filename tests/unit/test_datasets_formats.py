@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from distnet.datasets import CIFAR10, HDF5Dataset
-from distnet.datasets import safe_pickle
+from distnet.data import safe_pickle
 from distnet.errors import ConfigError, DataError
 from distnet.geometry.partition import Box, grid_coords, tile_of
 
@@ -237,7 +237,7 @@ def test_splits_stored_in_other_dtypes_are_refused(tmp_path):
     with pytest.raises(DataError, match=r"xt.npy \(test\) stores float64 values but .*x.npy \(train\) uint8"):
         NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),
                      test_x=str(tmp_path / "xt.npy"), test_y=str(tmp_path / "y.npy"), scale=1).image_shape
-    from distnet.datasets.convert import convert       # it cast the float test images to uint8 (zeros)
+    from distnet.convert import convert       # it cast the float test images to uint8 (zeros)
     np.savez(tmp_path / "d.npz", x_train=np.zeros((4, 1, 4, 4), np.uint8), y_train=np.zeros(4, int),
              x_test=np.full((2, 1, 4, 4), 0.5), y_test=np.zeros(2, int))
     with pytest.raises(DataError, match=r"d.npz: test images are float64 but train images uint8"):
@@ -308,7 +308,7 @@ def test_labels_that_are_not_class_indices_say_what_they_look_like(tmp_path, lab
     """Labels as a pandas / Keras pipeline leaves them: the error says how to store them; class
     names were a numpy UFuncTypeError traceback from NumpyDataset."""
     from distnet.datasets import NumpyDataset
-    from distnet.datasets.convert import convert
+    from distnet.convert import convert
     np.save(tmp_path / "x.npy", np.zeros((4, 1, 3, 3), np.float32))
     np.save(tmp_path / "y.npy", labels)
     ds = NumpyDataset(train_x=str(tmp_path / "x.npy"), train_y=str(tmp_path / "y.npy"),

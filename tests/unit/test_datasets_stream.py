@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from distnet.config import load_experiment_text
-from distnet.datasets import HDF5Dataset, NumpyDataset, StreamArray
+from distnet.data.stream import StreamArray
+from distnet.datasets import HDF5Dataset, NumpyDataset
 from distnet.errors import ConfigError, DataError
 from distnet.geometry import tile_of
 from tests.tiny import CNN, GB, experiment
@@ -219,7 +220,7 @@ def test_a_file_truncated_or_rewritten_while_streaming_is_an_error(tmp_path):
 
 
 def test_memory_per_rank(tmp_path):
-    from distnet.datasets.memory import data_memory
+    from distnet.data.memory import data_memory
     m = data_memory({"train": 2000, "test": 500}, 3, (128, 128), 4, 1, batch_size=32, ndata=2)
     assert m["memory"] == 2500 * (3 * 128 * 128 * 4 + 8)
     assert m["stream"] == 2500 * 16 + 16 * 3 * 128 * 128 * (4 * 4 + 1)
@@ -253,7 +254,7 @@ def test_cache_dir_per_rank(tmp_path, monkeypatch):
 
 def test_describe_memory(tmp_path):
     from distnet.datasets import MNIST
-    from distnet.datasets.memory import describe_memory
+    from distnet.data.memory import describe_memory
     path = str(write_uint8(tmp_path / "d.h5"))
     line = describe_memory(HDF5Dataset(path=path, scale=1, in_memory=False), tile_of((12, 10), (2, 2), (0, 0)),
                            batch_size=8, ndata=2, dtype="float64")
@@ -285,7 +286,7 @@ def test_a_tile_cache_without_room_streams_from_the_file(tmp_path, monkeypatch, 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 100, 100))
     ds = HDF5Dataset(path=path, scale=1, in_memory=False, cache_dir=str(tmp_path / "node"))
-    with caplog.at_level(logging.WARNING, logger="distnet.datasets.cache"):
+    with caplog.at_level(logging.WARNING, logger="distnet.data.tile_cache"):
         got = ds.load(tile=tile, dtype=np.float64, rank=1, size=2, grid=(2, 1))
     x = got["train"][0]
     np.testing.assert_array_equal(x[np.arange(len(x))], want["train"][0])
@@ -308,7 +309,7 @@ def test_a_tile_cache_edited_behind_its_metadata_is_not_trusted(tmp_path, caplog
     with h5py.File(cached, "a") as f:
         f["train/y"][3] = 7
         f["train/x"][2, 0, 0, 0] = np.nan
-    with caplog.at_level(logging.WARNING, logger="distnet.datasets.files"):
+    with caplog.at_level(logging.WARNING, logger="distnet.data.reading"):
         got = HDF5Dataset(path=str(path), in_memory=False, serialized_path=cached).load(dtype=np.float64)
     for split in ("train", "test"):
         x, y = got[split]

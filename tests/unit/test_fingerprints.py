@@ -13,8 +13,9 @@ import pytest
 
 from distnet.comm.abort import RemoteError
 from distnet.datasets import CIFAR10, MNIST, HDF5Dataset, NumpyDataset
-from distnet.datasets.checks import fingerprint_differences, same_data, sampled_rows
-from distnet.datasets.sequences import SequenceDataset, write_numbers
+from distnet.data.fingerprints import fingerprint_differences, same_data, sampled_rows
+from distnet.data.sequences import write_numbers
+from distnet.datasets.sequences import SequenceDataset
 from distnet.errors import DataError
 from tests.tiny import write_data
 from tests.unit.test_datasets import make_mnist

@@ -19,16 +19,22 @@ The layers, top to bottom; a module imports only its own layer and the ones abov
   5   ops          ``distnet/ops/``
   5   optim        ``distnet/optim/`` (the optimisers: math on arrays like ops, on top of ops'
                    kernel launcher; ops never import optim)
+  5   data         ``distnet/data/`` (the data engine: sources, read strategies, caches, ...)
   6   layers       ``distnet/layers/``
+  6   datasets     ``distnet/datasets/`` (the dataset kinds a YAML names)
   7   models       ``distnet/models/``
   7   experiments  ``distnet/experiments/``, and the top-level modules that serve a run or a
                    plan of one: ``plan/`` (plans a model's layers on a grid), ``faults.py``
                    (fault injection into training steps) and ``progress.py`` (the progress bar
                    a run reports to). One level with models, but experiments sit on models:
                    experiments may import models, models never import experiments.
-  8   datasets     ``distnet/datasets/``
+  8   convert      ``distnet/convert/`` (the converters of ``distnet data``)
   9   cli          ``distnet/cli/``, ``distnet/__main__.py``
 ====  ===========  ==========================================================================
+
+Two wings stand on comm: the model wing (ops, layers, models) and the data wing (data,
+datasets). Neither imports the other, at any level; experiments import both and join them (a
+model sees arrays, never a dataset; a dataset never sees a layer).
 
 Also refused:
 
@@ -64,18 +70,23 @@ LAYERS = {
     "distnet.comm": (4, "comm"),
     "distnet.ops": (5, "ops"),
     "distnet.optim": (5, "optim"),
+    "distnet.data": (5, "data"),
     "distnet.layers": (6, "layers"),
+    "distnet.datasets": (6, "datasets"),
     "distnet.models": (7, "models"),
     "distnet.experiments": (7, "experiments"),
     "distnet.plan": (7, "experiments"),
     "distnet.faults": (7, "experiments"),
     "distnet.progress": (7, "experiments"),
-    "distnet.datasets": (8, "datasets"),
+    "distnet.convert": (8, "convert"),
     "distnet.cli": (9, "cli"),
     "distnet.__main__": (9, "cli"),
 }
 # Same level, one direction only: (importer, imported) pairs that are refused.
 SIDEWAYS_REFUSED = {("models", "experiments"), ("ops", "optim")}
+# The wings of layers above comm (docstring): a layer of one wing never imports one of the other.
+WINGS = {"ops": "model", "optim": "model", "layers": "model", "models": "model", "data": "data",
+         "datasets": "data"}
 
 # Third-party modules with one home.
 HOMES = {"mpi4py": ("distnet.comm", "distnet/comm/"), "cupy": ("distnet.backend", "distnet/backend.py")}
@@ -85,6 +96,11 @@ HOMES = {"mpi4py": ("distnet.comm", "distnet/comm/"), "cupy": ("distnet.backend"
 KNOWN = set()
 
 DYNAMIC_IMPORTS = {"__import__", "import_module", "find_spec"}
+
+
+def across_wings(importer, imported):
+    """Whether layer ``importer`` and layer ``imported`` stand in different wings (:data:`WINGS`)."""
+    return importer in WINGS and imported in WINGS and WINGS[importer] != WINGS[imported]
 
 
 def module_name(path, root=ROOT):
@@ -207,7 +223,8 @@ def violations_of(path, root=ROOT):
         if there is None:
             out.append((line, f"{rel}: imports {target} (not a distnet module)"))
             continue
-        if here[0] and there[0] and (there[0] > here[0] or (here[1], there[1]) in SIDEWAYS_REFUSED):
+        if here[0] and there[0] and (there[0] > here[0] or (here[1], there[1]) in SIDEWAYS_REFUSED
+                                     or across_wings(here[1], there[1])):
             out.append((line, f"{rel}: imports {target} (layer {here[0]} {here[1]} imports layer "
                               f"{there[0]} {there[1]})"))
         elif here[0] == 0 and there[0]:
@@ -351,6 +368,25 @@ def test_checker_refuses_models_importing_experiments_but_not_the_reverse(tmp_pa
     assert _check(tmp_path, "models/fake.py", "from ..experiments import fit\n") == [
         "distnet/models/fake.py: imports distnet.experiments.fit (layer 7 models imports layer 7 experiments)"]
     assert _check(tmp_path, "experiments/fake.py", "from ..models import mlp\nfrom ..plan import x\n") == []
+
+
+def test_checker_keeps_the_wings_apart(tmp_path):
+    """The data wing and the model wing never import each other; experiments join them; the
+    engine never imports a dataset kind."""
+    assert _check(tmp_path, "data/fake.py", "from ..ops import conv\nfrom ..datasets import base\n") == [
+        "distnet/data/fake.py: imports distnet.ops.conv (layer 5 data imports layer 5 ops)",
+        "distnet/data/fake.py: imports distnet.datasets.base (layer 5 data imports layer 6 datasets)"]
+    assert _check(tmp_path, "datasets/fake.py", "from ..ops import conv\nfrom ..layers import base\n") == [
+        "distnet/datasets/fake.py: imports distnet.ops.conv (layer 6 datasets imports layer 5 ops)",
+        "distnet/datasets/fake.py: imports distnet.layers.base (layer 6 datasets imports layer 6 layers)"]
+    assert _check(tmp_path, "models/fake.py", "from ..datasets import base\nfrom ..data import stream\n") == [
+        "distnet/models/fake.py: imports distnet.datasets.base (layer 7 models imports layer 6 datasets)",
+        "distnet/models/fake.py: imports distnet.data.stream (layer 7 models imports layer 5 data)"]
+    assert _check(tmp_path, "experiments/fake.py", "from ..datasets import base\nfrom ..models import mlp\n"
+                  "from ..data import reading\nfrom ..comm import root_read\n") == []
+    assert _check(tmp_path, "datasets/fake.py", "from ..data import reading\nfrom ..comm import root_read\n") == []
+    assert _check(tmp_path, "experiments/fake.py", "from ..convert import images\n") == [
+        "distnet/experiments/fake.py: imports distnet.convert.images (layer 7 experiments imports layer 8 convert)"]
 
 
 def test_checker_refuses_mpi4py_cupy_and_private_names(tmp_path):

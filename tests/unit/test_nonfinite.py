@@ -17,7 +17,7 @@ import pytest
 
 from distnet.comm.launcher import launch_env, mpiexec_path
 from distnet.config import load_experiment_text
-from distnet.datasets.checks import check_split
+from distnet.data.checks import check_split
 from distnet.errors import DataError, TrainingError
 from distnet.models import finite
 from distnet.ops.activations import RectLin
@@ -89,8 +89,8 @@ def test_nan_and_inf_pixels_in_hdf5_are_refused_at_load(tmp_path, restore_logger
 def test_a_tampered_cache_with_nan_pixels_or_bad_labels_is_rebuilt(tmp_path, caplog):
     """``cache.load_or_build(check=...)`` (how ``Dataset.load`` reads MNIST / CIFAR-10 caches):
     a cache whose metadata is intact but whose pixels or labels fail the check is rebuilt."""
-    from distnet.datasets import cache
-    from distnet.datasets.checks import check_splits
+    from distnet.data import cache
+    from distnet.data.checks import check_splits
     rng = np.random.RandomState(0)
     good = {s: (rng.standard_normal((6, 1, 4, 5)), np.arange(6) % 3) for s in ("train", "test")}
     meta = {"format_version": cache.CACHE_FORMAT_VERSION, "dataset": "T", "tile": [0, 4, 0, 5],

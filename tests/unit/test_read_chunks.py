@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from distnet.comm.scatter_rows import bounding_box, chunk_rows, scatter_rows
-from distnet.datasets.shared import HeldSource, parse_chunk_mb, parse_read
+from distnet.data.header import HeldSource
+from distnet.data.reading import parse_chunk_mb, parse_read
 from distnet.errors import ConfigError, DataError
 from distnet.geometry.partition import Box
 

@@ -5,7 +5,8 @@ import pytest
 
 from distnet.backend import Numpy64
 from distnet.comm import Topology
-from distnet.datasets.sequences import SequenceDataset, encode, number_words, write_numbers
+from distnet.data.sequences import encode, number_words, write_numbers
+from distnet.datasets.sequences import SequenceDataset
 from distnet.errors import ConfigError, DataError
 from distnet.models.seq2seq import Seq2Seq
 from tests.numgrad import check_grad
@@ -72,7 +73,7 @@ def test_stage_keys_are_checked():
 
 
 def test_convert_parallel_text(tmp_path):
-    from distnet.datasets.sequences import convert_parallel_text
+    from distnet.convert.text import convert_parallel_text
     (tmp_path / "s.txt").write_text("a b\nb c c\nb\n")
     (tmp_path / "t.txt").write_text("x\ny y z\nz q\n")
     (tmp_path / "ts.txt").write_text("b d\n")
@@ -317,7 +318,7 @@ def test_parallel_text_from_windows_and_the_web(tmp_path):
     """A byte-order mark (Notepad's UTF-8) became part of the first token ('\\ufeffhello', not
     'hello'); a Unicode line separator inside a sentence (U+2028, scraped text) split it in two,
     shifting every later pair against its translation."""
-    from distnet.datasets.sequences import convert_parallel_text, read_vocabulary
+    from distnet.convert.text import convert_parallel_text, read_vocabulary
     (tmp_path / "s.txt").write_bytes("\ufeffhello world\r\nhow\u2028are you\r\nhello\r\n".encode("utf-8"))
     (tmp_path / "t.txt").write_bytes("bonjour monde\r\ncomment vas tu\r\nbonjour\r\n".encode("utf-8"))
     info = convert_parallel_text(tmp_path / "p.h5", (tmp_path / "s.txt", tmp_path / "t.txt"), None,

@@ -5,6 +5,9 @@ The statistics are of the values as stored (uint8 pixels 0..255 for converted im
 float64: the population standard deviation ``sqrt(mean((x - mean)^2))`` over every image and
 pixel of a channel. Blocks are merged with Chan et al.'s pairwise update (mean and sum of
 squared deviations), which stays accurate where ``E[x^2] - E[x]^2`` would cancel.
+
+``distnet data convert`` stores them with the file it writes (attributes :data:`MEAN_ATTR`,
+:data:`STD_ATTR`); ``distnet data stats`` prints them (:mod:`distnet.convert.info`).
 """
 import numpy as np
 
@@ -44,39 +47,3 @@ def read_stats(path):
             return None
         return (np.asarray(f.attrs[MEAN_ATTR], dtype=np.float64).reshape(-1),
                 np.asarray(f.attrs[STD_ATTR], dtype=np.float64).reshape(-1))
-
-
-def stats_line(mean, std):
-    """The line of ``distnet data info`` on the per-channel statistics kept in a file."""
-    def vals(v):
-        return ", ".join(f"{x:.6g}" for x in v)
-    return (f"per-channel mean {vals(mean)}, std {vals(std)} (train images as stored; the dataset key "
-            "normalize: per_channel applies them)")
-
-
-def describe_stats(path, store=False):
-    """The lines of ``distnet data stats``: the recipe, and the statistics of ``path``'s
-    ``train/x`` (stored ones, else computed now; ``store``: then kept in the file)."""
-    import h5py
-    from ..errors import DataError
-    from ..fileio import write_failure
-    from .recipe import describe_recipe, read_recipe
-    recipe = read_recipe(path)
-    lines = [f"{path}: images decoded as {describe_recipe(recipe)} (distnet predict repeats it on new pictures)"
-             if recipe else f"{path}: no convert recipe (not converted from an image folder)"]
-    stats = read_stats(path)
-    if stats is not None:
-        return lines + [stats_line(*stats)]
-    with h5py.File(path, "r") as f:
-        x = f.get("train/x")
-        if not isinstance(x, h5py.Dataset) or x.ndim != 4 or x.dtype.kind not in "biuf":
-            raise DataError(f"{path}: no train/x (N, C, H, W) of numbers to compute statistics of (docs/data.md)")
-        mean, std = channel_stats(x)
-    if store:
-        try:
-            with h5py.File(path, "r+") as f:
-                f.attrs[MEAN_ATTR], f.attrs[STD_ATTR] = mean, std
-        except (OSError, RuntimeError) as e:
-            raise DataError(f"cannot store the statistics in {path}: {write_failure(e)}") from None
-    return lines + [stats_line(mean, std) + ("; stored in the file" if store else
-                                             "; computed now, not stored (--write stores them)")]

@@ -1,5 +1,6 @@
-"""File formats of ``distnet predict``: the images to classify (HDF5, ``.npy`` or IDX) and the
-predictions written (HDF5 or CSV)."""
+"""File formats of ``distnet predict``: the images to classify (HDF5, ``.npy`` or IDX), read as a
+:class:`~distnet.data.sources.Source` (the dataset's read strategy reads them:
+:meth:`~distnet.data.reading.Reading.read_images`), and the predictions written (HDF5 or CSV)."""
 import os
 
 import numpy as np
@@ -8,27 +9,6 @@ from ..errors import DataError, OptionError
 
 #: Output formats of :func:`write_predictions`, by file extension.
 PREDICTION_FORMATS = {".h5": "hdf5", ".hdf5": "hdf5", ".csv": "csv"}
-
-
-def read_images(path, image_shape, tile=None):
-    """Images to classify, ``(N, C, H, W)`` cut to ``tile`` (a :class:`~distnet.geometry.Box`;
-    None: whole images), as stored (the experiment's dataset turns them into the model's values:
-    :meth:`~distnet.datasets.base.Dataset.prepare_images`).
-
-    ``path``: an HDF5 file with a dataset ``x`` (or ``test/x``, the layout of
-    :class:`~distnet.datasets.HDF5Dataset`), a ``.npy`` file, or an IDX image file (MNIST's
-    ``t10k-images-idx3-ubyte``, ``.gz`` too); ``(N, C, H, W)``, or ``(N, H, W)`` for one
-    channel. DataError for no images, or a NaN or infinite value.
-    """
-    from ..geometry import Box
-    src = images_source(path, image_shape)
-    try:
-        H, W = src.shape[2:]
-        x = np.asarray(src.read(np.arange(src.shape[0]), tile or Box(0, H, 0, W)))
-    finally:
-        src.close()
-    check_images_finite(x, path)
-    return x
 
 
 def check_images_finite(x, path):
@@ -40,10 +20,13 @@ def check_images_finite(x, path):
 
 
 def images_source(path, image_shape):
-    """The images of ``path`` (as :func:`read_images` takes them) as a
-    :class:`~distnet.datasets.sources.Source` read a few rows at a time: a memory-mapped ``.npy``
-    or IDX file, an HDF5 hyperslab (``read: root`` / ``node``: the reader streams them). The same
-    DataErrors as :func:`read_images` for the file, its shape and its dtype."""
+    """The images to classify in ``path``, ``(N, C, H, W)`` as stored (the experiment's dataset
+    turns them into the model's values: :meth:`~distnet.datasets.base.Dataset.prepare_images`), as
+    a :class:`~distnet.data.sources.Source` read a few rows at a time: a memory-mapped ``.npy`` or
+    IDX file (MNIST's ``t10k-images-idx3-ubyte``, ``.gz`` too), an HDF5 file's dataset ``x`` (or
+    ``test/x``, the layout of :class:`~distnet.datasets.HDF5Dataset`) read by hyperslabs; ``(N,
+    C, H, W)``, or ``(N, H, W)`` for one channel. DataError for no such file, another image
+    shape than ``image_shape``, values that are not numbers, or no images."""
     from .idx import map_idx
     from .sources import ArraySource, H5Source
     if not os.path.isfile(path):

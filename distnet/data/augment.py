@@ -25,6 +25,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..geometry.partition import Box
+from .sources import cut
+from .stream import StreamArray
 
 #: The values of ``crop: {mode: ...}``.
 PAD_MODES = ("constant", "reflect", "edge")
@@ -53,12 +55,6 @@ def draw_hash(seed, epoch, index, stream):
         h = _mix(h ^ np.uint64(int(epoch) & _MASK))
         h = _mix(h ^ np.asarray(index, dtype=np.int64).astype(np.uint64))
         return _mix(h ^ np.uint64(stream))
-
-
-def _flag(value, key):
-    if not isinstance(value, bool):
-        raise ConfigError(f"augment: {key} must be true or false, got {value!r}", key="augment")
-    return value
 
 
 class Augmentation:
@@ -252,10 +248,9 @@ def cut_to(x, tile, reach):
     """``x`` (a split cut to ``reach``: an array or a StreamArray) cut to ``tile`` inside it."""
     if tile == reach:
         return x
-    local = Box(tile.y0 - reach.y0, tile.y1 - reach.y0, tile.x0 - reach.x0, tile.x1 - reach.x0)
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x[:, :, local.y0:local.y1, local.x0:local.x1])
-    from .stream import StreamArray
+        return np.ascontiguousarray(x[cut(tile, reach)])
+    local = Box(tile.y0 - reach.y0, tile.y1 - reach.y0, tile.x0 - reach.x0, tile.x1 - reach.x0)
     t = x.tile       # the reach inside the stream's source (the file, or a tile cache)
     return StreamArray(x.source, x.index, Box(t.y0 + local.y0, t.y0 + local.y1, t.x0 + local.x0,
                                               t.x0 + local.x1), x.scaler, x.dtype, x.check)
@@ -269,7 +264,7 @@ class AugmentedArray:
     metrics after an epoch, ``distnet evaluate``).
 
     ``stored`` is the split cut to the reach of ``tile``: an ``(N, C, rh, rw)`` array or a
-    :class:`~distnet.datasets.stream.StreamArray` (whose prefetch still serves the reads).
+    :class:`~distnet.data.stream.StreamArray` (whose prefetch still serves the reads).
     ``shape`` is ``(N, C, h, w)`` with ``(h, w)`` the tile's shape.
     """
 
@@ -278,7 +273,7 @@ class AugmentedArray:
     def __init__(self, stored, augmentation, tile, reach, plane, seed):
         self.stored, self.augmentation = stored, augmentation
         self.tile, self.reach, self.plane, self.seed = tile, reach, tuple(plane), seed
-        self.shape = (stored.shape[0], stored.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0)
+        self.shape = (stored.shape[0], stored.shape[1]) + tuple(tile.shape)
         self.dtype = stored.dtype
         self.epoch = None
 
@@ -300,15 +295,18 @@ class AugmentedArray:
             return self[np.array([rows])][0]
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if self.epoch is None:
-            t, r = self.tile, self.reach
-            return np.ascontiguousarray(self.stored[rows][:, :, t.y0 - r.y0:t.y1 - r.y0, t.x0 - r.x0:t.x1 - r.x0])
+            return np.ascontiguousarray(self.stored[rows][cut(self.tile, self.reach)])
         return self.augmentation.apply(self.stored[rows], rows, self.epoch, self.seed, self.tile,
                                        self.reach, self.plane)
 
+    def read_ahead(self):
+        """The read-ahead of the stored split when it is streamed (:meth:`StreamArray.read_ahead`),
+        else None: the model's minibatches of this split are its rows there."""
+        return self.stored.read_ahead() if isinstance(self.stored, StreamArray) else None
+
     def close(self):
-        close = getattr(self.stored, "close", None)     # a streamed source; an array has none
-        if close is not None:
-            close()
+        if isinstance(self.stored, StreamArray):     # an array in memory holds no file
+            self.stored.close()
 
     def __repr__(self):
         return f"AugmentedArray({self.augmentation}, shape={self.shape}, tile={self.tile}, reach={self.reach})"

@@ -1,4 +1,5 @@
-"""``distnet data info FILE.h5``: what a dataset file in the HDF5 layout holds (docs/data.md).
+"""``distnet data info FILE.h5`` and ``distnet data stats FILE.h5``: what a dataset file in the
+HDF5 layout holds (docs/data.md).
 
 :func:`dataset_info` reads the header and the labels (never the pixels), checked as
 :class:`~distnet.datasets.HDF5Dataset` checks them before a run (layout, dtypes, label range);
@@ -6,14 +7,19 @@
 type, where the file came from (the converter's attributes), and one row per label with its
 class name (for a converted image folder: the class folder) and its images per split, so the
 label a class folder became is never a guess. A file in the sequence layout (``src``/``tgt``,
-``distnet data convert --target``) gets its splits and vocabulary sizes.
+``distnet data convert --target``) gets its splits and vocabulary sizes. :func:`describe_stats`
+gives the lines of ``distnet data stats``: the convert recipe and the per-channel statistics.
 """
 import json
 
 import numpy as np
 
+from ..data.sources import open_hdf5
+from ..data.stats import MEAN_ATTR, STD_ATTR, channel_stats, read_stats
+from ..datasets.hdf5 import HDF5Dataset
 from ..errors import DataError
-from .hdf5 import HDF5Dataset, _open
+from ..fileio import write_failure
+from .recipe import describe_recipe, read_recipe
 
 SPLITS = ("train", "valid", "test")
 
@@ -32,7 +38,7 @@ def dataset_info(path):
     Sequences: ``splits`` ``{split: pairs}``, ``src_vocab`` / ``tgt_vocab`` sizes.
     DataError (naming the file) for a file in neither layout."""
     path = str(path)
-    with _open(path) as f:
+    with open_hdf5(path) as f:
         attrs = {k: f.attrs[k] for k in f.attrs}
         if "src_vocab" in attrs:
             splits = {s: int(f[f"{s}/src"].shape[0]) for s in SPLITS if f"{s}/src" in f}
@@ -89,3 +95,36 @@ def info_lines(info):
     if empty:
         lines.append(f"label(s) {', '.join(empty)} have no image in any split")
     return lines
+
+
+def stats_line(mean, std):
+    """The line of ``distnet data info`` on the per-channel statistics kept in a file."""
+    def vals(v):
+        return ", ".join(f"{x:.6g}" for x in v)
+    return (f"per-channel mean {vals(mean)}, std {vals(std)} (train images as stored; the dataset key "
+            "normalize: per_channel applies them)")
+
+
+def describe_stats(path, store=False):
+    """The lines of ``distnet data stats``: the recipe, and the statistics of ``path``'s
+    ``train/x`` (stored ones, else computed now; ``store``: then kept in the file)."""
+    import h5py
+    recipe = read_recipe(path)
+    lines = [f"{path}: images decoded as {describe_recipe(recipe)} (distnet predict repeats it on new pictures)"
+             if recipe else f"{path}: no convert recipe (not converted from an image folder)"]
+    stats = read_stats(path)
+    if stats is not None:
+        return lines + [stats_line(*stats)]
+    with h5py.File(path, "r") as f:
+        x = f.get("train/x")
+        if not isinstance(x, h5py.Dataset) or x.ndim != 4 or x.dtype.kind not in "biuf":
+            raise DataError(f"{path}: no train/x (N, C, H, W) of numbers to compute statistics of (docs/data.md)")
+        mean, std = channel_stats(x)
+    if store:
+        try:
+            with h5py.File(path, "r+") as f:
+                f.attrs[MEAN_ATTR], f.attrs[STD_ATTR] = mean, std
+        except (OSError, RuntimeError) as e:
+            raise DataError(f"cannot store the statistics in {path}: {write_failure(e)}") from None
+    return lines + [stats_line(mean, std) + ("; stored in the file" if store else
+                                             "; computed now, not stored (--write stores them)")]

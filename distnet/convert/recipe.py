@@ -8,14 +8,15 @@ The recipe is the JSON text of the root attribute ``image_recipe`` of a converte
 
 ``resize`` null: the source images all had the size ``H x W`` and none was resized (``--size``
 not given), so a picture of another size is refused at predict time rather than resized in a
-way training never saw. Decoding is the converter's own (:func:`~.convert._decode`): the EXIF
+way training never saw. Decoding is the converter's own (:func:`~.decode.decode_image`): the EXIF
 orientation applied, the first frame, 16-bit gray to 8 bits, ``L`` or ``RGB`` by ``channels``,
-then :func:`~.convert.fit_image`. Pixels are stored as uint8, so the data set's ``scale``,
+then :func:`~.decode.fit_image`. Pixels are stored as uint8, so the data set's ``scale``,
 ``mean``/``std`` or ``normalize`` keys turn both the training images and the new ones into the
 model's values.
 """
 import json
 
+from ..data.sources import open_hdf5
 from ..errors import DataError
 
 #: The root attribute holding the recipe.
@@ -34,12 +35,8 @@ def image_recipe(size, resize, channels, class_names, resized=True):
 def read_recipe(path):
     """The recipe dict of the HDF5 file ``path``, or None when it has none (a file converted
     from arrays, or written by hand). DataError for a recipe this version cannot read."""
-    import h5py
-    try:
-        with h5py.File(path, "r") as f:
-            text = f.attrs.get(RECIPE_ATTR)
-    except OSError as e:
-        raise DataError(f"cannot open HDF5 file {path}: {e}") from None
+    with open_hdf5(path) as f:
+        text = f.attrs.get(RECIPE_ATTR)
     if text is None:
         return None
     try:

@@ -22,10 +22,10 @@ import os
 
 import numpy as np
 
+from ..data.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx, write_idx
+from ..datasets.mnist import FILES
 from ..errors import DataError
 from ..fileio import OutputError, check_writable, reason
-from .idx import write_idx
-from .mnist import FILES
 
 CSV = ("data", "data", "mnist_5k.csv.gz")
 PER_CLASS = 500
@@ -85,7 +85,6 @@ def existing_mnist_sample(out_dir, csv_path=None):
     """The four IDX paths under ``<out_dir>/MNIST/`` when they already hold exactly the sample
     :func:`write_mnist_sample` would write (``bin/main`` made them), else None: then writing it
     again is nothing to do rather than a refusal. None too when the sample cannot be read."""
-    from .idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx
     targets = _targets(out_dir)
     if not all(os.path.isfile(p) for p in targets):
         return None

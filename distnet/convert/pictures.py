@@ -1,13 +1,17 @@
 """The pictures ``distnet predict --data`` names: image files, folders of them (a subfolder per
 class gives each picture's true class), decoded by the convert recipe of the training data
 (:mod:`.recipe`) exactly as ``distnet data convert`` decoded the training images; or one HDF5 /
-``.npy`` / IDX file of stored images."""
+``.npy`` / IDX file of stored images. The dataset's read strategy reads them
+(:meth:`~distnet.data.reading.Reading.read_images`: on every rank, or on the reader only)."""
 import os
 
 import numpy as np
 
+from ..data.predict_files import images_source
+from ..data.sources import ArraySource
 from ..errors import DataError, OptionError
-from .convert import decode_pictures, is_image_file, list_pictures
+from .decode import decode_pictures
+from .folders import is_image_file, list_pictures
 from .recipe import read_recipe
 
 
@@ -17,7 +21,7 @@ class Pictures:
 
     ``names``: one name per image (a picture's path; an unlabeled conversion's ``files``), or
     None; ``truth``: a picture's class folder name, or None, per image (None: none known).
-    :meth:`read` gives ``(N, C, h, w)`` as stored, cut to a tile.
+    :meth:`source` gives them ``(N, C, H, W)`` as stored.
     """
 
     def __init__(self, paths, recipe_file=None):
@@ -65,23 +69,13 @@ class Pictures:
         self.recipe, self.where = recipe, where
 
     def source(self, image_shape):
-        """The images as a :class:`~distnet.datasets.sources.Source` (rows read a few at a time;
+        """The images as a :class:`~distnet.data.sources.Source` (rows read a few at a time;
         the ``read: root`` / ``node`` reader streams them to the other ranks): pictures are
         decoded whole first."""
         if self.pictures is None:
-            from .arrays import images_source
             return images_source(self.paths[0], image_shape)
-        from .sources import ArraySource
         x = decode_pictures(self.pictures, self.recipe, self.where)
         return ArraySource(", ".join(self.paths), "pictures", x, np.zeros(len(x), dtype=np.int64))
-
-    def read(self, image_shape, tile=None):
-        """The images ``(N, C, h, w)`` as stored (uint8 pixels for pictures), cut to ``tile``."""
-        if self.pictures is None:
-            from .arrays import read_images
-            return read_images(self.paths[0], image_shape, tile)
-        x = decode_pictures(self.pictures, self.recipe, self.where)
-        return x if tile is None else x[:, :, tile.y0:tile.y1, tile.x0:tile.x1]
 
 
 def stored_names(path):

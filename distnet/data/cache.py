@@ -16,7 +16,7 @@ Formats, by extension:
   layout :class:`~distnet.datasets.hdf5.HDF5Dataset` reads — and one attribute per metadata field,
   ``distnet_cache.<field>``, holding the value as JSON text.
 * ``.pkl`` (neon-style): a pickled dict ``{'distnet_cache': metadata, 'train': {'x': x, 'y': y},
-  'test': {...}}``, read back only through :mod:`~distnet.datasets.safe_pickle`.
+  'test': {...}}``, read back only through :mod:`~distnet.data.safe_pickle`.
 
 Metadata fields (all JSON values; see :meth:`Dataset.cache_metadata
 <distnet.datasets.base.Dataset.cache_metadata>`): ``format_version``, ``dataset`` (class name),
@@ -29,10 +29,13 @@ Content checksum: next to the metadata, a cache stores ``checksum`` (attribute
 their shapes and dtypes (:func:`content_checksum`). A cache whose metadata is intact but whose
 arrays were changed (labels edited, NaN pixels written in), or that has no checksum, is rebuilt.
 
-Cache use (:func:`load_or_build`): missing file → build and write; metadata differs → log a
-warning naming each differing field, build and overwrite; unreadable or inconsistent file, or a
-checksum that does not match its arrays → log a warning, build and overwrite. Files are written to a temporary name and moved into place with
-:func:`os.replace`, so a crash never leaves a half-written cache.
+Cache use (:func:`cached_data`, then :func:`store`; :func:`load_or_build` is both): missing
+file → build and write; metadata differs → log a warning naming each differing field, build and
+overwrite; unreadable or inconsistent file, or a checksum that does not match its arrays → log a
+warning, build and overwrite. Files are written to a temporary name and moved into place with
+:func:`os.replace`, so a crash never leaves a half-written cache. Which rank reads what it builds
+from is the read strategy's business (:meth:`~distnet.data.reading.Reading.fetch`); a streamed
+split's cache, the rank's tile as stored, is :mod:`.tile_cache`.
 """
 import json
 import logging
@@ -44,7 +47,7 @@ import zlib
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..fileio import atomic_target, clean_stale_temps, free_space, hdf5_file, same_file, write_failure
+from ..fileio import atomic_target, clean_stale_temps, hdf5_file, same_file, write_failure
 from . import safe_pickle
 
 log = logging.getLogger(__name__)
@@ -180,7 +183,7 @@ def refuse_foreign(path, meta):
                               "the data; give the cache another name", key="serialized_path")
 
 
-def _foreign(path):
+def foreign(path):
     return DataError(f"{path} exists and is not a distnet dataset cache: remove it or give the cache "
                      "another name (distnet does not overwrite files it did not write)")
 
@@ -192,7 +195,7 @@ def _read(path):
         if _is_h5(path):
             import h5py
             with h5py.File(path, "r") as f:
-                meta = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
+                meta = stamped(f)
                 data = {s: (f[s]["x"][()], f[s]["y"][()]) for s in SPLITS + ("valid",) if s in f}
                 checksum = f.attrs.get(_CHECKSUM)
         else:
@@ -249,10 +252,7 @@ def write_cache(path, meta, data, header=None):
     with atomic_target(path) as tmp:
         if _is_h5(path):
             with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
-                for key, value in meta.items():
-                    f.attrs[_ATTR + key] = json.dumps(value)
-                if header is not None:
-                    f.attrs[_HEADER] = json.dumps(header)
+                stamp(f, meta, header)
                 f.attrs[_CHECKSUM] = content_checksum(data)
                 for split, (x, y) in data.items():
                     group = f.create_group(split)
@@ -265,6 +265,19 @@ def write_cache(path, meta, data, header=None):
             obj.update({split: {"x": x, "y": y} for split, (x, y) in data.items()})
             with open(tmp, "wb") as f:
                 pickle.dump(obj, f, protocol=4)
+
+
+def stamp(f, meta, header=None):
+    """Write ``meta`` (and ``header``, JSON values) as the attributes of the open HDF5 cache ``f``."""
+    for key, value in normalize(meta).items():
+        f.attrs[_ATTR + key] = json.dumps(value)
+    if header is not None:
+        f.attrs[_HEADER] = json.dumps(header)
+
+
+def stamped(f):
+    """The metadata :func:`stamp` wrote on the open HDF5 file ``f`` (``{}``: none)."""
+    return {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
 
 
 def read_header(path):
@@ -292,14 +305,23 @@ def _stored_header(path):
         return None
 
 
-def cached_data(path, meta, check=None):
-    """The data cached at ``path`` if its metadata equals ``meta`` and its arrays pass the
-    checks (:func:`load_or_build`), else None (with a warning for a stale or unusable file).
-    DataError for a file there that is not a distnet cache."""
+def prepared(path, meta):
+    """``meta`` as it reads back from a file, before a cache at ``path`` is looked at: a path that
+    is one of the dataset's own files refused (:func:`refuse_foreign`), a temporary left by a write
+    killed mid-way (kill -9) removed. None when there is no file at ``path``."""
     meta = normalize(meta)
     refuse_foreign(path, meta)
     clean_stale_temps(path)
-    if not os.path.exists(path):
+    return meta if os.path.exists(path) else None
+
+
+def cached_data(path, meta, check=None):
+    """The data cached at ``path`` if its metadata equals ``meta`` and its arrays pass the
+    checks (their shapes and dtypes against the metadata, the checksum, ``check(data)``: a
+    DataError for non-finite pixels or labels out of range), else None (with a warning for a
+    stale or unusable file). DataError for a file there that is not a distnet cache."""
+    meta = prepared(path, meta)
+    if meta is None:
         return None
     try:
         cached_meta, data, checksum = _read(path)
@@ -313,7 +335,7 @@ def cached_data(path, meta, check=None):
         if check is not None:
             check(data)
     except NotACache:
-        raise _foreign(path) from None
+        raise foreign(path) from None
     except DataError as e:
         log.warning("dataset cache %s is unusable (%s); rebuilding it", path, e)
         return None
@@ -332,121 +354,11 @@ def store(path, meta, data, header=None):
 
 
 def load_or_build(path, meta, build, check=None):
-    """The data cached at ``path`` if its metadata equals ``meta``, else ``build()`` (cached).
-
-    ``meta`` is a dict of JSON values; ``build()`` returns split -> ``(x, y)``. A stale or
-    unreadable cache, or one whose data fails ``check(data)`` (a DataError: non-finite pixels,
-    labels out of range), is reported with a warning on this module's logger and overwritten. If the
-    new cache cannot be written, a warning says so and the built data is returned anyway.
-    """
-    meta = normalize(meta)
-    refuse_foreign(path, meta)
-    clean_stale_temps(path)  # a write killed mid-way (kill -9) left its temporary behind
-    if os.path.exists(path):
-        try:
-            cached_meta, data, checksum = _read(path)
-            diffs = differences(cached_meta, meta)
-            if not diffs:
-                _check_data(path, meta, data)
-                _check_checksum(path, data, checksum)
-                if check is not None:
-                    check(data)
-                log.info("loaded dataset cache %s", path)
-                return data
-            log.warning("dataset cache %s was written for another run (%s); rebuilding it",
-                        path, "; ".join(diffs))
-        except NotACache:
-            raise _foreign(path) from None
-        except DataError as e:
-            log.warning("dataset cache %s is unusable (%s); rebuilding it", path, e)
-    data = build()
-    try:
-        write_cache(path, meta, data)
-        log.info("wrote dataset cache %s", path)
-    except (OSError, ValueError, TypeError) as e:
-        log.warning("could not write dataset cache %s (%s); continuing without it", path,
-                    write_failure(e))
+    """The data cached at ``path`` (:func:`cached_data`), else ``build()`` (split -> ``(x, y)``),
+    written there (:func:`store`: a cache that cannot be written is a warning, the built data are
+    returned anyway)."""
+    data = cached_data(path, meta, check)
+    if data is None:
+        data = build()
+        store(path, meta, data)
     return data
-
-
-# ----------------------------------------------------------------------------- streaming tile caches
-
-def tile_cache(path, meta, sources, tile, rows_per_copy=256):
-    """This rank's node-local copy of ``tile`` of every split, as stored (no scaling), in an HDF5
-    file at ``path``: ``{split: H5Source}`` reading it. Built by copying ``rows_per_copy`` images
-    at a time (memory flat), used again while its metadata (``meta``: sources, tile, rank, ...)
-    matches; a stale or unreadable file is rebuilt with a warning. Only this rank reads and
-    writes it, so it may live on storage no other node sees. None (with a warning) when it
-    cannot be written (no room on its file system, a failed write): read ``sources`` instead."""
-    meta = normalize(meta)
-    found = open_tile_cache(path, meta, sources)
-    if found is not None:
-        return found
-    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
-    need = sum(s.shape[0] * (s.shape[1] * h * w * s.dtype.itemsize + 72) for s in sources.values()) + 2**16
-    folder, free = free_space(path)
-    if need > free:
-        log.warning("not writing tile cache %s: it needs about %.1f MiB but %s has %.1f MiB free; "
-                    "streaming from the data file instead", path, need / 2**20, folder, free / 2**20)
-        return None
-    try:
-        return _write_tile_cache(path, meta, sources, tile, rows_per_copy)
-    except (OSError, RuntimeError) as e:      # h5py raises both for a failed write
-        log.warning("could not write tile cache %s (%s); streaming from the data file instead", path,
-                    write_failure(e))
-        return None
-
-
-def stamp(f, meta, header=None):
-    """Write ``meta`` (and ``header``, JSON values) as the attributes of the open HDF5 cache ``f``."""
-    for key, value in normalize(meta).items():
-        f.attrs[_ATTR + key] = json.dumps(value)
-    if header is not None:
-        f.attrs[_HEADER] = json.dumps(header)
-
-
-def open_tile_cache(path, meta, splits):
-    """``{split: H5Source}`` of the tile cache at ``path`` (:func:`tile_cache`'s layout) when its
-    metadata equals ``meta`` and it holds ``splits``, else None (a warning for a stale or
-    unreadable file); DataError for a file there that is not a distnet cache."""
-    import h5py
-    from .sources import H5Source
-    meta = normalize(meta)
-    refuse_foreign(path, meta)
-    clean_stale_temps(path)
-    if not os.path.exists(path):
-        return None
-    try:
-        with h5py.File(path, "r") as f:
-            cached = {k[len(_ATTR):]: json.loads(v) for k, v in f.attrs.items() if k.startswith(_ATTR)}
-            if not cached:
-                raise _foreign(path)
-            shapes = {s: (f[f"{s}/x"].shape, f[f"{s}/x"].dtype) for s in splits}
-        diffs = differences(cached, meta)
-        if not diffs:
-            log.info("using tile cache %s", path)
-            return {s: H5Source(path, s, *shapes[s]) for s in splits}
-        log.warning("tile cache %s was written for another run (%s); rebuilding it", path, "; ".join(diffs))
-    except (OSError, KeyError, ValueError) as e:
-        log.warning("tile cache %s is unusable (%s); rebuilding it", path, e)
-    return None
-
-
-def _write_tile_cache(path, meta, sources, tile, rows_per_copy):
-    from .sources import H5Source
-    h, w = tile.y1 - tile.y0, tile.x1 - tile.x0
-    out = {}
-    with atomic_target(path) as tmp:
-        with hdf5_file(tmp) as f:     # a disk that fills meanwhile: an OSError, never a crash at exit
-            for split, src in sources.items():
-                n, c = src.shape[:2]
-                x = f.create_dataset(f"{split}/x", (n, c, h, w), dtype=src.dtype,
-                                     chunks=(1, c, min(h, 128), min(w, 128)))
-                for a in range(0, n, rows_per_copy):
-                    x[a:a + rows_per_copy] = src.read(np.arange(a, min(n, a + rows_per_copy)), tile)
-                f[f"{split}/y"] = np.asarray(src.labels())
-                out[split] = ((n, c, h, w), src.dtype)
-                src.close()
-            stamp(f, meta)
-    log.info("wrote tile cache %s", path)
-    return {s: H5Source(path, s, *v) for s, v in out.items()}

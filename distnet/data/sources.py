@@ -17,6 +17,33 @@ import os
 import numpy as np
 
 from ..errors import DataError
+from ..geometry.partition import Box
+
+
+def whole(shape):
+    """The :class:`~distnet.geometry.Box` of a whole image of spatial ``shape`` ``(H, W)``."""
+    H, W = shape
+    return Box(0, int(H), 0, int(W))
+
+
+#: The corner of a whole image: the origin of stored (file) coordinates.
+ORIGIN = Box(0, 0, 0, 0)
+
+
+def cut(tile, origin=ORIGIN, rows=slice(None)):
+    """The index of ``tile``'s box over the spatial axes of an ``(N, C, *spatial)`` array whose
+    first pixel sits at ``origin``'s corner, of its ``rows`` and every channel:
+    ``x[cut(tile)]`` is ``x[:, :, y0:y1, x0:x1]``."""
+    return (rows, slice(None)) + tuple(tile.relative_to(origin))
+
+
+def open_hdf5(path):
+    """``h5py.File(path, "r")``; DataError naming the file when it cannot be opened."""
+    import h5py
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise DataError(f"cannot open HDF5 file {path}: {e}") from None
 
 
 def _runs(rows, positions):
@@ -40,8 +67,9 @@ def file_stamp(path):
 
 
 class Source:
-    """Base: ``path`` (for messages), ``name`` (split), ``shape``, ``dtype``, :meth:`labels`,
-    :meth:`read`."""
+    """Base: ``path`` (for messages), ``name`` (split), ``shape`` ``(N, C, H, W)``, ``dtype``,
+    :meth:`labels`, :meth:`read`. A ``tile`` is a :class:`~distnet.geometry.Box` over the spatial
+    axes (those after ``C``)."""
 
     path = None
     name = None
@@ -70,7 +98,7 @@ class Source:
 
     def _out(self, n, tile, out):
         if out is None:
-            out = np.empty((n, self.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), self.dtype)
+            out = np.empty((n, self.shape[1]) + tuple(tile.shape), self.dtype)
         return out
 
     def where(self):
@@ -92,12 +120,8 @@ class H5Source(Source):
 
     def _x(self):
         if self._file is None:
-            import h5py
-            try:
-                self.stamp = file_stamp(self.path)
-                self._file = h5py.File(self.path, "r")
-            except OSError as e:
-                raise DataError(f"cannot open HDF5 file {self.path}: {e}") from None
+            self.stamp = file_stamp(self.path)
+            self._file = open_hdf5(self.path)
         return self._file[f"{self.name}/x"]
 
     def chunk_warning(self):
@@ -131,10 +155,10 @@ class H5Source(Source):
         positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
         out = self._out(len(rows), tile, out)
         a = n = 0
+        box = cut(tile)[1:]     # every channel, the tile's box over the spatial axes
         try:
             for a, at, n in _runs(rows, positions):   # one hyperslab per run of consecutive rows
-                ds.read_direct(out, np.s_[a:a + n, :, tile.y0:tile.y1, tile.x0:tile.x1],
-                               np.s_[at:at + n])
+                ds.read_direct(out, (slice(a, a + n),) + box, np.s_[at:at + n])
         except (OSError, ValueError, RuntimeError) as e:
             raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{a + n - 1}): "
                             f"{str(e).splitlines()[0]}") from None
@@ -163,9 +187,9 @@ class ArraySource(Source):
         self.check_unchanged()
         try:
             if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
-                part = self._xarr[int(rows[0]):int(rows[-1]) + 1, :, tile.y0:tile.y1, tile.x0:tile.x1]
+                part = self._xarr[cut(tile, rows=slice(int(rows[0]), int(rows[-1]) + 1))]
             else:
-                part = self._xarr[rows, :, tile.y0:tile.y1, tile.x0:tile.x1]
+                part = self._xarr[cut(tile, rows=rows)]
             if positions is None:
                 out[...] = part
             else:

@@ -26,7 +26,7 @@ PREFETCH_DEPTH = 2
 
 
 class StreamArray:
-    """Rows ``index`` of a :class:`~distnet.datasets.sources.Source`, cut to ``tile`` and scaled.
+    """Rows ``index`` of a :class:`~distnet.data.sources.Source`, cut to ``tile`` and scaled.
 
     Parameters
     ----------
@@ -51,7 +51,7 @@ class StreamArray:
         self.scaler = scaler
         self.dtype = np.dtype(dtype)
         self.check = check
-        self.shape = (len(self.index), source.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0)
+        self.shape = (len(self.index), source.shape[1]) + tuple(tile.shape)
         self.ndim = 4
         self._pool = None
         self._plan = []           # [(rows, future)] scheduled, in order
@@ -138,6 +138,11 @@ class StreamArray:
             return None
         nxt = rows + step[0]
         return nxt if nxt[-1] < len(self) else None
+
+    def read_ahead(self):
+        """:meth:`schedule`: what the training loop hands the model to read each epoch's
+        minibatches ahead (``Dataset.read_ahead``)."""
+        return self.schedule
 
     def schedule(self, batches):
         """Read ``batches`` (index arrays, in the order they will be asked for) ahead."""

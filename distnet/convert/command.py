@@ -1,0 +1,64 @@
+"""``distnet data convert SOURCE OUT``: the converter a source goes to, its options checked
+against it: a folder of class folders of images (:mod:`.images`), of pictures without classes
+(``--unlabeled``), or ``.npz`` / ``.npy`` arrays (:mod:`.arrays`). Parallel text
+(``--target``) is :mod:`.text`.
+"""
+import os
+
+from ..errors import OptionError
+from .arrays import convert_arrays, read_class_names
+from .decode import RESIZE_MODES
+from .images import convert_image_folder, convert_unlabeled
+
+
+def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
+            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None):
+    """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
+    ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
+    (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
+    ``size``): :data:`RESIZE_MODES`; ``stratify``: draw the splits class by class;
+    ``unlabeled`` (folders): :func:`convert_unlabeled` (``like``: the data set whose recipe it
+    repeats)."""
+    for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
+        if not 0 <= v < 1:
+            raise OptionError(f"{name} must be in [0, 1), got {v}")
+    src = os.fspath(src)
+    if not str(out).lower().endswith((".h5", ".hdf5")):
+        raise OptionError(f"the output {out} must end in .h5 or .hdf5")
+    if resize is not None and resize not in RESIZE_MODES:
+        raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+    if resize is not None and size is None and like is None:
+        raise OptionError("--resize says how --size treats another aspect ratio: give --size HxW with it")
+    if like is not None and not unlabeled:
+        raise OptionError("--like gives an unlabeled conversion the recipe of a data set: give --unlabeled with it")
+    if unlabeled:
+        given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
+                                ("--class-names", class_names), ("--stratify", stratify or None)) if v is not None]
+        if given:
+            raise OptionError(f"{', '.join(given)}: not options of an unlabeled conversion (--unlabeled)")
+        if not os.path.isdir(src):
+            raise OptionError(f"--unlabeled converts a folder of images; {src} is not one")
+        return convert_unlabeled(src, out, size, resize, like)
+    if os.path.isdir(src):
+        if layout is not None:
+            raise OptionError("--layout tells how arrays are laid out; images of a folder need none")
+        if class_names is not None:
+            raise OptionError("--class-names names the labels of arrays; the class folders of images name "
+                              "theirs (--class-order orders them)")
+        if labels is not None:
+            raise OptionError("--labels gives the labels of an .npy of images; the class folders of images "
+                              "give theirs")
+        return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text",
+                                    resize, stratify)
+    if src.lower().endswith((".npz", ".npy")):
+        if size is not None:
+            raise OptionError("--size resizes images of a folder; arrays are stored as they are")
+        if class_order is not None:
+            raise OptionError("--class-order orders the class folders of images; arrays hold their labels")
+        if labels is not None and src.lower().endswith(".npz"):
+            raise OptionError(f"--labels gives the labels of an .npy of images; {src} holds its own (y_train, "
+                              "or y)")
+        names = read_class_names(class_names) if class_names is not None else None
+        return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, class_names=names,
+                              layout=layout, stratify=stratify)
+    raise OptionError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")
