@@ -5,7 +5,7 @@ blocks of output rows (``distnet.ops.conv.DEVICE_COLS_BYTES``), on any machine.
     .venv/bin/python benchmarks/device_conv_memory.py [--size 512] [--channels 64] [--batch 1]
 
 Runs distnet's device code path on the device-like array module of the test suite
-(tests/devicelike.py: numpy data behind cupy's rules) and records the bytes of every array it
+(distnet/testing/devicelike.py: numpy data behind cupy's rules) and records the bytes of every array it
 allocates (views excluded). float32, 3x3 filters, padding 1, ``K = C``, a fused ReLU. The patch
 matrix whole is ``C*9`` times the input, so the whole-matrix run needs that much host memory
 here (about 0.6 GB per image at the defaults); ``--blocks-only`` skips it, and ``--dry-run``
@@ -21,8 +21,8 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import distnet.ops.conv as conv  # noqa: E402
-from tests import devicelike  # noqa: E402
-from tests.devicelike import xp  # noqa: E402
+from distnet.testing import measure  # noqa: E402
+from distnet.testing.devicelike import xp  # noqa: E402
 
 
 def step(x, w, dy):
@@ -62,7 +62,7 @@ def main():
         n = conv._device_block_rows((B, C, S, S), (C, C, 3, 3), (1, 1), S, S, 4, ((1, 1), (1, 1)))
         largest = ""
         if not a.dry_run:
-            with devicelike.allocations() as sizes:
+            with measure.allocations() as sizes:
                 step(x, w, dy)
             largest = f"{max(sizes) / mib:.1f} MiB"
         print(f"| {name} | {min(n, S)} | {-(-S // n)} | {4 * C * 9 * min(n, S) * S * B / mib:.1f} MiB "

@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.getcwd())
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-ap.add_argument("--cpu", action="store_true", help="tests.devicelike in place of cupy")
+ap.add_argument("--cpu", action="store_true", help="distnet.testing.devicelike in place of cupy")
 ap.add_argument("--json", required=True, help="where to write the results")
 a = ap.parse_args()
 
@@ -29,7 +29,7 @@ from distnet.ops import conv  # noqa: E402
 from distnet.ops.cuda import launch  # noqa: E402
 
 if a.cpu:
-    from tests.devicelike import DeviceLike
+    from distnet.testing.devicelike import DeviceLike
     W.gpu_backend = lambda like: DeviceLike(rng_seed=like.rng_seed, dtype=like.dtype.name)
     sync, plan = (lambda: None), [("mnist_cnn", (100, 200), 2)]
 else:

@@ -1,6 +1,6 @@
 """The fused CUDA kernels (distnet/ops/cuda): their source compiles for a GPU (nvcc, where
 installed), keeps the rules that make the host emulation faithful, and each kernel computes what
-the numpy code computes, run as CUDA C on the host (tests/cuda_emulator.py) through the
+the numpy code computes, run as CUDA C on the host (distnet/testing/cuda_emulator.py) through the
 device-like module. Kernels of one op family are also tested with their op
 (e.g. tests/unit/test_cuda_pooling.py)."""
 import importlib
@@ -15,9 +15,9 @@ import pytest
 import distnet.ops.cuda
 from distnet.ops.cuda.launch import Kernel, strided
 from distnet.ops.windows import fold
-from tests import cuda_emulator
-from tests.backends import DEVICE_BACKENDS, make_backend
-from tests.devicelike import xp
+from distnet.testing import cuda_emulator
+from distnet.testing.backends import DEVICE_BACKENDS, make_backend
+from distnet.testing.devicelike import xp
 
 for _m in pkgutil.iter_modules(distnet.ops.cuda.__path__):
     importlib.import_module(f"distnet.ops.cuda.{_m.name}")

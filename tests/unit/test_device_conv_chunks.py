@@ -14,9 +14,9 @@ from distnet.backend import get_array_module
 from distnet.ops.conv import conv2d_bprop, conv2d_fprop
 from distnet.ops.cuda import launch
 from distnet.ops.workspace import Workspace
-from tests import devicelike
-from tests.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
-from tests.devicelike import xp
+from distnet.testing import measure
+from distnet.testing.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
+from distnet.testing.devicelike import xp
 
 #: (B, C, H, W, K, fh, fw, stride, pad)
 GEOMETRIES = {
@@ -151,7 +151,7 @@ def test_scratch_stays_under_the_budget(name, monkeypatch):
     Hp, Wp = H + (sum(pad[0]) if pad else 0), W + (sum(pad[1]) if pad else 0)
     activations = {x.nbytes, dy.nbytes, x.itemsize * B * C * Hp * Wp}
     dev = tuple(xp.asarray(a) for a in (x, w, dy))
-    with devicelike.allocations() as whole:
+    with measure.allocations() as whole:
         _run(*dev, geom)
     patch_matrix = x.itemsize * C * fh * fw * dy[0, 0].size * B
     assert patch_matrix in whole
@@ -159,7 +159,7 @@ def test_scratch_stays_under_the_budget(name, monkeypatch):
     assert patch_matrix > budget
     monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", budget)
     for work in (None, Workspace()):
-        with devicelike.allocations() as sizes:
+        with measure.allocations() as sizes:
             _run(*dev, geom, work=work)
         over = [s for s in sizes if s > budget and s not in activations]
         assert not over, (over, budget)

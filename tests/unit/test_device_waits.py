@@ -22,9 +22,9 @@ from distnet.ops.batchnorm import bn_stats_finish, bn_stats_partial, bn_update_r
 from distnet.ops.costs import CrossEntropy, SoftmaxCrossEntropy, SumSquaredDiffs
 from distnet.ops.learning_rules import Adam, AdamW, GradientDescent
 from distnet.ops.optim import clip_coefficient, scale, sum_of_squares
-from tests.backends import make_backend
-from tests import devicelike
-from tests.devicelike import xp
+from distnet.testing.backends import make_backend
+from distnet.testing import measure
+from distnet.testing.devicelike import xp
 from tests.tiny import CNN, GB, write_data
 from tests.towers_net import tower_model
 from tests.unit.test_backend_models import convnet, data, gb, run_experiment
@@ -82,7 +82,7 @@ def test_devicelike_does_not_count_what_stays_on_the_device(op):
 @pytest.fixture
 def waits(monkeypatch):
     """The device waits of each ``Model.train_step`` call, in order."""
-    return devicelike.waits_per_train_step(monkeypatch)
+    return measure.waits_per_train_step(monkeypatch)
 
 
 def net(layers, shape, **kw):

@@ -11,7 +11,7 @@ from distnet.ops.optim import (adam_step, adamw_step, clip_coefficient, scale, s
                                sum_of_squares)
 from distnet.ops.schedules import (ConstantSchedule, CosineSchedule, LinearWarmup, MultiStepSchedule,
                                    ProductSchedule, StepSchedule)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 
 @pytest.fixture

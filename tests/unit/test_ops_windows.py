@@ -1,10 +1,10 @@
 """distnet.ops.windows: the patch view against a naive loop, and fold as its exact adjoint, on
-every array backend (tests/backends.py)."""
+every array backend (distnet/testing/backends.py)."""
 import numpy as np
 import pytest
 
 from distnet.ops.windows import fold, output_shape, patches
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 
 @pytest.fixture

@@ -76,7 +76,7 @@ class Kernel:
 
     def float_dtype(self, args):
         """The dtype ``T`` stands for: that of the float array arguments (one dtype)."""
-        dtypes = {a.dtype for a in args if _is_array(a) and a.dtype.kind == "f"}
+        dtypes = {a.dtype for a in args if is_array(a) and a.dtype.kind == "f"}
         if len(dtypes) != 1:
             raise TypeError(f"kernel {self.name}: its float arrays must share one dtype, got "
                             f"{sorted(map(str, dtypes)) or 'none'}")
@@ -84,7 +84,7 @@ class Kernel:
 
     def __call__(self, n, *args):
         for i, a in enumerate(args):
-            if not isinstance(a, Strided) and _is_array(a) and not a.flags.c_contiguous:
+            if not isinstance(a, Strided) and is_array(a) and not a.flags.c_contiguous:
                 raise ValueError(f"kernel {self.name}: argument {i} (shape {a.shape}) is not "
                                  "C-contiguous; a kernel reads raw memory (pass a view whose "
                                  "strides the kernel takes as strided(view))")
@@ -92,7 +92,7 @@ class Kernel:
         n = int(n)
         if n <= 0:
             return
-        xp = get_array_module(*[a for a in args if _is_array(a)])
+        xp = get_array_module(*[a for a in args if is_array(a)])
         if xp.__name__ == "cupy":
             self._launch_cupy(xp, n, args)
         else:
@@ -106,7 +106,7 @@ class Kernel:
                                                         options=COMPILE_OPTIONS)
         t = dtype.type
         params = (np.int64(n),) + tuple(
-            a if _is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
+            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
             for a in args)
         blocks = min(MAX_BLOCKS, -(-n // BLOCK))
         k((blocks,), (BLOCK,), params)
@@ -130,7 +130,7 @@ def element_strides(a):
     return tuple(s // a.itemsize for s in a.strides)
 
 
-def _is_array(a):
+def is_array(a):
     """An array argument (a device array), as opposed to a scalar parameter."""
     return not isinstance(a, (int, float, np.generic))
 
