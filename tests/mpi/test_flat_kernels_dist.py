@@ -13,7 +13,7 @@ from distnet.comm import Topology
 from distnet.geometry import tile_of
 from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
-from distnet.ops import conv, parallel, pooling
+from distnet.ops import conv, maxpool_nchw, parallel, pooling
 from distnet.ops.activations import Logistic, RectLin
 from tests.mpi.test_convnet_dist import grid_params, train
 
@@ -42,7 +42,7 @@ def large_image_paths(monkeypatch):
     monkeypatch.setattr(conv, "FLAT_MAX_WASTE", 1.0)
     monkeypatch.setattr(conv, "TILE_BYTES", 3000)          # a few output rows per tile
     monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0)
-    monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
+    monkeypatch.setattr(maxpool_nchw, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

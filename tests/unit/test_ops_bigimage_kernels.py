@@ -4,7 +4,7 @@ flat-shift convolution's tile loop."""
 import numpy as np
 import pytest
 
-from distnet.ops import parallel, pooling
+from distnet.ops import maxpool_nchw, parallel, pooling
 from distnet.ops.workspace import Workspace
 
 
@@ -41,7 +41,7 @@ def naive_maxpool(x, f):
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_nchw_maxpool_blocks(shape, f, n_threads, threads, monkeypatch):
     monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0)
-    monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * shape[2] * shape[3] * 8)  # 2 channels a block
+    monkeypatch.setattr(maxpool_nchw, "NCHW_BLOCK_BYTES", 2 * shape[2] * shape[3] * 8)  # 2 channels a block
     threads(n_threads)
     rng = np.random.default_rng(11)
     x = np.maximum(rng.integers(-2, 3, size=shape), 0).astype(np.float64)   # ties in every window
