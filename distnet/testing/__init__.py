@@ -2,7 +2,7 @@
 benchmarks and the GPU check's rehearsal (``bin/gpu-check --cpu``).
 
 * :mod:`.devicelike`: a numpy-backed stand-in for cupy (strict host/device separation, call and
-  wait counts) and its backend, :class:`~.devicelike.DeviceLike`;
+  wait counts, a free-memory figure) and its backend, :class:`~.devicelike.DeviceLike`;
 * :mod:`.cuda_emulator`: the CUDA C of :mod:`distnet.ops.cuda` compiled for the host and run
   thread by thread (the device-like module launches kernels through it);
 * :mod:`.measure`: the device arrays a block of code allocates, the device waits per step;

@@ -32,8 +32,9 @@ arrays but refuse every implicit host/device crossing, as cupy does:
   buffer that reaches an MPI that is not CUDA-aware without host staging fails, as on a GPU.
 
 What it does not emulate: kernels, launch overheads, streams and asynchrony (every operation is
-synchronous numpy; ``synchronize`` is a no-op), device memory limits, multiple devices, and
-cupy's own numerics (results are numpy's, bit for bit).
+synchronous numpy; ``synchronize`` is a no-op), device memory limits (``cuda.Device().mem_info``
+reports the fixed figures of ``devicelike.cuda.mem_info``, which a test may set), multiple
+devices, and cupy's own numerics (results are numpy's, bit for bit).
 
 Use: ``from distnet.testing.devicelike import DeviceLike, xp`` (``xp`` is the ``devicelike``
 module).
@@ -427,6 +428,11 @@ class _Device(_Stream):
             raise RuntimeError(f"cudaErrorInvalidDevice: devicelike has one device, not {device}")
         self.id = device
 
+    @property
+    def mem_info(self):
+        """``(free, total)`` bytes: ``devicelike.cuda.mem_info`` (no memory is accounted)."""
+        return xp.cuda.mem_info
+
     def __repr__(self):
         return f"<CUDA Device {self.id}>"
 
@@ -442,6 +448,9 @@ _Stream.null = _Stream()
 xp.cuda.get_current_stream = lambda: _Stream.null
 xp.cuda.Device = _Device
 xp.cuda.alloc_pinned_memory = _alloc_pinned_memory
+#: What ``cuda.Device().mem_info`` reports: a 16 GiB device with 8 GiB free, whose sized conv
+#: block budget (:func:`distnet.ops.conv.blocked.cols_budget`) is 256 MiB.
+xp.cuda.mem_info = (8 << 30, 16 << 30)
 xp.cuda.runtime = types.ModuleType("devicelike.cuda.runtime")
 xp.cuda.runtime.getDeviceCount = lambda: 1
 
