@@ -37,7 +37,7 @@ def cols_budget(xp):
     if DEVICE_COLS_BYTES is not None:
         return DEVICE_COLS_BYTES
     device = xp.cuda.Device()
-    key = (xp.__name__, device.id)
+    key = (xp, device.id)
     if key not in _sized:
         free = int(device.mem_info[0] * COLS_FREE_FRACTION)
         power = 1 << max(free, 1).bit_length() - 1
