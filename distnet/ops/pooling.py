@@ -79,6 +79,12 @@ def _offsets(x_shape, fshape, stride):
         yield k, rows, cols
 
 
+def _pooled(x, fshape, stride):
+    """A new ``(B, C, Ho, Wo)`` output for pooling ``x`` (what a kernel writes)."""
+    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
+    return get_array_module(x).empty(shape, dtype=x.dtype)
+
+
 def _spread(g, x_shape, fshape, stride):
     """``dx (x_shape)``, NCHW, with ``g[b, c, i, j]`` added to every pixel of window ``(i, j)``."""
     xp = get_array_module(g)
@@ -317,9 +323,7 @@ def avgpool_fprop(x, fshape, stride):
 
 @avgpool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def avgpool_fprop(x, fshape, stride):           # one launch
-    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
-    y = get_array_module(x).empty(shape, dtype=x.dtype)
-    return cuda_pooling.avgpool_fprop(x, y, fshape, stride)
+    return cuda_pooling.avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op
@@ -357,9 +361,7 @@ def l2pool_fprop(x, fshape, stride):
 
 @l2pool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def l2pool_fprop(x, fshape, stride):            # one launch
-    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
-    y = get_array_module(x).empty(shape, dtype=x.dtype)
-    return cuda_pooling.l2pool_fprop(x, y, fshape, stride)
+    return cuda_pooling.l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op

@@ -23,17 +23,22 @@ def allocations():
         ndarray.__init__ = init
 
 
-def waits_per_train_step(monkeypatch):
-    """A list that receives the device waits (``syncs``) of every ``Model.train_step`` call
-    made while ``monkeypatch`` (pytest's fixture) is active, in order."""
-    from ..models import Model
-    per_step = []
-    train_step = Model.train_step
+def waits_per_call(monkeypatch, owner, name):
+    """A list that receives the device waits (``syncs``) of every call of the method ``name`` of
+    the class ``owner`` made while ``monkeypatch`` (pytest's fixture) is active, in order."""
+    per_call = []
+    method = getattr(owner, name)
 
     def counted(self, *args, **kwargs):
         before = xp.counts["syncs"]
-        loss = train_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return loss
-    monkeypatch.setattr(Model, "train_step", counted)
-    return per_step
+        out = method(self, *args, **kwargs)
+        per_call.append(xp.counts["syncs"] - before)
+        return out
+    monkeypatch.setattr(owner, name, counted)
+    return per_call
+
+
+def waits_per_train_step(monkeypatch):
+    """:func:`waits_per_call` of ``Model.train_step``: the device waits of every training step."""
+    from ..models import Model
+    return waits_per_call(monkeypatch, Model, "train_step")

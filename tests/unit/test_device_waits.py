@@ -150,15 +150,7 @@ def test_a_training_step_waits_once(name, waits):
 def test_gb_pretraining_steps_do_not_wait(monkeypatch):
     """A pretraining step of a LocalFiltering layer leaves its two costs on the device (they are
     read once per epoch)."""
-    per_step = []
-    pretrain_step = LocalFilteringLayer.pretrain_step
-
-    def counted(self, *args, **kwargs):
-        before = xp.counts["syncs"]
-        out = pretrain_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return out
-    monkeypatch.setattr(LocalFilteringLayer, "pretrain_step", counted)
+    per_step = measure.waits_per_call(monkeypatch, LocalFilteringLayer, "pretrain_step")
     model = gb("devicelike", "float32")
     x, _ = data(10, (1, 12, 12), 3, seed=2, dtype="float32")
     for _ in model.pretraining_epochs(x):
