@@ -1,4 +1,4 @@
-"""Time 1x1 convolutions: the pointwise GEMM kernel (distnet.ops.conv_pointwise) against the
+"""Time 1x1 convolutions: the pointwise GEMM kernel (distnet.ops.conv.pointwise) against the
 general kernels of distnet.ops.conv (forced with method=...), on ResNet-like shapes. Prints a
 table; run with the BLAS thread count you train with. Not a test (timings are never asserted).
 
@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from distnet.ops.conv import conv2d_bprop, conv2d_fprop, use_flat
-from distnet.ops.conv_pointwise import pointwise_bprop, pointwise_fprop
+from distnet.ops.conv.pointwise import pointwise_bprop, pointwise_fprop
 
 SHAPES = [  # (B, C, H, W), K, stride
     ((32, 64, 32, 32), 64, (1, 1)),

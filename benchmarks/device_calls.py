@@ -6,9 +6,9 @@ On a GPU a step costs, beyond its arithmetic, one kernel launch (plus Python dis
 operation and a stall of the launch queue at every wait for the device (a scalar read back, a
 device -> host copy). Both are counted here by running the distnet GPU code path (the benchmark's
 ``--backend gpu`` setup: data on the device, ``cuda_aware_mpi`` False) on the device-like array
-module of the test suite (tests/devicelike.py), which counts ``calls`` (array operations) and
-``syncs`` (waits), at the workload's batch size and at 4x that batch: equal counts mean that
-no loop runs over the images of a batch. Counts, not timings; one process.
+module of the test suite (distnet/testing/devicelike.py), which counts ``calls`` (array operations)
+and ``syncs`` (waits), at the workload's batch size and at 4x that batch: equal counts mean that no
+loop runs over the images of a batch. Counts, not timings; one process.
 
 Each workload is counted twice: with the fused CUDA kernels (distnet/ops/cuda; the device-like
 module runs their CUDA C compiled for the host) and without them (``DISTNET_CUDA_KERNELS=0``:
@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 import benchmarks.workloads as workloads  # noqa: E402
 from distnet.comm import Topology  # noqa: E402
 from distnet.ops.cuda import launch  # noqa: E402
-from tests.devicelike import DeviceLike, xp  # noqa: E402
+from distnet.testing.devicelike import DeviceLike, xp  # noqa: E402
 
 
 def count(workload, batch, steps, fused=True):

@@ -82,7 +82,7 @@ def flat_gemm_ceiling(layer):
     issues for the whole batch of ``layer`` in that pass (None for layers that take the batch
     im2col kernel): the images shared out over the kernel threads as in the kernel, each thread
     on its own tile buffers, every tile of every image (shapes, strides and stacking from
-    ``distnet.ops.conv``'s own tile plan and :class:`~distnet.ops.conv._TileCols`)."""
+    ``distnet.ops.conv.flat``'s own tile plan and :class:`~distnet.ops.conv.flat.TileCols`)."""
     import numpy as np
     from distnet.ops import conv
     from distnet.ops.parallel import parallel_map, shares
@@ -94,12 +94,12 @@ def flat_gemm_ceiling(layer):
     images = shares(B, np)
 
     def plan(cin, cout, width, rows_out, summed):
-        n = conv._tile_rows(cin, fh, fw, width, rows_out, 4, cout if summed else 0)
+        n = conv.flat.tile_rows(cin, fh, fw, width, rows_out, 4, cout if summed else 0)
         tiles = [min(n, rows_out - i0) * width - (fw - 1) for i0 in range(0, rows_out, n)]
         gemms = []
         for _ in images:
             like = np.empty(1, np.float32)
-            cols = conv._TileCols(cin, fh, fw, width, n, None, "c", like, cout if summed else 0)
+            cols = conv.flat.TileCols(cin, fh, fw, width, n, None, "c", like, cout if summed else 0)
             cols.buf[...] = rng.standard_normal(cols.buf.shape, dtype=np.float32)
             if summed:
                 wg = cols.filters(rng.standard_normal((cout, cin, fh, fw), dtype=np.float32))
@@ -156,8 +156,8 @@ def distnet_layer(layer, threads):
     dgrad = statistics.median(pairs)
     if ceiling:   # the flat kernel's data gradient alone (as conv2d_bprop calls it after dw)
         dx = np.empty_like(x)
-        dgrad = timeit(lambda: conv._flat_bprop(x, w, dy, pad or ((0, 0), (0, 0)), ws, pad, need_dw=False,
-                                                dx_out=dx), n)
+        dgrad = timeit(lambda: conv.flat.bprop(x, w, dy, pad or ((0, 0), (0, 0)), ws, pad, need_dw=False,
+                                               dx_out=dx), n)
         gemm["dgrad"] = timeit(ceiling["dgrad"], n)
         res["gemm"] = gemm
     res.update({"fwd": fwd, "wgrad": wgrad, "dgrad": dgrad, "both": both})

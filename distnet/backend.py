@@ -207,8 +207,8 @@ class GPU(Backend):
 
 
 # Top-level modules whose array types are device arrays with cupy's API. cupy is the one distnet
-# ships for; tests add a numpy-backed stand-in (tests/devicelike.py) to run the device code
-# paths (strict host/device separation, staging) on machines without a GPU.
+# ships for; tests add a numpy-backed stand-in (distnet/testing/devicelike.py) to run the device
+# code paths (strict host/device separation, staging) on machines without a GPU.
 DEVICE_ARRAY_MODULES = {"cupy"}
 
 

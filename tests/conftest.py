@@ -13,7 +13,7 @@ import pytest
 
 from distnet.log import LOGGER_NAME
 from distnet.ops import parallel
-from tests.backends import BACKENDS
+from distnet.testing.backends import BACKENDS
 
 _made = []
 
@@ -39,7 +39,7 @@ def pytest_unconfigure(config):
 @pytest.fixture(params=BACKENDS, ids=list(BACKENDS))
 def backend_name(request):
     """Each array backend in turn: numpy, devicelike (numpy data with cupy's strictness), cupy
-    (skipped by :func:`tests.backends.make_backend` where there is no GPU)."""
+    (skipped by :func:`distnet.testing.backends.make_backend` where there is no GPU)."""
     return request.param
 
 

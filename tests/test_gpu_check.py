@@ -144,7 +144,7 @@ def test_helper_scripts_find_what_they_import():
     import benchmarks.run as run
     import benchmarks.workloads as workloads
     from distnet.comm import Topology
-    from tests.devicelike import DeviceLike
+    from distnet.testing.devicelike import DeviceLike
     assert callable(run._env) and callable(run.main)   # run_bench.py wraps both
     assert "PYTHONPATH" in run._env(1)
     assert callable(workloads.gpu_backend) and hasattr(workloads.DistnetRun, "step")

@@ -5,8 +5,8 @@ issuing kernels, not to the arithmetic); benchmarks/device_calls.py counts the l
 Batch B is also timed with the fused kernels off (``generic``: the array-module code, one launch
 per filter tap or window offset), so the probe gives the step time before and after them, and
 bigimage at batch B with its convolutions' patch matrices built whole (``one block``: no
-``DEVICE_COLS_BYTES`` budget), which says what the blocks that keep a 512x512 batch in memory
-cost at 256x256.
+block budget, ``distnet.ops.conv.blocked.DEVICE_COLS_BYTES`` raised past every matrix), which
+says what the blocks that keep a 512x512 batch in memory cost at 256x256.
 ``--cpu``: the device-like array module stands in for cupy (a rehearsal without a GPU).
 Writes ``{"<workload>@<batch>": seconds per step}`` to ``--json``.
 Run from the repository root (it imports ``benchmarks`` and ``tests``)."""
@@ -19,17 +19,17 @@ import time
 sys.path.insert(0, os.getcwd())
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-ap.add_argument("--cpu", action="store_true", help="tests.devicelike in place of cupy")
+ap.add_argument("--cpu", action="store_true", help="distnet.testing.devicelike in place of cupy")
 ap.add_argument("--json", required=True, help="where to write the results")
 a = ap.parse_args()
 
 import benchmarks.workloads as W  # noqa: E402
 from distnet.comm import Topology  # noqa: E402
-from distnet.ops import conv  # noqa: E402
+from distnet.ops.conv import blocked  # noqa: E402
 from distnet.ops.cuda import launch  # noqa: E402
 
 if a.cpu:
-    from tests.devicelike import DeviceLike
+    from distnet.testing.devicelike import DeviceLike
     W.gpu_backend = lambda like: DeviceLike(rng_seed=like.rng_seed, dtype=like.dtype.name)
     sync, plan = (lambda: None), [("mnist_cnn", (100, 200), 2)]
 else:
@@ -38,14 +38,13 @@ else:
     plan = [("mnist_cnn", (100, 400), 20), ("gb_train", (100, 400), 10), ("resnet", (100, 400), 10),
             ("bigimage", (16, 32), 3)]
 res = {}
-budget = conv.DEVICE_COLS_BYTES
 for w, batches, n in plan:
     variants = [(b, True, "") for b in batches] + [(batches[0], False, " generic")]
     if w == "bigimage":
         variants.append((batches[0], True, " one block"))
     for b, fused, tag in variants:
         launch.ENABLED = fused
-        conv.DEVICE_COLS_BYTES = 1 << 50 if tag == " one block" else budget
+        blocked.DEVICE_COLS_BYTES = 1 << 50 if tag == " one block" else None
         key = f"{w}@{b}{tag}"
         try:
             run = W.DistnetRun(w, Topology.serial(), batch=b, backend="gpu")
@@ -74,6 +73,6 @@ for w, batches, n in plan:
         print(f"probe {w:10s} blocks / one block at batch {batches[0]}: "
               f"{res[ks[0]] / res[ks[0] + ' one block']:.2f}x the time", flush=True)
 launch.ENABLED = True
-conv.DEVICE_COLS_BYTES = budget
+blocked.DEVICE_COLS_BYTES = None
 with open(a.json, "w") as f:
     json.dump(res, f, indent=1)

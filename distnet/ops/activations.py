@@ -8,13 +8,8 @@ arguments (the config layer maps YAML keys to classes); ``name`` is a short lowe
 Outputs keep the dtype of the inputs.
 """
 from ..backend import get_array_module
+from . import dispatch
 from .cuda import elementwise as cuda_ew
-from .cuda import launch as cuda
-
-
-def _fused(*arrays):
-    """Whether an elementwise chain over ``arrays`` runs as one device kernel."""
-    return cuda.available(get_array_module(*arrays)) and cuda_ew.dense_alike(*arrays)
 
 
 class Identity:
@@ -37,18 +32,24 @@ class Logistic:
 
     name = "logistic"
 
+    @dispatch.op
     def fprop(self, z):
         xp = get_array_module(z)
-        if _fused(z):                                # one launch instead of five
-            return cuda_ew.launch(cuda_ew.LOGISTIC, z)
         e = xp.exp(-xp.abs(z))                       # in (0, 1]: never overflows
         r = 1 / (1 + e)
         return xp.where(z >= 0, r, e * r)            # e/(1+e) = 1/(1+exp(-z)) for z < 0
 
+    @fprop.kernel(when=lambda self, z: cuda_ew.dense_alike(z))
+    def fprop(self, z):                              # one launch instead of five
+        return cuda_ew.launch(cuda_ew.LOGISTIC, z)
+
+    @dispatch.op
     def bprop(self, z, y, dy):
-        if _fused(dy, y):
-            return cuda_ew.launch(cuda_ew.LOGISTIC_GRAD, dy, y)
         return dy * y * (1 - y)
+
+    @bprop.kernel(when=lambda self, z, y, dy: cuda_ew.dense_alike(dy, y))
+    def bprop(self, z, y, dy):
+        return cuda_ew.launch(cuda_ew.LOGISTIC_GRAD, dy, y)
 
 
 class RectLin:
@@ -60,11 +61,14 @@ class RectLin:
     def fprop(self, z):
         return get_array_module(z).maximum(z, 0)     # maximum propagates NaN
 
+    @dispatch.op
     def bprop(self, z, y, dy):
         xp = get_array_module(z, dy)
-        if _fused(z, dy):                            # one launch instead of four
-            return cuda_ew.launch(cuda_ew.RECTLIN_GRAD, z, dy)
         return xp.where(z > 0, dy, xp.where(xp.isnan(z), z, 0))
+
+    @bprop.kernel(when=lambda self, z, y, dy: cuda_ew.dense_alike(z, dy))
+    def bprop(self, z, y, dy):                       # one launch instead of four
+        return cuda_ew.launch(cuda_ew.RECTLIN_GRAD, z, dy)
 
 
 class Tanh:
@@ -76,10 +80,13 @@ class Tanh:
     def fprop(self, z):
         return get_array_module(z).tanh(z)
 
+    @dispatch.op
     def bprop(self, z, y, dy):
-        if _fused(dy, y):
-            return cuda_ew.launch(cuda_ew.TANH_GRAD, dy, y)
         return dy * (1 - y * y)
+
+    @bprop.kernel(when=lambda self, z, y, dy: cuda_ew.dense_alike(dy, y))
+    def bprop(self, z, y, dy):
+        return cuda_ew.launch(cuda_ew.TANH_GRAD, dy, y)
 
 
 class Softmax:

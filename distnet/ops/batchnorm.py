@@ -47,12 +47,10 @@ Running averages follow PyTorch's ``BatchNorm`` (``momentum`` default 0.1)::
 
 (note: the opposite convention to Keras/TensorFlow, whose momentum weights the old value).
 """
-import numpy as np
-
 from ..backend import get_array_module
-from .cuda import batchnorm as cuda_bn
-from .cuda import launch as cuda
 from ..errors import GeometryError
+from . import dispatch
+from .cuda import batchnorm as cuda_bn
 
 
 def channel_axes(x):
@@ -135,18 +133,30 @@ def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
     xp = get_array_module(x)
     inv_std = 1.0 / xp.sqrt(xp.asarray(var, dtype="float64") + eps)
     inv_std = inv_std.astype(x.dtype)
-    if cuda.available(xp):                   # one launch for xhat and y, the same roundings
-        out = xp.empty_like(x) if out is None else out
-        xhat = xp.empty_like(x)
-        cuda_bn.bn_fprop(x, *(_vector(v, x) for v in (mean, inv_std, gamma, beta)), out, xhat)
-        return out, xhat, inv_std
+    out, xhat = _normalize(x, mean, inv_std, gamma, beta, out)
+    return out, xhat, inv_std
+
+
+@dispatch.op
+def _normalize(x, mean, inv_std, gamma, beta, out):
+    """``(y, xhat)`` of :func:`bn_fprop` (``y`` into ``out`` if given)."""
     xhat = x - _as(mean, x)
     xhat *= inv_std.reshape(_bshape(x))
     if out is None:
-        out = xp.empty_like(x)
-    xp.multiply(xhat, _as(gamma, x), out=out)
+        out = get_array_module(x).empty_like(x)
+    get_array_module(x).multiply(xhat, _as(gamma, x), out=out)
     out += _as(beta, x)
-    return out, xhat, inv_std
+    return out, xhat
+
+
+@_normalize.kernel
+def _normalize(x, mean, inv_std, gamma, beta, out):
+    """One launch for ``xhat`` and ``y``, the same roundings."""
+    xp = get_array_module(x)
+    out = xp.empty_like(x) if out is None else out
+    xhat = xp.empty_like(x)
+    cuda_bn.bn_fprop(x, *(_vector(v, x) for v in (mean, inv_std, gamma, beta)), out, xhat)
+    return out, xhat
 
 
 def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1):
@@ -154,7 +164,7 @@ def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1)
     UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
     channel, a number or a 0-d device array; ``count == 1`` uses ``var``)."""
     xp = get_array_module(running_mean)
-    if get_array_module(count) is np:        # a number
+    if dispatch.reads_without_waiting(get_array_module(count)):    # a number
         correction = count / (count - 1) if count > 1 else 1.0
     else:                                   # on the device: no branch on its value (a wait)
         correction = count / xp.maximum(count - 1, 1.0)
@@ -195,9 +205,14 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
     if out is None:
         out = xp.empty_like(dy)
-    if cuda.available(xp):                   # one launch, the same roundings
-        cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
-        return out
+    return _input_grad(dy, xhat, mdy, mdyx, scale, out)
+
+
+@dispatch.op
+def _input_grad(dy, xhat, mdy, mdyx, scale, out):
+    """``out = scale * (dy - mdy - xhat * mdyx)`` (:func:`bn_bprop_dx`; ``out`` may be ``dy``),
+    the channel vectors shaped to broadcast."""
+    xp = get_array_module(dy, xhat)
     if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
         t = xhat * mdyx
         out -= mdy
@@ -207,6 +222,12 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
         xp.subtract(dy, out, out=out)
         out -= mdy
     out *= scale
+    return out
+
+
+@_input_grad.kernel
+def _input_grad(dy, xhat, mdy, mdyx, scale, out):       # one launch, the same roundings
+    cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
     return out
 
 

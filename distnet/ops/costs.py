@@ -9,8 +9,8 @@ the batch size). Gradients keep ``y``'s dtype; the loss is accumulated in float6
 import numpy as np
 
 from ..backend import get_array_module
+from . import dispatch
 from .cuda import elementwise as cuda_ew
-from .cuda import launch as cuda
 from .softmax import logsumexp, softmax
 
 #: float32 machine epsilon, 2**-23: neon's clip bound, used for every dtype.
@@ -46,22 +46,36 @@ class CrossEntropy(Cost):
 
     def loss_sum(self, y, t):
         xp = get_array_module(y, t)
-        t = xp.asarray(t, dtype=y.dtype)
-        if cuda.available(xp) and cuda_ew.dense_alike(y, t):    # the terms in one launch
-            terms = cuda_ew.launch(cuda_ew.CROSS_ENTROPY_TERMS, y, t,
-                                   scalars=(EPS, 1 - EPS))
-            return -xp.sum(terms, dtype="float64")
-        yc = xp.clip(y, EPS, 1 - EPS)
-        nc = xp.clip(1 - y, EPS, 1 - EPS)
-        return -xp.sum(t * xp.log(yc) + (1 - t) * xp.log(nc), dtype="float64")
+        return -xp.sum(_cross_entropy_terms(y, xp.asarray(t, dtype=y.dtype)), dtype="float64")
 
     def grad(self, y, t):
         xp = get_array_module(y, t)
-        t = xp.asarray(t, dtype=y.dtype)
-        if cuda.available(xp) and cuda_ew.dense_alike(y, t):    # one launch instead of five
-            return cuda_ew.launch(cuda_ew.CROSS_ENTROPY_GRAD, y, t,
-                                  scalars=(EPS, 1 - EPS))
-        return (y - t) / xp.clip(y * (1 - y), EPS, 1 - EPS)
+        return _cross_entropy_grad(y, xp.asarray(t, dtype=y.dtype))
+
+
+@dispatch.op
+def _cross_entropy_terms(y, t):
+    """``t ln clip(y) + (1-t) ln clip(1-y)`` elementwise (:class:`CrossEntropy`)."""
+    xp = get_array_module(y, t)
+    yc = xp.clip(y, EPS, 1 - EPS)
+    nc = xp.clip(1 - y, EPS, 1 - EPS)
+    return t * xp.log(yc) + (1 - t) * xp.log(nc)
+
+
+@_cross_entropy_terms.kernel(when=cuda_ew.dense_alike)
+def _cross_entropy_terms(y, t):                     # the terms in one launch
+    return cuda_ew.launch(cuda_ew.CROSS_ENTROPY_TERMS, y, t, scalars=(EPS, 1 - EPS))
+
+
+@dispatch.op
+def _cross_entropy_grad(y, t):
+    """``(y - t) / clip(y (1 - y))`` elementwise (:class:`CrossEntropy`)."""
+    return (y - t) / get_array_module(y, t).clip(y * (1 - y), EPS, 1 - EPS)
+
+
+@_cross_entropy_grad.kernel(when=cuda_ew.dense_alike)
+def _cross_entropy_grad(y, t):                      # one launch instead of five
+    return cuda_ew.launch(cuda_ew.CROSS_ENTROPY_GRAD, y, t, scalars=(EPS, 1 - EPS))
 
 
 class SumSquaredDiffs(Cost):

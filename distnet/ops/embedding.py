@@ -7,6 +7,7 @@ real tokens, 0.0 on padding).
 import numpy as np
 
 from ..backend import get_array_module
+from . import dispatch
 from .softmax import log_softmax
 
 
@@ -20,7 +21,7 @@ def embed_grad(ids, dy, V):
     (numpy: a scatter-add; a device: a one-hot ``(B*T, V)`` matrix times ``dy``)."""
     xp = get_array_module(dy)
     flat = dy.reshape(-1, dy.shape[-1])
-    if xp is np:
+    if dispatch.scatter_adds(xp):
         dW = np.zeros((V, dy.shape[-1]), dtype=dy.dtype)
         np.add.at(dW, ids.reshape(-1), flat)
         return dW

@@ -39,7 +39,7 @@ import numpy as np
 from ..backend import get_array_module
 from ..errors import GeometryError
 from ..geometry.window import same_padding
-from .cuda import launch as cuda
+from . import dispatch
 from .cuda import lcn as cuda_lcn
 
 
@@ -100,7 +100,9 @@ def _shared_map(w):
     :func:`shared_map`), or a numpy ``(C, fh, fw)`` with equal maps (checked here: on the host
     that costs nothing); else None. Then sum_c w[c] * x[c] = w[0] * sum_c x[c]: the channel sum
     is done once instead of once per filter tap, which makes the mean C times cheaper."""
-    if w.shape[0] == 1 or (get_array_module(w) is np and bool(np.all(w == w[:1]))):
+    if w.shape[0] == 1:
+        return w[0]
+    if dispatch.reads_without_waiting(get_array_module(w)) and bool(np.all(w == w[:1])):
         return w[0]
     return None
 
@@ -122,6 +124,7 @@ def _check_adjoint(w, gm, chunk_shape):
     return h, wd
 
 
+@dispatch.op
 def lcn_mean(w, x_chunk):
     """Valid single-map correlation (the weighted local mean).
 
@@ -132,8 +135,6 @@ def lcn_mean(w, x_chunk):
     xp = get_array_module(x_chunk)
     C, fh, fw = w.shape
     h, wd = _check_mean(w, x_chunk.shape)
-    if cuda.available(xp):      # one launch instead of one per tap
-        return cuda_lcn.mean(w, x_chunk, h, wd)
     B = x_chunk.shape[0]
     m = xp.zeros((B, h, wd), dtype=xp.result_type(w.dtype, x_chunk.dtype))
     g = _shared_map(w)
@@ -149,6 +150,12 @@ def lcn_mean(w, x_chunk):
     return m[:, None]
 
 
+@lcn_mean.kernel
+def lcn_mean(w, x_chunk):               # one launch instead of one per tap
+    return cuda_lcn.mean(w, x_chunk, *_check_mean(w, x_chunk.shape))
+
+
+@dispatch.op
 def lcn_mean_adjoint(w, gm, chunk_shape):
     """Adjoint of :func:`lcn_mean`: scatter the single map back through the same weights to
     every channel.
@@ -162,8 +169,6 @@ def lcn_mean_adjoint(w, gm, chunk_shape):
     C, fh, fw = w.shape
     B = chunk_shape[0]
     h, wd = _check_adjoint(w, gm, chunk_shape)
-    if cuda.available(xp):      # one launch (a gather) instead of one per tap
-        return cuda_lcn.mean_adjoint(w, gm, chunk_shape)
     dtype = xp.result_type(w.dtype, gm.dtype)
     g = _shared_map(w)
     if g is not None:
@@ -181,6 +186,12 @@ def lcn_mean_adjoint(w, gm, chunk_shape):
     return out
 
 
+@lcn_mean_adjoint.kernel
+def lcn_mean_adjoint(w, gm, chunk_shape):       # one launch (a gather) instead of one per tap
+    _check_adjoint(w, gm, chunk_shape)
+    return cuda_lcn.mean_adjoint(w, gm, chunk_shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # staged forward and backward
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +206,7 @@ def lcn_fprop_subtractive(x_tile, x_chunk, w):
     return x_tile - lcn_mean(w, x_chunk)
 
 
+@dispatch.op
 def lcn_fprop_divisive(s_tile, s_chunk, w):
     """Stage 2: ``v = lcn_mean(w, s_chunk**2)``, ``d = sqrt(v)`` with ``d := 1`` where
     ``d == 0`` exactly (no epsilon, no threshold: neon's rule), ``y = s_tile / d``.
@@ -203,15 +215,20 @@ def lcn_fprop_divisive(s_tile, s_chunk, w):
     returns (y, d): y : (B, C, h, wd), d : (B, 1, h, wd) (keep d for the backward pass)
     """
     xp = get_array_module(s_chunk)
-    if cuda.available(xp):      # the squares, the mean, sqrt and the 1s in one launch
-        d = cuda_lcn.mean(w, s_chunk, *_check_mean(w, s_chunk.shape), divisor=True)
-        return s_tile / d, d
     d = xp.sqrt(lcn_mean(w, s_chunk * s_chunk))
     # where(), not d[d == 0] = 1: a boolean-mask assignment waits for the device (its size)
     d = xp.where(d == 0, d.dtype.type(1), d)
     return s_tile / d, d
 
 
+@lcn_fprop_divisive.kernel
+def lcn_fprop_divisive(s_tile, s_chunk, w):
+    """The squares, the mean, ``sqrt`` and the 1s in one launch."""
+    d = cuda_lcn.mean(w, s_chunk, *_check_mean(w, s_chunk.shape), divisor=True)
+    return s_tile / d, d
+
+
+@dispatch.op
 def lcn_bprop_divisive(e, s_tile, s_chunk, d, w):
     """Backward of stage 2, given ``e = dJ/dy (B, C, h, wd)``.
 
@@ -228,15 +245,20 @@ def lcn_bprop_divisive(e, s_tile, s_chunk, d, w):
     the true function is not differentiable; this is the gradient of the branch taken.)
     """
     gs_direct = e / d
-    if cuda.available(get_array_module(e)):     # -A, then the adjoint times s_chunk: two launches
-        gm = cuda_lcn.divisive_gain(e, s_tile, d)
-        _check_adjoint(w, gm, s_chunk.shape)
-        return gs_direct, cuda_lcn.mean_adjoint(w, gm, s_chunk.shape, factor=s_chunk)
     A = (e * s_tile).sum(axis=1, keepdims=True) / (d * d * d)
     # d(d)/d(v) = 1/(2d) and d(s^2)/ds = 2s cancel the 1/2 and 2: gs = -s * M^T(A)
     gs_chunk = lcn_mean_adjoint(w, -A, s_chunk.shape)
     gs_chunk *= s_chunk
     return gs_direct, gs_chunk
+
+
+@lcn_bprop_divisive.kernel
+def lcn_bprop_divisive(e, s_tile, s_chunk, d, w):
+    """``-A``, then the adjoint times ``s_chunk``: two launches."""
+    gs_direct = e / d
+    gm = cuda_lcn.divisive_gain(e, s_tile, d)
+    _check_adjoint(w, gm, s_chunk.shape)
+    return gs_direct, cuda_lcn.mean_adjoint(w, gm, s_chunk.shape, factor=s_chunk)
 
 
 def lcn_bprop_subtractive(gs_tile, x_chunk_shape, w):

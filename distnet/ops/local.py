@@ -24,7 +24,7 @@ Pure math: no parameters owned, no communication; numpy or cupy through ``get_ar
 """
 from ..backend import get_array_module
 from ..errors import GeometryError
-from .cuda import launch as cuda
+from . import dispatch
 from .cuda import local as cuda_local
 from .parallel import matmul as pmatmul
 from .windows import fold, output_shape, patches
@@ -46,14 +46,6 @@ def _geometry(x_shape, w_shape, fshape, stride):
             f"weights for a {Ho}x{Wo} output, but input {H}x{W} with filter {fh}x{fw} and "
             f"stride {tuple(stride)} gives {output_shape((H, W), fshape, stride)}")
     return Ho, Wo
-
-
-def _fused(*arrays):
-    """Whether these arrays take the fused kernels: a module that launches them, and one float
-    dtype (a kernel's ``T``; mixed dtypes keep the generic code, which promotes)."""
-    dtypes = {a.dtype for a in arrays}
-    return (cuda.available(get_array_module(*arrays)) and len(dtypes) == 1
-            and dtypes.pop().name in ("float32", "float64"))
 
 
 def _check_grad(name, g, shape):
@@ -120,6 +112,7 @@ def _fold_cols(cols_pfb, x_shape, fshape, stride, Ho, Wo):
 # encoder: LocalFilteringLayer
 # ---------------------------------------------------------------------------------------------
 
+@dispatch.op
 def local_fprop(x, w, fshape, stride):
     """Locally connected forward pass (valid windows on ``x``; the caller pads / builds chunks).
 
@@ -130,12 +123,17 @@ def local_fprop(x, w, fshape, stride):
     returns y : (B, K, Ho, Wo),  y[b,k,i,j] = sum_f w[k,i,j,f] * x[b, c, i*sy+u, j*sx+v]
     """
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
-    if _fused(x, w):
-        return cuda_local.apply(x, w, fshape, stride)
     cols = _cols(x, fshape, stride)                     # (P, F, B)
     return _from_pkb(pmatmul(_wmat(w), cols), Ho, Wo)           # (P, K, F) @ (P, F, B) -> (P, K, B)
 
 
+@local_fprop.kernel(when=lambda x, w, *args, **kwargs: dispatch.float_arrays(x, w))
+def local_fprop(x, w, fshape, stride):          # one launch, no patch matrix
+    _geometry(x.shape, w.shape, fshape, stride)
+    return cuda_local.apply(x, w, fshape, stride)
+
+
+@dispatch.op
 def local_bprop(x, w, dy, fshape, stride, need_dx=True):
     """Gradients of :func:`local_fprop`.
 
@@ -147,10 +145,6 @@ def local_bprop(x, w, dy, fshape, stride, need_dx=True):
            not divided by anything; neon's G reshaped)
     """
     Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
-    if _fused(x, w, dy):
-        _check_grad("dy", dy, (x.shape[0], w.shape[0], Ho, Wo))
-        dw = cuda_local.weight_grad(x, dy, fshape, stride)
-        return (cuda_local.adjoint(dy, w, x.shape, fshape, stride) if need_dx else None), dw
     cols = _cols(x, fshape, stride)                     # (P, F, B)
     dyt = _pkb(dy)                                      # (P, K, B)
     dw = _from_pkf(pmatmul(dyt, cols.transpose(0, 2, 1)), Ho, Wo)   # (P, K, B) @ (P, B, F)
@@ -161,21 +155,34 @@ def local_bprop(x, w, dy, fshape, stride, need_dx=True):
     return dx, dw
 
 
+@local_bprop.kernel(when=lambda x, w, dy, *args, **kwargs: dispatch.float_arrays(x, w, dy))
+def local_bprop(x, w, dy, fshape, stride, need_dx=True):    # two launches
+    Ho, Wo = _geometry(x.shape, w.shape, fshape, stride)
+    _check_grad("dy", dy, (x.shape[0], w.shape[0], Ho, Wo))
+    dw = cuda_local.weight_grad(x, dy, fshape, stride)
+    return (cuda_local.adjoint(dy, w, x.shape, fshape, stride) if need_dx else None), dw
+
+
+@dispatch.op
 def normalize_rows(w):
     """Scale every filter ``w[k, i, j, :]`` of ``w (K, Ho, Wo, F)`` to unit L2 norm, **in
     place**; returns ``w``. No epsilon (as neon's N): an all-zero row becomes NaN,
     as in neon. Per-row, so a distributed layer can normalise its own slice independently."""
     xp = get_array_module(w)
-    if _fused(w) and w.flags.c_contiguous:
-        return cuda_local.normalize_rows(w)
     w /= xp.sqrt((w * w).sum(axis=-1, keepdims=True))
     return w
+
+
+@normalize_rows.kernel(when=lambda w: dispatch.float_arrays(w) and w.flags.c_contiguous)
+def normalize_rows(w):                          # one launch
+    return cuda_local.normalize_rows(w)
 
 
 # ---------------------------------------------------------------------------------------------
 # decoder: LocalDeFilteringLayer (the adjoint of LF, with its own weights V of W's shape)
 # ---------------------------------------------------------------------------------------------
 
+@dispatch.op
 def local_defprop(h, v, x_shape, fshape, stride):
     """Decoder forward: the adjoint of LF with weights ``v``, i.e. LF's input-gradient map
     applied to ``h`` (so ``<local_fprop(x, v), h> == <x, local_defprop(h, v, x.shape, ...)>``).
@@ -187,13 +194,18 @@ def local_defprop(h, v, x_shape, fshape, stride):
       xhat[b,c,i*sy+u,j*sx+v] += sum_k h[b,k,i,j] * v[k,i,j,(c,u,v)]
     """
     Ho, Wo = _geometry(x_shape, v.shape, fshape, stride)
-    if _fused(h, v):
-        _check_grad("h", h, (x_shape[0], v.shape[0], Ho, Wo))
-        return cuda_local.adjoint(h, v, x_shape, fshape, stride)
     dcols = pmatmul(_wmat(v).transpose(0, 2, 1), _pkb(h))      # (P, F, K) @ (P, K, B) -> (P, F, B)
     return _fold_cols(dcols, tuple(x_shape), fshape, stride, Ho, Wo)
 
 
+@local_defprop.kernel(when=lambda h, v, *args, **kwargs: dispatch.float_arrays(h, v))
+def local_defprop(h, v, x_shape, fshape, stride):   # one launch
+    Ho, Wo = _geometry(x_shape, v.shape, fshape, stride)
+    _check_grad("h", h, (x_shape[0], v.shape[0], Ho, Wo))
+    return cuda_local.adjoint(h, v, x_shape, fshape, stride)
+
+
+@dispatch.op
 def local_debprop(h, v, eps, fshape, stride):
     """Decoder backward, given ``eps = dJ/dxhat``.
 
@@ -203,10 +215,14 @@ def local_debprop(h, v, eps, fshape, stride):
       gv : (K, Ho, Wo, F), gv[k,i,j,f] = sum_b h[b,k,i,j] * patch(eps)[b,i,j,f]  (batch sum)
     """
     Ho, Wo = _geometry(eps.shape, v.shape, fshape, stride)
-    if _fused(h, v, eps):
-        _check_grad("h", h, (eps.shape[0], v.shape[0], Ho, Wo))
-        return cuda_local.apply(eps, v, fshape, stride), cuda_local.weight_grad(eps, h, fshape, stride)
     cols = _cols(eps, fshape, stride)                   # (P, F, B)
     gh = _from_pkb(pmatmul(_wmat(v), cols), Ho, Wo)             # (P, K, F) @ (P, F, B)
     gv = _from_pkf(pmatmul(_pkb(h), cols.transpose(0, 2, 1)), Ho, Wo)  # (P, K, B) @ (P, B, F)
     return gh, gv
+
+
+@local_debprop.kernel(when=lambda h, v, eps, *args, **kwargs: dispatch.float_arrays(h, v, eps))
+def local_debprop(h, v, eps, fshape, stride):   # two launches
+    Ho, Wo = _geometry(eps.shape, v.shape, fshape, stride)
+    _check_grad("h", h, (eps.shape[0], v.shape[0], Ho, Wo))
+    return cuda_local.apply(eps, v, fshape, stride), cuda_local.weight_grad(eps, h, fshape, stride)

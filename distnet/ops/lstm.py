@@ -20,7 +20,7 @@ plus one kernel for its gates and state update (:mod:`distnet.ops.cuda.lstm`), f
 backward, and ``dWh`` is one GEMM over all steps; numpy keeps the code below.
 """
 from ..backend import get_array_module
-from .cuda import launch as cuda
+from . import dispatch
 from .cuda import lstm as cuda_lstm
 
 
@@ -28,11 +28,10 @@ def _sigmoid(xp, a):
     return 0.5 * (xp.tanh(0.5 * a) + 1.0)
 
 
+@dispatch.op
 def lstm_forward(x, mask, h0, c0, Wx, Wh, b):
     """One LSTM layer over ``T`` steps. Returns ``(y (B, T, H), hT (B, H), cT (B, H), cache)``."""
     xp = get_array_module(x)
-    if cuda.available(xp):      # one GEMM and one launch per step instead of ~20 launches
-        return _forward_fused(xp, x, mask, h0, c0, Wx, Wh, b)
     B, T, _ = x.shape
     H = Wh.shape[1]
     ax = x @ Wx.T + b                              # (B, T, 4H): the input part of every step
@@ -57,11 +56,10 @@ def lstm_forward(x, mask, h0, c0, Wx, Wh, b):
     return y, h, c, (x, mask, Wx, Wh, hs, cs, gates, tcs)
 
 
+@dispatch.op
 def lstm_backward(dy, dhT, dcT, cache):
     """Backward through time of :func:`lstm_forward`. ``dy (B, T, H)``, ``dhT, dcT (B, H)``
     (gradients of the final states; zeros if unused). Returns ``(dx, dh0, dc0, dWx, dWh, db)``."""
-    if isinstance(cache, _FusedCache):
-        return _backward_fused(dy, dhT, dcT, cache)
     x, mask, Wx, Wh, hs, cs, gates, tcs = cache
     xp = get_array_module(x)
     B, T, _ = x.shape
@@ -92,7 +90,7 @@ def lstm_backward(dy, dhT, dcT, cache):
 
 
 class _FusedCache(tuple):
-    """What :func:`_forward_fused` keeps for :func:`_backward_fused`: ``(x, mask, Wx, Wh, gates
+    """What the fused forward keeps for the fused backward: ``(x, mask, Wx, Wh, gates
     (B, T, 4H), tanh_c, h_prev, c_prev (B, T, H))``, the last two the state before each step."""
 
 
@@ -103,10 +101,12 @@ def _contiguous(xp, a, dtype):
     return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
 
 
-def _forward_fused(xp, x, mask, h0, c0, Wx, Wh, b):
+@lstm_forward.kernel
+def lstm_forward(x, mask, h0, c0, Wx, Wh, b):
     """:func:`lstm_forward` with one fused launch per step (:func:`distnet.ops.cuda.lstm
-    .step_forward`) after the step's recurrent GEMM; the same results up to the rounding of
-    the GEMMs and of the device's ``tanh``."""
+    .step_forward`) after the step's recurrent GEMM, instead of ~20 launches; the same results
+    up to the rounding of the GEMMs and of the device's ``tanh``."""
+    xp = get_array_module(x)
     B, T, _ = x.shape
     H = Wh.shape[1]
     ax = x @ Wx.T + b                              # (B, T, 4H): the input part of every step
@@ -121,8 +121,9 @@ def _forward_fused(xp, x, mask, h0, c0, Wx, Wh, b):
     return y, h, c, _FusedCache((x, mask, Wx, Wh, gates, tanh_c, h_prev, c_prev))
 
 
-def _backward_fused(dy, dhT, dcT, cache):
-    """:func:`lstm_backward` of :func:`_forward_fused`: per step one fused launch for the gate
+@lstm_backward.kernel(when=lambda dy, dhT, dcT, cache: isinstance(cache, _FusedCache))
+def lstm_backward(dy, dhT, dcT, cache):
+    """:func:`lstm_backward` of the fused forward: per step one fused launch for the gate
     gradients (:func:`distnet.ops.cuda.lstm.step_backward`) and the GEMM ``da_t Wh``; the
     weight gradients are GEMMs over all steps after the loop."""
     x, mask, Wx, Wh, gates, tanh_c, h_prev, c_prev = cache

@@ -13,10 +13,14 @@ it is the BLAS thread count the process started with, as threadpoolctl reports i
 threadpoolctl's controllers of the BLAS libraries loaded in this process (OpenBLAS, MKL, BLIS);
 where none is found, :func:`parallel_map` runs the work on the calling thread.
 """
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+
+from ..backend import get_array_module
+from .dispatch import kernel_threads_apply
 
 _state = {"probed": False, "blas": [], "threads": 1, "pool": None, "plan": None}
 _lock = threading.Lock()
@@ -93,7 +97,7 @@ def parallel_map(fn, items, xp=None):
     different items (its own scratch buffers per share: see :func:`shares`). numpy only."""
     items = list(items)
     T = kernel_threads()
-    if T <= 1 or len(items) <= 1 or (xp is not None and xp.__name__ != "numpy"):
+    if T <= 1 or len(items) <= 1 or (xp is not None and not kernel_threads_apply(xp)):
         return [fn(i) for i in items]
     with _lock:
         if _state["pool"] is None:
@@ -113,7 +117,7 @@ def parallel_map(fn, items, xp=None):
 def shares(n, xp=None):
     """``[(share index, range)]``: ``range(n)`` cut into :func:`kernel_threads` contiguous shares
     (one share when threading is off or inside a share)."""
-    T = kernel_threads() if xp is None or xp.__name__ == "numpy" else 1
+    T = kernel_threads() if xp is None or kernel_threads_apply(xp) else 1
     T = max(1, min(T, n))
     base, extra = divmod(n, T)
     out, start = [], 0
@@ -136,13 +140,12 @@ def matmul(a, b, out=None):
     inner dimension long (a weight gradient), by the inner dimension, the partial products being
     added in share order. Same result as ``xp.matmul`` up to summation order; small products
     are not split."""
-    from ..backend import get_array_module
     xp = get_array_module(a, b)
-    T = kernel_threads() if xp.__name__ == "numpy" else 1
+    T = kernel_threads() if kernel_threads_apply(xp) else 1
     M, K = a.shape[-2:]
     N = b.shape[-1]
     stack = a.shape[:-2]
-    macs = M * K * N * (int(__import__("numpy").prod(stack)) if stack else 1)
+    macs = M * K * N * (math.prod(stack) if stack else 1)
     if T <= 1:
         return xp.matmul(a, b, out=out)
     if macs < MIN_PARALLEL_MACS:
@@ -192,9 +195,8 @@ def _split_axis(n, xp):
 
 def copyto(dst, src, axis=0):
     """``dst[...] = src`` (same shapes) cut along ``axis`` into kernel-thread shares."""
-    from ..backend import get_array_module
     xp = get_array_module(dst, src)
-    if kernel_threads() <= 1 or dst.size < MIN_PARALLEL_ELEMENTS or xp.__name__ != "numpy":
+    if kernel_threads() <= 1 or dst.size < MIN_PARALLEL_ELEMENTS or not kernel_threads_apply(xp):
         xp.copyto(dst, src)
         return dst
     idx = (slice(None),) * axis
@@ -209,7 +211,7 @@ def run_split(fn, n, xp=None, size=None):
     """``fn(slice)`` for kernel-thread shares of ``range(n)`` (one call on the calling thread
     when threading is off or ``size`` elements is small)."""
     if kernel_threads() <= 1 or (size is not None and size < MIN_PARALLEL_ELEMENTS) or \
-            (xp is not None and xp.__name__ != "numpy"):
+            (xp is not None and not kernel_threads_apply(xp)):
         fn(slice(0, n))
         return
     parallel_map(fn, _split_axis(n, xp), xp)

@@ -12,20 +12,20 @@ contiguous runs of ``B`` (or ``Wo*B``) elements instead of single pixels, which 
 loops 2-8x faster. Max pooling takes inputs, outputs and gradients already held in CHWN memory
 (what the small-image conv kernel of :mod:`distnet.ops.conv` returns; :func:`output_chwn`) as they
 are, and transposes only what arrives in NCHW; its work is shared out over the kernel threads by
-channels. Large planes with non-overlapping windows use NCHW directly (no transposes).
+channels. Large planes with non-overlapping windows use NCHW directly (no transposes:
+:mod:`distnet.ops.maxpool_nchw`).
 
-On a device (:func:`distnet.ops.cuda.launch.available`), each op is one fused kernel launch of
-:mod:`distnet.ops.cuda.pooling` that reads its arrays in whatever layout they come (no copies)
-and gives the numpy code's results (float64: bit for bit).
+On a device that launches kernels (:mod:`distnet.ops.dispatch`), each op is one fused kernel
+launch of :mod:`distnet.ops.cuda.pooling` that reads its arrays in whatever layout they come (no
+copies) and gives the numpy code's results (float64: bit for bit).
 """
-import numpy as np
-
 from ..backend import get_array_module
 from ..errors import GeometryError
-from .cuda import launch as cuda
+from . import dispatch, maxpool_nchw
 from .cuda import pooling as cuda_pooling
-from .parallel import parallel_map, run_split, shares
-from .windows import fold, output_shape
+from .layout import empty_chwn, is_chwn
+from .parallel import run_split
+from .windows import fold, output_shape, tap_slices
 from .workspace import scratch
 
 #: Max pooling over planes of at least this many pixels with non-overlapping windows works in
@@ -37,13 +37,6 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
     fh, fw = fshape
     return (x_shape[2] * x_shape[3] >= NCHW_MIN_PLANE and tuple(stride) == (fh, fw)
             and fh * fw <= 256)
-
-
-def _fused(xp, *arrays):
-    """Whether the op runs as a fused kernel: a device module that launches them, and float
-    arrays (None: not given) of one dtype (other data takes the array-module code)."""
-    dtypes = {a.dtype for a in arrays if a is not None}
-    return cuda.available(xp) and len(dtypes) == 1 and dtypes.pop() in (np.float32, np.float64)
 
 
 def _check_shapes(op, expected, **arrays):
@@ -81,11 +74,15 @@ def _out_hw(x_shape, fshape, stride):
 def _offsets(x_shape, fshape, stride):
     """Yield ``(k, rows, cols)`` per window offset ``(u, v)`` in row-major order, ``k = u*fw + v``:
     ``x[:, :, rows, cols]`` is the ``(B, C, Ho, Wo)`` array of every window's element ``(u, v)``."""
-    Ho, Wo = _out_hw(x_shape, fshape, stride)
-    (fh, fw), (sy, sx) = fshape, stride
-    for u in range(fh):
-        for v in range(fw):
-            yield u * fw + v, slice(u, u + sy * (Ho - 1) + 1, sy), slice(v, v + sx * (Wo - 1) + 1, sx)
+    taps = tap_slices(_out_hw(x_shape, fshape, stride), fshape, stride)
+    for k, (_, (rows, cols)) in enumerate(taps):
+        yield k, rows, cols
+
+
+def _pooled(x, fshape, stride):
+    """A new ``(B, C, Ho, Wo)`` output for pooling ``x`` (what a kernel writes)."""
+    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
+    return get_array_module(x).empty(shape, dtype=x.dtype)
 
 
 def _spread(g, x_shape, fshape, stride):
@@ -143,6 +140,7 @@ def _all_inside(x_shape, inside, fshape, stride):
     return False
 
 
+@dispatch.op
 def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
     """Max over each window of ``x (B, C, H, W)``.
 
@@ -156,43 +154,37 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
     with -inf (:func:`pad_with_minus_inf`), so padded positions never win (on a device the
     kernel reads them as -inf instead and ``x`` is left as it is).
     """
-    xp = get_array_module(x)
-    if _fused(xp, x, out):
-        Ho, Wo = _out_hw(x.shape, fshape, stride)
-        B, C, H, W = x.shape
-        if inside is None or _all_inside(x.shape, inside, fshape, stride):
-            inside = (0, H, 0, W)
-        _check_shapes("max pooling", (B, C, Ho, Wo), out=out)
-        y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
-        argmax = scratch(work, "argmax", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
-        return cuda_pooling.maxpool_fprop(x, y, argmax, fshape, stride, inside,
-                                          rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
     if inside is not None:
         pad_with_minus_inf(x, inside, fshape, stride)
     if _nchw_maxpool_ok(x.shape, fshape, stride):
-        return _maxpool_fprop_nchw(x, fshape, stride, out, work)
+        return maxpool_nchw.maxpool_fprop(x, fshape, stride, out, work)
     return _maxpool_fprop_chwn(x, fshape, stride, out, work)
+
+
+@maxpool_fprop.kernel(when=lambda x, fshape, stride, out=None, work=None, inside=None:
+                      dispatch.float_arrays(x, out))
+def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):     # one launch
+    xp = get_array_module(x)
+    Ho, Wo = _out_hw(x.shape, fshape, stride)
+    B, C, H, W = x.shape
+    if inside is None or _all_inside(x.shape, inside, fshape, stride):
+        inside = (0, H, 0, W)
+    _check_shapes("max pooling", (B, C, Ho, Wo), out=out)
+    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
+    argmax = scratch(work, "argmax", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
+    return cuda_pooling.maxpool_fprop(x, y, argmax, fshape, stride, inside,
+                                      rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
 
 
 def _idx_dtype(fshape):
     return "uint8" if fshape[0] * fshape[1] <= 256 else "int32"
 
 
-def is_chwn(a):
-    """Whether ``a`` (indexed ``(B, C, H, W)``) is held in ``(C, H, W, B)`` memory."""
-    return a.ndim == 4 and a.transpose(1, 2, 3, 0).flags.c_contiguous
-
-
-def _empty_chwn(shape, dtype, like, work, name):
-    B, C, H, W = shape
-    return scratch(work, name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
-
-
 def output_chwn(x_shape, fshape, stride, xp=None):
     """Whether :func:`maxpool_fprop` would like ``out`` (and :func:`maxpool_bprop` ``out``) in
     CHWN memory (``(C, H, W, B)`` memory indexed as ``(B, C, H, W)``): small planes on numpy,
     where it then writes them without a transpose copy. Any layout is accepted either way."""
-    if xp is not None and xp.__name__ != "numpy":
+    if xp is not None and not dispatch.prefers_chwn(xp):
         return False
     return not _nchw_maxpool_ok(x_shape, fshape, stride)
 
@@ -202,7 +194,7 @@ def _to_chwn(a, work, name):
     over the channels on the kernel threads)."""
     if is_chwn(a):
         return a
-    buf = _empty_chwn(a.shape, a.dtype, a, work, name)
+    buf = empty_chwn(a.shape, a.dtype, a, work, name)
     run_split(lambda c: _copy(buf[:, c], a[:, c]), a.shape[1], get_array_module(a), size=a.size)
     return buf
 
@@ -220,10 +212,10 @@ def _maxpool_fprop_chwn(x, fshape, stride, out, work):
     Ho, Wo = _out_hw(x.shape, fshape, stride)
     xn = _to_chwn(x, work, "chwn")
     shape = (B, C, Ho, Wo)
-    y = out if out is not None and is_chwn(out) else _empty_chwn(shape, x.dtype, x, work, "ychwn")
-    argmax = _empty_chwn(shape, idx_dtype, x, work, "argmax")
-    d = _empty_chwn(shape, idx_dtype, x, work, "d")
-    m = _empty_chwn(shape, "bool", x, work, "m")
+    y = out if out is not None and is_chwn(out) else empty_chwn(shape, x.dtype, x, work, "ychwn")
+    argmax = empty_chwn(shape, idx_dtype, x, work, "argmax")
+    d = empty_chwn(shape, idx_dtype, x, work, "d")
+    m = empty_chwn(shape, "bool", x, work, "m")
 
     def run(c):
         xc, yc, ac, dc, mc = xn[:, c], y[:, c], argmax[:, c], d[:, c], m[:, c]
@@ -250,157 +242,26 @@ def _maxpool_fprop_chwn(x, fshape, stride, out, work):
     return _nchw(y), argmax
 
 
-#: NCHW max pooling works on blocks of the channels of one image holding about this many input
-#: bytes: the few passes over a block (and its row maxima, masks and indices) stay in L2.
-NCHW_BLOCK_BYTES = 1 << 20
-
-
-def _nchw_blocks(x_shape, itemsize, xp):
-    """``[(images, channels)]`` slices covering the batch: blocks of channels of one image of
-    about :data:`NCHW_BLOCK_BYTES` (numpy); one block for the whole batch on a device (a fixed
-    number of kernel launches per call, whatever the batch)."""
-    B, C, H, W = x_shape
-    if xp.__name__ != "numpy":
-        return [(slice(0, B), slice(0, C))]
-    cb = max(1, min(C, NCHW_BLOCK_BYTES // max(1, H * W * itemsize)))
-    return [(slice(b, b + 1), slice(c, min(C, c + cb))) for b in range(B) for c in range(0, C, cb)]
-
-
-def _block_shares(blocks, xp):
-    """The blocks cut into contiguous kernel-thread shares: ``[(share index, [blocks])]``."""
-    return [(s, blocks[r.start:r.stop]) for s, r in shares(len(blocks), xp)]
-
-
-def _maxpool_fprop_nchw(x, fshape, stride, out, work):
-    """Non-overlapping windows on a large plane, NCHW throughout (no transposes of a large
-    activation). Per block of channels (:func:`_nchw_blocks`), two stages, each a few
-    whole-block numpy passes over strided views (``x[..., u::fh, v::fw]`` holds element
-    ``(u, v)`` of every window):
-
-    1. every window row ``u``: its maximum ``r_u`` and the first column ``i_u`` that holds it
-       (a later column replaces it only if strictly greater);
-    2. the rows in order: ``y = r_0, k = i_0``, then row ``u`` replaces them only if
-       ``r_u > y`` strictly, with ``k = u*fw + i_u``.
-
-    So ``k`` is the first maximum in row-major order (ties go to the earlier row, then the
-    earlier column) and NaNs propagate into ``y`` as with ``maximum``. Index updates are uint8
-    arithmetic (``k += m * (new - k)``, never negative: ``new > k``), no masked copies. The
-    blocks are shared out over the kernel threads (:mod:`distnet.ops.parallel`), each with its
-    own scratch.
-    """
-    xp = get_array_module(x)
-    B, C = x.shape[:2]
-    (fh, fw), Ho, Wo = fshape, *_out_hw(x.shape, fshape, stride)
-    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
-    argmax = scratch(work, "argmax", (B, C, Ho, Wo), "uint8", like=x)
-    blocks = _nchw_blocks(x.shape, x.dtype.itemsize, xp)
-    if not blocks:   # no images (a data replica with no rows of a short batch): nothing to pool
-        return y, argmax
-    nb = max(b.stop - b.start for b, _ in blocks)
-    nc = max(c.stop - c.start for _, c in blocks)
-
-    def run(share):
-        s, mine = share
-        shape = (nb, nc, Ho, Wo)
-        r = scratch(work, f"poolrow{s}", shape, x.dtype, like=x)
-        ri, m, t = (scratch(work, f"pool{n}{s}", shape, "uint8", like=x) for n in ("ri", "m", "t"))
-        # numpy: the block's window elements copied out once, contiguous (see _pool_block)
-        taps = scratch(work, f"pooltaps{s}", (fh * fw,) + shape, x.dtype, like=x) if xp.__name__ == "numpy" else None
-        for bs, cs in mine:
-            xb, yb, ab = x[bs, cs], y[bs, cs], argmax[bs, cs]
-            cut = (slice(0, bs.stop - bs.start), slice(0, cs.stop - cs.start))
-            _pool_block(xp, xb, yb, ab, r[cut], ri[cut], m[cut], t[cut], fh, fw, Ho, Wo,
-                        None if taps is None else taps[(slice(None),) + cut])
-
-    parallel_map(run, _block_shares(blocks, xp), xp)
-    return y, argmax
-
-
-def _pool_block(xp, xb, yb, ab, r, ri, m, t, fh, fw, Ho, Wo, taps=None):
-    """:func:`_maxpool_fprop_nchw` on one block: ``yb``/``ab`` (max, uint8 first argmax) of
-    ``xb``; ``r`` (float), ``ri``, ``m``, ``t`` (uint8) are scratch of ``yb``'s shape. ``taps``
-    (``(fh*fw,) + yb.shape``, numpy): the window elements are first copied there (one strided
-    copy each), so that every comparison and maximum runs on contiguous operands, which numpy
-    vectorises (on the strided views it does not: 2.5 vs 1.4 ms per 32x256x256 image)."""
-    def strided(u, v):
-        return xb[:, :, u:u + fh * (Ho - 1) + 1:fh, v:v + fw * (Wo - 1) + 1:fw]
-
-    if taps is not None:
-        for u in range(fh):
-            for v in range(fw):
-                taps[u * fw + v] = strided(u, v)
-
-    def tap(u, v):
-        return strided(u, v) if taps is None else taps[u * fw + v]
-
-    mb = m.view("bool")
-    for u in range(fh):
-        val, idx = (yb, ab) if u == 0 else (r, ri)
-        if fw == 1:
-            val[...] = tap(u, 0)
-            idx[...] = 0
-        else:   # columns 0 and 1: the index is the mask itself
-            xp.greater(tap(u, 1), tap(u, 0), out=idx.view("bool"))
-            xp.maximum(tap(u, 0), tap(u, 1), out=val)
-        for v in range(2, fw):
-            xp.greater(tap(u, v), val, out=mb)          # strictly: the first maximum stays
-            xp.maximum(val, tap(u, v), out=val)
-            xp.subtract(v, idx, out=t)
-            t *= m
-            idx += t
-        if u == 0:
-            continue
-        xp.greater(r, yb, out=mb)                       # strictly: the earlier row wins ties
-        xp.maximum(yb, r, out=yb)
-        xp.add(ri, u * fw, out=t)
-        t -= ab
-        t *= m
-        ab += t
-
-
-def _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work):
-    """Adjoint of :func:`_maxpool_fprop_nchw`: every covered pixel is written exactly once
-    (``dx[..., u::fh, v::fw] = dy * (argmax == u*fw + v)``), block by block as the forward."""
-    xp = get_array_module(dy)
-    B, C, Ho, Wo = dy.shape
-    (fh, fw), (sy, sx) = fshape, stride
-    dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
-    blocks = _nchw_blocks(x_shape, dy.dtype.itemsize, xp)
-    if not blocks:   # no images: nothing to spread
-        return dx
-    nb = max(b.stop - b.start for b, _ in blocks)
-    nc = max(c.stop - c.start for _, c in blocks)
-
-    def run(share):
-        s, mine = share
-        mask = scratch(work, f"poolmask{s}", (nb, nc, Ho, Wo), "bool", like=dy)
-        for bs, cs in mine:
-            e, dxb, dyb, ab = mask[:bs.stop - bs.start, :cs.stop - cs.start], dx[bs, cs], dy[bs, cs], argmax[bs, cs]
-            if x_shape[2] != sy * Ho or x_shape[3] != sx * Wo:   # rows / cols no window reads
-                dxb[:, :, sy * Ho:, :] = 0
-                dxb[:, :, :, sx * Wo:] = 0
-            for k, rows, cols in _offsets(x_shape, fshape, stride):
-                xp.equal(ab, k, out=e)
-                xp.multiply(dyb, e, out=dxb[:, :, rows, cols])
-
-    parallel_map(run, _block_shares(blocks, xp), xp)
-    return dx
-
-
+@dispatch.op
 def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
     """Gradient of :func:`maxpool_fprop`: ``dy (B, C, Ho, Wo)`` goes to each window's argmax
     pixel; overlapping windows add up; other pixels get 0. Returns ``dx`` of ``x_shape`` (NCHW),
     written into ``out`` if given."""
-    xp = get_array_module(dy)
-    if _fused(xp, dy, out) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP:
-        _check_shapes("max pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy,
-                      argmax=argmax)
-        _check_shapes("max pooling", x_shape, out=out)
-        dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
-        return cuda_pooling.maxpool_bprop(dy, argmax, dx, fshape, stride)
+    _out_hw(x_shape, fshape, stride)
     if _nchw_maxpool_ok(x_shape, fshape, stride):
-        return _maxpool_bprop_nchw(dy, argmax, x_shape, fshape, stride, out, work)
+        return maxpool_nchw.maxpool_bprop(dy, argmax, x_shape, fshape, stride, out, work)
     return _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work)
+
+
+@maxpool_bprop.kernel(when=lambda dy, argmax, x_shape, fshape, stride, out=None, work=None:
+                      dispatch.float_arrays(dy, out) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP)
+def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):   # one launch
+    xp = get_array_module(dy)
+    _check_shapes("max pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy,
+                  argmax=argmax)
+    _check_shapes("max pooling", x_shape, out=out)
+    dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
+    return cuda_pooling.maxpool_bprop(dy, argmax, dx, fshape, stride)
 
 
 def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
@@ -413,11 +274,12 @@ def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
     (fh, fw), (sy, sx) = fshape, stride
     dyn = _to_chwn(dy, work, "dychwn")
     argn = _to_chwn(argmax, work, "argchwn")
-    dxn = out if out is not None and is_chwn(out) else _empty_chwn(x_shape, dy.dtype, dy, work, "dxchwn")
-    m = _empty_chwn(dy.shape, "bool", dy, work, "m")
+    dxn = (out if out is not None and is_chwn(out)
+           else empty_chwn(x_shape, dy.dtype, dy, work, "dxchwn"))
+    m = empty_chwn(dy.shape, "bool", dy, work, "m")
     disjoint = sy >= fh and sx >= fw
     if not disjoint:
-        t = _empty_chwn(dy.shape, dy.dtype, dy, work, "t")
+        t = empty_chwn(dy.shape, dy.dtype, dy, work, "t")
 
     def run(c):
         dxc, dyc, ac, mc = dxn[:, c], dyn[:, c], argn[:, c], m[:, c]
@@ -444,13 +306,10 @@ def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
 
 # ------------------------------------------------------------------------------- average pooling
 
+@dispatch.op
 def avgpool_fprop(x, fshape, stride):
     """Mean over each ``fh*fw`` window of ``x (B, C, H, W)`` -> ``(B, C, Ho, Wo)``. Always divides by
     ``fh*fw``: padded zeros count (the caller has already padded)."""
-    xp = get_array_module(x)
-    if _fused(xp, x):
-        shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
-        return cuda_pooling.avgpool_fprop(x, xp.empty(shape, dtype=x.dtype), fshape, stride)
     xn = _chwn(x)
     y = None
     for _, rows, cols in _offsets(x.shape, fshape, stride):
@@ -462,25 +321,32 @@ def avgpool_fprop(x, fshape, stride):
     return _nchw(y)
 
 
+@avgpool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
+def avgpool_fprop(x, fshape, stride):           # one launch
+    return cuda_pooling.avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+
+
+@dispatch.op
 def avgpool_bprop(dy, x_shape, fshape, stride):
     """Gradient of :func:`avgpool_fprop`: ``dy / (fh*fw)`` spread over each window (overlaps add).
     Returns ``dx`` of ``x_shape``."""
-    xp = get_array_module(dy)
-    if _fused(xp, dy):
-        _check_shapes("average pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy)
-        return cuda_pooling.avgpool_bprop(dy, xp.empty(tuple(x_shape), dtype=dy.dtype), fshape, stride)
     return _spread(dy * (1.0 / (fshape[0] * fshape[1])), x_shape, fshape, stride)
+
+
+@avgpool_bprop.kernel(when=lambda dy, x_shape, fshape, stride: dispatch.float_arrays(dy))
+def avgpool_bprop(dy, x_shape, fshape, stride):     # one launch
+    _check_shapes("average pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy)
+    dx = get_array_module(dy).empty(tuple(x_shape), dtype=dy.dtype)
+    return cuda_pooling.avgpool_bprop(dy, dx, fshape, stride)
 
 
 # ------------------------------------------------------------------------------------ L2 pooling
 
+@dispatch.op
 def l2pool_fprop(x, fshape, stride):
     """``y = sqrt(sum_window x**2)`` over each window of ``x (B, C, H, W)`` -> ``(B, C, Ho, Wo)``;
     no epsilon and no averaging (docs/neon-semantics.md#pooling)."""
     xp = get_array_module(x)
-    if _fused(xp, x):
-        shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
-        return cuda_pooling.l2pool_fprop(x, xp.empty(shape, dtype=x.dtype), fshape, stride)
     xn = _chwn(x)
     y = t = None
     for _, rows, cols in _offsets(x.shape, fshape, stride):
@@ -493,6 +359,12 @@ def l2pool_fprop(x, fshape, stride):
     return _nchw(xp.sqrt(y, out=y))
 
 
+@l2pool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
+def l2pool_fprop(x, fshape, stride):            # one launch
+    return cuda_pooling.l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+
+
+@dispatch.op
 def l2pool_bprop(x, y, dy, fshape, stride):
     """Gradient of :func:`l2pool_fprop`: ``dx[window] += dy * x[window] / yhat`` with ``yhat = y``,
     replaced by 1 where ``y == 0`` exactly (an all-zero window then passes no gradient instead of
@@ -502,8 +374,12 @@ def l2pool_bprop(x, y, dy, fshape, stride):
     ``dx = x * spread(dy / yhat)``.
     """
     xp = get_array_module(x, y, dy)
-    if _fused(xp, x, y, dy):
-        _check_shapes("L2 pooling", tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride), y=y, dy=dy)
-        return cuda_pooling.l2pool_bprop(x, y, dy, xp.empty(x.shape, dtype=x.dtype), fshape, stride)
     yhat = xp.where(y == 0, 1, y)
     return x * _spread(dy / yhat, x.shape, fshape, stride)
+
+
+@l2pool_bprop.kernel(when=lambda x, y, dy, fshape, stride: dispatch.float_arrays(x, y, dy))
+def l2pool_bprop(x, y, dy, fshape, stride):     # one launch
+    _check_shapes("L2 pooling", tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride), y=y, dy=dy)
+    dx = get_array_module(x).empty(x.shape, dtype=x.dtype)
+    return cuda_pooling.l2pool_bprop(x, y, dy, dx, fshape, stride)

@@ -1,48 +1,82 @@
-"""Sliding windows over NCHW arrays: the patch view (im2col without a copy) and its adjoint
-(fold, col2im with overlaps added). Shared by conv, pooling, local filtering and LCN."""
+"""Sliding windows over ``(B, C, *spatial)`` arrays, for any number of spatial axes: the output
+shape, the patch view (im2col without a copy) and its adjoint (fold, col2im with overlaps
+added). Shared by conv, pooling, local filtering and LCN.
+
+For ``nd`` spatial axes (2 for images, 3 for volumes), ``fshape`` and ``stride`` have ``nd``
+entries, and window ``(i_0, ...)`` reads through tap ``(u_0, ...)`` the input position
+``i_d * s_d + u_d`` (valid windows: the caller pads). The patch view is ``(B, C, *windows,
+*filter)``; :func:`to_cols` / :func:`from_cols` reorder it to and from the im2col matrix layout
+``(C, *filter, *windows, B)`` (patch elements by rows, output positions with the batch innermost
+by columns: the batch im2col convolution's).
+"""
+import itertools
+
 from ..backend import get_array_module
-from .cuda import launch as cuda
+from . import dispatch
 from .cuda import windows as cuda_windows
 
 
-def output_shape(in_hw, fshape, stride):
-    """Valid-window output ``(Ho, Wo)``: ``(H - fh) // sy + 1`` and ``(W - fw) // sx + 1``."""
-    (H, W), (fh, fw), (sy, sx) = in_hw, fshape, stride
-    return (H - fh) // sy + 1, (W - fw) // sx + 1
+def output_shape(in_shape, fshape, stride):
+    """Valid-window output sizes: ``(n - f) // s + 1`` per spatial axis, a tuple."""
+    return tuple((n - f) // s + 1 for n, f, s in zip(in_shape, fshape, stride))
 
 
 def patches(x, fshape, stride):
-    """Strided view ``(B, C, Ho, Wo, fh, fw)`` of the valid windows of ``x (B, C, H, W)``.
+    """Strided view ``(B, C, *windows, *fshape)`` of the valid windows of ``x (B, C, *spatial)``.
 
-    ``patches(x)[b, c, i, j, u, v] == x[b, c, i*sy + u, j*sx + v]``. No copy is made. Never
-    write through it (windows overlap): with numpy it is read-only; cupy's ``as_strided`` has
-    no ``writeable`` flag, so there it is only a rule.
+    ``patches(x)[b, c, i, j, u, v] == x[b, c, i*sy + u, j*sx + v]`` (2-D; likewise along every
+    axis). No copy is made. Never write through it (windows overlap): with numpy it is read-only;
+    cupy's ``as_strided`` has no ``writeable`` flag, so there it is only a rule.
     """
     xp = get_array_module(x)
-    (fh, fw), (sy, sx) = fshape, stride
-    B, C, H, W = x.shape
-    Ho, Wo = output_shape((H, W), fshape, stride)
-    sb, sc, sh, sw = x.strides
-    shape, strides = (B, C, Ho, Wo, fh, fw), (sb, sc, sh * sy, sw * sx, sh, sw)
-    if xp.__name__ == "numpy":
+    out = output_shape(x.shape[2:], fshape, stride)
+    sb, sc, *sp = x.strides
+    shape = tuple(x.shape[:2]) + out + tuple(fshape)
+    strides = (sb, sc) + tuple(s * st for s, st in zip(sp, stride)) + tuple(sp)
+    if dispatch.views_are_read_only(xp):
         return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
+def to_cols(nd):
+    """The axes order taking a patch view ``(B, C, *windows, *filter)`` of ``nd`` spatial axes to
+    the im2col layout ``(C, *filter, *windows, B)``."""
+    return (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd)) + (0,)
+
+
+def from_cols(nd):
+    """The inverse of :func:`to_cols`: ``(C, *filter, *windows, B)`` -> ``(B, C, *windows,
+    *filter)``."""
+    return (2 * nd + 1, 0) + tuple(range(1 + nd, 1 + 2 * nd)) + tuple(range(1, 1 + nd))
+
+
+def tap_slices(out_shape, fshape, stride):
+    """Per filter tap ``(u_0, ...)`` in C order: the tap and the slices (one per spatial axis)
+    of the input positions it reads in the ``out_shape`` windows, ``u_d + s_d * i_d``."""
+    for tap in itertools.product(*map(range, fshape)):
+        yield tap, tuple(slice(u, u + s * (o - 1) + 1, s)
+                         for u, s, o in zip(tap, stride, out_shape))
+
+
+@dispatch.op
 def fold(cols, x_shape, stride, out=None):
-    """Adjoint of :func:`patches`: add ``cols (B, C, Ho, Wo, fh, fw)`` back into an array of
-    ``x_shape (B, C, H, W)`` (overlapping windows add up; pixels no window reads stay 0)."""
+    """Adjoint of :func:`patches`: add ``cols (B, C, *windows, *filter)`` back into an array of
+    ``x_shape (B, C, *spatial)`` (overlapping windows add up, taps in C order; pixels no window
+    reads stay 0). Written into ``out`` when given; returns it."""
     xp = get_array_module(cols)
-    B, C, Ho, Wo, fh, fw = cols.shape
-    sy, sx = stride
-    if cuda.available(xp):      # one launch instead of one per tap
-        return cuda_windows.fold(cols, xp.empty(x_shape, dtype=cols.dtype) if out is None else out,
-                                 stride)
     if out is None:
         out = xp.zeros(x_shape, dtype=cols.dtype)
     else:
         out[...] = 0
-    for u in range(fh):
-        for v in range(fw):
-            out[:, :, u:u + sy * (Ho - 1) + 1:sy, v:v + sx * (Wo - 1) + 1:sx] += cols[:, :, :, :, u, v]
+    nd = len(stride)
+    whole = (slice(None), slice(None))
+    for tap, slices in tap_slices(cols.shape[2:2 + nd], cols.shape[2 + nd:], stride):
+        out[whole + slices] += cols[(Ellipsis,) + tap]
     return out
+
+
+@fold.kernel(when=lambda cols, *args, **kwargs: (cols.ndim - 2) // 2 in cuda_windows.FOLD)
+def fold(cols, x_shape, stride, out=None):          # one launch instead of one per tap
+    xp = get_array_module(cols)
+    return cuda_windows.fold(cols, xp.empty(x_shape, dtype=cols.dtype) if out is None else out,
+                             stride)

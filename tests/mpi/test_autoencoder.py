@@ -64,7 +64,7 @@ def test_spatial_tiles_are_refused_on_every_rank(comm):
     from distnet.errors import ConfigError
     from distnet.layers import FullyConnectedNoBiasLayer
     from distnet.models import Autoencoder
-    from tests.backends import make_backend
+    from distnet.testing.backends import make_backend
     wi = {"type": "gaussian", "scale": 0.1}
     model = Autoencoder(layers=[FullyConnectedNoBiasLayer(nout=3, weight_init=wi),
                                 FullyConnectedNoBiasLayer(nout=16, weight_init=wi)], num_epochs=1)

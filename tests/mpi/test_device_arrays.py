@@ -1,10 +1,10 @@
-"""Device arrays through MPI, on any machine: the device-like array module (tests/devicelike.py:
-numpy data behind cupy's strict host/device separation) goes through every distnet message path
--- halo exchange and its adjoint, gradient sums, pipeline sends -- either staged through host
-mirrors (an MPI that is not CUDA-aware, the GPU backend's default) or handed to MPI directly
-through ``__cuda_array_interface__`` (``cuda_aware_mpi: True``). Each result is compared with a
-numpy oracle built from the same global data; whole distributed trainings on the device-like
-backend must equal the single-process numpy run (float64, 1e-10 relative).
+"""Device arrays through MPI, on any machine: the device-like array module
+(distnet/testing/devicelike.py: numpy data behind cupy's strict host/device separation) goes
+through every distnet message path -- halo exchange and its adjoint, gradient sums, pipeline sends
+-- either staged through host mirrors (an MPI that is not CUDA-aware, the GPU backend's default) or
+handed to MPI directly through ``__cuda_array_interface__`` (``cuda_aware_mpi: True``). Each result
+is compared with a numpy oracle built from the same global data; whole distributed trainings on the
+device-like backend must equal the single-process numpy run (float64, 1e-10 relative).
 """
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from distnet.comm import GlobalArray, Topology, allreduce_sum
 from distnet.comm.p2p import PipeChannel
 from distnet.geometry import Box, Window, plan_halo, tile_of
 from distnet.models import Model
-from tests.devicelike import DeviceLike, xp
+from distnet.testing.devicelike import DeviceLike, xp
 from tests.mpi.test_convnet_dist import C, H, K, N, W, net_padded_strided
 
 MPI_SIZES = (2, 4)

@@ -19,8 +19,8 @@ from distnet.models import Model
 from distnet.ops.activations import RectLin
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.optim.rules import Adam
-from tests import devicelike
-from tests.devicelike import DeviceLike, xp
+from distnet.testing import measure
+from distnet.testing.devicelike import DeviceLike, xp
 
 MPI_SIZES = (2, 4)
 C, H, W, K, N = 2, 8, 9, 3, 11
@@ -55,7 +55,7 @@ def test_a_distributed_step_waits_once_and_equals_one_process(comm, mpi, layout,
     rng = np.random.RandomState(5)
     x, labels = rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
     ref = fit(Numpy64(rng_seed=3), Topology.serial(), x, labels)
-    per_step = devicelike.waits_per_train_step(monkeypatch)
+    per_step = measure.waits_per_train_step(monkeypatch)
     saved = xp.cuda_aware_mpi
     world, keys = LAYOUTS[layout](mpi.size)
     topo = Topology.from_world(world=comm, **world)

@@ -13,7 +13,8 @@ from distnet.comm import Topology
 from distnet.geometry import tile_of
 from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.models import Model
-from distnet.ops import conv, parallel, pooling
+from distnet.ops import maxpool_nchw, parallel, pooling
+from distnet.ops.conv import choose, flat
 from distnet.ops.activations import Logistic, RectLin
 from tests.mpi.test_convnet_dist import grid_params, train
 
@@ -38,11 +39,11 @@ def net():
 
 @pytest.fixture(autouse=True)
 def large_image_paths(monkeypatch):
-    monkeypatch.setattr(conv, "FLAT_MIN_WIDTH", 1)   # every tile, however narrow
-    monkeypatch.setattr(conv, "FLAT_MAX_WASTE", 1.0)
-    monkeypatch.setattr(conv, "TILE_BYTES", 3000)          # a few output rows per tile
+    monkeypatch.setattr(choose, "FLAT_MIN_WIDTH", 1)   # every tile, however narrow
+    monkeypatch.setattr(choose, "FLAT_MAX_WASTE", 1.0)
+    monkeypatch.setattr(flat, "TILE_BYTES", 3000)          # a few output rows per tile
     monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0)
-    monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
+    monkeypatch.setattr(maxpool_nchw, "NCHW_BLOCK_BYTES", 2 * 8 * 8 * 8)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -56,12 +57,12 @@ def test_flat_kernels_dist_equals_single_process(topologies, grid, threads, monk
     x, labels = rng.standard_normal((N, C, H, W)), rng.randint(0, K, N)
     topo = topologies(grid)
     layouts = []
-    real = conv._TileCols.__init__
+    real = flat.TileCols.__init__
 
     def spy(self, *a, **k):          # which tile im2col layouts ran (both must)
         real(self, *a, **k)
         layouts.append(self.shifts)
-    monkeypatch.setattr(conv._TileCols, "__init__", spy)
+    monkeypatch.setattr(flat.TileCols, "__init__", spy)
     ref, ref_costs, ref_out = train(net(), Model, Topology.serial(), x, labels, **FIT)
     assert set(layouts) == {True, False}
     t = tile_of((H, W), topo.grid, topo.coords)

@@ -12,12 +12,12 @@ rule is Adam with clipping, SGD with Nesterov momentum and weight decay, or Adam
 warm-up and cosine schedule. 5..12 images in batches of 4, reshuffled: the last batch is short,
 and some replicas get none of it.
 
-Grids that cannot cut some plane are skipped (the refusal itself is tested elsewhere); the
-24 seeds hold every node kind (paddings wider than the window 21 times, a value read twice 22
-times). Against the oracle: per-epoch costs (1e-10 relative), the error rate, outputs (one
-replica) and every gathered weight. Found by this generator: a layer reading one value twice
-crashed (KeyError); run on the device-like backend (tests/devicelike.py), a concatenation's
-backward handed the device module a numpy array (tests/unit/test_backend_models.py now covers it).
+Grids that cannot cut some plane are skipped (the refusal itself is tested elsewhere); the 24 seeds
+hold every node kind (paddings wider than the window 21 times, a value read twice 22 times).
+Against the oracle: per-epoch costs (1e-10 relative), the error rate, outputs (one replica) and
+every gathered weight. Found by this generator: a layer reading one value twice crashed (KeyError);
+run on the device-like backend (distnet/testing/devicelike.py), a concatenation's backward handed
+the device module a numpy array (tests/unit/test_backend_models.py now covers it).
 """
 import numpy as np
 import pytest

@@ -93,9 +93,9 @@ def test_seq2seq_on_device_arrays_across_stages(comm, data, reference, host_stag
     """The encoder/decoder split on a device backend (the device-like stand-in for cupy; its
     arrays refuse every implicit host crossing): the states and their gradients travel staged
     through host memory or as device buffers to a CUDA-aware MPI, and the run gives the numpy
-    one-process numbers (float64 agreement of tests.backends)."""
-    from tests.backends import assert_agree
-    from tests.devicelike import DeviceLike
+    one-process numbers (float64 agreement of distnet.testing.backends)."""
+    from distnet.testing.backends import assert_agree
+    from distnet.testing.devicelike import DeviceLike
     data_, vs, vt = data
     ref, ref_costs, ref_test, _ = reference
     topo = Topology.from_world(grid=(1, 1), pipe=2, world=comm)

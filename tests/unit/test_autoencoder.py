@@ -11,7 +11,7 @@ from distnet.layers import FullyConnectedNoBiasLayer
 from distnet.models.autoencoder import Autoencoder
 from distnet.ops.activations import Logistic
 from distnet.ops.costs import CrossEntropy
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 LR, MU = 0.3, 0.5

@@ -1,9 +1,9 @@
-"""Device backends agree with numpy: every op, float32 and float64, the same inputs on numpy and
-on each other backend (devicelike here; cupy where a GPU is present), results compared to the
-stated tolerance :data:`tests.backends.AGREEMENT` (integer results, e.g. max-pooling argmax,
-exactly). The op tests (test_ops_*.py) check each backend against oracles; this checks that
-the backends agree with each other, including where they take different kernels (numpy's
-threaded flat-shift conv for wide images vs im2col on a device)."""
+"""Device backends agree with numpy: every op, float32 and float64, the same inputs on numpy and on
+each other backend (devicelike here; cupy where a GPU is present), results compared to the stated
+tolerance :data:`distnet.testing.backends.AGREEMENT` (integer results, e.g. max-pooling argmax,
+exactly). The op tests (test_ops_*.py) check each backend against oracles; this checks that the
+backends agree with each other, including where they take different kernels (numpy's threaded
+flat-shift conv for wide images vs im2col on a device)."""
 import numpy as np
 import pytest
 
@@ -15,7 +15,7 @@ from distnet.ops.local import local_bprop, local_debprop, local_defprop, local_f
 from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
                                  maxpool_bprop, maxpool_fprop)
 from distnet.ops.workspace import Workspace
-from tests.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
+from distnet.testing.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
 
 
 def _conv(shape, K, fshape, stride, pad=None):
@@ -204,6 +204,6 @@ def test_device_agrees_with_numpy(device, op, dtype):
 def test_wide_image_case_takes_different_kernels():
     """The numpy run of ``conv_wide_image`` uses the flat-shift kernel, a device run im2col: the
     agreement test above compares two different kernels there."""
-    import devicelike  # registered by tests.backends
+    import devicelike  # registered by distnet.testing.backends
     assert use_flat((2, 3, 8, 74), (4, 3, 3, 5), (1, 1), np)
     assert not use_flat((2, 3, 8, 74), (4, 3, 3, 5), (1, 1), devicelike)

@@ -1,7 +1,8 @@
 """Whole models on every array backend: a device backend (the device-like stand-in for cupy, cupy
-where there is a GPU) trains the same small models from the same data and seed as numpy, and
-gets the same per-epoch costs, final weights (and momentum velocities), pretraining costs and
-predictions, to the stated GPU-vs-CPU tolerance :data:`tests.backends.AGREEMENT` of the dtype.
+where there is a GPU) trains the same small models from the same data and seed as numpy, and gets
+the same per-epoch costs, final weights (and momentum velocities), pretraining costs and
+predictions, to the stated GPU-vs-CPU tolerance :data:`distnet.testing.backends.AGREEMENT` of the
+dtype.
 
 * a Convnet: conv (zero padding, fused RectLin) + max pooling + conv (Tanh) + two fully connected
   layers, Nesterov momentum, reshuffled batches, a short last batch;
@@ -26,7 +27,7 @@ from distnet.layers import ConvLayer, FullyConnectedLayer, FullyConnectedNoBiasL
 from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint
 from distnet.ops.activations import Logistic, RectLin, Tanh
-from tests.backends import DEVICE_BACKENDS, assert_agree, make_backend
+from distnet.testing.backends import DEVICE_BACKENDS, assert_agree, make_backend
 from tests.tiny import CNN, GB, experiment, write_data
 from tests.unit.test_layers_gb import gb_model
 
@@ -154,7 +155,7 @@ def test_device_work_per_step_is_independent_of_batch_and_waits_once(model):
     (the batch loss, checked for NaN before the next step) and twice per pretraining epoch of
     each pretrained layer (its two cost sums), and once per parameter check (every
     ``finite.CHECK_EVERY`` steps and at each epoch's end), nowhere else."""
-    from tests.devicelike import xp
+    from distnet.testing.devicelike import xp
     counts = []
     for B in (4, 16):
         if model == "convnet":

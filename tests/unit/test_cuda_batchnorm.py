@@ -7,8 +7,8 @@ import pytest
 import distnet.ops.cuda.launch
 
 from distnet.ops.batchnorm import bn_bprop_dx, bn_bprop_partial, bn_fprop, bn_stats_finish, bn_stats_partial
-from tests.backends import DEVICE_BACKENDS, to_device
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS, to_device
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
 LAYOUTS = {"nc": (6, 5), "nchw": (3, 4, 5, 2), "chwn": (3, 4, 5, 2)}

@@ -8,8 +8,8 @@ import pytest
 import distnet.ops.cuda.launch
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from distnet.ops.costs import EPS, CrossEntropy
-from tests.backends import DEVICE_BACKENDS, assert_agree, to_device
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS, assert_agree, to_device
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
 SHAPES = {"2d": (7, 10), "nchw": (3, 2, 5, 4), "chwn": (3, 2, 5, 4)}

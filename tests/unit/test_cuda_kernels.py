@@ -1,6 +1,6 @@
 """The fused CUDA kernels (distnet/ops/cuda): their source compiles for a GPU (nvcc, where
 installed), keeps the rules that make the host emulation faithful, and each kernel computes what
-the numpy code computes, run as CUDA C on the host (tests/cuda_emulator.py) through the
+the numpy code computes, run as CUDA C on the host (distnet/testing/cuda_emulator.py) through the
 device-like module. Kernels of one op family are also tested with their op
 (e.g. tests/unit/test_cuda_pooling.py)."""
 import importlib
@@ -15,9 +15,9 @@ import pytest
 import distnet.ops.cuda
 from distnet.ops.cuda.launch import Kernel, strided
 from distnet.ops.windows import fold
-from tests import cuda_emulator
-from tests.backends import DEVICE_BACKENDS, make_backend
-from tests.devicelike import xp
+from distnet.testing import cuda_emulator
+from distnet.testing.backends import DEVICE_BACKENDS, make_backend
+from distnet.testing.devicelike import xp
 
 for _m in pkgutil.iter_modules(distnet.ops.cuda.__path__):
     importlib.import_module(f"distnet.ops.cuda.{_m.name}")
@@ -59,7 +59,7 @@ def test_a_strided_view_is_refused_unless_the_kernel_takes_its_strides():
     from distnet.ops.cuda.windows import FOLD
     a = xp.zeros((4, 6))[:, ::2]
     with pytest.raises(ValueError, match="not C-contiguous"):
-        FOLD(1, a, a)
+        FOLD[2](1, a, a)
     assert isinstance(strided(a), distnet.ops.cuda.launch.Strided)
 
 
@@ -88,6 +88,27 @@ def test_fold_kernel_equals_the_tap_by_tap_fold_bit_for_bit(backend, geom, dtype
     if dev is xp:
         assert xp.counts["calls"] == 1
     np.testing.assert_array_equal(be.to_host(got), want)
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,fshape,stride", [((2, 3, 13), (3,), (2,)),
+                                                 ((2, 2, 7, 6, 9), (3, 2, 3), (2, 1, 3))])
+def test_the_window_loop_serves_signals_and_volumes(backend, shape, fshape, stride, dtype):
+    """The fold kernel of 1 and 3 spatial axes (generated from the same window loop as the 2-D
+    kernels): one launch, the tap-by-tap fold's bits, batch-innermost output memory too."""
+    be = device_backend(backend)
+    dev, nd = be.xp, len(stride)
+    out_shape = tuple((n - f) // s + 1 for n, f, s in zip(shape[2:], fshape, stride))
+    cols = np.random.default_rng(5).standard_normal(shape[:2] + out_shape + fshape).astype(dtype)
+    want = fold(cols, shape, stride)
+    for out in (dev.empty(shape, dtype=dtype),
+                dev.empty(shape[1:] + shape[:1], dtype=dtype).transpose((nd + 1,) + tuple(range(nd + 1)))):
+        xp.counts.clear()
+        got = fold(dev.asarray(cols), shape, stride, out=out)
+        if dev is xp:
+            assert xp.counts["calls"] == 1
+        np.testing.assert_array_equal(be.to_host(got), want)
 
 
 def device_backend(name):

@@ -1,10 +1,10 @@
 """The LCN kernels (distnet/ops/cuda/lcn.py) through the ops the LCN layer calls: on each device
-backend (the device-like module runs their CUDA C on the host, tests/cuda_emulator.py; cupy on a
-GPU) they give what the tap-by-tap numpy code gives, bit for bit (the same terms added in the
-same order, no fused multiply-adds), in float32 and float64, with one map for every channel (what
-the layer passes) and one map per channel, on inputs of any strides; and each op takes a fixed
-number of device calls whatever the filter size (the numpy code takes several per filter tap),
-counted on the device-like module."""
+backend (the device-like module runs their CUDA C on the host, distnet/testing/cuda_emulator.py;
+cupy on a GPU) they give what the tap-by-tap numpy code gives, bit for bit (the same terms added in
+the same order, no fused multiply-adds), in float32 and float64, with one map for every channel
+(what the layer passes) and one map per channel, on inputs of any strides; and each op takes a
+fixed number of device calls whatever the filter size (the numpy code takes several per filter
+tap), counted on the device-like module."""
 import numpy as np
 import pytest
 
@@ -13,8 +13,8 @@ from distnet.ops.cuda import launch
 from distnet.ops.lcn import (lcn_bprop, lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter,
                              lcn_fprop, lcn_fprop_divisive, lcn_fprop_subtractive, lcn_mean,
                              lcn_mean_adjoint, shared_map)
-from tests.backends import DEVICE_BACKENDS
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 from tests.unit.test_layers_gb import ready
 

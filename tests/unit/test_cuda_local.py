@@ -10,8 +10,8 @@ import pytest
 import distnet.ops.cuda.launch
 from distnet.errors import GeometryError
 from distnet.ops.local import local_bprop, local_debprop, local_defprop, local_fprop, normalize_rows
-from tests.backends import DEVICE_BACKENDS, assert_agree
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS, assert_agree
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
 #: (B, C, H, W, K, fh, fw, sy, sx)

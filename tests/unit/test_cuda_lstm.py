@@ -1,9 +1,9 @@
 """The fused LSTM time-step kernels (distnet/ops/cuda/lstm.py), on the device-like module (their
 CUDA C run on the host) and on cupy where a GPU is present: the LSTM stack as the seq2seq model
-calls it agrees with numpy (tests.backends' AGREEMENT, float32 and float64; not bit for bit: the
-device's tanh is not numpy's) for odd sizes, batch 1, one step, padded and empty sequences,
-dropout between layers and non-contiguous inputs, and a time step costs one recurrent GEMM plus
-one kernel each way."""
+calls it agrees with numpy (distnet.testing.backends' AGREEMENT, float32 and float64; not bit for
+bit: the device's tanh is not numpy's) for odd sizes, batch 1, one step, padded and empty
+sequences, dropout between layers and non-contiguous inputs, and a time step costs one recurrent
+GEMM plus one kernel each way."""
 import numpy as np
 import pytest
 
@@ -11,9 +11,9 @@ import distnet.ops.cuda.launch
 from distnet.comm import Topology
 from distnet.models.seq2seq import Seq2Seq
 from distnet.ops.lstm import stack_backward, stack_forward
-from tests import cuda_emulator
-from tests.backends import DEVICE_BACKENDS, assert_agree
-from tests.devicelike import DeviceLike, xp
+from distnet.testing import cuda_emulator
+from distnet.testing.backends import DEVICE_BACKENDS, assert_agree
+from distnet.testing.devicelike import DeviceLike, xp
 from tests.unit.test_cuda_kernels import device_backend
 
 needs_compiler = pytest.mark.skipif(cuda_emulator.compiler() is None, reason="no C++ compiler")

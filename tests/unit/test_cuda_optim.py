@@ -6,8 +6,8 @@ import pytest
 
 from distnet.optim.adam import adam_step
 from distnet.optim.sgd import sgd_step, sgd_update
-from tests.backends import DEVICE_BACKENDS
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
 SGD_CASES = {

@@ -1,8 +1,8 @@
 """The fused pooling kernels (distnet/ops/cuda/pooling.py) through the public ops of
-distnet.ops.pooling, as the layers call them, on every device backend whose arrays take the
-kernels (devicelike: their CUDA C run on the host, tests/cuda_emulator.py; cupy on a GPU): they
-equal the numpy code bit for bit (float32 and float64, ties, NaNs, padding, any input layout),
-in one launch per call whatever the window (counted on devicelike)."""
+distnet.ops.pooling, as the layers call them, on every device backend whose arrays take the kernels
+(devicelike: their CUDA C run on the host, distnet/testing/cuda_emulator.py; cupy on a GPU): they
+equal the numpy code bit for bit (float32 and float64, ties, NaNs, padding, any input layout), in
+one launch per call whatever the window (counted on devicelike)."""
 import shutil
 import subprocess
 
@@ -15,8 +15,8 @@ from distnet.ops.cuda import pooling as cuda_pooling
 from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
                                  maxpool_bprop, maxpool_fprop)
 from distnet.ops.workspace import Workspace
-from tests.backends import DEVICE_BACKENDS
-from tests.devicelike import xp
+from distnet.testing.backends import DEVICE_BACKENDS
+from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
 GEOMETRIES = [  # (B, C, H, W, fh, fw, sy, sx)

@@ -1,5 +1,6 @@
-"""The device path of the batch im2col conv in blocks of output rows (distnet/ops/conv.py,
-``DEVICE_COLS_BYTES``): with the budget set small, forward and backward (strides, padding, a
+"""The device path of the batch im2col conv in blocks of output rows (distnet/ops/conv/blocked.py,
+its budget sized from the device's free memory or fixed by ``DEVICE_COLS_BYTES``): with the
+budget set small, forward and backward (strides, padding, a
 fused ReLU, a cropped ``dx`` written into ``dx_out``, a workspace reused) agree with numpy and
 with the single-block device result, the scratch arrays stay under the budget, and a batch that
 fits in one block takes exactly the single-block code (same bits, same calls). The agreement
@@ -9,14 +10,14 @@ measured on devicelike."""
 import numpy as np
 import pytest
 
-import distnet.ops.conv as conv
 from distnet.backend import get_array_module
-from distnet.ops.conv import conv2d_bprop, conv2d_fprop
+from distnet.ops.conv import blocked, conv2d_bprop, conv2d_fprop
+from distnet.ops.conv.shapes import norm_pad
 from distnet.ops.cuda import launch
 from distnet.ops.workspace import Workspace
-from tests import devicelike
-from tests.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
-from tests.devicelike import xp
+from distnet.testing import measure
+from distnet.testing.backends import AGREEMENT, DEVICE_BACKENDS, assert_agree, make_backend
+from distnet.testing.devicelike import xp
 
 #: (B, C, H, W, K, fh, fw, stride, pad)
 GEOMETRIES = {
@@ -31,8 +32,8 @@ DTYPES = ["float32", "float64"]
 def _block_rows(geom, dtype):
     B, C, H, W, K, fh, fw, stride, pad = geom
     y = conv2d_fprop(np.zeros((B, C, H, W)), np.zeros((K, C, fh, fw)), stride, pad=pad)
-    return conv._device_block_rows((B, C, H, W), (K, C, fh, fw), stride, y.shape[2], y.shape[3],
-                                   np.dtype(dtype).itemsize, conv._norm_pad(pad)), y.shape[2]
+    return blocked.block_rows((B, C, H, W), (K, C, fh, fw), stride, y.shape[2], y.shape[3],
+                              np.dtype(dtype).itemsize, blocked.cols_budget(xp), norm_pad(pad)), y.shape[2]
 
 
 def _budget_for_rows(geom, dtype, rows):
@@ -98,7 +99,7 @@ def test_blocks_agree_with_numpy_and_with_one_block(backend, name, dtype, monkey
     dev = tuple(be.xp.asarray(a) for a in (x, w, dy))
     one = _host(_run(*dev, geom))
     assert _block_rows(geom, dtype)[0] >= _block_rows(geom, dtype)[1]      # default: one block
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, dtype))
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", _small_budget(geom, dtype))
     n, Ho = _block_rows(geom, dtype)
     assert -(-Ho // n) >= 3, (n, Ho)                                         # several blocks
     blocks = _host(_run(*dev, geom, work=Workspace()))
@@ -119,7 +120,7 @@ def test_a_cropped_input_gradient_in_blocks(backend, crop, chwn, monkeypatch):
     geom = (2, 2, 14, 12, 3, 3, 3, (1, 1), None)
     x, w, dy = _inputs(geom, "float64")
     want = _run(x, w, dy, geom, crop=crop)
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64", blocks=4))
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", _small_budget(geom, "float64", blocks=4))
     dev = make_backend(backend).xp
     got = _host(_run(*(dev.asarray(a) for a in (x, w, dy)), geom, work=Workspace(), crop=crop,
                      chwn=chwn))
@@ -134,7 +135,7 @@ def test_blocks_without_fused_kernels_agree(monkeypatch):
     geom = GEOMETRIES["strided_padded"]
     x, w, dy = _inputs(geom, "float64")
     want = _run(x, w, dy, geom)
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _small_budget(geom, "float64"))
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", _small_budget(geom, "float64"))
     got = _host(_run(*(xp.asarray(a) for a in (x, w, dy)), geom))
     for key in want:
         assert_agree(got[key], want[key], "float64", err_msg=key)
@@ -151,15 +152,15 @@ def test_scratch_stays_under_the_budget(name, monkeypatch):
     Hp, Wp = H + (sum(pad[0]) if pad else 0), W + (sum(pad[1]) if pad else 0)
     activations = {x.nbytes, dy.nbytes, x.itemsize * B * C * Hp * Wp}
     dev = tuple(xp.asarray(a) for a in (x, w, dy))
-    with devicelike.allocations() as whole:
+    with measure.allocations() as whole:
         _run(*dev, geom)
     patch_matrix = x.itemsize * C * fh * fw * dy[0, 0].size * B
     assert patch_matrix in whole
     budget = _small_budget(geom, "float64")
     assert patch_matrix > budget
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", budget)
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", budget)
     for work in (None, Workspace()):
-        with devicelike.allocations() as sizes:
+        with measure.allocations() as sizes:
             _run(*dev, geom, work=work)
         over = [s for s in sizes if s > budget and s not in activations]
         assert not over, (over, budget)
@@ -182,13 +183,13 @@ def test_one_block_is_the_single_block_code(monkeypatch):
     ref, calls = counted()
     Ho = dy.shape[2]
     exact = _budget_for_rows(geom, "float64", Ho)
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", exact)
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", exact)
     assert _block_rows(geom, "float64")[0] == Ho
     got, got_calls = counted()
     assert got_calls == calls
     for key in ref:
         np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
-    monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", exact - 1)              # one byte less: blocks
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", exact - 1)              # one byte less: blocks
     assert _block_rows(geom, "float64")[0] < Ho
 
 
@@ -206,7 +207,7 @@ def test_calls_grow_with_the_blocks_only(monkeypatch):
         Ho = dy.shape[2]
         counts = []
         for rows in (5, 2):                                  # 3 and 7 blocks of 13 rows
-            monkeypatch.setattr(conv, "DEVICE_COLS_BYTES", _budget_for_rows(geom, "float64", rows))
+            monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", _budget_for_rows(geom, "float64", rows))
             assert _block_rows(geom, "float64")[0] == rows
             xp.counts.clear()
             _run(*dev, geom)
@@ -214,3 +215,46 @@ def test_calls_grow_with_the_blocks_only(monkeypatch):
         (b0, c0), (b1, c1) = counts
         per[fsize] = (c1 - c0) / (b1 - b0)
     assert per[3] == per[5] and per[3] <= 60, per
+
+
+@pytest.fixture
+def free_memory(monkeypatch):
+    """Set the device-like module's free memory (bytes): the budget is sized afresh from it."""
+    def set_free(free):
+        monkeypatch.setattr(xp.cuda, "mem_info", (free, 16 << 30))
+        monkeypatch.setattr(blocked, "_sized", {})
+    monkeypatch.setattr(blocked, "_sized", {})
+    return set_free
+
+
+@pytest.mark.parametrize("free,budget", [(8 << 30, 256 << 20), (5 << 30, 128 << 20),
+                                         (100 << 20, blocked.COLS_BYTES_MIN),
+                                         (1 << 40, blocked.COLS_BYTES_MAX)])
+def test_the_budget_is_a_power_of_two_share_of_the_free_memory(free, budget, free_memory, monkeypatch):
+    free_memory(free)
+    assert blocked.cols_budget(xp) == budget
+    monkeypatch.setattr(xp.cuda, "mem_info", (free // 3, 16 << 30))   # read once: later figures
+    assert blocked.cols_budget(xp) == budget                           # change nothing
+    monkeypatch.setattr(blocked, "DEVICE_COLS_BYTES", 12345)            # a fixed budget wins
+    assert blocked.cols_budget(xp) == 12345
+
+
+def test_little_free_memory_cuts_the_batch_into_blocks(free_memory, monkeypatch):
+    """The same conv on a device with plenty of free memory (one block: the single-block code) and
+    with little (blocks of rows, each under the budget): the same results."""
+    geom = GEOMETRIES["3x3_same"]
+    x, w, dy = _inputs(geom, "float64")
+    dev = tuple(xp.asarray(a) for a in (x, w, dy))
+    free_memory(8 << 30)
+    whole = _host(_run(*dev, geom))
+    small = _budget_for_rows(geom, "float64", 3)
+    monkeypatch.setattr(blocked, "COLS_BYTES_MIN", 1)
+    free_memory(int(small / blocked.COLS_FREE_FRACTION))
+    budget = blocked.cols_budget(xp)
+    assert budget <= small and _block_rows(geom, "float64")[0] < dy.shape[2]
+    with measure.allocations() as sizes:
+        parts = _host(_run(*dev, geom, work=Workspace()))
+    patch_matrix = x.itemsize * np.prod(w.shape[1:]) * dy[0, 0].size * x.shape[0]
+    assert patch_matrix not in sizes
+    for key in whole:
+        assert_agree(parts[key], whole[key], "float64", err_msg=key)

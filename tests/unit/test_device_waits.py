@@ -22,9 +22,9 @@ from distnet.ops.batchnorm import bn_stats_finish, bn_stats_partial, bn_update_r
 from distnet.ops.costs import CrossEntropy, SoftmaxCrossEntropy, SumSquaredDiffs
 from distnet.optim.rules import Adam, AdamW, GradientDescent
 from distnet.optim.clipping import clip_coefficient, scale, sum_of_squares
-from tests.backends import make_backend
-from tests import devicelike
-from tests.devicelike import xp
+from distnet.testing.backends import make_backend
+from distnet.testing import measure
+from distnet.testing.devicelike import xp
 from tests.tiny import CNN, GB, write_data
 from tests.towers_net import tower_model
 from tests.unit.test_backend_models import convnet, data, gb, run_experiment
@@ -82,7 +82,7 @@ def test_devicelike_does_not_count_what_stays_on_the_device(op):
 @pytest.fixture
 def waits(monkeypatch):
     """The device waits of each ``Model.train_step`` call, in order."""
-    return devicelike.waits_per_train_step(monkeypatch)
+    return measure.waits_per_train_step(monkeypatch)
 
 
 def net(layers, shape, **kw):
@@ -150,15 +150,7 @@ def test_a_training_step_waits_once(name, waits):
 def test_gb_pretraining_steps_do_not_wait(monkeypatch):
     """A pretraining step of a LocalFiltering layer leaves its two costs on the device (they are
     read once per epoch)."""
-    per_step = []
-    pretrain_step = LocalFilteringLayer.pretrain_step
-
-    def counted(self, *args, **kwargs):
-        before = xp.counts["syncs"]
-        out = pretrain_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return out
-    monkeypatch.setattr(LocalFilteringLayer, "pretrain_step", counted)
+    per_step = measure.waits_per_call(monkeypatch, LocalFilteringLayer, "pretrain_step")
     model = gb("devicelike", "float32")
     x, _ = data(10, (1, 12, 12), 3, seed=2, dtype="float32")
     for _ in model.pretraining_epochs(x):

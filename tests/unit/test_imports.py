@@ -30,6 +30,9 @@ The layers, top to bottom; a module imports only its own layer and the ones abov
                    experiments may import models, models never import experiments.
   8   convert      ``distnet/convert/`` (the converters of ``distnet data``)
   9   cli          ``distnet/cli/``, ``distnet/__main__.py``
+ 10   testing      ``distnet/testing/``: the device-like array module, the CUDA emulation and
+                   the test backends, for the tests, the benchmarks and the GPU check; above
+                   every other layer, so no module of distnet's may import it
 ====  ===========  ==========================================================================
 
 Two wings stand on comm: the model wing (ops, layers, models) and the data wing (data,
@@ -81,6 +84,7 @@ LAYERS = {
     "distnet.convert": (8, "convert"),
     "distnet.cli": (9, "cli"),
     "distnet.__main__": (9, "cli"),
+    "distnet.testing": (10, "testing"),
 }
 # Same level, one direction only: (importer, imported) pairs that are refused.
 SIDEWAYS_REFUSED = {("models", "experiments"), ("ops", "optim")}
@@ -356,6 +360,12 @@ def test_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
     v = _check(tmp_path, "ops/fake.py", "def f():\n    from ..layers import base\n    import distnet.cli.main\n")
     assert v == ["distnet/ops/fake.py: imports distnet.layers.base (layer 5 ops imports layer 6 layers)",
                  "distnet/ops/fake.py: imports distnet.cli.main (layer 5 ops imports layer 9 cli)"]
+
+
+def test_checker_refuses_the_testing_helpers_in_the_product(tmp_path):
+    assert _check(tmp_path, "cli/fake.py", "from ..testing import devicelike\n") == [
+        "distnet/cli/fake.py: imports distnet.testing.devicelike (layer 9 cli imports layer 10 testing)"]
+    assert _check(tmp_path, "testing/fake.py", "from ..models import Model\nfrom ..ops.cuda import launch\n") == []
 
 
 def test_checker_allows_downward_and_foundation_imports(tmp_path):

@@ -13,7 +13,7 @@ from distnet.models import Model
 from distnet.ops.activations import Logistic, Softmax, Tanh
 from distnet.ops.costs import CrossEntropy, SumSquaredDiffs
 from distnet.optim.sgd import MomentumSchedule, sgd_update
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import numerical_grad
 
 WI = {"type": "uniform", "low": -0.5, "high": 0.5}
@@ -21,7 +21,7 @@ WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 
 def build(layers, shape, cost=None, backend="numpy", dtype="float64"):
     """An MLP of ``layers`` for inputs ``shape``, configured on one process with ``backend``
-    (a name of :data:`tests.backends.BACKENDS`), weights drawn from seed 1."""
+    (a name of :data:`distnet.testing.backends.BACKENDS`), weights drawn from seed 1."""
     model = Model(layers=layers, num_epochs=1, cost=cost or SumSquaredDiffs(), learning_rate=0.1)
     model.infer_shapes(shape)
     model.configure(make_backend(backend, dtype=dtype, rng_seed=1), Topology.serial())

@@ -12,6 +12,7 @@ import pytest
 from distnet.config import load_experiment_text
 from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
 from distnet.ops import conv, pooling
+from distnet.ops.conv import choose, flat
 from distnet.ops.activations import Logistic, RectLin, Tanh
 from distnet.ops.workspace import Workspace
 from tests.unit.test_layers import assert_network_gradients, build
@@ -22,7 +23,7 @@ WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 @pytest.fixture(autouse=True)
 def small_flat_threshold(monkeypatch):
     """Width 30 takes the flat-shift conv kernel, width 8 the batch-im2col one."""
-    monkeypatch.setattr(conv, "FLAT_MIN_WIDTH", 16)
+    monkeypatch.setattr(choose, "FLAT_MIN_WIDTH", 16)
 
 
 @pytest.mark.parametrize("act", [RectLin, Tanh, Logistic])
@@ -71,7 +72,7 @@ CONV_CASES = [  # (B, C, H, W, K, fh, fw)
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("tile_bytes", [200, 1 << 20])
 def test_flat_kernel_matches_im2col(case, tile_bytes, monkeypatch):
-    monkeypatch.setattr(conv, "TILE_BYTES", tile_bytes)   # 200: one output row per tile
+    monkeypatch.setattr(flat, "TILE_BYTES", tile_bytes)   # 200: one output row per tile
     B, C, H, W, K, fh, fw = case
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((B, C, H, W)), rng.standard_normal((K, C, fh, fw))

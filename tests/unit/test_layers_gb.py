@@ -24,7 +24,7 @@ from distnet.ops.activations import Logistic
 from distnet.ops.costs import CrossEntropy
 from distnet.ops.lcn import lcn_bprop, lcn_filter, lcn_fprop
 from distnet.ops.local import local_fprop
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.unit.test_layers import numerical_grad_of
 
 ROOT = Path(__file__).resolve().parents[2]

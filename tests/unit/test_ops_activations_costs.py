@@ -1,12 +1,12 @@
 """distnet.ops.activations and distnet.ops.costs: values against formulas, gradients against
-central differences, on every array backend (tests/backends.py): the op runs on the backend,
-results are compared on the host; central differences use numpy on the host."""
+central differences, on every array backend (distnet/testing/backends.py): the op runs on the
+backend, results are compared on the host; central differences use numpy on the host."""
 import numpy as np
 import pytest
 
 from distnet.ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
 from distnet.ops.costs import EPS, CrossEntropy, SumSquaredDiffs, misclassified
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 ACTIVATIONS = [Identity, Logistic, RectLin, Tanh, Softmax]

@@ -8,7 +8,7 @@ from distnet.errors import GeometryError
 from distnet.ops.batchnorm import (bn_bprop_dx, bn_bprop_dx_inference, bn_bprop_partial, bn_fprop,
                                    bn_param_grads, bn_stats_finish, bn_stats_partial, bn_update_running,
                                    channel_axes, local_count)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import numerical_grad
 
 SHAPES = [(5, 3), (3, 2, 4, 5)]

@@ -4,7 +4,7 @@ flat-shift convolution's tile loop."""
 import numpy as np
 import pytest
 
-from distnet.ops import parallel, pooling
+from distnet.ops import maxpool_nchw, parallel, pooling
 from distnet.ops.workspace import Workspace
 
 
@@ -41,7 +41,7 @@ def naive_maxpool(x, f):
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_nchw_maxpool_blocks(shape, f, n_threads, threads, monkeypatch):
     monkeypatch.setattr(pooling, "NCHW_MIN_PLANE", 0)
-    monkeypatch.setattr(pooling, "NCHW_BLOCK_BYTES", 2 * shape[2] * shape[3] * 8)  # 2 channels a block
+    monkeypatch.setattr(maxpool_nchw, "NCHW_BLOCK_BYTES", 2 * shape[2] * shape[3] * 8)  # 2 channels a block
     threads(n_threads)
     rng = np.random.default_rng(11)
     x = np.maximum(rng.integers(-2, 3, size=shape), 0).astype(np.float64)   # ties in every window
@@ -83,9 +83,9 @@ def test_flat_layouts_match_im2col(case, layout, tile_bytes, n_threads, threads,
     image), 1 and 2 kernel threads: forward (with and without the fused ReLU), weight gradient
     and data gradient with every crop, float64, against the batch-im2col kernel."""
     from distnet.ops import conv
-    monkeypatch.setattr(conv, "SHIFT_MIN_INNER", 0 if layout == "shifts" else 10 ** 9)
-    monkeypatch.setattr(conv, "SHIFT_MIN_PER_OUTPUT", 0)
-    monkeypatch.setattr(conv, "TILE_BYTES", tile_bytes)
+    monkeypatch.setattr(conv.flat, "SHIFT_MIN_INNER", 0 if layout == "shifts" else 10 ** 9)
+    monkeypatch.setattr(conv.flat, "SHIFT_MIN_PER_OUTPUT", 0)
+    monkeypatch.setattr(conv.flat, "TILE_BYTES", tile_bytes)
     threads(n_threads)
     B, C, H, W, K, fh, fw, p = case
     rng = np.random.default_rng(5)
@@ -118,10 +118,10 @@ def test_flat_layout_choice():
     """bigimage: conv1 (RGB) takes the full tile im2col; conv2's forward, both data gradients
     and every weight gradient with 32 channels the shifted rows; conv3's forward (64 outputs
     from 32 channels) the full one."""
-    from distnet.ops.conv import _uses_shifts
-    assert not _uses_shifts(3, 3, 32) and not _uses_shifts(3, 3)          # conv1 forward, dw
-    assert _uses_shifts(32, 3, 32) and _uses_shifts(32, 3)                # conv2 forward, dw, dx
-    assert not _uses_shifts(32, 3, 64) and _uses_shifts(64, 3, 32)        # conv3 forward, dx
+    from distnet.ops.conv.flat import uses_shifts
+    assert not uses_shifts(3, 3, 32) and not uses_shifts(3, 3)            # conv1 forward, dw
+    assert uses_shifts(32, 3, 32) and uses_shifts(32, 3)                  # conv2 forward, dw, dx
+    assert not uses_shifts(32, 3, 64) and uses_shifts(64, 3, 32)          # conv3 forward, dx
 
 
 @pytest.mark.parametrize("case", FLAT_CASES)
@@ -132,7 +132,7 @@ def test_bprop_relu_y(case, method, n_threads, threads, monkeypatch):
     those of ``dz = dy * [y > 0]`` (the flat kernel applies the mask image by image; the other
     kernels first), for every crop, with and without ``dx``; ``fuses_relu_grad`` says which."""
     from distnet.ops import conv
-    monkeypatch.setattr(conv, "TILE_BYTES", 4000)
+    monkeypatch.setattr(conv.flat, "TILE_BYTES", 4000)
     threads(n_threads)
     B, C, H, W, K, fh, fw, p = case
     rng = np.random.default_rng(8)

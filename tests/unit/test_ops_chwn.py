@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from distnet.ops import conv, parallel, pooling
+from distnet.ops.conv import tiled
 from distnet.ops.workspace import Workspace
 from tests.unit.test_ops_conv_cases import reference
 
@@ -35,7 +36,7 @@ def threads(request, monkeypatch):
 @pytest.mark.parametrize("shape,K,fshape,stride,pad", CASES)
 @pytest.mark.parametrize("tile", [1, 1 << 30], ids=["row-tiles", "one-tile"])
 def test_conv_layouts_and_tiles(shape, K, fshape, stride, pad, tile, threads, monkeypatch):
-    monkeypatch.setattr(conv, "SMALL_TILE_BYTES", tile)
+    monkeypatch.setattr(tiled, "SMALL_TILE_BYTES", tile)
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal(shape), rng.standard_normal((K, shape[1]) + fshape)
     want = reference(x, w, stride, pad or ((0, 0), (0, 0)))
@@ -62,7 +63,7 @@ def test_conv_dx_fold_order_does_not_depend_on_the_tiles(monkeypatch):
     dy = rng.standard_normal((4, 2, 6, 6))
     got = []
     for tile in (1, 1 << 30):
-        monkeypatch.setattr(conv, "SMALL_TILE_BYTES", tile)
+        monkeypatch.setattr(tiled, "SMALL_TILE_BYTES", tile)
         got.append(conv.conv2d_bprop(x, w, dy, (1, 1), method="im2col"))
     np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-13, atol=1e-13)
 

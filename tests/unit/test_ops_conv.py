@@ -1,12 +1,12 @@
-"""distnet.ops.conv: forward against a naive loop, backward against central differences, on
-every array backend (tests/backends.py): inputs drawn with numpy, the op run on the backend,
+"""distnet.ops.conv: forward against a naive loop, backward against central differences, on every
+array backend (distnet/testing/backends.py): inputs drawn with numpy, the op run on the backend,
 results compared on the host (central differences use the numpy forward on the host)."""
 import numpy as np
 import pytest
 
 from distnet.errors import GeometryError
 from distnet.ops.conv import conv2d_bprop, conv2d_fprop, im2col
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 

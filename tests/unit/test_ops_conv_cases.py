@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from distnet.ops.conv import conv2d_bprop, conv2d_fprop
-from distnet.ops.conv_pointwise import pointwise_bprop, pointwise_fprop, use_pointwise
-from tests.backends import make_backend
+from distnet.ops.conv.pointwise import pointwise_bprop, pointwise_fprop, use_pointwise
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 

@@ -7,7 +7,7 @@ import pytest
 from distnet.errors import ConfigError
 from distnet.ops.dropout import (dropout_bprop, dropout_fprop, dropout_mask, keep_mask, random_bits,
                                  stream_key, uniform)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from distnet.errors import GeometryError
 from distnet.ops.global_pool import (gap_bprop, gap_finish, gap_partial, global_avg_pool_bprop,
                                      global_avg_pool_fprop)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 

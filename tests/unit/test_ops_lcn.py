@@ -2,7 +2,7 @@
 (docs/neon-semantics.md#local-contrast-normalisation) written out with an explicit
 zero-padded canvas, central differences (also where s == 0), and the staged (distributed)
 composition emulated on one process. Every test of the ops runs on every array backend
-(tests/backends.py): the op runs on the backend, results are compared on the host; central
+(distnet/testing/backends.py): the op runs on the backend, results are compared on the host; central
 differences use numpy on the host. (The filter and padding are host-side helpers.)"""
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ from distnet.errors import GeometryError
 from distnet.ops.lcn import (lcn_bprop, lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter,
                              lcn_fprop, lcn_fprop_divisive, lcn_fprop_subtractive, lcn_mean,
                              lcn_mean_adjoint, lcn_pad)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 RTOL, ATOL = 1e-6, 1e-8

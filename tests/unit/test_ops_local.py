@@ -1,6 +1,6 @@
 """Locally connected layer math (distnet.ops.local) against naive loops, central differences and
 the adjoint identity (docs/neon-semantics.md#local-defiltering), on every array backend
-(tests/backends.py): the op runs on the backend, results are compared on the host; central
+(distnet/testing/backends.py): the op runs on the backend, results are compared on the host; central
 differences use numpy on the host."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from distnet.errors import GeometryError
 from distnet.ops.local import (local_bprop, local_debprop, local_defprop, local_fprop,
                                normalize_rows)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 STRIDES = [(1, 1), (2, 2), (2, 1)]

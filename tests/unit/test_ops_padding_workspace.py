@@ -1,12 +1,12 @@
 """distnet.ops.padding (zero padding and its adjoint) and distnet.ops.workspace (reused scratch
-buffers), on every array backend (tests/backends.py)."""
+buffers), on every array backend (distnet/testing/backends.py)."""
 import numpy as np
 import pytest
 
 from distnet.geometry.partition import Box
 from distnet.ops.padding import crop_from_chunk, pad_to_chunk
 from distnet.ops.workspace import Workspace, scratch
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 
 @pytest.fixture

@@ -1,13 +1,13 @@
-"""distnet.ops.pooling: max / average / L2 pooling against naive loops and central differences,
-on every array backend (tests/backends.py): the op runs on the backend, results are compared on
-the host; central differences use the numpy forward on the host."""
+"""distnet.ops.pooling: max / average / L2 pooling against naive loops and central differences, on
+every array backend (distnet/testing/backends.py): the op runs on the backend, results are compared
+on the host; central differences use the numpy forward on the host."""
 import numpy as np
 import pytest
 
 from distnet.errors import GeometryError
 from distnet.ops.pooling import (avgpool_bprop, avgpool_fprop, l2pool_bprop, l2pool_fprop,
                                  maxpool_bprop, maxpool_fprop)
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 CASES = [  # (x shape (B,C,H,W), fshape, stride)

@@ -6,7 +6,7 @@ import pytest
 
 from distnet.ops.costs import SoftmaxCrossEntropy, misclassified
 from distnet.ops.softmax import log_softmax, log_softmax_bprop, logsumexp, softmax, softmax_bprop
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
 

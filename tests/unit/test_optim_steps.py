@@ -12,7 +12,7 @@ from distnet.optim.clipping import clip_coefficient, scale, sum_of_squares
 from distnet.optim.schedules import (ConstantSchedule, CosineSchedule, LinearWarmup, MultiStepSchedule,
                                      ProductSchedule, StepSchedule)
 from distnet.optim.sgd import sgd_step
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 
 
 @pytest.fixture

@@ -247,13 +247,13 @@ def test_cli_show_gives_the_layout_and_the_parameters_of_each_stage():
 @pytest.mark.parametrize("name", ["devicelike", "cupy"])
 def test_device_backends_train_seq2seq_as_numpy(name, dtype, tmp_path):
     """Seq2Seq on a device backend (the device-like stand-in for cupy here, cupy where a GPU is
-    present): the same per-epoch costs, accuracies and weights as numpy (tests.backends'
+    present): the same per-epoch costs, accuracies and weights as numpy (distnet.testing.backends'
     agreement for the dtype; the same accuracies), with dropout, clipping and a short last batch;
     its checkpoint holds Adam's moments."""
     from distnet.experiments.seq2seq import Seq2SeqExperiment
     from distnet.models.checkpoint import read_checkpoint
     from distnet.optim.rules import Adam
-    from tests.backends import assert_agree, make_backend
+    from distnet.testing.backends import assert_agree, make_backend
 
     def run(backend, path=None):
         model = Seq2Seq(num_epochs=3, embed=5, hidden=6, nlayers=2, batch_size=16, dropout=0.2,

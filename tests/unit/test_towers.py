@@ -9,7 +9,7 @@ from distnet.comm import Topology
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
 from distnet.geometry.grid import GridPosition
-from tests.backends import make_backend
+from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 from tests.towers_net import tower_model
 

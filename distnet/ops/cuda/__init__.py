@@ -9,10 +9,14 @@ kernels here do the same arithmetic in one launch each, in the CUDA C of
 
 Rules every kernel keeps:
 
-* **numpy never comes here.** The CPU path keeps its numpy kernels, bit for bit; the ops call a
-  fused kernel only when :func:`~distnet.ops.cuda.launch.available` says the arrays' module can
-  launch one (cupy on a GPU; the test suite's device-like module, which runs the same CUDA C
-  compiled for the host).
+* **numpy never comes here.** The CPU path keeps its numpy kernels, bit for bit; an op declares
+  its fused kernel beside its array code, and :mod:`distnet.ops.dispatch` runs it only when
+  :func:`~distnet.ops.cuda.launch.available` says the arrays' module can launch one (cupy on a
+  GPU; the device-like module of :mod:`distnet.testing`, which runs the same CUDA C compiled
+  for the host).
+* **Window loops are written once** (:mod:`.windows`): the kernels that gather the output
+  windows covering an input element are generated from one loop, for any number of spatial
+  axes.
 * **One thread per output element, no atomics.** Every output element is written by exactly one
   thread, which adds its terms in a fixed order (the order the numpy kernel adds them where it
   can), so results do not depend on scheduling and two runs give the same bits.

@@ -21,9 +21,11 @@ on disk) and launched with :data:`BLOCK` threads per block. It is compiled with
 rounding instead of two), and an elementwise kernel would no longer give numpy's bits; the
 kernels here are memory-bound, so the contraction would not buy speed. Other device array modules launch
 through a runner registered with :func:`register_runner` (the test suite registers one that
-compiles the same source for the host and runs every thread in turn).
+compiles the same source for the host and runs every thread in turn). :func:`source` writes the
+signature and the loop of a kernel from its parameters and its loop body.
 """
 import os
+import textwrap
 
 import numpy as np
 
@@ -48,6 +50,31 @@ COMPILE_OPTIONS = ("--fmad=false",)
 _FLOAT_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 #: Array module name -> ``runner(kernel, n, args)``; see :func:`register_runner`.
 _RUNNERS = {}
+
+
+def source(name, params, body, item="i"):
+    """The CUDA C of a kernel in the convention above: ``extern "C"`` function ``name`` of ``n``
+    work items and ``params`` (C declarations such as ``"const T* x"``; a bare name declares a
+    ``long long``), whose grid-stride loop runs the statements ``body`` (a string, or a sequence
+    of strings run in turn) for work item ``item``."""
+    decls = ", ".join(p if " " in p else f"const long long {p}" for p in ("n",) + tuple(params))
+    pieces = (body,) if isinstance(body, str) else body
+    body = "\n".join(textwrap.indent(textwrap.dedent(b).strip("\n"), " " * 8) for b in pieces)
+    return f"""
+extern "C" __global__ void {name}(
+        {decls}) {{
+    for (long long {item} = blockIdx.x * (long long)blockDim.x + threadIdx.x; {item} < n;
+         {item} += (long long)blockDim.x * gridDim.x) {{
+{body}
+    }}
+}}
+"""
+
+
+def strides_of(name, axes="bchw"):
+    """The names of the element strides of the array ``name`` that a kernel is given, one per
+    axis (``xb, xc, xh, xw`` for ``x``)."""
+    return tuple(name + a for a in axes)
 
 
 class Kernel:
@@ -76,7 +103,7 @@ class Kernel:
 
     def float_dtype(self, args):
         """The dtype ``T`` stands for: that of the float array arguments (one dtype)."""
-        dtypes = {a.dtype for a in args if _is_array(a) and a.dtype.kind == "f"}
+        dtypes = {a.dtype for a in args if is_array(a) and a.dtype.kind == "f"}
         if len(dtypes) != 1:
             raise TypeError(f"kernel {self.name}: its float arrays must share one dtype, got "
                             f"{sorted(map(str, dtypes)) or 'none'}")
@@ -84,7 +111,7 @@ class Kernel:
 
     def __call__(self, n, *args):
         for i, a in enumerate(args):
-            if not isinstance(a, Strided) and _is_array(a) and not a.flags.c_contiguous:
+            if not isinstance(a, Strided) and is_array(a) and not a.flags.c_contiguous:
                 raise ValueError(f"kernel {self.name}: argument {i} (shape {a.shape}) is not "
                                  "C-contiguous; a kernel reads raw memory (pass a view whose "
                                  "strides the kernel takes as strided(view))")
@@ -92,7 +119,7 @@ class Kernel:
         n = int(n)
         if n <= 0:
             return
-        xp = get_array_module(*[a for a in args if _is_array(a)])
+        xp = get_array_module(*[a for a in args if is_array(a)])
         if xp.__name__ == "cupy":
             self._launch_cupy(xp, n, args)
         else:
@@ -106,7 +133,7 @@ class Kernel:
                                                         options=COMPILE_OPTIONS)
         t = dtype.type
         params = (np.int64(n),) + tuple(
-            a if _is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
+            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
             for a in args)
         blocks = min(MAX_BLOCKS, -(-n // BLOCK))
         k((blocks,), (BLOCK,), params)
@@ -130,7 +157,7 @@ def element_strides(a):
     return tuple(s // a.itemsize for s in a.strides)
 
 
-def _is_array(a):
+def is_array(a):
     """An array argument (a device array), as opposed to a scalar parameter."""
     return not isinstance(a, (int, float, np.generic))
 

@@ -22,19 +22,16 @@ and float32.
 import numpy as np
 
 from ...backend import get_array_module
-from .launch import Kernel, element_strides, strided
+from .launch import Kernel, element_strides, source, strided, strides_of
+from .windows import covering, item
 
-MEAN = Kernel("distnet_lcn_mean", r"""
-extern "C" __global__ void distnet_lcn_mean(
-        const long long n, T* m, const T* x, const T* w,
-        const long long C, const long long h, const long long wd,
-        const long long fh, const long long fw, const long long shared, const long long divisor,
-        const long long xb, const long long xc, const long long xh, const long long xw) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)blockDim.x * gridDim.x) {
-        const long long q = i % wd;
-        const long long r = (i / wd) % h;
-        const long long b = i / (wd * h);
+#: Work item i of a (B, 1, h, wd) map: its batch and pixel.
+_PIXEL = item("i", ("r", "q"), ("h", "wd"), "b")
+
+MEAN = Kernel("distnet_lcn_mean", source("distnet_lcn_mean", (
+    "T* m", "const T* x", "const T* w", "C", "h", "wd", "fh", "fw", "shared", "divisor")
+    + strides_of("x"),
+    (_PIXEL, r"""
         const T* window = x + b * xb + r * xh + q * xw;
         T acc = 0;
         for (long long a = 0; a < fh; ++a) {
@@ -53,60 +50,31 @@ extern "C" __global__ void distnet_lcn_mean(
             acc = sqrt(acc);
             if (acc == 0) acc = 1;      // neon's rule: no epsilon, 1 exactly where the mean is 0
         }
-        m[i] = acc;
-    }
-}
-""")
+        m[i] = acc;""")))
 
-MEAN_ADJOINT = Kernel("distnet_lcn_mean_adjoint", r"""
-extern "C" __global__ void distnet_lcn_mean_adjoint(
-        const long long n, T* out, const T* gm, const T* w, const T* factor,
-        const long long C, const long long Hc, const long long Wc,
-        const long long fh, const long long fw, const long long shared, const long long times) {
-    const long long h = Hc - fh + 1, wd = Wc - fw + 1;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)blockDim.x * gridDim.x) {
-        const long long x = i % Wc;
-        const long long y = (i / Wc) % Hc;
-        const long long c = (i / (Wc * Hc)) % C;
-        const long long b = i / (Wc * Hc * C);
-        const T* g = gm + b * h * wd;
-        const T* wmap = w + (shared ? 0 : c) * fh * fw;
-        T acc = 0;
-        for (long long a = 0; a < fh; ++a) {
-            const long long r = y - a;          // the output row whose window reads row y at tap a
-            if (r < 0 || r >= h) continue;
-            for (long long k = 0; k < fw; ++k) {
-                const long long q = x - k;
-                if (q < 0 || q >= wd) continue;
-                acc += wmap[a * fw + k] * g[r * wd + q];
-            }
-        }
-        out[i] = times ? acc * factor[i] : acc;
-    }
-}
-""")
+# The output pixels (r, q) whose window reads chunk pixel (y, x) through tap (a, k), stride 1.
+MEAN_ADJOINT = Kernel("distnet_lcn_mean_adjoint", source("distnet_lcn_mean_adjoint", (
+    "T* out", "const T* gm", "const T* w", "const T* factor", "C", "Hc", "Wc", "fh", "fw", "shared",
+    "times"), (
+        item("i", ("y", "x"), ("Hc", "Wc"), "b", "c"),
+        "const long long h = Hc - fh + 1, wd = Wc - fw + 1;",
+        "const T* g = gm + b * h * wd;",
+        "const T* wmap = w + (shared ? 0 : c) * fh * fw;",
+        "T acc = 0;",
+        covering("acc += wmap[a * fw + k] * g[r * wd + q];", ("y", "x"), ("fh", "fw"), ("1", "1"),
+                 ("h", "wd"), ("r", "q"), ("a", "k")),
+        "out[i] = times ? acc * factor[i] : acc;")))
 
-DIVISIVE_GAIN = Kernel("distnet_lcn_divisive_gain", r"""
-extern "C" __global__ void distnet_lcn_divisive_gain(
-        const long long n, T* gm, const T* e, const T* s, const T* d,
-        const long long C, const long long h, const long long wd,
-        const long long eb, const long long ec, const long long eh, const long long ew,
-        const long long sb, const long long sc, const long long sh, const long long sw) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)blockDim.x * gridDim.x) {
-        const long long q = i % wd;
-        const long long r = (i / wd) % h;
-        const long long b = i / (wd * h);
+DIVISIVE_GAIN = Kernel("distnet_lcn_divisive_gain", source("distnet_lcn_divisive_gain", (
+    "T* gm", "const T* e", "const T* s", "const T* d", "C", "h", "wd")
+    + strides_of("e") + strides_of("s"),
+    (_PIXEL, r"""
         const T* ep = e + b * eb + r * eh + q * ew;
         const T* sp = s + b * sb + r * sh + q * sw;
         T acc = 0;
         for (long long c = 0; c < C; ++c) acc += ep[c * ec] * sp[c * sc];
         const T di = d[i];
-        gm[i] = -(acc / (di * di * di));
-    }
-}
-""")
+        gm[i] = -(acc / (di * di * di));""")))
 
 
 def _contiguous(xp, a, dtype):

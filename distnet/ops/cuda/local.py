@@ -19,22 +19,18 @@ input through its strides (a chunk view needs no copy):
 * :func:`normalize_rows`: every filter row scaled to unit L2 norm, one thread per row.
 
 The sums run in a fixed order, so float64 results equal the numpy path's GEMMs up to their
-summation order (``tests/backends.py``'s ``AGREEMENT``).
+summation order (``distnet/testing/backends.py``'s ``AGREEMENT``).
 """
 from ...backend import get_array_module
-from .launch import Kernel, element_strides, strided
+from .launch import Kernel, element_strides, source, strided, strides_of
+from .windows import PLANE, covering, item
 
-# x (B, C, H, W) and w (K, Ho, Wo, F) are strided views: xs*, ws* are their element strides.
-APPLY = Kernel("distnet_local_apply", r"""
-extern "C" __global__ void distnet_local_apply(
-        const long long n, T* y, const T* x, const T* w,
-        const long long C, const long long K, const long long Ho, const long long Wo,
-        const long long fh, const long long fw, const long long sy, const long long sx,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long wk, const long long wi, const long long wj, const long long wf) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        // y is contiguous (B, K, Ho, Wo)
+_WINDOW = ("fh", "fw", "sy", "sx")
+_X, _G, _W = strides_of("x"), strides_of("g", "bkij"), strides_of("w", "kijf")
+
+# x (B, C, H, W) and w (K, Ho, Wo, F) are strided views; y is contiguous (B, K, Ho, Wo).
+APPLY = Kernel("distnet_local_apply", source("distnet_local_apply", (
+    "T* y", "const T* x", "const T* w", "C", "K", "Ho", "Wo") + _WINDOW + _X + _W, r"""
         const long long j = e % Wo, i = (e / Wo) % Ho, k = (e / (Wo * Ho)) % K, b = e / (Wo * Ho * K);
         const T* wr = w + k * wk + i * wi + j * wj;
         const T* xr = x + b * xb + (i * sy) * xh + (j * sx) * xw;
@@ -44,23 +40,12 @@ extern "C" __global__ void distnet_local_apply(
             for (long long u = 0; u < fh; ++u)
                 for (long long v = 0; v < fw; ++v, ++f)
                     acc += wr[f * wf] * xr[c * xc + u * xh + v * xw];
-        y[e] = acc;
-    }
-}
-""")
+        y[e] = acc;""", item="e"))
 
-# x (B, C, H, W) and g (B, K, Ho, Wo) are strided views.
-WEIGHT_GRAD = Kernel("distnet_local_weight_grad", r"""
-extern "C" __global__ void distnet_local_weight_grad(
-        const long long n, T* dw, const T* x, const T* g,
-        const long long B, const long long C, const long long K, const long long Ho,
-        const long long Wo, const long long fh, const long long fw,
-        const long long sy, const long long sx,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long gb, const long long gk, const long long gi, const long long gj) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        // dw is contiguous (K, Ho, Wo, F), F = C*fh*fw in (c, u, v) order
+# x (B, C, H, W) and g (B, K, Ho, Wo) are strided views; dw is contiguous (K, Ho, Wo, F),
+# F = C*fh*fw in (c, u, v) order.
+WEIGHT_GRAD = Kernel("distnet_local_weight_grad", source("distnet_local_weight_grad", (
+    "T* dw", "const T* x", "const T* g", "B", "C", "K", "Ho", "Wo") + _WINDOW + _X + _G, r"""
         const long long F = C * fh * fw;
         const long long f = e % F, j = (e / F) % Wo, i = (e / (F * Wo)) % Ho, k = e / (F * Wo * Ho);
         const long long v = f % fw, u = (f / fw) % fh, c = f / (fw * fh);
@@ -69,63 +54,33 @@ extern "C" __global__ void distnet_local_weight_grad(
         T acc = 0;
         for (long long b = 0; b < B; ++b)
             acc += gr[b * gb] * xr[b * xb];
-        dw[e] = acc;
-    }
-}
-""")
+        dw[e] = acc;""", item="e"))
 
-# g (B, K, Ho, Wo) and w (K, Ho, Wo, F) are strided views; out is contiguous (B, C, H, W).
-ADJOINT = Kernel("distnet_local_adjoint", r"""
-extern "C" __global__ void distnet_local_adjoint(
-        const long long n, T* out, const T* g, const T* w,
-        const long long C, const long long H, const long long W, const long long K,
-        const long long Ho, const long long Wo, const long long fh, const long long fw,
-        const long long sy, const long long sx,
-        const long long gb, const long long gk, const long long gi, const long long gj,
-        const long long wk, const long long wi, const long long wj, const long long wf) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        const long long x = e % W, y = (e / W) % H, c = (e / (W * H)) % C, b = e / (W * H * C);
-        T acc = 0;
-        for (long long u = 0; u < fh; ++u) {
-            const long long dy = y - u;
-            if (dy < 0 || dy % sy) continue;
-            const long long i = dy / sy;
-            if (i >= Ho) continue;
-            for (long long v = 0; v < fw; ++v) {
-                const long long dx = x - v;
-                if (dx < 0 || dx % sx) continue;
-                const long long j = dx / sx;
-                if (j >= Wo) continue;
-                // the window (i, j) reads this pixel as its tap (c, u, v)
-                const T* wr = w + i * wi + j * wj + ((c * fh + u) * fw + v) * wf;
-                const T* gr = g + b * gb + i * gi + j * gj;
-                T tap = 0;
-                for (long long k = 0; k < K; ++k)
-                    tap += wr[k * wk] * gr[k * gk];
-                acc += tap;
-            }
-        }
-        out[e] = acc;
-    }
-}
-""")
+# g (B, K, Ho, Wo) and w (K, Ho, Wo, F) are strided views; out is contiguous (B, C, H, W). The
+# window (i, j) reads the pixel as its tap (c, u, v): that tap's sum over k, then the next tap.
+ADJOINT = Kernel("distnet_local_adjoint", source("distnet_local_adjoint", (
+    "T* out", "const T* g", "const T* w", "C", "H", "W", "K", "Ho", "Wo") + _WINDOW + _G + _W, (
+        item("e", ("py", "px"), ("H", "W"), "b", "c"),
+        "T acc = 0;",
+        covering(r"""
+        const T* wr = w + i * wi + j * wj + ((c * fh + u) * fw + v) * wf;
+        const T* gr = g + b * gb + i * gi + j * gj;
+        T tap = 0;
+        for (long long k = 0; k < K; ++k)
+            tap += wr[k * wk] * gr[k * gk];
+        acc += tap;""", ("py", "px"), **PLANE),
+        "out[e] = acc;"), item="e"))
 
 # w: contiguous (rows, F), scaled in place.
-NORMALIZE_ROWS = Kernel("distnet_local_normalize_rows", r"""
-extern "C" __global__ void distnet_local_normalize_rows(const long long n, T* w, const long long F) {
-    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < n;
-         r += (long long)blockDim.x * gridDim.x) {
+NORMALIZE_ROWS = Kernel("distnet_local_normalize_rows", source("distnet_local_normalize_rows", (
+    "T* w", "F"), r"""
         T* row = w + r * F;
         T s = 0;
         for (long long f = 0; f < F; ++f)
             s += row[f] * row[f];
         const T norm = sqrt(s);   // no epsilon: a zero row becomes NaN, as the numpy code's
         for (long long f = 0; f < F; ++f)
-            row[f] = row[f] / norm;
-    }
-}
-""")
+            row[f] = row[f] / norm;""", item="r"))
 
 
 def apply(x, w, fshape, stride):

@@ -20,21 +20,34 @@ buffer, no copies. Shapes are ``(B, C, H, W)`` inputs and ``(B, C, Ho, Wo)`` out
 """
 import numpy as np
 
-from .launch import Kernel, element_strides, strided
+from .launch import Kernel, element_strides, source, strided, strides_of
+from .windows import PLANE, covering, item
 
-_COMMON = r"""
-// Work item e's (b, c, row, col) in an array's memory order (batch innermost for CHWN memory),
-// so that neighbouring threads touch neighbouring addresses.
-__device__ void distnet_pool_item(long long e, const long long B, const long long C,
-        const long long H, const long long W, const long long batch_inner,
-        long long* b, long long* c, long long* y, long long* x) {
-    if (batch_inner) { *b = e % B; e /= B; *x = e % W; e /= W; }
-    else { *x = e % W; e /= W; }
-    *y = e % H; e /= H;
-    *c = e % C; e /= C;
-    if (!batch_inner) *b = e;
-}
-"""
+#: A thread's output element (b, c, i, j) or input element (b, c, py, px), in the array's memory
+#: order (:func:`~distnet.ops.cuda.windows.item`).
+_OUTPUT_ITEM = item("e", ("i", "j"), ("Ho", "Wo"), "b", "c", batch_inner="batch_inner")
+_INPUT_ITEM = item("e", ("py", "px"), ("H", "W"), "b", "c", batch_inner="batch_inner")
+_WINDOW = ("fh", "fw", "sy", "sx")
+
+
+def _forward(name, arrays, scalars, body, strides="xy"):
+    """A forward kernel: one thread per output element ``(b, c, i, j)`` of ``(B, C, Ho, Wo)``
+    (its decoding, then ``body``), the window ``fh x fw`` at stride ``(sy, sx)``; the element
+    strides of the arrays named by the letters of ``strides`` follow the ``scalars``."""
+    params = arrays + ("B", "C", "Ho", "Wo") + _WINDOW + scalars + \
+        tuple(n for a in strides for n in strides_of(a))
+    return source(name, params, (_OUTPUT_ITEM, body), item="e")
+
+
+def _backward(name, arrays, scalars, before, gather, after, strides, flat=None):
+    """A backward kernel: one thread per input element ``(b, c, py, px)`` of ``(B, C, H, W)``;
+    ``before``, then ``gather`` for every output window ``(i, j)`` covering it through tap
+    ``(u, v)`` (``flat``: the name of the tap's index ``u*fw + v``), then ``after``."""
+    params = arrays + ("B", "C", "H", "W", "Ho", "Wo") + _WINDOW + scalars + \
+        tuple(n for a in strides for n in strides_of(a))
+    loop = covering(gather, ("py", "px"), **PLANE, flat=flat)
+    return source(name, params, (_INPUT_ITEM, before, loop, after), item="e")
+
 
 _MAX_STEP = r"""
 // One step of numpy's running maximum (greater, then maximum): a strictly greater value
@@ -46,20 +59,8 @@ __device__ void distnet_max_step(T* m, long long* k, const T s, const long long 
 }
 """
 
-_MAXPOOL_FPROP = r"""
-extern "C" __global__ void NAME(
-        const long long n, T* y, IDX* arg, const T* x,
-        const long long B, const long long C, const long long Ho, const long long Wo,
-        const long long fh, const long long fw, const long long sy, const long long sx,
-        const long long y0, const long long y1, const long long x0, const long long x1,
-        const T lowest, const long long rows_first, const long long batch_inner,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long yb, const long long yc, const long long yh, const long long yw,
-        const long long ab, const long long ac, const long long ah, const long long aw) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, i, j;
-        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+_MAXPOOL_FPROP = _MAX_STEP + _forward("NAME", ("T* y", "IDX* arg", "const T* x"), (
+    "y0", "y1", "x0", "x1", "const T lowest", "rows_first", "batch_inner"), r"""
         const T* base = x + b * xb + c * xc;
         T m = lowest;               // the window's maximum so far
         long long k = 0;            // the offset u*fw + v of its first occurrence
@@ -80,51 +81,21 @@ extern "C" __global__ void NAME(
             else if (rows_first) distnet_max_step(&m, &k, r, kr);
         }
         y[b * yb + c * yc + i * yh + j * yw] = m;
-        arg[b * ab + c * ac + i * ah + j * aw] = (IDX)k;
-    }
-}
-"""
+        arg[b * ab + c * ac + i * ah + j * aw] = (IDX)k;""", strides="xya")
 
-_MAXPOOL_BPROP = r"""
-extern "C" __global__ void NAME(
-        const long long n, T* dx, const T* dy, const IDX* arg,
-        const long long B, const long long C, const long long H, const long long W,
-        const long long Ho, const long long Wo, const long long fh, const long long fw,
-        const long long sy, const long long sx, const long long batch_inner,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long gb, const long long gc, const long long gh, const long long gw,
-        const long long ab, const long long ac, const long long ah, const long long aw) {
-    // Disjoint windows: the numpy code writes dy * mask (no sum); overlapping ones add up from 0.
-    const bool disjoint = sy >= fh && sx >= fw;
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, py, px;
-        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+# Disjoint windows: the numpy code writes dy * mask (no sum); overlapping ones add up from 0.
+_MAXPOOL_BPROP = _backward("NAME", ("T* dx", "const T* dy", "const IDX* arg"), ("batch_inner",), """
+        const bool disjoint = sy >= fh && sx >= fw;
         const T* g = dy + b * gb + c * gc;
         const IDX* a = arg + b * ab + c * ac;
-        T acc = 0;
-        for (long long u = 0; u < fh; ++u) {
-            const long long ry = py - u;
-            if (ry < 0 || ry % sy) continue;
-            const long long i = ry / sy;
-            if (i >= Ho) continue;
-            for (long long v = 0; v < fw; ++v) {
-                const long long rx = px - v;
-                if (rx < 0 || rx % sx) continue;
-                const long long j = rx / sx;
-                if (j >= Wo) continue;
-                const T t = g[i * gh + j * gw] * (T)(a[i * ah + j * aw] == u * fw + v);
-                acc = disjoint ? t : acc + t;
-            }
-        }
-        dx[b * xb + c * xc + py * xh + px * xw] = acc;
-    }
-}
-"""
+        T acc = 0;""", """
+        const T t = g[i * gh + j * gw] * (T)(a[i * ah + j * aw] == k);
+        acc = disjoint ? t : acc + t;""", """
+        dx[b * xb + c * xc + py * xh + px * xw] = acc;""", "xga", flat="k")
 
 
 def _indexed(template, name, idx_type):
-    return Kernel(name, _COMMON + _MAX_STEP + template.replace("NAME", name).replace("IDX", idx_type))
+    return Kernel(name, template.replace("NAME", name).replace("IDX", idx_type))
 
 
 #: argmax dtype -> kernel (the argmax is uint8 for windows of up to 256 elements, else int32)
@@ -133,72 +104,24 @@ MAXPOOL_FPROP = {np.dtype(np.uint8): _indexed(_MAXPOOL_FPROP, "distnet_maxpool_f
 MAXPOOL_BPROP = {np.dtype(np.uint8): _indexed(_MAXPOOL_BPROP, "distnet_maxpool_bprop_u8", "unsigned char"),
                  np.dtype(np.int32): _indexed(_MAXPOOL_BPROP, "distnet_maxpool_bprop_i32", "int")}
 
-AVGPOOL_FPROP = Kernel("distnet_avgpool_fprop", _COMMON + r"""
-extern "C" __global__ void distnet_avgpool_fprop(
-        const long long n, T* y, const T* x,
-        const long long B, const long long C, const long long Ho, const long long Wo,
-        const long long fh, const long long fw, const long long sy, const long long sx,
-        const T scale, const long long batch_inner,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long yb, const long long yc, const long long yh, const long long yw) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, i, j;
-        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+AVGPOOL_FPROP = Kernel("distnet_avgpool_fprop", _forward(
+    "distnet_avgpool_fprop", ("T* y", "const T* x"), ("const T scale", "batch_inner"), r"""
         const T* w = x + b * xb + c * xc + i * sy * xh + j * sx * xw;
         T acc = w[0];               // the numpy code copies the first element, then adds
         for (long long u = 0; u < fh; ++u)
             for (long long v = 0; v < fw; ++v)
                 if (u || v) acc += w[u * xh + v * xw];
-        y[b * yb + c * yc + i * yh + j * yw] = acc * scale;
-    }
-}
-""")
+        y[b * yb + c * yc + i * yh + j * yw] = acc * scale;"""))
 
-AVGPOOL_BPROP = Kernel("distnet_avgpool_bprop", _COMMON + r"""
-extern "C" __global__ void distnet_avgpool_bprop(
-        const long long n, T* dx, const T* dy,
-        const long long B, const long long C, const long long H, const long long W,
-        const long long Ho, const long long Wo, const long long fh, const long long fw,
-        const long long sy, const long long sx, const T scale, const long long batch_inner,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long gb, const long long gc, const long long gh, const long long gw) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, py, px;
-        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+AVGPOOL_BPROP = Kernel("distnet_avgpool_bprop", _backward(
+    "distnet_avgpool_bprop", ("T* dx", "const T* dy"), ("const T scale", "batch_inner"), """
         const T* g = dy + b * gb + c * gc;
-        T acc = 0;
-        for (long long u = 0; u < fh; ++u) {
-            const long long ry = py - u;
-            if (ry < 0 || ry % sy) continue;
-            const long long i = ry / sy;
-            if (i >= Ho) continue;
-            for (long long v = 0; v < fw; ++v) {
-                const long long rx = px - v;
-                if (rx < 0 || rx % sx) continue;
-                const long long j = rx / sx;
-                if (j >= Wo) continue;
-                acc += g[i * gh + j * gw] * scale;
-            }
-        }
-        dx[b * xb + c * xc + py * xh + px * xw] = acc;
-    }
-}
-""")
+        T acc = 0;""", """
+        acc += g[i * gh + j * gw] * scale;""", """
+        dx[b * xb + c * xc + py * xh + px * xw] = acc;""", "xg"))
 
-L2POOL_FPROP = Kernel("distnet_l2pool_fprop", _COMMON + r"""
-extern "C" __global__ void distnet_l2pool_fprop(
-        const long long n, T* y, const T* x,
-        const long long B, const long long C, const long long Ho, const long long Wo,
-        const long long fh, const long long fw, const long long sy, const long long sx,
-        const long long batch_inner,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long yb, const long long yc, const long long yh, const long long yw) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, i, j;
-        distnet_pool_item(e, B, C, Ho, Wo, batch_inner, &b, &c, &i, &j);
+L2POOL_FPROP = Kernel("distnet_l2pool_fprop", _forward(
+    "distnet_l2pool_fprop", ("T* y", "const T* x"), ("batch_inner",), r"""
         const T* w = x + b * xb + c * xc + i * sy * xh + j * sx * xw;
         T acc = 0;
         for (long long u = 0; u < fh; ++u)
@@ -206,46 +129,19 @@ extern "C" __global__ void distnet_l2pool_fprop(
                 const T s = w[u * xh + v * xw];
                 acc += s * s;
             }
-        y[b * yb + c * yc + i * yh + j * yw] = sqrt(acc);
-    }
-}
-""")
+        y[b * yb + c * yc + i * yh + j * yw] = sqrt(acc);"""))
 
-L2POOL_BPROP = Kernel("distnet_l2pool_bprop", _COMMON + r"""
-extern "C" __global__ void distnet_l2pool_bprop(
-        const long long n, T* dx, const T* x, const T* y, const T* dy,
-        const long long B, const long long C, const long long H, const long long W,
-        const long long Ho, const long long Wo, const long long fh, const long long fw,
-        const long long sy, const long long sx, const long long batch_inner,
-        const long long ob, const long long oc, const long long oh, const long long ow,
-        const long long xb, const long long xc, const long long xh, const long long xw,
-        const long long yb, const long long yc, const long long yh, const long long yw,
-        const long long gb, const long long gc, const long long gh, const long long gw) {
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)blockDim.x * gridDim.x) {
-        long long b, c, py, px;
-        distnet_pool_item(e, B, C, H, W, batch_inner, &b, &c, &py, &px);
+# The sum over the windows that read the pixel of dy / yhat (an all-zero window: no NaN).
+L2POOL_BPROP = Kernel("distnet_l2pool_bprop", _backward(
+    "distnet_l2pool_bprop", ("T* dx", "const T* x", "const T* y", "const T* dy"),
+    ("batch_inner",), """
         const T* yo = y + b * yb + c * yc;
         const T* g = dy + b * gb + c * gc;
-        T acc = 0;                  // sum over the windows that read the pixel of dy / yhat
-        for (long long u = 0; u < fh; ++u) {
-            const long long ry = py - u;
-            if (ry < 0 || ry % sy) continue;
-            const long long i = ry / sy;
-            if (i >= Ho) continue;
-            for (long long v = 0; v < fw; ++v) {
-                const long long rx = px - v;
-                if (rx < 0 || rx % sx) continue;
-                const long long j = rx / sx;
-                if (j >= Wo) continue;
-                const T yv = yo[i * yh + j * yw];
-                acc += g[i * gh + j * gw] / (yv == 0 ? (T)1 : yv);   // an all-zero window: no NaN
-            }
-        }
-        dx[b * ob + c * oc + py * oh + px * ow] = x[b * xb + c * xc + py * xh + px * xw] * acc;
-    }
-}
-""")
+        T acc = 0;""", """
+        const T yv = yo[i * yh + j * yw];
+        acc += g[i * gh + j * gw] / (yv == 0 ? (T)1 : yv);""", """
+        dx[b * ob + c * oc + py * oh + px * ow] = x[b * xb + c * xc + py * xh + px * xw] * acc;""",
+    "oxyg"))
 
 
 def _batch_inner(a):

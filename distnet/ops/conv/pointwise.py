@@ -11,11 +11,11 @@ batched GEMM and no patch matrix is built. Backward side by side::
                                         every other pixel 0)
 
 :func:`distnet.ops.conv.conv2d_fprop` / :func:`~distnet.ops.conv.conv2d_bprop` call these for
-unpadded 1x1 filters when no kernel is forced (:func:`use_pointwise`); they compute the same
-numbers as the other kernels up to summation order.
+unpadded 1x1 filters when no kernel is forced (:func:`use_pointwise`, :mod:`.choose`); they
+compute the same numbers as the other kernels up to summation order.
 """
-from ..backend import get_array_module
-from .parallel import matmul as pmatmul
+from ...backend import get_array_module
+from ..parallel import matmul as pmatmul
 
 
 def use_pointwise(w_shape, pad=None, crop=None, method=None):

@@ -32,23 +32,24 @@ arrays but refuse every implicit host/device crossing, as cupy does:
   buffer that reaches an MPI that is not CUDA-aware without host staging fails, as on a GPU.
 
 What it does not emulate: kernels, launch overheads, streams and asynchrony (every operation is
-synchronous numpy; ``synchronize`` is a no-op), device memory limits, multiple devices, and
-cupy's own numerics (results are numpy's, bit for bit).
+synchronous numpy; ``synchronize`` is a no-op), device memory limits (``cuda.Device().mem_info``
+reports the fixed figures of ``devicelike.cuda.mem_info``, which a test may set), multiple
+devices, and cupy's own numerics (results are numpy's, bit for bit).
 
-Use: ``from tests.devicelike import DeviceLike, xp`` (``xp`` is the ``devicelike`` module).
+Use: ``from distnet.testing.devicelike import DeviceLike, xp`` (``xp`` is the ``devicelike``
+module).
 """
 import collections
-import contextlib
 import operator
 import sys
 import types
 
 import numpy as np
 
-import distnet.backend
-import distnet.ops.cuda.launch
-from tests import cuda_emulator
-from distnet.backend import Backend
+from .. import backend
+from ..backend import Backend
+from ..ops.cuda import launch
+from . import cuda_emulator
 
 xp = types.ModuleType("devicelike", __doc__.split("\n\n")[0])
 #: ``calls``: device array operations (functions, methods, operators, indexing: what would be
@@ -365,7 +366,7 @@ def count_nonzero(a, axis=None):
 
 
 def get_array_module(*args):
-    return distnet.backend.get_array_module(*args)
+    return backend.get_array_module(*args)
 
 
 # Functions cupy has with numpy's signature; each wrapped generically.
@@ -427,6 +428,11 @@ class _Device(_Stream):
             raise RuntimeError(f"cudaErrorInvalidDevice: devicelike has one device, not {device}")
         self.id = device
 
+    @property
+    def mem_info(self):
+        """``(free, total)`` bytes: ``devicelike.cuda.mem_info`` (no memory is accounted)."""
+        return xp.cuda.mem_info
+
     def __repr__(self):
         return f"<CUDA Device {self.id}>"
 
@@ -442,16 +448,19 @@ _Stream.null = _Stream()
 xp.cuda.get_current_stream = lambda: _Stream.null
 xp.cuda.Device = _Device
 xp.cuda.alloc_pinned_memory = _alloc_pinned_memory
+#: What ``cuda.Device().mem_info`` reports: a 16 GiB device with 8 GiB free, whose sized conv
+#: block budget (:func:`distnet.ops.conv.blocked.cols_budget`) is 256 MiB.
+xp.cuda.mem_info = (8 << 30, 16 << 30)
 xp.cuda.runtime = types.ModuleType("devicelike.cuda.runtime")
 xp.cuda.runtime.getDeviceCount = lambda: 1
 
 sys.modules["devicelike"] = xp
-distnet.backend.DEVICE_ARRAY_MODULES.add("devicelike")
+backend.DEVICE_ARRAY_MODULES.add("devicelike")
 
 
 def _run_kernel(kernel, n, args):
     """A fused CUDA kernel on devicelike arrays: its CUDA C compiled for the host and run
-    thread by thread (tests/cuda_emulator.py); one device call, as one launch."""
+    thread by thread (distnet/testing/cuda_emulator.py); one device call, as one launch."""
     xp.counts["calls"] += 1
     for a in args:
         if isinstance(a, np.ndarray) and a.ndim:
@@ -461,7 +470,7 @@ def _run_kernel(kernel, n, args):
 
 # Where no C++ compiler is found, devicelike arrays take the generic array-module code instead.
 if cuda_emulator.compiler() is not None:
-    distnet.ops.cuda.launch.register_runner("devicelike", _run_kernel)
+    launch.register_runner("devicelike", _run_kernel)
 
 
 class DeviceLike(Backend):
@@ -487,39 +496,3 @@ class DeviceLike(Backend):
 
     def __repr__(self):
         return f"DeviceLike(rng_seed={self.rng_seed}, dtype={self.dtype.name})"
-
-
-# ------------------------------------------------------------------------------- measurements
-
-@contextlib.contextmanager
-def allocations():
-    """Record the bytes of every device array allocated inside the block (views excluded): a
-    list that fills as the block runs."""
-    sizes = []
-    init = ndarray.__init__
-
-    def recording(self, data):
-        init(self, data)
-        if data.flags.owndata:
-            sizes.append(data.nbytes)
-    ndarray.__init__ = recording
-    try:
-        yield sizes
-    finally:
-        ndarray.__init__ = init
-
-
-def waits_per_train_step(monkeypatch):
-    """A list that receives the device waits (``syncs``) of every ``Model.train_step`` call
-    made while ``monkeypatch`` (pytest's fixture) is active, in order."""
-    from distnet.models import Model
-    per_step = []
-    train_step = Model.train_step
-
-    def counted(self, *args, **kwargs):
-        before = xp.counts["syncs"]
-        loss = train_step(self, *args, **kwargs)
-        per_step.append(xp.counts["syncs"] - before)
-        return loss
-    monkeypatch.setattr(Model, "train_step", counted)
-    return per_step

@@ -1,7 +1,8 @@
-"""The array backends every op test runs on, and the stated GPU-vs-CPU agreement tolerance.
+"""The array backends every op test runs on, and the stated GPU-vs-CPU agreement tolerance
+(pytest is needed only where :func:`make_backend` skips a test).
 
 * ``numpy``: :class:`distnet.backend.Backend`, the CPU reference.
-* ``devicelike``: :class:`tests.devicelike.DeviceLike`, numpy data behind cupy's strict
+* ``devicelike``: :class:`distnet.testing.devicelike.DeviceLike`, numpy data behind cupy's strict
   host/device separation, so the device code paths run (and are checked) on any machine.
 * ``cupy``: :class:`distnet.backend.GPU`; :func:`make_backend` skips the test (with the
   ConfigError's message) where cupy or a GPU is missing.
@@ -10,11 +11,10 @@ Tests draw inputs with numpy, move them with ``backend.asarray``, run the op on 
 bring results back with ``backend.to_host`` and compare on the host.
 """
 import numpy as np
-import pytest
 
-from distnet.backend import GPU, Backend
-from distnet.errors import ConfigError
-from tests.devicelike import DeviceLike
+from ..backend import GPU, Backend
+from ..errors import ConfigError
+from .devicelike import DeviceLike
 
 BACKENDS = ("numpy", "devicelike", "cupy")
 #: The backends that are not the numpy reference.
@@ -53,6 +53,7 @@ def make_backend(name, dtype="float64", rng_seed=0):
         try:
             return GPU(rng_seed=rng_seed, dtype=dtype)
         except ConfigError as e:
+            import pytest
             pytest.skip(str(e))
     raise ValueError(f"unknown backend {name!r}; one of {BACKENDS}")
 

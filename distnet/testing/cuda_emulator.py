@@ -24,6 +24,8 @@ import tempfile
 
 import numpy as np
 
+from ..ops.cuda.launch import is_array
+
 #: The emulated launch: GRID blocks of BLOCK threads (odd sizes, so that a loop stepping by the
 #: wrong stride, or one starting at the wrong offset, misses or repeats items).
 GRID, BLOCK = 3, 5
@@ -84,13 +86,12 @@ def _library(kernel, dtype):
 def run(kernel, n, args, data=lambda a: a):
     """Run ``kernel`` over ``n`` work items with ``args`` (numpy arrays, or device arrays whose
     numpy data ``data(a)`` gives), every (block, thread) of the emulated grid in turn."""
-    from distnet.ops.cuda.launch import _is_array
-    dtype = kernel.float_dtype([data(a) if _is_array(a) else a for a in args])
+    dtype = kernel.float_dtype([data(a) if is_array(a) else a for a in args])
     lib = _library(kernel, dtype)
     ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
     params = [ctypes.c_longlong(n)]
     for a in args:
-        if _is_array(a):
+        if is_array(a):
             params.append(ctypes.c_void_p(data(a).ctypes.data))   # first element, as cupy
         elif isinstance(a, (int, np.integer)):
             params.append(ctypes.c_longlong(int(a)))
