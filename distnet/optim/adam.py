@@ -14,24 +14,26 @@ no gradient afterwards: a step allocates nothing the size of ``w``, except the L
 import math
 
 from ..backend import get_array_module
-from ..ops.cuda import launch as cuda
+from ..ops import dispatch
 from . import kernels
 from .sgd import add_l2, decay_weights
 
 
+def _bias_corrections(step, beta1, beta2):
+    """``(1 - beta1^t, 1 - beta2^t)`` of 1-based step ``t``."""
+    if step < 1:
+        raise ValueError(f"adam_step: step counts from 1, got {step}")
+    return 1.0 - beta1 ** step, 1.0 - beta2 ** step
+
+
+@dispatch.op
 def adam_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
               decoupled=False, scratch=None):
     """One Adam step in place; ``m``, ``v`` (first and second moments, zero-initialised,
     shaped like ``w``) are updated; ``step`` is the 1-based count of steps INCLUDING this one.
     ``decoupled=True`` makes it AdamW. ``g`` is scratch afterwards."""
-    if step < 1:
-        raise ValueError(f"adam_step: step counts from 1, got {step}")
+    bc1, bc2 = _bias_corrections(step, beta1, beta2)
     xp = get_array_module(w, g, m, v)
-    bc1 = 1.0 - beta1 ** step
-    bc2 = 1.0 - beta2 ** step
-    if cuda.available(xp):                      # one launch, the same roundings
-        kernels.adam_step(w, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2)
-        return
     if decoupled:
         decay_weights(w, lr, weight_decay)
     else:
@@ -49,6 +51,13 @@ def adam_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_dec
     xp.divide(m, g, out=g)
     g *= lr / bc1                           # lr * m_hat / (sqrt(v_hat) + eps)
     w -= g
+
+
+@adam_step.kernel
+def adam_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
+              decoupled=False, scratch=None):
+    bc1, bc2 = _bias_corrections(step, beta1, beta2)        # one launch, the same roundings
+    kernels.adam_step(w, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2)
 
 
 def adamw_step(w, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, scratch=None):

@@ -24,7 +24,7 @@ allocates nothing the size of ``w``, except the L2 term when no ``scratch`` arra
 from ..backend import get_array_module
 from ..config.types import MOMENTUM
 from ..errors import ConfigError
-from ..ops.cuda import launch as cuda
+from ..ops import dispatch
 from . import kernels
 
 _TYPES = ("constant", "linear_monotone", "nesterov")
@@ -81,6 +81,7 @@ class MomentumSchedule:
         return (1 - p) * self.initial + p * self.saturated
 
 
+@dispatch.op
 def sgd_update(w, g, v, lr, mu, nesterov=False):
     """In-place SGD step on ``w`` with gradient ``g`` and velocity ``v`` (all the same shape).
 
@@ -88,9 +89,6 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
     used as scratch space and holds no gradient afterwards: the step allocates nothing (a
     ``lr * g`` temporary would be as large as the weights, every step).
     """
-    if cuda.available(get_array_module(w)):     # one launch, the same roundings
-        kernels.sgd_step(w, g, v, lr, mu, nesterov, 0.0, False)
-        return
     g *= lr                      # g := lr * G
     if v is None:
         w -= g
@@ -104,6 +102,11 @@ def sgd_update(w, g, v, lr, mu, nesterov=False):
         w += g                   # w += mu * v - lr * G
     else:
         w += v
+
+
+@sgd_update.kernel
+def sgd_update(w, g, v, lr, mu, nesterov=False):
+    kernels.sgd_step(w, g, v, lr, mu, nesterov, 0.0, False)     # one launch, the same roundings
 
 
 def add_l2(g, w, weight_decay, scratch=None):
@@ -124,6 +127,7 @@ def decay_weights(w, lr, weight_decay):
         w *= 1.0 - lr * weight_decay
 
 
+@dispatch.op
 def sgd_step(w, g, v, lr, mu=0.0, nesterov=False, weight_decay=0.0, decoupled=False, scratch=None):
     """One SGD step in place: :func:`sgd_update` after the weight decay (see the module docstring;
     ``weight_decay`` 0: exactly :func:`sgd_update`'s arithmetic, neon's).
@@ -131,11 +135,13 @@ def sgd_step(w, g, v, lr, mu=0.0, nesterov=False, weight_decay=0.0, decoupled=Fa
     ``v``: velocity shaped like ``w``, or None when no momentum is used (``mu == 0``).
     ``weight_decay``: L2 into the gradient (default) or decoupled (``decoupled=True``).
     """
-    if cuda.available(get_array_module(w)):     # one launch, the same roundings
-        kernels.sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled)
-        return
     if decoupled:
         decay_weights(w, lr, weight_decay)
     else:
         add_l2(g, w, weight_decay, scratch)
     sgd_update(w, g, v, lr, mu, nesterov)
+
+
+@sgd_step.kernel
+def sgd_step(w, g, v, lr, mu=0.0, nesterov=False, weight_decay=0.0, decoupled=False, scratch=None):
+    kernels.sgd_step(w, g, v, lr, mu, nesterov, weight_decay, decoupled)    # one launch, the same roundings

@@ -1,6 +1,7 @@
 """distnet.ops.dispatch: an op runs its fused kernel exactly where the arrays' module launches
 kernels and the kernel's ``when`` accepts the arguments, else its array code; and the choice is
-made there only (no op of distnet/ops tests an array module's name or asks for kernels itself)."""
+made there only (no op of distnet/ops or distnet/optim tests an array module's name or asks for
+kernels itself)."""
 import ast
 from pathlib import Path
 
@@ -8,13 +9,13 @@ import numpy as np
 import pytest
 
 import distnet.ops
+import distnet.optim
 from distnet.ops import dispatch
 from distnet.ops.cuda import launch
 from distnet.testing.devicelike import xp
 
 OPS = Path(distnet.ops.__file__).resolve().parent
-#: The optimisers keep their own kernel checks until they move to a package of their own.
-NOT_YET = {"optim.py", "sgd.py", "learning_rules.py", "schedules.py", "cuda/optim.py"}
+OPTIM = Path(distnet.optim.__file__).resolve().parent
 
 
 def _op():
@@ -77,10 +78,10 @@ def test_methods_are_ops_too(kernels):
 
 
 def _sources():
-    for path in sorted(OPS.rglob("*.py")):
-        rel = path.relative_to(OPS).as_posix()
-        if rel not in NOT_YET:
-            yield rel, ast.parse(path.read_text())
+    for root in (OPS, OPTIM):
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(OPS.parent).as_posix()
+            yield rel.split("/", 1)[1] if root is OPS else rel, ast.parse(path.read_text())
 
 
 def test_no_op_tests_an_array_module_name_or_asks_for_kernels():
