@@ -76,21 +76,10 @@ class SerialComm:
     rank = property(Get_rank)
     size = property(Get_size)
 
-    def Get_name(self):
-        return self.name
-
     def __repr__(self):
         return f"SerialComm({self.name!r})"
 
     # -- Cartesian (1x1) --------------------------------------------------------------------
-    dims = property(lambda self: [1, 1])
-    periods = property(lambda self: [False, False])
-    coords = property(lambda self: [0, 0])
-    ndim = property(lambda self: 2)
-
-    def Get_dim(self):
-        return 2
-
     def Get_topo(self):
         return ([1, 1], [False, False], [0, 0])
 
@@ -108,16 +97,10 @@ class SerialComm:
             raise ValueError(f"a SerialComm has 1 rank, cannot make a {dims} grid")
         return SerialComm(self.name)
 
-    def Sub(self, remain_dims):
-        return SerialComm(self.name)
-
     def Split(self, color=0, key=0):
         return self
 
     def Dup(self):
-        return SerialComm(self.name)
-
-    def Clone(self):
         return SerialComm(self.name)
 
     def Free(self):
@@ -126,8 +109,6 @@ class SerialComm:
     # -- synchronisation and errors ----------------------------------------------------------
     def Barrier(self):
         pass
-
-    barrier = Barrier
 
     def Abort(self, errorcode=1):
         """Like ``MPI_Abort``: end the process at once (no cleanup), exit status ``errorcode``."""
@@ -141,23 +122,8 @@ class SerialComm:
         if not _is_in_place(sendbuf):
             _array_of(recvbuf)[...] = _array_of(sendbuf)
 
-    def Reduce(self, sendbuf, recvbuf, op=None, root=0):
-        self._check_rank(root)
-        self.Allreduce(sendbuf, recvbuf, op)
-
-    def Bcast(self, buf, root=0):
-        self._check_rank(root)
-
-    def Allgather(self, sendbuf, recvbuf):
-        if not _is_in_place(sendbuf):
-            _array_of(recvbuf).reshape(-1)[...] = _array_of(sendbuf).reshape(-1)
-
     # -- object collectives (pickled by mpi4py; plain values here) ----------------------------
     def allreduce(self, sendobj, op=None):
-        return sendobj
-
-    def reduce(self, sendobj, op=None, root=0):
-        self._check_rank(root)
         return sendobj
 
     def bcast(self, obj, root=0):
@@ -170,10 +136,6 @@ class SerialComm:
     def gather(self, sendobj, root=0):
         self._check_rank(root)
         return [sendobj]
-
-    def scatter(self, sendobj, root=0):
-        self._check_rank(root)
-        return sendobj[0]
 
     @staticmethod
     def _check_rank(rank):
