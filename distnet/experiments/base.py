@@ -55,12 +55,6 @@ def setup_experiment_logging(experiment, t):
     run_collectively(setup, t.world)
 
 
-def launcher_size():
-    """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    from ..comm.launcher import launcher_world_size
-    return launcher_world_size()[0]
-
-
 class Experiment:
     """The base of the experiment kinds. A kind sets ``model``, ``dataset``, ``backend``,
     ``data``, ``pipe`` and calls :meth:`_run_keys`; it implements ``layout`` and what the loop
@@ -107,9 +101,10 @@ class Experiment:
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
         run, else from MPI's world, cut by ``layout``."""
+        from ..comm.launcher import launcher_world_size
         from ..comm.topology import Topology
         if not self.dist_flag and self.data == 1 and self.pipe == 1:
-            self.layout(launcher_size())   # refuses a launch on several ranks
+            self.layout(launcher_world_size()[0])   # refuses a launch on several ranks
             return Topology.serial()
         world = Topology.world_comm()
         return Topology.from_layout(self.layout(world.Get_size()), world)
@@ -156,12 +151,11 @@ class Experiment:
         """Warnings about the run that need its data (none here)."""
 
     @under_seterr_handling
-    def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
+    def run(self, topology=None, hooks=None, resume=None):
         """Train (and evaluate); returns a :class:`~distnet.experiments.loop.RunResult`.
 
         topology : a :class:`~distnet.comm.Topology` (default: :meth:`make_topology`).
-        on_epoch : ``callable(epoch, mean cost)`` after every epoch (kept for callers of old).
         hooks : a :class:`~distnet.experiments.loop.RunHooks`.
         resume : path of a checkpoint to continue from (any layout wrote it).
         """
-        return run_experiment(self, topology, hooks, resume, on_epoch)
+        return run_experiment(self, topology, hooks, resume)

@@ -96,7 +96,7 @@ class RunHooks:
         """After the final error rates, with the :class:`RunResult`."""
 
 
-def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
+def run_experiment(exp, topology=None, hooks=None, resume=None):
     """Train ``exp``'s model (and evaluate it); returns a :class:`RunResult`, identical on every
     rank. Collective over the run's world. Arguments: see
     :meth:`~distnet.experiments.base.Experiment.run`."""
@@ -180,8 +180,6 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, on_epoch=None):
                 policy.remove(due["remove"])
             if policy.stop is not None:
                 log.info("stopping early after epoch %d: %s", epoch, policy.stop["detail"])
-            if on_epoch is not None:
-                on_epoch(epoch, cost)
             hooks.epoch(record)
             if policy.stop is not None:
                 break
