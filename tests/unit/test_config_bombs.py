@@ -280,10 +280,16 @@ def test_the_logging_mapping_is_checked_at_build_time(base_text, mapping, words)
     assert (e.where, e.key) == ("exp.yaml:4", "logging") and words in str(e), str(e)
 
 
-def test_good_logging_mappings(base_text):
-    for mapping in ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
-                    "{level: DEBUG}", "{level: warning}"):
-        load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+@pytest.mark.parametrize("mapping, want", [
+    ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
+     {"level": 20, "format": "%(asctime)-15s %(levelname)s:%(module)s - %(message)s"}),
+    ("{level: DEBUG}", {"level": 10}),          # a level name is the logging module's number
+    ("{level: warning}", {"level": 30}),        # in any case
+    ("{filename: run.log}", {"filename": "run.log"}),
+])
+def test_good_logging_mappings(base_text, mapping, want):
+    exp = load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+    assert exp.logging == want
 
 
 def test_an_unwritable_log_file_is_one_clear_line(files, tmp_path):
