@@ -4,7 +4,7 @@ import logging
 
 import click
 
-from ..errors import DistnetError
+from ..errors import ConfigError
 from .job import Job, fail
 
 
@@ -73,8 +73,8 @@ def _checked(experiment, overrides, text=None):
     from ..experiments.seq2seq import Seq2SeqExperiment
     try:
         exp = load_experiment(experiment, overrides, text=text)
-    except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
-        if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+    except ConfigError as e:   # no GPU here: check the rest of the file on the CPU backend
+        if e.key != "backend" or "GPU backend" not in e.bare_message:
             raise
         exp = load_experiment(experiment, overrides, gpu_as_cpu=True, text=text)
     shape = lines = None

@@ -83,6 +83,8 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
     the training images (the recipe kept in the experiment's data set, or --recipe), and get
     the columns file and, in a folder per class, true_label and true_class."""
     from ..datasets.arrays import prediction_format, write_predictions
+    from ..datasets.base import Dataset
+    from ..datasets.files import FileDataset
     from ..datasets.pictures import Pictures
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
@@ -107,13 +109,16 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
-        reader = getattr(exp.dataset, "reader", lambda: None)()   # read: root / node: only the reader opens --data
+        # an image data set (not a sequence one, refused above): with read: root / node only the
+        # reader opens --data; a data file may keep the recipe that decodes pictures
+        reader = exp.dataset.reader() if isinstance(exp.dataset, Dataset) else None
+        data_file = exp.dataset.path if isinstance(exp.dataset, FileDataset) else None
 
         def inputs():                       # a missing recipe is told by every rank
             if reader is not None and not reader.is_reader:
                 return None
             found = Pictures(data_paths, recipe_file)
-            found.use_recipe(getattr(exp.dataset, "path", None), shape)
+            found.use_recipe(data_file, shape)
             return found
         pictures = job.collectively(inputs)
 
