@@ -11,7 +11,8 @@ import pytest
 from distnet.comm import Topology
 from distnet.config import load_experiment
 from distnet.experiments.rundir import experiment_config
-from distnet.models.checkpoint import model_params, read_checkpoint
+from distnet.models.checkpoint import read_checkpoint
+from distnet.models.global_params import model_params
 from tests.tiny import CNN, GB, experiment, write_data
 
 MPI_SIZES = (4,)

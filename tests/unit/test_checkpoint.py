@@ -12,6 +12,7 @@ from distnet.config import load_experiment
 from distnet.errors import CheckpointError, ConfigError
 from distnet.experiments.rundir import experiment_config
 from distnet.models import checkpoint as ckmod
+from distnet.models.global_params import model_params
 from distnet.models.checkpoint import read_checkpoint
 from tests.tiny import write_experiments
 
@@ -68,7 +69,7 @@ def test_checkpoint_contents(files, tmp_path):
     assert ck.epoch == 2 and [r["epoch"] for r in ck.history] == [0, 1, 2]
     assert [r["cost"] for r in ck.history] == result.epoch_costs
     assert [p["name"] for p in ck.params] == ["conv.W", "hidden.W", "out.W", "out.b"]
-    for (layer, p), e in zip(ckmod.model_params(exp.model), ck.params):
+    for (layer, p), e in zip(model_params(exp.model), ck.params):
         np.testing.assert_array_equal(e["value"], p.value)
         np.testing.assert_array_equal(e["velocity"], p.velocity)   # momentum: velocities saved
     state = exp.model.shuffle_rng.get_state()
