@@ -113,8 +113,8 @@ class HaloExchange:
     plan: object
     channels: int
     per_step: int = 1
-    #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (the cost model
-    #: computes every rank's exchange from them).
+    #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (``distnet show``
+    #: computes the halo widths of every rank from them).
     windows: tuple = None
     #: True when the process grid cuts the plane into several tiles: the chunk comes from a
     #: :class:`~distnet.comm.global_array.GlobalArray` over ``Topology.spatial`` (collective over
@@ -134,6 +134,23 @@ class HaloExchange:
         """Messages this rank sends in one forward exchange (one per peer)."""
         return len(self.plan.sends)
 
+    def sent_to(self):
+        """``[(peer grid coordinates, elements per sample)]`` this rank sends in one forward
+        exchange (the adjoint receives as much back from each)."""
+        return [(t.peer, self.channels * t.box.size) for t in self.plan.sends]
+
+    def received_from(self):
+        """``[(peer grid coordinates, elements per sample)]`` this rank receives in one forward
+        exchange (its ghost parts: the adjoint sends them back to these owners)."""
+        return [(t.peer, self.channels * t.box.size) for t in self.plan.recvs]
+
+    def reaches_far_peers(self):
+        """Whether this rank exchanges with a rank beyond its neighbours (a halo wider than a
+        tile: two or more tiles away along an axis)."""
+        me = self.plan.coords
+        return any(abs(t.peer[0] - me[0]) > 1 or abs(t.peer[1] - me[1]) > 1
+                   for t in self.plan.sends + self.plan.recvs)
+
 
 @dataclass(frozen=True, eq=False)
 class Collective:
@@ -147,6 +164,14 @@ class Collective:
     backward: bool = False
     per_step: int = 0
     training_only: bool = False
+
+    def payload(self, batch, itemsize, input_gradient=True):
+        """Bytes this rank contributes to it in one training step on ``batch`` samples of
+        ``itemsize``-byte numbers: the per-sample part (a backward one only when the input
+        gradient is computed: not for a model's first layer) and the float64 statistics, which
+        a layer's parameter gradients need either way."""
+        rows = batch * itemsize * self.per_sample if input_gradient or not self.backward else 0
+        return rows + 8 * self.per_step
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,4 +213,48 @@ class Placement:
     @property
     def sharded(self):
         return any(p.sharded for p in self.params)
+
+    # -- what one training step costs on this rank (the cost model, distnet.plan, sums these) --
+    def gradient_payload(self, itemsize):
+        """``{communicator: bytes}`` of this rank's parameter gradients summed over each of
+        :data:`OVER_GRAD` and :data:`OVER_DATA` per step (its share of the gradient buckets)."""
+        return {over: sum(p.local_size for p in self.params if p.reduce_over == over) * itemsize
+                for over in (OVER_GRAD, OVER_DATA)}
+
+    def activation_payload(self, batch, itemsize, input_gradient=True, over=None):
+        """Bytes of this rank's activation Allreduces in one training step (only those over
+        the communicator ``over`` when given): :meth:`Collective.payload` summed."""
+        return sum(c.payload(batch, itemsize, input_gradient) for c in self.collectives
+                   if over is None or c.over == over)
+
+    def flops(self, batch, input_gradient=True):
+        """Floating-point operations of one training step on ``batch`` samples: the forward
+        multiply-adds (2 each), as many for the weight gradient and, with ``input_gradient``,
+        for the input gradient."""
+        return 2.0 * batch * self.macs * (3 if input_gradient else 2)
+
+    def _io_elements(self):
+        """``(input, output)`` elements per sample this rank's kernel reads and writes: a window
+        layer's input chunk and output tile; another layer's input as its multiply-adds count it
+        (a fully connected layer's input features; none for an element-wise layer, whose input
+        is the previous layer's output) and its output."""
+        out = int(np.prod(self.out_layout.local_shape))
+        if self.chunk_shape is not None:
+            return int(np.prod(self.chunk_shape)), out
+        return (self.macs // out if out else 0), out
+
+    def activation_bytes(self, batch, itemsize):
+        """Bytes of activations this rank keeps for the backward pass: a window layer its
+        output tile and input chunk, another layer its output and pre-activation."""
+        chunk, out = self._io_elements()
+        return batch * itemsize * (out + (chunk if self.chunk_shape is not None else out))
+
+    def memory_traffic(self, batch, itemsize, input_gradient=True):
+        """Bytes one training step moves through memory on this rank (the memory-bound part):
+        a window layer reads its chunk and writes its output tile, forward and (with the input
+        gradient) backward; another layer reads its input and writes its output."""
+        inputs, out = self._io_elements()
+        if self.chunk_shape is None:
+            return 2.0 * batch * itemsize * (inputs + out)
+        return 2.0 * batch * itemsize * (inputs + out) * (2 if input_gradient else 1)
 

@@ -159,3 +159,23 @@ def test_per_rank_figures_sum_to_the_totals():
     assert both.sum() == t["halo_fwd_total"] + t["halo_bwd_total"]
     assert both.max() <= t["halo_fwd_max"] + t["halo_bwd_max"]
     assert not p.per_rank("nothing such").any()
+
+
+def test_placements_state_their_costs():
+    """What the cost model sums is what each placement states about its rank: a halo exchange
+    its peers (adding up to what it sends and receives), a collective its payload (a backward
+    one's rows only with an input gradient; float64 statistics always)."""
+    from distnet.geometry.grid import GridPosition
+    from distnet.layers.placement import Collective
+    model = load_experiment("experiments/mnist_gb_dist.yaml").model
+    model.infer_shapes((1, 28, 28))
+    for coords in ((0, 0), (1, 1), (2, 0)):
+        for pl in model.placements(GridPosition((3, 2), coords)):
+            for h in pl.halos:
+                assert sum(n for _, n in h.sent_to()) == h.sent() and len(h.sent_to()) == h.messages()
+                assert sum(n for _, n in h.received_from()) == h.received()
+                assert {p for p, _ in h.received_from()} == {t.peer for t in h.plan.recvs}
+                assert not h.reaches_far_peers()
+    c = Collective("grad", per_sample=5, backward=True, per_step=3)
+    assert c.payload(4, 8) == 4 * 8 * 5 + 8 * 3 and c.payload(4, 8, input_gradient=False) == 8 * 3
+    assert Collective("spatial", per_sample=5).payload(4, 8, input_gradient=False) == 4 * 8 * 5
