@@ -27,7 +27,7 @@ def check(experiment, list_classes, reference, overrides):
     if experiment is None:
         fail("give an EXPERIMENT file (or --list-classes / --reference)")
     with Job(world=True) as job:     # errors as run would exit: 2 for the file, 1 for its data
-        text, overrides = job.experiment_text(experiment, overrides)   # rank 0's file, as run reads it
+        text, overrides, _ = job.experiment_text(experiment, overrides)   # rank 0's file, as run reads it
         exp, shape, lines, nranks, layout = _checked(experiment, overrides, text)
     from ..log import job_rank
     if job_rank() != 0:     # under mpiexec: one report (rank 0's), errors from every rank

@@ -14,7 +14,6 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment
-from distnet.experiments.rundir import experiment_config
 from distnet.models import reshard, sharded
 from distnet.models.global_params import model_params
 from distnet.models.sharded import read_any
@@ -40,8 +39,7 @@ def files(comm, shared_tmp):
 
 def run(path, overrides=(), checkpoint=None, resume=None, topology=None):
     """One experiment run writing sharded checkpoints (collective over ``topology``'s world)."""
-    exp = load_experiment(path, list(overrides))
-    exp.config_record = experiment_config(path, list(overrides))
+    exp = load_experiment(path, list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_sharded = checkpoint, True
     try:
         return exp, exp.run(topology=topology, resume=resume)

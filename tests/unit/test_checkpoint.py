@@ -10,7 +10,6 @@ import pytest
 
 from distnet.config import load_experiment
 from distnet.errors import CheckpointError, ConfigError
-from distnet.experiments.rundir import experiment_config
 from distnet.models import checkpoint as ckmod
 from distnet.models.global_params import model_params
 from distnet.models.checkpoint import read_checkpoint
@@ -28,8 +27,7 @@ def files(tmp_path_factory):
 
 
 def run(path, overrides=(), checkpoint=None, every=0, resume=None):
-    exp = load_experiment(str(path), list(overrides))
-    exp.config_record = experiment_config(str(path), list(overrides))
+    exp = load_experiment(str(path), list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_every = (str(checkpoint) if checkpoint else None), every
     return exp, exp.run(resume=str(resume) if resume else None)
 

@@ -11,7 +11,6 @@ import pytest
 
 from distnet.config import load_experiment
 from distnet.errors import CheckpointError, ConfigError
-from distnet.experiments.rundir import experiment_config
 from distnet.models import reshard, sharded
 from distnet.models.checkpoint import read_checkpoint
 from distnet.models.sharded import read_any
@@ -29,8 +28,7 @@ def files(tmp_path_factory):
 
 
 def run(path, overrides=(), checkpoint=None, resume=None, shard=False):
-    exp = load_experiment(str(path), list(overrides))
-    exp.config_record = experiment_config(str(path), list(overrides))
+    exp = load_experiment(str(path), list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_sharded = (str(checkpoint) if checkpoint else None), shard
     return exp, exp.run(resume=str(resume) if resume else None)
 
