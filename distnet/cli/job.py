@@ -192,7 +192,7 @@ class Job:
             from ..comm.abort import RemoteError
             failures = exc.failures if isinstance(exc, RemoteError) else None   # the rank(s) that failed
             self._tell(Failure(f"{type(exc).__name__}: {exc}", f"distnet: error: {exc}",
-                               rank=failures[0][0] if failures else getattr(exc, "rank", None)))
+                               rank=failures[0][0] if failures else exc.rank))
             fail(str(exc), exc.exit_code)   # the same on every rank (RemoteError: the failing rank's)
         for kind, describe in self._errors:
             if isinstance(exc, kind):

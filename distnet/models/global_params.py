@@ -25,7 +25,8 @@ def param_slots(model, group="params"):
     come from the layers' placements."""
     out, offset = [], 0
     for layer in model.layers:
-        names = [pp.name for pp in getattr(layer.placement, group)]
+        held = layer.placement.params if group == "params" else layer.placement.buffers
+        names = [pp.name for pp in held]
         out.append((layer, offset, names))
         offset += len(names)
     return out
