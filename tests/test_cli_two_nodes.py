@@ -175,15 +175,20 @@ def test_options_given_on_one_node_only_follow_rank_0(nodes):
     assert runs_in(b) == [] and not (b / "told").exists()
 
 
-def test_a_resume_given_on_rank_0s_node_only_resumes_every_rank(nodes):
-    """Only node A has the checkpoint and is told --resume: rank 0 reads it and hands it to every
-    rank (node B's ranks say they follow rank 0), and the resumed run's numbers are those of the
-    uninterrupted one."""
+def test_a_checkpoint_on_rank_0s_node_resumes_every_rank(nodes):
+    """Only node A has the checkpoint (a run directory node B cannot see): rank 0 reads it and
+    hands it to every rank, whether node B was given the same --resume (nothing to say) or none
+    (its ranks say they follow rank 0); the resumed run's numbers are the uninterrupted one's."""
     a, b = nodes
     assert two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "whole").returncode == 0
     assert two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "first", "--set", "model.num_epochs=1").returncode == 0
-    proc = two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "again", a_args=["--resume", "first"])
-    assert proc.returncode == 0, proc.stderr
-    warned = [x for x in proc.stderr.splitlines() if "distnet: warning:" in x]
-    assert len(warned) == 2 and all("(this rank: none; rank 0: --resume first/checkpoint.h5)" in x for x in warned)
-    np.testing.assert_array_equal(costs(a / "again"), costs(a / "whole"))
+    for name, a_args in (("same", []), ("rank0", ["--resume", "first"])):
+        both = ["--resume", "first"] if not a_args else []
+        proc = two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", name, *both, a_args=a_args)
+        assert proc.returncode == 0, proc.stderr
+        warned = [x for x in proc.stderr.splitlines() if "distnet: warning:" in x]
+        if a_args:
+            assert len(warned) == 2 and all("(this rank: none; rank 0: --resume first)" in x for x in warned), warned
+        else:
+            assert warned == [], proc.stderr
+        np.testing.assert_array_equal(costs(a / name), costs(a / "whole"))

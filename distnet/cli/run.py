@@ -26,6 +26,14 @@ SETTINGS = (("checkpoint_path", "--checkpoint", "checkpoint.path", None),
             ("quiet", "-q", "logging.level", "WARNING"))
 
 
+def _resume_argument(ctx, param, value):
+    """``--resume`` as :func:`~.options.checkpoint_argument` resolves it (a run directory: its
+    checkpoint), the words given kept too (``ctx.meta``): a node that cannot see the run
+    directory resolves it otherwise, yet was given the same option."""
+    ctx.meta["resume given"] = value
+    return checkpoint_argument(ctx, param, value)
+
+
 def run_settings(**given):
     """``[(option as given, key path, value)]`` of the :data:`SETTINGS` options among ``given``
     (click's parameters: a flag given is True, an option given is not None)."""
@@ -49,7 +57,7 @@ def run_settings(**given):
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors (logging.level: WARNING), no progress.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value of the experiment, e.g. --set model.num_epochs=1 (repeatable).")
-@click.option("--resume", type=click.Path(), metavar="CHECKPOINT", callback=checkpoint_argument,
+@click.option("--resume", type=click.Path(), metavar="CHECKPOINT", callback=_resume_argument,
               help="Continue from a checkpoint (written on any grid or number of ranks), or a run "
                    "directory's checkpoint.h5; --set applies to the experiment, e.g. --set "
                    "model.num_epochs=20 to train longer.")
@@ -106,7 +114,8 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     # under mpiexec the abort hook first, before anything can fail on one rank
     with Job(world=True, signals=True, errors=TRAINING_ERRORS) as job:
         state = job.on_failure(_Record())   # what to close and record when the run fails
-        exp, resume = _load(job, experiment, overrides, settings, resume)
+        exp, resume = _load(job, experiment, overrides, settings,
+                             (resume, click.get_current_context().meta.get("resume given")))
         # Every destination is checked (and the run directory claimed) by rank 0, the writer,
         # before training; a refusal ends every rank with the reason.
         outputs = job.collectively(lambda: prepare_outputs(
@@ -161,16 +170,18 @@ def _refuse_contradictions(**given):
 
 def _load(job, experiment, overrides, settings, resume):
     """``(experiment, resume)``: the experiment built on every rank from rank 0's file, ``--set``
-    and settings, and rank 0's ``--resume`` (one broadcast). A rank whose own differ says so in
-    one warning line, then follows rank 0: ranks that ran different experiments, or wrote
-    checkpoints at different epochs, would wait for each other forever. The experiment's shapes
-    and data headers are checked by every rank (a data file missing on another node fails
-    there): a broken experiment leaves no run directory behind."""
+    and settings, and rank 0's ``--resume`` (``resume``: ``(resolved, as given)``; one
+    broadcast). A rank given other options says so in one warning line, then follows rank 0:
+    ranks that ran different experiments, or wrote checkpoints at different epochs, would wait
+    for each other forever. The experiment's shapes and data headers are checked by every rank
+    (a data file missing on another node fails there): a broken experiment leaves no run
+    directory behind."""
     from ..config import load_experiment
-    mine = (list(overrides), [tuple(s) for s in settings], resume)
-    text, overrides, (settings, resume) = job.experiment_text(experiment, overrides, mine[1:])
-    if (list(overrides), [tuple(s) for s in settings], resume) != mine:
-        _warn_unlike_rank0(mine, (list(overrides), settings, resume))
+    mine = (list(overrides), [tuple(s) for s in settings], resume[1])
+    text, overrides, (settings, resume) = job.experiment_text(experiment, overrides, (mine[1], resume))
+    if (list(overrides), [tuple(s) for s in settings], resume[1]) != mine:
+        _warn_unlike_rank0(mine, (list(overrides), settings, resume[1]))
+    resume = resume[0]
     exp = load_experiment(experiment, overrides, text=text, settings=settings, record=True)
     job.collectively(exp.check)
     if exp.tensorboard:
