@@ -114,7 +114,7 @@ class HaloExchange:
     channels: int
     per_step: int = 1
     #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (``distnet show``
-    #: computes the halo widths of every rank from them).
+    #: computes the halo widths of every rank from them, :meth:`grid_costs` every rank's cost).
     windows: tuple = None
     #: True when the process grid cuts the plane into several tiles: the chunk comes from a
     #: :class:`~distnet.comm.global_array.GlobalArray` over ``Topology.spatial`` (collective over
@@ -134,22 +134,11 @@ class HaloExchange:
         """Messages this rank sends in one forward exchange (one per peer)."""
         return len(self.plan.sends)
 
-    def sent_to(self):
-        """``[(peer grid coordinates, elements per sample)]`` this rank sends in one forward
-        exchange (the adjoint receives as much back from each)."""
-        return [(t.peer, self.channels * t.box.size) for t in self.plan.sends]
-
-    def received_from(self):
-        """``[(peer grid coordinates, elements per sample)]`` this rank receives in one forward
-        exchange (its ghost parts: the adjoint sends them back to these owners)."""
-        return [(t.peer, self.channels * t.box.size) for t in self.plan.recvs]
-
-    def reaches_far_peers(self):
-        """Whether this rank exchanges with a rank beyond its neighbours (a halo wider than a
-        tile: two or more tiles away along an axis)."""
-        me = self.plan.coords
-        return any(abs(t.peer[0] - me[0]) > 1 or abs(t.peer[1] - me[1]) > 1
-                   for t in self.plan.sends + self.plan.recvs)
+    def grid_costs(self):
+        """The same exchange on every rank of the grid (:class:`~distnet.layers.halo_costs.GridHalo`:
+        what :meth:`sent`, :meth:`received` and :meth:`messages` give on each rank, as arrays)."""
+        from .halo_costs import GridHalo
+        return GridHalo(self.plan.in_plane, self.windows, self.plan.grid, self.channels)
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,17 +232,20 @@ class Placement:
             return int(np.prod(self.chunk_shape)), out
         return (self.macs // out if out else 0), out
 
-    def activation_bytes(self, batch, itemsize):
+    def activation_bytes(self, batch, itemsize, io=None):
         """Bytes of activations this rank keeps for the backward pass: a window layer its
-        output tile and input chunk, another layer its output and pre-activation."""
-        chunk, out = self._io_elements()
+        output tile and input chunk, another layer its output and pre-activation. ``io``:
+        ``(input, output)`` elements per sample of another rank of the layer instead (arrays
+        of every rank's do)."""
+        chunk, out = self._io_elements() if io is None else io
         return batch * itemsize * (out + (chunk if self.chunk_shape is not None else out))
 
-    def memory_traffic(self, batch, itemsize, input_gradient=True):
+    def memory_traffic(self, batch, itemsize, input_gradient=True, io=None):
         """Bytes one training step moves through memory on this rank (the memory-bound part):
         a window layer reads its chunk and writes its output tile, forward and (with the input
-        gradient) backward; another layer reads its input and writes its output."""
-        inputs, out = self._io_elements()
+        gradient) backward; another layer reads its input and writes its output. ``io``: as
+        for :meth:`activation_bytes`."""
+        inputs, out = self._io_elements() if io is None else io
         if self.chunk_shape is None:
             return 2.0 * batch * itemsize * (inputs + out)
         return 2.0 * batch * itemsize * (inputs + out) * (2 if input_gradient else 1)

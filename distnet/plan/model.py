@@ -20,13 +20,12 @@ For every layer of a model and a spatial grid ``Py x Px``, :func:`plan_model` gi
   Rabenseifner's algorithm (:mod:`distnet.plan.collectives`), compute ``flops / flop_rate``;
   nothing overlaps.
 
-Every figure is what the layers' placements (:mod:`distnet.layers.placement`) state about one
-rank, summed here over layers and ranks: a halo exchange its bytes, messages and peers
-(``HaloExchange.sent_to`` / ``received_from``), a layer its activation Allreduces
-(``Collective.payload``), gradient payload per communicator, FLOPs, activation memory and
-memory traffic (``Placement``). A window layer is placed on every rank of the grid (its tiles,
-halos and work differ from rank to rank: the work is ``O(layers * N * (Py + Px))``); the other
-layers cost every rank what they cost rank ``(0, 0)``, which holds the largest tiles.
+Every figure is what the layers' placements (:mod:`distnet.layers.placement`) state, summed
+here over layers and ranks: a halo exchange its elements, messages and the part that crosses
+nodes on every rank of its grid (``HaloExchange.grid_costs``, per axis: a million ranks take a
+second), a layer its activation Allreduces (``Collective.payload``), gradient payload per
+communicator, FLOPs, activation memory and memory traffic (``Placement``). A layer without
+halos costs every rank what it costs rank ``(0, 0)``, which holds the largest tiles.
 
 The step modelled is the supervised one (the training step: forward, backward, gradient sums).
 With data replicas each replica's rows of the batch run on its ranks and the gradient bucket is
@@ -150,8 +149,9 @@ class _Step:
         self.batch, self.itemsize, self.machine = batch, itemsize, machine
         self.P = grid[0] * grid[1]
 
-    def position(self, iy=0, ix=0):
-        return GridPosition(self.grid, (iy, ix), self.data, self.pipe)
+    def position(self):
+        """Rank ``(0, 0)`` of the grid (the largest tiles: the first blocks are the longer ones)."""
+        return GridPosition(self.grid, (0, 0), self.data, self.pipe)
 
     def spread(self):
         """Whether the grid's ranks sit on several nodes."""
@@ -186,37 +186,29 @@ class _RankSums:
                 for kind in kinds}
 
 
-def _window_layer(lp, layer, pl, step, ranks, need_dx):
-    """A window layer's figures: its tiles, halo exchanges, FLOPs and memory on every rank of
-    the grid (each rank's own placement)."""
-    Py, Px = step.grid
+def _window_layer(lp, pl, step, ranks, need_dx):
+    """A window layer's figures on every rank of the grid: its tiles, halo exchanges (what its
+    :class:`~distnet.layers.placement.HaloExchange` states for every rank), FLOPs and memory."""
     B, isz, m = step.batch, step.itemsize, step.machine
-    every = [pl] if step.P == 1 else [layer.place(pl.in_layout.kind, step.position(iy, ix))
-                                      for iy in range(Py) for ix in range(Px)]
-
-    def per_rank(fn, dtype=None):
-        return np.array([fn(p) for p in every], dtype=dtype).reshape(step.grid)
-    lp.tile = tuple(int(v) for v in np.max([p.out_layout.local_shape for p in every], axis=0))
-    lp.chunk = tuple(int(v) for v in np.max([p.chunk_shape for p in every], axis=0))
-    lp.far_peers = any(p.halos[0].reaches_far_peers() for p in every)
+    halo = pl.halos[0]
+    every = halo.grid_costs()
+    K, C = pl.out_layout.local_shape[0], halo.channels
+    (h, w), (hc, wc) = every.largest()
+    lp.tile, lp.chunk = (K, h, w), (C, hc, wc)
+    lp.far_peers = every.far_peers
     if step.P > 1:
-        halos = [p.halos[0] for p in every]
-        lp.exchanges = pl.halos[0].per_step
+        lp.exchanges = halo.per_step
         lp.adjoints = lp.exchanges if need_dx else 0
-        per = B * isz
-        f_r = lp.exchanges * per * per_rank(lambda p: p.halos[0].sent())
-        b_r = lp.adjoints * per * per_rank(lambda p: p.halos[0].received())
-        msgs = per_rank(lambda p: p.halos[0].messages())
-        m_r = lp.exchanges * msgs + lp.adjoints * msgs
+        f_r, b_r = lp.exchanges * B * isz * every.sent, lp.adjoints * B * isz * every.received
+        m_r = lp.exchanges * every.messages + lp.adjoints * every.messages
         lp.halo_fwd_max, lp.halo_fwd_total = int(f_r.max()), int(f_r.sum())
         lp.halo_bwd_max, lp.halo_bwd_total = int(b_r.max()), int(b_r.sum())
         lp.halo_msgs_max = int(m_r.max())
         ranks.add(lp.stage, "halo_fwd", f_r)
         ranks.add(lp.stage, "halo_bwd", b_r)
         ranks.add(lp.stage, "halo_msgs", m_r)
-        f_x, b_x, m_x = (np.array(v, dtype=np.float64).reshape(step.grid)
-                         for v in zip(*(_to_other_nodes(h, step) for h in halos)))
-        f_x, b_x = lp.exchanges * per * f_x, lp.adjoints * per * b_x
+        f_x, b_x, m_x = every.to_other_nodes(m.node_of) if step.spread() else (np.zeros(step.grid),) * 3
+        f_x, b_x = lp.exchanges * B * isz * f_x, lp.adjoints * B * isz * b_x
         m_x = (lp.exchanges + lp.adjoints) * m_x
         inter = f_x + b_x
         ranks.add(lp.stage, "halo_inter", inter)
@@ -225,25 +217,14 @@ def _window_layer(lp, layer, pl, step, ranks, need_dx):
         lp.halo_inter_max = int(inter.max())
         lp.halo_time_max = float(t_r.max())
         ranks.add(lp.stage, "time_halo", t_r)
-    if pl.macs:
+    if pl.macs:   # multiply-adds per output pixel, the same on every rank
         lp.flops_max = pl.flops(B, need_dx)
-        ranks.add(lp.stage, "flops", per_rank(lambda p: p.flops(B, need_dx)))
+        ranks.add(lp.stage, "flops", lp.flops_max / (h * w) * every.out_pixels)
+    io = (C * every.chunk_pixels, K * every.out_pixels)   # every rank's chunk and output tile
     lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
     lp.act_bytes_max = pl.activation_bytes(B, isz)
-    ranks.add(lp.stage, "mem_bytes", per_rank(lambda p: p.memory_traffic(B, isz, need_dx)))
-    ranks.add(lp.stage, "act_bytes", per_rank(lambda p: p.activation_bytes(B, isz)))
-
-
-def _to_other_nodes(halo, step):
-    """``(elements sent, elements received back, messages sent)`` per sample of one forward
-    exchange of ``halo`` that cross to ranks of another node."""
-    if not step.spread():
-        return 0, 0, 0
-    Px, node_of = step.grid[1], step.machine.node_of
-    mine = node_of(halo.plan.coords[0] * Px + halo.plan.coords[1])
-    sent = [n for peer, n in halo.sent_to() if node_of(peer[0] * Px + peer[1]) != mine]
-    back = [n for peer, n in halo.received_from() if node_of(peer[0] * Px + peer[1]) != mine]
-    return sum(sent), sum(back), len(sent)
+    ranks.add(lp.stage, "mem_bytes", pl.memory_traffic(B, isz, need_dx, io))
+    ranks.add(lp.stage, "act_bytes", pl.activation_bytes(B, isz, io))
 
 
 def _node_share(inter_bytes, grid, machine):
@@ -354,11 +335,10 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
     stage_of = model.stage_plan(pipe)
     ranks = _RankSums(grid)
     layers = []
-    # Rank (0, 0) holds the largest tiles (the first blocks are the longer ones).
     for i, (layer, pl) in enumerate(zip(model.layers, model.placements(step.position()))):
         lp = _layer_plan(i, layer, pl, stage_of[i], step, state_arrays)
         if pl.halos:
-            _window_layer(lp, layer, pl, step, ranks, need_dx=i > 0)
+            _window_layer(lp, pl, step, ranks, need_dx=i > 0)
         else:
             _other_layer(lp, pl, step, ranks, need_dx=i > 0)
         layers.append(lp)
