@@ -249,4 +249,3 @@ class Placement:
         if self.chunk_shape is None:
             return 2.0 * batch * itemsize * (inputs + out)
         return 2.0 * batch * itemsize * (inputs + out) * (2 if input_gradient else 1)
-
