@@ -10,6 +10,9 @@ class DistnetError(Exception):
     :class:`ConfigError` or :class:`OptionError`), on every rank of a multi-rank job."""
 
     exit_code = 1
+    #: The rank an error that every rank raises is about (data that differ on that rank: the
+    #: run record names it); None: the rank that raises it.
+    rank = None
 
 
 class ConfigError(DistnetError):

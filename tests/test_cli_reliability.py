@@ -53,6 +53,25 @@ def metrics(run_dir):
 
 # -- run directories, checkpoints, resume ------------------------------------------------------
 
+def test_options_are_keys_of_the_resolved_experiment(env):
+    """The options that change the run set keys of the experiment before it is built:
+    resolved.yaml says what the run did, and builds the experiment that ran."""
+    from distnet.config import load_experiment
+    d = env / "run-keys"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(d), "-v",
+               "--checkpoint-every", "1", "--watchdog", "30", "--sharded-checkpoint"))
+    resolved = (d / "resolved.yaml").read_text()
+    assert resolved.splitlines()[1:5] == ["#   --set model.num_epochs=1", "#   --checkpoint-every 1",
+                                          "#   --sharded-checkpoint", "#   --watchdog 30"]
+    exp = load_experiment(str(d / "resolved.yaml"))
+    assert (exp.checkpoint_every, exp.checkpoint_sharded, exp.watchdog, exp.logging) == (1, True, 30.0, {"level": 10})
+    assert (d / "checkpoint.h5").is_dir()       # the sharded folder, in the run directory
+    d = env / "run-none"
+    ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=1", "--run-dir", str(d), "--no-checkpoint"))
+    assert load_experiment(str(d / "resolved.yaml")).checkpoint_enabled is False
+    assert not (d / "checkpoint.h5").exists() and json.loads((d / "run.json").read_text())["checkpoint"] is None
+
+
 def test_run_directory_then_resume_with_overrides(env):
     a, b, c = env / "run-a", env / "run-b", env / "run-c"
     ok(distnet("run", str(env / "cnn.yaml"), "--set", "model.num_epochs=2", "--run-dir", str(a),

@@ -97,3 +97,15 @@ def test_without_the_writer_or_a_run_directory_it_is_refused_first(files, monkey
     assert r.exit_code == 2, r.output
     assert "--tensorboard needs tensorboardX" in r.output and "pip install 'distnet[tensorboard]'" in r.output
     assert not (tmp_path / "r").exists()
+
+
+def test_the_experiment_key_is_the_option(files, tmp_path):
+    """``tensorboard: true`` in the experiment (here by --set) does what --tensorboard does, and
+    is refused with --no-run-dir alike; resolved.yaml says it."""
+    base = ["run", str(files / "cnn.yaml"), "--set", "tensorboard=true", "--set", "model.num_epochs=1", "--no-progress"]
+    r = CliRunner().invoke(main, base + ["--no-run-dir"])
+    assert r.exit_code == 2 and "tensorboard: true writes event files into the run directory" in r.output, r.output
+    r = CliRunner().invoke(main, base + ["--run-dir", str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "r" / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert "tensorboard: true" in (tmp_path / "r" / "resolved.yaml").read_text()

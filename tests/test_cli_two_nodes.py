@@ -29,13 +29,14 @@ def _env():
     return launch_env(4, base)
 
 
-def two_nodes(a, b, *args, env=None):
-    """``distnet run ARGS`` on ranks 0-1 in folder ``a`` (node A) and ranks 2-3 in ``b`` (node B)."""
+def two_nodes(a, b, *args, env=None, a_args=(), b_args=()):
+    """``distnet run ARGS`` on ranks 0-1 in folder ``a`` (node A) and ranks 2-3 in ``b`` (node B),
+    each node with its ``a_args`` / ``b_args`` besides."""
     if shutil.which("timeout") is None:
         pytest.skip("needs timeout(1)")
     run = [sys.executable, "-m", "distnet", "run", *args]
     cmd = ["timeout", "-k", "5", LIMIT, mpiexec_path(), "-launcher", "fork", "-hosts", "nodeA:2,nodeB:2",
-           "-n", "2", "-wdir", str(a), *run, ":", "-n", "2", "-wdir", str(b), *run]
+           "-n", "2", "-wdir", str(a), *run, *a_args, ":", "-n", "2", "-wdir", str(b), *run, *b_args]
     proc = subprocess.run(cmd, env=dict(_env(), **(env or {})), capture_output=True, text=True)
     assert proc.returncode not in (124, 137), f"timed out\n{proc.stderr}"
     return proc
@@ -149,3 +150,45 @@ def test_an_experiment_file_missing_on_rank_0s_node_is_said_on_every_rank(nodes)
     errors = [x for x in proc.stderr.splitlines() if "distnet: error:" in x]
     assert len(errors) == 4 and all("distnet: error: cnn.yaml: cannot read experiment file: No such file or directory"
                                     in x for x in errors), proc.stderr
+
+
+def test_options_given_on_one_node_only_follow_rank_0(nodes):
+    """Node B alone is started with options that change the run (checkpoints every epoch, in
+    shards, a watchdog): had its ranks followed them, they would wait in a checkpoint's
+    collectives that node A never joins. Every rank runs as rank 0 was told instead, node B's
+    ranks say so in one line each, and the numbers are those of the run without the options."""
+    a, b = nodes
+    proc = two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "plain")
+    assert proc.returncode == 0, proc.stderr
+    extra = ["--checkpoint-every", "1", "--watchdog", "30", "--sharded-checkpoint"]
+    proc = two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "told", b_args=extra)
+    assert proc.returncode == 0, proc.stderr
+    warned = [x for x in proc.stderr.splitlines() if "distnet: warning:" in x]
+    assert sorted(x.split("]")[0] for x in warned) == ["[rank 2", "[rank 3"], proc.stderr
+    assert all("differ from rank 0's (this rank: --checkpoint-every 1 --sharded-checkpoint --watchdog 30; "
+               "rank 0: none): every rank runs as rank 0 was told" in x for x in warned), warned
+    np.testing.assert_array_equal(costs(a / "told"), costs(a / "plain"))
+    assert (a / "told" / "checkpoint.h5").is_file()       # rank 0's: one file, at the end only
+    records = [json.loads(x) for x in (a / "told" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("checkpoint", "").endswith("checkpoint.h5") for r in records if "epoch" in r] == [False, True]
+    assert "watchdog" not in (a / "told" / "resolved.yaml").read_text()
+    assert runs_in(b) == [] and not (b / "told").exists()
+
+
+def test_a_checkpoint_on_rank_0s_node_resumes_every_rank(nodes):
+    """Only node A has the checkpoint (a run directory node B cannot see): rank 0 reads it and
+    hands it to every rank, whether node B was given the same --resume (nothing to say) or none
+    (its ranks say they follow rank 0); the resumed run's numbers are the uninterrupted one's."""
+    a, b = nodes
+    assert two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "whole").returncode == 0
+    assert two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", "first", "--set", "model.num_epochs=1").returncode == 0
+    for name, a_args in (("same", []), ("rank0", ["--resume", "first"])):
+        both = ["--resume", "first"] if not a_args else []
+        proc = two_nodes(a, b, "cnn.yaml", "-q", "--run-dir", name, *both, a_args=a_args)
+        assert proc.returncode == 0, proc.stderr
+        warned = [x for x in proc.stderr.splitlines() if "distnet: warning:" in x]
+        if a_args:
+            assert len(warned) == 2 and all("(this rank: none; rank 0: --resume first)" in x for x in warned), warned
+        else:
+            assert warned == [], proc.stderr
+        np.testing.assert_array_equal(costs(a / name), costs(a / "whole"))

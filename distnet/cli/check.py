@@ -4,7 +4,7 @@ import logging
 
 import click
 
-from ..errors import DistnetError
+from ..errors import ConfigError
 from .job import Job, fail
 
 
@@ -27,7 +27,7 @@ def check(experiment, list_classes, reference, overrides):
     if experiment is None:
         fail("give an EXPERIMENT file (or --list-classes / --reference)")
     with Job(world=True) as job:     # errors as run would exit: 2 for the file, 1 for its data
-        text, overrides = job.experiment_text(experiment, overrides)   # rank 0's file, as run reads it
+        text, overrides, _ = job.experiment_text(experiment, overrides)   # rank 0's file, as run reads it
         exp, shape, lines, nranks, layout = _checked(experiment, overrides, text)
     from ..log import job_rank
     if job_rank() != 0:     # under mpiexec: one report (rank 0's), errors from every rank
@@ -73,8 +73,8 @@ def _checked(experiment, overrides, text=None):
     from ..experiments.seq2seq import Seq2SeqExperiment
     try:
         exp = load_experiment(experiment, overrides, text=text)
-    except DistnetError as e:   # no GPU here: check the rest of the file on the CPU backend
-        if getattr(e, "key", None) != "backend" or "GPU backend" not in getattr(e, "bare_message", ""):
+    except ConfigError as e:   # no GPU here: check the rest of the file on the CPU backend
+        if e.key != "backend" or "GPU backend" not in e.bare_message:
             raise
         exp = load_experiment(experiment, overrides, gpu_as_cpu=True, text=text)
     shape = lines = None

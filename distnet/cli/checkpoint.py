@@ -22,7 +22,8 @@ def checkpoint():
 def consolidate(folder, output, force):
     """Write the sharded checkpoint FOLDER as the single file OUTPUT (for evaluate, predict or
     export on any machine; a run resumes from either)."""
-    from ..models.sharded import consolidate as write_one, read_index
+    from ..models.reshard import consolidate as write_one
+    from ..models.sharded import read_index
     with Job("checkpoint consolidate", one_process=True):
         refuse_existing(output, "checkpoint", force)
         ck = read_index(folder)
@@ -40,7 +41,8 @@ def consolidate(folder, output, force):
 def split(source, folder, shards, force):
     """Write the single-file checkpoint SOURCE as the sharded checkpoint FOLDER (any run resumes
     from it on any number of ranks, each reading only the pieces it needs)."""
-    from ..models.sharded import read_index, split as write_split
+    from ..models.reshard import split as write_split
+    from ..models.sharded import read_index
     with Job("checkpoint split", one_process=True):
         refuse_existing(folder, "checkpoint", force)
         nbytes = write_split(source, folder, shards)

@@ -77,10 +77,85 @@ def _check_root_takes_dist_flag(root, filename):
     raise ConfigError(f"{cls.__name__} has no dist_flag, so neon's recipe does not apply: {how}", where)
 
 
-def distribute_text(text, filename="<string>", dist_mode="halopar", report=None):
-    """The distributed version of experiment ``text`` (a string), comments preserved;
-    ``dist_mode`` one of :data:`DIST_MODES` (module docstring). ``report``: a list that gets
-    one line per kind of edit made (for the command's summary)."""
+class _Edits:
+    """Edits of a YAML text, each ``(start, end, replacement)`` on the original text, applied from
+    the end so that comments and layout stay as they were."""
+
+    def __init__(self, text):
+        self.text = text
+        self.edits = []
+        self.renamed = []     # the Dist classes written, in order
+        self.shards = []      # the shard paths given {rank}/{size}
+        self.paths = {n: (d, p) for n, _, d, p in known_classes()}
+
+    def retag(self, node, mapping):
+        """Swap the class for its Dist name, written the way the file wrote it (neon path,
+        distnet path or bare name)."""
+        tag = node.tag[len("!obj:"):]
+        name = tag.rpartition(".")[2]
+        new = mapping.get(name)
+        if not new:
+            return
+        dpath, npath = self.paths[name]
+        new_d, new_n = self.paths[new]
+        path = new_n if tag == npath and new_n else new_d if tag in (dpath, npath) else new
+        start = self.text.index("!obj:" + tag, node.start_mark.index)
+        self.edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
+        self.renamed.append(new)
+
+    def set_keys(self, node, pairs):
+        """``key: value`` pairs in mapping ``node``: existing values replaced, missing keys added
+        first, in one insertion (in the mapping's own style)."""
+        missing = []
+        for key, value in pairs:
+            old = _get(node, key)
+            if old is not None:
+                self.edits.append((old.start_mark.index, old.end_mark.index, value))
+            else:
+                missing.append(f"{key}: {value}")
+        if not missing:
+            return
+        if node.flow_style:
+            brace = self.text.index("{", node.start_mark.index)
+            after = self.text[brace + 1:brace + 2]
+            sep = "" if after in (" ", "\n", "\r") else " "   # keep `{repo_path: ...}` readable
+            self.edits.append((brace + 1, brace + 1, " " + ", ".join(missing) + "," + sep))
+        else:
+            first = node.value[0][0]
+            col = first.start_mark.column
+            self.edits.append((first.start_mark.index, first.start_mark.index,
+                               "".join(f"{m}\n" + " " * col for m in missing)))
+
+    def shard_path(self, dataset):
+        """``{rank}of{size}`` in the dataset's ``serialized_path`` (unless it names the rank)."""
+        sp = _get(dataset, "serialized_path")
+        if sp is None or re.search(r"\{rank\}|<rank>", sp.value):
+            return
+        base, dot, ext = sp.value.rpartition(".")
+        value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
+        self.edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))
+        self.shards.append(value)
+
+    def applied(self):
+        """The text with every edit made."""
+        text = self.text
+        for start, end, new in sorted(self.edits, reverse=True):
+            text = text[:start] + new + text[end:]
+        return text
+
+    def report(self, dist_mode):
+        """One line per kind of edit made."""
+        lines = [f"dist_flag: True on the experiment and its dataset ({dist_mode})"]
+        if self.renamed:
+            counts = {n: self.renamed.count(n) for n in dict.fromkeys(self.renamed)}
+            lines.append("classes: " + ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items()))
+        if self.shards:
+            lines.append("shard paths: " + ", ".join(self.shards))
+        return lines
+
+
+def _root(text, filename, dist_mode):
+    """The composed root node of an experiment ``text`` that neon's recipe applies to."""
     if dist_mode not in DIST_MODES:
         raise ConfigError(f"dist_mode must be one of {', '.join(DIST_MODES)}, got {dist_mode!r}", filename)
     try:
@@ -91,95 +166,52 @@ def distribute_text(text, filename="<string>", dist_mode="halopar", report=None)
         raise ConfigError("the root must be an !obj: experiment", filename)
     check_plugins()  # a plugin's FooLayer becomes its FooLayerDist too
     _check_root_takes_dist_flag(root, filename)
-    layer_dist = _dist_names()
-    edits = []  # (start, end, replacement), applied from the end
-    renamed, shards = [], []
+    return root
 
-    paths = {n: (d, p) for n, _, d, p in known_classes()}
 
-    def retag(node, mapping):
-        """Swap the class for its Dist name, written the way the file wrote it (neon path,
-        distnet path or bare name)."""
-        tag = node.tag[len("!obj:"):]
-        name = tag.rpartition(".")[2]
-        new = mapping.get(name)
-        if not new:
-            return
-        dpath, npath = paths[name]
-        new_d, new_n = paths[new]
-        if tag == npath and new_n:
-            path = new_n
-        elif tag in (dpath, npath):
-            path = new_d
-        else:
-            path = new
-        start = text.index("!obj:" + tag, node.start_mark.index)
-        edits.append((start, start + len("!obj:" + tag), "!obj:" + path))
-        renamed.append(new)
+def _check_vecpar(model, layers, filename):
+    """ConfigError unless ``model`` is an MLP of fully connected ``layers`` (what vecpar shards)."""
+    name = model.tag.rpartition(".")[2].replace("!obj:", "") if model is not None else None
+    if name not in _MODEL_VECPAR:
+        raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {name}",
+                          f"{filename}:{model.start_mark.line + 1}" if model is not None else filename)
+    spatial = [n for n in layers if not _fully_connected(n.tag[5:], f"{filename}:{n.start_mark.line + 1}")]
+    if spatial:
+        raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
+                          f"{', '.join(n.tag[5:].rpartition('.')[2] for n in spatial)} (use halopar)",
+                          f"{filename}:{spatial[0].start_mark.line + 1}")
 
-    def set_keys(node, pairs):
-        """``key: value`` pairs in mapping ``node``: existing values replaced, missing keys added
-        first, in one insertion (in the mapping's own style)."""
-        missing = []
-        for key, value in pairs:
-            old = _get(node, key)
-            if old is not None:
-                edits.append((old.start_mark.index, old.end_mark.index, value))
-            else:
-                missing.append(f"{key}: {value}")
-        if not missing:
-            return
-        if node.flow_style:
-            brace = text.index("{", node.start_mark.index)
-            after = text[brace + 1:brace + 2]
-            sep = "" if after in (" ", "\n", "\r") else " "   # keep `{repo_path: ...}` readable
-            edits.append((brace + 1, brace + 1, " " + ", ".join(missing) + "," + sep))
-        else:
-            first = node.value[0][0]
-            col = first.start_mark.column
-            edits.append((first.start_mark.index, first.start_mark.index,
-                          "".join(f"{m}\n" + " " * col for m in missing)))
 
+def _datasets(root):
+    """The dataset mapping nodes: ``datasets: [...]``, or neon's later ``dataset:``."""
+    datasets, single = _get(root, "datasets"), _get(root, "dataset")
+    return ((datasets.value if isinstance(datasets, yaml.SequenceNode) else [])
+            + ([single] if isinstance(single, yaml.MappingNode) else []))
+
+
+def distribute_text(text, filename="<string>", dist_mode="halopar", report=None):
+    """The distributed version of experiment ``text`` (a string), comments preserved;
+    ``dist_mode`` one of :data:`DIST_MODES` (module docstring). ``report``: a list that gets
+    one line per kind of edit made (for the command's summary)."""
+    root = _root(text, filename, dist_mode)
+    edits = _Edits(text)
     model = _get(root, "model")
-    model_name = model.tag.rpartition(".")[2].replace("!obj:", "") if model is not None else None
     layers = _get(model, "layers") if model is not None else None
     layers = [n for n in (layers.value if isinstance(layers, yaml.SequenceNode) else []) if n.tag.startswith("!obj:")]
     if dist_mode == "vecpar":
-        if model_name not in _MODEL_VECPAR:
-            raise ConfigError(f"dist_mode vecpar distributes a fully connected MLP, not {model_name}",
-                              f"{filename}:{model.start_mark.line + 1}" if model is not None else filename)
-        spatial = [n for n in layers if not _fully_connected(n.tag[5:], f"{filename}:{n.start_mark.line + 1}")]
-        if spatial:
-            raise ConfigError(f"dist_mode vecpar shards fully connected layers; this model also has "
-                              f"{', '.join(n.tag[5:].rpartition('.')[2] for n in spatial)} (use halopar)",
-                              f"{filename}:{spatial[0].start_mark.line + 1}")
-
-    set_keys(root, [("dist_flag", "True")])
-    datasets = _get(root, "datasets")
-    single = _get(root, "dataset")   # neon's later schema: one dataset
-    for ds in ((datasets.value if isinstance(datasets, yaml.SequenceNode) else [])
-               + ([single] if isinstance(single, yaml.MappingNode) else [])):
-        set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
-        sp = _get(ds, "serialized_path")
-        if sp is not None and not re.search(r"\{rank\}|<rank>", sp.value):
-            base, dot, ext = sp.value.rpartition(".")
-            value = f"{base}-{{rank}}of{{size}}.{ext}" if dot else sp.value + "-{rank}of{size}"
-            edits.append((sp.start_mark.index, sp.end_mark.index, repr(value)))
-            shards.append(value)
+        _check_vecpar(model, layers, filename)
+    edits.set_keys(root, [("dist_flag", "True")])
+    for ds in _datasets(root):
+        edits.set_keys(ds, [("dist_flag", "True")] + ([("dist_mode", dist_mode)] if dist_mode != "halopar" else []))
+        edits.shard_path(ds)
     if model is not None and dist_mode != "datapar":
-        retag(model, _MODEL_VECPAR if dist_mode == "vecpar" else _MODEL_DIST)
+        edits.retag(model, _MODEL_VECPAR if dist_mode == "vecpar" else _MODEL_DIST)
+        layer_dist = _dist_names()
         for layer in layers:
-            retag(layer, layer_dist)
-    for start, end, new in sorted(edits, reverse=True):
-        text = text[:start] + new + text[end:]
+            edits.retag(layer, layer_dist)
     if report is not None:
-        report.append(f"dist_flag: True on the experiment and its dataset ({dist_mode})")
-        if renamed:
-            counts = {n: renamed.count(n) for n in dict.fromkeys(renamed)}
-            report.append("classes: " + ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items()))
-        if shards:
-            report.append("shard paths: " + ", ".join(shards))
-    return text
+        report.extend(edits.report(dist_mode))
+    return edits.applied()
 
 
 @click.command()

@@ -84,6 +84,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
     the columns file and, in a folder per class, true_label and true_class."""
     from ..convert.pictures import Pictures
     from ..data.predict_files import prediction_format, write_predictions
+    from ..datasets.files import FileDataset
     from ..errors import ConfigError
     from ..experiments.evaluate import predict_checkpoint
     from ..experiments.seq2seq import Seq2SeqExperiment
@@ -108,12 +109,13 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         shape = exp.dataset.image_shape
         reading = exp.dataset.reading       # read: root / node: only the reader opens --data
+        data_file = exp.dataset.path if isinstance(exp.dataset, FileDataset) else None  # its recipe decodes pictures
 
         def inputs():                       # a missing recipe is told by every rank
             if not reading.is_reader:
                 return None
             found = Pictures(data_paths, recipe_file)
-            found.use_recipe(getattr(exp.dataset, "path", None), shape)
+            found.use_recipe(data_file, shape)
             return found
         pictures = job.collectively(inputs)
 

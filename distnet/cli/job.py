@@ -149,30 +149,31 @@ class Job:
         from ..comm.world import bcast_from_root
         return bcast_from_root(value)
 
-    def experiment_text(self, path, overrides):
-        """``(text, overrides)``: the experiment file as rank 0 read it and rank 0's ``--set``
-        list, on every rank (one broadcast over ``COMM_WORLD``). The file is needed on rank 0's
-        node only, and ranks can never build different experiments from copies that differ;
-        errors in it name the file and line alike on every rank. A file rank 0 cannot read is
-        its ConfigError on every rank."""
+    def experiment_text(self, path, overrides, extra=None):
+        """``(text, overrides, extra)``: the experiment file as rank 0 read it, rank 0's ``--set``
+        list and rank 0's ``extra`` (more of its command line that every rank follows: ``distnet
+        run``'s options), on every rank (one broadcast over ``COMM_WORLD``). The file is needed
+        on rank 0's node only, and ranks can never build different experiments from copies or
+        command lines that differ; errors in it name the file and line alike on every rank. A
+        file rank 0 cannot read is its ConfigError on every rank."""
         from ..config.yaml_loader import read_text
         from ..errors import ConfigError
         mine = None
         if self.rank0:
             try:
-                mine = ("text", read_text(path), list(overrides))
+                mine = ("text", read_text(path), list(overrides), extra)
             except ConfigError as e:
                 mine = ("error", e.bare_message, e.where, e.key)
         got = self.bcast(mine)
         if got[0] == "error":
             raise ConfigError(*got[1:])
-        return got[1], tuple(got[2])
+        return got[1], tuple(got[2]), got[3]
 
     def load_experiment(self, path, overrides):
         """The experiment of :meth:`experiment_text` (rank 0's file and ``--set``), built on
         every rank."""
         from ..config import load_experiment
-        text, overrides = self.experiment_text(path, overrides)
+        text, overrides, _ = self.experiment_text(path, overrides)
         return load_experiment(path, overrides, text=text)
 
     def on_failure(self, fn):
@@ -191,7 +192,7 @@ class Job:
             from ..comm.abort import RemoteError
             failures = exc.failures if isinstance(exc, RemoteError) else None   # the rank(s) that failed
             self._tell(Failure(f"{type(exc).__name__}: {exc}", f"distnet: error: {exc}",
-                               rank=failures[0][0] if failures else getattr(exc, "rank", None)))
+                               rank=failures[0][0] if failures else exc.rank))
             fail(str(exc), exc.exit_code)   # the same on every rank (RemoteError: the failing rank's)
         for kind, describe in self._errors:
             if isinstance(exc, kind):

@@ -50,7 +50,8 @@ def checkpoint_need(exp):
     when the experiment writes none or is no chain of layers (a sequence-to-sequence model)."""
     from ..models.checkpoint import checkpoint_size
     from ..models.model import Model
-    if not (exp.checkpoint_at_end or exp.checkpoint_every) or not isinstance(exp.model, Model):
+    if not exp.checkpoint_enabled or not (exp.checkpoint_at_end or exp.checkpoint_every) or \
+            not isinstance(exp.model, Model):
         return None
     return checkpoint_size(exp.model, np.dtype(exp.backend.dtype).itemsize)
 
@@ -139,12 +140,16 @@ class MetricsFile:
             ctx.__exit__(RuntimeError, RuntimeError("run failed"), None)
 
 
-def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force, checkpoint=True):
+def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
     """Check every destination and claim the run directory (world rank 0, before training; a
-    checkpoint that goes into the new run directory (``checkpoint``: unless --no-checkpoint) is
-    checked for room only). Returns :class:`Outputs`."""
-    need = checkpoint_need(exp) if checkpoint else None
+    checkpoint that goes into the new run directory is checked for room only). Returns
+    :class:`Outputs`."""
+    from ..errors import OptionError
     from ..experiments.rundir import RECORD_FILES, RunDir
+    if exp.tensorboard and not with_run_dir:
+        raise OptionError("tensorboard: true writes event files into the run directory, and --no-run-dir "
+                          "asks for none: give one of them")
+    need = checkpoint_need(exp)
     for path, flag, hint in ((metrics_path, "--metrics", " (or drop --metrics: the run directory has "
                                                          "metrics.jsonl)"),
                              (exp.checkpoint_path, "--checkpoint", "")):

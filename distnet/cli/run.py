@@ -1,6 +1,5 @@
 """``distnet run``: train an experiment on one process or, under mpiexec, on every rank, and
 record the run (the run directory, ``--metrics``, the checkpoint; the hooks in :mod:`.hooks`)."""
-import logging
 import math
 import os
 
@@ -12,15 +11,53 @@ from .job import Job, world_rank
 from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
 
 
+#: The options of ``distnet run`` that set a key of the experiment (docs/commands.md#distnet-run):
+#: ``(parameter, option, key path, value)``, the value None for the option's own. They are
+#: overrides like ``--set``, applied before the experiment is built; rank 0's hold on every rank.
+#: The other options (--metrics, --run-dir, --no-run-dir, --progress, --progress-every, --force)
+#: choose what rank 0 writes and prints, not what the run does.
+SETTINGS = (("checkpoint_path", "--checkpoint", "checkpoint.path", None),
+            ("checkpoint_every", "--checkpoint-every", "checkpoint.every", None),
+            ("no_checkpoint", "--no-checkpoint", "checkpoint.enabled", False),
+            ("sharded_checkpoint", "--sharded-checkpoint", "checkpoint.sharded", True),
+            ("watchdog", "--watchdog", "watchdog", None),
+            ("tensorboard", "--tensorboard", "tensorboard", True),
+            ("verbose", "-v", "logging.level", "DEBUG"),
+            ("quiet", "-q", "logging.level", "WARNING"))
+
+
+def _resume_argument(ctx, param, value):
+    """``--resume`` as :func:`~.options.checkpoint_argument` resolves it (a run directory: its
+    checkpoint), the words given kept too (``ctx.meta``): a node that cannot see the run
+    directory resolves it otherwise, yet was given the same option."""
+    ctx.meta["resume given"] = value
+    return checkpoint_argument(ctx, param, value)
+
+
+def run_settings(**given):
+    """``[(option as given, key path, value)]`` of the :data:`SETTINGS` options among ``given``
+    (click's parameters: a flag given is True, an option given is not None)."""
+    out = []
+    for name, option, key, value in SETTINGS:
+        v = given.get(name)
+        if v is None or v is False:
+            continue
+        if value is None:
+            out.append((f"{option} {v:g}" if isinstance(v, float) else f"{option} {v}", key, v))
+        else:
+            out.append((option, key, value))
+    return out
+
+
 @click.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False), callback=given_path,
               help="Also write per-epoch costs and final error rates as JSON lines here (rank 0).")
-@click.option("-v", "--verbose", is_flag=True, help="Log per-layer plans and debug lines.")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Log per-layer plans and debug lines (logging.level: DEBUG).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors (logging.level: WARNING), no progress.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Override a value of the experiment, e.g. --set model.num_epochs=1 (repeatable).")
-@click.option("--resume", type=click.Path(), metavar="CHECKPOINT", callback=checkpoint_argument,
+@click.option("--resume", type=click.Path(), metavar="CHECKPOINT", callback=_resume_argument,
               help="Continue from a checkpoint (written on any grid or number of ranks), or a run "
                    "directory's checkpoint.h5; --set applies to the experiment, e.g. --set "
                    "model.num_epochs=20 to train longer.")
@@ -28,14 +65,13 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
               help="Record the run here (default: runs/<experiment>-<time>, or under $DISTNET_RUNS_DIR).")
 @click.option("--no-run-dir", is_flag=True, help="Do not write a run directory.")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(), callback=given_path,
-              help="Checkpoint file (default: the experiment's checkpoint.path, else checkpoint.h5 "
-                   "in the run directory).")
+              help="Checkpoint file (checkpoint.path; default: checkpoint.h5 in the run directory).")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="N",
-              help="Also write the checkpoint every N epochs (0: only at the end).")
-@click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint.")
+              help="Also write the checkpoint every N epochs (checkpoint.every; 0: only at the end).")
+@click.option("--no-checkpoint", is_flag=True, help="Write no checkpoint (checkpoint.enabled: false).")
 @click.option("--sharded-checkpoint", is_flag=True, default=None,
               help="Write the checkpoint as a sharded folder, every rank its own part in parallel "
-                   "(the experiment's checkpoint.sharded; needs a folder every rank sees).")
+                   "(checkpoint.sharded: true; needs a folder every rank sees).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress on rank 0: a bar when stderr is a terminal, else a 'progress:' line "
                    "(epoch, batch, images/s, running cost, ETA) every --progress-every (default: on "
@@ -45,10 +81,11 @@ from .options import RUN_CHECKPOINT, checkpoint_argument, given_path
                    "(e.g. 30s), or every N batches (e.g. 100b).")
 @click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="End the job when a training step makes no progress for SECONDS, naming the rank "
-                   "that stalled (default: the experiment's watchdog key; none).")
+                   "that stalled (the experiment's watchdog key; default: none).")
 @click.option("--tensorboard", is_flag=True,
               help="Also write TensorBoard event files (costs, error rates, learning rates, images/s) "
-                   "into the run directory's tensorboard/ (rank 0; needs distnet[tensorboard]).")
+                   "into the run directory's tensorboard/ (tensorboard: true; rank 0; needs "
+                   "distnet[tensorboard]).")
 @click.option("--force", is_flag=True,
               help="Replace existing files: --checkpoint (other than this experiment's own), --metrics, "
                    "and use a non-empty --run-dir.")
@@ -58,66 +95,35 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
     """Run EXPERIMENT (a YAML file). Under mpiexec, every rank runs this same command.
 
     Every run is recorded in a run directory (rank 0 writes): experiment.yaml, resolved.yaml
-    (with the --set overrides), run.json (command, topology, versions, timings, status),
-    metrics.jsonl (one line per epoch) and checkpoint.h5 (the model, at the end and every
-    --checkpoint-every N epochs)."""
-    from ..config import load_experiment
-    from ..experiments.rundir import experiment_config
-    from ..log import get_logger, keep_handler
-    from ..progress import ProgressBar, parse_every
+    (with the --set overrides and the options that set keys), run.json (command, topology,
+    versions, timings, status), metrics.jsonl (one line per epoch) and checkpoint.h5 (the
+    model, at the end and every --checkpoint-every N epochs)."""
+    from ..log import keep_handler
     from .outputs import prepare_outputs, record_failures_in
-    try:
-        every, every_batches = parse_every(progress_every)
-    except ValueError:
-        raise click.BadParameter(f"{progress_every!r}: give seconds (30s) or batches (100b)",
-                                 param_hint="--progress-every") from None
+    every = _progress_every(progress_every)
     if watchdog is not None and not math.isfinite(watchdog):
         raise click.BadParameter(f"{watchdog} is not a number of seconds", param_hint="'--watchdog'")
-    for a, b, given in (("--run-dir", "--no-run-dir", run_dir is not None and no_run_dir),
-                        ("--checkpoint", "--no-checkpoint", checkpoint_path is not None and no_checkpoint),
-                        ("--checkpoint-every", "--no-checkpoint", checkpoint_every is not None and no_checkpoint),
-                        ("--verbose", "--quiet", verbose and quiet),
-                        ("--progress", "--quiet", progress is True and quiet),
-                        ("--tensorboard", "--no-run-dir", tensorboard and no_run_dir)):
-        if given:   # one of them would be dropped silently
-            raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
+    _refuse_contradictions(run_dir=run_dir is not None and no_run_dir,
+                           checkpoint=checkpoint_path is not None and no_checkpoint,
+                           checkpoint_every=checkpoint_every is not None and no_checkpoint,
+                           verbose=verbose and quiet, progress=progress is True and quiet,
+                           tensorboard=tensorboard and no_run_dir)
+    settings = run_settings(checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                            no_checkpoint=no_checkpoint, sharded_checkpoint=sharded_checkpoint,
+                            watchdog=watchdog, tensorboard=tensorboard, verbose=verbose, quiet=quiet)
     # under mpiexec the abort hook first, before anything can fail on one rank
     with Job(world=True, signals=True, errors=TRAINING_ERRORS) as job:
-        rank0 = job.rank0
         state = job.on_failure(_Record())   # what to close and record when the run fails
-        text, overrides = job.experiment_text(experiment, overrides)   # rank 0's, on every rank
-        exp = load_experiment(experiment, overrides, text=text)
-        if verbose or quiet:
-            exp.logging = dict(exp.logging, level=logging.DEBUG if verbose else logging.WARNING)
-        # shapes and data headers, agreed on by every rank (a data file missing on another node
-        # fails there): a broken experiment leaves no run directory behind
-        job.collectively(exp.check)
-        if tensorboard:
-            from .tensorboard import require_writer
-            require_writer()
-        exp.config_record = experiment_config(experiment, overrides, text=text)
-        if checkpoint_every is not None:
-            exp.checkpoint_every = checkpoint_every
-        if checkpoint_path:
-            from ..experiments.policy import path_fields
-            try:   # {epoch} expands to the epoch number; nothing else
-                path_fields(checkpoint_path)
-            except DistnetError as e:
-                raise click.BadParameter(str(e).replace("checkpoint path ", "", 1), param_hint="'--checkpoint'") from None
-            exp.checkpoint_path = checkpoint_path
-        if sharded_checkpoint:
-            exp.checkpoint_sharded = True
-        if no_checkpoint:
-            exp.checkpoint_path, exp.checkpoint_every = None, 0
+        exp, resume = _load(job, experiment, overrides, settings,
+                             (resume, click.get_current_context().meta.get("resume given")))
         # Every destination is checked (and the run directory claimed) by rank 0, the writer,
         # before training; a refusal ends every rank with the reason.
         outputs = job.collectively(lambda: prepare_outputs(
             exp, experiment, None if no_run_dir else run_dir, not no_run_dir, metrics_path, resume,
-            force, checkpoint=not no_checkpoint) if rank0 else None)
+            force) if job.rank0 else None)
         record = state.record = outputs.record if outputs is not None else None
         where = job.bcast(record.path if record is not None else None)
-        if exp.checkpoint_path is None and where is not None and not no_checkpoint:
-            exp.checkpoint_path = os.path.join(where, RUN_CHECKPOINT)
+        default = os.path.join(where, RUN_CHECKPOINT) if where is not None else None
         if where is not None:
             record_failures_in(where)
             if job.comm is not None:   # another node's failure reaches rank 0's run.json
@@ -126,38 +132,114 @@ def run(experiment, metrics_path, verbose, quiet, overrides, resume, run_dir, no
 
         def start_record():     # rank 0 writes; a failure (a full disk) ends every rank with its reason
             if record is not None:
-                record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_path)
+                record.start(exp.config_record, resume=resume, checkpoint=exp.checkpoint_target(default))
                 return keep_handler(record.log_handler())  # log.txt: what rank 0 prints
         state.log_handler = job.collectively(start_record)
-        show = rank0 and not quiet and progress is not False
-        bar = (ProgressBar(enabled=None if progress is None else True, lines=True, every=every,
-                           every_batches=every_batches) if show else None)
-        def open_board():       # rank 0 writes the event files; a failure ends every rank
-            if tensorboard and record is not None:
-                from .tensorboard import TensorBoardLog
-                return TensorBoardLog(os.path.join(record.path, "tensorboard"))
-        board = job.collectively(open_board)
-        hooks = state.hooks = CliHooks(record, outputs.metrics if outputs is not None else None, bar,
-                                       watchdog=watchdog if watchdog is not None else exp.watchdog,
-                                       tensorboard=board)
-        result = exp.run(hooks=hooks, resume=resume)
-
-        def finish():   # rank 0's last writes (the --metrics rename, run.json): every rank waits
-            hooks.close(ok=True)
-            if record is not None:   # the checkpoint written, if any (none with at_end: false, every: 0)
-                record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
-                if exp.checkpoint_io:   # bytes and seconds of the last save and of the restore
-                    record.info["checkpoint_io"] = dict(exp.checkpoint_io)
-                record.info.update(policy_record(result), best_epoch=result.best_epoch)
-                record.finish("finished", timings=result.timings)
-                get_logger().info("run directory: %s", record.path)
-        # A failure here (a full disk) ends every rank with rank 0's reason and status, instead
-        # of rank 0 alone while the others had already exited 0.
-        job.collectively(finish)
+        hooks = state.hooks = _hooks(job, exp, outputs, quiet, progress, every)
+        result = exp.run(hooks=hooks, resume=resume, default_checkpoint=default)
+        # rank 0's last writes (the --metrics rename, run.json): every rank waits; a failure
+        # here (a full disk) ends every rank with rank 0's reason and status, instead of rank 0
+        # alone while the others had already exited 0.
+        job.collectively(lambda: _finish(exp, hooks, record, result))
         _drop_handler(state.log_handler)
         if job.comm is not None:
             from ..comm.abort import stop_failure_relay
             stop_failure_relay()
+
+
+def _progress_every(text):
+    """``--progress-every`` as ``(seconds, batches)``."""
+    from ..progress import parse_every
+    try:
+        return parse_every(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give seconds (30s) or batches (100b)",
+                                 param_hint="--progress-every") from None
+
+
+def _refuse_contradictions(**given):
+    """A UsageError for two options of which one would be dropped silently."""
+    pairs = {"run_dir": ("--run-dir", "--no-run-dir"), "checkpoint": ("--checkpoint", "--no-checkpoint"),
+             "checkpoint_every": ("--checkpoint-every", "--no-checkpoint"), "verbose": ("--verbose", "--quiet"),
+             "progress": ("--progress", "--quiet"), "tensorboard": ("--tensorboard", "--no-run-dir")}
+    for name, both in given.items():
+        if both:
+            a, b = pairs[name]
+            raise click.UsageError(f"{a} and {b} contradict each other: give one of them")
+
+
+def _load(job, experiment, overrides, settings, resume):
+    """``(experiment, resume)``: the experiment built on every rank from rank 0's file, ``--set``
+    and settings, and rank 0's ``--resume`` (``resume``: ``(resolved, as given)``; one
+    broadcast). A rank given other options says so in one warning line, then follows rank 0:
+    ranks that ran different experiments, or wrote checkpoints at different epochs, would wait
+    for each other forever. The experiment's shapes and data headers are checked by every rank
+    (a data file missing on another node fails there): a broken experiment leaves no run
+    directory behind."""
+    from ..config import load_experiment
+    mine = (list(overrides), [tuple(s) for s in settings], resume[1])
+    text, overrides, (settings, resume) = job.experiment_text(experiment, overrides, (mine[1], resume))
+    if (list(overrides), [tuple(s) for s in settings], resume[1]) != mine:
+        _warn_unlike_rank0(mine, (list(overrides), settings, resume[1]))
+    resume = resume[0]
+    exp = load_experiment(experiment, overrides, text=text, settings=settings, record=True)
+    job.collectively(exp.check)
+    if exp.tensorboard:
+        from .tensorboard import require_writer
+        require_writer()
+    return exp, resume
+
+
+def _words(overrides, settings, resume):
+    return ([f"--set {o}" for o in overrides] + [option for option, _, _ in settings]
+            + ([f"--resume {resume}"] if resume else []))
+
+
+def _warn_unlike_rank0(mine, rank0):
+    """One line on this rank: the options that set its run differ from rank 0's, which it
+    follows (those of one side only are named; the whole lists when only their order differs)."""
+    here, there = _words(*mine), _words(*rank0)
+    only_here, only_there = [w for w in here if w not in there], [w for w in there if w not in here]
+    if not only_here and not only_there:
+        only_here, only_there = here, there
+    click.echo(f"[rank {world_rank()}] distnet: warning: the options that set the run differ from rank 0's "
+               f"(this rank: {' '.join(only_here) or 'none'}; rank 0: {' '.join(only_there) or 'none'}): "
+               "every rank runs as rank 0 was told", err=True)
+
+
+def _hooks(job, exp, outputs, quiet, progress, every):
+    """The run's :class:`CliHooks`: on rank 0 the run directory, --metrics, the progress bar and
+    TensorBoard (its writer opened collectively: a failure ends every rank); the watchdog on
+    every rank."""
+    from ..progress import ProgressBar
+    record = outputs.record if outputs is not None else None
+    bar = None
+    if job.rank0 and not quiet and progress is not False:
+        bar = ProgressBar(enabled=None if progress is None else True, lines=True, every=every[0],
+                          every_batches=every[1])
+
+    def open_board():       # rank 0 writes the event files
+        if exp.tensorboard and record is not None:
+            from .tensorboard import TensorBoardLog
+            return TensorBoardLog(os.path.join(record.path, "tensorboard"))
+    board = job.collectively(open_board)
+    return CliHooks(record, outputs.metrics if outputs is not None else None, bar, watchdog=exp.watchdog,
+                    tensorboard=board)
+
+
+def _finish(exp, hooks, record, result):
+    """Rank 0's last writes: the hooks closed, run.json told the checkpoint written (if any),
+    its reads and writes, the policy's outcome and the status."""
+    from ..log import get_logger
+    hooks.close(ok=True)
+    if record is None:
+        return
+    record.info["checkpoint"] = os.path.abspath(result.checkpoint) if result.checkpoint else None
+    if exp.checkpoint_io:   # bytes and seconds of the last save and of the restore
+        record.info["checkpoint_io"] = dict(exp.checkpoint_io)
+    record.info.update(policy_record(result), best_epoch=result.best_epoch)
+    record.finish("finished", timings=result.timings)
+    get_logger().info("run directory: %s", record.path)
 
 
 def _out_of_memory(e):   # numpy's "Unable to allocate 67 GiB for an array with shape ..."

@@ -35,11 +35,6 @@ def add_abort_listener(fn):
     return fn
 
 
-def remove_abort_listener(fn):
-    if fn in _listeners:
-        _listeners.remove(fn)
-
-
 def _tell_listeners(rank, status, message):
     for fn in list(_listeners):
         try:

@@ -91,34 +91,48 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     """
     box = tuple(int(v) for v in box)
     wants = comm.allgather(box if need else None)   # every rank derives the same chunk plan
-    me = comm.Get_rank()
     dtype = np.dtype(dtype)
     shape = (n_rows, channels, box[1] - box[0], box[3] - box[2])
     out = None if not need else np.empty(shape, dtype) if into is None else into
-    failed = []
-
-    def put(a, b, rows):
-        if failed:
-            return
-        try:
-            out[a:b] = rows
-        except Exception as e:  # noqa: BLE001 - raised after the stream (the others go on)
-            failed.append(e)
     asking = [(r, b) for r, b in enumerate(wants) if b is not None]
     if not asking:
         return out
     big = bounding_box([b for _, b in asking])
     row_bytes = channels * (big[1] - big[0]) * (big[3] - big[2]) * dtype.itemsize
-    for a, b in chunk_rows(n_rows, row_bytes, chunk_bytes):
-        if me != root:
-            _tell(comm, root, None)
-            if need and into is None:
-                comm.Recv(out[a:b], source=root, tag=_TAG)   # a row slice: contiguous
-            elif need:
-                buf = np.empty((b - a,) + shape[1:], dtype)
-                comm.Recv(buf, source=root, tag=_TAG)
-                put(a, b, buf)
-            continue
+    chunks = chunk_rows(n_rows, row_bytes, chunk_bytes)
+    sink = _Sink(out)
+    if comm.Get_rank() == root:
+        _send_chunks(comm, root, read, chunks, big, asking, dtype, sink, stats)
+    else:
+        _receive_chunks(comm, root, chunks, sink if need else None, into is None, shape, dtype)
+    sink.raise_failure()
+    return out
+
+
+class _Sink:
+    """Where this rank's rows go (``out[a:b] = rows``). A failed write (a full disk) is kept and
+    raised after the stream, so that the other ranks are not left waiting."""
+
+    def __init__(self, out):
+        self.out, self.failed = out, []
+
+    def put(self, a, b, rows):
+        if self.failed:
+            return
+        try:
+            self.out[a:b] = rows
+        except Exception as e:  # noqa: BLE001 - raised after the stream (the others go on)
+            self.failed.append(e)
+
+    def raise_failure(self):
+        if self.failed:
+            raise self.failed[0]
+
+
+def _send_chunks(comm, root, read, chunks, big, asking, dtype, sink, stats):
+    """The reader: every chunk read (the bounding box ``big`` of the tiles asked for), its
+    verdict told, each asking rank sent its tile (``root``'s own put in place)."""
+    for a, b in chunks:
         try:
             part, error = read(a, b, big), None
         except Exception as e:  # noqa: BLE001 - told to every rank, then re-raised
@@ -127,7 +141,7 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
         for r, (y0, y1, x0, x1) in asking:
             tile = part[:, :, y0 - big[0]:y1 - big[0], x0 - big[2]:x1 - big[2]]
             if r == root:
-                put(a, b, tile)
+                sink.put(a, b, tile)
                 continue
             buf = np.ascontiguousarray(tile, dtype=dtype)
             comm.Send(buf, dest=r, tag=_TAG)
@@ -135,6 +149,19 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
                 stats["bytes"] = stats.get("bytes", 0) + buf.nbytes
                 stats["messages"] = stats.get("messages", 0) + 1
                 stats["max_message"] = max(stats.get("max_message", 0), buf.nbytes)
-    if failed:
-        raise failed[0]
-    return out
+
+
+def _receive_chunks(comm, root, chunks, sink, in_place, shape, dtype):
+    """Another rank: the reader's verdict on every chunk, then (``sink``: this rank asked) its
+    tile of the chunk's rows, received in place when ``in_place`` (a row slice of a new array is
+    contiguous), else into a buffer put into the sink."""
+    for a, b in chunks:
+        _tell(comm, root, None)
+        if sink is None:
+            continue
+        if in_place:
+            comm.Recv(sink.out[a:b], source=root, tag=_TAG)
+        else:
+            buf = np.empty((b - a,) + shape[1:], dtype)
+            comm.Recv(buf, source=root, tag=_TAG)
+            sink.put(a, b, buf)

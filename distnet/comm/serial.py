@@ -79,9 +79,6 @@ class SerialComm:
     rank = property(Get_rank)
     size = property(Get_size)
 
-    def Get_name(self):
-        return self.name
-
     def __repr__(self):
         return f"SerialComm({self.name!r})"
 
@@ -90,9 +87,6 @@ class SerialComm:
     periods = property(lambda self: [False] * self._ndim)
     coords = property(lambda self: [0] * self._ndim)
     ndim = property(lambda self: self._ndim)
-
-    def Get_dim(self):
-        return self._ndim
 
     def Get_topo(self):
         return (self.dims, self.periods, self.coords)
@@ -112,16 +106,10 @@ class SerialComm:
             raise ValueError(f"a SerialComm has 1 rank, cannot make a {dims} grid")
         return SerialComm(self.name, ndim=len(dims))
 
-    def Sub(self, remain_dims):
-        return SerialComm(self.name)
-
     def Split(self, color=0, key=0):
         return self
 
     def Dup(self):
-        return SerialComm(self.name, self._ndim)
-
-    def Clone(self):
         return SerialComm(self.name, self._ndim)
 
     def Free(self):
@@ -130,8 +118,6 @@ class SerialComm:
     # -- synchronisation and errors ----------------------------------------------------------
     def Barrier(self):
         pass
-
-    barrier = Barrier
 
     def Abort(self, errorcode=1):
         """Like ``MPI_Abort``: end the process at once (no cleanup), exit status ``errorcode``."""
@@ -145,23 +131,8 @@ class SerialComm:
         if not _is_in_place(sendbuf):
             _array_of(recvbuf)[...] = _array_of(sendbuf)
 
-    def Reduce(self, sendbuf, recvbuf, op=None, root=0):
-        self._check_rank(root)
-        self.Allreduce(sendbuf, recvbuf, op)
-
-    def Bcast(self, buf, root=0):
-        self._check_rank(root)
-
-    def Allgather(self, sendbuf, recvbuf):
-        if not _is_in_place(sendbuf):
-            _array_of(recvbuf).reshape(-1)[...] = _array_of(sendbuf).reshape(-1)
-
     # -- object collectives (pickled by mpi4py; plain values here) ----------------------------
     def allreduce(self, sendobj, op=None):
-        return sendobj
-
-    def reduce(self, sendobj, op=None, root=0):
-        self._check_rank(root)
         return sendobj
 
     def bcast(self, obj, root=0):
@@ -174,10 +145,6 @@ class SerialComm:
     def gather(self, sendobj, root=0):
         self._check_rank(root)
         return [sendobj]
-
-    def scatter(self, sendobj, root=0):
-        self._check_rank(root)
-        return sendobj[0]
 
     @staticmethod
     def _check_rank(rank):

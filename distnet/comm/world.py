@@ -6,7 +6,6 @@ run never imports it). The command line calls these instead of mpi4py (comm is t
 that imports mpi4py: docs/design.md#layers-of-the-code).
 """
 import sys
-import time
 
 from ..errors import DistnetError
 
@@ -35,18 +34,6 @@ def bcast_from_root(value):
     ``COMM_WORLD``, pickled: small values only); ``value`` itself on one process."""
     world = _running_world()
     return value if world is None else world.bcast(value, root=0)
-
-
-def abort_world(code, delay=0.5):
-    """End every rank of a running multi-rank world with exit status ``code`` (``MPI_Abort``),
-    after ``delay`` seconds so that ranks failing with the same error print it too; nothing on
-    one process (the caller exits by itself)."""
-    world = _running_world()
-    if world is None:
-        return
-    sys.stderr.flush()
-    time.sleep(delay)
-    world.Abort(code)
 
 
 def abort_world_job(message, code):

@@ -1,16 +1,25 @@
 """Experiment files: YAML text -> validated distnet objects. No MPI, no arrays."""
 from .builder import Builder, config_error
-from .yaml_loader import ObjSpec, parse_file, parse_yaml
+from .yaml_loader import ObjSpec, parse_file, parse_yaml, read_text
 
 
-def load_experiment(path, overrides=(), gpu_as_cpu=False, text=None):
-    """Parse and build the experiment in ``path``, after applying ``key.path=value`` overrides;
+def load_experiment(path, overrides=(), gpu_as_cpu=False, text=None, settings=(), record=False):
+    """Parse and build the experiment in ``path``, after applying ``key.path=value`` overrides
+    and ``settings`` (what run options set: :func:`~distnet.config.overrides.apply_settings`);
     raises ConfigError with file:line on problems. ``gpu_as_cpu``: build a GPU backend as the CPU
     one (``distnet check`` on a machine without a GPU; a note says so). ``text``: the file's
-    text as another process read it (the ranks of a job build from rank 0's), not read here."""
-    from .overrides import apply_overrides
-    tree = apply_overrides(parse_file(path) if text is None else parse_yaml(text, str(path)), overrides)
-    return _build_root(tree, str(path), gpu_as_cpu)
+    text as another process read it (the ranks of a job build from rank 0's), not read here.
+    ``record``: the experiment keeps what it was built from as its ``config_record``
+    (:func:`~distnet.config.resolved.experiment_config`: checkpoints store it)."""
+    from .overrides import apply_overrides, apply_settings
+    if text is None:
+        text = read_text(path)
+    tree = apply_settings(apply_overrides(parse_yaml(text, str(path)), overrides), settings)
+    root = _build_root(tree, str(path), gpu_as_cpu)
+    if record:
+        from .resolved import experiment_config
+        root.config_record = experiment_config(path, overrides, text, settings)
+    return root
 
 
 def load_experiment_text(text, filename="<string>"):

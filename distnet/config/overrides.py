@@ -69,38 +69,52 @@ def apply_overrides(tree, overrides):
     """Apply ``["a.b=1", ...]`` to a parsed experiment tree (in place); returns the tree."""
     for text in overrides:
         keys, value = parse_override(text)
-        keys = _dataset_spelling(tree, keys)
         short = _short(text)
-        node = tree
-        for depth, key in enumerate(keys):
-            last = depth == len(keys) - 1
-            here = ".".join(keys[:depth]) or "the experiment"
-            if isinstance(node, ObjSpec):
-                if last:
-                    node.kwargs[key] = value
-                    node.key_where[key] = f"command line --set {short}"
-                elif key in node.kwargs:
-                    child = node.kwargs[key] = _own(node.kwargs[key])
-                    node = child
-                else:
-                    raise ConfigError(f"override {short!r}: {here} ({node.path}) has no key '{key}'", node.where)
-            elif isinstance(node, dict):
-                if last:
-                    node[key] = value
-                elif key in node:
-                    child = node[key] = _own(node[key])
-                    node = child
-                else:
-                    raise ConfigError(f"override {short!r}: {here} has no key '{key}'", "command line")
-            elif isinstance(node, list):
-                if not key.isdigit() or int(key) >= len(node):
-                    raise ConfigError(f"override {short!r}: {here} is a list of {len(node)} items; "
-                                      f"'{key}' is not an index", "command line")
-                if last:
-                    node[int(key)] = value
-                else:
-                    child = node[int(key)] = _own(node[int(key)])
-                    node = child
-            else:
-                raise ConfigError(f"override {short!r}: {here} is a value, not a mapping or list", "command line")
+        _set(tree, _dataset_spelling(tree, keys), value, f"--set {short}", f"override {short!r}")
     return tree
+
+
+def apply_settings(tree, settings):
+    """Apply what run options set, ``[(option as given, "a.b", value), ...]`` (``("--watchdog
+    30", "watchdog", 30.0)``), to a parsed experiment tree (in place), after the overrides;
+    returns the tree. The value is taken as it is (not YAML text), and a mapping on the path
+    that the file does not have is created (``--checkpoint-every 2`` on a file without a
+    ``checkpoint`` key); errors of the value name the option."""
+    for option, path, value in settings:
+        _set(tree, _dataset_spelling(tree, path.split(".")), value, option, option, create=True)
+    return tree
+
+
+def _set(tree, keys, value, source, label, create=False):
+    """Set the value at ``keys`` of ``tree``; ``source`` is what messages about the key say
+    set it (``command line SOURCE``), ``label`` what a bad path's message quotes; ``create``:
+    make the mappings missing on the path."""
+    node = tree
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1
+        here = ".".join(keys[:depth]) or "the experiment"
+        if isinstance(node, ObjSpec):
+            if last or (create and node.kwargs.get(key) is None):
+                node.kwargs[key] = value if last else {}
+                node.key_where[key] = f"command line {source}"
+            elif key not in node.kwargs:
+                raise ConfigError(f"{label}: {here} ({node.path}) has no key '{key}'", node.where)
+            children = node.kwargs
+        elif isinstance(node, dict):
+            if last or (create and node.get(key) is None):
+                node[key] = value if last else {}
+            elif key not in node:
+                raise ConfigError(f"{label}: {here} has no key '{key}'", "command line")
+            children = node
+        elif isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ConfigError(f"{label}: {here} is a list of {len(node)} items; "
+                                  f"'{key}' is not an index", "command line")
+            key = int(key)
+            if last:
+                node[key] = value
+            children = node
+        else:
+            raise ConfigError(f"{label}: {here} is a value, not a mapping or list", "command line")
+        if not last:
+            node = children[key] = _own(children[key])

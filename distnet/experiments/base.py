@@ -11,12 +11,12 @@ from ..log import check_logging, get_logger, setup_logging
 from .loop import run_experiment
 from .policy import POLICY_KEYS, check_policy_keys
 
-_CHECKPOINT_KEYS = {"every", "path", "at_end", "sharded"} | POLICY_KEYS
+_CHECKPOINT_KEYS = {"enabled", "every", "path", "at_end", "sharded"} | POLICY_KEYS
 
 
 def check_checkpoint_key(value):
-    """The ``checkpoint`` mapping (``every``, ``path``, ``at_end``, and the policy's keys of
-    :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
+    """The ``checkpoint`` mapping (``enabled``, ``every``, ``path``, ``at_end``, ``sharded``, and
+    the policy's keys of :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
     if value is None:
         return {}
     unknown = set(value) - _CHECKPOINT_KEYS
@@ -30,11 +30,9 @@ def check_checkpoint_key(value):
     path = value.get("path")
     if path is not None and (not isinstance(path, str) or not path):
         raise ConfigError(f"checkpoint path must be a file name, got {path!r}", key="checkpoint")
-    at_end = value.get("at_end", True)
-    if not isinstance(at_end, bool):
-        raise ConfigError(f"checkpoint at_end must be True or False, got {at_end!r}", key="checkpoint")
-    if not isinstance(value.get("sharded", False), bool):
-        raise ConfigError(f"checkpoint sharded must be True or False, got {value['sharded']!r}", key="checkpoint")
+    for key, default in (("enabled", True), ("at_end", True), ("sharded", False)):
+        if not isinstance(value.get(key, default), bool):
+            raise ConfigError(f"checkpoint {key} must be True or False, got {value[key]!r}", key="checkpoint")
     check_policy_keys(value)
     return dict(value)
 
@@ -55,12 +53,6 @@ def setup_experiment_logging(experiment, t):
     run_collectively(setup, t.world)
 
 
-def launcher_size():
-    """World size announced by an MPI launcher's environment (1 if not launched by one)."""
-    from ..comm.launcher import launcher_world_size
-    return launcher_world_size()[0]
-
-
 class Experiment:
     """The base of the experiment kinds. A kind sets ``model``, ``dataset``, ``backend``,
     ``data``, ``pipe`` and calls :meth:`_run_keys`; it implements ``layout`` and what the loop
@@ -76,14 +68,17 @@ class Experiment:
     #: Whether a run names its best epoch (the lowest validation, else test, error rate).
     picks_best_epoch = True
 
-    def _run_keys(self, logging, checkpoint, eval_every):
-        """The keys of every kind: ``logging``, ``checkpoint``, ``eval_every``."""
+    def _run_keys(self, logging, checkpoint, eval_every, watchdog=None, tensorboard=False):
+        """The keys of every kind: ``logging``, ``checkpoint``, ``eval_every``, ``watchdog``,
+        ``tensorboard`` (the keys ``distnet run``'s options set: docs/commands.md)."""
         self.logging = check_logging(logging)
         ck = check_checkpoint_key(checkpoint)
-        #: Write a checkpoint every this many epochs (0: only at the end); the CLI may change it.
-        self.checkpoint_every = ck.get("every", 0)
-        #: Where checkpoints go (None: nowhere, unless the CLI gives its run directory's).
-        self.checkpoint_path = ck.get("path")
+        #: False: the run writes no checkpoint at all (``checkpoint.enabled``, ``--no-checkpoint``).
+        self.checkpoint_enabled = ck.get("enabled", True)
+        #: Write a checkpoint every this many epochs (0: only at the end).
+        self.checkpoint_every = ck.get("every", 0) if self.checkpoint_enabled else 0
+        #: Where checkpoints go (None: the run's default, :meth:`checkpoint_target`).
+        self.checkpoint_path = ck.get("path") if self.checkpoint_enabled else None
         self.checkpoint_at_end = ck.get("at_end", True)
         #: Write checkpoints as a sharded folder (every rank its part; docs/checkpoints.md).
         self.checkpoint_sharded = ck.get("sharded", False)
@@ -96,8 +91,20 @@ class Experiment:
         if eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {eval_every}", key="eval_every")
         self.eval_every = eval_every
-        #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (the CLI sets it).
+        #: Seconds without a training step after which ``distnet run`` ends the job, naming the
+        #: rank that stalled (:mod:`distnet.comm.watchdog`); None: no watchdog.
+        self.watchdog = watchdog
+        #: ``distnet run`` also writes TensorBoard event files into its run directory.
+        self.tensorboard = tensorboard
+        #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (what it was built from:
+        #: :func:`~distnet.config.load_experiment` with ``record``).
         self.config_record = None
+
+    def checkpoint_target(self, default=None):
+        """Where this run's checkpoints go: ``checkpoint.path``, else ``default`` (``distnet
+        run``: ``checkpoint.h5`` in its run directory); None when the run writes none
+        (``checkpoint.enabled: false``, or neither is given)."""
+        return (self.checkpoint_path or default) if self.checkpoint_enabled else None
 
     def build_notes(self):
         """Notes about keys the built objects do not use (the model's learning rates), for
@@ -107,9 +114,10 @@ class Experiment:
     def make_topology(self):
         """The run's topology ``world = data x pipe x Py x Px``: serial for a plain one-process
         run, else from MPI's world, cut by ``layout``."""
+        from ..comm.launcher import launcher_world_size
         from ..comm.topology import Topology
         if not self.dist_flag and self.data == 1 and self.pipe == 1:
-            self.layout(launcher_size())   # refuses a launch on several ranks
+            self.layout(launcher_world_size()[0])   # refuses a launch on several ranks
             return Topology.serial()
         world = Topology.world_comm()
         return Topology.from_layout(self.layout(world.Get_size()), world)
@@ -152,16 +160,17 @@ class Experiment:
         """Before an epoch's training steps (``epoch``) and after them (None): augmented training
         images draw that epoch's crops and flips, then show the images as stored."""
 
-    def note_start(self, data, first_epoch, log):
+    def note_start(self, data, log):
         """Warnings about the run that need its data (none here)."""
 
     @under_seterr_handling
-    def run(self, topology=None, on_epoch=None, hooks=None, resume=None):
+    def run(self, topology=None, hooks=None, resume=None, default_checkpoint=None):
         """Train (and evaluate); returns a :class:`~distnet.experiments.loop.RunResult`.
 
         topology : a :class:`~distnet.comm.Topology` (default: :meth:`make_topology`).
-        on_epoch : ``callable(epoch, mean cost)`` after every epoch (kept for callers of old).
         hooks : a :class:`~distnet.experiments.loop.RunHooks`.
         resume : path of a checkpoint to continue from (any layout wrote it).
+        default_checkpoint : where the checkpoints go when ``checkpoint.path`` is not given
+            (``distnet run``: ``checkpoint.h5`` in its run directory; :meth:`checkpoint_target`).
         """
-        return run_experiment(self, topology, hooks, resume, on_epoch)
+        return run_experiment(self, topology, hooks, resume, default_checkpoint)

@@ -34,25 +34,32 @@ class FitExperiment(Experiment):
     default: all ranks of a pipeline stage, and a ``data`` that is given must say so),
     ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
-    mapping: ``level`` (a number or a name such as ``DEBUG``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping: ``every`` N epochs,
-    default 0 = only at the end; ``path``, default ``checkpoint.h5`` in the run directory of
-    ``distnet run``; ``at_end``, default True; ``sharded``, default False: a folder every rank writes
-    its part of, docs/checkpoints.md), ``eval_every`` (N: also measure the test error
+    mapping: ``level`` (a number or a name such as ``DEBUG``; ``distnet run -v`` sets ``DEBUG``,
+    ``-q`` ``WARNING``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping:
+    ``every`` N epochs, default 0 = only at the end (``--checkpoint-every N``); ``path``, default
+    ``checkpoint.h5`` in the run directory of ``distnet run`` (``--checkpoint PATH``); ``at_end``,
+    default True; ``sharded``, default False: a folder every rank writes its part of,
+    docs/checkpoints.md (``--sharded-checkpoint``); ``enabled``, default True; False: no
+    checkpoint at all (``--no-checkpoint``); the policy keys of docs/metrics.md),
+    ``eval_every`` (N: also measure the test error
     rate, and with ``FitPredictErrorExperiment`` the training one, every N epochs and record it
     with the epoch's metrics; default 0 = only at the end), ``watchdog`` (seconds: ``distnet run``
     ends the job when a training step makes no progress for that long, naming the rank that
-    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog`` overrides it), ``top_k``
+    stalled, :mod:`distnet.comm.watchdog`; default none; ``--watchdog SECONDS``), ``tensorboard``
+    (``distnet run`` also writes TensorBoard event files into its run directory; default False;
+    ``--tensorboard``), ``top_k``
     (k of the top-k error rate measured with every evaluated split; default 5 when the dataset
     has more than 5 classes; 0: none; :mod:`distnet.experiments.metrics`)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")),
                     "backend": ("obj", "backend"), "dist_flag": bool, "logging": dict,
                     "grid": ProcessGrid, "data": PositiveInt, "pipe": PositiveInt, "checkpoint": dict,
-                    "eval_every": NonNegativeInt, "watchdog": Positive, "top_k": NonNegativeInt}
+                    "eval_every": NonNegativeInt, "watchdog": Positive, "tensorboard": bool,
+                    "top_k": NonNegativeInt}
     report_errors = False
 
     def __init__(self, model, datasets, backend=None, dist_flag=False, logging=None, grid=None, data=None,
-                 pipe=1, checkpoint=None, eval_every=0, watchdog=None, top_k=None):
+                 pipe=1, checkpoint=None, eval_every=0, watchdog=None, tensorboard=False, top_k=None):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         self.model = model
@@ -70,8 +77,7 @@ class FitExperiment(Experiment):
         if pipe < 1:
             raise ConfigError(f"pipe (the number of pipeline stages) must be >= 1, got {pipe}", key="pipe")
         self.pipe = pipe
-        self._run_keys(logging, checkpoint, eval_every)
-        self.watchdog = watchdog   # seconds (Positive: checked by the builder)
+        self._run_keys(logging, checkpoint, eval_every, watchdog, tensorboard)
         self.top_k = top_k         # None: the default of resolve_top_k (checked against the classes)
         if self.dataset.dist_flag != dist_flag:
             raise ConfigError(f"the experiment has dist_flag: {dist_flag} but its dataset has "
@@ -200,11 +206,11 @@ class FitExperiment(Experiment):
         for layer in self.model.layers:
             log.debug("  %s", layer.describe())
 
-    def note_start(self, data, first_epoch, log):
+    def note_start(self, data, log):
         """The run-start warnings (:func:`~distnet.experiments.run_notes.note_run_start`; rank 0)."""
         t = self.topology
         if t.rank == 0:
-            note_run_start(self, len(data["train"][0]), t.ndata, first_epoch, log)
+            note_run_start(self, len(data["train"][0]), t.ndata, log)
 
     def read_ahead(self, train):
         return self.dataset.read_ahead(train[0])

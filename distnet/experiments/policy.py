@@ -116,9 +116,10 @@ class CheckpointPolicy:
         self.stop = None              # {"reason": "early_stopping", "epoch", "detail"} once decided
 
     @classmethod
-    def of(cls, exp, splits, world_rank=0):
+    def of(cls, exp, splits, world_rank=0, path=None):
         """The policy of experiment ``exp`` (its ``checkpoint_policy`` keys) for a run whose
-        evaluated splits are ``splits``; ConfigError (at the experiment's ``checkpoint``) for a
+        evaluated splits are ``splits`` and whose checkpoints go to ``path`` (default: the
+        experiment's ``checkpoint.path``); ConfigError (at the experiment's ``checkpoint``) for a
         monitored metric no evaluated split gives, or keys that need evaluations without them."""
         keys = dict(exp.checkpoint_policy or {})
         monitor = keys.get("monitor")
@@ -139,7 +140,7 @@ class CheckpointPolicy:
         if wants and not exp.eval_every:
             raise ConfigError("checkpoint keep_best and patience need evaluated epochs: set eval_every "
                               "(e.g. eval_every: 1)", key="checkpoint")
-        return cls(exp.checkpoint_path, exp.checkpoint_every, exp.checkpoint_at_end, monitor,
+        return cls(path or exp.checkpoint_path, exp.checkpoint_every, exp.checkpoint_at_end, monitor,
                    keys.get("keep_best", False), keys.get("keep_last", 0), keys.get("patience", 0),
                    keys.get("min_delta", 0.0), world_rank)
 

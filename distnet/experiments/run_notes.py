@@ -1,16 +1,16 @@
 """Warnings at the start of a run (rank 0, with the YAML ``file:line`` of the key): settings
 that cannot do what they say for this run's data and length, found once the training set's size
-is known (:func:`note_run_start`, called by :meth:`FitExperiment.run
-<distnet.experiments.fit.FitExperiment.run>`). They warn, never refuse: each can be meant."""
+is known (:func:`note_run_start`, called by :meth:`FitExperiment.note_start
+<distnet.experiments.fit.FitExperiment.note_start>`). They warn, never refuse: each can be meant."""
 from ..config.builder import config_where
 
 
-def note_run_start(exp, n, ndata, first_epoch, log):
+def note_run_start(exp, n, ndata, log):
     """Every note below for experiment ``exp`` training on ``n`` images over ``ndata`` data
-    replicas from epoch ``first_epoch`` (0, or the epoch after a resumed checkpoint)."""
+    replicas (the checkpoint's note is the checkpoint bookkeeping's:
+    :meth:`~distnet.experiments.checkpointing.Checkpointing.note_unwritten`)."""
     note_batch_size(exp, n, ndata, log)
     note_schedules(exp, n, log)
-    note_checkpoints(exp, first_epoch, log)
 
 
 def note_batch_size(exp, n, ndata, log):
@@ -29,22 +29,6 @@ def note_batch_size(exp, n, ndata, log):
     if bs < ndata:
         log.warning("%sbatch_size %d is smaller than the %d data replicas: %d of them get no rows of a "
                     "batch (they wait); use a batch_size of at least %d", at, bs, ndata, ndata - bs, ndata)
-
-def note_checkpoints(exp, first_epoch, log):
-    """A warning (at the checkpoint key's line) when a checkpoint path is set but no epoch
-    of this run writes one: ``at_end: False`` with ``every`` 0 (only at the end, but not at
-    the end), or an ``every`` no epoch from ``first_epoch`` to the last reaches."""
-    if not exp.checkpoint_path or exp.checkpoint_at_end:
-        return
-    every, last = exp.checkpoint_every, exp.model.num_epochs - 1
-    if every and any((e + 1) % every == 0 for e in range(first_epoch, last + 1)):
-        return
-    where = config_where(exp, "checkpoint")
-    why = (f"every is {every} and the run's epochs {first_epoch} .. {last} reach no multiple of it"
-           if every else "every is 0 (only at the end)")
-    log.warning("%scheckpoint at_end is False and %s: this run writes no checkpoint to %s; set at_end: True "
-                "or an every the run reaches (or --no-checkpoint)", f"{where}: " if where else "", why,
-                exp.checkpoint_path)
 
 def note_schedules(exp, n, log):
     """A warning (at the schedule's line) for each learning-rate schedule the run ends

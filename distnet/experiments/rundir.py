@@ -47,9 +47,6 @@ import sys
 import threading
 import time
 
-import yaml
-
-from ..config.yaml_loader import yaml12_numbers
 from ..errors import DistnetError
 from ..fileio import OutputError, claim_file, pid_alive, reason, write_text
 
@@ -66,47 +63,6 @@ DONE = ("finished", "failed", "interrupted")
 
 class RunDirError(DistnetError):
     """A run directory that cannot be used."""
-
-
-# ---------------------------------------------------------------------------------------------
-# The resolved experiment
-# ---------------------------------------------------------------------------------------------
-
-@yaml12_numbers   # a string such as '1e-3' is written quoted (it reads back as a number)
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _represent_obj(dumper, spec):
-    return dumper.represent_mapping(f"!obj:{spec.path}", spec.kwargs.items(), flow_style=False)
-
-
-def _represent_tuple(dumper, value):
-    return dumper.represent_list(list(value))
-
-
-def dump_tree(tree):
-    """YAML text of a parsed experiment tree (:class:`~distnet.config.ObjSpec` nodes become
-    ``!obj:`` tags; an object used twice becomes an anchor and an alias, as in the file)."""
-    from ..config.yaml_loader import ObjSpec
-    _Dumper.add_representer(ObjSpec, _represent_obj)
-    _Dumper.add_representer(tuple, _represent_tuple)
-    return yaml.dump(tree, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
-
-
-def experiment_config(path, overrides=(), text=None):
-    """``{source, yaml, resolved, overrides}``: the experiment file's text (``text``: as read
-    already, else read here), and the same with ``overrides`` applied (as YAML text that builds
-    the experiment that runs)."""
-    from ..config.overrides import apply_overrides
-    from ..config.yaml_loader import parse_yaml
-    if text is None:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    resolved = dump_tree(apply_overrides(parse_yaml(text, str(path)), list(overrides)))
-    head = f"# {path}" + "".join(f"\n#   --set {o}" for o in overrides) + "\n"
-    return {"source": os.path.abspath(path), "yaml": text, "resolved": head + resolved,
-            "overrides": list(overrides)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import os
 
 from ..backend import Numpy, under_seterr_handling
 from ..config.builder import config_name
-from ..config.types import NonNegativeInt, PositiveInt
+from ..config.types import NonNegativeInt, Positive, PositiveInt
 from ..datasets.sequences import SequenceDataset
 from ..errors import ConfigError
 from ..models.seq2seq import Seq2Seq
@@ -26,20 +26,18 @@ class Seq2SeqExperiment(Experiment):
     float32, seed 0), ``data`` (data replicas, default 1), ``pipe`` (1, or 2: encoder and decoder
     on their own stages), ``eval_every`` (N: measure the test accuracies every N epochs; default
     0 = only at the end), ``logging`` (``level``, ``format``, ``filename``), ``checkpoint``
-    (as for FitExperiment: ``every`` N epochs, ``path``, ``at_end``; ``distnet run --resume``
-    continues from one on any layout). The run reports ``test_misclass`` = 100 - whole-sequence
+    (as for FitExperiment: ``every`` N epochs, ``path``, ``at_end``, ``sharded``, ``enabled``;
+    ``distnet run --resume`` continues from one on any layout), ``watchdog`` and ``tensorboard``
+    (as for FitExperiment). The run reports ``test_misclass`` = 100 - whole-sequence
     accuracy of the test split (greedy decoding)."""
 
     config_types = {"model": ("obj", "model"), "datasets": ("list", ("obj", "dataset")), "backend": ("obj", "backend"),
                     "data": PositiveInt, "pipe": PositiveInt, "eval_every": NonNegativeInt, "logging": dict,
-                    "checkpoint": dict}
+                    "checkpoint": dict, "watchdog": Positive, "tensorboard": bool}
     #: No best epoch: the epoch lines show the accuracies.
     picks_best_epoch = False
-    #: No watchdog key (``distnet run --watchdog`` works as for any experiment).
-    watchdog = None
-
     def __init__(self, model, datasets, backend=None, data=1, pipe=1, eval_every=0, logging=None,
-                 checkpoint=None):
+                 checkpoint=None, watchdog=None, tensorboard=False):
         if len(datasets) != 1:
             raise ConfigError(f"give exactly one dataset (got {len(datasets)})", key="datasets")
         dataset = datasets[0]
@@ -54,7 +52,7 @@ class Seq2SeqExperiment(Experiment):
         self.model, self.dataset = model, dataset
         self.backend = backend if backend is not None else Numpy()
         self.data, self.pipe = data, pipe
-        self._run_keys(logging, checkpoint, eval_every)
+        self._run_keys(logging, checkpoint, eval_every, watchdog, tensorboard)
 
     def check(self):
         """What needs no MPI: the model's stages against ``pipe``, the data against its declared

@@ -113,8 +113,8 @@ class HaloExchange:
     plan: object
     channels: int
     per_step: int = 1
-    #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (the cost model
-    #: computes every rank's exchange from them).
+    #: The ``(window_y, window_x)`` :class:`~distnet.geometry.Window` rules (``distnet show``
+    #: computes the halo widths of every rank from them, :meth:`grid_costs` every rank's cost).
     windows: tuple = None
     #: True when the process grid cuts the plane into several tiles: the chunk comes from a
     #: :class:`~distnet.comm.global_array.GlobalArray` over ``Topology.spatial`` (collective over
@@ -134,6 +134,12 @@ class HaloExchange:
         """Messages this rank sends in one forward exchange (one per peer)."""
         return len(self.plan.sends)
 
+    def grid_costs(self):
+        """The same exchange on every rank of the grid (:class:`~distnet.layers.halo_costs.GridHalo`:
+        what :meth:`sent`, :meth:`received` and :meth:`messages` give on each rank, as arrays)."""
+        from .halo_costs import GridHalo
+        return GridHalo(self.plan.in_plane, self.windows, self.plan.grid, self.channels)
+
 
 @dataclass(frozen=True, eq=False)
 class Collective:
@@ -147,6 +153,14 @@ class Collective:
     backward: bool = False
     per_step: int = 0
     training_only: bool = False
+
+    def payload(self, batch, itemsize, input_gradient=True):
+        """Bytes this rank contributes to it in one training step on ``batch`` samples of
+        ``itemsize``-byte numbers: the per-sample part (a backward one only when the input
+        gradient is computed: not for a model's first layer) and the float64 statistics, which
+        a layer's parameter gradients need either way."""
+        rows = batch * itemsize * self.per_sample if input_gradient or not self.backward else 0
+        return rows + 8 * self.per_step
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,3 +203,49 @@ class Placement:
     def sharded(self):
         return any(p.sharded for p in self.params)
 
+    # -- what one training step costs on this rank (the cost model, distnet.plan, sums these) --
+    def gradient_payload(self, itemsize):
+        """``{communicator: bytes}`` of this rank's parameter gradients summed over each of
+        :data:`OVER_GRAD` and :data:`OVER_DATA` per step (its share of the gradient buckets)."""
+        return {over: sum(p.local_size for p in self.params if p.reduce_over == over) * itemsize
+                for over in (OVER_GRAD, OVER_DATA)}
+
+    def activation_payload(self, batch, itemsize, input_gradient=True, over=None):
+        """Bytes of this rank's activation Allreduces in one training step (only those over
+        the communicator ``over`` when given): :meth:`Collective.payload` summed."""
+        return sum(c.payload(batch, itemsize, input_gradient) for c in self.collectives
+                   if over is None or c.over == over)
+
+    def flops(self, batch, input_gradient=True):
+        """Floating-point operations of one training step on ``batch`` samples: the forward
+        multiply-adds (2 each), as many for the weight gradient and, with ``input_gradient``,
+        for the input gradient."""
+        return 2.0 * batch * self.macs * (3 if input_gradient else 2)
+
+    def _io_elements(self):
+        """``(input, output)`` elements per sample this rank's kernel reads and writes: a window
+        layer's input chunk and output tile; another layer's input as its multiply-adds count it
+        (a fully connected layer's input features; none for an element-wise layer, whose input
+        is the previous layer's output) and its output."""
+        out = int(np.prod(self.out_layout.local_shape))
+        if self.chunk_shape is not None:
+            return int(np.prod(self.chunk_shape)), out
+        return (self.macs // out if out else 0), out
+
+    def activation_bytes(self, batch, itemsize, io=None):
+        """Bytes of activations this rank keeps for the backward pass: a window layer its
+        output tile and input chunk, another layer its output and pre-activation. ``io``:
+        ``(input, output)`` elements per sample of another rank of the layer instead (arrays
+        of every rank's do)."""
+        chunk, out = self._io_elements() if io is None else io
+        return batch * itemsize * (out + (chunk if self.chunk_shape is not None else out))
+
+    def memory_traffic(self, batch, itemsize, input_gradient=True, io=None):
+        """Bytes one training step moves through memory on this rank (the memory-bound part):
+        a window layer reads its chunk and writes its output tile, forward and (with the input
+        gradient) backward; another layer reads its input and writes its output. ``io``: as
+        for :meth:`activation_bytes`."""
+        inputs, out = self._io_elements() if io is None else io
+        if self.chunk_shape is None:
+            return 2.0 * batch * itemsize * (inputs + out)
+        return 2.0 * batch * itemsize * (inputs + out) * (2 if input_gradient else 1)

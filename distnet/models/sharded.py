@@ -36,9 +36,10 @@ import time
 import numpy as np
 
 from ..errors import CheckpointError
-from .checkpoint import (FORMAT, VERSION, _arrays, _crc, _fail, _held, _keys, _meta, _text, apply_checkpoint,
-                         param_layout, param_slots, read_checkpoint, read_header, save_checkpoint,
-                         write_header)
+from .boxes import box_of, box_size, overlap, rows_of
+from .checkpoint import (VERSION, _crc, _fail, _meta, _text, apply_checkpoint, read_checkpoint, read_header,
+                         save_checkpoint, write_header)
+from .global_params import _arrays, _held, _keys, param_layout, param_slots
 from .optimizer_state import missing_optimizer_state
 
 INDEX_FORMAT = "distnet-sharded-checkpoint"
@@ -54,67 +55,6 @@ def is_sharded(path):
 
 def shard_name(rank):
     return f"shard-{rank:05d}.h5"
-
-
-# ---------------------------------------------------------------------------------------------
-# Boxes: where a piece sits in its global array
-# ---------------------------------------------------------------------------------------------
-
-def box_of(index, shape):
-    """The JSON box of ``G[index]`` for a global array of ``shape``: ``index`` is ``...`` or a
-    tuple of slices (step 1) and increasing index arrays, one per leading axis."""
-    index = () if index is Ellipsis else tuple(index)
-    box = []
-    for axis, n in enumerate(shape):
-        sel = index[axis] if axis < len(index) else slice(None)
-        if isinstance(sel, slice):
-            start, stop, step = sel.indices(n)
-            if step != 1:
-                raise ValueError(f"a checkpoint box takes slices of step 1, got {sel}")
-            box.append([start, stop])
-        else:
-            box.append({"at": [int(i) for i in np.asarray(sel).reshape(-1)]})
-    return box
-
-
-def _positions(sel):
-    return np.arange(sel[0], sel[1]) if isinstance(sel, list) else np.asarray(sel["at"], dtype=np.int64)
-
-
-def _rows_of(box, r0, r1):
-    """The box of rows ``r0:r1`` (of the leading axis) of the piece with ``box``."""
-    first = box[0]
-    first = [first[0] + r0, first[0] + r1] if isinstance(first, list) else {"at": first["at"][r0:r1]}
-    return [first] + list(box[1:])
-
-
-def box_size(box):
-    return int(np.prod([s[1] - s[0] if isinstance(s, list) else len(s["at"]) for s in box]))
-
-
-def overlap(mine, piece):
-    """``(dst, src)`` indexes with ``dest[dst] = piece_array[src]`` for the elements of the box
-    ``piece`` inside the box ``mine`` (a rank's slice), or None when they do not meet."""
-    dst, src, basic = [], [], True
-    for a, b in zip(mine, piece):
-        if isinstance(a, list) and isinstance(b, list):
-            lo, hi = max(a[0], b[0]), min(a[1], b[1])
-            if lo >= hi:
-                return None
-            dst.append(slice(lo - a[0], hi - a[0]))
-            src.append(slice(lo - b[0], hi - b[0]))
-            continue
-        _, i, j = np.intersect1d(_positions(a), _positions(b), assume_unique=True, return_indices=True)
-        if not len(i):
-            return None
-        dst.append(i)
-        src.append(j)
-        basic = False
-    if basic:
-        return tuple(dst), tuple(src)
-    as_arrays = [np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in dst], \
-        [np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in src]
-    return np.ix_(*as_arrays[0]), np.ix_(*as_arrays[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,7 +328,7 @@ class ShardReader:
                     a = np.ascontiguousarray(d[r0:r1] if d.ndim else d[()])
                     crc = zlib.crc32(memoryview(a.reshape(-1)).cast("B"), crc)
                     self.nbytes += a.nbytes
-                    where = overlap(box, _rows_of(q["box"], r0, r1)) if d.ndim else overlap(box, q["box"])
+                    where = overlap(box, rows_of(q["box"], r0, r1)) if d.ndim else overlap(box, q["box"])
                     if where is not None:
                         dst, src = where
                         part = a[src]
@@ -543,106 +483,3 @@ def remove_any(path):
 def read_any(path):
     """A checkpoint file or sharded folder, whole, on one process (:func:`read_sharded`)."""
     return read_sharded(path) if is_sharded(path) else read_checkpoint(path)
-
-
-# ---------------------------------------------------------------------------------------------
-# Consolidate and split (one process)
-# ---------------------------------------------------------------------------------------------
-
-def consolidate(path, out):
-    """Write the sharded checkpoint ``path`` as one file ``out`` (today's single-file format,
-    atomically), one global array in memory at a time. Returns the bytes written."""
-    from ..fileio import atomic_target, hdf5_file, umask_mode
-    from .checkpoint import _dataset
-    ck = read_index(path)
-    reader = ShardReader(ck)
-    try:
-        with atomic_target(out) as tmp:
-            with hdf5_file(tmp, sync=True) as f:
-                meta = {k: v for k, v in ck.meta.items()
-                        if k not in ("format", "version", "epoch", "created", "distnet_version", "token",
-                                     "shards", "arrays")}
-                write_header(f, FORMAT, ck.epoch, meta, ck.shuffle_state, ck.config, ck.history)
-                for group, entries in (("params", ck.params), ("buffers", ck.buffers)):
-                    if group == "buffers" and not entries:
-                        continue
-                    top = f.create_group(group)
-                    for i, e in enumerate(entries):
-                        g = top.create_group(f"{i:03d}")
-                        g.attrs["name"], g.attrs["layer"], g.attrs["sharded"] = e["name"], e["layer"], e["sharded"]
-                        for key in e["keys"]:
-                            where = g.require_group("state") if key.startswith("state/") else g
-                            _dataset(where, key.split("/")[-1], reader.whole(e, key))
-            umask_mode(tmp)
-    finally:
-        reader.close()
-    return os.path.getsize(out)
-
-
-def _cuts(shape, n):
-    """Boxes of ``n`` near-equal blocks of ``shape`` along its longest axis (fewer when the
-    axis is shorter)."""
-    if not shape:
-        return [[]]
-    axis = int(np.argmax(shape))
-    edges = np.linspace(0, shape[axis], min(n, shape[axis]) + 1).astype(int) if shape[axis] else [0, 0]
-    out = []
-    for a, b in zip(edges[:-1], edges[1:]):
-        box = [[0, s] for s in shape]
-        box[axis] = [int(a), int(b)]
-        out.append(box)
-    return out
-
-
-def split(path, out, nshards):
-    """Write the single-file checkpoint ``path`` as a sharded folder ``out`` of ``nshards``
-    shards: each sharded array cut in blocks along its longest axis, each replicated one into
-    the first shard (any boxes do: a run reshards on load). One global array in memory at a
-    time; atomic like a run's save. Returns the bytes written."""
-    import h5py
-
-    from .checkpoint import _read_dataset
-    out = os.fspath(out)
-    try:
-        source = h5py.File(path, "r")
-    except OSError as e:
-        raise _fail(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
-    token = secrets.token_hex(6)
-    tmp = f"{out}.tmp-{token}"
-    os.makedirs(tmp)
-    try:
-        with source as f:
-            if _text(f.attrs.get("format", "")) != FORMAT:
-                raise _fail(path, f"not a distnet checkpoint (no format attribute {FORMAT!r})")
-            ck = read_header(path, f)
-            writers = [ShardWriter(tmp, shard_name(r), token) for r in range(nshards)]
-            arrays = []
-            try:
-                for group in ("params", "buffers"):
-                    if group not in f:
-                        continue
-                    for slot, name in enumerate(sorted(f[group])):
-                        g = f[group][name]
-                        keys = [k for k in ("value", "velocity") if k in g]
-                        keys += [f"state/{k}" for k in sorted(g["state"])] if "state" in g else []
-                        label = _text(g.attrs.get("name", name))
-                        e = {"group": group, "slot": slot, "name": label, "layer": _text(g.attrs.get("layer", "")),
-                             "sharded": bool(g.attrs.get("sharded", False)), "keys": keys, "pieces": {}}
-                        for key in keys:
-                            a = _read_dataset(path, g[key], f"{label} {key}")
-                            e["shape"], e["dtype"] = list(a.shape), e.get("dtype") or np.dtype(a.dtype).name
-                            boxes = _cuts(list(a.shape), nshards) if e["sharded"] else [box_of(Ellipsis, a.shape)]
-                            e["pieces"][key] = [writers[r].add(a[tuple(slice(*s) for s in b)], b)
-                                                for r, b in enumerate(boxes)]
-                            del a
-                        arrays.append(e)
-            finally:
-                shards = [{"file": w.name, "nbytes": w.close()} for w in writers]
-        meta = {k: v for k, v in ck.meta.items()
-                if k not in ("format", "version", "epoch", "created", "distnet_version")}
-        size = sum(s["nbytes"] for s in shards)
-        size += write_index(tmp, token, arrays, shards, ck.epoch, meta, ck.shuffle_state, ck.config, ck.history)
-        publish(tmp, out, token)
-        return size
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,8 +1,7 @@
 """A cost model of one training step on N ranks, from the geometry alone (no MPI, no arrays).
 
-For every layer of a model and a spatial grid ``Py x Px`` (any size: the work is
-``O(layers * (Py^2 + Px^2 + N))``), :func:`plan_model` gives, per rank (the largest over ranks
-is the critical one) and in total:
+For every layer of a model and a spatial grid ``Py x Px``, :func:`plan_model` gives, per rank
+(the largest over ranks is the critical one) and in total:
 
 * local tile shapes: the output tile and the input chunk (tile + halo + padding);
 * halo bytes per step: what a rank *sends* in the forward exchanges of its window layers
@@ -21,9 +20,12 @@ is the critical one) and in total:
   Rabenseifner's algorithm (:mod:`distnet.plan.collectives`), compute ``flops / flop_rate``;
   nothing overlaps.
 
-Every layer fact comes from the layers' placements (:mod:`distnet.layers.placement`): which
-layers exchange halos (and how often, on which windows), the parameters each rank holds and the
-communicator that sums their gradients, the activation Allreduces, the multiply-adds.
+Every figure is what the layers' placements (:mod:`distnet.layers.placement`) state, summed
+here over layers and ranks: a halo exchange its elements, messages and the part that crosses
+nodes on every rank of its grid (``HaloExchange.grid_costs``, per axis: a million ranks take a
+second), a layer its activation Allreduces (``Collective.payload``), gradient payload per
+communicator, FLOPs, activation memory and memory traffic (``Placement``). A layer without
+halos costs every rank what it costs rank ``(0, 0)``, which holds the largest tiles.
 
 The step modelled is the supervised one (the training step: forward, backward, gradient sums).
 With data replicas each replica's rows of the batch run on its ranks and the gradient bucket is
@@ -35,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..config.builder import config_name
-from ..geometry import block_partition, check_grid, choose_grid
+from ..geometry import check_grid, choose_grid
 from ..geometry.grid import GridPosition
 from ..layers.placement import OVER_DATA, OVER_GRAD
 from .collectives import allreduce, members_per_node
@@ -137,70 +139,92 @@ class Plan:
         return d
 
 
-class _Axis:
-    """One axis of a window layer on ``P`` grid ranks: owned input blocks, output blocks and
-    chunk spans, and the overlap matrix ``ov[a, b] = |own(a) ∩ chunk(b)|``."""
+class _Step:
+    """What every layer's figures are computed for: the grid ``(Py, Px)`` of the first replica
+    and stage (world ranks ``iy * Px + ix``), ``data`` replicas, ``pipe`` stages, one replica's
+    ``batch`` rows, ``itemsize``-byte numbers, the :class:`Machine`."""
 
-    def __init__(self, length, window, parts):
-        out_len = window.output_length(length)
-        self.own = [(o, o + n) for o, n in block_partition(length, parts)]
-        self.out = [(o, o + n) for o, n in block_partition(out_len, parts)]
-        self.chunk = [window.input_span(o0, o1 - o0) for o0, o1 in self.out]
-        own0 = np.array([a for a, _ in self.own])[:, None]
-        own1 = np.array([b for _, b in self.own])[:, None]
-        ch0 = np.array([a for a, _ in self.chunk])[None, :]
-        ch1 = np.array([b for _, b in self.chunk])[None, :]
-        self.ov = np.maximum(np.minimum(own1, ch1) - np.maximum(own0, ch0), 0)   # (P, P)
+    def __init__(self, grid, data, pipe, batch, itemsize, machine):
+        self.grid, self.data, self.pipe = tuple(grid), data, pipe
+        self.batch, self.itemsize, self.machine = batch, itemsize, machine
+        self.P = grid[0] * grid[1]
 
+    def position(self):
+        """Rank ``(0, 0)`` of the grid (the largest tiles: the first blocks are the longer ones)."""
+        return GridPosition(self.grid, (0, 0), self.data, self.pipe)
 
-def _halo(in_hw, windows, grid):
-    """Per-rank pixel counts (per sample and channel) of one exchange:
-    ``(sent, received, messages sent)`` as ``(Py, Px)`` arrays, plus the axes."""
-    ay = _Axis(in_hw[0], windows[0], grid[0])
-    ax = _Axis(in_hw[1], windows[1], grid[1])
-    # sent by (iy, ix) = sum over peers (iy', ix') != me of ov_y[iy, iy'] * ov_x[ix, ix']
-    sy, sx = ay.ov.sum(axis=1), ax.ov.sum(axis=1)
-    dy, dx = np.diag(ay.ov), np.diag(ax.ov)
-    sent = np.outer(sy, sx) - np.outer(dy, dx)
-    ry, rx = ay.ov.sum(axis=0), ax.ov.sum(axis=0)        # = |chunk ∩ image| per axis
-    recv = np.outer(ry, rx) - np.outer(dy, dx)
-    ny, nx = (ay.ov > 0).sum(axis=1), (ax.ov > 0).sum(axis=1)
-    msgs = np.outer(ny, nx) - np.outer(dy > 0, dx > 0)
-    return sent, recv, msgs, ay, ax
+    def spread(self):
+        """Whether the grid's ranks sit on several nodes."""
+        rpn = self.machine.ranks_per_node
+        return bool(rpn) and rpn < self.P
 
 
-def _node_split(ay, ax, grid, machine):
-    """Which part of one exchange crosses nodes: ``(fwd_inter, bwd_inter, msgs_inter)`` as
-    ``(Py, Px)`` arrays (pixels per sample and channel sent to ranks of another node, forward
-    and adjoint, and those messages) for the ranks of the first replica and stage (world ranks
-    ``iy * Px + ix``). Peers are visited by offset: a window layer's overlaps are banded (a
-    handful of offsets), so this costs ``O(offsets * P)``, not ``O(P^2)``."""
-    Py, Px = grid
-    fwd, bwd, msgs = (np.zeros(grid) for _ in range(3))
-    if not machine.ranks_per_node or machine.ranks_per_node >= Py * Px:
-        return fwd, bwd, msgs
-    rank = np.arange(Py * Px).reshape(grid)
+class _RankSums:
+    """Per-rank figures summed over the layers of each pipeline stage: ``(stage, kind) -> (Py, Px)``
+    array (``flops``, ``halo_fwd``, ``time_halo``, ...)."""
 
-    def band(ov, o):           # ov[i, i + o] and ov[i + o, i] for every i (0 off the ends)
-        n = ov.shape[0]
-        i = np.arange(n)
-        ok = (i + o >= 0) & (i + o < n)
-        j = np.clip(i + o, 0, n - 1)
-        return np.where(ok, ov[i, j], 0), np.where(ok, ov[j, i], 0)
-    offs_y = [o for o in range(-Py + 1, Py) if band(ay.ov, o)[0].any() or band(ay.ov, o)[1].any()]
-    offs_x = [o for o in range(-Px + 1, Px) if band(ax.ov, o)[0].any() or band(ax.ov, o)[1].any()]
-    for oy in offs_y:
-        sy, ry = band(ay.ov, oy)
-        for ox in offs_x:
-            if oy == 0 and ox == 0:
-                continue
-            sx, rx = band(ax.ov, ox)
-            other = machine.node_of(rank + oy * Px + ox) != machine.node_of(rank)
-            sent, back = np.outer(sy, sx), np.outer(ry, rx)
-            fwd += np.where(other, sent, 0)
-            bwd += np.where(other, back, 0)
-            msgs += np.where(other, sent > 0, 0)
-    return fwd, bwd, msgs
+    def __init__(self, grid):
+        self.grid, self.sums = tuple(grid), {}
+
+    def add(self, stage, kind, values):
+        key = (stage, kind)
+        self.sums[key] = self.sums.get(key, 0) + np.broadcast_to(np.asarray(values, dtype=np.float64), self.grid)
+
+    def add_step_times(self, stage, machine):
+        """The stage's compute, memory and step time per rank (no overlap)."""
+        if (stage, "flops") in self.sums:
+            self.add(stage, "time_compute", self.sums[(stage, "flops")] / machine.flop_rate)
+        if (stage, "mem_bytes") in self.sums:
+            self.add(stage, "time_memory", self.sums[(stage, "mem_bytes")] / machine.mem_rate)
+        self.add(stage, "time_step", sum(self.sums.get((stage, k), 0) for k in ("time_compute", "time_memory",
+                                                                               "time_halo")))
+
+    def busiest(self, stages):
+        """Per kind, the stage whose ranks carry the most (a rank runs its own stage's layers only)."""
+        kinds = {k for _, k in self.sums}
+        return {kind: np.max([self.sums[(st, kind)] for st in stages if (st, kind) in self.sums], axis=0)
+                for kind in kinds}
+
+
+def _window_layer(lp, pl, step, ranks, need_dx):
+    """A window layer's figures on every rank of the grid: its tiles, halo exchanges (what its
+    :class:`~distnet.layers.placement.HaloExchange` states for every rank), FLOPs and memory."""
+    B, isz, m = step.batch, step.itemsize, step.machine
+    halo = pl.halos[0]
+    every = halo.grid_costs()
+    K, C = pl.out_layout.local_shape[0], halo.channels
+    (h, w), (hc, wc) = every.largest()
+    lp.tile, lp.chunk = (K, h, w), (C, hc, wc)
+    lp.far_peers = every.far_peers
+    if step.P > 1:
+        lp.exchanges = halo.per_step
+        lp.adjoints = lp.exchanges if need_dx else 0
+        f_r, b_r = lp.exchanges * B * isz * every.sent, lp.adjoints * B * isz * every.received
+        m_r = lp.exchanges * every.messages + lp.adjoints * every.messages
+        lp.halo_fwd_max, lp.halo_fwd_total = int(f_r.max()), int(f_r.sum())
+        lp.halo_bwd_max, lp.halo_bwd_total = int(b_r.max()), int(b_r.sum())
+        lp.halo_msgs_max = int(m_r.max())
+        ranks.add(lp.stage, "halo_fwd", f_r)
+        ranks.add(lp.stage, "halo_bwd", b_r)
+        ranks.add(lp.stage, "halo_msgs", m_r)
+        f_x, b_x, m_x = every.to_other_nodes(m.node_of) if step.spread() else (np.zeros(step.grid),) * 3
+        f_x, b_x = lp.exchanges * B * isz * f_x, lp.adjoints * B * isz * b_x
+        m_x = (lp.exchanges + lp.adjoints) * m_x
+        inter = f_x + b_x
+        ranks.add(lp.stage, "halo_inter", inter)
+        t_r = ((m_r - m_x) * m.alpha + m_x * m.alpha_inter + (f_r + b_r - inter) / m.beta
+               + _node_share(inter, step.grid, m) / m.beta_inter)
+        lp.halo_inter_max = int(inter.max())
+        lp.halo_time_max = float(t_r.max())
+        ranks.add(lp.stage, "time_halo", t_r)
+    if pl.macs:   # multiply-adds per output pixel, the same on every rank
+        lp.flops_max = pl.flops(B, need_dx)
+        ranks.add(lp.stage, "flops", lp.flops_max / (h * w) * every.out_pixels)
+    io = (C * every.chunk_pixels, K * every.out_pixels)   # every rank's chunk and output tile
+    lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
+    lp.act_bytes_max = pl.activation_bytes(B, isz)
+    ranks.add(lp.stage, "mem_bytes", pl.memory_traffic(B, isz, need_dx, io))
+    ranks.add(lp.stage, "act_bytes", pl.activation_bytes(B, isz, io))
 
 
 def _node_share(inter_bytes, grid, machine):
@@ -216,6 +240,84 @@ def _node_share(inter_bytes, grid, machine):
     return (per_node[node] * copies).reshape(grid)
 
 
+def _other_layer(lp, pl, step, ranks, need_dx):
+    """A layer without halos (fully connected, batch norm, ...): its activation Allreduces, FLOPs
+    and memory, the same on every rank of the grid (rank (0, 0)'s: the largest)."""
+    B, isz = step.batch, step.itemsize
+    lp.allreduce_act = pl.activation_payload(B, isz, need_dx)
+    # a tower network's exchanges run over the pipe ranks (the towers), not the spatial grid
+    lp.allreduce_pipe = pl.activation_payload(B, isz, need_dx, over="pipe")
+    lp.tile = tuple(pl.out_layout.local_shape)
+    lp.flops_max = pl.flops(B, need_dx)
+    lp.act_bytes_max = pl.activation_bytes(B, isz)
+    lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
+    ranks.add(lp.stage, "flops", lp.flops_max)
+    ranks.add(lp.stage, "act_bytes", lp.act_bytes_max)
+    ranks.add(lp.stage, "mem_bytes", lp.mem_bytes_max)
+
+
+def _layer_plan(i, layer, pl, stage, step, state_arrays):
+    """A :class:`LayerPlan` with what a layer's parameters cost: memory and gradient payloads."""
+    isz = step.itemsize
+    lp = LayerPlan(i, layer.name or config_name(layer), config_name(layer), tuple(layer.in_shape),
+                   tuple(layer.out_shape), stage=stage)
+    lp.param_bytes = pl.local_param_count * isz * (2 + state_arrays)
+    lp.param_global = pl.param_count
+    lp.array_local_max = max([pp.local_size * isz for pp in pl.params], default=0)
+    lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
+    # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
+    payload = pl.gradient_payload(isz)
+    lp.bucket_bytes = {over: payload[over] for over, n in ((OVER_GRAD, step.P * step.data), (OVER_DATA, step.data))
+                       if n > 1}
+    lp.allreduce_grad = sum(lp.bucket_bytes.values())
+    return lp
+
+
+def _layer_times(layers, step):
+    """Every layer's ``time``: compute, memory, halo and Allreduce seconds. A gradient bucket is
+    one Allreduce: its cost is counted once, on the first layer in it, for the bucket's whole
+    payload (the other layers' share of it shows as 0 s)."""
+    machine, P, data, pipe = step.machine, step.P, step.data, step.pipe
+    # Who takes part in each communicator, as world ranks of the first replica and stage (the
+    # others are alike): their spread over nodes decides how many steps cross the network.
+    comms = {OVER_GRAD: [(d * pipe) * P + r for d in range(data) for r in range(P)],
+             OVER_DATA: [(d * pipe) * P for d in range(data)],
+             "spatial": list(range(P)), "pipe": [p * P for p in range(pipe)]}
+    share = machine.sharing(P * data * pipe)    # every rank reduces at once
+
+    def reduce_time(nbytes, over):
+        ranks_of = comms[over]
+        return allreduce(nbytes, len(ranks_of), machine, members_per_node(ranks_of, machine), share)
+    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD, OVER_DATA)}
+    first = {over: next((lp for lp in layers if lp.bucket_bytes.get(over)), None) for over in bucket_total}
+    for lp in layers:
+        t = {"compute": lp.flops_max / machine.flop_rate,
+             "memory": lp.mem_bytes_max / machine.mem_rate,
+             "halo": lp.halo_time_max if P > 1 else 0.0,
+             "allreduce": 0.0}
+        if lp.allreduce_act:
+            t["allreduce"] += (reduce_time(lp.allreduce_act - lp.allreduce_pipe, "spatial")
+                               + reduce_time(lp.allreduce_pipe, "pipe"))
+        for over in bucket_total:
+            if lp is first[over]:
+                t["allreduce"] += reduce_time(bucket_total[over], over)
+        lp.time = t
+
+
+def _notes(layers, data, batch_global):
+    notes = []
+    if data > batch_global:
+        notes.append(f"{data} data replicas for a batch of {batch_global} images: {data - batch_global} replicas "
+                     "get no rows and only add Allreduce work; use at most as many replicas as images "
+                     "in a batch (or a larger batch)")
+    for lp in layers:
+        if lp.far_peers:
+            notes.append(f"layer {lp.name}: tiles of {lp.tile[1]}x{lp.tile[2]} are narrower than its "
+                         f"halo: a rank exchanges with ranks beyond its neighbours, and halo bytes "
+                         "grow faster than the work shrinks (fewer ranks on this grid would help)")
+    return notes
+
+
 def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, machine=None,
                state_arrays=1, data=1, pipe=1):
     """The :class:`Plan` of ``model`` (an MLP/Convnet/GB; shapes inferred here) on ``nranks``
@@ -228,149 +330,23 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
     model.infer_shapes(tuple(image_shape))
     planes = model.planes()
     grid = choose_grid(nranks, planes) if grid is None else check_grid(grid, nranks, planes)
-    Py, Px = grid
-    P = Py * Px
     B_global = int(batch or model.batch_size or 1)
-    B = -(-B_global // data)
-    isz = int(itemsize)
+    step = _Step(grid, data, pipe, -(-B_global // data), int(itemsize), machine)
     stage_of = model.stage_plan(pipe)
-    # Rank (0, 0) holds the largest tiles (the first blocks are the longer ones).
-    placements = model.placements(GridPosition(grid, (0, 0), data, pipe))
-    out = []
-    ranks = {}                      # (stage, kind) -> (Py, Px) array summed over the stage's layers
-
-    def acc(stage, kind, arr):
-        key = (stage, kind)
-        ranks[key] = ranks.get(key, 0) + np.broadcast_to(np.asarray(arr, dtype=np.float64), (Py, Px))
-
-    m = machine
-    for i, (layer, pl) in enumerate(zip(model.layers, placements)):
-        st = stage_of[i]
-        lp = LayerPlan(i, layer.name or config_name(layer), config_name(layer),
-                       tuple(layer.in_shape), tuple(layer.out_shape))
-        need_dx = i > 0
-        local_params = sum(pp.local_size for pp in pl.params)
-        lp.stage = st
-        lp.param_bytes = local_params * isz * (2 + state_arrays)
-        lp.param_global = sum(pp.size for pp in pl.params)
-        lp.array_local_max = max([pp.local_size * isz for pp in pl.params], default=0)
-        lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
-        # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
-        lp.bucket_bytes = {over: sum(pp.local_size for pp in pl.params if pp.reduce_over == over) * isz
-                           for over, n in ((OVER_GRAD, P * data), (OVER_DATA, data)) if n > 1}
-        lp.allreduce_grad = sum(lp.bucket_bytes.values())
+    ranks = _RankSums(grid)
+    layers = []
+    for i, (layer, pl) in enumerate(zip(model.layers, model.placements(step.position()))):
+        lp = _layer_plan(i, layer, pl, stage_of[i], step, state_arrays)
         if pl.halos:
-            halo = pl.halos[0]
-            C, H, W = layer.in_shape
-            K = layer.out_shape[0]
-            wy, wx = halo.windows
-            sent, recv, msgs, ay, ax = _halo((H, W), (wy, wx), grid)
-            out_h = max(b - a for a, b in ay.out)
-            out_w = max(b - a for a, b in ax.out)
-            ch_h = max(b - a for a, b in ay.chunk)
-            ch_w = max(b - a for a, b in ax.chunk)
-            lp.tile, lp.chunk = (K, out_h, out_w), (C, ch_h, ch_w)
-            lp.far_peers = any(bool(np.triu(a.ov, 2).any() or np.tril(a.ov, -2).any()) for a in (ay, ax))
-            per = B * C * isz
-            oh = np.array([b - a for a, b in ay.out])[:, None]
-            ow = np.array([b - a for a, b in ax.out])[None, :]
-            chh = np.array([b - a for a, b in ay.chunk])[:, None]
-            chw = np.array([b - a for a, b in ax.chunk])[None, :]
-            if P > 1:
-                lp.exchanges = halo.per_step
-                lp.adjoints = lp.exchanges if need_dx else 0
-                f_r, b_r = lp.exchanges * per * sent, lp.adjoints * per * recv
-                m_r = lp.exchanges * msgs + lp.adjoints * msgs
-                lp.halo_fwd_max, lp.halo_fwd_total = int(f_r.max()), int(f_r.sum())
-                lp.halo_bwd_max, lp.halo_bwd_total = int(b_r.max()), int(b_r.sum())
-                lp.halo_msgs_max = int(m_r.max())
-                acc(st, "halo_fwd", f_r)
-                acc(st, "halo_bwd", b_r)
-                acc(st, "halo_msgs", m_r)
-                f_x, b_x, m_x = _node_split(ay, ax, grid, m)
-                f_x, b_x = lp.exchanges * per * f_x, lp.adjoints * per * b_x
-                m_x = (lp.exchanges + lp.adjoints) * m_x
-                inter = f_x + b_x
-                acc(st, "halo_inter", inter)
-                t_r = ((m_r - m_x) * m.alpha + m_x * m.alpha_inter + (f_r + b_r - inter) / m.beta
-                       + _node_share(inter, grid, m) / m.beta_inter)
-                lp.halo_inter_max = int(inter.max())
-                lp.halo_time_max = float(t_r.max())
-                acc(st, "time_halo", t_r)
-            outpix = out_h * out_w
-            outpix_r = oh * ow
-            if pl.macs:
-                per_pixel = pl.macs / (pl.out_layout.local_shape[1] * pl.out_layout.local_shape[2])
-                lp.flops_max = 2.0 * B * per_pixel * outpix * (3 if need_dx else 2)
-                acc(st, "flops", 2.0 * B * per_pixel * outpix_r * (3 if need_dx else 2))
-            # memory-bound traffic: read the chunk and write the output, both ways
-            lp.mem_bytes_max = 2.0 * B * isz * (C * ch_h * ch_w + K * outpix) * (2 if need_dx else 1)
-            lp.act_bytes_max = B * isz * (K * outpix + C * ch_h * ch_w)
-            acc(st, "mem_bytes", 2.0 * B * isz * (C * chh * chw + K * outpix_r) * (2 if need_dx else 1))
-            acc(st, "act_bytes", B * isz * (K * outpix_r + C * chh * chw))
+            _window_layer(lp, pl, step, ranks, need_dx=i > 0)
         else:
-            nout = int(np.prod(pl.out_layout.local_shape))
-            nin = pl.macs // nout if nout else 0
-            lp.allreduce_act = B * isz * sum(c.per_sample for c in pl.collectives
-                                             if not c.backward or need_dx)
-            lp.allreduce_act += 8 * sum(c.per_step for c in pl.collectives)   # float64 statistics (batch norm)
-            # a tower network's exchanges run over the pipe ranks (the towers), not the spatial grid
-            lp.allreduce_pipe = B * isz * sum(c.per_sample for c in pl.collectives
-                                              if c.over == "pipe" and (not c.backward or need_dx))
-            lp.tile = tuple(pl.out_layout.local_shape)
-            lp.flops_max = 2.0 * B * pl.macs * (3 if need_dx else 2)
-            lp.act_bytes_max = B * isz * nout * 2            # pre-activation and output
-            lp.mem_bytes_max = 2.0 * B * isz * (nin + nout)
-            acc(st, "flops", lp.flops_max)
-            acc(st, "act_bytes", lp.act_bytes_max)
-            acc(st, "mem_bytes", lp.mem_bytes_max)
-        out.append(lp)
-    # Who takes part in each communicator, as world ranks of the first replica and stage (the
-    # others are alike): their spread over nodes decides how many steps cross the network.
-    spatial = range(P)
-    comms = {OVER_GRAD: [(d * pipe) * P + r for d in range(data) for r in spatial],
-             OVER_DATA: [(d * pipe) * P for d in range(data)],
-             "spatial": list(spatial), "pipe": [p * P for p in range(pipe)]}
-    share = machine.sharing(P * data * pipe)    # every rank reduces at once
-
-    def reduce_time(nbytes, over):
-        ranks_of = comms[over]
-        return allreduce(nbytes, len(ranks_of), machine, members_per_node(ranks_of, machine), share)
-
-    # a gradient bucket is one Allreduce: its cost is counted once, on the first layer in it,
-    # for the bucket's whole payload (the other layers' share of it shows as 0 s)
-    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in out) for over in (OVER_GRAD, OVER_DATA)}
-    first = {over: next((lp for lp in out if lp.bucket_bytes.get(over)), None) for over in bucket_total}
-    for lp in out:
-        t = {"compute": lp.flops_max / machine.flop_rate,
-             "memory": lp.mem_bytes_max / machine.mem_rate,
-             "halo": lp.halo_time_max if P > 1 else 0.0,
-             "allreduce": 0.0}
-        if lp.allreduce_act:
-            t["allreduce"] += (reduce_time(lp.allreduce_act - lp.allreduce_pipe, "spatial")
-                               + reduce_time(lp.allreduce_pipe, "pipe"))
-        for over in bucket_total:
-            if lp is first[over]:
-                t["allreduce"] += reduce_time(bucket_total[over], over)
-        lp.time = t
+            _other_layer(lp, pl, step, ranks, need_dx=i > 0)
+        layers.append(lp)
+    _layer_times(layers, step)
     for st in set(stage_of):
-        if (st, "flops") in ranks:
-            acc(st, "time_compute", ranks[(st, "flops")] / machine.flop_rate)
-        if (st, "mem_bytes") in ranks:
-            acc(st, "time_memory", ranks[(st, "mem_bytes")] / machine.mem_rate)
-        acc(st, "time_step", sum(ranks.get((st, k), 0) for k in ("time_compute", "time_memory", "time_halo")))
-    plan = Plan(nranks * data * pipe, tuple(grid), B, isz, machine, out, data=data, pipe=pipe,
-                batch_global=B_global, state_arrays=state_arrays)
-    if data > B_global:
-        plan.notes.append(f"{data} data replicas for a batch of {B_global} images: {data - B_global} replicas "
-                          "get no rows and only add Allreduce work; use at most as many replicas as images "
-                          "in a batch (or a larger batch)")
-    for lp in out:
-        if lp.far_peers:
-            plan.notes.append(f"layer {lp.name}: tiles of {lp.tile[1]}x{lp.tile[2]} are narrower than its "
-                              f"halo: a rank exchanges with ranks beyond its neighbours, and halo bytes "
-                              "grow faster than the work shrinks (fewer ranks on this grid would help)")
-    # per rank: the stage whose ranks carry the most (a rank runs its own stage's layers only)
-    plan._ranks = {kind: np.max([ranks[(st, kind)] for st in set(stage_of) if (st, kind) in ranks], axis=0)
-                   for kind in {k for _, k in ranks}}
+        ranks.add_step_times(st, machine)
+    plan = Plan(nranks * data * pipe, tuple(grid), step.batch, step.itemsize, machine, layers, data=data,
+                pipe=pipe, batch_global=B_global, state_arrays=state_arrays)
+    plan.notes += _notes(layers, data, B_global)
+    plan._ranks = ranks.busiest(set(stage_of))
     return plan

@@ -9,7 +9,7 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment_text
-from distnet.models.checkpoint import gather_params
+from distnet.models.global_params import gather_params
 from tests.tiny import CNN, experiment, write_data
 
 MPI_SIZES = (4,)

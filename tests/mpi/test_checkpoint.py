@@ -10,8 +10,8 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment
-from distnet.experiments.rundir import experiment_config
-from distnet.models.checkpoint import model_params, read_checkpoint
+from distnet.models.checkpoint import read_checkpoint
+from distnet.models.global_params import model_params
 from tests.tiny import CNN, GB, experiment, write_data
 
 MPI_SIZES = (4,)
@@ -35,8 +35,7 @@ def files(comm, shared_tmp):
 
 def run(path, overrides=(), checkpoint=None, resume=None, topology=None):
     """One experiment run (collective over the world unless ``topology`` is serial)."""
-    exp = load_experiment(path, list(overrides))
-    exp.config_record = experiment_config(path, list(overrides))
+    exp = load_experiment(path, list(overrides), record=True)
     exp.checkpoint_path = checkpoint
     try:
         return exp, exp.run(topology=topology, resume=resume)

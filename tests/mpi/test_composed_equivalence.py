@@ -29,7 +29,8 @@ from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
-from distnet.models.checkpoint import apply_checkpoint, gather_params, read_checkpoint, save_checkpoint
+from distnet.models.checkpoint import apply_checkpoint, read_checkpoint, save_checkpoint
+from distnet.models.global_params import gather_params
 from distnet.ops.activations import Identity, RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.optim.rules import AdamW

@@ -26,7 +26,7 @@ from distnet.layers import (AveragePoolingLayer, ConvLayer, L2PoolingLayer, Full
 from distnet.layers.dropout import DropoutLayer
 from distnet.models import Model
 from distnet.models.gb import GB
-from distnet.models.checkpoint import gather_params
+from distnet.models.global_params import gather_params
 from distnet.ops import pooling
 from distnet.ops.activations import Logistic, RectLin
 

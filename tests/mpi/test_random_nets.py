@@ -31,7 +31,7 @@ from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
-from distnet.models.checkpoint import gather_params
+from distnet.models.global_params import gather_params
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.optim.rules import Adam, AdamW, GradientDescent

@@ -14,9 +14,8 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment
-from distnet.experiments.rundir import experiment_config
-from distnet.models import sharded
-from distnet.models.checkpoint import model_params
+from distnet.models import reshard, sharded
+from distnet.models.global_params import model_params
 from distnet.models.sharded import read_any
 from tests.tiny import CNN, GB, experiment, write_data
 
@@ -40,8 +39,7 @@ def files(comm, shared_tmp):
 
 def run(path, overrides=(), checkpoint=None, resume=None, topology=None):
     """One experiment run writing sharded checkpoints (collective over ``topology``'s world)."""
-    exp = load_experiment(path, list(overrides))
-    exp.config_record = experiment_config(path, list(overrides))
+    exp = load_experiment(path, list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_sharded = checkpoint, True
     try:
         return exp, exp.run(topology=topology, resume=resume)
@@ -122,7 +120,7 @@ def test_consolidate_on_one_rank_equals_the_folder(comm, mpi, files):
     folder = os.path.join(files, "gb-cons")
     run(dist, ["grid=[1, 3]", "data=3", "model.num_epochs=1"], checkpoint=folder)
     out = os.path.join(files, f"gb-cons-{comm.Get_rank()}.h5")
-    sharded.consolidate(folder, out)
+    reshard.consolidate(folder, out)
     x, y = read_any(folder), read_any(out)
     same = all(np.array_equal(p["value"], q["value"]) and
                ((p["velocity"] is None and q["velocity"] is None) or np.array_equal(p["velocity"], q["velocity"]))

@@ -10,8 +10,8 @@ import pytest
 
 from distnet.config import load_experiment
 from distnet.errors import CheckpointError, ConfigError
-from distnet.experiments.rundir import experiment_config
 from distnet.models import checkpoint as ckmod
+from distnet.models.global_params import model_params
 from distnet.models.checkpoint import read_checkpoint
 from tests.tiny import write_experiments
 
@@ -27,8 +27,7 @@ def files(tmp_path_factory):
 
 
 def run(path, overrides=(), checkpoint=None, every=0, resume=None):
-    exp = load_experiment(str(path), list(overrides))
-    exp.config_record = experiment_config(str(path), list(overrides))
+    exp = load_experiment(str(path), list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_every = (str(checkpoint) if checkpoint else None), every
     return exp, exp.run(resume=str(resume) if resume else None)
 
@@ -68,7 +67,7 @@ def test_checkpoint_contents(files, tmp_path):
     assert ck.epoch == 2 and [r["epoch"] for r in ck.history] == [0, 1, 2]
     assert [r["cost"] for r in ck.history] == result.epoch_costs
     assert [p["name"] for p in ck.params] == ["conv.W", "hidden.W", "out.W", "out.b"]
-    for (layer, p), e in zip(ckmod.model_params(exp.model), ck.params):
+    for (layer, p), e in zip(model_params(exp.model), ck.params):
         np.testing.assert_array_equal(e["value"], p.value)
         np.testing.assert_array_equal(e["velocity"], p.velocity)   # momentum: velocities saved
     state = exp.model.shuffle_rng.get_state()

@@ -247,6 +247,22 @@ def test_overrides_are_checked_like_the_file(files):
         load_experiment(files / "base.yaml", ["model.layers.0.nofm=0"])
 
 
+def test_run_options_set_keys_after_the_overrides(files):
+    """What ``distnet run``'s options set is applied after --set, as given (no YAML reading of
+    the value: a path with braces stays a string), creating the mappings the file lacks
+    (keeping the keys of those it has), and a bad value is told as the option's."""
+    settings = [("--checkpoint ck_{epoch}.h5", "checkpoint.path", "ck_{epoch}.h5"),
+                ("--checkpoint-every 2", "checkpoint.every", 2), ("-q", "logging.level", "WARNING")]
+    exp = load_experiment(files / "base.yaml", ["checkpoint={every: 5, at_end: false}", "logging={format: '%(message)s'}"],
+                          settings=settings)
+    assert (exp.checkpoint_path, exp.checkpoint_every, exp.checkpoint_at_end) == ("ck_{epoch}.h5", 2, False)
+    assert exp.logging == {"level": 30, "format": "%(message)s"}
+    exp = load_experiment(files / "base.yaml", settings=[("--tensorboard", "tensorboard", True)])
+    assert exp.tensorboard is True and exp.checkpoint_enabled and exp.watchdog is None
+    with pytest.raises(ConfigError, match=r"command line --watchdog -1: key 'watchdog': expected number > 0"):
+        load_experiment(files / "base.yaml", settings=[("--watchdog -1", "watchdog", -1.0)])
+
+
 def test_an_object_in_set_says_that_set_takes_plain_values(files):
     """``--set model.cost=!obj:...`` was "could not determine a constructor for the tag"."""
     with pytest.raises(ConfigError, match=r"--set takes plain YAML values.*!obj:.*edit the file") as e:
@@ -280,10 +296,16 @@ def test_the_logging_mapping_is_checked_at_build_time(base_text, mapping, words)
     assert (e.where, e.key) == ("exp.yaml:4", "logging") and words in str(e), str(e)
 
 
-def test_good_logging_mappings(base_text):
-    for mapping in ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
-                    "{level: DEBUG}", "{level: warning}"):
-        load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+@pytest.mark.parametrize("mapping, want", [
+    ("{level: 20, format: '%(asctime)-15s %(levelname)s:%(module)s - %(message)s'}",
+     {"level": 20, "format": "%(asctime)-15s %(levelname)s:%(module)s - %(message)s"}),
+    ("{level: DEBUG}", {"level": 10}),          # a level name is the logging module's number
+    ("{level: warning}", {"level": 30}),        # in any case
+    ("{filename: run.log}", {"filename": "run.log"}),
+])
+def test_good_logging_mappings(base_text, mapping, want):
+    exp = load_experiment_text(base_text.replace("  model: !obj", f"  logging: {mapping},\n  model: !obj"))
+    assert exp.logging == want
 
 
 def test_an_unwritable_log_file_is_one_clear_line(files, tmp_path):

@@ -240,6 +240,7 @@ def test_seterr_handling_applies_while_the_experiment_runs_not_after_loading(tmp
     import numpy as np
 
     from distnet.comm.topology import Topology
+    from distnet.experiments.loop import RunHooks
     from tests.tiny import CNN, experiment, write_data
     text = experiment(CNN, write_data(tmp_path / "d.h5")).replace(
         "{rng_seed: 5}", "{rng_seed: 5, seterr_handling: {all: raise}}").replace("num_epochs: 4", "num_epochs: 1")
@@ -247,7 +248,11 @@ def test_seterr_handling_applies_while_the_experiment_runs_not_after_loading(tmp
     exp = load_experiment_text(text, "exp.yaml")
     assert np.geterr() == before
     during = []
-    exp.run(topology=Topology.serial(), on_epoch=lambda epoch, cost: during.append(np.geterr()))
+
+    class Hooks(RunHooks):
+        def epoch(self, record):
+            during.append(np.geterr())
+    exp.run(topology=Topology.serial(), hooks=Hooks())
     assert during == [{"divide": "raise", "over": "raise", "under": "ignore", "invalid": "raise"}]
     assert np.geterr() == before
 

@@ -16,7 +16,8 @@ from distnet.comm import Topology
 from distnet.config import load_experiment, parse_file, parse_yaml
 from distnet.config.builder import Builder
 from distnet.errors import ConfigError, DistnetError, TopologyError
-from distnet.experiments.rundir import RunDir, RunDirError, default_run_dir, dump_tree, read_run
+from distnet.config.resolved import dump_tree
+from distnet.experiments.rundir import RunDir, RunDirError, default_run_dir, read_run
 from distnet.faults import InjectedFault, fault_hook, parse_fault
 from distnet.log import get_logger
 from distnet.progress import ProgressBar

@@ -69,7 +69,15 @@ def test_policy_keys_refused(keys, message):
 
 
 def test_selecting_on_test_when_asked():
-    check_checkpoint_key({"monitor": "test_misclass", "select_on_test": True})
+    """The test split is refused as the monitor (test_policy_keys_refused) unless asked for;
+    asked for, the keys pass as given and the policy selects on it."""
+    keys = {"monitor": "test_misclass", "select_on_test": True}
+    assert check_checkpoint_key(keys) == keys
+    policy = CheckpointPolicy.of(_Exp(**keys), ["train", "test"])
+    assert policy.monitor == "test_misclass"
+    policy.epoch_done({"epoch": 0, "test_misclass": 3.0}, last=False)
+    policy.epoch_done({"epoch": 1, "test_misclass": 2.0}, last=False)
+    assert policy.best == {"epoch": 1, "split": "test", "metric": "test_misclass", "value": 2.0, "misclass": 2.0}
 
 
 class _Exp:

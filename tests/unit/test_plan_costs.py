@@ -100,18 +100,20 @@ def test_more_replicas_than_images_in_a_batch_is_warned():
     assert not p.notes
 
 
-def test_tiles_narrower_than_the_halo_are_warned():
+def _narrow_tiles_model():
+    """A 9x9 convolution (a halo of 4 pixels) then a fully connected layer."""
     from distnet.layers import ConvLayer, FullyConnectedLayer
     from distnet.models import Model
+    wi = {"type": "uniform", "low": -0.1, "high": 0.1}
+    return Model(layers=[ConvLayer(nofm=2, fshape=9, padding=4, weight_init=wi, learning_rate=0.1),
+                         FullyConnectedLayer(nout=3, weight_init=wi, learning_rate=0.1)], num_epochs=1, batch_size=4)
 
-    def model():
-        wi = {"type": "uniform", "low": -0.1, "high": 0.1}
-        return Model(layers=[ConvLayer(nofm=2, fshape=9, padding=4, weight_init=wi, learning_rate=0.1),
-                             FullyConnectedLayer(nout=3, weight_init=wi, learning_rate=0.1)], num_epochs=1, batch_size=4)
+
+def test_tiles_narrower_than_the_halo_are_warned():
     # 16 columns on 8 ranks: 2-pixel tiles, a halo of 4 pixels reaches two ranks away
-    p = plan_model(model(), (1, 16, 16), 8, grid=(1, 8), batch=4)
+    p = plan_model(_narrow_tiles_model(), (1, 16, 16), 8, grid=(1, 8), batch=4)
     assert any("layer" in n and "narrower than its halo" in n for n in p.notes), p.notes
-    assert not plan_model(model(), (1, 16, 16), 2, grid=(1, 2), batch=4).notes
+    assert not plan_model(_narrow_tiles_model(), (1, 16, 16), 2, grid=(1, 2), batch=4).notes
 
 
 def test_plan_of_any_input_shape_at_4096_ranks():
@@ -159,3 +161,47 @@ def test_per_rank_figures_sum_to_the_totals():
     assert both.sum() == t["halo_fwd_total"] + t["halo_bwd_total"]
     assert both.max() <= t["halo_fwd_max"] + t["halo_bwd_max"]
     assert not p.per_rank("nothing such").any()
+
+
+@pytest.mark.parametrize("model, shape, grid, per_node", [
+    (lambda: load_experiment("experiments/mnist_gb_dist.yaml").model, (1, 28, 28), (3, 2), 4),
+    (lambda: load_experiment("benchmarks/experiments/bigimage_dist.yaml").model, (3, 64, 48), (4, 3), 5),
+    (_narrow_tiles_model, (1, 16, 16), (1, 8), 3)])
+def test_a_halo_exchange_states_every_ranks_cost(model, shape, grid, per_node):
+    """What a halo exchange states for every rank of its grid at once (per axis, what the cost
+    model sums) is what each rank's own placement says: elements sent and received, messages,
+    the part of them for ranks of another node, tiles, chunks, peers beyond the neighbours."""
+    from distnet.geometry import grid_coords
+    from distnet.geometry.grid import GridPosition
+    m = model()
+    m.infer_shapes(shape)
+    machine = Machine(ranks_per_node=per_node)
+    rank_of = lambda c: c[0] * grid[1] + c[1]           # noqa: E731 - world ranks of the grid
+    for i, pl in enumerate(m.placements(GridPosition(grid))):
+        if not pl.halos:
+            continue
+        every = pl.halos[0].grid_costs()
+        far = False
+        f_x, b_x, m_x = every.to_other_nodes(machine.node_of)
+        for coords in grid_coords(grid):
+            own = m.placements(GridPosition(grid, coords))[i]
+            h = own.halos[0]
+            assert (every.sent[coords], every.received[coords], every.messages[coords]) == \
+                (h.sent(), h.received(), h.messages())
+            other = [t for t in h.plan.sends if machine.node_of(rank_of(t.peer)) != machine.node_of(rank_of(coords))]
+            back = [t for t in h.plan.recvs if machine.node_of(rank_of(t.peer)) != machine.node_of(rank_of(coords))]
+            assert f_x[coords] == h.channels * sum(t.box.size for t in other) and m_x[coords] == len(other)
+            assert b_x[coords] == h.channels * sum(t.box.size for t in back)
+            assert every.out_pixels[coords] == own.out_layout.local_shape[1] * own.out_layout.local_shape[2]
+            assert every.chunk_pixels[coords] == own.chunk_shape[1] * own.chunk_shape[2]
+            far |= any(max(abs(t.peer[0] - coords[0]), abs(t.peer[1] - coords[1])) > 1 for t in h.plan.sends)
+        assert every.far_peers == far
+        assert every.far_peers == (grid == (1, 8))
+
+
+def test_a_collective_states_its_payload():
+    """A backward Allreduce's rows only with an input gradient; its float64 statistics always."""
+    from distnet.layers.placement import Collective
+    c = Collective("grad", per_sample=5, backward=True, per_step=3)
+    assert c.payload(4, 8) == 4 * 8 * 5 + 8 * 3 and c.payload(4, 8, input_gradient=False) == 8 * 3
+    assert Collective("spatial", per_sample=5).payload(4, 8, input_gradient=False) == 4 * 8 * 5

@@ -10,6 +10,7 @@ from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.config import load_experiment, load_experiment_text
 from distnet.errors import ConfigError
+from distnet.experiments.loop import RunHooks
 from distnet.layers.rbm import RBMLayer
 from distnet.models.rbm import DBN, RBM
 from distnet.ops.activations import Logistic
@@ -283,11 +284,12 @@ def test_dbn_resumed_run_equals_an_uninterrupted_one(tmp_path, stop_after):
 
     whole = exp("whole").run(topology=Topology.serial())
 
-    def stop(epoch, cost):
-        if epoch == stop_after:
-            raise _Stop
+    class Stop(RunHooks):
+        def epoch(self, record):
+            if record["epoch"] == stop_after:
+                raise _Stop
     with pytest.raises(_Stop):
-        exp("cut").run(topology=Topology.serial(), on_epoch=stop)
+        exp("cut").run(topology=Topology.serial(), hooks=Stop())
     resumed = exp("again").run(topology=Topology.serial(), resume=str(tmp_path / "cut.h5"))
     assert len(whole.epoch_costs) == 6
     np.testing.assert_allclose(resumed.epoch_costs, whole.epoch_costs, rtol=1e-12)

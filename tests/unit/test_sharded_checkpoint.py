@@ -11,8 +11,7 @@ import pytest
 
 from distnet.config import load_experiment
 from distnet.errors import CheckpointError, ConfigError
-from distnet.experiments.rundir import experiment_config
-from distnet.models import sharded
+from distnet.models import reshard, sharded
 from distnet.models.checkpoint import read_checkpoint
 from distnet.models.sharded import read_any
 from tests.tiny import write_experiments
@@ -29,8 +28,7 @@ def files(tmp_path_factory):
 
 
 def run(path, overrides=(), checkpoint=None, resume=None, shard=False):
-    exp = load_experiment(str(path), list(overrides))
-    exp.config_record = experiment_config(str(path), list(overrides))
+    exp = load_experiment(str(path), list(overrides), record=True)
     exp.checkpoint_path, exp.checkpoint_sharded = (str(checkpoint) if checkpoint else None), shard
     return exp, exp.run(resume=str(resume) if resume else None)
 
@@ -91,22 +89,22 @@ def test_resuming_a_sharded_checkpoint_reaches_the_uninterrupted_weights(files, 
 def test_consolidate_and_split_round_trip(saved, tmp_path):
     tmp, _ = saved
     one = tmp_path / "one.h5"
-    sharded.consolidate(tmp / "folder", one)
+    reshard.consolidate(tmp / "folder", one)
     assert_same(tmp / "single.h5", one)
     for n in (1, 3, 7):
         out = tmp_path / f"split{n}"
-        sharded.split(one, out, n)
+        reshard.split(one, out, n)
         assert len([f for f in os.listdir(out) if f.startswith("shard-")]) == n
         assert_same(one, out)
         back = tmp_path / f"back{n}.h5"
-        sharded.consolidate(out, back)
+        reshard.consolidate(out, back)
         assert_same(one, back)
 
 
 def test_a_split_checkpoint_resumes_bitwise(files, saved, tmp_path):
     """Any boxes do: a 5-shard split of the single file resumes as the single file does."""
     tmp, _ = saved
-    sharded.split(tmp / "single.h5", tmp_path / "five", 5)
+    reshard.split(tmp / "single.h5", tmp_path / "five", 5)
     run(files["gb"], [], tmp_path / "resumed.h5", resume=tmp_path / "five")
     assert_same(tmp / "full.h5", tmp_path / "resumed.h5")
 
@@ -266,7 +264,7 @@ def test_a_sharded_checkpoint_without_momentum_state_warns_what_is_reset(files, 
     with h5py.File(single, "a") as f:
         for name in list(f["params"]):
             del f[f"params/{name}/velocity"]
-    sharded.split(single, tmp_path / "bare", 2)
+    reshard.split(single, tmp_path / "bare", 2)
     exp = load_experiment(str(files["cnn"]), ["model.num_epochs=2"])
     exp.setup()
     caplog.clear()

@@ -146,10 +146,9 @@ def test_serial_comm_collectives():
     np.testing.assert_array_equal(b, a * 2)
     c.Allreduce(IN_PLACE, b)
     np.testing.assert_array_equal(b, a * 2)
-    c.Bcast(b)
     c.Barrier()
     assert c.allreduce(5) == 5 and c.bcast("x") == "x" and c.allgather(3) == [3]
-    assert c.gather(1) == [1] and c.scatter([7]) == 7 and c.reduce(2) == 2
+    assert c.gather(1) == [1]
     assert in_place(c) is IN_PLACE
     with pytest.raises(ValueError):
         c.bcast(1, root=1)
@@ -165,7 +164,7 @@ def test_serial_comm_accepts_mpi4py_in_place_by_type_name():
 def test_serial_comm_cartesian():
     c = SerialComm()
     assert c.Get_coords(0) == [0, 0] and c.Get_cart_rank((0, 0)) == 0
-    assert c.Get_topo() == ([1, 1], [False, False], [0, 0]) and c.dims == [1, 1]
+    assert c.Get_topo() == ([1, 1], [False, False], [0, 0])
     assert isinstance(c.Create_cart([1, 1]), SerialComm) and c.Split(0, 0) is c
     with pytest.raises(ValueError, match="outside the 1x1 grid"):
         c.Get_cart_rank((0, 1))

@@ -124,7 +124,7 @@ def test_mlpdist_takes_a_plain_fc_layer():
 
 
 def test_resolved_yaml_keeps_strings_that_look_like_yaml12_numbers():
-    from distnet.experiments.rundir import dump_tree
+    from distnet.config.resolved import dump_tree
     tree = {"name": "1e3", "half": ".5", "lr": 1e-3, "n": 5}
     assert parse_yaml(dump_tree(tree)) == tree
 
