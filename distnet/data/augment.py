@@ -29,7 +29,6 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError
 from ..geometry.partition import Box, shape_text
 from . import augment_keys
 from .augment_keys import FLIPS, PAD_MODES
