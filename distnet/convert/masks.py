@@ -136,8 +136,9 @@ class ClassIds:
         if self.top < 0:
             raise DataError(f"{what} hold no class id (every pixel is the ignore label {self.ignore})")
         if self.ignore is not None and self.ignore <= self.top:
-            raise DataError(f"{what} hold class ids up to {self.top}, past the ignore label {self.ignore}: give "
-                            f"--ignore-label {max(256, self.top + 1)} (or --classes to name the classes)")
+            raise DataError(f"--ignore-label {self.ignore} lies among the class ids of {what} (0 .. {self.top}), but the "
+                            "ignore label is no class: give the value that marks their ignored pixels (default 255), "
+                            "or --classes to say which ids are classes")
         return [str(k) for k in range(self.top + 1)]
 
     def dtype(self):
