@@ -5,7 +5,8 @@
 per-pixel labels ``(N, H, W)`` / ``(N, D, H, W)`` of a small integer type, chunked like the
 images, with the attribute ``ignore_label``), ``test/...``, and ``valid/...`` when there is a
 validation split; chunks of one image and at most 128 x 128 pixels (volumes: blocks of at most
-64 x 64 x 64 voxels: a rank's tile of a batch touches only its chunks) with Fletcher-32 checksums (a corrupt chunk is an error naming
+64 voxels a side, splitting each axis evenly: a rank's tile of a batch touches only its chunks)
+with Fletcher-32 checksums (a corrupt chunk is an error naming
 the file, never silent garbage); attributes ``nclasses``, ``class_names``, ``distnet_format``
 (``"distnet-data/1"``), ``source``, ``seed``, ``test_fraction``, ``valid_fraction``, those the
 converter adds (for an image folder ``class_order``, ``image_recipe``: :mod:`.recipe`;
@@ -33,9 +34,13 @@ CHUNK_VOXELS = 64
 
 def chunks(spatial):
     """The chunk of one image's spatial axes ``spatial``: squares of at most
-    :data:`CHUNK_PIXELS` pixels, cubes of at most :data:`CHUNK_VOXELS` voxels."""
-    edge = CHUNK_PIXELS if len(spatial) < 3 else CHUNK_VOXELS
-    return tuple(min(int(d), edge) for d in spatial)
+    :data:`CHUNK_PIXELS` pixels; for volumes blocks of at most :data:`CHUNK_VOXELS` voxels a side
+    that split each axis evenly (96 voxels: two chunks of 48, not 64 and a last one of 32 that
+    HDF5 stores padded to 64, which made files of 96^3 volumes 2.4 times their size and every
+    tile of a 2-way split read both chunks)."""
+    if len(spatial) < 3:
+        return tuple(min(int(d), CHUNK_PIXELS) for d in spatial)
+    return tuple(-(-int(d) // -(-int(d) // CHUNK_VOXELS)) for d in spatial)
 
 
 def write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction, attrs=None, masks=None):
