@@ -162,18 +162,23 @@ class Augmentation:
             start[:, a] = r.integers(f"start_{letter}", plane[a] - length[:, a] + 1)
         return start, length
 
-    def axis_maps(self, d, tile, reach, plane, linear):
+    def axis_maps(self, d, tile, reach, plane, linear, padded=None):
         """The :class:`~.index_maps.AxisMap` of every output axis of ``tile`` for the draws
-        ``d``, in the stored box ``reach`` (module docstring's steps 4 to 1, backwards)."""
+        ``d``, in the stored box ``reach`` (module docstring's steps 4 to 1, backwards);
+        ``padded``: the stored box was padded already (:meth:`pad`), by these widths before
+        each axis."""
         ndim, pads, maps = len(plane), np.asarray(self.pads(len(plane))), []
         rows = np.arange(len(d["turns"]))
+        unturned = np.zeros(len(rows), bool)
         for a in range(ndim):
-            b, backwards = turned(a, d["turns"], ndim)
+            b, backwards = turned(a, d["turns"], ndim) if self.rotate90 else (np.full(len(rows), a), unturned)
             size = plane[a]     # a turned axis reads one of the same size (the plane is square)
             c = np.arange(tile.lo[a], tile.hi[a], dtype=np.int64)[None, :]
             c = np.where((backwards != d["flip"][rows, b])[:, None], size - 1 - c, c)  # a turn and a flip reverse alike
             valid = None
-            if pads.any():
+            if padded is not None:
+                c = c + (d["offset"][rows, b] - pads[b] + np.asarray(padded)[b])[:, None]
+            elif pads.any():
                 c, valid = pad_index(c + (d["offset"][rows, b] - pads[b])[:, None], size, self.mode)
             upper = weight = None
             if self.resized_crop is not None:
@@ -214,12 +219,24 @@ class Augmentation:
         linear = not mask and self.resized_crop is not None and self.resized_crop[2] == "linear"
         fill = stored.dtype.type(mask_fill if mask else self.fill)
         out = np.empty((len(d["turns"]), stored.shape[1]) + tuple(tile.shape), stored.dtype)
-        maps = self.axis_maps(d, tile, reach, plane, linear)
-        for j in range(len(out)):
-            gather(stored[j], maps, j, out[j], fill)
+        padded = None
+        if self.resized_crop is None and any(self.pads(len(plane))):
+            stored, padded = self.pad(stored, reach, plane, fill)
+        gather(stored, self.axis_maps(d, tile, reach, plane, linear, padded), out, fill)
         if not mask:
             self._jitter(out, d)
         return out
+
+    def pad(self, stored, reach, plane, fill):
+        """``stored`` ``(n, C, *reach)`` padded by the crop (``np.pad`` in its mode) on the sides
+        where ``reach`` meets the image's edge, and the widths before each axis: every crop
+        window is then a slice, and the padding is computed once per batch."""
+        widths = [(p if lo == 0 else 0, p if hi == size else 0)
+                  for p, lo, hi, size in zip(self.pads(len(plane)), reach.lo, reach.hi, plane)]
+        if not any(v for w in widths for v in w):
+            return stored, [0] * len(plane)
+        extra = {"constant_values": fill} if self.mode == "constant" else {}
+        return np.pad(stored, [(0, 0), (0, 0)] + widths, mode=self.mode, **extra), [w[0] for w in widths]
 
     def _jitter(self, out, d):
         """``out = (out * b - m) * c + m`` per image, in ``out``'s dtype (module docstring)."""

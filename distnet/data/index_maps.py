@@ -100,16 +100,55 @@ def _take(view, axis, m, j):
     return np.take(view, index, axis) * w0 + np.take(view, m.upper[j], axis) * w1
 
 
-def gather(image, maps, j, out, fill):
+def _gather_one(image, maps, j, out):
     """``out`` ``(C, *tile)`` = the stored ``image`` ``(C, *box)`` through image ``j``'s part of
-    ``maps`` (one :class:`AxisMap` per output axis), ``fill`` where a map is not valid."""
+    ``maps``, axis by axis."""
     view = image.transpose((0,) + tuple(1 + int(m.source[j]) for m in maps))
     for a, m in enumerate(maps):
         view = _take(view, 1 + a, m, j)
     out[...] = view
+
+
+def _run_slices(maps):
+    """Per image, ``(axis order or None, slices)`` where every axis of its map is a run (one
+    view of the stored image, the common case: crops and flips away from the padding), else None."""
+    n, ndim = len(maps[0].source), len(maps)
+    simple = np.ones(n, bool)
+    for m in maps:
+        simple &= (m.runs != 0) if m.upper is None else False
+    firsts = [m.index[:, 0].tolist() for m in maps]
+    steps = [m.runs.tolist() for m in maps]
+    lengths = [m.index.shape[1] for m in maps]
+    sources = np.stack([m.source for m in maps], axis=1)
+    turned = (sources != np.arange(ndim)).any(axis=1).tolist()
+    sources = sources.tolist()
+    plans = []
+    for j, ok in enumerate(simple.tolist()):
+        if not ok:
+            plans.append(None)
+            continue
+        cut = [slice(None)]
+        for a in range(ndim):
+            first, step = firsts[a][j], steps[a][j]
+            stop = first + step * lengths[a]
+            cut.append(slice(first, stop if stop >= 0 else None, step))
+        plans.append(((0,) + tuple(1 + b for b in sources[j]) if turned[j] else None, tuple(cut)))
+    return plans
+
+
+def gather(stored, maps, out, fill):
+    """``out`` ``(n, C, *tile)`` = the stored images ``(n, C, *box)`` through ``maps`` (one
+    :class:`AxisMap` per output axis), ``fill`` where a map is not valid."""
+    for j, plan in enumerate(_run_slices(maps)):
+        if plan is None:
+            _gather_one(stored[j], maps, j, out[j])
+            continue
+        order, cut = plan
+        out[j] = (stored[j] if order is None else stored[j].transpose(order))[cut]
     for a, m in enumerate(maps):
-        if m.valid is not None and not m.valid[j].all():
-            out[(slice(None),) * (1 + a) + (~m.valid[j],)] = fill
+        if m.valid is not None and not m.valid.all():
+            images, at = np.nonzero(~m.valid)
+            out[(images, slice(None)) + (slice(None),) * a + (at,)] = fill
 
 
 __all__ = ["AxisMap", "axis_map", "gather", "pad_index", "resize_index", "turned"]

@@ -1,18 +1,21 @@
-"""Images of any size from one HDF5 file; each rank reads only its tile (a hyperslab).
+"""Images of any size, or volumes, from one HDF5 file; each rank reads only its tile (a hyperslab).
 
 The layout (docs/data.md; ``distnet data convert`` writes it)::
 
     /train/x   (N,  C, H, W)   numbers: uint8 pixels (what the converter writes) or any integer /
-                               float type; chunked (1, C, <=128, <=128) by the converter
-    /train/y   (N,)            integer class labels 0 .. nclasses-1
+                               float type; chunked (1, C, <=128, <=128) by the converter;
+                               volumes (N, C, D, H, W)
+    /train/y   (N,)            integer class labels 0 .. nclasses-1, or per-pixel labels (masks)
+                               (N, H, W) / (N, D, H, W) of an integer type, chunked like x
     /test/x    (Nt, C, H, W)   same C, H, W as train
-    /test/y    (Nt,)
+    /test/y    (Nt,)           (labels of the same kind as train's)
     /valid/x, /valid/y         optional validation split (same C, H, W)
-    attribute nclasses on /    (optional; default 1 + the largest label)
+    attribute nclasses on /    (optional; default 1 + the largest label; required with masks)
     attribute class_names on / (optional; one name per class, as the converter keeps them)
+    attribute ignore_label on / (masks: the value of pixels that count for nothing; optional)
 
-Only ``x[rows, :, y0:y1, x0:x1]`` is read, with plain h5py (no parallel HDF5 build needed), so
-every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
+Only ``x[rows, :, y0:y1, x0:x1]`` (and ``y[rows, y0:y1, x0:x1]`` of masks) is read, with plain
+h5py (no parallel HDF5 build needed), so every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
 ``mean`` and ``std`` (:mod:`distnet.data.scaling`): integer values need ``scale`` (``scale: 1/255`` for
 pixels), float values are used as stored unless told otherwise.
 
@@ -129,11 +132,12 @@ def class_names_of(path):
 class HDF5Dataset(FileDataset):
     """A dataset in the HDF5 layout of ``docs/data.md`` (``distnet data convert`` writes it)::
 
-        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type
-        /train/y  (N,)          integer labels 0 .. nclasses-1
+        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type; volumes (N, C, D, H, W)
+        /train/y  (N,)          integer labels 0 .. nclasses-1, or masks (N, H, W) / (N, D, H, W)
         /test/x, /test/y        same C, H, W
         /valid/x, /valid/y      optional validation split
-        attributes on /: nclasses (optional), class_names (optional)
+        attributes on /: nclasses (optional; required with masks), class_names (optional),
+        ignore_label (masks; optional)
 
     Keys: ``path`` (str, required; relative paths are taken inside ``repo_path`` when that is
     given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
@@ -148,8 +152,11 @@ class HDF5Dataset(FileDataset):
     a ``valid`` group in the file is used instead when present); ``cache_dir`` (a node-local folder
     for this rank's cache, default ``$DISTNET_CACHE_DIR``: in memory mode it holds the float
     arrays (like ``serialized_path``), in streaming mode a copy of the rank's tile as stored);
-    and the common keys ``sample_pct``, ``serialized_path``, ``dist_flag``, ``dist_mode``.
-    ``image_shape`` and ``nclasses`` are read from the file header (no pixels are read).
+    ``ignore_label`` (masks: the value of pixels that count for nothing, default the file's
+    attribute ``ignore_label``); and the common keys ``sample_pct``, ``serialized_path``,
+    ``dist_flag``, ``dist_mode``. ``image_shape`` and ``nclasses`` are read from the file header
+    (no pixels are read); masks are per-pixel labels read by tile like the images
+    (docs/data.md#masks-and-volumes).
     """
 
     config_types = {**FileDataset.config_types, "path": str}
