@@ -86,7 +86,7 @@ def mnist_sample(directory, force):
 @click.option("--masks", type=click.Path(exists=True, file_okay=False), metavar="MASKS",
               help="Segmentation: SOURCE is a folder of images (or of .npy / NIfTI / TIFF volumes) and MASKS a folder "
                    "of their masks, each named as its image (index PNGs: palette or one channel of class ids; "
-                   "volumes: integer arrays); stored as per-pixel labels (docs/data.md#masks-and-volumes).")
+                   "volumes: integer arrays); stored as per-pixel labels (docs/masks.md).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="With --masks: the class names, one per line, class 0 first (default: 0, 1, ... up to the "
                    "largest class id in the masks).")

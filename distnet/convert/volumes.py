@@ -1,7 +1,7 @@
 """``distnet data convert VOLUMES OUT.h5 --masks MASKS``: a folder of 3-D volumes and a folder of
 their masks (paired by file name, :mod:`.masks`) to the HDF5 layout of volumes: ``<split>/x``
 ``(N, C, D, H, W)`` in the volumes' own type and ``<split>/y`` ``(N, D, H, W)``, chunked in blocks
-of at most 64 voxels a side (docs/data.md#volumes-and-masks).
+of at most 64 voxels a side (docs/masks.md#volumes-npy-nifti-tiff-stacks).
 
 Formats, by extension:
 

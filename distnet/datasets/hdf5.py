@@ -156,7 +156,7 @@ class HDF5Dataset(FileDataset):
     attribute ``ignore_label``); and the common keys ``sample_pct``, ``serialized_path``,
     ``dist_flag``, ``dist_mode``. ``image_shape`` and ``nclasses`` are read from the file header
     (no pixels are read); masks are per-pixel labels read by tile like the images
-    (docs/data.md#masks-and-volumes).
+    (docs/masks.md).
     """
 
     config_types = {**FileDataset.config_types, "path": str}
