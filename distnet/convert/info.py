@@ -112,15 +112,16 @@ def info_lines(info):
     head = "class folder" if folders else "class"
     width = max(len(head), *(len(n) + folders for n in info["class_names"]))
     splits = list(info["counts"])
-    lines.append(f"{'label':>5}  {head:<{width}}  " + "  ".join(f"{s:>7}" for s in splits))
+    col = max([7] + [len(str(int(v))) for s in splits for v in info["counts"][s]])    # pixel counts grow long
+    lines.append(f"{'label':>5}  {head:<{width}}  " + "  ".join(f"{s:>{col}}" for s in splits))
     for k, name in enumerate(info["class_names"]):
         shown = name + "/" if folders else name
-        lines.append(f"{k:>5}  {shown:<{width}}  " + "  ".join(f"{int(info['counts'][s][k]):>7}" for s in splits))
+        lines.append(f"{k:>5}  {shown:<{width}}  " + "  ".join(f"{int(info['counts'][s][k]):>{col}}" for s in splits))
     if info.get("masks"):
         k = info["nclasses"]
         extra = [("ignored", k)] + ([("no class", k + 1)] if any(info["counts"][s][k + 1] for s in splits) else [])
         for name, i in extra:
-            lines.append(f"{'':>5}  {name:<{width}}  " + "  ".join(f"{int(info['counts'][s][i]):>7}" for s in splits))
+            lines.append(f"{'':>5}  {name:<{width}}  " + "  ".join(f"{int(info['counts'][s][i]):>{col}}" for s in splits))
     empty = [str(k) for k in range(info["nclasses"]) if not any(info["counts"][s][k] for s in splits)]
     if empty:
         lines.append(f"label(s) {', '.join(empty)} have no {'pixel' if info.get('masks') else 'image'} in any split")
@@ -147,8 +148,9 @@ def describe_stats(path, store=False):
         return lines + [stats_line(*stats)]
     with h5py.File(path, "r") as f:
         x = f.get("train/x")
-        if not isinstance(x, h5py.Dataset) or x.ndim != 4 or x.dtype.kind not in "biuf":
-            raise DataError(f"{path}: no train/x (N, C, H, W) of numbers to compute statistics of (docs/data.md)")
+        if not isinstance(x, h5py.Dataset) or x.ndim not in (4, 5) or x.dtype.kind not in "biuf":
+            raise DataError(f"{path}: no train/x (N, C, H, W) or (N, C, D, H, W) of numbers to compute statistics "
+                            "of (docs/data.md)")
         mean, std = channel_stats(x)
     if store:
         try:

@@ -112,3 +112,28 @@ def test_each_rank_reads_the_hyperslab_of_its_tile(comm, files, monkeypatch, in_
                 spatial = sel[2:] if name.endswith("/x") else sel[1:]
                 assert spatial == reach or name.startswith("/test") and spatial == own, (name, sel, grid)
     comm.Barrier()
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_reader_fills_the_caches_with_the_masks(comm, files, tmp_path_factory, in_memory):
+    """read: root with cache_dir: the first load fills every rank's cache from the reader's
+    stream (in memory: images and masks as arrays; streamed: its tile cache, the masks a split of
+    their own), a second load gives the same tiles from the caches."""
+    folder = comm.bcast(str(tmp_path_factory.mktemp("cache")) if comm.rank == 0 else None)
+    ndata, grid = _layouts(comm.size)[-1]           # volumes
+    tile = tile_of(SPATIAL[3], grid, _position(comm, ndata, grid))
+    kw = dict(path=files[3, False], scale=1, in_memory=in_memory, read="root", read_chunk_mb=0.001,
+              dist_flag=True, cache_dir=f"{folder}/rank{comm.rank}")
+    load = dict(tile=tile, seed=1, dtype=np.float64, rank=comm.rank, size=comm.size, grid=grid)
+    want = HDF5Dataset(path=files[3, False], scale=1).load(seed=1, dtype=np.float64)
+    inside = tuple(slice(a, b) for a, b in tile.spans)
+    for _ in range(2):
+        got = HDF5Dataset(**kw).load(**load)
+        for split, (x, y) in got.items():
+            np.testing.assert_array_equal(_dense(x), want[split][0][(slice(None), slice(None)) + inside])
+            np.testing.assert_array_equal(_dense(y), want[split][1][(slice(None),) + inside])
+        cache = f"{kw['cache_dir']}/m3{'' if in_memory else '.tile'}.rank{comm.rank}of{comm.size}.h5"
+        with h5py.File(cache, "r") as f:
+            masks = f["train/y"] if in_memory else f["train/mask/x"]
+            assert masks.shape[-3:] == tuple(tile.shape)
+    comm.Barrier()

@@ -198,3 +198,25 @@ def test_memory_fingerprint_and_grids_know_the_masks(tmp_path):
     assert parts == ["test images", "test masks", "train images", "train masks"]
     with pytest.raises(DataError, match=r"holds volumes of 2x5x7x6 \(C x D x H x W\) but the run cuts them on a 2-D grid"):
         HDF5Dataset(path=str(path), scale=1, dist_flag=True).rank_tile((2, 2), (0, 0))
+
+
+def test_numpy_arrays_of_masks_say_where_masks_are_read(tmp_path):
+    from distnet.datasets import NumpyDataset
+    rng = np.random.RandomState(0)
+    for s in ("train", "test"):
+        np.save(tmp_path / f"{s}_x.npy", rng.rand(4, 1, 6, 5))
+        np.save(tmp_path / f"{s}_y.npy", rng.randint(0, 3, (4, 6, 5)))
+    ds = NumpyDataset(**{f"{s}_{a}": str(tmp_path / f"{s}_{a}.npy") for s in ("train", "test") for a in "xy"})
+    with pytest.raises(DataError, match=r"are per pixel \(masks\), and NumpyDataset reads one class per image"):
+        ds.image_shape
+
+
+def test_data_stats_of_a_volume_file(tmp_path):
+    from distnet.convert.info import describe_stats
+    path = write_masked_data(tmp_path / "m.h5", (5, 7, 6))
+    lines = describe_stats(str(path), store=True)
+    with h5py.File(path, "r") as f:
+        x = f["train/x"][()].astype(np.float64)
+        np.testing.assert_allclose(f.attrs["channel_mean"], x.mean(axis=(0, 2, 3, 4)))
+        np.testing.assert_allclose(f.attrs["channel_std"], x.std(axis=(0, 2, 3, 4)))
+    assert lines[-1].endswith("; stored in the file")
