@@ -37,14 +37,12 @@ def _volume(rng, shape):
 def make_volume_demo(folder, count=24, shape=(19, 23, 29), seed=0):
     """Write the volumes, masks and classes.txt under ``folder``; returns the number of volumes."""
     rng = np.random.RandomState(seed)
-    for sub in ("volumes", "masks"):
+    samples = [_volume(rng, shape) for _ in range(count)]      # 24 x 50 KiB: small
+    for k, sub in enumerate(("volumes", "masks")):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
-    for i in range(count):
-        volume, mask = _volume(rng, shape)
-        np.save(os.path.join(folder, "volumes", f"{i:03d}.npy"), volume)
-        np.save(os.path.join(folder, "masks", f"{i:03d}.npy"), mask)
-    with open(os.path.join(folder, "classes.txt"), "w") as f:
-        f.write("\n".join(CLASSES) + "\n")
+        for i, pair in enumerate(samples):
+            np.save(os.path.join(folder, sub, f"{i:03d}.npy"), pair[k])
+    np.savetxt(os.path.join(folder, "classes.txt"), CLASSES, fmt="%s")
     return count
 
 

@@ -76,14 +76,12 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     Parameters
     ----------
     read : callable or None
-        On ``root``: ``read(a, b, (y0, y1, x0, x1))`` returns rows ``a .. b-1`` of the rows to
-        send (in that order), cut to that box, as stored: ``(b - a, C, y1 - y0, x1 - x0)``
-        (a volume's box has ``z0, z1`` first, and its rows a depth axis). Ignored elsewhere.
+        On ``root``: ``read(a, b, box)`` returns rows ``a .. b-1`` of the rows to send (in
+        that order), cut to that box, as stored: ``(b - a, C, y1 - y0, x1 - x0)``. Elsewhere: None.
     n_rows, channels, dtype :
         The rows to send, their channels ``C`` and stored dtype (the same on every rank).
     box : (y0, y1, x0, x1)
-        This rank's part of the ``H x W`` plane (``(z0, z1, y0, y1, x0, x1)`` of a ``D x H x W``
-        volume: the bounds of every spatial axis).
+        This rank's part of the ``H x W`` plane (a volume's: ``(z0, z1, y0, y1, x0, x1)``).
     need : bool
         False: this rank needs nothing (it has a cache); it gets None and nothing is sent to it.
     chunk_bytes : int
@@ -98,7 +96,7 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
 
     Returns
     -------
-    ``into`` or a new ``(n_rows, C, *box lengths)`` array of ``dtype`` (this rank's tile of every row);
+    ``into`` or a new ``(n_rows, C, h, w)`` array of ``dtype`` (this rank's tile of every row);
     None where ``need`` is False.
     """
     box = tuple(int(v) for v in box)

@@ -121,7 +121,8 @@ def info_lines(info):
         k = info["nclasses"]
         extra = [("ignored", k)] + ([("no class", k + 1)] if any(info["counts"][s][k + 1] for s in splits) else [])
         for name, i in extra:
-            lines.append(f"{'':>5}  {name:<{width}}  " + "  ".join(f"{int(info['counts'][s][i]):>{col}}" for s in splits))
+            counts = "  ".join(f"{int(info['counts'][s][i]):>{col}}" for s in splits)
+            lines.append(f"{'':>5}  {name:<{width}}  {counts}")
     empty = [str(k) for k in range(info["nclasses"]) if not any(info["counts"][s][k] for s in splits)]
     if empty:
         lines.append(f"label(s) {', '.join(empty)} have no {'pixel' if info.get('masks') else 'image'} in any split")

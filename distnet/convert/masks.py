@@ -64,9 +64,10 @@ def read_png_mask(Image, path):
         with Image.open(path) as im:
             mode = im.mode
             if mode not in MASK_MODES:
-                raise DataError(f"mask {path} is an image of mode {mode}: a mask holds one class id per pixel, as a palette "
-                                "PNG (mode P) or a single-channel PNG of the ids (mode L), not colours; save it with "
-                                "a palette (Image.convert('P') of a colour mask maps colours to indices) or as ids")
+                raise DataError(f"mask {path} is an image of mode {mode}: a mask holds one class id per pixel, "
+                                "as a palette PNG (mode P) or a single-channel PNG of the ids (mode L), not colours; "
+                                "save it with a palette (Image.convert('P') of a colour mask maps colours to indices) "
+                                "or as ids")
             ids = np.asarray(im).astype(np.int64)
             palette = im.getpalette() if mode == "P" else None
     except DataError:
@@ -136,9 +137,9 @@ class ClassIds:
         if self.top < 0:
             raise DataError(f"{what} hold no class id (every pixel is the ignore label {self.ignore})")
         if self.ignore is not None and self.ignore <= self.top:
-            raise DataError(f"--ignore-label {self.ignore} lies among the class ids of {what} (0 .. {self.top}), but the "
-                            "ignore label is no class: give the value that marks their ignored pixels (default 255), "
-                            "or --classes to say which ids are classes")
+            raise DataError(f"--ignore-label {self.ignore} lies among the class ids of {what} (0 .. {self.top}), but "
+                            "the ignore label is no class: give the value that marks their ignored pixels (default "
+                            "255), or --classes to say which ids are classes")
         return [str(k) for k in range(self.top + 1)]
 
     def dtype(self):

@@ -281,7 +281,7 @@ def cut_to(x, tile, reach):
         inside = tile.relative_to(reach)
         return np.ascontiguousarray(x[cut(tile, reach)] if x.ndim == 2 + tile.ndim else x[(slice(None),) + inside])
     t = x.tile       # the reach inside the stream's source (the file, or a tile cache)
-    box = Box.of_spans((t.lo[a] + lo - r, t.lo[a] + hi - r) for a, ((lo, hi), r) in enumerate(zip(tile.spans, reach.lo)))
+    box = Box.of_spans((start + lo - r, start + hi - r) for start, (lo, hi), r in zip(t.lo, tile.spans, reach.lo))
     if isinstance(x, LabelStream):
         return LabelStream(x.source, x.index, box)
     return StreamArray(x.source, x.index, box, x.scaler, x.dtype, x.check)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..geometry.partition import axis_noun
-from .sources import ArraySource, H5Source
+from .sources import H5Source
 from .stream import StreamArray
 
 #: What a split's name gets to name its masks' source.
@@ -60,13 +60,6 @@ class H5MaskSource(H5Source):
 
     def where(self):
         return f"{self.path} ({self.name} masks)"
-
-
-def array_mask_source(path, split, y):
-    """An array of masks ``(N, *S)`` (in memory or memory-mapped) as a one-channel source."""
-    src = ArraySource(path, split, y[:, None], None)
-    src.where = lambda: f"{path} ({split} masks)"
-    return src
 
 
 class KeepValues:
@@ -127,5 +120,5 @@ def check_mask_source(source, index, tile, nclasses, ignore, rows_per_read=256):
         check_mask_values(source.read(rows, tile)[:, 0], nclasses, ignore, source.where(), rows, tile.lo)
 
 
-__all__ = ["IGNORE_ATTR", "H5MaskSource", "LabelStream", "array_mask_source", "check_mask_source", "check_mask_values",
+__all__ = ["IGNORE_ATTR", "H5MaskSource", "LabelStream", "check_mask_source", "check_mask_values",
            "image_keys", "is_mask_key", "is_per_pixel", "mask_key", "split_of"]

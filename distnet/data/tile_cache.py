@@ -4,7 +4,8 @@ streams its minibatches from its own disk instead of the shared data file.
 
 Layout: ``<split>/x`` ``(N, C, *tile.shape)`` in the stored dtype, chunks of one image and at most
 128 pixels along each spatial axis (a minibatch reads whole chunks of its rows only),
-``<split>/y`` the labels (per-pixel labels are the one-channel split ``<split>/mask``), and the metadata of :mod:`.cache` (:func:`~.cache.stamp`: the sources,
+``<split>/y`` the labels (per-pixel labels are the one-channel split ``<split>/mask``), and the
+metadata of :mod:`.cache` (:func:`~.cache.stamp`: the sources,
 the tile, the rank, ``kind: tile``). It is used while that metadata matches the run, rebuilt with
 a warning otherwise. Only this rank reads and writes it, so it may live on storage no other node
 sees. How it is filled is the read strategy's (:mod:`.reading`): copied from the data files

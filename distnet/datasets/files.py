@@ -26,7 +26,8 @@ from ..data import cache
 from ..data.checks import labels_problem
 from ..data.fingerprints import crc, sampled_rows, shape_text
 from ..data.header import header_sources
-from ..data.pixel_labels import LabelStream, check_mask_source, check_mask_values, image_keys, is_mask_key, mask_key, split_of
+from ..data.pixel_labels import (LabelStream, check_mask_source, check_mask_values, image_keys, is_mask_key,
+                                  mask_key, split_of)
 from ..data.scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
 from ..data.selection import split_rows
 from ..data.sources import H5Source, whole

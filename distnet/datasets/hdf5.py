@@ -15,9 +15,10 @@ The layout (docs/data.md; ``distnet data convert`` writes it)::
     attribute ignore_label on / (masks: the value of pixels that count for nothing; optional)
 
 Only ``x[rows, :, y0:y1, x0:x1]`` (and ``y[rows, y0:y1, x0:x1]`` of masks) is read, with plain
-h5py (no parallel HDF5 build needed), so every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
-``mean`` and ``std`` (:mod:`distnet.data.scaling`): integer values need ``scale`` (``scale: 1/255`` for
-pixels), float values are used as stored unless told otherwise.
+h5py (no parallel HDF5 build needed), so every rank reads just its tile of its rows. Values
+become floats through the keys ``scale``, ``mean`` and ``std`` (:mod:`distnet.data.scaling`):
+integer values need ``scale`` (``scale: 1/255`` for pixels), float values are used as stored
+unless told otherwise.
 
 Example (writing such a file by hand)::
 

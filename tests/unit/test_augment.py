@@ -113,7 +113,8 @@ def test_reach_is_the_smallest_box_of_every_source():
         span = 2 * aug.padding + 1
         n = span * span * 4
         every = aug.draws(0, 0, np.arange(n), plane)
-        every["offset"] = np.stack([np.repeat(np.arange(span), span * 4), np.tile(np.repeat(np.arange(span), 4), span)], 1)
+        every["offset"] = np.stack([np.repeat(np.arange(span), span * 4),
+                                    np.tile(np.repeat(np.arange(span), 4), span)], 1)
         every["flip"] = np.stack([np.tile([0, 0, 1, 1], span * span).astype(bool) & ("y" in aug.flips),
                                   np.tile([0, 1, 0, 1], span * span).astype(bool) & ("x" in aug.flips)], 1)
         for tile in (tile_of(plane, (2, 3), (0, 0)), tile_of(plane, (2, 3), (1, 1)), Box(0, 7, 0, 9)):

@@ -135,8 +135,8 @@ def test_mask_values_out_of_range_name_the_image_and_pixel(tmp_path):
 
 @pytest.mark.parametrize("edit,words", [
     (lambda f: f.attrs.__delitem__("nclasses"), "holds per-pixel labels but no attribute nclasses"),
-    (lambda f: f.attrs.__setitem__("ignore_label", 1), "the attribute ignore_label must be an integer that is no class"),
-    (lambda f: (f.__delitem__("test/y"), f.__setitem__("test/y", np.zeros(6, int))), "test/y and train/y differ in kind"),
+    (lambda f: f.attrs.__setitem__("ignore_label", 1), "attribute ignore_label must be an integer that is no class"),
+    (lambda f: (f.__delitem__("test/y"), f.__setitem__("test/y", np.zeros(6, int))), "test/y and train/y differ"),
     (lambda f: (f.__delitem__("test/y"), f.__setitem__("test/y", np.zeros((6, 12, 9), np.uint8))),
      r"test/y must be the per-pixel labels of test/x, integers of shape \(6, 12, 10\)"),
     (lambda f: (f.__delitem__("test/y"), f.__setitem__("test/y", np.zeros((6, 12, 10)))), "got float64"),
@@ -196,7 +196,7 @@ def test_memory_fingerprint_and_grids_know_the_masks(tmp_path):
     assert m["memory"] == 20 * (2 * pixels * 4 + pixels)      # floats and uint8 masks of 20 images
     parts = [p[0] for p in ds.fingerprint()]
     assert parts == ["test images", "test masks", "train images", "train masks"]
-    with pytest.raises(DataError, match=r"holds volumes of 2x5x7x6 \(C x D x H x W\) but the run cuts them on a 2-D grid"):
+    with pytest.raises(DataError, match=r"volumes of 2x5x7x6 \(C x D x H x W\) but the run cuts them on a 2-D grid"):
         HDF5Dataset(path=str(path), scale=1, dist_flag=True).rank_tile((2, 2), (0, 0))
 
 
