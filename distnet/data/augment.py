@@ -55,7 +55,8 @@ class Augmentation:
         The crop's padding mode and fill value (in the values the model sees; masks pad with the
         ignore label).
     flips : str
-        The axes flipped, as letters of ``"zyx"`` (``"x"``: ``flip: horizontal``).
+        The axes flipped, as letters of ``"zyx"`` (``"x"``: ``flip: horizontal``), or ``"all"``:
+        every spatial axis of the images.
     resized_crop : ``((smin, smax), (rmin, rmax), interpolation)`` or None
         The fraction of the area (volume) and the aspect ratio ``w / h`` of the box, and how it
         is stretched (``linear`` or ``nearest``).
@@ -90,6 +91,10 @@ class Augmentation:
 
     # -- checks that need the data's shape -----------------------------------------------------
 
+    def flipped(self, ndim):
+        """The letters of the axes flipped among ``ndim`` spatial axes."""
+        return _letters(ndim) if self.flips == "all" else self.flips
+
     def pads(self, ndim):
         """The padding of each of ``ndim`` spatial axes."""
         return tuple(self.padding) if isinstance(self.padding, tuple) else (int(self.padding),) * ndim
@@ -102,7 +107,7 @@ class Augmentation:
         if isinstance(self.padding, tuple) and len(self.padding) != ndim:
             raise augment_keys.bad(f"augment: crop padding gives {len(self.padding)} values but the images have "
                                    f"{ndim} spatial axes ({shape_text(plane)}): give one per axis, or one number")
-        lacking = [a for a in self.flips if a not in _letters(ndim)]
+        lacking = [a for a in self.flipped(ndim) if a not in _letters(ndim)]
         if lacking:
             raise augment_keys.bad(f"augment: flip names axis {lacking[0]}, which {shape_text(plane)} images lack")
         if self.rotate90 and plane[-1] != plane[-2]:
@@ -127,7 +132,7 @@ class Augmentation:
         for a, (letter, p) in enumerate(zip(_letters(ndim), self.pads(ndim))):
             if p:
                 offset[:, a] = r.integers(f"offset_{letter}", 2 * p + 1)
-            if letter in self.flips:
+            if letter in self.flipped(ndim):
                 flip[:, a] = r.coin(f"flip_{letter}")
         turns = (r.hash("turns") >> np.uint64(62)).astype(np.int64) if self.rotate90 else np.zeros(n, np.int64)
         start, length = self._boxes(r, plane)
@@ -204,7 +209,7 @@ class Augmentation:
         for a, ((lo, hi), size, letter) in enumerate(zip(spans, plane, _letters(ndim))):
             if self.resized_crop is not None:
                 lo, hi = 0, size
-            elif letter in self.flips:
+            elif letter in self.flipped(ndim):
                 lo, hi = min(lo, size - hi), max(hi, size - lo)
             out.append((max(0, lo - pads[a]), min(size, hi + pads[a])))
         return Box.of_spans(out)

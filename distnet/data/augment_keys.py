@@ -13,8 +13,9 @@ from ..errors import ConfigError
 
 #: The values of ``crop: {mode: ...}``.
 PAD_MODES = ("constant", "reflect", "edge")
-#: The named values of ``flip`` and the axes they flip (a list of axis letters also works).
-FLIPS = {"horizontal": "x", "vertical": "y", "both": "yx", "all": "zyx"}
+#: The named values of ``flip`` and the axes they flip (a list of axis letters also works;
+#: ``all``: every spatial axis the images have).
+FLIPS = {"horizontal": "x", "vertical": "y", "both": "yx", "all": "all"}
 #: The interpolations of ``resized_crop`` (masks always take ``nearest``).
 INTERPOLATIONS = ("linear", "nearest")
 #: torchvision's ``RandomResizedCrop`` defaults.
@@ -60,7 +61,8 @@ def parse_crop(crop):
 
 
 def parse_flip(flip):
-    """``flip``: a name of :data:`FLIPS` or a list of axis letters -> ``{"flips": "zyx"-letters}``."""
+    """``flip``: a name of :data:`FLIPS` or a list of axis letters -> ``{"flips": letters of "zyx",
+    or "all"}``."""
     letters = FLIPS.get(flip) if isinstance(flip, str) else None
     if isinstance(flip, (list, tuple)) and flip and all(isinstance(a, str) and a in ("z", "y", "x") for a in flip):
         letters = "".join(a for a in "zyx" if a in flip)

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ..config.builder import config_where
+from ..config.builder import config_error, config_where
 from ..config.types import Bounded, PositiveInt
 from ..data import cache
 from ..data.augment import Augmentation, AugmentedArray
@@ -349,6 +349,18 @@ class Dataset:
         With ``read: root`` / ``node`` the reader's header is fetched here (a collective: every
         rank makes its first call at the same point, never in a rank-0-only path)."""
         self.shared_header()
+        self.check_augment()
+
+    def check_augment(self):
+        """ConfigError at the key ``augment`` (its YAML line) when it does not fit the data: a
+        padding per axis of another number of axes, a flip of an axis the images lack, quarter
+        turns of a plane that is not square, masks to pad without an ignore label."""
+        if self.augment is None:
+            return
+        try:
+            self.augment.check_plane(self.plane, self.per_pixel, self.ignore_label)
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
 
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one

@@ -212,6 +212,7 @@ class FileDataset(Dataset):
         self.shared_header()    # read: root / node: fetched by every rank here (a collective)
         self.scaler()
         self._check_ignore_label()
+        self.check_augment()
         C, W = self.image_shape[0], self.image_shape[-1]
         if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
             self._valid_warned = True       # the file's valid split is used: the key does nothing
@@ -236,6 +237,9 @@ class FileDataset(Dataset):
         if given < self.nclasses:
             raise config_error(self, f"{given} is a class (0..{self.nclasses - 1}); the ignore label must be no "
                                "class (255 for the masks of distnet data convert --masks)", "ignore_label")
+        kind = self.sources()[mask_key("train")].dtype
+        if given > np.iinfo(kind).max:
+            raise config_error(self, f"{given} does not fit the masks' {kind}, which can never hold it", "ignore_label")
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` in the order train, valid, test (:func:`~distnet.data.selection.split_rows`)."""

@@ -208,3 +208,13 @@ def test_masks_without_an_ignore_label_may_reflect():
     aug = Augmentation.from_config({"crop": {"padding": 2, "mode": "reflect"}})
     aug.check_plane((9, 8), True, None)
     Augmentation.from_config({"crop": 2}).check_plane((9, 8), True, 255)
+
+
+def test_flip_all_flips_the_axes_the_images_have():
+    aug = Augmentation.from_config({"flip": "all"})
+    aug.check_plane((9, 8))
+    assert aug.flipped(2) == "yx" and aug.flipped(3) == "zyx"
+    d = aug.draws(0, 0, np.arange(200), (9, 8))
+    assert d["flip"].any(axis=0).all()
+    with pytest.raises(ConfigError, match="flip names axis z"):
+        Augmentation.from_config({"flip": ["z", "x"]}).check_plane((9, 8))

@@ -220,3 +220,20 @@ def test_data_stats_of_a_volume_file(tmp_path):
         np.testing.assert_allclose(f.attrs["channel_mean"], x.mean(axis=(0, 2, 3, 4)))
         np.testing.assert_allclose(f.attrs["channel_std"], x.std(axis=(0, 2, 3, 4)))
     assert lines[-1].endswith("; stored in the file")
+
+
+def test_an_ignore_label_the_masks_cannot_hold(tmp_path):
+    path = write_masked_data(tmp_path / "m.h5", ignore=None)
+    with pytest.raises(ConfigError, match="ignore_label.*300 does not fit the masks' uint8"):
+        HDF5Dataset(path=str(path), scale=1, ignore_label=300).check()
+
+
+def test_an_augmentation_that_does_not_fit_is_refused_at_its_yaml_line(tmp_path):
+    from distnet.config import load_experiment_text
+    from tests.tiny import CNN, experiment
+    path = write_masked_data(tmp_path / "m.h5")
+    text = experiment(CNN, path).replace("{path: " + str(path) + "}",
+                                         "{path: " + str(path) + ", scale: 1,\n     augment: {rotate90: true}}")
+    ds = load_experiment_text(text, filename="exp.yaml").dataset
+    with pytest.raises(ConfigError, match=r"exp.yaml:4.*rotate90 .* not square \(12x10\)"):
+        ds.check()
