@@ -80,3 +80,25 @@ def write_data(path, n_train=30, n_test=10, seed=0, nan_at=None):
             f[f"{split}/x"], f[f"{split}/y"] = x, y
         f.attrs["nclasses"] = 3
     return path
+
+
+def write_masked_data(path, spatial=(12, 10), n_train=14, n_test=6, channels=2, nclasses=3, ignore=255, seed=0,
+                      dtype=np.uint8):
+    """Synthetic images ``(N, C, *spatial)`` of ``dtype`` with per-pixel labels ``(N, *spatial)``
+    uint8 (classes ``0 .. nclasses-1``, a border of the ignore label), chunked as the converter
+    chunks them; attributes ``nclasses``, ``ignore_label`` (unless None), ``class_names``."""
+    rng = np.random.RandomState(seed)
+    with h5py.File(path, "w") as f:
+        for split, n in (("train", n_train), ("test", n_test)):
+            x = rng.randint(0, 250, (n, channels) + tuple(spatial)).astype(dtype)
+            y = rng.randint(0, nclasses, (n,) + tuple(spatial)).astype(np.uint8)
+            if ignore is not None:
+                y[(slice(None), 0)] = ignore
+            edge = tuple(min(d, 4) for d in spatial)
+            f.create_dataset(f"{split}/x", data=x, chunks=(1, channels) + edge)
+            f.create_dataset(f"{split}/y", data=y, chunks=(1,) + edge)
+        f.attrs["nclasses"] = nclasses
+        f.attrs["class_names"] = [f"c{k}" for k in range(nclasses)]
+        if ignore is not None:
+            f.attrs["ignore_label"] = ignore
+    return path

@@ -83,13 +83,24 @@ def mnist_sample(directory, force):
               help="Text: refuse source sentences of more than N tokens (default: the longest).")
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
+@click.option("--masks", type=click.Path(exists=True, file_okay=False), metavar="MASKS",
+              help="Segmentation: SOURCE is a folder of images (or of .npy / NIfTI / TIFF volumes) and MASKS a folder "
+                   "of their masks, each named as its image (index PNGs: palette or one channel of class ids; "
+                   "volumes: integer arrays); stored as per-pixel labels (docs/masks.md).")
+@click.option("--classes", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="With --masks: the class names, one per line, class 0 first (default: 0, 1, ... up to the "
+                   "largest class id in the masks).")
+@click.option("--ignore-label", type=click.IntRange(min=0), metavar="N",
+              help="With --masks: the mask value of pixels that count for nothing (no class; default 255).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 def data_convert(source, output, size, resize, stratify, unlabeled, like, labels, test_fraction, valid_fraction,
                  seed, class_order, class_names, layout, target, test_source,
-                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
+                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, masks, classes,
+                 ignore_label, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
-    subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
-    .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
+    subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), a
+    folder of images or volumes with --masks (per-pixel labels), or an .npz (x_train, y_train,
+    ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force. Images are resized only with --size (--resize: stretch, the
@@ -102,7 +113,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
             "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     with Job("data convert", one_process=True):
-        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names, like):
+        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names, like, classes):
             if p is not None and same_file(output, p):   # read while written: never, even with --force
                 raise OutputError(f"output {output} is also an input ({p}); give another OUTPUT")
         refuse_existing(output, "output", force, "give another OUTPUT, or --force to replace it")
@@ -115,7 +126,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
                            class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
-                           like=like)
+                           like=like, masks=masks, classes=classes, ignore_label=ignore_label)
             for note in info.get("notes", ()):
                 click.echo(f"distnet: warning: {note}", err=True)
             click.echo(info["text"] if unlabeled else describe(info))
@@ -124,7 +135,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
                         ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
                         ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
-                        ("--like", like)):
+                        ("--like", like), ("--masks", masks), ("--classes", classes), ("--ignore-label", ignore_label)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):

@@ -35,9 +35,20 @@ def chunk_rows(n_rows, row_bytes, chunk_bytes=CHUNK_BYTES):
 
 
 def bounding_box(boxes):
-    """``(y0, y1, x0, x1)`` of the smallest box holding every ``(y0, y1, x0, x1)`` of ``boxes``."""
-    return (min(b[0] for b in boxes), max(b[1] for b in boxes),
-            min(b[2] for b in boxes), max(b[3] for b in boxes))
+    """The smallest box holding every box of ``boxes``, each given by its bounds axis by axis
+    (``(y0, y1, x0, x1)`` on a plane, ``(z0, z1, y0, y1, x0, x1)`` in a volume)."""
+    axes = range(0, len(boxes[0]), 2)
+    return tuple(v for i in axes for v in (min(b[i] for b in boxes), max(b[i + 1] for b in boxes)))
+
+
+def _extent(box):
+    """The lengths of ``box`` (bounds axis by axis) along each axis."""
+    return tuple(box[i + 1] - box[i] for i in range(0, len(box), 2))
+
+
+def _inside(box, big):
+    """The slices of ``box`` in an array of the box ``big`` (bounds axis by axis)."""
+    return tuple(slice(box[i] - big[i], box[i + 1] - big[i]) for i in range(0, len(box), 2))
 
 
 def _tell(comm, root, error):
@@ -65,13 +76,12 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     Parameters
     ----------
     read : callable or None
-        On ``root``: ``read(a, b, (y0, y1, x0, x1))`` returns rows ``a .. b-1`` of the rows to
-        send (in that order), cut to that box, as stored: ``(b - a, C, y1 - y0, x1 - x0)``.
-        Ignored elsewhere.
+        On ``root``: ``read(a, b, box)`` returns rows ``a .. b-1`` of the rows to send (in
+        that order), cut to that box, as stored: ``(b - a, C, y1 - y0, x1 - x0)``. Elsewhere: None.
     n_rows, channels, dtype :
         The rows to send, their channels ``C`` and stored dtype (the same on every rank).
     box : (y0, y1, x0, x1)
-        This rank's part of the ``H x W`` plane.
+        This rank's part of the ``H x W`` plane (a volume's: ``(z0, z1, y0, y1, x0, x1)``).
     need : bool
         False: this rank needs nothing (it has a cache); it gets None and nothing is sent to it.
     chunk_bytes : int
@@ -92,13 +102,13 @@ def scatter_rows(comm, read, n_rows, channels, dtype, box, need=True, root=0,
     box = tuple(int(v) for v in box)
     wants = comm.allgather(box if need else None)   # every rank derives the same chunk plan
     dtype = np.dtype(dtype)
-    shape = (n_rows, channels, box[1] - box[0], box[3] - box[2])
+    shape = (n_rows, channels) + _extent(box)
     out = None if not need else np.empty(shape, dtype) if into is None else into
     asking = [(r, b) for r, b in enumerate(wants) if b is not None]
     if not asking:
         return out
     big = bounding_box([b for _, b in asking])
-    row_bytes = channels * (big[1] - big[0]) * (big[3] - big[2]) * dtype.itemsize
+    row_bytes = channels * int(np.prod(_extent(big))) * dtype.itemsize
     chunks = chunk_rows(n_rows, row_bytes, chunk_bytes)
     sink = _Sink(out)
     if comm.Get_rank() == root:
@@ -138,8 +148,8 @@ def _send_chunks(comm, root, read, chunks, big, asking, dtype, sink, stats):
         except Exception as e:  # noqa: BLE001 - told to every rank, then re-raised
             part, error = None, e
         _tell(comm, root, error)
-        for r, (y0, y1, x0, x1) in asking:
-            tile = part[:, :, y0 - big[0]:y1 - big[0], x0 - big[2]:x1 - big[2]]
+        for r, mine in asking:
+            tile = part[(slice(None), slice(None)) + _inside(mine, big)]
             if r == root:
                 sink.put(a, b, tile)
                 continue

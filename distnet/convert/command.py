@@ -1,7 +1,8 @@
 """``distnet data convert SOURCE OUT``: the converter a source goes to, its options checked
 against it: a folder of class folders of images (:mod:`.images`), of pictures without classes
-(``--unlabeled``), or ``.npz`` / ``.npy`` arrays (:mod:`.arrays`). Parallel text
-(``--target``) is :mod:`.text`.
+(``--unlabeled``), a folder of images or volumes with a folder of their masks (``--masks``:
+:mod:`.segmentation`, :mod:`.volumes`), or ``.npz`` / ``.npy`` arrays (:mod:`.arrays`).
+Parallel text (``--target``) is :mod:`.text`.
 """
 import os
 
@@ -9,16 +10,21 @@ from ..errors import OptionError
 from .arrays import convert_arrays, read_class_names
 from .decode import RESIZE_MODES
 from .images import convert_image_folder, convert_unlabeled
+from .masks import DEFAULT_IGNORE
+from .segmentation import check_mask_options, convert_segmentation
+from .volumes import VOLUME_ONLY, convert_volumes, is_volume_folder
 
 
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
-            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None):
+            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None,
+            masks=None, classes=None, ignore_label=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
     ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
     (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
     ``size``): :data:`RESIZE_MODES`; ``stratify``: draw the splits class by class;
     ``unlabeled`` (folders): :func:`convert_unlabeled` (``like``: the data set whose recipe it
-    repeats)."""
+    repeats); ``masks`` (a folder of images or volumes): their masks' folder, ``classes`` a file of
+    the class names, ``ignore_label`` the label of pixels that count for nothing (default 255)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise OptionError(f"{name} must be in [0, 1), got {v}")
@@ -31,6 +37,13 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         raise OptionError("--resize says how --size treats another aspect ratio: give --size HxW with it")
     if like is not None and not unlabeled:
         raise OptionError("--like gives an unlabeled conversion the recipe of a data set: give --unlabeled with it")
+    if masks is not None:
+        return _convert_masked(src, out, masks, size, resize, (test_fraction, valid_fraction, seed), classes,
+                               DEFAULT_IGNORE if ignore_label is None else ignore_label,
+                               (labels, layout, class_order, class_names, stratify, unlabeled))
+    if classes is not None or ignore_label is not None:
+        raise OptionError(f"{'--classes' if classes is not None else '--ignore-label'} is an option of masks: give "
+                          "the masks' folder with --masks")
     if unlabeled:
         given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
                                 ("--class-names", class_names), ("--stratify", stratify or None)) if v is not None]
@@ -40,6 +53,9 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
             raise OptionError(f"--unlabeled converts a folder of images; {src} is not one")
         return convert_unlabeled(src, out, size, resize, like)
     if os.path.isdir(src):
+        if any(f.lower().endswith(VOLUME_ONLY) for f in os.listdir(src)):
+            raise OptionError(f"{src} holds volumes: they convert with per-voxel labels, so give their masks' folder "
+                              "with --masks")
         if layout is not None:
             raise OptionError("--layout tells how arrays are laid out; images of a folder need none")
         if class_names is not None:
@@ -62,3 +78,18 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         return convert_arrays(src, out, labels, test_fraction, valid_fraction, seed, class_names=names,
                               layout=layout, stratify=stratify)
     raise OptionError(f"{src}: give a folder of class subfolders of images, an .npz or an .npy file")
+
+
+def _convert_masked(src, out, masks, size, resize, split_args, classes, ignore_label, others):
+    """``--masks``: images (:func:`~.segmentation.convert_segmentation`) or volumes
+    (:func:`~.volumes.convert_volumes`) with their masks; ``others``: the options masks do not take."""
+    check_mask_options(src, *others)
+    if not os.path.isdir(masks):
+        raise OptionError(f"--masks {masks} is not a folder (of the masks, named as their images)")
+    test_fraction, valid_fraction, seed = split_args
+    if is_volume_folder(src):
+        if size is not None or resize is not None:
+            raise OptionError("--size and --resize resize images; volumes are stored as they are (resample them first)")
+        return convert_volumes(src, out, masks, test_fraction, valid_fraction, seed, classes, ignore_label)
+    return convert_segmentation(src, out, masks, size, resize, test_fraction, valid_fraction, seed, classes,
+                                ignore_label)

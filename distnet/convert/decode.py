@@ -88,25 +88,27 @@ def to_8_bits(Image, im, wide=None):
 RESIZE_MODES = ("stretch", "crop", "pad")
 
 
-def fit_image(Image, im, size, resize="stretch"):
+def fit_image(Image, im, size, resize="stretch", nearest=False, fill=0):
     """``im`` (a Pillow image) brought to ``size`` ``(H, W)`` by ``resize``
-    (:data:`RESIZE_MODES`), bilinear; an image of that size already is returned as it is."""
+    (:data:`RESIZE_MODES`), bilinear (``nearest``: nearest, for masks; ``pad`` pads with
+    ``fill``); an image of that size already is returned as it is."""
     H, W = size
     h, w = im.height, im.width
+    how = Image.NEAREST if nearest else Image.BILINEAR
     if (h, w) == (H, W):
         return im
     if resize == "stretch":
-        return im.resize((W, H), Image.BILINEAR)
+        return im.resize((W, H), how)
     if resize == "crop":            # the box is in source pixels, fractions kept: no rounding shift
         s = max(H / h, W / w)
         ch, cw = H / s, W / s
         top, left = (h - ch) / 2, (w - cw) / 2
-        return im.resize((W, H), Image.BILINEAR, box=(left, top, left + cw, top + ch))
+        return im.resize((W, H), how, box=(left, top, left + cw, top + ch))
     if resize == "pad":
         s = min(H / h, W / w)
         nh, nw = max(1, min(H, int(round(h * s)))), max(1, min(W, int(round(w * s))))
-        inner = im if (nh, nw) == (h, w) else im.resize((nw, nh), Image.BILINEAR)
-        canvas = Image.new(im.mode, (W, H), 0)
+        inner = im if (nh, nw) == (h, w) else im.resize((nw, nh), how)
+        canvas = Image.new(im.mode, (W, H), fill)
         canvas.paste(inner, ((W - nw) // 2, (H - nh) // 2))
         return canvas
     raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")

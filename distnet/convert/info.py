@@ -14,11 +14,13 @@ import json
 
 import numpy as np
 
+from ..data.pixel_labels import mask_key
 from ..data.sources import open_hdf5
 from ..data.stats import MEAN_ATTR, STD_ATTR, channel_stats, read_stats
 from ..datasets.hdf5 import HDF5Dataset
 from ..errors import DataError
 from ..fileio import write_failure
+from ..geometry.partition import Box
 from .recipe import describe_recipe, read_recipe
 
 SPLITS = ("train", "valid", "test")
@@ -50,8 +52,10 @@ def dataset_info(path):
     ds = HDF5Dataset(path=path)
     shape, nclasses = ds.image_shape, ds.nclasses      # the checks a run makes on the header
     srcs = ds.sources()
-    counts = {s: np.bincount(np.asarray(srcs[s].labels()), minlength=nclasses)
-              for s in SPLITS if s in srcs}
+    if ds.per_pixel:
+        counts = {s: pixel_counts(srcs[mask_key(s)], nclasses, ds.ignore_label) for s in SPLITS if s in srcs}
+    else:
+        counts = {s: np.bincount(np.asarray(srcs[s].labels()), minlength=nclasses) for s in SPLITS if s in srcs}
     names = attrs.get("class_names")
     named = names is not None
     names = [_text(n) for n in names] if named else [str(k) for k in range(nclasses)]
@@ -62,7 +66,22 @@ def dataset_info(path):
               if k in attrs}
     return {"path": path, "kind": "images", "splits": {s: int(srcs[s].shape[0]) for s in counts},
             "shape": tuple(shape), "dtype": str(srcs["train"].dtype), "nclasses": nclasses,
-            "class_names": names, "named": named, "counts": counts, "attrs": record}
+            "class_names": names, "named": named, "counts": counts, "attrs": record,
+            "masks": str(srcs[mask_key("train")].dtype) if ds.per_pixel else None, "ignore_label": ds.ignore_label}
+
+
+def pixel_counts(masks, nclasses, ignore, rows_per_read=64):
+    """Pixels per class ``(nclasses + 2,)`` of a split's masks (a mask source), read in blocks of
+    images: the classes, then the ignore label's pixels, then those of any other value."""
+    out = np.zeros(nclasses + 2, np.int64)
+    whole = Box.of_spans((0, n) for n in masks.shape[2:])
+    for a in range(0, masks.shape[0], rows_per_read):
+        ids = masks.read(np.arange(a, min(masks.shape[0], a + rows_per_read)), whole).ravel().astype(np.int64)
+        known = (ids >= 0) & (ids < nclasses)
+        out[:nclasses] += np.bincount(ids[known], minlength=nclasses)
+        out[nclasses] += int((ids == ignore).sum()) if ignore is not None else 0
+        out[nclasses + 1] += int((~known).sum()) - (int((ids == ignore).sum()) if ignore is not None else 0)
+    return out
 
 
 def info_lines(info):
@@ -71,9 +90,15 @@ def info_lines(info):
     if info["kind"] == "sequences":
         return [f"{info['path']}: sequence pairs: {splits}; source vocabulary {info['src_vocab']} tokens, "
                 f"target vocabulary {info['tgt_vocab']} tokens"]
-    C, H, W = info["shape"]
-    lines = [f"{info['path']}: {splits} images of {C}x{H}x{W} {info['dtype']} (C x H x W), "
-             f"{info['nclasses']} classes"]
+    shape, volumes = info["shape"], len(info["shape"]) == 4
+    axes = "C x D x H x W" if volumes else "C x H x W"
+    lines = [f"{info['path']}: {splits} {'volumes' if volumes else 'images'} of {'x'.join(map(str, shape))} "
+             f"{info['dtype']} ({axes}), {info['nclasses']} classes"]
+    if info.get("masks"):
+        unit = "voxel" if volumes else "pixel"
+        ignore = info["ignore_label"]
+        lines.append(f"labels per {unit} (masks, {info['masks']}); ignore label "
+                     f"{ignore if ignore is not None else 'none'}; the table counts {unit}s")
     a = info["attrs"]
     if "source" in a:
         order = a.get("class_order")
@@ -87,13 +112,20 @@ def info_lines(info):
     head = "class folder" if folders else "class"
     width = max(len(head), *(len(n) + folders for n in info["class_names"]))
     splits = list(info["counts"])
-    lines.append(f"{'label':>5}  {head:<{width}}  " + "  ".join(f"{s:>7}" for s in splits))
+    col = max([7] + [len(str(int(v))) for s in splits for v in info["counts"][s]])    # pixel counts grow long
+    lines.append(f"{'label':>5}  {head:<{width}}  " + "  ".join(f"{s:>{col}}" for s in splits))
     for k, name in enumerate(info["class_names"]):
         shown = name + "/" if folders else name
-        lines.append(f"{k:>5}  {shown:<{width}}  " + "  ".join(f"{int(info['counts'][s][k]):>7}" for s in splits))
+        lines.append(f"{k:>5}  {shown:<{width}}  " + "  ".join(f"{int(info['counts'][s][k]):>{col}}" for s in splits))
+    if info.get("masks"):
+        k = info["nclasses"]
+        extra = [("ignored", k)] + ([("no class", k + 1)] if any(info["counts"][s][k + 1] for s in splits) else [])
+        for name, i in extra:
+            counts = "  ".join(f"{int(info['counts'][s][i]):>{col}}" for s in splits)
+            lines.append(f"{'':>5}  {name:<{width}}  {counts}")
     empty = [str(k) for k in range(info["nclasses"]) if not any(info["counts"][s][k] for s in splits)]
     if empty:
-        lines.append(f"label(s) {', '.join(empty)} have no image in any split")
+        lines.append(f"label(s) {', '.join(empty)} have no {'pixel' if info.get('masks') else 'image'} in any split")
     return lines
 
 
@@ -117,8 +149,9 @@ def describe_stats(path, store=False):
         return lines + [stats_line(*stats)]
     with h5py.File(path, "r") as f:
         x = f.get("train/x")
-        if not isinstance(x, h5py.Dataset) or x.ndim != 4 or x.dtype.kind not in "biuf":
-            raise DataError(f"{path}: no train/x (N, C, H, W) of numbers to compute statistics of (docs/data.md)")
+        if not isinstance(x, h5py.Dataset) or x.ndim not in (4, 5) or x.dtype.kind not in "biuf":
+            raise DataError(f"{path}: no train/x (N, C, H, W) or (N, C, D, H, W) of numbers to compute statistics "
+                            "of (docs/data.md)")
         mean, std = channel_stats(x)
     if store:
         try:

@@ -67,10 +67,15 @@ def label_line(classes, path, mark="/"):
 def describe(info):
     """What ``distnet data convert`` prints: one line, and a second one with the label of every
     class folder, or class name given (:func:`label_line`)."""
-    C, H, W = info["shape"]
     parts = ", ".join(f"{s} {n}" for s, n in info["splits"].items())
     names = ", ".join(info["classes"][:8]) + (", ..." if len(info["classes"]) > 8 else "")
-    line = (f"wrote {info['path']}: {parts} images of {C}x{H}x{W} {info['dtype']}, "
+    kind = "volumes" if len(info["shape"]) == 4 else "images"
+    masks = ""
+    if info.get("masks"):
+        ignore = info.get("ignore_label")
+        masks = f" with masks ({info['masks']} per {'voxel' if kind == 'volumes' else 'pixel'}" + (
+            f", ignore label {ignore})" if ignore is not None else ")")
+    line = (f"wrote {info['path']}: {parts} {kind} of {'x'.join(map(str, info['shape']))} {info['dtype']}{masks}, "
             f"{len(info['classes'])} classes ({names})")
     folders = info.get("class_order") is not None
     lines = [line] + [info[k] for k in ("resize", "split") if info.get(k)]

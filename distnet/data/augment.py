@@ -1,259 +1,295 @@
-"""Data augmentation of the training split: random crop with padding and flips, exact on tiles.
+"""Data augmentation of the training split, exact on tiles: random crops with padding, flips per
+axis, random resized crops, quarter turns, brightness and contrast, of images and their masks,
+in 2-D and 3-D.
 
-The YAML key ``augment`` of a dataset (docs/data.md#augmentation) makes an :class:`Augmentation`.
-Every transform is an *index map*: output pixel ``(y, x)`` of image ``i`` in epoch ``e`` is the
-stored pixel ``(sy, sx)`` (or the ``fill`` value), where
+The YAML key ``augment`` of a dataset (docs/data.md#augmentation, :mod:`.augment_keys`) makes an
+:class:`Augmentation`. Image ``i`` in epoch ``e``, forward, as torchvision's transforms in this
+order would treat it:
 
-* ``y' = H - 1 - y`` if the image is flipped vertically, else ``y``; ``x'`` likewise with ``W``
-  and the horizontal flip (the flip follows the crop, as ``RandomCrop`` then ``RandomFlip``);
-* ``sy = y' + oy - p`` and ``sx = x' + ox - p``, with ``p`` the padding and ``oy, ox`` in
-  ``[0, 2p]`` the crop's offsets in the padded image;
-* a source outside the image is ``fill`` (``mode: constant``), its mirror without repeating the
-  edge (``reflect``, numpy's and torchvision's ``reflect``) or the nearest edge pixel (``edge``).
+1. ``resized_crop``: a box of a random fraction of the image's area (volume) and aspect ratio
+   is stretched back to the image's size (linear interpolation, or nearest; masks nearest);
+2. ``crop``: every side padded by ``p`` (per axis if given so) and an image-sized window cut at
+   a random offset in ``[0, 2p]`` per axis (``constant``: ``fill``, for masks the ignore label;
+   ``reflect``; ``edge``);
+3. ``flip``: each named axis reversed with probability 1/2;
+4. ``rotate90``: ``k`` quarter turns in the ``(y, x)`` plane, ``k`` uniform in 0..3 (as
+   ``np.rot90``; a plane that is not square is refused: its turned image would not have its shape);
+5. ``brightness`` and ``contrast`` (images only): ``x -> (x * b - m) * c + m`` with factors
+   uniform in ``[max(0, 1 - v), 1 + v]`` and ``m`` the contrast's ``center`` (default 0).
 
-The draws ``oy, ox, flip_h, flip_v`` of an image are a pure function of ``(seed, epoch, index)``
-(:func:`draw_hash`), where ``index`` is the image's row in the training split (the row the model
-asks for, the same on every rank); nothing depends on the rank, the grid or the data replicas.
-A rank that owns the tile ``[y0, y1) x [x0, x1)`` of every image holds the *reach* of its tile
-(:meth:`Augmentation.reach`: every stored pixel some draw can map onto the tile) and gathers its
-augmented tile from it, so every rank computes exactly the single-process pixels of its tile with
-no communication. This module never talks to MPI.
+Steps 1 to 4 are *index maps* (:mod:`.index_maps`): output pixel ``o`` reads, axis by axis,
+stored pixels fixed by the draws, which are a pure function of ``(seed, epoch, i)``
+(:mod:`.draws`), ``i`` the image's row in the training split, the same on every rank; step 5
+is per pixel. A rank that owns a tile of every image holds the *reach* of its tile
+(:meth:`Augmentation.reach`: every stored pixel some draw can map onto it) and computes its
+augmented tile from it, so every rank gets exactly the single-process pixels of its tile with no
+communication, masks with the same draws as their images. This module never talks to MPI.
 """
-import numbers
+import math
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..geometry.partition import Box
+from ..geometry.partition import Box, shape_text
+from . import augment_keys
+from .augment_keys import FLIPS, PAD_MODES
+from .draws import Draws, draw_hash
+from .index_maps import axis_map, gather, pad_index, resize_index, turned
+from .pixel_labels import LabelStream, is_per_pixel
 from .sources import cut
 from .stream import StreamArray
 
-#: The values of ``crop: {mode: ...}``.
-PAD_MODES = ("constant", "reflect", "edge")
-#: The values of ``flip``.
-FLIPS = ("horizontal", "vertical", "both")
-#: Draw streams (the last argument of :func:`draw_hash`).
-STREAM_OY, STREAM_OX, STREAM_FLIP_H, STREAM_FLIP_V = 0, 1, 2, 3
-
-_MASK = (1 << 64) - 1
+#: Axis letters of 2-D and 3-D images (``x`` the last axis).
+_LETTERS = "zyx"
 
 
-def _mix(v):
-    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    v = v + np.uint64(0x9E3779B97F4A7C15)
-    v = (v ^ (v >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    v = (v ^ (v >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return v ^ (v >> np.uint64(31))
-
-
-def draw_hash(seed, epoch, index, stream):
-    """The 64-bit draw of stream ``stream`` for the images ``index`` (int array ``(n,)``) in
-    ``epoch``: ``mix(mix(mix(mix(seed) ^ epoch) ^ index) ^ stream)`` with ``mix`` SplitMix64's
-    finaliser, all in uint64 (``seed`` taken modulo 2**64). Returns uint64 ``(n,)``."""
-    with np.errstate(over="ignore"):
-        h = _mix(np.full(1, int(seed) & _MASK, dtype=np.uint64))
-        h = _mix(h ^ np.uint64(int(epoch) & _MASK))
-        h = _mix(h ^ np.asarray(index, dtype=np.int64).astype(np.uint64))
-        return _mix(h ^ np.uint64(stream))
+def _letters(ndim):
+    return _LETTERS[-ndim:]
 
 
 class Augmentation:
-    """The ``augment`` key of a dataset: random crop with padding and random flips of the
-    training images, one draw per image and epoch.
+    """The ``augment`` key of a dataset (module docstring; :mod:`.augment_keys` parses it).
 
-    Parameters (the keys of the YAML mapping)
-    -----------------------------------------
-    crop : int or mapping, optional
-        The padding ``p`` (an int), or ``{padding: p, mode: constant | reflect | edge,
-        fill: number}``: pad every side by ``p`` and crop an ``H x W`` window at a random offset
-        (a random shift by up to ``p`` pixels each way). ``fill`` (default 0) is in the values
-        the model sees (after the dataset's scaling) and only used with ``mode: constant``.
-    flip : 'horizontal' | 'vertical' | 'both', optional
-        Flip each image left-right (``horizontal``), upside down (``vertical``) or each of the
-        two independently, with probability 1/2 each.
-    seed : int, optional
+    padding : int or tuple
+        The crop's padding ``p`` (0: no crop), or one per spatial axis (``z, y, x`` order).
+    mode, fill :
+        The crop's padding mode and fill value (in the values the model sees; masks pad with the
+        ignore label).
+    flips : str
+        The axes flipped, as letters of ``"zyx"`` (``"x"``: ``flip: horizontal``), or ``"all"``:
+        every spatial axis of the images.
+    resized_crop : ``((smin, smax), (rmin, rmax), interpolation)`` or None
+        The fraction of the area (volume) and the aspect ratio ``w / h`` of the box, and how it
+        is stretched (``linear`` or ``nearest``).
+    rotate90 : bool
+        Quarter turns in the ``(y, x)`` plane.
+    brightness, contrast, center :
+        The jitter ranges (0: off) and the contrast's centre.
+    seed : int or None
         Seed of the draws; default the experiment's ``rng_seed``.
     """
 
-    KEYS = ("crop", "flip", "seed")
+    KEYS = augment_keys.KEYS
 
-    def __init__(self, padding=0, mode="constant", fill=0.0, flip_h=False, flip_v=False, seed=None):
-        self.padding, self.mode, self.fill = int(padding), mode, float(fill)
-        self.flip_h, self.flip_v, self.seed = bool(flip_h), bool(flip_v), seed
+    def __init__(self, padding=0, mode="constant", fill=0.0, flips="", resized_crop=None, rotate90=False,
+                 brightness=0.0, contrast=0.0, center=0.0, seed=None):
+        self.padding, self.mode, self.fill = padding, mode, float(fill)
+        self.flips, self.resized_crop, self.rotate90 = flips, resized_crop, bool(rotate90)
+        self.brightness, self.contrast, self.center = float(brightness), float(contrast), float(center)
+        self.seed = seed
 
     @classmethod
     def from_config(cls, value):
-        """An Augmentation from the YAML value of ``augment`` (a mapping; None or ``{}``: None).
-        Raises :class:`ConfigError` (key ``augment``) naming the wrong entry."""
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise ConfigError(f"expected a mapping such as {{crop: 4, flip: horizontal}}, got {value!r}",
-                              key="augment")
-        unknown = [k for k in value if k not in cls.KEYS]
-        if unknown:
-            raise ConfigError(f"unknown key {unknown[0]!r} in augment; valid keys: {', '.join(cls.KEYS)}",
-                              key="augment")
-        kw = {}
-        crop = value.get("crop")
-        if crop is not None:
-            if not isinstance(crop, dict):
-                crop = {"padding": crop}
-            bad = [k for k in crop if k not in ("padding", "mode", "fill")]
-            if bad:
-                raise ConfigError(f"unknown key {bad[0]!r} in augment: crop; valid keys: padding, mode, fill",
-                                  key="augment")
-            p = crop.get("padding")
-            if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 0:
-                raise ConfigError(f"augment: crop padding must be an integer >= 0, got {p!r}", key="augment")
-            mode = crop.get("mode", "constant")
-            if mode not in PAD_MODES:
-                raise ConfigError(f"augment: crop mode must be one of {', '.join(PAD_MODES)}, got {mode!r}",
-                                  key="augment")
-            fill = crop.get("fill", 0)
-            if (isinstance(fill, bool) or not isinstance(fill, numbers.Real)
-                    or not np.isfinite(float(fill))):
-                raise ConfigError(f"augment: crop fill must be a finite number, got {fill!r}", key="augment")
-            kw.update(padding=int(p), mode=mode, fill=float(fill))
-        flip = value.get("flip")
-        if flip is not None:
-            if flip not in FLIPS:
-                raise ConfigError(f"augment: flip must be one of {', '.join(FLIPS)}, got {flip!r}",
-                                  key="augment")
-            kw.update(flip_h=flip in ("horizontal", "both"), flip_v=flip in ("vertical", "both"))
-        seed = value.get("seed")
-        if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-                raise ConfigError(f"augment: seed must be an integer, got {seed!r}", key="augment")
-            kw["seed"] = int(seed)
-        if not kw.get("padding") and not kw.get("flip_h") and not kw.get("flip_v"):
-            return None     # nothing random: the training images as stored
-        return cls(**kw)
+        """An Augmentation from the YAML value of ``augment`` (a mapping; None or nothing
+        random: None). Raises :class:`ConfigError` (key ``augment``) naming the wrong entry."""
+        kw = augment_keys.parse(value)
+        return None if kw is None else cls(**kw)
 
     def __repr__(self):
-        return (f"Augmentation(padding={self.padding}, mode={self.mode!r}, fill={self.fill}, "
-                f"flip_h={self.flip_h}, flip_v={self.flip_v}, seed={self.seed})")
+        return (f"Augmentation(padding={self.padding}, mode={self.mode!r}, fill={self.fill}, flips={self.flips!r}, "
+                f"resized_crop={self.resized_crop}, rotate90={self.rotate90}, brightness={self.brightness}, "
+                f"contrast={self.contrast}, center={self.center}, seed={self.seed})")
 
-    # -- the draws and the index map -----------------------------------------------------------
+    # -- checks that need the data's shape -----------------------------------------------------
 
-    def draws(self, seed, epoch, index):
-        """``{"oy", "ox", "flip_h", "flip_v"}``, int64 / bool arrays ``(n,)``, of the images
-        ``index`` in ``epoch``: offsets ``hash % (2p + 1)`` (streams 0, 1), flips the top bit of
-        the hash (streams 2, 3); ``seed`` is used unless the mapping names its own."""
-        seed = self.seed if self.seed is not None else seed
-        index = np.asarray(index, dtype=np.int64).reshape(-1)
-        n = len(index)
-        span = np.uint64(2 * self.padding + 1)
+    def flipped(self, ndim):
+        """The letters of the axes flipped among ``ndim`` spatial axes."""
+        return _letters(ndim) if self.flips == "all" else self.flips
 
-        def offset(stream):
-            if not self.padding:
-                return np.zeros(n, np.int64)
-            return (draw_hash(seed, epoch, index, stream) % span).astype(np.int64)
+    def pads(self, ndim):
+        """The padding of each of ``ndim`` spatial axes."""
+        return tuple(self.padding) if isinstance(self.padding, tuple) else (int(self.padding),) * ndim
 
-        def flip(enabled, stream):
-            if not enabled:
-                return np.zeros(n, bool)
-            return (draw_hash(seed, epoch, index, stream) >> np.uint64(63)).astype(bool)
+    def check_plane(self, plane, per_pixel=False, ignore_label=None):
+        """ConfigError (key ``augment``) when this augmentation does not fit images of spatial
+        ``plane`` ``(H, W)`` or ``(D, H, W)``, or (``per_pixel``) their masks, which a crop in
+        ``constant`` mode pads with the ``ignore_label``."""
+        ndim = len(plane)
+        if isinstance(self.padding, tuple) and len(self.padding) != ndim:
+            raise augment_keys.bad(f"augment: crop padding gives {len(self.padding)} values but the images have "
+                                   f"{ndim} spatial axes ({shape_text(plane)}): give one per axis, or one number")
+        lacking = [a for a in self.flipped(ndim) if a not in _letters(ndim)]
+        if lacking:
+            raise augment_keys.bad(f"augment: flip names axis {lacking[0]}, which {shape_text(plane)} images lack")
+        if self.rotate90 and plane[-1] != plane[-2]:
+            raise augment_keys.bad(f"augment: rotate90 turns the (y, x) plane by quarter turns, which changes the "
+                                   f"shape of a plane that is not square ({shape_text(plane[-2:])}): remove it (flip: "
+                                   "both gives the half turns), or convert the images to a square size")
+        if per_pixel and ignore_label is None and self.mode == "constant" and any(self.pads(ndim)):
+            raise augment_keys.bad("augment: crop pads the masks with the ignore label, and the data has none: set "
+                                   "the dataset's ignore_label, or crop with mode: reflect or edge")
 
-        return {"oy": offset(STREAM_OY), "ox": offset(STREAM_OX),
-                "flip_h": flip(self.flip_h, STREAM_FLIP_H), "flip_v": flip(self.flip_v, STREAM_FLIP_V)}
+    # -- the draws and the index maps ----------------------------------------------------------
 
-    def _axis_map(self, lo, hi, size, offset, flipped):
-        """Stored indices ``(n, hi - lo)`` and their validity for output indices ``[lo, hi)`` of
-        one axis of length ``size`` (module docstring)."""
-        out = np.arange(lo, hi, dtype=np.int64)[None, :]
-        src = np.where(flipped[:, None], size - 1 - out, out) + offset[:, None] - self.padding
-        valid = (src >= 0) & (src < size)
-        if self.mode == "reflect":
-            period = 2 * (size - 1)
-            if period:
-                src = np.abs(src) % period
-                src = np.where(src >= size, period - src, src)
-            else:
-                src = np.zeros_like(src)
-            valid = np.ones_like(valid)
-        elif self.mode == "edge":
-            src, valid = np.clip(src, 0, size - 1), np.ones_like(valid)
-        return src, valid
+    def draws(self, seed, epoch, index, plane):
+        """The draws of the images ``index`` ``(n,)`` in ``epoch`` for images of spatial ``plane``
+        (``seed`` unless the mapping names its own): ``offset`` and ``flip`` ``(n, ndim)``
+        (the crop's offset in ``[0, 2p]`` and whether each axis is reversed), ``turns`` ``(n,)``,
+        ``start`` and ``length`` ``(n, ndim)`` (the resized crop's box; the whole axis without
+        one), ``brightness`` and ``contrast`` ``(n,)`` factors (1 without them)."""
+        r = Draws(self.seed if self.seed is not None else seed, epoch, index)
+        n, ndim = len(r.index), len(plane)
+        offset, flip = np.zeros((n, ndim), np.int64), np.zeros((n, ndim), bool)
+        for a, (letter, p) in enumerate(zip(_letters(ndim), self.pads(ndim))):
+            if p:
+                offset[:, a] = r.integers(f"offset_{letter}", 2 * p + 1)
+            if letter in self.flipped(ndim):
+                flip[:, a] = r.coin(f"flip_{letter}")
+        turns = (r.hash("turns") >> np.uint64(62)).astype(np.int64) if self.rotate90 else np.zeros(n, np.int64)
+        start, length = self._boxes(r, plane)
+        return {"offset": offset, "flip": flip, "turns": turns, "start": start, "length": length,
+                "brightness": self._factors(r, "brightness", self.brightness),
+                "contrast": self._factors(r, "contrast", self.contrast)}
 
-    def source_index(self, draws, tile, plane):
-        """Where the augmented ``tile`` of each drawn image comes from: ``(sy (n, h), vy (n, h),
-        sx (n, w), vx (n, w))``, stored row and column indices in the ``plane`` ``(H, W)`` and
-        whether each is inside the image (else the pixel is ``fill``). An invalid index is
-        clipped into the image, so it can be used to gather before the fill."""
-        H, W = plane
-        sy, vy = self._axis_map(tile.y0, tile.y1, H, draws["oy"], draws["flip_v"])
-        sx, vx = self._axis_map(tile.x0, tile.x1, W, draws["ox"], draws["flip_h"])
-        return np.clip(sy, 0, H - 1), vy, np.clip(sx, 0, W - 1), vx
+    @staticmethod
+    def _factors(r, name, spread):
+        if not spread:
+            return np.ones(len(r.index))
+        low = max(0.0, 1.0 - spread)
+        return low + (1.0 + spread - low) * r.uniform(name)
+
+    def _boxes(self, r, plane):
+        """The resized crop's ``(start, length)`` ``(n, ndim)``: a fraction ``s`` of the area drawn
+        in ``scale``, the ratio ``w / h`` log-uniform in ``ratio``, ``h = round(sqrt(s H W / r))``
+        and ``w = round(sqrt(s H W r))`` (a volume: the depth ``round(D s^(1/3))`` and the plane
+        ``s^(2/3)`` of its area), each clipped to ``[1, size]`` (torchvision draws again
+        instead, up to 10 times: one draw keeps it a function of the image), the corner uniform."""
+        n, ndim = len(r.index), len(plane)
+        start, length = np.zeros((n, ndim), np.int64), np.tile(np.asarray(plane, np.int64), (n, 1))
+        if self.resized_crop is None:
+            return start, length
+        (smin, smax), (rmin, rmax), _ = self.resized_crop
+        s = smin + (smax - smin) * r.uniform("scale")
+        ratio = np.exp(math.log(rmin) + (math.log(rmax) - math.log(rmin)) * r.uniform("ratio"))
+        area = plane[-2] * plane[-1] * (s if ndim == 2 else s ** (2 / 3))
+        sides = {"y": np.sqrt(area / ratio), "x": np.sqrt(area * ratio), "z": plane[0] * s ** (1 / 3)}
+        for a, letter in enumerate(_letters(ndim)):
+            length[:, a] = np.clip(np.round(sides[letter]), 1, plane[a]).astype(np.int64)
+            start[:, a] = r.integers(f"start_{letter}", plane[a] - length[:, a] + 1)
+        return start, length
+
+    def axis_maps(self, d, tile, reach, plane, linear, padded=None):
+        """The :class:`~.index_maps.AxisMap` of every output axis of ``tile`` for the draws
+        ``d``, in the stored box ``reach`` (module docstring's steps 4 to 1, backwards);
+        ``padded``: the stored box was padded already (:meth:`pad`), by these widths before
+        each axis."""
+        ndim, pads, maps = len(plane), np.asarray(self.pads(len(plane))), []
+        rows = np.arange(len(d["turns"]))
+        unturned = np.zeros(len(rows), bool)
+        for a in range(ndim):
+            b, backwards = turned(a, d["turns"], ndim) if self.rotate90 else (np.full(len(rows), a), unturned)
+            size = plane[a]     # a turned axis reads one of the same size (the plane is square)
+            c = np.arange(tile.lo[a], tile.hi[a], dtype=np.int64)[None, :]
+            c = np.where((backwards != d["flip"][rows, b])[:, None], size - 1 - c, c)  # a turn and a flip reverse alike
+            valid = None
+            if padded is not None:
+                c = c + (d["offset"][rows, b] - pads[b] + np.asarray(padded)[b])[:, None]
+            elif pads.any():
+                c, valid = pad_index(c + (d["offset"][rows, b] - pads[b])[:, None], size, self.mode)
+            upper = weight = None
+            if self.resized_crop is not None:
+                c, upper, weight = resize_index(c, d["start"][rows, b][:, None], d["length"][rows, b][:, None],
+                                                size, linear)
+                upper = None if upper is None else upper - np.asarray(reach.lo)[b][:, None]
+            maps.append(axis_map(b, c - np.asarray(reach.lo)[b][:, None], upper, weight, valid))
+        return maps
 
     def reach(self, tile, plane):
-        """The :class:`Box` of stored pixels that some draw maps onto ``tile`` of the ``plane``
-        ``(H, W)``: the tile and, with flips, its mirror, grown by the padding and clipped to the
-        image (reflected and edge pixels lie within ``p`` of the edge, so inside it too)."""
-        H, W = plane
-        p = self.padding
+        """The :class:`Box` of stored pixels that some draw maps onto ``tile`` of a ``plane``
+        ``(H, W)`` (``(D, H, W)``): the tile and, with quarter turns, its turned copies, with
+        flips its mirror, grown by the padding and clipped to the image (reflected and edge
+        pixels lie within ``p`` of the edge, so inside it too); a resized crop reaches the
+        whole image along every axis."""
+        ndim, pads = len(plane), self.pads(len(plane))
+        spans = list(tile.spans)
+        if self.rotate90:       # a square (y, x) plane: each axis reads both, either way round
+            size = plane[-1]
+            ends = [v for lo, hi in spans[-2:] for v in (lo, hi, size - hi, size - lo)]
+            spans[-2] = spans[-1] = (min(ends), max(ends))
+        out = []
+        for a, ((lo, hi), size, letter) in enumerate(zip(spans, plane, _letters(ndim))):
+            if self.resized_crop is not None:
+                lo, hi = 0, size
+            elif letter in self.flipped(ndim):
+                lo, hi = min(lo, size - hi), max(hi, size - lo)
+            out.append((max(0, lo - pads[a]), min(size, hi + pads[a])))
+        return Box.of_spans(out)
 
-        def span(lo, hi, size, flipped):
-            a, b = (min(lo, size - hi), max(hi, size - lo)) if flipped else (lo, hi)
-            return max(0, a - p), min(size, b + p)
-
-        y0, y1 = span(tile.y0, tile.y1, H, self.flip_v)
-        x0, x1 = span(tile.x0, tile.x1, W, self.flip_h)
-        return Box(y0, y1, x0, x1)
-
-    def apply(self, stored, index, epoch, seed, tile, reach, plane):
-        """The augmented ``tile`` ``(n, C, h, w)`` of the images ``index`` ``(n,)`` in ``epoch``
-        from ``stored`` ``(n, C, rh, rw)``: those images cut to ``reach`` (:meth:`reach`).
-
-        The index map of :meth:`source_index`, computed as copies: the batch is padded once
-        (``np.pad`` in this mode, only on the sides where the reach meets the image's edge), and
-        each image's tile is one slice of it, reversed along a flipped axis."""
-        d = self.draws(seed, epoch, index)
-        H, W = plane
-        p = self.padding
-        pad_y = (p if reach.y0 == 0 else 0, p if reach.y1 == H else 0)
-        pad_x = (p if reach.x0 == 0 else 0, p if reach.x1 == W else 0)
-        padded = stored
-        if p and any(pad_y + pad_x):
-            extra = {"constant_values": stored.dtype.type(self.fill)} if self.mode == "constant" else {}
-            padded = np.pad(stored, ((0, 0), (0, 0), pad_y, pad_x), mode=self.mode, **extra)
-        origin_y, origin_x = pad_y[0] - reach.y0, pad_x[0] - reach.x0   # global index -> padded index
-        out = np.empty((len(d["oy"]), stored.shape[1], tile.y1 - tile.y0, tile.x1 - tile.x0), stored.dtype)
-        for j in range(len(out)):
-            ya = (H - tile.y1 if d["flip_v"][j] else tile.y0) + int(d["oy"][j]) - p + origin_y
-            xa = (W - tile.x1 if d["flip_h"][j] else tile.x0) + int(d["ox"][j]) - p + origin_x
-            window = padded[j, :, ya:ya + out.shape[2], xa:xa + out.shape[3]]
-            out[j] = window[:, ::-1 if d["flip_v"][j] else 1, ::-1 if d["flip_h"][j] else 1]
+    def apply(self, stored, index, epoch, seed, tile, reach, plane, mask_fill=None):
+        """The augmented ``tile`` ``(n, C, *tile)`` of the images ``index`` ``(n,)`` in ``epoch``
+        from ``stored`` ``(n, C, *reach)``: those images cut to ``reach`` (:meth:`reach`).
+        ``mask_fill`` given: ``stored`` are masks ``(n, 1, *reach)``, stretched by nearest,
+        padded with it and not jittered."""
+        d = self.draws(seed, epoch, index, plane)
+        mask = mask_fill is not None
+        linear = not mask and self.resized_crop is not None and self.resized_crop[2] == "linear"
+        fill = stored.dtype.type(mask_fill if mask else self.fill)
+        out = np.empty((len(d["turns"]), stored.shape[1]) + tuple(tile.shape), stored.dtype)
+        padded = None
+        if self.resized_crop is None and any(self.pads(len(plane))):
+            stored, padded = self.pad(stored, reach, plane, fill)
+        gather(stored, self.axis_maps(d, tile, reach, plane, linear, padded), out, fill)
+        if not mask:
+            self._jitter(out, d)
         return out
+
+    def pad(self, stored, reach, plane, fill):
+        """``stored`` ``(n, C, *reach)`` padded by the crop (``np.pad`` in its mode) on the sides
+        where ``reach`` meets the image's edge, and the widths before each axis: every crop
+        window is then a slice, and the padding is computed once per batch."""
+        widths = [(p if lo == 0 else 0, p if hi == size else 0)
+                  for p, lo, hi, size in zip(self.pads(len(plane)), reach.lo, reach.hi, plane)]
+        if not any(v for w in widths for v in w):
+            return stored, [0] * len(plane)
+        extra = {"constant_values": fill} if self.mode == "constant" else {}
+        return np.pad(stored, [(0, 0), (0, 0)] + widths, mode=self.mode, **extra), [w[0] for w in widths]
+
+    def _jitter(self, out, d):
+        """``out = (out * b - m) * c + m`` per image, in ``out``'s dtype (module docstring)."""
+        shape = (-1,) + (1,) * (out.ndim - 1)
+        if self.brightness:
+            out *= d["brightness"].astype(out.dtype).reshape(shape)
+        if self.contrast:
+            center = out.dtype.type(self.center)
+            out -= center
+            out *= d["contrast"].astype(out.dtype).reshape(shape)
+            out += center
 
     # -- the dataset's load --------------------------------------------------------------------
 
-    def load(self, load_tile, tile, plane, seed):
+    def load(self, load_tile, tile, plane, seed, per_pixel=False, ignore_label=None):
         """``load_tile(box) -> {split: (x, y)}`` called with the reach of ``tile``; returns the
-        splits with the training one an :class:`AugmentedArray` of ``tile`` and the others cut
-        to ``tile``."""
+        splits with the training one's images (and masks, ``per_pixel``: ``ignore_label`` pads
+        them) an :class:`AugmentedArray` of ``tile``, and the others cut to ``tile``."""
+        self.check_plane(plane, per_pixel, ignore_label)
         reach = self.reach(tile, plane)
         data = load_tile(reach)
         out = {}
         for split, (x, y) in data.items():
             if split == "train":
                 x = AugmentedArray(x, self, tile, reach, plane, seed)
+                if is_per_pixel(y):
+                    y = AugmentedArray(y, self, tile, reach, plane, seed, mask_fill=ignore_label, images=x)
             else:
-                x = cut_to(x, tile, reach)
+                x, y = cut_to(x, tile, reach), (cut_to(y, tile, reach) if is_per_pixel(y) else y)
+                if isinstance(x, StreamArray) and isinstance(y, StreamArray):
+                    x.companions.append(y)
             out[split] = (x, y)
         return out
 
 
 def cut_to(x, tile, reach):
-    """``x`` (a split cut to ``reach``: an array or a StreamArray) cut to ``tile`` inside it."""
+    """``x`` (a split cut to ``reach``: images ``(N, C, *reach)`` or masks ``(N, *reach)``, an
+    array or a stream) cut to ``tile`` inside it."""
     if tile == reach:
         return x
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x[cut(tile, reach)])
-    local = Box(tile.y0 - reach.y0, tile.y1 - reach.y0, tile.x0 - reach.x0, tile.x1 - reach.x0)
+        inside = tile.relative_to(reach)
+        return np.ascontiguousarray(x[cut(tile, reach)] if x.ndim == 2 + tile.ndim else x[(slice(None),) + inside])
     t = x.tile       # the reach inside the stream's source (the file, or a tile cache)
-    return StreamArray(x.source, x.index, Box(t.y0 + local.y0, t.y0 + local.y1, t.x0 + local.x0,
-                                              t.x0 + local.x1), x.scaler, x.dtype, x.check)
+    box = Box.of_spans((start + lo - r, start + hi - r) for start, (lo, hi), r in zip(t.lo, tile.spans, reach.lo))
+    if isinstance(x, LabelStream):
+        return LabelStream(x.source, x.index, box)
+    return StreamArray(x.source, x.index, box, x.scaler, x.dtype, x.check)
 
 
 class AugmentedArray:
@@ -263,23 +299,32 @@ class AugmentedArray:
     the ``tile`` as stored while no epoch is set (None: before training, GB's pretraining, the
     metrics after an epoch, ``distnet evaluate``).
 
-    ``stored`` is the split cut to the reach of ``tile``: an ``(N, C, rh, rw)`` array or a
-    :class:`~distnet.data.stream.StreamArray` (whose prefetch still serves the reads).
-    ``shape`` is ``(N, C, h, w)`` with ``(h, w)`` the tile's shape.
+    ``stored`` is the split cut to the reach of ``tile``: an ``(N, C, *reach)`` array or a
+    :class:`~distnet.data.stream.StreamArray` (whose prefetch still serves the reads); for
+    masks (``mask_fill``: what a crop pads them with) ``(N, *reach)`` or a
+    :class:`~distnet.data.pixel_labels.LabelStream`, and ``images`` the images' AugmentedArray,
+    whose epoch they follow (the training loop sets the images' only). ``shape`` is
+    ``(N, C, *tile)`` (masks ``(N, *tile)``).
     """
 
-    ndim = 4
-
-    def __init__(self, stored, augmentation, tile, reach, plane, seed):
+    def __init__(self, stored, augmentation, tile, reach, plane, seed, mask_fill=None, images=None):
         self.stored, self.augmentation = stored, augmentation
         self.tile, self.reach, self.plane, self.seed = tile, reach, tuple(plane), seed
-        self.shape = (stored.shape[0], stored.shape[1]) + tuple(tile.shape)
+        self.mask_fill, self.images = mask_fill, images
+        self.per_pixel = images is not None
+        lead = stored.shape[:1] if self.per_pixel else stored.shape[:2]
+        self.shape = tuple(lead) + tuple(tile.shape)
+        self.ndim = len(self.shape)
         self.dtype = stored.dtype
-        self.epoch = None
+        self._epoch = None
+
+    @property
+    def epoch(self):
+        return self.images.epoch if self.images is not None else self._epoch
 
     def set_epoch(self, epoch):
         """Draw the next reads for ``epoch`` (an int), or read the images as stored (None)."""
-        self.epoch = None if epoch is None else int(epoch)
+        self._epoch = None if epoch is None else int(epoch)
 
     def __len__(self):
         return self.shape[0]
@@ -294,10 +339,15 @@ class AugmentedArray:
         elif np.isscalar(rows):
             return self[np.array([rows])][0]
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        stored = self.stored[rows]
+        if self.per_pixel:
+            stored = stored[:, None]        # one channel: the index maps of the images
         if self.epoch is None:
-            return np.ascontiguousarray(self.stored[rows][cut(self.tile, self.reach)])
-        return self.augmentation.apply(self.stored[rows], rows, self.epoch, self.seed, self.tile,
-                                       self.reach, self.plane)
+            out = np.ascontiguousarray(stored[cut(self.tile, self.reach)])
+        else:
+            out = self.augmentation.apply(stored, rows, self.epoch, self.seed, self.tile, self.reach, self.plane,
+                                          self.mask_fill)
+        return out[:, 0] if self.per_pixel else out
 
     def read_ahead(self):
         """The read-ahead of the stored split when it is streamed (:meth:`StreamArray.read_ahead`),

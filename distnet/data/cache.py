@@ -21,8 +21,9 @@ Formats, by extension:
 Metadata fields (all JSON values; see :meth:`Dataset.cache_metadata
 <distnet.datasets.base.Dataset.cache_metadata>`): ``format_version``, ``dataset`` (class name),
 ``sources`` (list of ``{path, size, mtime_ns}`` of the resolved source files), ``sample_pct``,
-``seed``, ``dtype``, ``tile`` (``[y0, y1, x0, x1]``), ``grid`` (``[Py, Px]`` or null),
-``plane`` (``[H, W]``), ``rank``, ``size``.
+``seed``, ``dtype``, ``tile`` (``[y0, y1, x0, x1]``; a volume's ``[z0, z1, y0, y1, x0, x1]``),
+``grid`` (``[Py, Px]`` or null), ``plane`` (``[H, W]``), ``rank``, ``size``; with per-pixel
+labels also ``ignore_label``.
 
 Content checksum: next to the metadata, a cache stores ``checksum`` (attribute
 ``distnet_cache_checksum`` / key ``distnet_cache_checksum``): CRC-32 of every split's arrays,
@@ -236,12 +237,15 @@ def _check_checksum(path, data, stored):
 
 
 def _check_data(path, meta, data):
-    """DataError unless the arrays agree with the metadata (dtype, tile shape, N of x and y)."""
-    y0, y1, x0, x1 = meta["tile"]
+    """DataError unless the arrays agree with the metadata (dtype, tile shape, N of x and y):
+    labels are int64 ``(N,)``, or per-pixel labels ``(N, *tile)`` of an integer type."""
+    bounds = meta["tile"]
+    tile = tuple(bounds[i + 1] - bounds[i] for i in range(0, len(bounds), 2))
     for split, (x, y) in data.items():
-        ok = (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.ndim == 4
-              and y.ndim == 1 and x.shape[0] == y.shape[0] and x.shape[2:] == (y1 - y0, x1 - x0)
-              and x.dtype == np.dtype(meta["dtype"]) and y.dtype == np.int64)
+        per_image = isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype == np.int64
+        per_pixel = isinstance(y, np.ndarray) and y.shape[1:] == tile and y.dtype.kind in "iu"
+        ok = (isinstance(x, np.ndarray) and (per_image or per_pixel) and x.ndim == 2 + len(tile)
+              and x.shape[0] == y.shape[0] and x.shape[2:] == tile and x.dtype == np.dtype(meta["dtype"]))
         if not ok:
             raise DataError(f"{path}: the {split} arrays do not match the cache metadata")
 

@@ -10,17 +10,19 @@ ranks of a job agree on their data are :mod:`.fingerprints`.
 import numpy as np
 
 from ..errors import DataError
+from ..geometry.partition import axis_noun
 
 #: Images checked per block (bounds the temporary boolean array to one block).
 _BLOCK = 256
 
 
 def check_split(x, y, nclasses, source, split, index=None, origin=(0, 0)):
-    """Raise :class:`DataError` unless every value of ``x (N, C, h, w)`` is finite and every
-    label of ``y (N,)`` lies in ``0 .. nclasses-1`` (``nclasses`` None: only ``>= 0``).
+    """Raise :class:`DataError` unless every value of ``x (N, C, h, w)`` (``(N, C, d, h, w)``) is
+    finite and every label of ``y (N,)`` lies in ``0 .. nclasses-1`` (``nclasses`` None: only ``>= 0``).
 
     ``source``: the file(s) named in the message; ``index``: the image numbers in the source of
-    the N rows (default ``0..N-1``); ``origin``: the global ``(row, col)`` of the tile's corner.
+    the N rows (default ``0..N-1``); ``origin``: the global ``(row, col)`` (``(slice, row, col)``)
+    of the tile's corner.
     """
     y = np.asarray(y)
     if y.size:
@@ -37,10 +39,10 @@ def check_split(x, y, nclasses, source, split, index=None, origin=(0, 0)):
         block = x[start:start + _BLOCK]
         finite = np.isfinite(block)
         if not finite.all():
-            b, c, r, col = (int(v) for v in np.argwhere(~finite)[0])
-            raise DataError(f"{source}: {split} image {_image(index, start + b)} has a non-finite pixel "
-                            f"({block[b, c, r, col]} at channel {c}, row {r + origin[0]}, column "
-                            f"{col + origin[1]})")
+            at = tuple(int(v) for v in np.argwhere(~finite)[0])
+            place = ", ".join(f"{axis_noun(len(at) - 2, k)} {v + origin[k]}" for k, v in enumerate(at[2:]))
+            raise DataError(f"{source}: {split} image {_image(index, start + at[0])} has a non-finite pixel "
+                            f"({block[at]} at channel {at[1]}, {place})")
 
 
 def check_splits(data, nclasses, source, origin=(0, 0)):

@@ -15,10 +15,15 @@ from ..errors import DataError
 from .sources import Source, cut
 
 
+def _labels(values, dtype=None):
+    """A split's labels as an array; None (per-pixel labels, or a masks' source) stays None."""
+    return None if values is None else np.asarray(values, dtype=dtype)
+
+
 def describe_split(src):
-    """The header entry of one split: ``(path, shape, dtype str, labels)``."""
-    return (str(src.path), tuple(int(d) for d in src.shape), np.dtype(src.dtype).str,
-            np.asarray(src.labels()))
+    """The header entry of one split: ``(path, shape, dtype str, labels)`` (labels None: the
+    split's labels are per pixel, a source of their own; and for that source itself)."""
+    return (str(src.path), tuple(int(d) for d in src.shape), np.dtype(src.dtype).str, _labels(src.labels()))
 
 
 class HeaderSource(Source):
@@ -88,7 +93,8 @@ def header_to_json(header):
     """``header`` as JSON values (labels as lists), for a cache file."""
     out = {k: v for k, v in header.items() if k not in ("splits", "from_cache")}
     out["image_shape"] = list(header["image_shape"])
-    out["splits"] = {s: [e[0], list(e[1]), e[2], np.asarray(e[3]).tolist()] for s, e in header["splits"].items()}
+    out["splits"] = {s: [e[0], list(e[1]), e[2], None if e[3] is None else np.asarray(e[3]).tolist()]
+                     for s, e in header["splits"].items()}
     return out
 
 
@@ -102,7 +108,7 @@ def header_from_cache(path):
     try:
         header = dict(stored)
         header["image_shape"] = tuple(stored["image_shape"])
-        header["splits"] = {s: (e[0], tuple(e[1]), e[2], np.asarray(e[3], dtype=np.int64))
+        header["splits"] = {s: (e[0], tuple(e[1]), e[2], _labels(e[3], np.int64))
                             for s, e in stored["splits"].items()}
         return header
     except (KeyError, TypeError, ValueError, IndexError):

@@ -200,8 +200,9 @@ class EveryRankReads(Reading):
 
 
 def _corners(tile):
-    """``(y0, y1, x0, x1)``: a tile as :func:`~distnet.comm.scatter_rows.scatter_rows` takes it."""
-    return (tile.y0, tile.y1, tile.x0, tile.x1)
+    """``(y0, y1, x0, x1)`` (a volume's ``(z0, z1, y0, y1, x0, x1)``): a tile as
+    :func:`~distnet.comm.scatter_rows.scatter_rows` takes it."""
+    return tile.bounds
 
 
 def _reader_of(src, rows=None):
@@ -336,8 +337,9 @@ class ReaderReads(Reading):
                     shapes[split] = (into.shape, src.dtype)
                 self.reader.scatter_rows(_reader_of(src) if self.reader.is_reader else None, n, c, src.dtype,
                                          _corners(tile), into is not None, self.chunk_bytes, into=into)
-                if into is not None:
-                    f[f"{split}/y"] = np.asarray(self._header["splits"][split][3])
+                labels = self._header["splits"][split][3]
+                if into is not None and labels is not None:     # (masks are a split of their own)
+                    f[f"{split}/y"] = np.asarray(labels)
             except (OSError, RuntimeError, ValueError) as e:     # h5py's write failures
                 failed = failed or e
         if failed is not None:

@@ -108,6 +108,12 @@ def normalization(stats, scale, where):
     return tuple(float(m * s) for m in mean), tuple(float(d * abs(s)) for d in std)
 
 
+def per_channel(values, ndim, dtype):
+    """``values`` (1 or C numbers) as an array of ``dtype`` that broadcasts over the channel axis
+    of an ``(n, C, *spatial)`` array of ``ndim`` axes."""
+    return np.asarray(values, dtype=dtype).reshape((1, -1) + (1,) * (ndim - 2))
+
+
 class Scaler:
     """The affine map from stored values to the model's dtype (module docstring).
 
@@ -139,7 +145,7 @@ class Scaler:
         return cls(scale, mean, std)
 
     def apply_into(self, raw, out):
-        """``out[...] = scaled raw`` (``raw`` ``(n, C, h, w)`` as stored, ``out`` of the float
+        """``out[...] = scaled raw`` (``raw`` ``(n, C, h, w)`` or ``(n, C, d, h, w)`` as stored, ``out`` of the float
         dtype); the scale is one pass: the ufunc casts ``raw`` to ``out``'s dtype and multiplies
         in it, the same values as ``raw.astype(dtype) * scale``."""
         dtype = out.dtype
@@ -149,9 +155,9 @@ class Scaler:
             else:
                 np.copyto(out, raw, casting="unsafe")
             if self.mean is not None:
-                out -= np.asarray(self.mean, dtype=dtype).reshape(1, -1, 1, 1)
+                out -= per_channel(self.mean, out.ndim, dtype)
             if self.std is not None:
-                out /= np.asarray(self.std, dtype=dtype).reshape(1, -1, 1, 1)
+                out /= per_channel(self.std, out.ndim, dtype)
         return out
 
     def overflow_error(self, raw, dtype, where, image=None):
@@ -160,10 +166,9 @@ class Scaler:
         NaN in ``dtype``: it names the key whose step (in :meth:`apply_into`'s order) does it,
         and the values (key None when ``dtype`` cannot hold them as stored); None if none does."""
         dtype = np.dtype(dtype)
-        c = (1, -1, 1, 1)
         steps = (("scale", self.scale, lambda v: v * dtype.type(self.scale)),
-                 ("mean", self.mean, lambda v: v - np.asarray(self.mean, dtype).reshape(c)),
-                 ("std", self.std, lambda v: v / np.asarray(self.std, dtype).reshape(c)))
+                 ("mean", self.mean, lambda v: v - per_channel(self.mean, v.ndim, dtype)),
+                 ("std", self.std, lambda v: v / per_channel(self.std, v.ndim, dtype)))
         what = (f"holds finite values ({raw.min():g} .. {raw.max():g} in image {image})" if image is not None
                 else f"stores {raw.dtype} values ({raw.min()} .. {raw.max()})")
         largest = f"largest {np.finfo(dtype).max:.3g}"

@@ -1,9 +1,11 @@
 """Where one split's images are stored, read a few rows and one tile at a time.
 
-A *source* holds one split of ``N`` images ``(N, C, H, W)`` of a stored dtype and its ``N`` labels.
-``read(rows, tile)`` returns ``x[rows, :, y0:y1, x0:x1]`` in the stored dtype for **increasing**
-``rows`` (h5py's rule for fancy indexing; callers sort and reorder): an HDF5 hyperslab, a slice
-of a memory-mapped ``.npy`` file, or of an array in memory. Labels are small and read at once.
+A *source* holds one split of ``N`` images ``(N, C, H, W)`` (volumes ``(N, C, D, H, W)``) of a
+stored dtype and its ``N`` labels. ``read(rows, tile)`` returns ``x[rows, :, y0:y1, x0:x1]`` in
+the stored dtype for **increasing** ``rows`` (h5py's rule for fancy indexing; callers sort and
+reorder): an HDF5 hyperslab, a slice of a memory-mapped ``.npy`` file, or of an array in memory.
+Labels are small and read at once; per-pixel labels (masks) are a source of their own, read by
+tile like the images (:mod:`.pixel_labels`), and the images' ``labels()`` is then None.
 Read failures (a corrupt chunk, a truncated file) raise :class:`DataError` naming the file.
 
 A file changed in place while the run reads it (truncated, rewritten: same inode, another size
@@ -21,20 +23,17 @@ from ..geometry.partition import Box
 
 
 def whole(shape):
-    """The :class:`~distnet.geometry.Box` of a whole image of spatial ``shape`` ``(H, W)``."""
-    H, W = shape
-    return Box(0, int(H), 0, int(W))
+    """The :class:`~distnet.geometry.Box` of a whole image of spatial ``shape`` ``(H, W)`` (a
+    volume's ``(D, H, W)``)."""
+    return Box.of_spans((0, int(n)) for n in shape)
 
 
-#: The corner of a whole image: the origin of stored (file) coordinates.
-ORIGIN = Box(0, 0, 0, 0)
-
-
-def cut(tile, origin=ORIGIN, rows=slice(None)):
+def cut(tile, origin=None, rows=slice(None)):
     """The index of ``tile``'s box over the spatial axes of an ``(N, C, *spatial)`` array whose
-    first pixel sits at ``origin``'s corner, of its ``rows`` and every channel:
-    ``x[cut(tile)]`` is ``x[:, :, y0:y1, x0:x1]``."""
-    return (rows, slice(None)) + tuple(tile.relative_to(origin))
+    first pixel sits at ``origin``'s corner (None: the image's corner, stored coordinates), of
+    its ``rows`` and every channel: ``x[cut(tile)]`` is ``x[:, :, y0:y1, x0:x1]``."""
+    inside = tile.relative_to(origin) if origin is not None else tuple(slice(a, b) for a, b in tile.spans)
+    return (rows, slice(None)) + inside
 
 
 def open_hdf5(path):
@@ -111,18 +110,23 @@ class Source:
 class H5Source(Source):
     """Datasets ``<split>/x`` and ``<split>/y`` of an HDF5 file, opened read-only on first use
     (one handle per source, kept open; h5py serialises its calls with its own lock, so the
-    prefetch thread and a read on demand may share it)."""
+    prefetch thread and a read on demand may share it). ``pixel_labels``: the split's labels
+    are per pixel (a source of their own), so :meth:`labels` is None."""
 
-    def __init__(self, path, split, shape, dtype):
+    #: The dataset of the split read as its pixels, and whether it has a channel axis.
+    member, channels = "x", True
+
+    def __init__(self, path, split, shape, dtype, pixel_labels=False):
         self.path, self.name = path, split
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.pixel_labels = pixel_labels
         self._file = None
 
     def _x(self):
         if self._file is None:
             self.stamp = file_stamp(self.path)
             self._file = open_hdf5(self.path)
-        return self._file[f"{self.name}/x"]
+        return self._file[f"{self.name}/{self.member}"]
 
     def chunk_warning(self):
         """A sentence when streaming this split is slow by layout: chunks of several images
@@ -141,6 +145,8 @@ class H5Source(Source):
                 "it with chunks=(1, C, H, W)")
 
     def labels(self):
+        if self.pixel_labels:
+            return None
         import h5py
         try:
             with h5py.File(self.path, "r") as f:
@@ -155,12 +161,13 @@ class H5Source(Source):
         positions = np.arange(len(rows)) if positions is None else np.asarray(positions)
         out = self._out(len(rows), tile, out)
         a = n = 0
-        box = cut(tile)[1:]     # every channel, the tile's box over the spatial axes
+        box = cut(tile)[1 if self.channels else 2:]     # every channel, the tile's box over the spatial axes
+        into = () if self.channels else (0,)            # one stored as the only channel of out
         try:
             for a, at, n in _runs(rows, positions):   # one hyperslab per run of consecutive rows
-                ds.read_direct(out, (slice(a, a + n),) + box, np.s_[at:at + n])
+                ds.read_direct(out, (slice(a, a + n),) + box, (slice(at, at + n),) + into)
         except (OSError, ValueError, RuntimeError) as e:
-            raise DataError(f"cannot read {self.name}/x of {self.path} (images {a}..{a + n - 1}): "
+            raise DataError(f"cannot read {self.name}/{self.member} of {self.path} (images {a}..{a + n - 1}): "
                             f"{str(e).splitlines()[0]}") from None
         return out
 
@@ -175,7 +182,7 @@ class ArraySource(Source):
 
     def __init__(self, path, split, x, y):
         self.path, self.name = path, split
-        self._xarr, self._y = x, np.asarray(y)
+        self._xarr, self._y = x, None if y is None else np.asarray(y)
         self.shape, self.dtype = tuple(x.shape), x.dtype
 
     def labels(self):
@@ -200,7 +207,8 @@ class ArraySource(Source):
 
 
 def npy_source(x_path, y_path, split):
-    """A memory-mapped ``.npy`` pair (``x`` ``(N, C, H, W)`` or ``(N, H, W)``, ``y`` ``(N,)``)."""
+    """A memory-mapped ``.npy`` pair (``x`` ``(N, C, H, W)`` or ``(N, H, W)``, ``y`` ``(N,)``;
+    ``y`` is loaded whole)."""
     for p in (x_path, y_path):
         if not os.path.isfile(p):
             raise DataError(f"{split} data file {p} does not exist")

@@ -18,7 +18,7 @@ BLOCK_BYTES = 32 * 2**20
 
 
 def channel_stats(x, block_bytes=BLOCK_BYTES):
-    """``(mean (C,), std (C,))`` float64 of ``x`` ``(N, C, H, W)`` (an array or an h5py dataset,
+    """``(mean (C,), std (C,))`` float64 of ``x`` ``(N, C, H, W)`` or ``(N, C, D, H, W)`` (an array or an h5py dataset,
     read ``rows`` images at a time)."""
     n_img, C = int(x.shape[0]), int(x.shape[1])
     per_image = max(1, int(np.prod(x.shape[1:])) * 8)
@@ -26,11 +26,12 @@ def channel_stats(x, block_bytes=BLOCK_BYTES):
     count, mean, m2 = 0, np.zeros(C), np.zeros(C)
     for a in range(0, n_img, rows):
         b = np.asarray(x[a:a + rows], dtype=np.float64)
-        nb = b.shape[0] * b.shape[2] * b.shape[3]
+        axes = (0,) + tuple(range(2, b.ndim))      # every axis but the channels
+        nb = int(np.prod([b.shape[i] for i in axes]))
         if nb == 0:
             continue
-        mb = b.mean(axis=(0, 2, 3))
-        m2b = ((b - mb.reshape(1, C, 1, 1)) ** 2).sum(axis=(0, 2, 3))
+        mb = b.mean(axis=axes)
+        m2b = ((b - mb.reshape((1, C) + (1,) * (b.ndim - 2))) ** 2).sum(axis=axes)
         total = count + nb
         delta = mb - mean
         mean = mean + delta * (nb / total)

@@ -51,8 +51,11 @@ class StreamArray:
         self.scaler = scaler
         self.dtype = np.dtype(dtype)
         self.check = check
-        self.shape = (len(self.index), source.shape[1]) + tuple(tile.shape)
-        self.ndim = 4
+        #: One row as the source stores it (its channels, the tile).
+        self.row_shape = (source.shape[1],) + tuple(tile.shape)
+        self.shape = (len(self.index),) + self.row_shape
+        #: Streams read with this one (a split's per-pixel labels): :meth:`schedule` schedules them too.
+        self.companions = []
         self._pool = None
         self._plan = []           # [(rows, future)] scheduled, in order
         self._pending = []        # row sets scheduled but not yet submitted
@@ -65,6 +68,10 @@ class StreamArray:
 
     def __len__(self):
         return self.shape[0]
+
+    @property
+    def ndim(self):
+        return len(self.shape)
 
     @property
     def nbytes(self):
@@ -81,7 +88,7 @@ class StreamArray:
         file_rows = self.index[rows]
         order = np.argsort(file_rows, kind="stable")      # read in file order, each row to its place
         raw = self.source.read(file_rows[order], self.tile, positions=order, out=self._raw_buffer(len(rows)))
-        x = np.empty((len(rows),) + self.shape[1:], self.dtype)
+        x = np.empty((len(rows),) + self.row_shape, self.dtype)
         self.scaler.apply_into(raw, x)
         if self.check:
             check_finite(x, self.source.where(), rows=file_rows)
@@ -92,7 +99,7 @@ class StreamArray:
         for a fresh allocation every batch)."""
         buf = getattr(self._local, "raw", None)
         if buf is None or buf.shape[0] < n:
-            buf = np.empty((n,) + self.shape[1:], self.source.dtype)
+            buf = np.empty((n,) + self.row_shape, self.source.dtype)
             self._local.raw = buf
         return buf[:n]
 
@@ -145,11 +152,14 @@ class StreamArray:
         return self.schedule
 
     def schedule(self, batches):
-        """Read ``batches`` (index arrays, in the order they will be asked for) ahead."""
+        """Read ``batches`` (index arrays, in the order they will be asked for) ahead, here and in
+        the :attr:`companions`."""
         with self._lock:
             self.cancel()
             self._pending = [np.asarray(b, dtype=np.int64) for b in batches]
             self._top_up()
+        for other in self.companions:
+            other.schedule(batches)
 
     def _top_up(self):
         pending = self._pending
@@ -177,7 +187,7 @@ class StreamArray:
     # -- in memory -----------------------------------------------------------------------------
 
     def materialize(self, rows_per_read=256):
-        """The whole split as one ``(n, C, h, w)`` array of ``dtype``, read in blocks of rows
+        """The whole split as one ``shape`` (``(n, C, h, w)``) array of ``dtype``, read in blocks of rows
         (peak memory: the result plus one block in the stored dtype)."""
         out = np.empty(self.shape, self.dtype)
         for a in range(0, len(self), rows_per_read):

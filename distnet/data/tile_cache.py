@@ -4,7 +4,8 @@ streams its minibatches from its own disk instead of the shared data file.
 
 Layout: ``<split>/x`` ``(N, C, *tile.shape)`` in the stored dtype, chunks of one image and at most
 128 pixels along each spatial axis (a minibatch reads whole chunks of its rows only),
-``<split>/y`` the labels, and the metadata of :mod:`.cache` (:func:`~.cache.stamp`: the sources,
+``<split>/y`` the labels (per-pixel labels are the one-channel split ``<split>/mask``), and the
+metadata of :mod:`.cache` (:func:`~.cache.stamp`: the sources,
 the tile, the rank, ``kind: tile``). It is used while that metadata matches the run, rebuilt with
 a warning otherwise. Only this rank reads and writes it, so it may live on storage no other node
 sees. How it is filled is the read strategy's (:mod:`.reading`): copied from the data files
@@ -93,7 +94,8 @@ def _copy(path, meta, sources, tile, rows_per_copy):
                 x = create_split(f, split, n, c, tile, src.dtype)
                 for a in range(0, n, rows_per_copy):
                     x[a:a + rows_per_copy] = src.read(np.arange(a, min(n, a + rows_per_copy)), tile)
-                f[f"{split}/y"] = np.asarray(src.labels())
+                if src.labels() is not None:      # (masks are a split of their own)
+                    f[f"{split}/y"] = np.asarray(src.labels())
                 shapes[split] = (x.shape, src.dtype)
                 src.close()
             stamp(f, meta)

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ..config.builder import config_where
+from ..config.builder import config_error, config_where
 from ..config.types import Bounded, PositiveInt
 from ..data import cache
 from ..data.augment import Augmentation, AugmentedArray
@@ -30,7 +30,7 @@ from ..data.selection import sample_indices
 from ..data.sources import whole
 from ..data.stream import StreamArray
 from ..errors import ConfigError, DataError, MissingDataError
-from ..geometry.partition import Box, tile_of
+from ..geometry.partition import Box, array_noun, shape_text, tile_of
 
 SPLITS = cache.SPLITS
 
@@ -162,8 +162,13 @@ class Dataset:
 
     #: Number of classes (labels are ``0 .. nclasses-1``).
     nclasses = None
-    #: ``(C, H, W)`` of one image.
+    #: ``(C, H, W)`` of one image (``(C, D, H, W)`` of a volume).
     image_shape = None
+    #: Whether the labels are per pixel (masks ``(N, *tile)``, :mod:`~distnet.data.pixel_labels`)
+    #: rather than one class per image.
+    per_pixel = False
+    #: The label of pixels that count for nothing (per-pixel labels; None: every pixel counts).
+    ignore_label = None
 
     def missing(self, message, key, path):
         """A :class:`MissingDataError` for a file or folder that ``key`` (given as ``path``)
@@ -181,6 +186,10 @@ class Dataset:
 
     def class_names(self):
         """The name of every class (label 0 first) when the data says them, else None."""
+        return None
+
+    def file_ignore_label(self):
+        """The ignore label the data files name (per-pixel labels), else None."""
         return None
 
     def fingerprint(self):
@@ -234,13 +243,14 @@ class Dataset:
 
     def read_header(self):
         """What the other ranks need without opening the files: ``files``, ``fingerprints``
-        (size and date of each), ``image_shape``, ``nclasses``, ``class_names`` and ``splits``
-        (``{split: (path, shape, dtype, labels)}``); run on the reader only."""
+        (size and date of each), ``image_shape``, ``nclasses``, ``class_names``, ``ignore_label``
+        and ``splits`` (``{split: (path, shape, dtype, labels)}``, a split's masks under their own
+        key, :mod:`~distnet.data.pixel_labels`); run on the reader only."""
         files = list(self.source_files())
         srcs = self.file_sources()
         return {"files": files, "fingerprints": [cache.file_fingerprint(p) for p in files],
                 "image_shape": tuple(int(d) for d in self.image_shape), "nclasses": int(self.nclasses),
-                "class_names": self.class_names(),
+                "class_names": self.class_names(), "ignore_label": self.file_ignore_label(),
                 "splits": {s: describe_split(src) for s, src in srcs.items()}}
 
     def _shared_files(self):
@@ -258,7 +268,7 @@ class Dataset:
 
     @property
     def plane(self):
-        """``(H, W)``: the plane that tiles are cut from."""
+        """``(H, W)``: the plane that tiles are cut from (``(D, H, W)``: the volume)."""
         return tuple(self.image_shape[1:])
 
     def full_tile(self):
@@ -271,6 +281,10 @@ class Dataset:
         ``halopar``, None (whole images) for ``vecpar``, ``datapar`` and non-distributed runs."""
         if self.dist_mode != "halopar":
             return None
+        if len(grid) != len(self.plane):
+            raise DataError(f"{type(self).__name__} holds {array_noun(len(self.plane))}s of "
+                            f"{shape_text(self.image_shape)} (C x {' x '.join('DHW'[-len(self.plane):])}) "
+                            f"but the run cuts them on a {len(grid)}-D grid ({shape_text(grid)})")
         return tile_of(self.plane, grid, coords)
 
     def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
@@ -303,7 +317,7 @@ class Dataset:
         if self.augment is None:
             return self._load(tile, seed, dtype, rank, size, grid)
         return self.augment.load(lambda reach: self._load(reach, seed, dtype, rank, size, grid), tile,
-                                 self.plane, seed)
+                                 self.plane, seed, self.per_pixel, self.ignore_label)
 
     def _load(self, tile, seed, dtype, rank, size, grid):
         """This rank's ``tile`` of both splits (:meth:`load` without augmentation): its cache at
@@ -316,7 +330,7 @@ class Dataset:
             meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
         return self._limit_test(self.reading.fetch(  # a cache failing the check is rebuilt
             self.file_sources, None, tile, path, meta, lambda srcs: self._build(srcs, tile, seed, dtype),
-            check=lambda d: check_splits(d, self.nclasses, path, (tile.y0, tile.x0))))
+            check=lambda d: check_splits(d, self.nclasses, path, tile.lo)))
 
     def _limit_test(self, data):
         """``data`` with its test split cut to the first ``num_test_sample`` images."""
@@ -335,6 +349,18 @@ class Dataset:
         With ``read: root`` / ``node`` the reader's header is fetched here (a collective: every
         rank makes its first call at the same point, never in a rank-0-only path)."""
         self.shared_header()
+        self.check_augment()
+
+    def check_augment(self):
+        """ConfigError at the key ``augment`` (its YAML line) when it does not fit the data: a
+        padding per axis of another number of axes, a flip of an axis the images lack, quarter
+        turns of a plane that is not square, masks to pad without an ignore label."""
+        if self.augment is None:
+            return
+        try:
+            self.augment.check_plane(self.plane, self.per_pixel, self.ignore_label)
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
 
     def read_ahead(self, x):
         """A function ``schedule(list of row-index arrays)`` that reads those rows of ``x`` (one
@@ -379,7 +405,7 @@ class Dataset:
             "sample_pct": float(self.sample_pct),
             "seed": int(seed),
             "dtype": np.dtype(dtype).name,
-            "tile": [tile.y0, tile.y1, tile.x0, tile.x1],
+            "tile": list(tile.bounds),
             "grid": None if grid is None else [int(g) for g in grid],
             "plane": list(self.plane),
             "rank": int(rank),
@@ -395,14 +421,13 @@ class Dataset:
     # -- internals -----------------------------------------------------------------------------
 
     def _check_tile(self, tile):
-        H, W = self.plane
         if tile is None:
             return self.full_tile()
         if not isinstance(tile, Box):
             raise TypeError(f"tile must be a Box, got {tile!r}")
-        if tile.is_empty() or tile.intersect(self.full_tile()) != tile:
-            raise DataError(f"tile {tile} is not a non-empty part of the {H}x{W} images of "
-                            f"{type(self).__name__}")
+        if tile.ndim != len(self.plane) or tile.is_empty() or tile.intersect(self.full_tile()) != tile:
+            raise DataError(f"tile {tile} is not a non-empty part of the {shape_text(self.plane)} "
+                            f"{array_noun(len(self.plane))}s of {type(self).__name__}")
         return tile
 
     def _build(self, sources, tile, seed, dtype):
@@ -425,7 +450,7 @@ class Dataset:
             if self.scale_255:
                 x /= 255
             check_split(x, y, self.nclasses, ", ".join(map(str, self.source_files())), split, keep,
-                        (tile.y0, tile.x0))  # refuses non-finite pixels, labels out of range
+                        tile.lo)  # refuses non-finite pixels, labels out of range
             out[split] = (x, np.asarray(y, dtype=np.int64))
         for src in sources.values():
             src.close()

@@ -26,6 +26,8 @@ from ..data import cache
 from ..data.checks import labels_problem
 from ..data.fingerprints import crc, sampled_rows, shape_text
 from ..data.header import header_sources
+from ..data.pixel_labels import (LabelStream, check_mask_source, check_mask_values, image_keys, is_mask_key,
+                                  mask_key, split_of)
 from ..data.scaling import Scaler, check_scaled, normalization, parse_channels, parse_normalize, parse_scale
 from ..data.selection import split_rows
 from ..data.sources import H5Source, whole
@@ -61,16 +63,18 @@ class FileDataset(Dataset):
     """Base of the datasets read from files (module docstring). Keys, besides
     :class:`~distnet.datasets.base.Dataset`'s: ``scale``, ``mean``, ``std``, ``normalize``
     (:mod:`~distnet.data.scaling`), ``in_memory`` (``auto`` | ``true`` | ``false``),
-    ``valid_fraction``, ``cache_dir``."""
+    ``valid_fraction``, ``cache_dir``, ``ignore_label`` (per-pixel labels: the label of pixels
+    that count for nothing; default the file's attribute ``ignore_label``, which ``distnet data
+    convert --masks`` writes)."""
 
     #: scale (number or "a/b"), mean / std (number or list) and in_memory (auto/true/false) are
     #: checked by the constructor.
-    config_types = {**Dataset.config_types, "valid_fraction": float, "cache_dir": str}
+    config_types = {**Dataset.config_types, "valid_fraction": float, "cache_dir": str, "ignore_label": int}
     scale_255 = False
     repo_required = False
 
     def __init__(self, *, scale=None, mean=None, std=None, in_memory="auto", valid_fraction=0.0,
-                 cache_dir=None, normalize=None, **common):
+                 cache_dir=None, normalize=None, ignore_label=None, **common):
         super().__init__(**common)
         self.scale = parse_scale(scale)
         self.mean = parse_channels(mean, "mean")
@@ -82,6 +86,11 @@ class FileDataset(Dataset):
             raise ConfigError(f"must be a fraction in [0, 1), got {valid_fraction!r}", key="valid_fraction")
         self.valid_fraction = float(valid_fraction)
         self.cache_dir = cache_dir
+        if ignore_label is not None and (isinstance(ignore_label, bool) or not isinstance(ignore_label, int)
+                                         or ignore_label < 0):
+            raise ConfigError(f"must be an integer >= 0 (the label of pixels that count for nothing), got "
+                              f"{ignore_label!r}", key="ignore_label")
+        self._ignore_label = ignore_label
         #: ``"memory"`` or ``"stream"``: what the last :meth:`load` chose.
         self.mode = None
         self._layout_warned = False     # check() warns about a channels-last layout once
@@ -139,12 +148,19 @@ class FileDataset(Dataset):
         :data:`~distnet.data.fingerprints.SAMPLED_IMAGES` evenly spaced images, read from the
         header, the labels and those rows (:meth:`~distnet.datasets.base.Dataset.check_same_data`)."""
         out = []
-        for split, src in sorted(self.sources().items()):
+        for key, src in sorted(self.sources().items()):
             rows = sampled_rows(int(src.shape[0]))
             pixels = src.read(rows, whole(src.shape[2:])) if rows.size else np.zeros(0)
-            out += [(f"{split} images", shape_text(src.shape, src.dtype), crc(pixels)),
-                    (f"{split} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64)))]
+            part = f"{split_of(key)} masks" if is_mask_key(key) else f"{key} images"
+            out.append((part, shape_text(src.shape, src.dtype), crc(pixels)))
+            if src.labels() is not None:
+                out.append((f"{key} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64))))
         return out
+
+    @property
+    def ignore_label(self):
+        """The key ``ignore_label``, else the file's (per-pixel labels; None: every pixel counts)."""
+        return self.file_ignore_label() if self._ignore_label is None else self._ignore_label
 
     # -- shapes without pixels ---------------------------------------------------------------
 
@@ -195,7 +211,9 @@ class FileDataset(Dataset):
         file every rank reads: rank 0 of the job gives it, once per dataset (a run checks twice)."""
         self.shared_header()    # read: root / node: fetched by every rank here (a collective)
         self.scaler()
-        C, H, W = self.image_shape
+        self._check_ignore_label()
+        self.check_augment()
+        C, W = self.image_shape[0], self.image_shape[-1]
         if self.valid_fraction > 0 and "valid" in self.sources() and not self._valid_warned:
             self._valid_warned = True       # the file's valid split is used: the key does nothing
             warn_once_per_job(log, "%s: %g is not used: %s holds a validation split (valid/x, valid/y), "
@@ -203,13 +221,29 @@ class FileDataset(Dataset):
                               self.source_files()[0])
         if W in (1, 3, 4) and C not in (1, 3, 4) and not self._layout_warned:
             self._layout_warned = True
-            warn_once_per_job(log, "%s: images of %dx%dx%d (C, H, W) look like (N, H, W, C), channels "
+            warn_once_per_job(log, "%s: images of %s (C, H, W) look like (N, H, W, C), channels "
                               "last; distnet reads (N, C, H, W): transpose them (x.transpose(0, 3, 1, 2))",
-                              self.source_files()[0], C, H, W)
+                              self.source_files()[0], "x".join(map(str, self.image_shape)))
+
+    def _check_ignore_label(self):
+        """ConfigError at the key ``ignore_label`` when it names a class, or when the labels are
+        not per pixel (there is no pixel to ignore)."""
+        given = self._ignore_label
+        if given is None:
+            return
+        if not self.per_pixel:
+            raise config_error(self, f"{self.source_files()[0]} holds one class per image: ignore_label applies to "
+                               "per-pixel labels (masks) only; remove it", "ignore_label")
+        if given < self.nclasses:
+            raise config_error(self, f"{given} is a class (0..{self.nclasses - 1}); the ignore label must be no "
+                               "class (255 for the masks of distnet data convert --masks)", "ignore_label")
+        kind = self.sources()[mask_key("train")].dtype
+        if given > np.iinfo(kind).max:
+            raise config_error(self, f"{given} does not fit the masks' {kind}, which can never hold it", "ignore_label")
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` in the order train, valid, test (:func:`~distnet.data.selection.split_rows`)."""
-        counts = {s: src.shape[0] for s, src in self.sources().items()}
+        counts = {s: src.shape[0] for s, src in image_keys(self.sources()).items()}
         return split_rows(counts, self.valid_fraction, self.sample_pct, seed)
 
     def float_bytes(self, tile=None, dtype=np.float32):
@@ -236,8 +270,10 @@ class FileDataset(Dataset):
         if self.augment is not None:    # the rank loads its tile's reach (every split: a bound)
             tile = self.augment.reach(tile, self.plane)
         rows = {s: len(r) for s, r in self.split_rows().items()}
+        masks = self.sources().get(mask_key("train"))
         out = data_memory(rows, self.image_shape[0], tile.shape, np.dtype(dtype).itemsize,
-                          self.stored_dtype().itemsize, batch_size, ndata)
+                          self.stored_dtype().itemsize, batch_size, ndata,
+                          None if masks is None else masks.dtype.itemsize)
         out["mode"] = self.choose_mode(tile, dtype)
         return out
 
@@ -265,7 +301,9 @@ class FileDataset(Dataset):
 
     def _load(self, tile, seed, dtype, rank, size, grid):
         """This rank's data of every split: arrays (in memory) or :class:`StreamArray` (streamed),
-        both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64 (module docstring). The rows of
+        both ``(N, C, h, w)`` of ``dtype``; labels ``(N,)`` int64, or per-pixel labels ``(N, h, w)``
+        of the stored integer type (arrays, or :class:`~distnet.data.pixel_labels.LabelStream`;
+        module docstring; volumes have ``d`` before ``h``). The rows of
         every split this rank uses come through the read strategy (:attr:`reading`); in memory
         mode the float arrays are cached (``serialized_path``, ``cache_dir``)."""
         scaler = self.scaler()
@@ -279,16 +317,20 @@ class FileDataset(Dataset):
             meta = self.cache_metadata(tile, seed, dtype, rank, size, grid)
             meta["scaling"] = scaler.describe()
             meta["valid_fraction"] = self.valid_fraction
+            if self.per_pixel:      # the masks were checked against it
+                meta["ignore_label"] = self.ignore_label
         return self.reading.fetch(self.file_sources, self._stored_rows(rows), tile, path, meta,
                                   lambda srcs: self._in_memory(srcs, rows, tile, dtype, scaler))
 
     def _stored_rows(self, rows):
         """``{stored split: increasing rows}`` that the splits ``rows`` read (a held-out
-        validation split reads rows of train)."""
+        validation split reads rows of train), and the same rows of their masks."""
         stored, by_source = self.sources(), {}
         for split, r in rows.items():
             by_source.setdefault(split if split in stored else "train", []).append(r)
-        return {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
+        out = {s: np.unique(np.concatenate(rs)) for s, rs in by_source.items()}
+        out.update({mask_key(s): r for s, r in out.items() if mask_key(s) in stored})
+        return out
 
     def _stream(self, tile, rows, path, rank, size, grid, scaler, dtype):
         """Streamed splits (:class:`StreamArray`): from this rank's tile cache at ``path`` when
@@ -300,6 +342,9 @@ class FileDataset(Dataset):
             for split, r in rows.items():
                 with self._check_scaling():
                     check_source_finite(srcs.get(split, srcs["train"]), r, t, scaler=scaler, dtype=dtype)
+                masks = _masks_of(srcs, split)
+                if masks is not None:
+                    check_mask_source(masks, r, t, self.nclasses, self.ignore_label)
         if path is not None and not path.lower().endswith(cache.H5_EXTENSIONS):
             # the key's value, the same on every rank: said once per job
             warn_once_per_job(log, "%s: streamed data is cached in HDF5 only; %s (give a .h5 name or cache_dir)",
@@ -322,8 +367,16 @@ class FileDataset(Dataset):
                 if note:        # about the file every rank streams alike: once per job
                     warn_once_per_job(log, "%s", note)
         labels = self.sources()         # the file's (or the header's), never a cache's
-        out = {split: (StreamArray(srcs.get(split, srcs["train"]), r, tile, scaler, dtype),
-                       self._labels(labels.get(split, labels["train"]), r)) for split, r in rows.items()}
+        out = {}
+        for split, r in rows.items():
+            x = StreamArray(srcs.get(split, srcs["train"]), r, tile, scaler, dtype)
+            masks = _masks_of(srcs, split)
+            if masks is None:
+                out[split] = (x, self._labels(labels.get(split, labels["train"]), r))
+                continue
+            y = LabelStream(masks, r, tile)
+            x.companions.append(y)      # its minibatches are read ahead with the images'
+            out[split] = (x, y)
         log.info("%s: streaming %s from %s (%s)", type(self).__name__,
                  ", ".join(f"{s} {len(v[1])}" for s, v in out.items()), self.source_files()[0],
                  scaler.describe())
@@ -354,7 +407,13 @@ class FileDataset(Dataset):
             x = StreamArray(src, r, tile, scaler, dtype).materialize()
             with self._check_scaling():
                 check_scaled(x, src.where(), r, lambda i: src.read(r[i:i + 1], tile), scaler)
-            out[split] = (x, self._labels(src, r))
+            masks = _masks_of(srcs, split)
+            if masks is None:
+                out[split] = (x, self._labels(src, r))
+                continue
+            y = LabelStream(masks, r, tile).materialize()
+            check_mask_values(y, self.nclasses, self.ignore_label, masks.where(), r, tile.lo)
+            out[split] = (x, y)
         for src in srcs.values():
             src.close()
         return out
@@ -364,6 +423,8 @@ class FileDataset(Dataset):
         srcs = srcs or self.sources()
         k = self.nclasses
         for split, src in srcs.items():
+            if src.labels() is None:    # per-pixel labels: checked by tile as they are read
+                continue
             y = np.asarray(src.labels())
             problem = labels_problem(y, src.shape[0])
             if problem:
@@ -371,3 +432,9 @@ class FileDataset(Dataset):
             if len(y) and (y.min() < 0 or y.max() >= k):
                 bad = int(y.min()) if y.min() < 0 else int(y.max())
                 raise DataError(f"{src.where()}: label {bad} is out of range 0..{k - 1}")
+
+
+def _masks_of(sources, split):
+    """The mask source of ``split`` among ``sources`` (a held-out validation split: train's), or
+    None when its labels are one per image."""
+    return sources.get(mask_key(split), sources.get(mask_key("train")))

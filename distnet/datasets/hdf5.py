@@ -1,20 +1,24 @@
-"""Images of any size from one HDF5 file; each rank reads only its tile (a hyperslab).
+"""Images of any size, or volumes, from one HDF5 file; each rank reads only its tile (a hyperslab).
 
 The layout (docs/data.md; ``distnet data convert`` writes it)::
 
     /train/x   (N,  C, H, W)   numbers: uint8 pixels (what the converter writes) or any integer /
-                               float type; chunked (1, C, <=128, <=128) by the converter
-    /train/y   (N,)            integer class labels 0 .. nclasses-1
+                               float type; chunked (1, C, <=128, <=128) by the converter;
+                               volumes (N, C, D, H, W)
+    /train/y   (N,)            integer class labels 0 .. nclasses-1, or per-pixel labels (masks)
+                               (N, H, W) / (N, D, H, W) of an integer type, chunked like x
     /test/x    (Nt, C, H, W)   same C, H, W as train
-    /test/y    (Nt,)
+    /test/y    (Nt,)           (labels of the same kind as train's)
     /valid/x, /valid/y         optional validation split (same C, H, W)
-    attribute nclasses on /    (optional; default 1 + the largest label)
+    attribute nclasses on /    (optional; default 1 + the largest label; required with masks)
     attribute class_names on / (optional; one name per class, as the converter keeps them)
+    attribute ignore_label on / (masks: the value of pixels that count for nothing; optional)
 
-Only ``x[rows, :, y0:y1, x0:x1]`` is read, with plain h5py (no parallel HDF5 build needed), so
-every rank reads just its tile of its rows. Values become floats through the keys ``scale``,
-``mean`` and ``std`` (:mod:`distnet.data.scaling`): integer values need ``scale`` (``scale: 1/255`` for
-pixels), float values are used as stored unless told otherwise.
+Only ``x[rows, :, y0:y1, x0:x1]`` (and ``y[rows, y0:y1, x0:x1]`` of masks) is read, with plain
+h5py (no parallel HDF5 build needed), so every rank reads just its tile of its rows. Values
+become floats through the keys ``scale``, ``mean`` and ``std`` (:mod:`distnet.data.scaling`):
+integer values need ``scale`` (``scale: 1/255`` for pixels), float values are used as stored
+unless told otherwise.
 
 Example (writing such a file by hand)::
 
@@ -28,6 +32,7 @@ import os
 import numpy as np
 
 from ..data.checks import labels_problem
+from ..data.pixel_labels import IGNORE_ATTR, H5MaskSource, image_keys, is_mask_key, mask_key, split_of
 from ..data.sources import H5Source, open_hdf5
 from ..errors import DataError
 from .base import check_path
@@ -59,6 +64,63 @@ def _count(value, path):
     return int(v)
 
 
+def _read_split(f, s, path, splits):
+    """Check split ``s`` of the open file ``f`` and enter it (and its masks) in ``splits``
+    (``{key: (shape, dtype)}``); returns its largest label (None: per-pixel labels)."""
+    x, y = (_dataset(f, f"{s}/{a}", path) for a in "xy")
+    if x.ndim not in (4, 5) or x.dtype.kind not in "biuf":
+        hint = ("; for (N, H, W) images of one channel, store x[:, None]"
+                if x.ndim == 3 and x.dtype.kind in "biuf" else "; volumes are (N, C, D, H, W)")
+        raise DataError(f"{path}: {s}/x must be a numeric (N, C, H, W) array, got {x.dtype} {x.shape}{hint}")
+    if splits:
+        shape, dtype = splits["train"]
+        if x.shape[1:] != shape[1:]:
+            raise DataError(f"{path}: {s}/x images are {x.shape[1:]}, train/x {shape[1:]}")
+        if x.dtype != dtype:
+            raise DataError(f"{path}: {s}/x stores {x.dtype} values but train/x {dtype}: scale, mean and std "
+                            "apply to every split alike, so store the splits alike")
+        if (y.ndim == x.ndim - 1) != (mask_key("train") in splits):
+            raise DataError(f"{path}: {s}/y and train/y differ in kind (one class per image, or per pixel): "
+                            "store the labels of every split alike")
+    if x.shape[0] == 0:
+        raise DataError(f"{path}: {s}/x holds no images")
+    splits[s] = (tuple(int(d) for d in x.shape), x.dtype)
+    if y.ndim == x.ndim - 1:      # (N, *S): a class per pixel
+        if y.shape != x.shape[:1] + x.shape[2:] or y.dtype.kind not in "iu":
+            raise DataError(f"{path}: {s}/y must be the per-pixel labels of {s}/x, integers of shape "
+                            f"{x.shape[:1] + x.shape[2:]} (N, {'D, ' * (x.ndim == 5)}H, W), got {y.dtype} {y.shape}")
+        splits[mask_key(s)] = ((int(y.shape[0]), 1) + tuple(int(d) for d in y.shape[1:]), y.dtype)
+        return None
+    if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
+        raise DataError(f"{path}: {s}/y {labels_problem(y[()], x.shape[0])}")
+    labels = y[()]
+    if labels.min() < 0:
+        raise DataError(f"{path}: {s}/y has a label {labels.min()} out of range (negative)")
+    return int(labels.max())
+
+
+def _classes(attrs, tops, path):
+    """``(nclasses, ignore_label)`` of a file (its root ``attrs``; ``tops``: every split's largest
+    label, None for per-pixel labels, which need the attribute ``nclasses``)."""
+    nclasses = attrs.get("nclasses")
+    if nclasses is None and None in tops:
+        raise DataError(f"{path} holds per-pixel labels but no attribute nclasses: set it (f.attrs['nclasses'] = "
+                        "K; distnet data convert --masks writes it), since finding the largest class would read "
+                        "every mask")
+    top = max([t for t in tops if t is not None], default=-1)
+    nclasses = top + 1 if nclasses is None else _count(nclasses, path)
+    if top >= nclasses:
+        raise DataError(f"{path}: label {top} is out of range 0..{nclasses - 1} "
+                        f"(the file's nclasses is {nclasses})")
+    ignore = attrs.get(IGNORE_ATTR)
+    if ignore is not None:
+        ignore = np.asarray(ignore)
+        if ignore.shape != () or ignore.dtype.kind not in "iu" or 0 <= int(ignore) < nclasses:
+            raise DataError(f"{path}: the attribute {IGNORE_ATTR} must be an integer that is no class "
+                            f"(0..{nclasses - 1}), got {ignore!r}")
+        ignore = int(ignore)
+    return nclasses, ignore
+
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
     with open_hdf5(path) as f:
@@ -71,11 +133,12 @@ def class_names_of(path):
 class HDF5Dataset(FileDataset):
     """A dataset in the HDF5 layout of ``docs/data.md`` (``distnet data convert`` writes it)::
 
-        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type
-        /train/y  (N,)          integer labels 0 .. nclasses-1
+        /train/x  (N, C, H, W)  uint8 (converter) or any integer / float type; volumes (N, C, D, H, W)
+        /train/y  (N,)          integer labels 0 .. nclasses-1, or masks (N, H, W) / (N, D, H, W)
         /test/x, /test/y        same C, H, W
         /valid/x, /valid/y      optional validation split
-        attributes on /: nclasses (optional), class_names (optional)
+        attributes on /: nclasses (optional; required with masks), class_names (optional),
+        ignore_label (masks; optional)
 
     Keys: ``path`` (str, required; relative paths are taken inside ``repo_path`` when that is
     given); ``scale`` (number or ``"1/255"``; required for integer pixels: ``scale: 1/255`` maps
@@ -90,8 +153,11 @@ class HDF5Dataset(FileDataset):
     a ``valid`` group in the file is used instead when present); ``cache_dir`` (a node-local folder
     for this rank's cache, default ``$DISTNET_CACHE_DIR``: in memory mode it holds the float
     arrays (like ``serialized_path``), in streaming mode a copy of the rank's tile as stored);
-    and the common keys ``sample_pct``, ``serialized_path``, ``dist_flag``, ``dist_mode``.
-    ``image_shape`` and ``nclasses`` are read from the file header (no pixels are read).
+    ``ignore_label`` (masks: the value of pixels that count for nothing, default the file's
+    attribute ``ignore_label``); and the common keys ``sample_pct``, ``serialized_path``,
+    ``dist_flag``, ``dist_mode``. ``image_shape`` and ``nclasses`` are read from the file header
+    (no pixels are read); masks are per-pixel labels read by tile like the images
+    (docs/masks.md).
     """
 
     config_types = {**FileDataset.config_types, "path": str}
@@ -109,14 +175,16 @@ class HDF5Dataset(FileDataset):
                f"serialized_path={self.serialized_path!r})"
 
     def _header(self):
-        """``(image_shape, nclasses, {split: (shape, dtype)})`` from the file; checks the layout
-        and the labels."""
+        """``(image_shape, nclasses, {key: (shape, dtype)}, ignore_label)`` from the file (a
+        split's masks under :func:`~distnet.data.pixel_labels.mask_key`, one-channel shapes);
+        checks the layout and the labels (per-image labels read whole, masks never)."""
         if self._header_cache is not None:
             return self._header_cache
         shared = self.shared_header()
         if shared is not None:      # another rank reads the file (read: root / node)
             self._header_cache = (tuple(shared["image_shape"]), shared["nclasses"],
-                                  {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()})
+                                  {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()},
+                                  shared.get("ignore_label"))
             return self._header_cache
         self.source_files()     # a missing file: at the key's YAML line
         with open_hdf5(self.path) as f:
@@ -124,40 +192,13 @@ class HDF5Dataset(FileDataset):
             if missing:
                 raise DataError(f"{self.path} lacks dataset(s) {', '.join(missing)}; the layout is "
                                 f"train/x (N,C,H,W), train/y (N,), test/x, test/y (docs/data.md)")
-            shape = None
-            top = -1
-            splits = {}
+            splits, tops = {}, []
             for s in SPLITS_STORED:
-                if s not in f:
-                    continue
-                x, y = (_dataset(f, f"{s}/{a}", self.path) for a in "xy")
-                if x.ndim != 4 or x.dtype.kind not in "biuf":
-                    hint = ("; for (N, H, W) images of one channel, store x[:, None]"
-                            if x.ndim == 3 and x.dtype.kind in "biuf" else "")
-                    raise DataError(f"{self.path}: {s}/x must be a numeric (N, C, H, W) array, "
-                                    f"got {x.dtype} {x.shape}{hint}")
-                if shape is not None and x.shape[1:] != shape:
-                    raise DataError(f"{self.path}: {s}/x images are {x.shape[1:]}, train/x {shape}")
-                if splits and x.dtype != splits["train"][1]:
-                    raise DataError(f"{self.path}: {s}/x stores {x.dtype} values but train/x "
-                                    f"{splits['train'][1]}: scale, mean and std apply to every split "
-                                    "alike, so store the splits alike")
-                shape = x.shape[1:]
-                if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
-                    raise DataError(f"{self.path}: {s}/y {labels_problem(y[()], x.shape[0])}")
-                if x.shape[0] == 0:
-                    raise DataError(f"{self.path}: {s}/x holds no images")
-                labels = y[()]
-                if labels.min() < 0:
-                    raise DataError(f"{self.path}: {s}/y has a label {labels.min()} out of range (negative)")
-                top = max(top, int(labels.max()))
-                splits[s] = (tuple(int(d) for d in x.shape), x.dtype)
-            nclasses = f.attrs.get("nclasses")
-            nclasses = top + 1 if nclasses is None else _count(nclasses, self.path)
-            if top >= nclasses:
-                raise DataError(f"{self.path}: label {top} is out of range 0..{nclasses - 1} "
-                                f"(the file's nclasses is {nclasses})")
-        self._header_cache = (tuple(int(d) for d in shape), nclasses, splits)
+                if s in f:
+                    tops.append(_read_split(f, s, self.path, splits))
+            nclasses, ignore = _classes(f.attrs, tops, self.path)
+        shape = splits["train"][0][1:]
+        self._header_cache = (tuple(int(d) for d in shape), nclasses, splits, ignore)
         return self._header_cache
 
     @property
@@ -188,5 +229,20 @@ class HDF5Dataset(FileDataset):
     def data_files(self):
         return {"path": self.path}
 
+    @property
+    def per_pixel(self):
+        """Whether ``<split>/y`` holds per-pixel labels (masks ``(N, *S)``) rather than one class per image."""
+        return mask_key("train") in self._header()[2]
+
+    def file_ignore_label(self):
+        """The file's attribute ``ignore_label`` (None: it has none)."""
+        return self._header()[3]
+
     def file_sources(self):
-        return {s: H5Source(self.path, s, shape, dtype) for s, (shape, dtype) in self._header()[2].items()}
+        splits = self._header()[2]
+        per_pixel = self.per_pixel
+        out = {s: H5Source(self.path, s, shape, dtype, pixel_labels=per_pixel)
+               for s, (shape, dtype) in image_keys(splits).items()}
+        out.update({k: H5MaskSource(self.path, split_of(k), shape, dtype)
+                    for k, (shape, dtype) in splits.items() if is_mask_key(k)})
+        return out

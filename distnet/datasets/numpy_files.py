@@ -104,6 +104,12 @@ class NumpyDataset(FileDataset):
                 if src.shape[0] == 0:
                     raise DataError(f"{src.where()}: holds no images")
             for src in srcs.values():   # before the largest label is asked for (names: a TypeError)
+                y = np.asarray(src.labels())
+                if y.dtype.kind in "iu" and y.shape == src.shape[:1] + src.shape[2:]:
+                    raise DataError(f"{src.where()}: labels {y.dtype} {y.shape} are per pixel (masks), and "
+                                    "NumpyDataset reads one class per image: store images and masks in the HDF5 "
+                                    "layout (train/x, train/y (N, H, W), attribute nclasses; distnet data convert "
+                                    "--masks writes it from folders, docs/masks.md) and read it with HDF5Dataset")
                 problem = labels_problem(src.labels(), src.shape[0])
                 if problem:
                     raise DataError(f"{src.where()}: labels {problem}")

@@ -63,8 +63,9 @@ class WindowLayer(BaseLayer):
     def infer_shape(self, in_shape):
         """Global output ``(K, Ho, Wo)`` for a global input ``(C, H, W)``; checks the YAML."""
         if len(in_shape) != 3:
-            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is a "
-                             f"vector of {in_shape[0]} features")
+            what = (f"a vector of {in_shape[0]} features" if len(in_shape) == 1 else
+                    f"{'x'.join(map(str, in_shape))}, maps and {len(in_shape) - 1} spatial axes (a volume)")
+            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is {what}")
         C, H, W = in_shape
         if self.nifm is not None and self.nifm != C:
             raise self.error(f"nifm is {self.nifm} but its input has {C} maps", "nifm")

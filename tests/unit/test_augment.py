@@ -30,10 +30,11 @@ def _oracle(img, d, i, aug):
     else:
         padded = np.pad(img, ((0, 0), (p, p), (p, p)), mode=aug.mode)
     H, W = img.shape[1:]
-    out = padded[:, d["oy"][i]:d["oy"][i] + H, d["ox"][i]:d["ox"][i] + W]
-    if d["flip_h"][i]:
+    oy, ox = d["offset"][i]
+    out = padded[:, oy:oy + H, ox:ox + W]
+    if d["flip"][i, 1]:
         out = out[:, :, ::-1]
-    if d["flip_v"][i]:
+    if d["flip"][i, 0]:
         out = out[:, ::-1, :]
     return out
 
@@ -52,23 +53,23 @@ def test_draw_hash_is_the_stated_function():
 def test_draws_follow_the_hash_and_differ_across_epochs_and_images():
     aug = Augmentation.from_config({"crop": 4, "flip": "both"})
     idx = np.arange(2000)
-    d = aug.draws(7, 3, idx)
-    assert d["oy"].tolist() == (draw_hash(7, 3, idx, 0) % np.uint64(9)).astype(int).tolist()
-    assert d["ox"].tolist() == (draw_hash(7, 3, idx, 1) % np.uint64(9)).astype(int).tolist()
-    assert d["flip_h"].tolist() == [bool(h >> 63) for h in draw_hash(7, 3, idx, 2).tolist()]
-    assert d["flip_v"].tolist() == [bool(h >> 63) for h in draw_hash(7, 3, idx, 3).tolist()]
-    for k in ("oy", "ox"):          # every offset occurs, roughly uniformly, and images differ
-        assert sorted(set(d[k].tolist())) == list(range(9))
-        assert np.bincount(d[k]).min() > 2000 / 9 * 0.7
-    for k in ("flip_h", "flip_v"):
-        assert 0.4 < d[k].mean() < 0.6
-    other = aug.draws(7, 4, idx)     # the next epoch draws anew for most images
-    assert (other["oy"] != d["oy"]).mean() > 0.8 and (other["flip_h"] != d["flip_h"]).mean() > 0.3
-    again = aug.draws(7, 3, idx[::-1])   # a function of the index only, not of the order asked
-    assert again["ox"][::-1].tolist() == d["ox"].tolist()
-    assert (aug.draws(8, 3, idx)["oy"] != d["oy"]).mean() > 0.8    # the seed matters
+    plane = (12, 10)
+    d = aug.draws(7, 3, idx, plane)
+    assert d["offset"][:, 0].tolist() == (draw_hash(7, 3, idx, 0) % np.uint64(9)).astype(int).tolist()
+    assert d["offset"][:, 1].tolist() == (draw_hash(7, 3, idx, 1) % np.uint64(9)).astype(int).tolist()
+    assert d["flip"][:, 1].tolist() == [bool(h >> 63) for h in draw_hash(7, 3, idx, 2).tolist()]
+    assert d["flip"][:, 0].tolist() == [bool(h >> 63) for h in draw_hash(7, 3, idx, 3).tolist()]
+    for k in (0, 1):          # every offset occurs, roughly uniformly, and images differ
+        assert sorted(set(d["offset"][:, k].tolist())) == list(range(9))
+        assert np.bincount(d["offset"][:, k]).min() > 2000 / 9 * 0.7
+        assert 0.4 < d["flip"][:, k].mean() < 0.6
+    other = aug.draws(7, 4, idx, plane)     # the next epoch draws anew for most images
+    assert (other["offset"] != d["offset"]).any(1).mean() > 0.8 and (other["flip"] != d["flip"]).any(1).mean() > 0.5
+    again = aug.draws(7, 3, idx[::-1], plane)   # a function of the index only, not of the order asked
+    assert again["offset"][::-1].tolist() == d["offset"].tolist()
+    assert (aug.draws(8, 3, idx, plane)["offset"] != d["offset"]).any(1).mean() > 0.8    # the seed matters
     own = Augmentation.from_config({"crop": 4, "seed": 99})            # ...and a mapping's own seed wins
-    assert own.draws(7, 3, idx)["oy"].tolist() == own.draws(1, 3, idx)["oy"].tolist()
+    assert own.draws(7, 3, idx, plane)["offset"].tolist() == own.draws(1, 3, idx, plane)["offset"].tolist()
 
 
 @pytest.mark.parametrize("cfg", [
@@ -89,7 +90,7 @@ def test_transforms_equal_numpy_oracle_on_whole_images_and_tiles(cfg):
     plane = x.shape[2:]
     idx = np.arange(len(x))
     for epoch in (0, 1):
-        d = aug.draws(3, epoch, idx)
+        d = aug.draws(3, epoch, idx, plane)
         full = Box(0, plane[0], 0, plane[1])
         got = aug.apply(x, idx, epoch, 3, full, full, plane)
         want = np.stack([_oracle(x[i], d, i, aug) for i in idx])
@@ -110,12 +111,16 @@ def test_reach_is_the_smallest_box_of_every_source():
                 {"flip": "horizontal"}, {"crop": {"padding": 1, "mode": "edge"}, "flip": "vertical"}):
         aug = Augmentation.from_config(cfg)
         span = 2 * aug.padding + 1
-        every = {"oy": np.repeat(np.arange(span), span * 4), "ox": np.tile(np.repeat(np.arange(span), 4), span),
-                 "flip_h": np.tile([0, 1, 0, 1], span * span).astype(bool) & aug.flip_h,
-                 "flip_v": np.tile([0, 0, 1, 1], span * span).astype(bool) & aug.flip_v}
+        n = span * span * 4
+        every = aug.draws(0, 0, np.arange(n), plane)
+        every["offset"] = np.stack([np.repeat(np.arange(span), span * 4),
+                                    np.tile(np.repeat(np.arange(span), 4), span)], 1)
+        every["flip"] = np.stack([np.tile([0, 0, 1, 1], span * span).astype(bool) & ("y" in aug.flips),
+                                  np.tile([0, 1, 0, 1], span * span).astype(bool) & ("x" in aug.flips)], 1)
         for tile in (tile_of(plane, (2, 3), (0, 0)), tile_of(plane, (2, 3), (1, 1)), Box(0, 7, 0, 9)):
-            sy, vy, sx, vx = aug.source_index(every, tile, plane)
-            ys, xs = sy[vy], sx[vx]
+            my, mx = aug.axis_maps(every, tile, Box(0, 7, 0, 9), plane, False)
+            ys = my.index if my.valid is None else my.index[my.valid]
+            xs = mx.index if mx.valid is None else mx.index[mx.valid]
             assert aug.reach(tile, plane) == Box(ys.min(), ys.max() + 1, xs.min(), xs.max() + 1)
 
 
@@ -128,6 +133,16 @@ def test_reach_is_the_smallest_box_of_every_source():
     ({"crop": {"padding": 2, "fill": "x"}}, "fill must be a finite number"),
     ({"crop": {"pad": 2}}, "unknown key 'pad' in augment: crop"),
     ({"flip": True}, "flip must be one of horizontal, vertical, both"),
+    ({"flip": ["x", "w"]}, "or a list of axes such as"),
+    ({"rotate90": "yes"}, "rotate90 must be true or false"),
+    ({"resized_crop": {"scale": [0.5, 1.5]}}, "scale must be a pair"),
+    ({"resized_crop": {"ratio": [2, 1]}}, "ratio must be a pair"),
+    ({"resized_crop": {"interpolation": "cubic"}}, "interpolation must be one of linear, nearest"),
+    ({"resized_crop": {"size": 3}}, "unknown key 'size' in augment: resized_crop"),
+    ({"brightness": -0.1}, "brightness must be a number >= 0"),
+    ({"contrast": {"range": 0.2, "centre": 0.5}}, "unknown key 'centre' in augment: contrast"),
+    ({"contrast": {"range": 0.2, "center": "mid"}}, "contrast center must be a finite number"),
+    ({"crop": [2, -1]}, "padding must be an integer >= 0"),
     ({"flip": "horizontal", "seed": 1.5}, "seed must be an integer"),
 ])
 def test_bad_augment_values_name_the_entry(value, words):
@@ -167,7 +182,7 @@ def test_dataset_augments_train_only_in_memory_and_streamed(tmp_path, in_memory)
         for epoch in (0, 2):
             x_train.set_epoch(epoch)
             rows = np.array([5, 0, 3])
-            d = aug.draws(5, epoch, rows)
+            d = aug.draws(5, epoch, rows, plane)
             want = np.stack([_oracle(ref_x[r], d, i, aug) for i, r in enumerate(rows)])
             assert np.array_equal(x_train[rows], want[:, :, box.y0:box.y1, box.x0:box.x1])
         x_train.set_epoch(None)                  # metrics, evaluate, pretraining: as stored
