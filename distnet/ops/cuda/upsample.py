@@ -133,34 +133,11 @@ LINEAR_FPROP = {nd: _linear_fprop(nd) for nd in AXES}
 LINEAR_BPROP = {nd: _linear_bprop(nd) for nd in AXES}
 
 
-def _launch(kernels, out, src, factor, length, in_start, out_start, forward):
-    """One launch of ``kernels[nd]``: a thread per element of ``out`` (C-contiguous), ``src``
-    read through its strides; ``forward``: ``out`` holds the outputs (else the chunk's inputs)."""
-    m, n = (out.shape[2:], src.shape[2:]) if forward else (src.shape[2:], out.shape[2:])
-    kernels[out.ndim - 2](out.size, out, strided(src), *out.shape[:2], *map(int, factor), *map(int, length),
-                          *map(int, in_start), *map(int, out_start), *m, *n, *element_strides(src))
+def launch(kernels, out, src, factor, length, in_start, out_start, m, n):
+    """One launch of ``kernels[nd]`` (one of the tables above): a thread per element of ``out``
+    (C-contiguous: the outputs ``(B, C, *m)`` forward, the chunk's inputs ``(B, C, *n)``
+    backward), ``src`` (the other one) read through its strides. Returns ``out``."""
+    kernels[out.ndim - 2](out.size, out, strided(src), *out.shape[:2],
+                          *(int(v) for t in (factor, length, in_start, out_start, m, n) for v in t),
+                          *element_strides(src))
     return out
-
-
-def nearest_fprop(x, y, factor, length, in_start, out_start):
-    """``y (B, C, *m)`` = nearest upsampling of ``x (B, C, *n)`` (any strides), as
-    :func:`distnet.ops.decoder.nearest_fprop`. Returns ``y``."""
-    return _launch(NEAREST_FPROP, y, x, factor, length, in_start, out_start, True)
-
-
-def nearest_bprop(dy, dx, factor, length, in_start, out_start):
-    """``dx (B, C, *n)`` = the adjoint of nearest upsampling applied to ``dy (B, C, *m)`` (any
-    strides), as :func:`distnet.ops.decoder.nearest_bprop`. Returns ``dx``."""
-    return _launch(NEAREST_BPROP, dx, dy, factor, length, in_start, out_start, False)
-
-
-def linear_fprop(x, y, factor, length, in_start, out_start):
-    """``y (B, C, *m)`` = linear upsampling of ``x (B, C, *n)`` (any strides), as
-    :func:`distnet.ops.decoder.linear_fprop`. Returns ``y``."""
-    return _launch(LINEAR_FPROP, y, x, factor, length, in_start, out_start, True)
-
-
-def linear_bprop(dy, dx, factor, length, in_start, out_start):
-    """``dx (B, C, *n)`` = the adjoint of linear upsampling applied to ``dy (B, C, *m)`` (any
-    strides), as :func:`distnet.ops.decoder.linear_bprop`. Returns ``dx``."""
-    return _launch(LINEAR_BPROP, dx, dy, factor, length, in_start, out_start, False)

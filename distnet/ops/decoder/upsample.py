@@ -69,9 +69,16 @@ def _output(x, section):
     return get_array_module(x).empty(tuple(x.shape[:2]) + tuple(section.out_shape), dtype=x.dtype)
 
 
-def _kernel_args(factor, s):
-    """The integer arguments of the kernels of :mod:`distnet.ops.cuda.upsample`."""
-    return tuple(factor), s.length, s.in_start, s.out_start
+def _takes(kernels):
+    """The ``when`` of a kernel declaration: float arrays with a number of spatial axes that
+    ``kernels`` (a table of :mod:`distnet.ops.cuda.upsample`) has a kernel for."""
+    return lambda a, *args, **kwargs: dispatch.float_arrays(a) and a.ndim - 2 in kernels
+
+
+def _args(factor, x_shape, s):
+    """The per-axis arguments of :func:`distnet.ops.cuda.upsample.launch` for the section ``s``
+    of an input of ``x_shape``."""
+    return factor, s.length, s.in_start, s.out_start, s.out_shape, x_shape[2:]
 
 
 # ------------------------------------------------------------------------------------- nearest
@@ -93,11 +100,10 @@ def nearest_fprop(x, factor, section=None):
     return xp.ascontiguousarray(y)
 
 
-@nearest_fprop.kernel(when=lambda x, *args, **kwargs: dispatch.float_arrays(x)
-                      and x.ndim - 2 in cuda_upsample.NEAREST_FPROP)
+@nearest_fprop.kernel(when=_takes(cuda_upsample.NEAREST_FPROP))
 def nearest_fprop(x, factor, section=None):       # one launch
     s = _section(x.shape, factor, section, _nearest_reads)
-    return cuda_upsample.nearest_fprop(x, _output(x, s), *_kernel_args(factor, s))
+    return cuda_upsample.launch(cuda_upsample.NEAREST_FPROP, _output(x, s), x, *_args(factor, x.shape, s))
 
 
 def _placed(dy, factor, x_shape, s):
@@ -124,12 +130,11 @@ def nearest_bprop(dy, factor, x_shape, section=None):
     return dx
 
 
-@nearest_bprop.kernel(when=lambda dy, *args, **kwargs: dispatch.float_arrays(dy)
-                      and dy.ndim - 2 in cuda_upsample.NEAREST_BPROP)
+@nearest_bprop.kernel(when=_takes(cuda_upsample.NEAREST_BPROP))
 def nearest_bprop(dy, factor, x_shape, section=None):    # one launch
     s = _section(x_shape, factor, section, _nearest_reads)
     dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
-    return cuda_upsample.nearest_bprop(dy, dx, *_kernel_args(factor, s))
+    return cuda_upsample.launch(cuda_upsample.NEAREST_BPROP, dx, dy, *_args(factor, x_shape, s))
 
 
 # -------------------------------------------------------------------------------------- linear
@@ -172,11 +177,10 @@ def linear_fprop(x, factor, section=None):
     return xp.ascontiguousarray(y)
 
 
-@linear_fprop.kernel(when=lambda x, *args, **kwargs: dispatch.float_arrays(x)
-                     and x.ndim - 2 in cuda_upsample.LINEAR_FPROP)
+@linear_fprop.kernel(when=_takes(cuda_upsample.LINEAR_FPROP))
 def linear_fprop(x, factor, section=None):        # one launch
     s = _section(x.shape, factor, section, _linear_reads)
-    return cuda_upsample.linear_fprop(x, _output(x, s), *_kernel_args(factor, s))
+    return cuda_upsample.launch(cuda_upsample.LINEAR_FPROP, _output(x, s), x, *_args(factor, x.shape, s))
 
 
 def _adjoint_axis(xp, g, axis, n, i0, i1, l0, l1):
@@ -211,9 +215,8 @@ def linear_bprop(dy, factor, x_shape, section=None):
     return xp.ascontiguousarray(g)
 
 
-@linear_bprop.kernel(when=lambda dy, *args, **kwargs: dispatch.float_arrays(dy)
-                     and dy.ndim - 2 in cuda_upsample.LINEAR_BPROP)
+@linear_bprop.kernel(when=_takes(cuda_upsample.LINEAR_BPROP))
 def linear_bprop(dy, factor, x_shape, section=None):     # one launch
     s = _section(x_shape, factor, section, _linear_reads)
     dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
-    return cuda_upsample.linear_bprop(dy, dx, *_kernel_args(factor, s))
+    return cuda_upsample.launch(cuda_upsample.LINEAR_BPROP, dx, dy, *_args(factor, x_shape, s))
