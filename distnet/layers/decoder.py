@@ -92,6 +92,9 @@ class DeconvLayer(DecoderLayer):
         self.fshape, self.stride, self.padding = _pair(fshape), _pair(stride), _pair(padding)
         self.nofm = nofm
         self.output_padding = _pair(output_padding)
+        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
+            raise self.error(f"output_padding {list(self.output_padding)} must be smaller than the stride "
+                             f"{list(self.stride)}", "output_padding")
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
         self.activation = activation
