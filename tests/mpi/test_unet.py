@@ -19,53 +19,18 @@ from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.comm.reduce import allreduce_sum
 from distnet.geometry import tile_of
-from distnet.layers import (ConcatLayer, ConvLayer, CropLayer, DeconvLayer, FullyConnectedLayer, MaxPoolingLayer,
-                            UpsampleLayer)
-from distnet.layers.batchnorm import BatchNormLayer
-from distnet.layers.global_pool import GlobalAveragePoolingLayer
-from distnet.models import Model
 from distnet.models.checkpoint import gather_params
-from distnet.ops.activations import Identity, RectLin
-from distnet.ops.costs import SoftmaxCrossEntropy
-from distnet.optim.rules import GradientDescent
+from tests.unet_net import C, DECODERS, H, K, W, unet_model
 
 MPI_SIZES = (1, 4, 9)
 
-N, C, H, W, K = 6, 2, 13, 11, 3
-WI = {"type": "uniform", "low": -0.4, "high": 0.4}
-DECODERS = {
-    "nearest": lambda: UpsampleLayer(name="up", factor=2),
-    "linear": lambda: UpsampleLayer(name="up", factor=2, mode="linear"),
-    "deconv3": lambda: DeconvLayer(name="up", nofm=3, fshape=3, stride=2, padding=1, output_padding=1,
-                                   weight_init=WI, activation=RectLin()),
-    "deconv2": lambda: DeconvLayer(name="up", nofm=2, fshape=2, stride=2, weight_init=WI),
-}
+N = 6
 # (data replicas, grid): 13x11 cut 5,4,4 x 4,4,3 on 3x3; the 5x4 pooled map 2,2,1 x 2,1,1
 CASES = [(1, (1, 1)), (1, (2, 2)), (2, (1, 2)), (1, (4, 1)), (1, (3, 3))]
 
 
-def unet(decoder):
-    """13x11 -> conv 3x3 (11x9) -> pool 2 (5x4) -> conv, batch norm -> decoder (10x8) ->
-    [crop of the first conv's 11x9 to 10x8, decoder] -> conv -> GAP -> FC."""
-    return [ConvLayer(name="enc1", nofm=3, fshape=3, weight_init=WI, activation=RectLin()),
-            MaxPoolingLayer(name="pool", fshape=2),
-            ConvLayer(name="enc2", nofm=4, fshape=3, padding=1, weight_init=WI),
-            BatchNormLayer(name="bn", activation=RectLin()),
-            DECODERS[decoder](),
-            CropLayer(name="skip", inputs=["enc1", "up"]),
-            ConcatLayer(name="cat", inputs=["skip", "up"]),
-            ConvLayer(name="dec", nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
-            GlobalAveragePoolingLayer(name="gap"),
-            FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
-
-
 def build(decoder, topo):
-    model = Model(layers=unet(decoder), num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
-                  learning_rule=GradientDescent(learning_rate=0.2, momentum={"type": "constant", "coef": 0.5}))
-    model.infer_shapes((C, H, W))
-    model.configure(Numpy64(rng_seed=3), topo)
-    model.init_params()
-    return model
+    return unet_model(decoder, Numpy64(rng_seed=3), topo)
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,11 @@ from distnet.errors import ConfigError
 from distnet.layers import ConvLayer, CropLayer, DeconvLayer, UpsampleLayer
 from distnet.layers.base import LayerContext
 from distnet.ops.activations import RectLin
-from distnet.testing.backends import make_backend
+from distnet.testing import measure
+from distnet.testing.backends import AGREEMENT, make_backend
 from tests import decoder_oracles as oracle
 from tests.numgrad import check_grad
+from tests.unet_net import C, DECODERS, H, K, W, unet_model
 
 WI = {"type": "uniform", "low": -0.5, "high": 0.5}
 
@@ -178,3 +180,17 @@ def test_yaml_errors_are_located(up, crop, message, line):
 def test_crop_reference_must_be_image_like():
     with pytest.raises(ConfigError, match="the reference 'v' must be image-like"):
         CropLayer(name="skip", inputs=["x", "v"]).infer_shape([(3, 5, 5), (4,)])
+
+
+@pytest.mark.parametrize("decoder", list(DECODERS))
+def test_unet_on_a_device_agrees_and_waits_once_per_step(decoder, monkeypatch):
+    """The device path (the upsampling kernels, the transposed convolution's GEMM and fold
+    kernel, the crop as an exchange) trains the U-Net as numpy does, reading back only each
+    step's loss."""
+    rng = np.random.RandomState(5)
+    x, labels = rng.standard_normal((7, C, H, W)), rng.randint(0, K, 7)
+    want = unet_model(decoder, make_backend("numpy", rng_seed=3), Topology.serial()).fit(x, labels, K)
+    waits = measure.waits_per_train_step(monkeypatch)
+    got = unet_model(decoder, make_backend("devicelike", rng_seed=3), Topology.serial()).fit(x, labels, K)
+    np.testing.assert_allclose(got, want, **AGREEMENT["float64"])
+    assert waits == [1] * 6                     # 2 epochs of 3 batches (3, 3, 1)
