@@ -11,8 +11,10 @@ scatter-add per axis (linear) backward. Here:
   last axis innermost, the array code's grouping;
 * a **backward** thread computes one input element and gathers the outputs that read it: nearest
   its ``f^nd`` offsets in C order, each 0 outside the section (as the array code's zero-filled
-  copy adds); linear, per axis, the outputs in increasing order whose first (then second) input
-  it is, first axis innermost, the order of the array code's axis-by-axis adjoint.
+  copy adds); linear, per axis, the outputs that may read it (its slots) in increasing order,
+  each times the weight of its first, then of its second input (0 where that is another
+  input), first axis innermost: the terms of the array code's axis-by-axis adjoint, zeros
+  included, in its order.
 
 Compiled without fused multiply-adds (:mod:`~distnet.ops.cuda.launch`), every term is rounded
 as numpy rounds it: the results equal the array code's bit for bit (float32 and float64). The
@@ -99,30 +101,34 @@ def _linear_fprop(nd):
 
 
 def _linear_bprop(nd):
-    """Per axis, outermost the last: the outputs ``q{d}`` (local) that read input ``i{d}``,
-    among those whose global index lies in ``[lo, hi)`` (the outputs of inputs ``i - 1 .. i + 1``:
-    output ``o`` has ``j0 >= j`` from ``j f + f / 2`` on, for ``j >= 1``)."""
+    """Per axis, outermost the last: the :func:`~distnet.ops.decoder.upsample.slots` of input
+    ``i{d}``, output ``start(i - 1) + k`` (global), its value 0 outside the section, added with
+    the weight of each of its two inputs (0 unless it is ``i``): the array code's terms, in its
+    order, zeros included."""
     i = numbered("i", nd)
     lines = [item("e", i, _names(nd)[5], "b", "c"), "const T* g = dy + b * gb + c * gc;"]
-    for d in reversed(range(nd)):
-        lines += [f"const long long gi{d} = {i[d]} + a{d};",
-                  f"long long lo{d} = (gi{d} >= 2 ? (gi{d} - 1) * f{d} + f{d} / 2 : 0) - s{d};",
-                  f"long long hi{d} = (gi{d} + 1) * f{d} + f{d} / 2;",
-                  f"if (hi{d} > L{d} * f{d}) hi{d} = L{d} * f{d};",
-                  f"hi{d} -= s{d};",
-                  f"if (lo{d} < 0) lo{d} = 0;",
-                  f"if (hi{d} > m{d}) hi{d} = m{d};",
-                  f"T acc{d} = 0;",
-                  f"for (long long q{d} = lo{d}; q{d} < hi{d}; ++q{d}) {{",
-                  _linear_axis(d, f"q{d}"),
-                  f"if (j0{d} != gi{d} && j1{d} != gi{d}) continue;"]
     for d in range(nd):
-        value = f"g[{dot(numbered('q', nd), numbered('gs', nd))}]" if d == 0 else f"acc{d - 1}"
-        lines += [f"const T v{d} = {value};",
-                  f"if (j0{d} == gi{d}) acc{d} += v{d} * l0{d};",
-                  f"if (j1{d} == gi{d}) acc{d} += v{d} * l1{d};",
-                  "}"]
-    lines.append(f"dx[e] = acc{nd - 1};")
+        lines += [f"const long long gi{d} = {i[d]} + a{d};",
+                  f"const long long lo{d} = gi{d} >= 2 ? (gi{d} - 1) * f{d} + f{d} / 2 : 0;"]
+
+    def level(d):
+        value = (f"v{d} = g[{dot(numbered('q', nd), numbered('gs', nd))}];" if d == 0
+                 else level(d - 1) + f"\nv{d} = acc{d - 1};")
+        return "\n".join([
+            f"T acc{d} = 0;",
+            f"for (long long k{d} = 0; k{d} < 2 * f{d} + f{d} / 2; ++k{d}) {{",
+            f"const long long q{d} = lo{d} + k{d} - s{d};",
+            _linear_axis(d, f"q{d}"),
+            f"const T w0{d} = j0{d} == gi{d} ? l0{d} : (T)0;",
+            f"const T w1{d} = j1{d} == gi{d} ? l1{d} : (T)0;",
+            f"T v{d} = 0;",
+            f"if (q{d} >= 0 && q{d} < m{d}) {{",
+            value,
+            "}",
+            f"acc{d} += v{d} * w0{d};",
+            f"acc{d} += v{d} * w1{d};",
+            "}"])
+    lines += [level(nd - 1), f"dx[e] = acc{nd - 1};"]
     return _kernel(f"distnet_linear_bprop_{nd}d", nd, ("T* dx", "const T* dy"), "g", lines)
 
 

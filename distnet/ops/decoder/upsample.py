@@ -9,7 +9,9 @@ on ``(B, C, *spatial)`` arrays of any number of spatial axes.
   ``l1 = src - i0``, ``l0 = 1 - l1``. In integers: ``r = max(2 o + 1 - f, 0)``,
   ``i0 = r // (2 f)``, ``l1 = (r mod 2 f) / (2 f)`` (one rounding). Axes are interpolated one
   after the other, the last axis first, which is PyTorch's grouping
-  ``l0_y (l0_x x00 + l1_x x01) + l1_y (l0_x x10 + l1_x x11)``.
+  ``l0_y (l0_x x00 + l1_x x01) + l1_y (l0_x x10 + l1_x x11)``. The backward goes axis by axis
+  too, the first first; along an axis, input ``i`` gathers the outputs that may read it
+  (:func:`slots`), each times its weight for ``i`` (0 where it reads another input).
 
 Every op takes a :class:`~.section.Section` (default: the whole input): the chunk ``x`` holds the
 input positions from ``section.in_start`` on, and the call computes the global outputs of
@@ -36,8 +38,8 @@ def _nearest_reads(f, length, o):
 
 def _linear_reads(f, length, o):
     """The first and last input that output ``o`` of linear upsampling reads."""
-    i0, i1, _ = linear_weights(f, length, o, 1)
-    return int(i0[0]), int(i1[0])
+    i0, i1, _ = linear_weights(f, length, o)
+    return int(i0), int(i1)
 
 
 def _section(x_shape, factor, section, reads):
@@ -139,21 +141,19 @@ def nearest_bprop(dy, factor, x_shape, section=None):    # one launch
 
 # -------------------------------------------------------------------------------------- linear
 
-def linear_weights(f, length, o0, m):
-    """Along one axis, for the global outputs ``o0 .. o0 + m - 1`` of linear upsampling by
-    ``f`` of ``length`` inputs: ``(i0, i1, r)`` (numpy int64), the two global inputs each output
-    reads and the numerator of ``l1 = r / (2 f)``."""
-    t = np.maximum(2 * (o0 + np.arange(m, dtype=np.int64)) + 1 - f, 0)
+def linear_weights(f, length, o):
+    """Along one axis, for the global outputs ``o`` (numpy ints) of linear upsampling by ``f`` of
+    ``length`` inputs: ``(i0, i1, r)`` (numpy int64), the two global inputs each output reads
+    and the numerator of ``l1 = r / (2 f)``."""
+    t = np.maximum(2 * np.asarray(o, dtype=np.int64) + 1 - f, 0)
     i0 = t // (2 * f)
     return i0, np.minimum(i0 + 1, length - 1), t % (2 * f)
 
 
-def _linear_axis(xp, dtype, f, length, a, o0, m):
-    """``(i0, i1, l0, l1)`` of one axis relative to the chunk (which starts at ``a``), the
-    weights as ``xp`` arrays of ``dtype``."""
-    i0, i1, r = linear_weights(f, length, o0, m)
+def _weights(xp, dtype, r, f):
+    """``(l0, l1)`` as ``xp`` arrays of ``dtype``: ``l1 = r / (2 f)`` rounded once, ``l0 = 1 - l1``."""
     l1 = xp.asarray(r).astype(dtype) / np.dtype(dtype).type(2 * f)
-    return i0 - a, i1 - a, 1 - l1, l1
+    return 1 - l1, l1
 
 
 def _along(w, axis, nd):
@@ -171,9 +171,11 @@ def linear_fprop(x, factor, section=None):
     nd = x.ndim - 2
     y = x
     for d in reversed(range(nd)):
-        i0, i1, l0, l1 = _linear_axis(xp, x.dtype, factor[d], *(t[d] for t in _axes(s)))
-        y = (xp.take(y, xp.asarray(i0), axis=2 + d) * _along(l0, d, nd)
-             + xp.take(y, xp.asarray(i1), axis=2 + d) * _along(l1, d, nd))
+        f, length, a, o0, m = factor[d], *(t[d] for t in _axes(s))
+        i0, i1, r = linear_weights(f, length, o0 + np.arange(m))
+        l0, l1 = _weights(xp, x.dtype, r, f)
+        y = (xp.take(y, xp.asarray(i0 - a), axis=2 + d) * _along(l0, d, nd)
+             + xp.take(y, xp.asarray(i1 - a), axis=2 + d) * _along(l1, d, nd))
     return xp.ascontiguousarray(y)
 
 
@@ -183,23 +185,37 @@ def linear_fprop(x, factor, section=None):        # one launch
     return cuda_upsample.launch(cuda_upsample.LINEAR_FPROP, _output(x, s), x, *_args(factor, x.shape, s))
 
 
-def _adjoint_axis(xp, g, axis, n, i0, i1, l0, l1):
-    """Adjoint of one axis of :func:`linear_fprop`: ``g`` (``m`` outputs along spatial ``axis``)
-    -> ``n`` inputs along it. Input ``i`` adds, for the outputs in increasing order, ``g * l0``
-    where ``i0 == i``, then ``g * l1`` where ``i1 == i``, from 0 (numpy's unbuffered
-    ``add.at``); a device forms the sums as a product with the interpolation matrix."""
-    ga = xp.moveaxis(g, 2 + axis, 0)                       # (m, B, C, ...)
-    w0, w1 = l0.reshape((-1,) + (1,) * (ga.ndim - 1)), l1.reshape((-1,) + (1,) * (ga.ndim - 1))
-    out = xp.zeros((n,) + ga.shape[1:], dtype=g.dtype)
-    if dispatch.scatter_adds(xp):
-        terms = xp.stack([ga * w0, ga * w1], axis=1).reshape((-1,) + ga.shape[1:])
-        np.add.at(out, np.stack([i0, i1], axis=1).reshape(-1), terms)
-    else:
-        cols = xp.arange(n)[None, :]
-        mat = ((xp.asarray(i0)[:, None] == cols) * l0[:, None]
-               + (xp.asarray(i1)[:, None] == cols) * l1[:, None]).astype(g.dtype)   # (m, n)
-        out = xp.tensordot(mat, ga, axes=(0, 0))
-    return xp.moveaxis(out, 0, 2 + axis)
+def slots(f):
+    """How many outputs, at most, read one input of linear upsampling by ``f``: those of the
+    global outputs ``start(i - 1) .. start(i + 1) - 1``, ``start(j) = j f + f // 2`` (``j >=
+    1``; 0 for ``j <= 0``: output ``o`` reads ``i0 >= j`` from ``start(j)`` on), at most
+    ``2 f + f // 2`` (input 1)."""
+    return 2 * f + f // 2
+
+
+def _adjoint_axis(xp, g, axis, f, length, a, o0, n):
+    """Adjoint of one axis of :func:`linear_fprop`: ``g`` (the outputs ``o0 ..`` along spatial
+    ``axis``) -> the ``n`` chunk inputs from ``a`` on. Input ``i`` adds, for each of its
+    :func:`slots` ``k`` (output ``o = start(i - 1) + k``), ``g[o] * w0`` then ``g[o] * w1``,
+    ``w0 = l0`` if ``i0(o) == i`` else 0, ``w1`` likewise, from 0; outputs outside the section
+    read 0."""
+    gi = a + np.arange(n)
+    lo = np.where(gi >= 2, (gi - 1) * f + f // 2, 0)
+    m = g.shape[2 + axis]
+    pad = [(0, 0)] * g.ndim
+    pad[2 + axis] = (0, 1)
+    gp = xp.pad(g, pad)                                    # index m: a zero
+    nd = g.ndim - 2
+    out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    for k in range(slots(f)):
+        o = lo + k
+        i0, i1, r = linear_weights(f, length, o)
+        l0, l1 = _weights(np, g.dtype, r, f)
+        w0, w1 = (xp.asarray(np.where(j == gi, w, 0).astype(g.dtype)) for j, w in ((i0, l0), (i1, l1)))
+        v = xp.take(gp, xp.asarray(np.where((o >= o0) & (o < o0 + m), o - o0, m)), axis=2 + axis)
+        out += v * _along(w0, axis, nd)
+        out += v * _along(w1, axis, nd)
+    return out
 
 
 @dispatch.op
@@ -210,8 +226,7 @@ def linear_bprop(dy, factor, x_shape, section=None):
     s = _section(x_shape, factor, section, _linear_reads)
     g = dy
     for d in range(len(x_shape) - 2):
-        i0, i1, l0, l1 = _linear_axis(xp, dy.dtype, factor[d], *(t[d] for t in _axes(s)))
-        g = _adjoint_axis(xp, g, d, x_shape[2 + d], i0, i1, l0, l1)
+        g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d])
     return xp.ascontiguousarray(g)
 
 
