@@ -36,9 +36,23 @@ def unet(decoder):
             FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
 
 
+def crops():
+    """A chain of the decoder's other cases: a crop that pads (13x11 -> 12x12), linear
+    upsampling by 3x2 (36x24), a crop (33x21), a stride-2 conv (16x10), a transposed conv whose
+    stride 3 exceeds its kernel 2 (rows that read no input: 47x10), GAP, FC."""
+    return [CropLayer(name="pad", margins=[[-1, 2], [1, -2]]),
+            UpsampleLayer(name="up", factor=[3, 2], mode="linear"),
+            CropLayer(name="crop", margins=[[2, 1], [0, 3]]),
+            ConvLayer(name="conv", nofm=3, fshape=3, stride=2, weight_init=WI, activation=RectLin()),
+            DeconvLayer(name="dc", nofm=2, fshape=[2, 3], stride=[3, 1], padding=[0, 1], weight_init=WI),
+            GlobalAveragePoolingLayer(name="gap"),
+            FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
+
+
 def unet_model(decoder, backend, topology):
-    """The U-Net with ``decoder`` configured on ``backend`` and ``topology``, weights drawn."""
-    model = Model(layers=unet(decoder), num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
+    """The U-Net with ``decoder`` (or, for ``"crops"``, the chain of :func:`crops`) configured on
+    ``backend`` and ``topology``, weights drawn."""
+    model = Model(layers=crops() if decoder == "crops" else unet(decoder), num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
                   learning_rule=GradientDescent(learning_rate=0.2, momentum={"type": "constant", "coef": 0.5}))
     model.infer_shapes((C, H, W))
     model.configure(backend, topology)

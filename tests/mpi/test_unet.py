@@ -9,7 +9,9 @@ replicas, against the single-process model that every rank also runs:
 * two epochs of training: the same costs, error rates, weights and batch-norm statistics.
 
 The decoder layers: nearest and linear upsampling, transposed convolutions with an odd (3x3,
-stride 2, padding 1, output padding 1) and an even (2x2, stride 2) kernel."""
+stride 2, padding 1, output padding 1) and an even (2x2, stride 2) kernel; and a chain of crops
+that pad and cut, linear upsampling by 3x2 and a transposed convolution whose stride exceeds its
+kernel (tests/unet_net.py)."""
 import contextlib
 
 import numpy as np
@@ -97,7 +99,7 @@ def models(comm, ndata, grid, decoder):
         topo.free()
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", list(DECODERS) + ["crops"])
 @pytest.mark.parametrize("ndata,grid", _cases())
 def test_unet_step_equals_single_process(comm, data, ndata, grid, decoder):
     x, labels = data
