@@ -250,5 +250,7 @@ def test_sections_that_read_outside_their_chunk_are_refused():
         linear_fprop(x, (2, 2), Section((8, 8), (1, 0), (0, 0), (8, 8)))
     with pytest.raises(GeometryError, match="factors"):
         nearest_fprop(x, (2,))
+    with pytest.raises(GeometryError, match="a gradient of shape"):
+        linear_bprop(np.zeros((1, 1, 8, 7)), (2, 2), x.shape)
     with pytest.raises(GeometryError, match="do not match"):
         conv_transpose_fprop(x, np.zeros((2, 1, 3, 3)), (1, 1))

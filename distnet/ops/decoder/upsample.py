@@ -42,22 +42,25 @@ def _linear_reads(f, length, o):
     return int(i0), int(i1)
 
 
-def _section(x_shape, factor, section, reads):
+def _section(x_shape, factor, section, reads, dy=None):
     """``section``, or the whole computation of an input of ``x_shape``; checked: the chunk
     holds every input the section's outputs read (``reads(f, length, o)``: the first and last
-    input of output ``o``)."""
+    input of output ``o``), and a gradient ``dy`` (if given) has the outputs' shape."""
     nd = len(x_shape) - 2
     if len(factor) != nd or min(factor, default=1) < 1:
         raise GeometryError(f"upsampling: factors {tuple(factor)} (each >= 1) for an input of shape "
                             f"{tuple(x_shape)}")
     if section is None:
         n = tuple(x_shape[2:])
-        return Section.whole(n, tuple(a * f for a, f in zip(n, factor)))
+        section = Section.whole(n, tuple(a * f for a, f in zip(n, factor)))
     section.check(x_shape, "upsampling")
     for f, length, a, o0, m, n in zip(factor, *_axes(section), x_shape[2:]):
         if m and (reads(f, length, o0)[0] < a or reads(f, length, o0 + m - 1)[1] >= a + n):
             raise GeometryError(f"upsampling: the outputs {o0}..{o0 + m - 1} read inputs outside the "
                                 f"chunk {a}..{a + n - 1}")
+    if dy is not None and tuple(dy.shape) != tuple(x_shape[:2]) + tuple(section.out_shape):
+        raise GeometryError(f"upsampling: a gradient of shape {tuple(dy.shape)} for the outputs "
+                            f"{tuple(x_shape[:2]) + tuple(section.out_shape)}")
     return section
 
 
@@ -124,7 +127,7 @@ def nearest_bprop(dy, factor, x_shape, section=None):
     """Adjoint of :func:`nearest_fprop`: ``dx (x_shape)``, each input the sum of the gradients
     of the outputs it was copied to, added tap by tap (offsets ``u`` in C order) from 0."""
     xp = get_array_module(dy)
-    s = _section(x_shape, factor, section, _nearest_reads)
+    s = _section(x_shape, factor, section, _nearest_reads, dy)
     z = _placed(dy, factor, x_shape, s)
     dx = xp.zeros(x_shape, dtype=dy.dtype)
     for _, slices in tap_slices(x_shape[2:], factor, factor):
@@ -134,7 +137,7 @@ def nearest_bprop(dy, factor, x_shape, section=None):
 
 @nearest_bprop.kernel(when=_takes(cuda_upsample.NEAREST_BPROP))
 def nearest_bprop(dy, factor, x_shape, section=None):    # one launch
-    s = _section(x_shape, factor, section, _nearest_reads)
+    s = _section(x_shape, factor, section, _nearest_reads, dy)
     dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
     return cuda_upsample.launch(cuda_upsample.NEAREST_BPROP, dx, dy, *_args(factor, x_shape, s))
 
@@ -223,7 +226,7 @@ def linear_bprop(dy, factor, x_shape, section=None):
     """Adjoint of :func:`linear_fprop`: ``dx (x_shape)`` from ``dy (B, C, *out_shape)``, axis by
     axis, first axis first (the forward's steps in reverse)."""
     xp = get_array_module(dy)
-    s = _section(x_shape, factor, section, _linear_reads)
+    s = _section(x_shape, factor, section, _linear_reads, dy)
     g = dy
     for d in range(len(x_shape) - 2):
         g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d])
@@ -232,6 +235,6 @@ def linear_bprop(dy, factor, x_shape, section=None):
 
 @linear_bprop.kernel(when=_takes(cuda_upsample.LINEAR_BPROP))
 def linear_bprop(dy, factor, x_shape, section=None):     # one launch
-    s = _section(x_shape, factor, section, _linear_reads)
+    s = _section(x_shape, factor, section, _linear_reads, dy)
     dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
     return cuda_upsample.launch(cuda_upsample.LINEAR_BPROP, dx, dy, *_args(factor, x_shape, s))
