@@ -62,6 +62,8 @@ _alias("FullyConnectedNoBiasLayer", ["LayerWithNoBias", "LayerWithNoBiasDist"], 
 _alias("FullyConnectedLayer", ["Layer", "LayerDist"], "neon.models.layer")
 _add("distnet.layers.add", "layer", ["AddLayer"], "distnet.layers")
 _add("distnet.layers.concat", "layer", ["ConcatLayer"], "distnet.layers")
+_add("distnet.layers.decoder", "layer", ["DeconvLayer", "UpsampleLayer", "CropLayer"], "distnet.layers")
+_alias("DeconvLayer", ["ConvTransposeLayer"])
 _add("distnet.layers.tower_sum", "layer", ["TowerSumLayer"], "distnet.layers")
 _add("distnet.layers.batchnorm", "layer", ["BatchNormLayer"], "distnet.layers")
 _add("distnet.layers.global_pool", "layer", ["GlobalAveragePoolingLayer"], "distnet.layers")

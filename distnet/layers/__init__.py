@@ -9,6 +9,7 @@ tile the same class runs on whole images. neon's ``...Dist`` class names are YAM
 from .add import AddLayer
 from .base import REPLICATED, SPATIAL, BaseLayer, LayerContext
 from .concat import ConcatLayer
+from .decoder import CropLayer, DeconvLayer, UpsampleLayer
 from .fc import FullyConnectedLayer, FullyConnectedNoBiasLayer
 from .lcn import LCNLayer
 from .local import LocalFilteringLayer
@@ -20,4 +21,5 @@ __all__ = ["AveragePoolingLayer", "BaseLayer", "ConvLayer", "FullyConnectedLayer
            "REPLICATED", "SPATIAL", "WindowLayer"]
 __all__ += ["LCNLayer", "LocalFilteringLayer"]
 __all__ += ["AddLayer", "ConcatLayer"]
+__all__ += ["CropLayer", "DeconvLayer", "UpsampleLayer"]
 __all__ += ["TowerSumLayer"]

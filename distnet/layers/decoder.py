@@ -1,0 +1,261 @@
+"""The layers of a decoder (dense prediction, a U-Net's upward path): ``DeconvLayer``
+(transposed convolution), ``UpsampleLayer`` (nearest or linear) and ``CropLayer`` (a box of a
+map: a skip connection cropped to its decoder map).
+
+Each is a window layer whose rules are the decoder's (:mod:`distnet.geometry.upsampling`,
+:class:`~distnet.geometry.Crop`): its output is cut by ``tile_of`` like every activation, its
+chunk is what its output tile reads, and the chunk exchange brings that from whichever ranks own
+it (a halo, and a redistribution where the output is cut at other places than the input); the
+backward sends the chunk gradient's ghost parts back and adds them there. The math runs on the
+chunk (:mod:`distnet.ops.decoder`, told by a :class:`~distnet.ops.decoder.Section` where the
+chunk and the output tile lie), so every grid, uneven tiles included, computes the
+single-process numbers. The ops and the rules take any number of spatial axes; these layers
+run on images ``(C, H, W)`` as the window layers do.
+"""
+from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt, PositiveShape2
+from ..errors import GeometryError
+from ..geometry import Crop, LinearUpsample, NearestUpsample, TransposedWindow, output_plane
+from ..ops.decoder import (Section, conv_transpose_bprop, conv_transpose_fprop, linear_bprop,
+                           linear_fprop, nearest_bprop, nearest_fprop)
+from .add import activated
+from .params import check_weight_init, gen_weights
+from .placement import OVER_GRAD, ParamPlacement
+from .spatial import WindowLayer, _pair
+
+
+class DecoderLayer(WindowLayer):
+    """A window layer with a decoder rule per spatial axis (:meth:`rules`): the rules give the
+    output plane and the halo plan; the layer computes its output tile from its chunk, placed by
+    ``self.section``."""
+
+    #: The key an error of the rules points at.
+    rules_key = None
+
+    # The keys of every layer, and nifm / ifmshape, but not the sliding window's (fshape, stride,
+    # padding): the YAML keys are read off the constructors up the classes (config.builder), and
+    # a decoder layer has its own (DeconvLayer sets the window's after this).
+    def __init__(self, nifm=None, ifmshape=None, name=None, pos=None, batch_size=None, stage=None, inputs=None,
+                 tower=None):
+        super().__init__(1, 1, 0, nifm, ifmshape, name=name, pos=pos, batch_size=batch_size, stage=stage,
+                         inputs=inputs, tower=tower)
+
+    def rules(self, plane):
+        """One window rule per axis of the input ``plane``."""
+        raise NotImplementedError
+
+    def infer_shape(self, in_shape):
+        """Global output ``(K, *plane)`` for a global input ``(C, H, W)``; checks the YAML."""
+        if len(in_shape) != 3:
+            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is a "
+                             f"vector of {in_shape[0]} features")
+        C, *plane = in_shape
+        for key, declared, actual in (("nifm", self.nifm, C), ("ifmshape", self.ifmshape, tuple(plane))):
+            if declared is not None and declared != actual:
+                raise self.error(f"{key} is {declared} but its input is {_text(in_shape)}", key)
+        try:
+            self.windows = self.rules(tuple(plane))
+            out = output_plane(tuple(plane), *self.windows)
+        except GeometryError as e:
+            raise self.error(f"{e} (input {_text(plane)})", self.rules_key) from None
+        self.in_shape, self.out_shape = tuple(in_shape), (self.out_channels(C),) + out
+        return self.out_shape
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.section = Section.of_plan(self.plan)
+
+    def describe(self):
+        return f"{self.name}: {self.in_shape} -> {self.out_shape}"
+
+
+class DeconvLayer(DecoderLayer):
+    """Transposed convolution (PyTorch's ``ConvTranspose2d`` without bias; alias
+    ``ConvTransposeLayer``): input pixel ``(i, j)`` adds ``W[c, k] * x[c, i, j]`` into the
+    outputs ``(i*sy + u - py, j*sx + v - px)`` for every tap ``(u, v)`` of the ``fshape``
+    filter. Output ``(H - 1)*sy + fh - 2*py + oy`` rows (likewise columns). ``W`` has shape
+    ``(nifm, nofm, fh, fw)`` (PyTorch's layout), drawn as the ConvLayer of its adjoint
+    convolution (``nofm`` maps to ``nifm``) draws its filters. Keys: ``nofm``, ``fshape``,
+    ``stride``, ``padding`` (outputs dropped at each side), ``output_padding`` (``[oy, ox]``,
+    each smaller than its stride: outputs added at the end, as PyTorch's), ``weight_init``,
+    ``learning_rate``, ``activation`` (optional), ``nifm`` / ``ifmshape`` (checked if given).
+    On a process grid each rank computes its output tile from the input pixels whose taps reach
+    it; the filters are replicated and their gradient, a partial sum over this rank's output
+    pixels, is summed over ``Topology.grad``."""
+
+    config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
+                    "activation": ("obj", "activation"), "output_padding": NonNegativeShape2}
+    rules_key = "fshape"
+
+    def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, output_padding=0,
+                 nifm=None, ifmshape=None, activation=None, **common):
+        super().__init__(nifm, ifmshape, **common)
+        self.fshape, self.stride, self.padding = _pair(fshape), _pair(stride), _pair(padding)
+        self.nofm = nofm
+        self.output_padding = _pair(output_padding)
+        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
+            raise self.error(f"output_padding {list(self.output_padding)} must be smaller than the stride "
+                             f"{list(self.stride)}", "output_padding")
+        self.weight_init = check_weight_init(weight_init)
+        self.learning_rate = learning_rate
+        self.activation = activation
+        self.W = None
+
+    def rules(self, plane):
+        return tuple(TransposedWindow(f, s, p, p, o)
+                     for f, s, p, o in zip(self.fshape, self.stride, self.padding, self.output_padding))
+
+    def out_channels(self, nifm):
+        return self.nofm
+
+    def place_params(self, plan, position):
+        """``W (C, K, fh, fw)`` replicated; its gradient is summed over ``grad``."""
+        shape = (self.in_shape[0], self.nofm) + tuple(self.fshape)
+        return (ParamPlacement(f"{self.name}.W", shape, shape, Ellipsis, OVER_GRAD),)
+
+    def macs(self, plan):
+        return self.in_shape[0] * self.nofm * self.fshape[0] * self.fshape[1] * plan.chunk.size
+
+    def draw_params(self, rng):
+        C, (fh, fw), K = self.in_shape[0], self.fshape, self.nofm
+        return [gen_weights(rng, (K * fh * fw, C), self.weight_init, self.dtype).T.reshape(C, K, fh, fw)]
+
+    def params_ready(self):
+        self.W = self._params[0].value
+
+    def fprop(self, x):
+        """``x (B, C, h, w)`` on my input tile -> ``(B, K, ho, wo)`` on my output tile."""
+        self._xc = self._chunk_planned(x)
+        z = conv_transpose_fprop(self._xc, self.W, self.stride, _sym(self.padding), section=self.section)
+        return activated(self, z)
+
+    def bprop(self, delta, need_input_grad=True):
+        dz = delta if self.activation is None else self.activation.bprop(self._z, self._y, delta)
+        dxc, dw = conv_transpose_bprop(self._xc, self.W, dz, self.stride, _sym(self.padding),
+                                       section=self.section, need_dx=need_input_grad)
+        self._params[0].grad[...] = dw
+        return self._grad_planned(dxc) if need_input_grad else None
+
+    def describe(self):
+        act = f"  activation={self.activation.name}" if self.activation is not None else ""
+        return (f"{super().describe()}  f={_text(self.fshape)} s={_text(self.stride)} "
+                f"p={_text(self.padding)} op={_text(self.output_padding)}{act}")
+
+
+#: ``mode`` -> (rule of one axis for a factor and an input length, forward op, backward op).
+_MODES = {"nearest": (lambda f, n: NearestUpsample(f), nearest_fprop, nearest_bprop),
+          "linear": (LinearUpsample, linear_fprop, linear_bprop)}
+
+
+class UpsampleLayer(DecoderLayer):
+    """Upsampling by an integer ``factor`` (int or ``[fy, fx]``) per axis, each map on its own:
+    ``mode: nearest`` (output ``o`` copies input ``floor(o / f)``) or ``mode: linear`` (bilinear,
+    PyTorch's ``align_corners=False``: the border repeats its last input). No weights. On a
+    process grid each rank computes its output tile from the inputs it reads (linear: one
+    more row or column at each side of the tile)."""
+
+    config_types = {"factor": PositiveShape2, "mode": str}
+    rules_key = "factor"
+
+    def __init__(self, factor, mode="nearest", nifm=None, ifmshape=None, **common):
+        super().__init__(nifm, ifmshape, **common)
+        if mode not in _MODES:
+            raise self.error(f"mode must be one of {', '.join(_MODES)}, got {mode!r}", "mode")
+        self.factor, self.mode = _pair(factor), mode
+        _, self._fprop, self._bprop = _MODES[mode]
+
+    def rules(self, plane):
+        return tuple(_MODES[self.mode][0](f, n) for f, n in zip(self.factor, plane))
+
+    def fprop(self, x):
+        xc = self._chunk_planned(x)
+        self._xc_shape = xc.shape
+        return self._fprop(xc, self.factor, self.section)
+
+    def bprop(self, delta, need_input_grad=True):
+        if not need_input_grad:
+            return None
+        return self._grad_planned(self._bprop(delta, self.factor, self._xc_shape, self.section))
+
+    def describe(self):
+        return f"{super().describe()}  {self.mode} x{_text(self.factor)}"
+
+
+class CropLayer(DecoderLayer):
+    """A box of each map: ``margins`` ``[[top, bottom], [left, right]]`` (or ``[rows, cols]``,
+    the same at both ends) rows and columns dropped at each side (a negative margin pads with
+    zeros); or, without ``margins`` and with two ``inputs`` ``[map, reference]``, the map
+    cropped to the reference's rows and columns, centred (``(H - h) // 2`` rows dropped at the
+    top, the odd one at the bottom: a U-Net's skip connection cropped to its decoder map before
+    a ConcatLayer). The reference gives only its size (its gradient is zero). On a process grid
+    the chunk exchange moves the rows and columns that the crop shifts across tile boundaries."""
+
+    config_types = {"margins": list}
+    rules_key = "margins"
+
+    def __init__(self, margins=None, nifm=None, ifmshape=None, **common):
+        super().__init__(nifm, ifmshape, **common)
+        self.margins = None if margins is None else _margins(self, margins)
+        self.multi_input = margins is None
+        if (margins is None) != (self.inputs is not None and len(self.inputs) == 2):
+            raise self.error("give either margins, or two inputs [map, reference] (a centred crop of the "
+                             "map to the reference's size)", "margins" if margins is not None else "inputs")
+
+    def infer_shape(self, in_shape):
+        if self.multi_input:
+            in_shape, ref = in_shape
+            if len(ref) != len(in_shape):
+                raise self.error(f"the reference '{self.inputs[1]}' must be image-like as "
+                                 f"'{self.inputs[0]}' is", "inputs")
+            self._target, self.in_shapes = tuple(ref[1:]), [tuple(in_shape), tuple(ref)]
+        return super().infer_shape(in_shape)
+
+    def rules(self, plane):
+        if self.margins is None:
+            return tuple(Crop.center(n, m) for n, m in zip(plane, self._target))
+        return tuple(Crop(lo, hi) for lo, hi in self.margins)
+
+    def place(self, layout, position):
+        if self.multi_input:
+            if len(set(layout)) > 1:
+                raise self.error(f"its inputs must have one layout, but they have {', '.join(layout)}", "inputs")
+            layout = layout[0]
+        return super().place(layout, position)
+
+    def fprop(self, x):
+        """My tile of the cropped map: exactly the chunk my output tile reads."""
+        if self.multi_input:
+            x, ref = x
+            self._ref = (ref.shape, ref.dtype)
+        return self.input.exchange(x)
+
+    def bprop(self, delta, need_input_grad=True):
+        if not need_input_grad:
+            return None
+        dx = self.input.exchange_adjoint(delta)
+        if not self.multi_input:
+            return dx
+        shape, dtype = self._ref
+        return [dx, self.xp.zeros(shape, dtype=dtype)]
+
+    def describe(self):
+        return f"{super().describe()}  crop {[[w.lo, w.hi] for w in self.windows]}"
+
+
+def _margins(layer, margins):
+    """``margins`` as a pair ``(lo, hi)`` per axis, or the layer's error."""
+    if len(margins) == 2 and all(isinstance(m, int) and not isinstance(m, bool) for m in margins):
+        return tuple((m, m) for m in margins)
+    if len(margins) == 2 and all(isinstance(m, list) and len(m) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in m) for m in margins):
+        return tuple(tuple(m) for m in margins)
+    raise layer.error(f"margins must be [rows, cols] or [[top, bottom], [left, right]] (integers), "
+                      f"got {margins!r}", "margins")
+
+
+def _sym(pair):
+    """Symmetric padding per axis as ``(lo, hi)`` pairs."""
+    return tuple((p, p) for p in pair)
+
+
+def _text(values):
+    return "x".join(str(v) for v in values)

@@ -1,0 +1,240 @@
+"""Upsampling by an integer factor per spatial axis, nearest and linear, forward and backward,
+on ``(B, C, *spatial)`` arrays of any number of spatial axes.
+
+* **nearest**: output ``o`` is input ``floor(o / f)`` (PyTorch's ``mode='nearest'`` with an
+  integer ``scale_factor``).
+* **linear**, PyTorch's ``align_corners=False`` (``'linear'``, ``'bilinear'``, ``'trilinear'``):
+  output ``o`` sits at the input coordinate ``src = max((o + 0.5) / f - 0.5, 0)`` and is
+  ``l0 * x[i0] + l1 * x[i1]`` with ``i0 = floor(src)``, ``i1 = min(i0 + 1, L - 1)``,
+  ``l1 = src - i0``, ``l0 = 1 - l1``. In integers: ``r = max(2 o + 1 - f, 0)``,
+  ``i0 = r // (2 f)``, ``l1 = (r mod 2 f) / (2 f)`` (one rounding). Axes are interpolated one
+  after the other, the last axis first, which is PyTorch's grouping
+  ``l0_y (l0_x x00 + l1_x x01) + l1_y (l0_x x10 + l1_x x11)``. The backward goes axis by axis
+  too, the first first; along an axis, input ``i`` gathers the outputs that may read it
+  (:func:`slots`), each times its weight for ``i`` (0 where it reads another input).
+
+Every op takes a :class:`~.section.Section` (default: the whole input): the chunk ``x`` holds the
+input positions from ``section.in_start`` on, and the call computes the global outputs of
+``section.out_start`` / ``out_shape``, so that a rank computes its output tile from its chunk.
+The linear rule clamps at the global border, hence ``section.length``.
+
+On a device that launches kernels (:mod:`distnet.ops.dispatch`) each op is one launch of
+:mod:`distnet.ops.cuda.upsample`, which adds the array code's terms in its order: the same bits.
+"""
+import numpy as np
+
+from ...backend import get_array_module
+from ...errors import GeometryError
+from .. import dispatch
+from ..cuda import upsample as cuda_upsample
+from ..windows import tap_slices
+from .section import Section
+
+
+def _nearest_reads(f, length, o):
+    """The first and last input that output ``o`` of nearest upsampling reads."""
+    return o // f, o // f
+
+
+def _linear_reads(f, length, o):
+    """The first and last input that output ``o`` of linear upsampling reads."""
+    i0, i1, _ = linear_weights(f, length, o)
+    return int(i0), int(i1)
+
+
+def _section(x_shape, factor, section, reads, dy=None):
+    """``section``, or the whole computation of an input of ``x_shape``; checked: the chunk
+    holds every input the section's outputs read (``reads(f, length, o)``: the first and last
+    input of output ``o``), and a gradient ``dy`` (if given) has the outputs' shape."""
+    nd = len(x_shape) - 2
+    if len(factor) != nd or min(factor, default=1) < 1:
+        raise GeometryError(f"upsampling: factors {tuple(factor)} (each >= 1) for an input of shape "
+                            f"{tuple(x_shape)}")
+    if section is None:
+        n = tuple(x_shape[2:])
+        section = Section.whole(n, tuple(a * f for a, f in zip(n, factor)))
+    section.check(x_shape, "upsampling")
+    for f, length, a, o0, m, n in zip(factor, *_axes(section), x_shape[2:]):
+        if m and (reads(f, length, o0)[0] < a or reads(f, length, o0 + m - 1)[1] >= a + n):
+            raise GeometryError(f"upsampling: the outputs {o0}..{o0 + m - 1} read inputs outside the "
+                                f"chunk {a}..{a + n - 1}")
+    if dy is not None and tuple(dy.shape) != tuple(x_shape[:2]) + tuple(section.out_shape):
+        raise GeometryError(f"upsampling: a gradient of shape {tuple(dy.shape)} for the outputs "
+                            f"{tuple(x_shape[:2]) + tuple(section.out_shape)}")
+    return section
+
+
+def _axes(s):
+    """``(length, in_start, out_start, out_shape)`` of a section, four per-axis tuples."""
+    return s.length, s.in_start, s.out_start, s.out_shape
+
+
+def _output(x, section):
+    """A new ``(B, C, *section.out_shape)`` array like ``x``."""
+    return get_array_module(x).empty(tuple(x.shape[:2]) + tuple(section.out_shape), dtype=x.dtype)
+
+
+def _takes(kernels):
+    """The ``when`` of a kernel declaration: float arrays with a number of spatial axes that
+    ``kernels`` (a table of :mod:`distnet.ops.cuda.upsample`) has a kernel for."""
+    return lambda a, *args, **kwargs: dispatch.float_arrays(a) and a.ndim - 2 in kernels
+
+
+def _args(factor, x_shape, s):
+    """The per-axis arguments of :func:`distnet.ops.cuda.upsample.launch` for the section ``s``
+    of an input of ``x_shape``."""
+    return factor, s.length, s.in_start, s.out_start, s.out_shape, x_shape[2:]
+
+
+# ------------------------------------------------------------------------------------- nearest
+
+def _nearest_index(f, a, o0, m):
+    """Along one axis: the chunk position each output ``o0 .. o0 + m - 1`` reads (numpy)."""
+    return (o0 + np.arange(m)) // f - a
+
+
+@dispatch.op
+def nearest_fprop(x, factor, section=None):
+    """``y[..., o] = x[..., floor(o / f) - in_start]`` for the outputs of ``section``: ``x (B, C,
+    *n)`` -> ``(B, C, *out_shape)`` (whole: ``n * f``). Exact copies."""
+    xp = get_array_module(x)
+    s = _section(x.shape, factor, section, _nearest_reads)
+    y = x
+    for d, (f, a, o0, m) in enumerate(zip(factor, s.in_start, s.out_start, s.out_shape)):
+        y = xp.take(y, xp.asarray(_nearest_index(f, a, o0, m)), axis=2 + d)
+    return xp.ascontiguousarray(y)
+
+
+@nearest_fprop.kernel(when=_takes(cuda_upsample.NEAREST_FPROP))
+def nearest_fprop(x, factor, section=None):       # one launch
+    s = _section(x.shape, factor, section, _nearest_reads)
+    return cuda_upsample.launch(cuda_upsample.NEAREST_FPROP, _output(x, s), x, *_args(factor, x.shape, s))
+
+
+def _placed(dy, factor, x_shape, s):
+    """``dy`` put in a zero array over every output the chunk's inputs reach (``n * f`` per
+    axis, from output ``in_start * f`` on)."""
+    xp = get_array_module(dy)
+    full = tuple(n * f for n, f in zip(x_shape[2:], factor))
+    at = (slice(o0 - a * f, o0 - a * f + m) for o0, a, f, m in zip(s.out_start, s.in_start, factor, s.out_shape))
+    z = xp.zeros(tuple(dy.shape[:2]) + full, dtype=dy.dtype)
+    z[(Ellipsis,) + tuple(at)] = dy
+    return z
+
+
+@dispatch.op
+def nearest_bprop(dy, factor, x_shape, section=None):
+    """Adjoint of :func:`nearest_fprop`: ``dx (x_shape)``, each input the sum of the gradients
+    of the outputs it was copied to, added tap by tap (offsets ``u`` in C order) from 0."""
+    xp = get_array_module(dy)
+    s = _section(x_shape, factor, section, _nearest_reads, dy)
+    z = _placed(dy, factor, x_shape, s)
+    dx = xp.zeros(x_shape, dtype=dy.dtype)
+    for _, slices in tap_slices(x_shape[2:], factor, factor):
+        dx += z[(Ellipsis,) + slices]
+    return dx
+
+
+@nearest_bprop.kernel(when=_takes(cuda_upsample.NEAREST_BPROP))
+def nearest_bprop(dy, factor, x_shape, section=None):    # one launch
+    s = _section(x_shape, factor, section, _nearest_reads, dy)
+    dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
+    return cuda_upsample.launch(cuda_upsample.NEAREST_BPROP, dx, dy, *_args(factor, x_shape, s))
+
+
+# -------------------------------------------------------------------------------------- linear
+
+def linear_weights(f, length, o):
+    """Along one axis, for the global outputs ``o`` (numpy ints) of linear upsampling by ``f`` of
+    ``length`` inputs: ``(i0, i1, r)`` (numpy int64), the two global inputs each output reads
+    and the numerator of ``l1 = r / (2 f)``."""
+    t = np.maximum(2 * np.asarray(o, dtype=np.int64) + 1 - f, 0)
+    i0 = t // (2 * f)
+    return i0, np.minimum(i0 + 1, length - 1), t % (2 * f)
+
+
+def _weights(xp, dtype, r, f):
+    """``(l0, l1)`` as ``xp`` arrays of ``dtype``: ``l1 = r / (2 f)`` rounded once, ``l0 = 1 - l1``."""
+    l1 = xp.asarray(r).astype(dtype) / np.dtype(dtype).type(2 * f)
+    return 1 - l1, l1
+
+
+def _along(w, axis, nd):
+    """The per-position weights ``w`` shaped to broadcast along spatial ``axis`` of
+    ``(B, C, *spatial)`` arrays."""
+    return w.reshape((-1,) + (1,) * (nd - 1 - axis))
+
+
+@dispatch.op
+def linear_fprop(x, factor, section=None):
+    """Linear upsampling (module docstring) of ``x (B, C, *n)`` for the outputs of ``section``:
+    ``(B, C, *out_shape)``. Per axis, last first: ``take(i0) * l0 + take(i1) * l1``."""
+    xp = get_array_module(x)
+    s = _section(x.shape, factor, section, _linear_reads)
+    nd = x.ndim - 2
+    y = x
+    for d in reversed(range(nd)):
+        f, length, a, o0, m = factor[d], *(t[d] for t in _axes(s))
+        i0, i1, r = linear_weights(f, length, o0 + np.arange(m))
+        l0, l1 = _weights(xp, x.dtype, r, f)
+        y = (xp.take(y, xp.asarray(i0 - a), axis=2 + d) * _along(l0, d, nd)
+             + xp.take(y, xp.asarray(i1 - a), axis=2 + d) * _along(l1, d, nd))
+    return xp.ascontiguousarray(y)
+
+
+@linear_fprop.kernel(when=_takes(cuda_upsample.LINEAR_FPROP))
+def linear_fprop(x, factor, section=None):        # one launch
+    s = _section(x.shape, factor, section, _linear_reads)
+    return cuda_upsample.launch(cuda_upsample.LINEAR_FPROP, _output(x, s), x, *_args(factor, x.shape, s))
+
+
+def slots(f):
+    """How many outputs, at most, read one input of linear upsampling by ``f``: those of the
+    global outputs ``start(i - 1) .. start(i + 1) - 1``, ``start(j) = j f + f // 2`` (``j >=
+    1``; 0 for ``j <= 0``: output ``o`` reads ``i0 >= j`` from ``start(j)`` on), at most
+    ``2 f + f // 2`` (input 1)."""
+    return 2 * f + f // 2
+
+
+def _adjoint_axis(xp, g, axis, f, length, a, o0, n):
+    """Adjoint of one axis of :func:`linear_fprop`: ``g`` (the outputs ``o0 ..`` along spatial
+    ``axis``) -> the ``n`` chunk inputs from ``a`` on. Input ``i`` adds, for each of its
+    :func:`slots` ``k`` (output ``o = start(i - 1) + k``), ``g[o] * w0`` then ``g[o] * w1``,
+    ``w0 = l0`` if ``i0(o) == i`` else 0, ``w1`` likewise, from 0; outputs outside the section
+    read 0."""
+    gi = a + np.arange(n)
+    lo = np.where(gi >= 2, (gi - 1) * f + f // 2, 0)
+    m = g.shape[2 + axis]
+    pad = [(0, 0)] * g.ndim
+    pad[2 + axis] = (0, 1)
+    gp = xp.pad(g, pad)                                    # index m: a zero
+    nd = g.ndim - 2
+    out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    for k in range(slots(f)):
+        o = lo + k
+        i0, i1, r = linear_weights(f, length, o)
+        l0, l1 = _weights(np, g.dtype, r, f)
+        w0, w1 = (xp.asarray(np.where(j == gi, w, 0).astype(g.dtype)) for j, w in ((i0, l0), (i1, l1)))
+        v = xp.take(gp, xp.asarray(np.where((o >= o0) & (o < o0 + m), o - o0, m)), axis=2 + axis)
+        out += v * _along(w0, axis, nd)
+        out += v * _along(w1, axis, nd)
+    return out
+
+
+@dispatch.op
+def linear_bprop(dy, factor, x_shape, section=None):
+    """Adjoint of :func:`linear_fprop`: ``dx (x_shape)`` from ``dy (B, C, *out_shape)``, axis by
+    axis, first axis first (the forward's steps in reverse)."""
+    xp = get_array_module(dy)
+    s = _section(x_shape, factor, section, _linear_reads, dy)
+    g = dy
+    for d in range(len(x_shape) - 2):
+        g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d])
+    return xp.ascontiguousarray(g)
+
+
+@linear_bprop.kernel(when=_takes(cuda_upsample.LINEAR_BPROP))
+def linear_bprop(dy, factor, x_shape, section=None):     # one launch
+    s = _section(x_shape, factor, section, _linear_reads, dy)
+    dx = get_array_module(dy).empty(x_shape, dtype=dy.dtype)
+    return cuda_upsample.launch(cuda_upsample.LINEAR_BPROP, dx, dy, *_args(factor, x_shape, s))
