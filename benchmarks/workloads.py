@@ -183,7 +183,7 @@ def torch_twin(workload, device="cpu"):
     import torch
     import torch.nn.functional as F
     from distnet.comm import Topology
-    from distnet.layers import (ConvLayer, L2PoolingLayer, LayerWithNoBias, LCNLayer,
+    from distnet.layers import (ConvLayer, L2PoolingLayer, FullyConnectedNoBiasLayer, LCNLayer,
                                 LocalFilteringLayer, MaxPoolingLayer)
 
     if str(device).startswith("cuda"):
@@ -263,7 +263,7 @@ def torch_twin(workload, device="cpu"):
             mods.append(m)
             fns.append(m)
             groups.append({"params": list(m.parameters()), "lr": model.optimizer.rates.base(layer)})
-        elif isinstance(layer, LayerWithNoBias):
+        elif isinstance(layer, FullyConnectedNoBiasLayer):
             lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
             lin.weight.data = T(layer.W)
             if layer.has_bias:
@@ -336,7 +336,7 @@ def _torch_graph(run, device, torch, F, T):
     """The step of a distnet graph model (ResNet: conv, batch norm, Add/Concat, global average
     pooling, FC) in PyTorch, run in the graph's order with its ``sources``; Adam or SGD at the
     learning rule's rate (distnet's schedule is 1 in the first epoch); softmax cross-entropy."""
-    from distnet.layers import AddLayer, ConcatLayer, ConvLayer, LayerWithNoBias
+    from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedNoBiasLayer
     from distnet.layers.batchnorm import BatchNormLayer
     from distnet.layers.global_pool import GlobalAveragePoolingLayer
     model = run.model
@@ -366,7 +366,7 @@ def _torch_graph(run, device, torch, F, T):
             fns.append(lambda xs: torch.cat(xs, 1))
         elif isinstance(layer, GlobalAveragePoolingLayer):
             fns.append(lambda x: x.mean(dim=(2, 3)))
-        elif isinstance(layer, LayerWithNoBias):
+        elif isinstance(layer, FullyConnectedNoBiasLayer):
             lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
             lin.weight.data = T(layer.W)
             if layer.has_bias:
