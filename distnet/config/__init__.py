@@ -54,7 +54,7 @@ def _build_root(tree, filename, gpu_as_cpu=False):
     if not isinstance(tree, ObjSpec):
         raise ConfigError("the file's root must be an experiment, e.g. "
                           "!obj:distnet.experiments.FitPredictErrorExperiment {...}", filename)
-    notes = list(getattr(tree, "parse_notes", ()))
+    notes = list(tree.parse_notes)
     translate(tree, notes)
     if gpu_as_cpu:
         _gpu_as_cpu(tree, notes)
@@ -66,8 +66,7 @@ def _build_root(tree, filename, gpu_as_cpu=False):
     root.source_path = filename
     #: ``(logging level, text)`` about neon keys translated or ignored, and keys the built
     #: objects do not use (``build_notes``); logged when it runs, printed by ``distnet check``.
-    build_notes = getattr(root, "build_notes", None)
-    root.config_notes = notes + builder.notes + (list(build_notes()) if build_notes is not None else [])
+    root.config_notes = notes + builder.notes + list(root.build_notes())
     return root
 
 

@@ -28,6 +28,9 @@ class ObjSpec:
     """One ``!obj:`` node: ``path`` (the dotted class name as written), ``kwargs`` (built values,
     nested ObjSpecs inside), ``where`` ("file:line" of the tag) and ``key_where`` (per key)."""
 
+    #: ``(logging level, text)`` found while parsing (duplicate keys); the root's holds the file's.
+    parse_notes = ()
+
     def __init__(self, path, kwargs, where, key_where):
         self.path = path
         self.kwargs = kwargs
@@ -213,7 +216,6 @@ def parse_yaml(text, filename="<string>", objects=True):
         raise ConfigError(f"YAML nested too deeply (more than {MAX_DEPTH} levels)", filename) from None
     notes += _judge_duplicates(tree, duplicates)
     if isinstance(tree, ObjSpec):
-        #: ``(logging level, text)`` found while parsing (duplicate keys).
         tree.parse_notes = notes
     return tree
 

@@ -34,7 +34,7 @@ from . import augment_keys
 from .augment_keys import FLIPS, PAD_MODES
 from .draws import Draws, draw_hash
 from .index_maps import axis_map, gather, pad_index, resize_index, turned
-from .pixel_labels import LabelStream, is_per_pixel
+from .pixel_labels import LabelStream
 from .sources import cut
 from .stream import StreamArray
 
@@ -267,10 +267,10 @@ class Augmentation:
         for split, (x, y) in data.items():
             if split == "train":
                 x = AugmentedArray(x, self, tile, reach, plane, seed)
-                if is_per_pixel(y):
+                if per_pixel:
                     y = AugmentedArray(y, self, tile, reach, plane, seed, mask_fill=ignore_label, images=x)
             else:
-                x, y = cut_to(x, tile, reach), (cut_to(y, tile, reach) if is_per_pixel(y) else y)
+                x, y = cut_to(x, tile, reach), (cut_to(y, tile, reach) if per_pixel else y)
                 if isinstance(x, StreamArray) and isinstance(y, StreamArray):
                     x.companions.append(y)
             out[split] = (x, y)

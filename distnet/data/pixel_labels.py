@@ -87,11 +87,6 @@ class LabelStream(StreamArray):
         return super().read(rows).reshape((len(rows),) + self.shape[1:])
 
 
-def is_per_pixel(y):
-    """Whether a split's labels ``y`` (what a dataset loaded) are per pixel."""
-    return isinstance(y, LabelStream) or getattr(y, "per_pixel", False) or np.ndim(y) > 1
-
-
 def check_mask_values(y, nclasses, ignore, where, rows, origin):
     """DataError unless every value of the masks ``y`` ``(n, *tile)`` (file rows ``rows``; the
     tile's first pixel at ``origin``) is a class id ``0 .. nclasses-1`` or ``ignore``."""
@@ -121,4 +116,4 @@ def check_mask_source(source, index, tile, nclasses, ignore, rows_per_read=256):
 
 
 __all__ = ["IGNORE_ATTR", "H5MaskSource", "LabelStream", "check_mask_source", "check_mask_values",
-           "image_keys", "is_mask_key", "is_per_pixel", "mask_key", "split_of"]
+           "image_keys", "is_mask_key", "mask_key", "split_of"]
