@@ -73,12 +73,16 @@ def test_predict_a_folder_per_class_on_one_process_and_on_4_ranks(trained):
     ck = str(d / "run" / "checkpoint.h5")
     one = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(d / "one.csv"),
                   check=True)
-    assert one.stdout == f"{d / 'one.csv'}: 9 images, 3 classes\n"
-    four = distnet("predict", str(dist), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(d / "four.csv"),
-                   n=4, check=True)
-    assert four.stdout == f"{d / 'four.csv'}: 9 images, 3 classes\n"
+    assert one.stdout.splitlines() == [f"{ck}: epoch 1 (written on 1 rank(s), grid 1x1), predicted on 1 rank(s), "
+                                       "grid 1x1", f"{d / 'one.csv'}: 9 images, 3 classes"]
+    four = distnet("predict", str(dist), "--checkpoint", str(d / "run"), "--data", str(d / "new"), "-o",
+                   str(d / "four.csv"), n=4, check=True)   # the run directory: its last (no best kept)
+    assert four.stdout.splitlines() == [
+        f"{d / 'run'}: its last checkpoint, {ck} (the run kept no best checkpoint: checkpoint keep_best: true keeps "
+        "one)", f"{ck}: epoch 1 (written on 1 rank(s), grid 1x1), predicted on 4 rank(s), grid 2x2",
+        f"{d / 'four.csv'}: 9 images, 3 classes"]
     a, b = _rows(d / "one.csv"), _rows(d / "four.csv")
-    assert a[0] == ["file", "label", "class", "true_label", "true_class", "p0", "p1", "p2"] == b[0]
+    assert a[0] == ["file", "label", "class", "true_label", "true_class", "p_dark", "p_light", "p_striped"] == b[0]
     assert [r[0] for r in a[1:]] == [f"{c}/{c}{i}.png" for c in CLASSES for i in range(3)]
     assert [r[3:5] for r in a[1:]] == [[str(k), c] for k, c in enumerate(CLASSES) for _ in range(3)]
     assert [r[:5] for r in a] == [r[:5] for r in b]
@@ -107,7 +111,7 @@ def test_pictures_are_decoded_as_the_converter_decoded_the_training_images(train
     distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "mine.npy"), "-o",
             str(tmp_path / "npy.csv"), check=True)
     files, npy = _rows(tmp_path / "files.csv"), _rows(tmp_path / "npy.csv")
-    assert files[0] == ["file", "label", "class", "p0", "p1", "p2"]    # no class folders: no truth
+    assert files[0] == ["file", "label", "class", "p_dark", "p_light", "p_striped"]   # no class folders: no truth
     assert [r[0] for r in files[1:]] == [str(p) for p in pictures]
     assert [r[1:] for r in files[1:]] == [r for r in npy[1:]]
 
@@ -122,7 +126,7 @@ def test_an_unlabeled_conversion_predicts_with_its_file_names(trained, tmp_path)
     distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(tmp_path / "f.csv"),
             check=True)
     u, f = _rows(tmp_path / "u.csv"), _rows(tmp_path / "f.csv")
-    assert u[0] == ["file", "label", "class", "p0", "p1", "p2"]
+    assert u[0] == ["file", "label", "class", "p_dark", "p_light", "p_striped"]
     assert [r[:3] + r[5:] for r in f[1:]] == u[1:]
     import h5py
     distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(tmp_path / "f.h5"),
@@ -154,20 +158,23 @@ def test_pictures_without_a_recipe_are_refused_on_every_rank(trained, tmp_path):
     plain = tmp_path / "plain.yaml"
     plain.write_text(exp.read_text().replace(str(d / "data.h5"), str(tmp_path / "plain.h5")))
     ck = str(d / "run" / "checkpoint.h5")
+    bad = distnet("predict", str(plain), "--checkpoint", ck, "--data", str(d / "new"), "-o", str(tmp_path / "p.csv"))
+    assert bad.returncode == 2 and "decoding recipe of pictures: training {\"size\": [8, 6], \"resize\": \"pad\", " \
+        "\"channels\": 3}, experiment none" in bad.stderr, bad.stderr    # the checkpoint knows the training's
     for n, yaml in ((1, plain), (2, None)):
         if yaml is None:
             yaml = tmp_path / "plain_dist.yaml"
             yaml.write_text(dist.read_text().replace(str(d / "data.h5"), str(tmp_path / "plain.h5")))
         bad = distnet("predict", str(yaml), "--checkpoint", ck, "--data", str(d / "new"), "-o",
-                      str(tmp_path / "p.csv"), n=n)
+                      str(tmp_path / "p.csv"), "--preprocessing", "experiment", n=n)
         assert bad.returncode == 1, bad.stderr
-        assert (f"--data gives pictures, which must be decoded as the training images were, but the experiment's "
-                f"data set {tmp_path / 'plain.h5'} keeps none") in bad.stderr
+        assert (f"--data gives pictures, which must be decoded as the training images were, but the data set "
+                f"{tmp_path / 'plain.h5'} keeps none") in bad.stderr
         assert "give --recipe DATA.h5" in bad.stderr and "Traceback" not in bad.stderr
         assert bad.stderr.count("distnet: error: --data gives pictures") == n     # every rank says it
         assert not (tmp_path / "p.csv").exists()
     ok = distnet("predict", str(plain), "--checkpoint", ck, "--data", str(d / "new"), "--recipe", str(d / "data.h5"),
-                 "-o", str(tmp_path / "p.csv"), check=True)
+                 "-o", str(tmp_path / "p.csv"), "--preprocessing", "experiment", check=True)
     assert ok.returncode == 0 and len(_rows(tmp_path / "p.csv")) == 10
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "new"), "--data",
                   str(tmp_path / "plain.h5"), "-o", str(tmp_path / "q.csv"))
@@ -177,7 +184,7 @@ def test_pictures_without_a_recipe_are_refused_on_every_rank(trained, tmp_path):
     assert bad.returncode == 2 and "--recipe decodes pictures (image files, folders)" in bad.stderr
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "none"), "-o",
                   str(tmp_path / "q.csv"))
-    assert bad.returncode == 1 and f"--data {tmp_path / 'none'}: no such file" in bad.stderr
+    assert bad.returncode == 1 and f"--data {tmp_path / 'none'}: no such file or folder" in bad.stderr
     os.makedirs(tmp_path / "empty")
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty"), "-o",
                   str(tmp_path / "q.csv"))

@@ -10,10 +10,11 @@ import numpy as np
 
 from ..errors import DataError, OptionError
 from ..fileio import atomic_target, check_writable, hdf5_file, write_failure
-from .decode import decode_image, decode_pictures, parse_size, pillow, survey
+from .decode import decode_image, parse_size, pillow, survey
 from .folders import image_folder_splits, list_pictures
+from .pictures import decode_for_model
 from .recipe import RECIPE_ATTR, describe_recipe, image_recipe, read_recipe
-from .report import few_bits_note, missing_classes_note, resize_line, split_line
+from .report import few_bits_note, missing_classes_note, resize_line, shown, split_line
 from .writer import CHUNK_PIXELS, FORMAT, attr_text, check_space, summary, write
 
 
@@ -78,7 +79,12 @@ def convert_unlabeled(src, out, size=None, resize=None, like=None):
     x_layout = {"x": (len(pictures), (C, H, W), np.uint8)}
     check_writable(out, "output")
     check_space(out, x_layout, {})
-    x = decode_pictures(pictures, recipe, like or src)
+    decoded = decode_for_model([path for path, *_ in pictures], recipe, like or src, convert_channels=True,
+                               hints=False)
+    x = decoded.x
+    if decoded.converted and like is not None:    # the data set's channel count, not the pictures'
+        notes.append(f"{len(decoded.converted)} of {len(pictures)} picture(s) converted to the {C} channel(s) of "
+                     f"{like}'s images: {shown(decoded.converted)}")
     import h5py
     try:
         with atomic_target(out) as tmp:

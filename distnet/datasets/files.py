@@ -163,6 +163,23 @@ class FileDataset(Dataset):
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
 
+    def preprocessing(self):
+        """:meth:`Dataset.preprocessing <distnet.datasets.base.Dataset.preprocessing>` with the
+        stored type and the scaling that :meth:`scaler` applies (``normalize``: the file's
+        statistics, brought to the scaled units)."""
+        scaler = self.scaler()
+        return dict(super().preprocessing(), stored_dtype=np.dtype(self.stored_dtype()).name,
+                    scale=scaler.scale, mean=_values(scaler.mean), std=_values(scaler.std),
+                    normalize=self.normalize)
+
+    def use_scaling(self, scale, mean, std):
+        """Scale the images by ``scale``, ``mean`` and ``std`` (floats, or lists of one per
+        channel; None: none) instead of this dataset's keys: a checkpoint's training values
+        (``distnet evaluate --preprocessing training``)."""
+        self.scale, self.normalize = scale, None
+        self.mean = None if mean is None else tuple(float(v) for v in mean)
+        self.std = None if std is None else tuple(float(v) for v in std)
+
     def channel_stats(self):
         """``(mean, std)`` per channel of the stored training images (float64, stored units)
         that ``normalize`` applies; ConfigError where the data keeps none."""
@@ -371,3 +388,8 @@ class FileDataset(Dataset):
             if len(y) and (y.min() < 0 or y.max() >= k):
                 bad = int(y.min()) if y.min() < 0 else int(y.max())
                 raise DataError(f"{src.where()}: label {bad} is out of range 0..{k - 1}")
+
+
+def _values(v):
+    """A tuple of floats as a list (JSON), None as None."""
+    return None if v is None else [float(x) for x in v]

@@ -128,10 +128,18 @@ class Experiment:
         from ..models.sharded import save_any
         from ..models.finite import check_parameters
         check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
-        stats = save_any(path, self.model, self.topology, epoch, self.config_record, history,
+        stats = save_any(path, self.model, self.topology, epoch, self.checkpoint_config(), history,
                          sharded=self.checkpoint_sharded)
         self.checkpoint_io.update(save_format=stats["format"], save_bytes=stats["bytes"],
                                   save_seconds=round(stats["seconds"], 6))
+
+    def checkpoint_config(self):
+        """What a checkpoint keeps of the experiment: :attr:`config_record` and, on world rank 0
+        (which writes it), the dataset's preprocessing (:mod:`.preprocessing`), found once."""
+        if getattr(self, "_preprocessing", None) is None and self.topology.rank == 0:
+            from .preprocessing import preprocessing_text
+            self._preprocessing = preprocessing_text(self.dataset)
+        return dict(self.config_record or {}, preprocessing=getattr(self, "_preprocessing", None) or "")
 
     def restore(self, path):
         """Load the checkpoint ``path`` into the configured model (any layout wrote it);
