@@ -93,9 +93,9 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force. Images are resized only with --size (--resize: stretch, the
-    default, crop or pad); the output says what was done to aspect ratios, and gives the
-    per-channel mean and std of the train images (kept in OUTPUT with the decoding recipe, which
-    distnet predict repeats on new pictures)."""
+    default, crop or pad); the output says what was done to aspect ratios. OUTPUT keeps the
+    per-channel mean and std of the train images (for normalize: per_channel; distnet data stats
+    prints them) and the decoding recipe, which distnet predict repeats on new pictures."""
     from ..errors import OptionError
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,

@@ -238,26 +238,26 @@ def is_image_file(path):
     return path.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def list_pictures(paths):
+def list_pictures(paths, what="--data"):
     """The pictures of ``paths`` (image files, or folders), as ``[(path, name, true_class)]`` in
     order: files as given (``name`` the path given, no true class); a folder's images sorted by
     their path under it (``name`` that relative path), those in a subfolder with the subfolder's
     name as their true class (a folder per class), those in the folder itself with none. Hidden
     files and names of file managers are skipped, as by the converter. DataError for a path
-    that is neither, or a folder without images."""
+    that is neither, or a folder without images (``what``: how messages call a path)."""
     out = []
     for p in paths:
         if os.path.isdir(p):
             found = [f for f in walk(p) if is_image_file(f)]
             if not found:
-                raise DataError(f"--data {p}: the folder holds no images (PNG, JPEG, ...)")
+                raise DataError(f"{what} {p}: the folder holds no images (PNG, JPEG, ...)")
             out += [(os.path.join(p, f), f, f.split("/")[0] if "/" in f else None) for f in found]
         elif os.path.isfile(p) and is_image_file(p):
             out.append((p, p, None))
         elif not os.path.exists(p):
-            raise DataError(f"--data {p}: no such file or folder")
+            raise DataError(f"{what} {p}: no such file or folder")
         else:
-            raise DataError(f"--data {p}: not an image file (by its extension) or a folder of images; "
+            raise DataError(f"{what} {p}: not an image file (by its extension) or a folder of images; "
                             "several --data are image files or folders, one --data may also be an HDF5, "
                             ".npy or IDX file of images")
     return out

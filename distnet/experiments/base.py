@@ -151,6 +151,26 @@ class Experiment:
                                   restore_seconds=round(ck.io["seconds"], 6))
         return ck
 
+    def check_monitor(self):
+        """The checkpoint ``monitor`` against what the run will evaluate and record
+        (:func:`~.policy.check_monitor`: the splits of :meth:`eval_splits` that
+        :meth:`data_splits` has, the names of :meth:`metric_names`): ConfigError at the
+        experiment's ``checkpoint`` line, from the file header alone."""
+        from .policy import check_monitor
+        splits = [s for s in self.eval_splits() if s in self.data_splits()]
+        try:
+            check_monitor(self.checkpoint_policy, splits, self.metric_names())
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
+
+    def data_splits(self):
+        """The splits the data has (train and test; a kind with a validation split says so)."""
+        return ("train", "test")
+
+    def metric_names(self):
+        """The one-number metrics an evaluated split records (the model's ``metric_names``)."""
+        return tuple(getattr(self.model, "metric_names", ("misclass",)))
+
     def split_metrics(self, split):
         """The metrics of an evaluated split ``(x, labels)``: ``{name: value}`` (the model's
         ``split_metrics``). Collective."""

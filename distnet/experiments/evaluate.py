@@ -161,7 +161,8 @@ def predict_images(exp, read_images, prepare=None):
     from ..comm.abort import run_collectively
     from ..comm.reduce import allreduce_sum
     t, model = exp.topology, exp.model
-    tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
+    cut = exp.dist_flag and any(int(g) > 1 for g in t.grid)     # one tile: whole images, no dataset asked
+    tile = exp.dataset.rank_tile(t.grid, t.coords) if cut else None
     x = run_collectively(read_images, t.world, tile)
     x = (prepare or exp.dataset.prepare_images)(x, exp.backend.dtype)   # scale, mean, std as trained
     out = model.predict(x)                         # this replica's rows, in order

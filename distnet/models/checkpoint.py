@@ -310,8 +310,10 @@ def read_header(path, f, params=(), buffers=()):
     return Checkpoint(path, int(meta["epoch"]), list(params), state, config, history, meta, list(buffers))
 
 
-def read_checkpoint(path):
-    """Read and verify a checkpoint file; returns a :class:`Checkpoint`.
+def read_checkpoint(path, arrays=True):
+    """Read and verify a checkpoint file; returns a :class:`Checkpoint` (without ``arrays``:
+    its training state alone, ``params`` and ``buffers`` empty: the experiment it keeps, for a
+    model built from it before its weights are read).
 
     Raises :class:`CheckpointError` naming ``path`` for a missing, unreadable, truncated,
     damaged or foreign file, or one written by a newer format version.
@@ -335,8 +337,8 @@ def read_checkpoint(path):
                 raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
-            params = _read_entries(path, f["params"], "parameter")
-            buffers = _read_entries(path, f["buffers"], "buffer") if "buffers" in f else []
+            params = _read_entries(path, f["params"], "parameter") if arrays else []
+            buffers = _read_entries(path, f["buffers"], "buffer") if arrays and "buffers" in f else []
             return read_header(path, f, params, buffers)
     except CheckpointError:
         raise
