@@ -40,6 +40,9 @@ def mnist_sample(directory, force):
                    "to fit, centered on black: letterbox). The output says how many images it changed.")
 @click.option("--stratify", is_flag=True, help="Draw the test and validation splits class by class, so "
               "each class appears in each split in proportion (--test-fraction, --valid-fraction of it).")
+@click.option("--group-by", metavar="REGEX", help="Keep every image of one source in one split: REGEX finds "
+              "an image's group in its path under its class folder (its first group, else the whole match), "
+              "e.g. '^(.*)_crop' for photo7_crop3.png; the test and validation splits get whole groups.")
 @click.option("--unlabeled", is_flag=True, help="SOURCE is a folder of images without classes (subfolders "
               "too): write datasets x and files (no labels, no splits) for distnet predict --data.")
 @click.option("--like", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
@@ -84,9 +87,9 @@ def mnist_sample(directory, force):
 @click.option("--max-tgt-len", type=click.IntRange(min=1), metavar="N",
               help="Text: refuse target sentences of more than N tokens with their <eos>.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, resize, stratify, unlabeled, like, labels, test_fraction, valid_fraction,
-                 seed, class_order, class_names, layout, target, test_source,
-                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
+def data_convert(source, output, size, resize, stratify, group_by, unlabeled, like, labels, test_fraction,
+                 valid_fraction, seed, class_order, class_names, layout, target, test_source, test_target,
+                 vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), or an
     .npz (x_train, y_train, ...) or .npy (+ --labels) of arrays. Images are stored as uint8.
@@ -115,7 +118,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
                            class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
-                           like=like)
+                           like=like, group_by=group_by)
             for note in info.get("notes", ()):
                 click.echo(f"distnet: warning: {note}", err=True)
             click.echo(info["text"] if unlabeled else describe(info))
@@ -124,7 +127,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
                         ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
                         ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
-                        ("--like", like)):
+                        ("--like", like), ("--group-by", group_by)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):

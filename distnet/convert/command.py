@@ -12,13 +12,15 @@ from .images import convert_image_folder, convert_unlabeled
 
 
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
-            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None):
+            class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None,
+            group_by=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
     ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
     (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
     ``size``): :data:`RESIZE_MODES`; ``stratify``: draw the splits class by class;
     ``unlabeled`` (folders): :func:`convert_unlabeled` (``like``: the data set whose recipe it
-    repeats)."""
+    repeats); ``group_by`` (folders): a regex naming each image's group, every group in one
+    split (:mod:`.groups`)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise OptionError(f"{name} must be in [0, 1), got {v}")
@@ -31,9 +33,13 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         raise OptionError("--resize says how --size treats another aspect ratio: give --size HxW with it")
     if like is not None and not unlabeled:
         raise OptionError("--like gives an unlabeled conversion the recipe of a data set: give --unlabeled with it")
+    if group_by is not None and not os.path.isdir(src):
+        raise OptionError("--group-by finds each image's group in its path under its class folder: a folder of "
+                          "images only")
     if unlabeled:
         given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
-                                ("--class-names", class_names), ("--stratify", stratify or None)) if v is not None]
+                                ("--class-names", class_names), ("--stratify", stratify or None),
+                                ("--group-by", group_by)) if v is not None]
         if given:
             raise OptionError(f"{', '.join(given)}: not options of an unlabeled conversion (--unlabeled)")
         if not os.path.isdir(src):
@@ -49,7 +55,7 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
             raise OptionError("--labels gives the labels of an .npy of images; the class folders of images "
                               "give theirs")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text",
-                                    resize, stratify)
+                                    resize, stratify, group_by)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise OptionError("--size resizes images of a folder; arrays are stored as they are")
