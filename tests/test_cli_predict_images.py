@@ -189,3 +189,67 @@ def test_pictures_without_a_recipe_are_refused_on_every_rank(trained, tmp_path):
     bad = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(tmp_path / "empty"), "-o",
                   str(tmp_path / "q.csv"))
     assert bad.returncode == 1 and "the folder holds no images (PNG, JPEG, ...)" in bad.stderr
+
+
+def test_the_python_api_predicts_as_the_command(trained, tmp_path):
+    """distnet.api.load + predict on picture folders, files and arrays gives distnet predict's
+    rows, by the training's recipe and normalize statistics that the checkpoint keeps."""
+    from distnet.api import load
+    d, exp, dist, _ = trained
+    model = load(d / "run")                     # a run directory: its last checkpoint (no best kept)
+    assert (model.epoch, model.class_names, model.image_shape) == (1, list(CLASSES), (3, 8, 6))
+    assert repr(model) == (f"<distnet model {d / 'run' / 'checkpoint.h5'}: epoch 1, images 3x8x6, classes dark, "
+                           "light, striped>")
+    result = model.predict(d / "new")
+    distnet("predict", str(exp), "--checkpoint", str(d / "run"), "--data", str(d / "new"), "-o",
+            str(tmp_path / "p.csv"), check=True)
+    rows = _rows(tmp_path / "p.csv")
+    assert result.files == [r[0] for r in rows[1:]] and result.classes == [r[2] for r in rows[1:]]
+    assert result.true_classes == [r[4] for r in rows[1:]] and len(result) == 9
+    np.testing.assert_allclose(result.probabilities, [[float(v) for v in r[5:]] for r in rows[1:]], rtol=1e-8)
+    assert result.rows()[0] == {"file": "dark/dark0.png", "label": int(rows[1][1]), "class": rows[1][2],
+                                "true_class": "dark", **{f"p_{c}": result.probabilities[0, k]
+                                                         for k, c in enumerate(CLASSES)}}
+    from distnet.convert.decode import decode_image
+    files = [str(d / "new" / "light" / f"light{i}.png") for i in range(3)]
+    x = np.stack([decode_image(Image, f, 3, (8, 6), resize="pad") for f in files])
+    by_file, by_array = model.predict(files), model.predict(x)
+    np.testing.assert_array_equal(by_file.probabilities, by_array.probabilities)
+    assert by_array.files is None and by_file.files == files
+    np.testing.assert_array_equal(model.predict(x[0]).probabilities, by_array.probabilities[:1])
+    from distnet.errors import DataError
+    with pytest.raises(DataError, match=r"it looks like \(N, H, W, C\): give x.transpose\(0, 3, 1, 2\)"):
+        model.predict(x.transpose(0, 2, 3, 1))
+    gray = tmp_path / "gray.png"
+    Image.open(files[0]).convert("L").save(gray)
+    with pytest.raises(DataError, match="gray.png is grayscale \\(1 channel\\) and the model takes RGB"):
+        model.predict([str(gray)])
+    converted = model.predict([str(gray)], convert_channels=True)
+    assert converted.converted == [str(gray)] and len(converted) == 1
+
+
+def test_gray_pictures_for_an_rgb_model_are_refused_or_converted_and_counted(trained, tmp_path):
+    d, exp, dist, _ = trained
+    ck = str(d / "run" / "checkpoint.h5")
+    new = tmp_path / "new"
+    for c in CLASSES:
+        os.makedirs(new / c)
+        Image.open(d / "new" / c / f"{c}0.png").convert("L").save(new / c / f"{c}0.png")
+        Image.open(d / "new" / c / f"{c}1.png").save(new / c / f"{c}1.png")
+    (new / "dark" / "broken.png").write_bytes(b"not a picture")
+    bad = distnet("predict", str(dist), "--checkpoint", ck, "--data", str(new), "-o", str(tmp_path / "p.csv"), n=2)
+    assert bad.returncode == 1 and not (tmp_path / "p.csv").exists()
+    err = [line for line in bad.stderr.splitlines() if "distnet: error: " in line]
+    assert len(err) == 2 and err[0].split("] ", 1)[1] == err[1].split("] ", 1)[1]   # every rank says it
+    assert "4 of 7 picture(s) cannot be used (--skip-bad predicts the others; --convert-channels converts" in err[0]
+    assert all(f"{new / c / (c + '0.png')} is grayscale (1 channel)" in err[0] for c in CLASSES)
+    ok = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(new), "-o", str(tmp_path / "p.csv"),
+                 "--skip-bad", "--convert-channels", check=True)
+    assert ok.stdout.splitlines()[-1] == f"{tmp_path / 'p.csv'}: 6 images, 3 classes"
+    assert ok.stderr.splitlines() == [
+        f"distnet: warning: skipped 1 of 7 picture(s) (--skip-bad): cannot read image {new / 'dark' / 'broken.png'}: "
+        "UnidentifiedImageError: cannot identify image file " + repr(str(new / 'dark' / 'broken.png')),
+        "distnet: warning: converted 3 of 7 picture(s) from grayscale to RGB (a gray value in all three channels) "
+        f"(--convert-channels): {new / 'dark' / 'dark0.png'}, {new / 'light' / 'light0.png'}, "
+        f"{new / 'striped' / 'striped0.png'}"]
+    assert [r[0] for r in _rows(tmp_path / "p.csv")[1:]] == [f"{c}/{c}{i}.png" for c in CLASSES for i in (0, 1)]

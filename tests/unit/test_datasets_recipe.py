@@ -258,3 +258,35 @@ def test_unlabeled_conversion_with_the_recipe_of_a_data_set(tmp_path):
     bad = CliRunner().invoke(main, ["data", "convert", str(new), str(tmp_path / "v.h5"), "--unlabeled",
                                     "--stratify"])
     assert bad.exit_code == 2 and "--stratify: not options of an unlabeled conversion" in bad.output
+
+
+def test_pictures_of_another_channel_count_and_bad_files_are_named_together(tmp_path):
+    """A grayscale picture given to an RGB model was copied into three channels without a word,
+    and only the first unreadable file was named; now every one is, or they are skipped."""
+    src = _folder(tmp_path / "imgs", [(4, 4)] * 3)
+    convert(src, tmp_path / "d.h5", test_fraction=0.34)
+    recipe = read_recipe(tmp_path / "d.h5")
+    new = tmp_path / "new"
+    os.makedirs(new)
+    rgb = np.random.RandomState(1).randint(0, 256, (4, 4, 3)).astype(np.uint8)
+    Image.fromarray(rgb).save(new / "0.png")
+    Image.fromarray(rgb[..., 0]).save(new / "1.png")          # grayscale
+    (new / "2.png").write_bytes(b"not a picture")
+    Image.fromarray(rgb[:3]).save(new / "3.png")               # 3x4: the training resized none
+    paths = [str(new / f"{i}.png") for i in range(4)]
+    with pytest.raises(DataError) as e:
+        decode_for_model(paths, recipe, "d.h5")
+    message = str(e.value)
+    assert message.startswith("3 of 4 picture(s) cannot be used (--skip-bad predicts the others; "
+                              "--convert-channels converts the channel count): ")
+    assert f"{paths[1]} is grayscale (1 channel) and the model takes RGB (3 channels)" in message
+    assert f"cannot read image {paths[2]}" in message and f"{paths[3]} is 3x4 but the training images" in message
+    kept = decode_for_model(paths, recipe, "d.h5", skip_bad=True)
+    assert kept.kept == [0] and [p for p, _ in kept.skipped] == paths[1:] and kept.converted == []
+    np.testing.assert_array_equal(kept.x[0], rgb.transpose(2, 0, 1))
+    both = decode_for_model(paths, recipe, "d.h5", skip_bad=True, convert_channels=True)
+    assert both.kept == [0, 1] and both.converted == [paths[1]]
+    np.testing.assert_array_equal(both.x[1], np.repeat(rgb[None, :, :, 0], 3, axis=0))   # gray in all three
+    gray = dict(recipe, channels=1)
+    with pytest.raises(DataError, match=r"0.png is color \(mode RGB, 3 channels\) and the model takes grayscale"):
+        decode_for_model(paths[:1], gray, "d.h5")
