@@ -189,3 +189,17 @@ def test_check_refuses_a_monitor_no_evaluation_records(exp):
     assert no_valid.returncode == 2 and ("checkpoint monitor valid_cost: the run evaluates no valid split (it "
                                          "evaluates: train, test)") in no_valid.stderr, no_valid.stderr
     distnet("check", str(path), "--set", "checkpoint.monitor=valid_macro_f1", check=True)
+
+
+def test_plot_of_runs_without_evaluated_epochs_has_two_panels_and_marks_the_best_epoch():
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import best_epoch, draw_runs
+    plain = {"label": "a", "epochs": [{"epoch": 0, "cost": 1.0}, {"epoch": 1, "cost": 0.5}],
+             "final": {"test_misclass": 5.0, "train_misclass": 4.0}, "info": {}}
+    cost_ax, err_ax = draw_runs([plain]).axes
+    assert {line.get_label() for line in err_ax.lines} == {"a: test (final)", "a: train (final)"}
+    assert best_epoch(plain) is None
+    best = dict(plain, final=dict(plain["final"], best_epoch={"epoch": 0, "metric": "valid_misclass"}))
+    assert best_epoch(best) == (0, "valid_misclass")
+    marks = [line for line in draw_runs([best]).axes[1].lines if "best epoch" in line.get_label()]
+    assert [m.get_label() for m in marks] == ["a: best epoch 0 (valid_misclass)"] and list(marks[0].get_xdata()) == [0, 0]

@@ -253,3 +253,13 @@ def test_gray_pictures_for_an_rgb_model_are_refused_or_converted_and_counted(tra
         f"(--convert-channels): {new / 'dark' / 'dark0.png'}, {new / 'light' / 'light0.png'}, "
         f"{new / 'striped' / 'striped0.png'}"]
     assert [r[0] for r in _rows(tmp_path / "p.csv")[1:]] == [f"{c}/{c}{i}.png" for c in CLASSES for i in (0, 1)]
+
+
+def test_the_python_page_shows_the_script_it_runs():
+    """docs/python.md runs experiments/predict_pictures.py and shows its code: the two stay one."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    code = (root / "experiments" / "predict_pictures.py").read_text().split('"""', 2)[2].strip()
+    blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "python.md").read_text(), re.S)
+    assert code + "\n" in blocks

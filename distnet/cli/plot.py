@@ -102,9 +102,9 @@ def draw_runs(runs, title=None):
     best epoch marked) and, where the runs recorded per-class accuracies, a panel of them by
     class name."""
     Figure = _figure()
-    split = class_split(runs)
-    fig = Figure(figsize=(16 if split else 11, 4.2), dpi=100)
-    axes = fig.subplots(1, 3 if split else 2, sharex=True)
+    per_class = class_split(runs)       # the split whose per-class accuracies get a panel, or None
+    fig = Figure(figsize=(16 if per_class else 11, 4.2), dpi=100)
+    axes = fig.subplots(1, 3 if per_class else 2, sharex=True)
     cost_ax, err_ax = axes[:2]
     any_err = False
     for i, run in enumerate(runs):
@@ -145,21 +145,21 @@ def draw_runs(runs, title=None):
                 ax.axvline(best[0], color=color, linestyle=(0, (1, 3)), lw=1.2,
                            label=f"{run['label']}: best epoch {best[0]} ({best[1]})" if ax is err_ax else "_nolegend_")
             any_err = True
-        if split:
-            draw_classes(axes[2], run, split, dash, marker, len(runs) > 1)
+        if per_class:
+            draw_classes(axes[2], run, per_class, dash, marker, len(runs) > 1)
     cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
     from matplotlib.ticker import MaxNLocator
     for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        per_class = ax not in (cost_ax, err_ax)    # a legend of classes while it stays readable
-        if ax is cost_ax or (ax is err_ax and any_err) or (per_class and 0 < len(ax.get_lines()) <= 24):
+        classes = ax not in (cost_ax, err_ax)      # a legend of classes while it stays readable
+        if ax is cost_ax or (ax is err_ax and any_err) or (classes and 0 < len(ax.get_lines()) <= 24):
             ax.legend(fontsize=7)
     if not any_err:
         err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
-    if split:
-        axes[2].set(title=f"{split} split: accuracy per class (recall)", xlabel="epoch", ylabel="accuracy (%)")
+    if per_class:
+        axes[2].set(title=f"{per_class} split: accuracy per class (recall)", xlabel="epoch", ylabel="accuracy (%)")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -99,6 +99,9 @@ class Experiment:
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (what it was built from:
         #: :func:`~distnet.config.load_experiment` with ``record``).
         self.config_record = None
+        #: The dataset's preprocessing as checkpoints keep it (JSON; found by world rank 0 at
+        #: the first save: :meth:`checkpoint_config`).
+        self._preprocessing = None
 
     def checkpoint_target(self, default=None):
         """Where this run's checkpoints go: ``checkpoint.path``, else ``default`` (``distnet
@@ -136,10 +139,10 @@ class Experiment:
     def checkpoint_config(self):
         """What a checkpoint keeps of the experiment: :attr:`config_record` and, on world rank 0
         (which writes it), the dataset's preprocessing (:mod:`.preprocessing`), found once."""
-        if getattr(self, "_preprocessing", None) is None and self.topology.rank == 0:
+        if self._preprocessing is None and self.topology.rank == 0:
             from .preprocessing import preprocessing_text
             self._preprocessing = preprocessing_text(self.dataset)
-        return dict(self.config_record or {}, preprocessing=getattr(self, "_preprocessing", None) or "")
+        return dict(self.config_record or {}, preprocessing=self._preprocessing or "")
 
     def restore(self, path):
         """Load the checkpoint ``path`` into the configured model (any layout wrote it);
