@@ -37,7 +37,8 @@ class Predictions:
     """What :meth:`Model.predict` gives, one row per image in order: ``labels`` ``(N,)`` (the
     argmax), ``probabilities`` ``(N, K)`` (column ``k``: label ``k``), ``class_names`` (K names,
     or None where the training data named none), ``files`` (the pictures' names, None for an
-    array), ``true_classes`` (a picture's class folder, or None), ``skipped`` ``[(file,
+    array), ``true_classes`` (per picture its class folder, None where it is in none; None for
+    an array), ``skipped`` ``[(file,
     reason)]`` (``skip_bad``) and ``converted`` (files whose channel count was converted)."""
 
     labels: np.ndarray
@@ -64,7 +65,7 @@ class Predictions:
         for i, (label, p) in enumerate(zip(self.labels.tolist(), self.probabilities.tolist())):
             row = {"file": self.files[i]} if self.files is not None else {}
             row.update(label=label, **{"class": self.classes[i]})
-            if self.true_classes is not None:
+            if self.true_classes is not None and any(t is not None for t in self.true_classes):
                 row["true_class"] = self.true_classes[i]
             row.update({f"p_{n}": v for n, v in zip(names, p)})
             out.append(row)
@@ -155,4 +156,4 @@ class Model:
         decoded = decode_for_model([p for p, _, _ in pictures], recipe, where, skip_bad, convert_channels)
         names = [pictures[i][1] for i in decoded.kept]
         truth = [pictures[i][2] for i in decoded.kept]
-        return decoded.x, names, truth if any(t is not None for t in truth) else None, decoded
+        return decoded.x, names, truth, decoded
