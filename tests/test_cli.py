@@ -178,7 +178,10 @@ def test_new_input_errors_on_every_rank(tiny, tmp_path, override, words):
 def test_non_dist_experiment_under_mpiexec_is_refused(tiny):
     _, exp = tiny
     proc = distnet("run", str(exp), n=2)
-    assert proc.returncode != 0 and "dist_flag: False but was launched on 2 ranks" in proc.stderr
+    assert proc.returncode != 0 and "dist_flag: False: it runs on one process, not on 2 ranks" in proc.stderr
+    plan = distnet("plan", str(exp), "-n", "4")        # not launched at all: nothing says it was
+    assert plan.returncode == 1 and "dist_flag: False: it runs on one process, not on 4 ranks" in plan.stderr
+    assert "launched" not in plan.stderr
 
 
 def test_grid_that_does_not_fit_is_refused(tiny, tmp_path):

@@ -96,7 +96,8 @@ def test_predict_csv_and_hdf5_one_process_and_on_a_grid(trained):
             check=True)
     out = distnet("predict", str(dist), "--checkpoint", ck, "--data", str(d / "images.h5"),
                   "-o", str(d / "p.h5"), n=2, check=True)
-    assert out.stdout.strip() == f"{d / 'p.h5'}: 10 images, 3 classes"
+    assert out.stdout.splitlines() == [f"{ck}: epoch 1 (written on 1 rank(s), grid 1x1), predicted on 2 rank(s), "
+                                       "grid 1x2", f"{d / 'p.h5'}: 10 images, 3 classes"]
     rows = (d / "p.csv").read_text().splitlines()
     assert rows[0] == "label,p0,p1,p2" and len(rows) == 11
     csv = np.array([[float(v) for v in r.split(",")] for r in rows[1:]])
@@ -205,6 +206,16 @@ def test_predict_scales_new_images_as_the_dataset_scales_its_own(trained, tmp_pa
     keys = ["--set", "datasets.0.mean=0.4", "--set", "datasets.0.std=0.5", "--set", "datasets.0.scale=2"]
     x = np.load(d / "images.npy")
     np.save(tmp_path / "scaled.npy", (x * 2 - 0.4) / 0.5)
+    refused = distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / "images.npy"), "-o",
+                      str(tmp_path / "p.h5"), *keys)   # not the training's scaling: said, not done
+    assert refused.returncode == 2 and not (tmp_path / "p.h5").exists()
+    assert refused.stderr.strip() == (
+        f"distnet: error: the experiment's preprocessing differs from the training's kept in checkpoint {ck}: "
+        "scale: training 1, experiment 2; mean: training none, experiment [0.4]; std: training none, experiment "
+        "[0.5]. Values other than the training's give wrong outputs: give the experiment the training's (the run "
+        "directory's resolved.yaml), or say which to use: --preprocessing training (the checkpoint's) or "
+        "--preprocessing experiment")
+    keys += ["--preprocessing", "experiment"]
     for data, k, out in (("images.npy", keys, "p.h5"), (tmp_path / "scaled.npy", [], "q.h5"),
                          ("images.npy", [], "r.h5")):
         distnet("predict", str(exp), "--checkpoint", ck, "--data", str(d / data), "-o", str(tmp_path / out),

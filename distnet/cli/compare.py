@@ -94,12 +94,31 @@ def compare_runs(a, b):
         d = abs(x - y) if x is not None and y is not None else float("inf")
         max_rate = max(max_rate, d)
         rows.append((key.replace("_", " ") + " %", x, y, d, None))
+    rows += best_epoch_rows(fa, fb)
     return rows, max_cost, max_rate
+
+
+def best_epoch_rows(fa, fb):
+    """The rows of the runs' best epochs (``best_epoch`` of their final records, by the monitored
+    metric) and of its error rates where recorded: shown beside the final rates, not part of the
+    verdict (rounding may tie-break two equal validation rates differently in float32)."""
+    ba, bb = (f.get("best_epoch") if isinstance(f.get("best_epoch"), dict) else {} for f in (fa, fb))
+    if not ba and not bb:
+        return []
+    metric = ba.get("metric") or bb.get("metric") or "best"
+    ea, eb = ba.get("epoch"), bb.get("epoch")
+    rows = [(f"best epoch ({metric})", ea, eb, abs(ea - eb) if None not in (ea, eb) else float("inf"), None)]
+    for split in ("train", "valid", "test"):
+        x, y = (b.get("rates", {}).get(split) for b in (ba, bb))
+        if x is not None or y is not None:
+            rows.append((f"best epoch {split} misclass %", x, y,
+                         abs(x - y) if None not in (x, y) else float("inf"), None))
+    return rows
 
 
 def format_table(rows, name_a, name_b):
     def f(v):
-        return "-" if v is None else f"{v:.8f}"
+        return "-" if v is None else str(v) if isinstance(v, int) else f"{v:.8f}"
     width = max(len(r[0]) for r in rows)
     lines = [f"{'':<{width}}  {name_a:>14}  {name_b:>14}  {'|diff|':>10}  {'relative':>10}"]
     lines += [f"{r[0]:<{width}}  {f(r[1]):>14}  {f(r[2]):>14}  {r[3]:>10.2e}  "

@@ -40,6 +40,9 @@ def mnist_sample(directory, force):
                    "to fit, centered on black: letterbox). The output says how many images it changed.")
 @click.option("--stratify", is_flag=True, help="Draw the test and validation splits class by class, so "
               "each class appears in each split in proportion (--test-fraction, --valid-fraction of it).")
+@click.option("--group-by", metavar="REGEX", help="Keep every image of one source in one split: REGEX finds "
+              "an image's group in its path under its class folder (its first group, else the whole match), "
+              "e.g. '^(.*)_crop' for photo7_crop3.png; the test and validation splits get whole groups.")
 @click.option("--unlabeled", is_flag=True, help="SOURCE is a folder of images without classes (subfolders "
               "too): write datasets x and files (no labels, no splits) for distnet predict --data.")
 @click.option("--like", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
@@ -93,10 +96,10 @@ def mnist_sample(directory, force):
 @click.option("--ignore-label", type=click.IntRange(min=0), metavar="N",
               help="With --masks: the mask value of pixels that count for nothing (no class; default 255).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def data_convert(source, output, size, resize, stratify, unlabeled, like, labels, test_fraction, valid_fraction,
-                 seed, class_order, class_names, layout, target, test_source,
-                 test_target, vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, masks, classes,
-                 ignore_label, force):
+def data_convert(source, output, size, resize, stratify, group_by, unlabeled, like, labels, test_fraction,
+                 valid_fraction, seed, class_order, class_names, layout, target, test_source, test_target,
+                 vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, masks, classes, ignore_label,
+                 force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), a
     folder of images or volumes with --masks (per-pixel labels), or an .npz (x_train, y_train,
@@ -104,9 +107,9 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
     With --target, SOURCE and TGT.txt are parallel text files, converted to the sequence layout
     (SequenceDataset): vocabularies by frequency with <pad>, <unk>, <bos>, <eos>. An existing
     OUTPUT is kept unless --force. Images are resized only with --size (--resize: stretch, the
-    default, crop or pad); the output says what was done to aspect ratios, and gives the
-    per-channel mean and std of the train images (kept in OUTPUT with the decoding recipe, which
-    distnet predict repeats on new pictures)."""
+    default, crop or pad); the output says what was done to aspect ratios. OUTPUT keeps the
+    per-channel mean and std of the train images (for normalize: per_channel; distnet data stats
+    prints them) and the decoding recipe, which distnet predict repeats on new pictures."""
     from ..errors import OptionError
     from ..fileio import OutputError, refuse_existing, same_file
     text = {"--test-source": test_source, "--test-target": test_target, "--vocab-size": vocab_size,
@@ -126,7 +129,7 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
                            class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
-                           like=like, masks=masks, classes=classes, ignore_label=ignore_label)
+                           like=like, group_by=group_by, masks=masks, classes=classes, ignore_label=ignore_label)
             for note in info.get("notes", ()):
                 click.echo(f"distnet: warning: {note}", err=True)
             click.echo(info["text"] if unlabeled else describe(info))
@@ -135,7 +138,8 @@ def data_convert(source, output, size, resize, stratify, unlabeled, like, labels
         for name, v in (("--size", size), ("--labels", labels), ("--valid-fraction", valid_fraction or None),
                         ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
                         ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
-                        ("--like", like), ("--masks", masks), ("--classes", classes), ("--ignore-label", ignore_label)):
+                        ("--like", like), ("--group-by", group_by), ("--masks", masks), ("--classes", classes),
+                        ("--ignore-label", ignore_label)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):

@@ -3,12 +3,20 @@ one process or under mpiexec on any grid (the work is in :mod:`distnet.experimen
 import click
 
 from .job import Job
-from .options import checkpoint_argument
+from .options import trained_checkpoint_argument
 
 _CHECKPOINT = click.option("--checkpoint", "checkpoint", required=True, type=click.Path(),
-                           callback=checkpoint_argument, metavar="CK.h5",
-                           help="A checkpoint written by distnet run (any grid), or a run directory.")
+                           callback=trained_checkpoint_argument, metavar="CK.h5|RUN_DIR[:best|:last]",
+                           help="A checkpoint written by distnet run (any grid), or a run directory: its best "
+                                "checkpoint where the run kept one (checkpoint keep_best), else its last; "
+                                "RUN_DIR:best or RUN_DIR:last chooses.")
 _SET = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
+_PREPROCESSING = click.option(
+    "--preprocessing", type=click.Choice(["check", "training", "experiment"]), default="check", show_default=True,
+    help="The images are scaled as the training's were (the checkpoint keeps its scale, mean, std, normalize "
+         "statistics, image shape, class names and picture recipe); an experiment or data file that disagrees "
+         "is refused (check), unless told to use the checkpoint's values (training) or the experiment's "
+         "(experiment).")
 
 
 def _load(job, experiment, overrides):
@@ -18,17 +26,25 @@ def _load(job, experiment, overrides):
     return exp
 
 
+def _chosen():
+    """The line that says which checkpoint of a run directory ``--checkpoint`` chose, or None."""
+    chosen = click.get_current_context().meta.get("checkpoint choice")
+    return chosen.describe() if chosen is not None else None
+
+
 @click.command("evaluate")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @_CHECKPOINT
 @_SET
+@_PREPROCESSING
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead (every metric, the "
               "confusion matrices whole).")
-def evaluate(experiment, checkpoint, overrides, as_json):
+def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
     """Print the misclassification rates of EXPERIMENT's data splits (train, test) with the
-    weights of a checkpoint, with their cost, top-k error rate, accuracy per class and confusion
-    matrix (a Seq2SeqExperiment: token and whole-sequence accuracies). Under mpiexec the
-    experiment's grid is used, whatever grid wrote the checkpoint."""
+    weights of a checkpoint, with their cost, top-k error rate, precision, recall and F1 per
+    class and confusion matrix by class name (a Seq2SeqExperiment: token and whole-sequence
+    accuracies). Under mpiexec the experiment's grid is used, whatever grid wrote the
+    checkpoint."""
     from ..experiments.evaluate import evaluate_checkpoint, evaluation_lines
     from ..experiments.seq2seq import Seq2SeqExperiment
     with Job(world=True) as job:   # under mpiexec the abort hook first (as for run)
@@ -36,22 +52,31 @@ def evaluate(experiment, checkpoint, overrides, as_json):
         if isinstance(exp, Seq2SeqExperiment):   # accuracies of greedy decoding, not error rates
             ck, accuracies = exp.evaluate_checkpoint(checkpoint)
         else:
-            result = evaluate_checkpoint(exp, checkpoint)
-    if isinstance(exp, Seq2SeqExperiment):
-        if job.rank0:
-            t = exp.topology
-            click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {ck.meta.get('size', '?')} rank(s)), "
-                       f"evaluated on {t.size} rank(s)")
-            for split, (tok, seq, n) in accuracies.items():
-                click.echo(f"{split} set: token accuracy {tok:.2f}%, sequence accuracy {seq:.2f}% "
-                           f"({n} sequences, greedy decoding)")
+            result = evaluate_checkpoint(exp, checkpoint, preprocessing=preprocessing)
+    if not job.rank0:
         return
-    if job.rank0 and as_json:
+    chosen = _chosen()
+    if not isinstance(exp, Seq2SeqExperiment) and result.warning:
+        click.echo(f"distnet: warning: {result.warning}", err=True)
+    if isinstance(exp, Seq2SeqExperiment):
+        t = exp.topology
+        for line in [chosen] if chosen else []:
+            click.echo(line)
+        click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {ck.meta.get('size', '?')} rank(s)), "
+                   f"evaluated on {t.size} rank(s)")
+        for split, (tok, seq, n) in accuracies.items():
+            click.echo(f"{split} set: token accuracy {tok:.2f}%, sequence accuracy {seq:.2f}% "
+                       f"({n} sequences, greedy decoding)")
+    elif as_json:
         import json
-        click.echo(json.dumps({"checkpoint": checkpoint, "epoch": result.epoch, "written_on": result.written_on,
+        choice = click.get_current_context().meta.get("checkpoint choice")
+        click.echo(json.dumps({"checkpoint": checkpoint, "checkpoint_choice": choice.choice if choice else None,
+                               "epoch": result.epoch, "written_on": result.written_on,
                                "evaluated_on": result.evaluated_on, "class_names": result.class_names,
                                "splits": {s: dict(images=result.counts[s], **m) for s, m in result.metrics.items()}}))
-    elif job.rank0:
+    else:
+        for line in [chosen] if chosen else []:
+            click.echo(line)
         click.echo(f"{checkpoint}: epoch {result.epoch} (written on {result.written_on}), evaluated on "
                    f"{result.evaluated_on}")
         for line in evaluation_lines(result, exp.model.metric_label):   # Autoencoder: reconstruction
@@ -68,27 +93,35 @@ def evaluate(experiment, checkpoint, overrides, as_json):
                    "(or test/x), a .npy file or an IDX file (MNIST's t10k-images-idx3-ubyte).")
 @click.option("--recipe", "recipe_file", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
               help="Pictures: decode them by the recipe kept in DATA.h5 (a data set distnet data convert made "
-                   "from an image folder); default: the experiment's data set.")
+                   "from an image folder, e.g. with --size where the training images were not resized); "
+                   "default: the training's, kept in the checkpoint.")
+@click.option("--skip-bad", is_flag=True, help="Pictures that cannot be used (unreadable, another channel "
+              "count, another size where the training resized none) are listed in one warning and the others "
+              "predicted; without it, the error lists them all.")
+@click.option("--convert-channels", is_flag=True, help="Convert pictures of another channel count than the "
+              "model's (grayscale to RGB, color to grayscale) and say how many; without it they are refused.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="OUT",
-              help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels) or OUT.csv "
-                   "(label,p0,...,pK-1 per image).")
+              help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels; class_names) or OUT.csv "
+                   "(label, class, then one probability column per class: p_<class name>, in label order).")
 @_SET
+@_PREPROCESSING
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
               "the experiment).")
-def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, force):
+def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_channels, output, overrides,
+            preprocessing, force):
     """Write the outputs of the model's last layer (class probabilities after a softmax or
     logistic activation, raw scores after an identity one) and the predicted labels of
     the images in FILE, with the weights of a checkpoint; one row per image, in order.
     Pictures (image files, folders) are decoded and resized as distnet data convert did for
-    the training images (the recipe kept in the experiment's data set, or --recipe), and get
-    the columns file and, in a folder per class, true_label and true_class."""
-    from ..convert.pictures import Pictures
-    from ..data.predict_files import prediction_format, write_predictions
-    from ..datasets.files import FileDataset
+    the training images (the recipe the checkpoint keeps, or --recipe), and get the columns
+    file and, in a folder per class, true_label and true_class. The images are scaled as
+    the training's were (--preprocessing)."""
+    from ..data.predict_files import prediction_format
     from ..errors import ConfigError
-    from ..experiments.evaluate import predict_checkpoint
+    from ..experiments.evaluate import layout_text, predict_images, restore_trained, written_on
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
+
     def unwritable(e):                      # an OSError (a full disk): told as one of OUT, exit status 1
         return f"-o {output}: {write_failure(e)}", 1
 
@@ -107,28 +140,51 @@ def predict(experiment, checkpoint, data_paths, recipe_file, output, overrides, 
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
-        shape = exp.dataset.image_shape
+        ck, agreed = restore_trained(exp, checkpoint, preprocessing)
+        record = agreed.record
+        pictures, notes = _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels)
+        notes = ([agreed.warning] if agreed.warning else []) + notes
         reading = exp.dataset.reading       # read: root / node: only the reader opens --data
-        data_file = exp.dataset.path if isinstance(exp.dataset, FileDataset) else None  # its recipe decodes pictures
-
-        def inputs():                       # a missing recipe is told by every rank
-            if not reading.is_reader:
-                return None
-            found = Pictures(data_paths, recipe_file)
-            found.use_recipe(data_file, shape)
-            return found
-        pictures = job.collectively(inputs)
+        shape = exp.dataset.image_shape
 
         def images(tile):
             return reading.read_images(lambda: pictures.source(shape), ", ".join(data_paths), tile)
-        outputs, labels = predict_checkpoint(exp, checkpoint, images)
-
-        def write():                        # rank 0; a failure (a full disk): every rank says it
-            try:
-                write_predictions(output, outputs, labels, exp.dataset.class_names(), pictures.names,
-                                  pictures.truth)
-            except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
-                raise OutputError(f"-o {output}: {write_failure(e)}") from None
-        job.collectively(lambda: write() if job.rank0 else None)
+        outputs, labels = predict_images(exp, images)
+        job.collectively(lambda: _write(output, outputs, labels, record, pictures) if job.rank0 else None)
     if job.rank0:
+        t = exp.topology
+        for line in notes:
+            click.echo(f"distnet: warning: {line}", err=True)
+        for line in [_chosen()] if _chosen() else []:
+            click.echo(line)
+        click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {written_on(ck)}), predicted on "
+                   f"{layout_text(t.size, t.grid, t.ndata, t.npipe)}")
         click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")
+
+
+def _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels):
+    """``(Pictures or None, warning lines)``: the --data of the reader ranks (the others: None)
+    found and decoded by the training's recipe in ``record`` (or ``--recipe``); a refusal is
+    told by every rank."""
+    from ..convert.pictures import Pictures
+    reading, shape = exp.dataset.reading, exp.dataset.image_shape
+    where = ", ".join(record.get("files") or []) or "the training data"
+
+    def inputs():
+        if not reading.is_reader:
+            return None, []
+        found = Pictures(data_paths, recipe_file)
+        notes = found.decode(record.get("recipe"), where, shape, skip_bad, convert_channels)
+        return found, notes
+    return job.collectively(inputs)
+
+
+def _write(output, outputs, labels, record, pictures):
+    """Rank 0 writes the predictions; a failure (a full disk) is every rank's."""
+    from ..data.predict_files import write_predictions
+    from ..fileio import OutputError, write_failure
+    try:
+        write_predictions(output, outputs, labels, record.get("class_names"), pictures.names,
+                          pictures.truth)
+    except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
+        raise OutputError(f"-o {output}: {write_failure(e)}") from None

@@ -28,6 +28,9 @@ class CliHooks:
             if self.record is not None:
                 from ..experiments.rundir import versions
                 from ..log import get_logger
+                names = experiment.dataset.class_names() if hasattr(experiment.dataset, "class_names") else None
+                if names:               # plot's per-class curves name them
+                    self.record.info["class_names"] = list(names)
                 self.record.topology(topology, versions())
                 get_logger().info("run directory: %s", self.record.path)
         collectively(self.world, record)

@@ -1,10 +1,11 @@
 """Click callbacks shared by the commands' options (light: imported when the CLI starts)."""
 import math
-import os
 
 import click
 
-#: The checkpoint a run directory holds (``distnet run`` writes it there unless told otherwise).
+#: The checkpoint a run directory holds (``distnet run`` writes it there unless told otherwise):
+#: :data:`distnet.experiments.run_checkpoints.RUN_CHECKPOINT`, written out here so that the
+#: command line starts without importing the experiments.
 RUN_CHECKPOINT = "checkpoint.h5"
 
 
@@ -17,22 +18,30 @@ def given_path(ctx, param, value):
     return value
 
 
-def checkpoint_argument(ctx, param, value):
-    """The options that read a checkpoint (``run --resume``, ``evaluate`` / ``predict
-    --checkpoint``): a non-empty path (:func:`given_path`), and a run directory stands for its
-    :data:`RUN_CHECKPOINT`, else for the last checkpoint its ``run.json`` names (``{epoch}``
-    paths)."""
-    from ..models.sharded import INDEX
+def checkpoint_argument(ctx, param, value, default="last"):
+    """The options that read a checkpoint: a non-empty path (:func:`given_path`): a checkpoint
+    file, a sharded checkpoint folder, or a run directory with an optional ``:best`` / ``:last``
+    (:func:`~distnet.experiments.run_checkpoints.choose_checkpoint`). A bare run directory is
+    its last checkpoint here (``run --resume`` continues training); the choice is kept in
+    ``ctx.meta["checkpoint choice"]`` for the command to name."""
     value = given_path(ctx, param, value)
-    if value is None or not os.path.isdir(value) or os.path.exists(os.path.join(value, INDEX)):
-        return value    # a file, or a sharded checkpoint folder
-    path = os.path.join(value, RUN_CHECKPOINT)
-    if not os.path.exists(path):   # a run that wrote elsewhere ({epoch} paths): its last checkpoint
-        path = _recorded_checkpoint(value) or path
-    if not os.path.exists(path):
-        raise click.BadParameter(f"{value} is a folder without {RUN_CHECKPOINT} (the run directory of a "
-                                 "run that wrote no checkpoint?); give the checkpoint file")
-    return path
+    if value is None:
+        return value
+    from ..errors import OptionError
+    from ..experiments.run_checkpoints import choose_checkpoint
+    try:
+        chosen = choose_checkpoint(value, default)
+    except OptionError as e:
+        raise click.BadParameter(str(e)) from None
+    ctx.meta["checkpoint choice"] = chosen
+    return chosen.path
+
+
+def trained_checkpoint_argument(ctx, param, value):
+    """:func:`checkpoint_argument` for the commands that use a trained model (``evaluate``,
+    ``predict``): a bare run directory is its best checkpoint where the run kept one, else its
+    last."""
+    return checkpoint_argument(ctx, param, value, default="best")
 
 
 def finite_number(ctx, param, value):
@@ -41,14 +50,3 @@ def finite_number(ctx, param, value):
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number")
     return value
-
-
-def _recorded_checkpoint(run_dir):
-    """The last checkpoint a run directory's ``run.json`` names, or None."""
-    import json
-    try:
-        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
-            path = json.load(f).get("checkpoint")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return path if isinstance(path, str) else None

@@ -6,9 +6,14 @@ Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON
 evaluated splits (``eval_every``; thin lines, validation dash-dotted, test dotted). Right: the
 error rates measured during training (test in the run's own dash, train dashed, validation
 dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
-triangle for train, a diamond for validation, at the last epoch). Runs that agree (dist vs non-dist) draw on
-top of each other; every run has its own marker and dash pattern, so each stays visible.
+triangle for train, a diamond for validation, at the last epoch); a dotted vertical line marks
+each run's best epoch (both panels). Where the runs recorded per-class accuracies
+(``eval_every``), a third panel draws them per class, by the class names of ``run.json``. Runs
+that agree (dist vs non-dist) draw on top of each other; every run has its own marker and dash
+pattern, so each stays visible.
 """
+import os
+
 import click
 
 from ..errors import DistnetError
@@ -35,7 +40,6 @@ def check_target(out, runs=(), inputs=()):
     """DistnetError unless ``out`` may be written: never one of the files read (the metrics and
     ``run.json`` of ``runs`` given as paths, ``inputs``), and an existing file only when it is a
     PNG (an earlier plot); its folder must take files."""
-    import os
     from ..fileio import check_writable, same_file
     files = list(inputs)
     for r in runs:
@@ -49,6 +53,11 @@ def check_target(out, runs=(), inputs=()):
             if fh.read(len(_PNG)) != _PNG:
                 raise DistnetError(f"cannot write {out}: it exists and is no PNG (only an earlier plot is "
                                    "replaced); give another name")
+    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(folder, exist_ok=True)   # -o plots/run.png makes plots/, as the run directory is made
+    except OSError as e:
+        raise DistnetError(f"cannot write {out}: cannot create the folder {folder}: {e.strerror or e}") from None
     check_writable(out, "plot")   # its folder takes files: found before compare's runs, not after
 
 
@@ -71,12 +80,32 @@ def plot_runs(runs, out, title=None, inputs=()):
     return out
 
 
+def best_epoch(run):
+    """``(epoch, what)`` of a run's best epoch (its final record's ``best_epoch``, else the last
+    epoch record marked ``best``), or None."""
+    best = run["final"].get("best_epoch")
+    if isinstance(best, dict) and isinstance(best.get("epoch"), int):
+        return best["epoch"], str(best.get("metric", "best"))
+    marked = [r["epoch"] for r in run["epochs"] if r.get("best")]
+    return (marked[-1], "best") if marked else None
+
+
+def class_split(runs):
+    """The split whose per-class accuracies the runs recorded (validation first), or None."""
+    return next((s for s in ("valid", "test", "train")
+                 if any(f"{s}_class_accuracy" in r for run in runs for r in run["epochs"])), None)
+
+
 def draw_runs(runs, title=None):
     """The matplotlib ``Figure`` of ``runs`` (dicts from
-    :func:`~distnet.experiments.rundir.read_run`): the cost panel and the error-rate panel."""
+    :func:`~distnet.experiments.rundir.read_run`): the cost panel, the error-rate panel (the
+    best epoch marked) and, where the runs recorded per-class accuracies, a panel of them by
+    class name."""
     Figure = _figure()
-    fig = Figure(figsize=(11, 4.2), dpi=100)
-    cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
+    per_class = class_split(runs)       # the split whose per-class accuracies get a panel, or None
+    fig = Figure(figsize=(16 if per_class else 11, 4.2), dpi=100)
+    axes = fig.subplots(1, 3 if per_class else 2, sharex=True)
+    cost_ax, err_ax = axes[:2]
     any_err = False
     for i, run in enumerate(runs):
         recs = run["epochs"]
@@ -110,20 +139,47 @@ def draw_runs(runs, title=None):
                 label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
                 err_ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
                             markerfacecolor="none", label=label)
+        best = best_epoch(run)
+        if best is not None:
+            for ax in (cost_ax, err_ax):
+                ax.axvline(best[0], color=color, linestyle=(0, (1, 3)), lw=1.2,
+                           label=f"{run['label']}: best epoch {best[0]} ({best[1]})" if ax is err_ax else "_nolegend_")
+            any_err = True
+        if per_class:
+            draw_classes(axes[2], run, per_class, dash, marker, len(runs) > 1)
     cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
     from matplotlib.ticker import MaxNLocator
-    for ax in (cost_ax, err_ax):
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax is cost_ax or any_err:
+        classes = ax not in (cost_ax, err_ax)      # a legend of classes while it stays readable
+        if ax is cost_ax or (ax is err_ax and any_err) or (classes and 0 < len(ax.get_lines()) <= 24):
             ax.legend(fontsize=7)
     if not any_err:
         err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
+    if per_class:
+        axes[2].set(title=f"{per_class} split: accuracy per class (recall)", xlabel="epoch", ylabel="accuracy (%)")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def draw_classes(ax, run, split, dash, marker, with_run):
+    """Per class, its accuracy on ``split`` over the evaluated epochs, labelled by the class
+    name the run recorded (``run.json``'s ``class_names``, else ``class k``)."""
+    pts = [(r["epoch"], r[f"{split}_class_accuracy"]) for r in run["epochs"] if f"{split}_class_accuracy" in r]
+    if not pts:
+        return
+    k = len(pts[-1][1])
+    names = run["info"].get("class_names")
+    names = names if isinstance(names, list) and len(names) == k else [f"class {c}" for c in range(k)]
+    for c in range(k):
+        xs = [(e, acc[c]) for e, acc in pts if len(acc) == k and acc[c] is not None]
+        if xs:
+            ax.plot(*zip(*xs), linestyle=dash, marker=marker, ms=3, lw=1,
+                    label=f"{run['label']}: {names[c]}" if with_run else str(names[c]))
 
 
 @click.command()

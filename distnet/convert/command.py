@@ -17,14 +17,16 @@ from .volumes import VOLUME_ONLY, convert_volumes, is_volume_folder
 
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
             class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None,
-            masks=None, classes=None, ignore_label=None):
+            group_by=None, masks=None, classes=None, ignore_label=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
     ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
     (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
     ``size``): :data:`RESIZE_MODES`; ``stratify``: draw the splits class by class;
     ``unlabeled`` (folders): :func:`convert_unlabeled` (``like``: the data set whose recipe it
-    repeats); ``masks`` (a folder of images or volumes): their masks' folder, ``classes`` a file of
-    the class names, ``ignore_label`` the label of pixels that count for nothing (default 255)."""
+    repeats); ``group_by`` (folders): a regex naming each image's group, every group in one
+    split (:mod:`.groups`); ``masks`` (a folder of images or volumes): their masks' folder,
+    ``classes`` a file of the class names, ``ignore_label`` the label of pixels that count for
+    nothing (default 255)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise OptionError(f"{name} must be in [0, 1), got {v}")
@@ -40,13 +42,17 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     if masks is not None:
         return _convert_masked(src, out, masks, size, resize, (test_fraction, valid_fraction, seed), classes,
                                DEFAULT_IGNORE if ignore_label is None else ignore_label,
-                               (labels, layout, class_order, class_names, stratify, unlabeled))
+                               (labels, layout, class_order, class_names, stratify, unlabeled, group_by))
     if classes is not None or ignore_label is not None:
         raise OptionError(f"{'--classes' if classes is not None else '--ignore-label'} is an option of masks: give "
                           "the masks' folder with --masks")
+    if group_by is not None and not os.path.isdir(src):
+        raise OptionError("--group-by finds each image's group in its path under its class folder: a folder of "
+                          "images only")
     if unlabeled:
         given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
-                                ("--class-names", class_names), ("--stratify", stratify or None)) if v is not None]
+                                ("--class-names", class_names), ("--stratify", stratify or None),
+                                ("--group-by", group_by)) if v is not None]
         if given:
             raise OptionError(f"{', '.join(given)}: not options of an unlabeled conversion (--unlabeled)")
         if not os.path.isdir(src):
@@ -65,7 +71,7 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
             raise OptionError("--labels gives the labels of an .npy of images; the class folders of images "
                               "give theirs")
         return convert_image_folder(src, out, size, test_fraction, valid_fraction, seed, class_order or "text",
-                                    resize, stratify)
+                                    resize, stratify, group_by)
     if src.lower().endswith((".npz", ".npy")):
         if size is not None:
             raise OptionError("--size resizes images of a folder; arrays are stored as they are")

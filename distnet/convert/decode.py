@@ -167,24 +167,3 @@ def survey(Image, paths, size):
         raise DataError(f"images of different sizes: {p1} is {s1[0]}x{s1[1]}, {p2} is {s2[0]}x{s2[1]}; "
                         "give a size to resize them all (--size HxW)")
     return 3 if color else 1, size or next(iter(sizes)), shapes, notes
-
-
-def decode_pictures(pictures, recipe, where):
-    """``(N, C, H, W)`` uint8 pixels of ``pictures`` (``[(path, ...)]``) decoded by ``recipe``
-    exactly as the converter decoded the training images. Without a resize in the recipe, a
-    picture of another size is a DataError naming it. ``where``: the recipe's file, for
-    messages."""
-    Image = pillow()
-    C, size = recipe["channels"], recipe["size"]
-    if recipe["resize"] is None:
-        for path, *_ in pictures:
-            hw = probe(Image, path)[1]
-            if tuple(hw) != size:
-                raise DataError(f"{path} is {hw[0]}x{hw[1]} but the training images of {where} were all "
-                                f"{size[0]}x{size[1]} and converted without --size, so there is no resize to "
-                                "repeat: resize the pictures to that size, or convert the training images with "
-                                "--size (and --resize) and train again")
-    x = np.empty((len(pictures), C) + tuple(size), np.uint8)
-    for i, (path, *_) in enumerate(pictures):
-        x[i] = decode_image(Image, path, C, size, resize=recipe["resize"] or "stretch")
-    return x

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from ..errors import DataError
+from .groups import draw_groups, group_keys, group_line
 from .report import shown
 from .splits import draw_splits
 
@@ -165,13 +166,32 @@ def check_one_class(folder, classes, notes):
                  "folder that holds one subfolder per class")
 
 
+def draw(items, folder, classes, test_fraction, valid_fraction, seed, what, stratify=False, group_by=None,
+         grouped=None):
+    """``{split: positions}`` of the images ``items`` (``[(path, label)]`` under ``folder``'s class
+    folders ``classes``): :func:`~.splits.draw_splits` (``stratify``: class by class), or with
+    ``group_by`` (a compiled regex) whole groups per split (:mod:`.groups`: an image's group is
+    found in its path under its class folder; ``stratify`` too), the line saying so appended to
+    ``grouped``."""
+    if group_by is None:
+        return draw_splits(len(items), test_fraction, valid_fraction, seed, what,
+                           [lab for _, lab in items] if stratify else None)
+    names = [os.path.relpath(p, os.path.join(folder, classes[lab])).replace(os.sep, "/") for p, lab in items]
+    keys = group_keys(names, group_by)
+    pos = draw_groups(keys, test_fraction, valid_fraction, seed, what, [lab for _, lab in items] if stratify else None)
+    if grouped is not None:
+        grouped.append(group_line(group_by, keys, pos, stratify))
+    return pos
+
+
 def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="text", notes=None,
-                        stratify=False, drawn=None):
+                        stratify=False, drawn=None, group_by=None, grouped=None):
     """``(classes, {split: [(path, label)]})`` of an image folder (module docstring); what the
     user should know (class order, skipped files) is appended to ``notes``. A folder with a
     ``train/`` folder is a folder of splits (``test/``, ``valid/`` or ``val/``; those it lacks
     are drawn from train); any other folder in it is refused, as are split folders without
-    ``train/`` (their images would become the classes ``test``, ``val``)."""
+    ``train/`` (their images would become the classes ``test``, ``val``). The splits drawn are
+    drawn by :func:`draw` (``stratify``, ``group_by``, ``grouped``)."""
     notes = [] if notes is None else notes
     if not os.path.isdir(src):
         raise DataError(f"{src} is not a folder")
@@ -207,9 +227,8 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
             raise DataError(f"{src}: no test split (give a test/ folder or a test_fraction > 0)")
         if draw_test or draw_valid:
             train = splits["train"]
-            pos = draw_splits(len(train), test_fraction if draw_test else 0.0,
-                               valid_fraction if draw_valid else 0.0, seed, src,
-                               [lab for _, lab in train] if stratify else None)
+            pos = draw(train, train_dir, classes, test_fraction if draw_test else 0.0,
+                       valid_fraction if draw_valid else 0.0, seed, src, stratify, group_by, grouped)
             for s in ("test", "valid"):
                 if s in pos and s not in splits:
                     splits[s] = [train[i] for i in pos[s]]
@@ -227,8 +246,7 @@ def image_folder_splits(src, test_fraction, valid_fraction, seed, class_order="t
     classes = class_folders(src, class_order, notes)
     check_one_class(src, classes, notes)
     items = images_of(src, classes, notes)
-    pos = draw_splits(len(items), test_fraction, valid_fraction, seed, src,
-                       [lab for _, lab in items] if stratify else None)
+    pos = draw(items, src, classes, test_fraction, valid_fraction, seed, src, stratify, group_by, grouped)
     if drawn is not None:
         drawn += [s for s in ("test", "valid") if s in pos]
     return classes, {s: [items[i] for i in p] for s, p in pos.items()}
@@ -238,26 +256,26 @@ def is_image_file(path):
     return path.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def list_pictures(paths):
+def list_pictures(paths, what="--data"):
     """The pictures of ``paths`` (image files, or folders), as ``[(path, name, true_class)]`` in
     order: files as given (``name`` the path given, no true class); a folder's images sorted by
     their path under it (``name`` that relative path), those in a subfolder with the subfolder's
     name as their true class (a folder per class), those in the folder itself with none. Hidden
     files and names of file managers are skipped, as by the converter. DataError for a path
-    that is neither, or a folder without images."""
+    that is neither, or a folder without images (``what``: how messages call a path)."""
     out = []
     for p in paths:
         if os.path.isdir(p):
             found = [f for f in walk(p) if is_image_file(f)]
             if not found:
-                raise DataError(f"--data {p}: the folder holds no images (PNG, JPEG, ...)")
+                raise DataError(f"{what} {p}: the folder holds no images (PNG, JPEG, ...)")
             out += [(os.path.join(p, f), f, f.split("/")[0] if "/" in f else None) for f in found]
         elif os.path.isfile(p) and is_image_file(p):
             out.append((p, p, None))
         elif not os.path.exists(p):
-            raise DataError(f"--data {p}: no such file or folder")
+            raise DataError(f"{what} {p}: no such file or folder")
         else:
-            raise DataError(f"--data {p}: not an image file (by its extension) or a folder of images; "
+            raise DataError(f"{what} {p}: not an image file (by its extension) or a folder of images; "
                             "several --data are image files or folders, one --data may also be an HDF5, "
                             ".npy or IDX file of images")
     return out

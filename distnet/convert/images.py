@@ -10,24 +10,28 @@ import numpy as np
 
 from ..errors import DataError, OptionError
 from ..fileio import atomic_target, check_writable, hdf5_file, write_failure
-from .decode import decode_image, decode_pictures, parse_size, pillow, survey
+from .decode import decode_image, parse_size, pillow, survey
 from .folders import image_folder_splits, list_pictures
+from .groups import parse_group_by
+from .pictures import decode_for_model
 from .recipe import RECIPE_ATTR, describe_recipe, image_recipe, read_recipe
-from .report import few_bits_note, missing_classes_note, resize_line, split_line
+from .report import few_bits_note, missing_classes_note, resize_line, shown, split_line
 from .writer import CHUNK_PIXELS, FORMAT, attr_text, check_space, summary, write
 
 
 def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=0.0, seed=0,
-                         class_order="text", resize=None, stratify=False):
+                         class_order="text", resize=None, stratify=False, group_by=None):
     """Write ``out`` from the image folder ``src``; returns a summary dict whose ``notes`` are
     warnings for the user (class order, skipped files, multi-frame images) and whose
-    ``resize`` line says what ``size`` did to aspect ratios (:func:`~.report.resize_line`)."""
+    ``resize`` line says what ``size`` did to aspect ratios (:func:`~.report.resize_line`).
+    ``group_by``: a regular expression whose match in an image's path under its class folder
+    names its group; every group goes to one split (:mod:`.groups`)."""
     Image = pillow()
     size = parse_size(size) if isinstance(size, str) else size
     notes = []
-    drawn = []
+    drawn, grouped = [], []
     classes, splits = image_folder_splits(src, test_fraction, valid_fraction, seed, class_order, notes,
-                                          stratify, drawn)
+                                          stratify, drawn, parse_group_by(group_by), grouped)
     all_items = [it for items in splits.values() for it in items]
     C, (H, W), shapes, notes_seen = survey(Image, [p for p, _ in all_items], size)
     notes += notes_seen
@@ -39,12 +43,14 @@ def convert_image_folder(src, out, size=None, test_fraction=0.2, valid_fraction=
 
     labels = {s: np.array([lab for _, lab in v], dtype=np.int64) for s, v in splits.items()}
     recipe = image_recipe((H, W), resize, C, classes, size is not None)
+    extra = {"class_order": class_order, RECIPE_ATTR: recipe, "stratify": bool(stratify)}
+    if group_by is not None:
+        extra["group_by"] = group_by      # for the record (distnet data info)
     write(out, {s: (len(v), (C, H, W), np.uint8) for s, v in splits.items()}, fill, labels, classes,
-           src, seed, test_fraction, valid_fraction, {"class_order": class_order, RECIPE_ATTR: recipe,
-                                                      "stratify": bool(stratify)})
+           src, seed, test_fraction, valid_fraction, extra)
     info = summary(out)
     info["resize"] = resize_line(size, resize, shapes)
-    info["split"] = split_line(stratify, drawn)
+    info["split"] = grouped[0] if grouped else split_line(stratify, drawn)
     info["notes"] = notes + [n for n in (few_bits_note(wide), missing_classes_note(labels, classes, "/"))
                              if n]
     return info
@@ -78,7 +84,12 @@ def convert_unlabeled(src, out, size=None, resize=None, like=None):
     x_layout = {"x": (len(pictures), (C, H, W), np.uint8)}
     check_writable(out, "output")
     check_space(out, x_layout, {})
-    x = decode_pictures(pictures, recipe, like or src)
+    decoded = decode_for_model([path for path, *_ in pictures], recipe, like or src, convert_channels=True,
+                               hints=False)
+    x = decoded.x
+    if decoded.converted and like is not None:    # the data set's channel count, not the pictures'
+        notes.append(f"{len(decoded.converted)} of {len(pictures)} picture(s) converted to the {C} channel(s) of "
+                     f"{like}'s images: {shown(decoded.converted)}")
     import h5py
     try:
         with atomic_target(out) as tmp:

@@ -16,11 +16,9 @@ model's values.
 """
 import json
 
-from ..data.sources import open_hdf5
+from ..datasets.hdf5 import RECIPE_ATTR, recipe_text_of
 from ..errors import DataError
 
-#: The root attribute holding the recipe.
-RECIPE_ATTR = "image_recipe"
 RECIPE_VERSION = 1
 
 
@@ -35,19 +33,22 @@ def image_recipe(size, resize, channels, class_names, resized=True):
 def read_recipe(path):
     """The recipe dict of the HDF5 file ``path``, or None when it has none (a file converted
     from arrays, or written by hand). DataError for a recipe this version cannot read."""
-    with open_hdf5(path) as f:
-        text = f.attrs.get(RECIPE_ATTR)
-    if text is None:
-        return None
+    text = recipe_text_of(path)
+    return None if text is None else parse_recipe(text, path)
+
+
+def parse_recipe(recipe, where):
+    """A recipe (its JSON text, or the dict of it a checkpoint keeps) checked, ``size`` a
+    tuple; DataError naming ``where`` for one this version cannot read."""
     try:
-        recipe = json.loads(text.decode() if isinstance(text, bytes) else str(text))
+        recipe = json.loads(recipe) if isinstance(recipe, str) else dict(recipe)
         if recipe.get("version") != RECIPE_VERSION:
             raise ValueError(f"version {recipe.get('version')!r}, this distnet reads {RECIPE_VERSION}")
         size = tuple(int(v) for v in recipe["size"])
         if len(size) != 2 or recipe["channels"] not in (1, 3):
             raise ValueError("size must be [H, W] and channels 1 or 3")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise DataError(f"{path}: the attribute {RECIPE_ATTR} is not a convert recipe ({e})") from None
+        raise DataError(f"{where}: the attribute {RECIPE_ATTR} is not a convert recipe ({e})") from None
     return {**recipe, "size": size}
 
 

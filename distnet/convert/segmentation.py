@@ -97,11 +97,11 @@ def convert_segmentation(src, out, masks, size=None, resize=None, test_fraction=
     return info
 
 
-def check_mask_options(src, labels, layout, class_order, class_names, stratify, unlabeled):
+def check_mask_options(src, labels, layout, class_order, class_names, stratify, unlabeled, group_by=None):
     """OptionError for options that ``--masks`` does not take (``src``: the SOURCE given)."""
     given = [k for k, v in (("--labels", labels), ("--layout", layout), ("--class-order", class_order),
                             ("--class-names", class_names), ("--stratify", stratify or None),
-                            ("--unlabeled", unlabeled or None)) if v is not None]
+                            ("--unlabeled", unlabeled or None), ("--group-by", group_by)) if v is not None]
     if given:
         hint = " (--classes names the classes of masks)" if class_names is not None else ""
         raise OptionError(f"{', '.join(given)}: not options of a conversion with --masks{hint}")

@@ -30,7 +30,7 @@ def images_source(path, image_shape):
     from .idx import map_idx
     from .sources import ArraySource, H5Source
     if not os.path.isfile(path):
-        raise DataError(f"--data {path}: no such file")
+        raise DataError(f"--data {path}: no such file or folder")
     if _is_idx_images(path):
         x, src = map_idx(path, _IDX_UBYTE_3D), None
     elif os.path.splitext(path)[1].lower() == ".npy":
@@ -91,12 +91,22 @@ def _csv_field(text):
     return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
 
 
+def probability_columns(names, k):
+    """The CSV header of the ``k`` probability columns, in label order: ``p_<class name>`` where
+    the ``names`` of the classes are known (quoted where a name needs it), else ``p0 .. p{k-1}``."""
+    if names is None:
+        return [f"p{j}" for j in range(k)]
+    return [_csv_field(f"p_{n}") for n in names]
+
+
 def write_predictions(path, outputs, labels, class_names=None, files=None, truth=None):
     """Write ``outputs (N, K)`` and ``labels (N,)`` to ``path``: HDF5 datasets ``probabilities``
     and ``labels``, or CSV with a header ``label,p0,...,p{K-1}`` and one row per image. With
     ``class_names`` (K names: the training file's, e.g. the converter's class folders) the
-    HDF5 ``labels`` get the attribute ``class_names`` and the CSV a column ``class`` after
-    ``label``, so a label is never a guess. ``files`` (N names: pictures) adds a first column
+    HDF5 ``labels`` and ``probabilities`` get the attribute ``class_names`` and the CSV a column
+    ``class`` after ``label``, so a label is never a guess, and its probability columns are
+    named by class, ``p_<name>``, still in label order (column ``k`` of the probabilities is
+    label ``k``: :func:`probability_columns`). ``files`` (N names: pictures) adds a first column
     ``file`` (HDF5: dataset ``files``); ``truth`` (N class names or None: a picture's class
     folder) adds the columns ``true_label`` (its index in ``class_names``, empty when unknown)
     and ``true_class`` after ``class`` (HDF5: ``true_labels``, -1 where unknown, and
@@ -118,6 +128,7 @@ def write_predictions(path, outputs, labels, class_names=None, files=None, truth
                                                        "outputs, through the softmax when the cost takes logits")
                 if names is not None:
                     f["labels"].attrs["class_names"] = names
+                    f["probabilities"].attrs["class_names"] = names     # column k: label k
                 if files is not None:
                     f["files"] = np.array(list(files), dtype=h5py.string_dtype())
                 if truth is not None:
@@ -127,7 +138,7 @@ def write_predictions(path, outputs, labels, class_names=None, files=None, truth
             with open(tmp, "w", encoding="utf-8") as f:
                 head = (["file"] if files is not None else []) + ["label"] + (["class"] if names is not None else [])
                 head += ["true_label", "true_class"] if truth is not None else []
-                f.write(",".join(head + [f"p{k}" for k in range(outputs.shape[1])]) + "\n")
+                f.write(",".join(head + probability_columns(names, outputs.shape[1])) + "\n")
                 for i, (lab, row) in enumerate(zip(labels, outputs)):
                     cells = [_csv_field(str(files[i]))] if files is not None else []
                     cells.append(str(int(lab)))

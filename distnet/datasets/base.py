@@ -287,6 +287,11 @@ class Dataset:
                             f"but the run cuts them on a {len(grid)}-D grid ({shape_text(grid)})")
         return tile_of(self.plane, grid, coords)
 
+    def split_names(self):
+        """The splits the data has, in the order train, (valid,) test: from the file header
+        alone (a kind that may hold out a validation split says so)."""
+        return ("train", "test")
+
     def load(self, tile=None, seed=0, dtype=np.float32, rank=0, size=1, grid=None):
         """Read (or fetch from the cache) this rank's n-rant of both splits.
 
@@ -368,6 +373,20 @@ class Dataset:
         in memory. The training loop hands it to the model, which calls it with each epoch's
         minibatches (:meth:`~distnet.models.model.Model.fit_epoch`)."""
         return x.read_ahead() if isinstance(x, (StreamArray, AugmentedArray)) else None
+
+    def preprocessing(self):
+        """How this dataset turns images as stored into the values a model trains on, as a plain
+        dict (JSON) that checkpoints keep, so that ``distnet predict``, ``evaluate`` and
+        :func:`distnet.load` apply the training's (:mod:`distnet.experiments.preprocessing`):
+        ``dataset`` (the kind), ``image_shape`` ``[C, H, W]``, ``stored_dtype`` (None: not known
+        without reading), ``divide_by_255`` (integer pixels divided by 255, as MNIST and CIFAR-10
+        are), ``scale``, ``mean``, ``std`` (:class:`~distnet.data.scaling.Scaler`'s, None here),
+        ``normalize``, ``class_names``, ``recipe`` (how pictures are decoded, None here) and
+        ``files``. Reads the files' headers only."""
+        return {"dataset": type(self).__name__, "image_shape": [int(d) for d in self.image_shape],
+                "stored_dtype": None, "divide_by_255": bool(self.scale_255), "scale": None, "mean": None,
+                "std": None, "normalize": None, "class_names": self.class_names(), "recipe": None,
+                "files": [str(p) for p in self.source_files()]}
 
     def prepare_images(self, x, dtype=np.float64):
         """New images ``x`` ``(N, C, h, w)`` as stored (any numeric dtype) in the values the model

@@ -179,6 +179,23 @@ class FileDataset(Dataset):
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
 
+    def preprocessing(self):
+        """:meth:`Dataset.preprocessing <distnet.datasets.base.Dataset.preprocessing>` with the
+        stored type and the scaling that :meth:`scaler` applies (``normalize``: the file's
+        statistics, brought to the scaled units)."""
+        scaler = self.scaler()
+        return dict(super().preprocessing(), stored_dtype=np.dtype(self.stored_dtype()).name,
+                    scale=scaler.scale, mean=_values(scaler.mean), std=_values(scaler.std),
+                    normalize=self.normalize)
+
+    def use_scaling(self, scale, mean, std):
+        """Scale the images by ``scale``, ``mean`` and ``std`` (floats, or lists of one per
+        channel; None: none) instead of this dataset's keys: a checkpoint's training values
+        (``distnet evaluate --preprocessing training``)."""
+        self.scale, self.normalize = scale, None
+        self.mean = None if mean is None else tuple(float(v) for v in mean)
+        self.std = None if std is None else tuple(float(v) for v in std)
+
     def channel_stats(self):
         """``(mean, std)`` per channel of the stored training images (float64, stored units)
         that ``normalize`` applies; ConfigError where the data keeps none."""
@@ -240,6 +257,9 @@ class FileDataset(Dataset):
         kind = self.sources()[mask_key("train")].dtype
         if given > np.iinfo(kind).max:
             raise config_error(self, f"{given} does not fit the masks' {kind}, which can never hold it", "ignore_label")
+
+    def split_names(self):
+        return tuple(self.split_rows())
 
     def split_rows(self, seed=0):
         """``{split: file rows}`` in the order train, valid, test (:func:`~distnet.data.selection.split_rows`)."""
@@ -438,3 +458,8 @@ def _masks_of(sources, split):
     """The mask source of ``split`` among ``sources`` (a held-out validation split: train's), or
     None when its labels are one per image."""
     return sources.get(mask_key(split), sources.get(mask_key("train")))
+
+
+def _values(v):
+    """A tuple of floats as a list (JSON), None as None."""
+    return None if v is None else [float(x) for x in v]

@@ -121,6 +121,19 @@ def _classes(attrs, tops, path):
         ignore = int(ignore)
     return nclasses, ignore
 
+
+#: The root attribute of a converted data set that keeps how its pictures were decoded
+#: (``distnet data convert``'s recipe, :mod:`distnet.convert.recipe`).
+RECIPE_ATTR = "image_recipe"
+
+
+def recipe_text_of(path):
+    """The recipe attribute (:data:`RECIPE_ATTR`) of an HDF5 data set file as text, or None."""
+    with open_hdf5(path) as f:
+        text = f.attrs.get(RECIPE_ATTR)
+    return None if text is None else text.decode() if isinstance(text, bytes) else str(text)
+
+
 def class_names_of(path):
     """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
     with open_hdf5(path) as f:
@@ -219,6 +232,18 @@ class HDF5Dataset(FileDataset):
         shared = self.shared_header()
         names = shared["class_names"] if shared is not None else class_names_of(self.source_files()[0])
         return names if names is not None and len(names) == self.nclasses else None
+
+    def preprocessing(self):
+        """:meth:`FileDataset.preprocessing <distnet.datasets.files.FileDataset.preprocessing>`
+        with the decoding recipe the converter kept in the file (None for a file converted from
+        arrays or written by hand; its JSON is the converter's business)."""
+        import json
+        text = recipe_text_of(self.source_files()[0])
+        try:
+            recipe = json.loads(text) if text else None
+        except ValueError:
+            recipe = None           # distnet predict names the file when it reads the recipe
+        return dict(super().preprocessing(), recipe=recipe)
 
     def channel_stats(self):
         """The per-channel ``(mean, std)`` of ``train/x`` kept in the file (attributes

@@ -99,6 +99,9 @@ class Experiment:
         #: ``{source, yaml, resolved, overrides}`` stored in checkpoints (what it was built from:
         #: :func:`~distnet.config.load_experiment` with ``record``).
         self.config_record = None
+        #: The dataset's preprocessing as checkpoints keep it (JSON; found by world rank 0 at
+        #: the first save: :meth:`checkpoint_config`).
+        self._preprocessing = None
 
     def checkpoint_target(self, default=None):
         """Where this run's checkpoints go: ``checkpoint.path``, else ``default`` (``distnet
@@ -128,10 +131,18 @@ class Experiment:
         from ..models.sharded import save_any
         from ..models.finite import check_parameters
         check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
-        stats = save_any(path, self.model, self.topology, epoch, self.config_record, history,
+        stats = save_any(path, self.model, self.topology, epoch, self.checkpoint_config(), history,
                          sharded=self.checkpoint_sharded)
         self.checkpoint_io.update(save_format=stats["format"], save_bytes=stats["bytes"],
                                   save_seconds=round(stats["seconds"], 6))
+
+    def checkpoint_config(self):
+        """What a checkpoint keeps of the experiment: :attr:`config_record` and, on world rank 0
+        (which writes it), the dataset's preprocessing (:mod:`.preprocessing`), found once."""
+        if self._preprocessing is None and self.topology.rank == 0:
+            from .preprocessing import preprocessing_text
+            self._preprocessing = preprocessing_text(self.dataset)
+        return dict(self.config_record or {}, preprocessing=self._preprocessing or "")
 
     def restore(self, path):
         """Load the checkpoint ``path`` into the configured model (any layout wrote it);
@@ -142,6 +153,26 @@ class Experiment:
         self.checkpoint_io.update(restore_format=ck.io["format"], restore_bytes=ck.io["bytes"],
                                   restore_seconds=round(ck.io["seconds"], 6))
         return ck
+
+    def check_monitor(self):
+        """The checkpoint ``monitor`` against what the run will evaluate and record
+        (:func:`~.policy.check_monitor`: the splits of :meth:`eval_splits` that
+        :meth:`data_splits` has, the names of :meth:`metric_names`): ConfigError at the
+        experiment's ``checkpoint`` line, from the file header alone."""
+        from .policy import check_monitor
+        splits = [s for s in self.eval_splits() if s in self.data_splits()]
+        try:
+            check_monitor(self.checkpoint_policy, splits, self.metric_names())
+        except ConfigError as e:
+            raise config_error(self, e.bare_message, e.key) from None
+
+    def data_splits(self):
+        """The splits the data has (train and test; a kind with a validation split says so)."""
+        return ("train", "test")
+
+    def metric_names(self):
+        """The one-number metrics an evaluated split records (the model's ``metric_names``)."""
+        return tuple(self.model.metric_names)
 
     def split_metrics(self, split):
         """The metrics of an evaluated split ``(x, labels)``: ``{name: value}`` (the model's

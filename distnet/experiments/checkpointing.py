@@ -89,7 +89,9 @@ class Checkpointing:
             self.exp.save_checkpoint(due["best"], epoch, history)
         if due["checkpoint"]:   # only once the newer one is complete (the final one's: finish)
             self.policy.remove(due["remove"])
-        if self.stopped:
+        if self.stopped and last:   # the patience ran out as the scheduled epochs did: nothing stops early
+            self.log.info("epoch %d, the last of num_epochs: %s", epoch, self.policy.stop["detail"])
+        elif self.stopped:
             self.log.info("stopping early after epoch %d: %s", epoch, self.policy.stop["detail"])
 
     def finish(self, history, first_epoch, num_epochs, result, picks_best_epoch=True):

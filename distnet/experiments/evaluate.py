@@ -23,7 +23,8 @@ class Evaluation:
     rates: dict = field(default_factory=dict)
     #: ``{split: number of images}``.
     counts: dict = field(default_factory=dict)
-    #: ``{split: {"cost", "misclass", "top{k}_misclass", "class_accuracy", "confusion"}}``
+    #: ``{split: {"cost", "misclass", "top{k}_misclass", "class_accuracy", "precision", "recall",
+    #: "f1", "macro_precision", "macro_recall", "macro_f1", "confusion"}}``
     #: (:func:`~distnet.experiments.metrics.split_metrics`, from the counts of every rank).
     metrics: dict = field(default_factory=dict)
     #: The class names the data gives (label 0 first), else None.
@@ -33,13 +34,22 @@ class Evaluation:
     size: int = 1
     grid: tuple = (1, 1)
     evaluated_on: str = ""            # the same for this run's topology
+    warning: str = None               # how the experiment's preprocessing differs from the training's
 
 
-def _restore(exp, checkpoint, topology=None):
-    """Set up ``exp`` on ``topology`` (default: from the world) and load ``checkpoint``;
-    returns the :class:`~distnet.models.checkpoint.Checkpoint`. Collective."""
+def restore_trained(exp, checkpoint, preprocessing="check", topology=None):
+    """Set up ``exp`` on ``topology`` (default: from the world), load ``checkpoint`` and agree on
+    the preprocessing with the training's (:func:`~.preprocessing.agreed_preprocessing`,
+    ``preprocessing`` one of its choices: found on world rank 0, applied on every rank).
+    Returns ``(Checkpoint, Agreed)``. Collective."""
+    from ..comm.root_read import read_on_root
+    from .preprocessing import agreed_preprocessing
     exp.setup(topology)
-    return exp.restore(checkpoint)
+    ck = exp.restore(checkpoint)
+    agreed = read_on_root(exp.topology.world, lambda: agreed_preprocessing(exp, checkpoint, ck, preprocessing))
+    if agreed.scaling is not None:
+        exp.dataset.use_scaling(*agreed.scaling)
+    return ck, agreed
 
 
 def layout_text(size, grid, data=1, pipe=1):
@@ -56,16 +66,17 @@ def written_on(ck):
 
 
 @under_seterr_handling
-def evaluate_checkpoint(exp, checkpoint, topology=None):
+def evaluate_checkpoint(exp, checkpoint, topology=None, preprocessing="check"):
     """Misclassification rates of every split of ``exp``'s dataset (train and test) with the
-    weights of ``checkpoint``. Collective over the run's world; returns an :class:`Evaluation`
-    (the same on every rank)."""
-    ck = _restore(exp, checkpoint, topology)
+    weights of ``checkpoint``, the images scaled as the training's were (:func:`restore_trained`;
+    ``preprocessing``: ``check``, ``training`` or ``experiment``). Collective over the run's
+    world; returns an :class:`Evaluation` (the same on every rank)."""
+    ck, agreed = restore_trained(exp, checkpoint, preprocessing, topology)
     t = exp.topology
     data = exp.load_data()
     result = Evaluation(epoch=ck.epoch, written_on=written_on(ck), size=t.size, grid=tuple(t.grid),
-                        evaluated_on=layout_text(t.size, t.grid, t.ndata, t.npipe))
-    result.class_names = exp.dataset.class_names()
+                        evaluated_on=layout_text(t.size, t.grid, t.ndata, t.npipe), warning=agreed.warning)
+    result.class_names = agreed.record.get("class_names")
     for split, (x, y) in data.items():
         m = result.metrics[split] = exp.split_metrics((x, y))
         # a model that does not classify measures one thing (an Autoencoder: its reconstruction)
@@ -76,9 +87,10 @@ def evaluate_checkpoint(exp, checkpoint, topology=None):
 
 def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
     """What ``distnet evaluate`` prints per split of an :class:`Evaluation`: the error rate
-    line (``label``: the model's name and unit of it), then for a classifier cost and top-k
-    error rate, the accuracy per class, and the confusion matrix (rows: true class, columns:
-    predicted) when there are at most ``max_confusion`` classes."""
+    line (``label``: the model's name and unit of it), then for a classifier the cost and top-k
+    error rate, a table per class (images, precision, recall, F1, their macro averages) and the
+    confusion matrix (rows: true class, columns: predicted), both by class name, when there are
+    at most ``max_confusion`` classes (else the macro averages alone)."""
     lines = []
     for split, m in result.metrics.items():
         lines.append(f"{split} set {label[0]}: {result.rates[split]:.5f}{label[1]} ({result.counts[split]} images)")
@@ -87,17 +99,47 @@ def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
         extra = [f"cost {m['cost']:.5f}"] + [f"{k.replace('_misclass', '').replace('top', 'top-')} misclass "
                                               f"{v:.5f}%" for k, v in m.items() if k.startswith("top")]
         lines.append(f"{split} set {', '.join(extra)}")
-        names = result.class_names or [str(c) for c in range(len(m["class_accuracy"]))]
-        acc = ", ".join(f"{n} {'-' if a is None else f'{a:.2f}%'}" for n, a in zip(names, m["class_accuracy"]))
-        lines.append(f"{split} set accuracy per class: {acc}")
         conf = m["confusion"]
+        names = result.class_names or [str(c) for c in range(len(conf))]
         if len(conf) <= max_confusion:
-            width = max(len(str(v)) for row in conf for v in row)
+            lines.append(f"{split} set per class (recall: the share of the class's images classified right):")
+            lines += class_table(names, m)
             lines.append(f"{split} set confusion matrix (rows: true class, columns: predicted class):")
-            lines += ["  " + " ".join(str(v).rjust(width) for v in row) for row in conf]
+            lines += confusion_lines(names, conf)
         else:
-            lines.append(f"{split} set confusion matrix: {len(conf)} classes, see --json")
+            lines.append(f"{split} set macro precision {_pct(m.get('macro_precision'))}, recall "
+                         f"{_pct(m.get('macro_recall'))}, F1 {_pct(m.get('macro_f1'))}; {len(conf)} classes: per "
+                         "class and the confusion matrix in --json")
     return lines
+
+
+def _pct(v):
+    return "-" if v is None or v != v else f"{v:.2f}%"
+
+
+def class_table(names, m):
+    """The per-class lines of a split's metrics ``m`` (``confusion``, ``precision``, ``recall``,
+    ``f1`` and their macro averages), one row per class named by ``names``."""
+    conf = np.asarray(m["confusion"])
+    rows = [[str(n), str(int(c))] + [_pct(m[k][i]) if k in m else "-" for k in ("precision", "recall", "f1")]
+            for i, (n, c) in enumerate(zip(names, conf.sum(axis=1)))]
+    rows.append(["macro average", str(int(conf.sum()))] + [_pct(m.get(f"macro_{k}"))
+                                                           for k in ("precision", "recall", "f1")])
+    head = ["class", "images", "precision", "recall", "F1"]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [head] + rows]
+
+
+def confusion_lines(names, conf):
+    """A confusion matrix ``conf`` (rows: true class, columns: predicted) with the class
+    ``names`` heading its rows and columns."""
+    names = [str(n) for n in names]
+    first = max(len(n) for n in names)
+    widths = [max(len(n), *(len(str(row[j])) for row in conf)) for j, n in enumerate(names)]
+    head = "  " + " " * first + " " + " ".join(n.rjust(w) for n, w in zip(names, widths))
+    return [head.rstrip()] + ["  " + n.ljust(first) + " " + " ".join(str(v).rjust(w) for v, w in zip(row, widths))
+                              for n, row in zip(names, conf)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,34 +147,35 @@ def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
 # ---------------------------------------------------------------------------------------------
 
 @under_seterr_handling
-def predict_checkpoint(exp, checkpoint, read_images, topology=None):
-    """The model's class probabilities for new images with the weights of ``checkpoint``:
+def predict_images(exp, read_images, prepare=None):
+    """The model's class probabilities for new images, after :func:`restore_trained`:
     ``(probabilities (N, K), labels (N,))``, labels the argmax; the last layer's outputs, through
-    the softmax where the cost takes logits (:meth:`~distnet.ops.costs.Cost.probabilities`). ``read_images(tile)`` returns this rank's part of the
-    images as stored, ``(N, C, h, w)`` (``tile``: a :class:`~distnet.geometry.Box` of the plane,
-    None for whole images), e.g. :meth:`distnet.data.reading.Reading.read_images` of a file; the
-    experiment's dataset turns them into the values it trained on (``prepare_images``: its
-    ``scale``, ``mean`` and ``std``, or MNIST's division by 255). The result is
-    the same on every rank (data replicas each compute their rows; one Allreduce over
+    the softmax where the cost takes logits (:meth:`~distnet.ops.costs.Cost.probabilities`).
+    ``read_images(tile)`` returns this rank's part of the images as stored, ``(N, C, h, w)``
+    (``tile``: a :class:`~distnet.geometry.Box` of the plane, None for whole images), e.g.
+    :meth:`distnet.data.reading.Reading.read_images` of a file; ``prepare(x, dtype)`` turns them
+    into the values the model trained on (default: the experiment's dataset's
+    ``prepare_images``: its ``scale``, ``mean`` and ``std``, or MNIST's division by 255). The
+    result is the same on every rank (data replicas each compute their rows; one Allreduce over
     ``Topology.data`` puts them together). Collective over the run's world."""
     from ..comm.abort import run_collectively
     from ..comm.reduce import allreduce_sum
-    _restore(exp, checkpoint, topology)
     t, model = exp.topology, exp.model
-    tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
+    cut = exp.dist_flag and any(int(g) > 1 for g in t.grid)     # one tile: whole images, no dataset asked
+    tile = exp.dataset.rank_tile(t.grid, t.coords) if cut else None
     x = run_collectively(read_images, t.world, tile)
-    x = exp.dataset.prepare_images(x, exp.backend.dtype)   # as the dataset's own: scale, mean, std
+    x = (prepare or exp.dataset.prepare_images)(x, exp.backend.dtype)   # scale, mean, std as trained
     out = model.predict(x)                         # this replica's rows, in order
     bs = model.batch_size or len(x)
     mine = np.concatenate([model.replica_rows(np.arange(i, min(i + bs, len(x)))) for i in range(0, len(x), bs)]
                           or [np.zeros(0, dtype=int)])
-    full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else exp.dataset.nclasses), dtype=np.float64)
+    full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else model.layers[-1].out_shape[0]), dtype=np.float64)
     full[mine] = out
     allreduce_sum([full], t.data)
     bad = int(np.count_nonzero(~np.isfinite(full).all(axis=1)))
     if bad:   # every rank agrees: the outputs are replicated and summed over the replicas
         raise TrainingError(f"the model's outputs are not finite (NaN or inf) for {bad} of {len(full)} images, "
                             "so no probabilities can be written; check the checkpoint's weights and the "
-                            "images' scale (the dataset's scale, mean and std apply to them)")
+                            "images' scale (the training's scale, mean and std apply to them)")
     full = model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
     return full, full.argmax(axis=1)

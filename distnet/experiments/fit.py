@@ -10,6 +10,8 @@ identical on every rank; only rank 0 logs. Callers follow the run through a
 :class:`~distnet.experiments.loop.RunHooks` object (the CLI writes its run directory and draws
 its progress bar that way).
 """
+import contextlib
+
 from ..backend import Numpy
 from ..config.builder import config_error, config_given, config_name, config_where
 from ..config.types import NonNegativeInt, Positive, PositiveInt, ProcessGrid
@@ -159,10 +161,16 @@ class FitExperiment(Experiment):
                                    "use FitExperiment, not FitPredictErrorExperiment")
         self.model.check_outputs(self.dataset)
         self.metrics_top_k()
+        self.check_monitor()
 
-    def setup(self, topology=None):
-        """Shapes, topology, layer plans and weights; returns the topology."""
-        self.check()
+    def setup(self, topology=None, image_shape=None):
+        """Shapes, topology, layer plans and weights; returns the topology. ``image_shape``:
+        the shapes follow from it and the dataset is never asked (a checkpoint's model used
+        without its data, :func:`distnet.load`); default: the dataset's, checked (:meth:`check`)."""
+        if image_shape is None:
+            self.check()
+        else:
+            self.model.infer_shapes(tuple(image_shape))
         self.topology = topology or self.make_topology()
         self.thread_plan = setup_threads(self.topology.world, self.backend)  # before any BLAS call
         if self.backend.name != "numpy":  # ranks of one node use distinct GPUs
@@ -180,13 +188,9 @@ class FitExperiment(Experiment):
         tile = self.dataset.rank_tile(t.grid, t.coords) if self.dist_flag else None
 
         def load():
-            try:
+            with self._at_dataset_line():
                 return self.dataset.load(tile=tile, seed=self.backend.rng_seed, dtype=self.backend.dtype,
                                          rank=t.rank, size=t.size, grid=t.grid)
-            except ConfigError as e:   # found on opening the data: at the dataset's YAML line
-                if e.where:
-                    raise
-                raise config_error(self.dataset, e.bare_message, e.key) from None
 
         data = run_collectively(load, t.world)
         self.dataset.check_same_data(t.world)   # node-local copies of the data file must agree
@@ -229,6 +233,30 @@ class FitExperiment(Experiment):
         except ConfigError as e:
             raise config_error(self, e.bare_message, e.key) from None
 
+    def data_splits(self):
+        """The splits of the data: train and test, and valid where the file holds one or
+        ``valid_fraction`` holds one out (the file header tells)."""
+        with self._at_dataset_line():
+            return self.dataset.split_names()
+
+    @contextlib.contextmanager
+    def _at_dataset_line(self):
+        """A ConfigError found on opening the data, raised at the dataset's YAML line."""
+        try:
+            yield
+        except ConfigError as e:
+            if e.where:
+                raise
+            raise config_error(self.dataset, e.bare_message, e.key) from None
+
+    def metric_names(self):
+        """A classifier's one-number metrics (:func:`~distnet.experiments.metrics.metric_names`),
+        else the model's own (an Autoencoder's and an RBM's ``reconstruction``)."""
+        from .metrics import metric_names
+        if self.model.classifies:
+            return metric_names(self.metrics_top_k())
+        return super().metric_names()
+
     def split_metrics(self, split):
         """Cost, error rate, top-k error rate, per-class accuracy and confusion matrix of a split
         ``(x, labels)`` (:func:`~distnet.experiments.metrics.split_metrics`; collective over the
@@ -253,16 +281,32 @@ class FitExperiment(Experiment):
             log.info("epoch: %d, %s", record["epoch"], ", ".join(rates))
 
     def final_metrics(self, data, history, result, log):
-        """FitPredictErrorExperiment: the final error rates of every split."""
+        """FitPredictErrorExperiment: the final error rates of every split (the last epoch's
+        model), each beside the best epoch's where the run named one and measured the split
+        then (its record; kept in ``result.best_epoch["rates"]``)."""
         if not self.report_errors:
             return
+        best = best_record(history, result.best_epoch)
+        rates = {s: best[f"{s}_misclass"] for s in ("train", "valid", "test") if f"{s}_misclass" in best}
+        if rates:
+            result.best_epoch = dict(result.best_epoch, rates=rates)
+        label, unit = self.model.metric_label
         for split in ("train", "valid", "test"):
             if split in data:
                 rate = self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
                 result.split_images[split] = len(data[split][1])
-                label, unit = self.model.metric_label
-                log.info("%s set %s: %.5f%s", split, label, rate, unit)
+                beside = (f" (the last epoch's model, epoch {history[-1]['epoch']}; the best epoch, "
+                          f"{best['epoch']}: {rates[split]:.5f}{unit})" if split in rates else "")
+                log.info("%s set %s: %.5f%s%s", split, label, rate, unit, beside)
+
+
+def best_record(history, best):
+    """The epoch record of the best epoch ``best`` (the policy's ``{"epoch", ...}``) in
+    ``history``, ``{}`` when there is none."""
+    if not best:
+        return {}
+    return next((r for r in history if r.get("epoch") == best["epoch"]), {})
 
 
 class FitPredictErrorExperiment(FitExperiment):

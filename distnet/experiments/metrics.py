@@ -30,10 +30,18 @@ def resolve_top_k(top_k, nclasses):
     return int(top_k)
 
 
+def metric_names(top_k=None):
+    """The one-number metrics :func:`split_metrics` gives (what a checkpoint ``monitor`` may
+    name after the split): ``cost``, ``misclass``, ``top{k}_misclass`` (with ``top_k``) and the
+    macro averages of precision, recall and F1."""
+    return ("cost", "misclass") + ((f"top{top_k}_misclass",) if top_k else ()) + \
+        ("macro_precision", "macro_recall", "macro_f1")
+
+
 def split_metrics(model, x, labels, top_k=None):
-    """``{"cost", "misclass", "top{k}_misclass" (when ``top_k``), "class_accuracy",
-    "confusion"}`` of the images ``x (N, C, h, w)`` (this rank's tiles) with class ids ``labels
-    (N,)``. ``cost``: the mean cost per image (as the epoch's training cost, without weight
+    """``{"cost", "misclass", "top{k}_misclass" (when ``top_k``), "class_accuracy", "precision",
+    "recall", "f1", "macro_precision", "macro_recall", "macro_f1", "confusion"}`` of the images
+    ``x (N, C, h, w)`` (this rank's tiles) with class ids ``labels (N,)``. ``cost``: the mean cost per image (as the epoch's training cost, without weight
     decay); rates in percent. Collective over ``model.topology.data`` (one Allreduce of the
     counts); the same on every rank."""
     nclasses = model.layers[-1].out_shape[0]

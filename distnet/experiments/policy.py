@@ -5,8 +5,9 @@ early stopping with ``patience`` and ``min_delta``.
 Keys of the experiment's ``checkpoint`` mapping (beside ``every``, ``path``, ``at_end``):
 
 * ``monitor``: the metric that picks the best epoch, a field of the evaluated epochs' records
-  (``valid_misclass`` by default; ``valid_cost``, ``valid_top5_misclass``, ...). Lower is better,
-  except for accuracies (names ending in ``_acc``). A metric of the test split is refused unless
+  (``valid_misclass`` by default; ``valid_cost``, ``valid_top5_misclass``, ``valid_macro_f1``,
+  ...). Lower is better, except for accuracies and scores (names ending in ``_acc``,
+  ``_precision``, ``_recall``, ``_f1``). ``distnet check`` checks the name (:func:`check_monitor`). A metric of the test split is refused unless
   ``select_on_test: true``: the test split reports the final result, choosing by it tunes on it;
 * ``keep_best``: also write the best epoch's checkpoint (the path with its ``{epoch}`` field as
   ``best``, else ``-best`` before the extension: ``checkpoint-best.h5``);
@@ -94,6 +95,27 @@ def check_policy_keys(value):
                       f"last one at {path}), e.g. path: ck_{{epoch}}.h5")
 
 
+#: Endings of the metrics of which higher is better (accuracies, precision, recall, F1).
+HIGHER_IS_BETTER = ("_acc", "_precision", "_recall", "_f1")
+
+
+def check_monitor(keys, splits, names):
+    """ConfigError (at ``checkpoint``) unless the ``monitor`` of the ``checkpoint`` mapping
+    ``keys`` is ``<split>_<metric>`` of a split the run evaluates (``splits``) and a metric its
+    evaluations record (``names``: the one-number ones): found before any data is read, not
+    after an epoch of training."""
+    monitor = keys.get("monitor")
+    if monitor is None:
+        return
+    split, _, metric = monitor.partition("_")
+    if split not in splits:
+        raise ConfigError(f"checkpoint monitor {monitor}: the run evaluates no {split} split (it evaluates: "
+                          f"{', '.join(splits) or 'none'})", key="checkpoint")
+    if metric not in names:
+        raise ConfigError(f"checkpoint monitor {monitor}: the evaluations record no {metric!r} of the {split} split; "
+                          f"a monitor names one of {', '.join(f'{split}_{n}' for n in names)}", key="checkpoint")
+
+
 class CheckpointPolicy:
     """One run's policy (built by :meth:`of` on every rank; every rank decides the same)."""
 
@@ -107,7 +129,7 @@ class CheckpointPolicy:
             raise ConfigError(f"checkpoint keep_last needs {{epoch}} in the checkpoint path (each checkpoint "
                               f"replaces the last one at {path}), e.g. --checkpoint 'ck_{{epoch}}.h5'",
                               key="checkpoint")
-        self.higher_is_better = bool(monitor) and monitor.endswith("_acc")
+        self.higher_is_better = bool(monitor) and monitor.endswith(HIGHER_IS_BETTER)
         #: ``{"epoch", "split", "metric", "value"}`` of the best evaluated epoch, or None.
         self.best = None
         self.since_best = 0           # evaluations since the best one
@@ -133,10 +155,8 @@ class CheckpointPolicy:
                 raise ConfigError("checkpoint keep_best and patience select on a validation split, and the data "
                                   "has none; give the dataset a validation split, or set checkpoint "
                                   "select_on_test: true to select on the test split", key="checkpoint")
-        elif monitor.split("_", 1)[0] not in splits:
-            raise ConfigError(f"checkpoint monitor {monitor}: the run evaluates no "
-                              f"{monitor.split('_', 1)[0]} split (it evaluates: {', '.join(splits) or 'none'})",
-                              key="checkpoint")
+        else:
+            check_monitor(keys, splits, exp.metric_names())
         if wants and not exp.eval_every:
             raise ConfigError("checkpoint keep_best and patience need evaluated epochs: set eval_every "
                               "(e.g. eval_every: 1)", key="checkpoint")

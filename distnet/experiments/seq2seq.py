@@ -59,6 +59,7 @@ class Seq2SeqExperiment(Experiment):
         maxima and vocabularies (located errors; every rank finds the same before any
         collective)."""
         self.model.check_stages(self.pipe)
+        self.check_monitor()
         self.dataset.load()
 
     def summary(self):

@@ -312,8 +312,9 @@ def resolve_layout(nranks, *, dist_flag=False, dist_mode=None, data=1, pipe=1, g
     whole = (1,) * planes_ndim(planes)     # the grid of one tile
     if not dist_flag and data == 1 and pipe == 1:
         if nranks > 1:
-            raise TopologyError(f"this experiment has dist_flag: False but was launched on {nranks} "
-                                "ranks; run it without mpiexec, or distribute it "
+            # said alike to `mpiexec -n 4 distnet run` and to `distnet plan -n 4`, launched on one
+            raise TopologyError(f"this experiment has dist_flag: False: it runs on one process, not on "
+                                f"{nranks} ranks; run it on one (without mpiexec; plan: -n 1), or distribute it "
                                 "(`distnet distribute`), or add data replicas (`data: N`)")
         return GridLayout(1, 1, whole)
     if dist_flag and dist_mode == "datapar":

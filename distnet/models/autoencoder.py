@@ -32,6 +32,8 @@ class Autoencoder(Model):
     #: What the experiment's final report calls :meth:`misclass_rate`'s number, and its unit.
     metric_label = ("reconstruction error", "")
     classifies = False
+    #: What an evaluated split records (a checkpoint monitor names ``<split>_reconstruction``).
+    metric_names = ("reconstruction",)
 
     _inputs = None
 

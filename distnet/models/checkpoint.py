@@ -28,7 +28,9 @@ File layout (``FORMAT``, ``VERSION`` 1)::
     /rng/shuffle      uint32[624] state of the shuffle RNG (absent when not shuffling);
                       attrs: kind ('MT19937'), pos, has_gauss, cached_gaussian
     /config           attrs: yaml (the experiment file's text), resolved (with the
-                      command-line overrides applied), overrides (JSON list), source (path)
+                      command-line overrides applied), overrides (JSON list), source (path),
+                      preprocessing (JSON: how the training turned images into values,
+                      :mod:`distnet.experiments.preprocessing`; absent in older files)
 
 Every dataset carries the CRC-32 of its bytes; damaged, truncated or mismatched files raise
 :class:`~distnet.errors.CheckpointError` naming the file and what is wrong.
@@ -127,6 +129,8 @@ def write_header(f, fmt, epoch, meta, shuffle_state, config, history):
     config = dict(config or {})
     for key in ("yaml", "resolved", "source"):
         c.attrs[key] = str(config.get(key) or "")
+    if config.get("preprocessing"):     # the training's preprocessing (JSON), for predict and evaluate
+        c.attrs["preprocessing"] = str(config["preprocessing"])
     c.attrs["overrides"] = json.dumps(list(config.get("overrides") or []))
 
 
@@ -300,14 +304,16 @@ def read_header(path, f, params=(), buffers=()):
     config = {}
     if "config" in f:
         c = f["config"].attrs
-        config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source")}
+        config = {k: _text(c.get(k, "")) for k in ("yaml", "resolved", "source", "preprocessing")}
         config["overrides"] = json.loads(_text(c.get("overrides", "[]")))
     history = json.loads(meta.pop("history", "[]") or "[]")
     return Checkpoint(path, int(meta["epoch"]), list(params), state, config, history, meta, list(buffers))
 
 
-def read_checkpoint(path):
-    """Read and verify a checkpoint file; returns a :class:`Checkpoint`.
+def read_checkpoint(path, arrays=True):
+    """Read and verify a checkpoint file; returns a :class:`Checkpoint` (without ``arrays``:
+    its training state alone, ``params`` and ``buffers`` empty: the experiment it keeps, for a
+    model built from it before its weights are read).
 
     Raises :class:`CheckpointError` naming ``path`` for a missing, unreadable, truncated,
     damaged or foreign file, or one written by a newer format version.
@@ -331,8 +337,8 @@ def read_checkpoint(path):
                 raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
-            params = _read_entries(path, f["params"], "parameter")
-            buffers = _read_entries(path, f["buffers"], "buffer") if "buffers" in f else []
+            params = _read_entries(path, f["params"], "parameter") if arrays else []
+            buffers = _read_entries(path, f["buffers"], "buffer") if arrays and "buffers" in f else []
             return read_header(path, f, params, buffers)
     except CheckpointError:
         raise

@@ -127,6 +127,9 @@ class Model:
     #: Whether the model pretrains its LocalFilteringLayers (GB); others ignore their
     #: ``pretraining`` keys (a note says so).
     pretrains = False
+    #: The one-number metrics an evaluated split records beyond the cost (a classifier's:
+    #: :func:`~distnet.experiments.metrics.metric_names`; an unsupervised model names its own).
+    metric_names = ("misclass",)
 
     def notes(self):
         """``[(logging level, text)]`` about this model's keys for the experiment's

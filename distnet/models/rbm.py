@@ -52,6 +52,9 @@ class RBM(Model):
     #: No labels are read: the experiment skips its class-count check and error rates.
     supervised = False
     whole_image_modes = ("datapar",)      # data replicas only
+    #: What an evaluated split records without fine-tuning (a checkpoint monitor names
+    #: ``<split>_reconstruction``; a fine-tuned DBN classifies: the classifier's metrics).
+    metric_names = ("reconstruction",)
 
     @property
     def metric_label(self):

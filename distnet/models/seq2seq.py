@@ -355,6 +355,9 @@ class Seq2Seq:
         """Nothing runs before the first epoch (no pretraining): no records."""
         return iter(())
 
+    #: What an evaluated split records (:meth:`split_metrics`; a checkpoint monitor names them).
+    metric_names = ("token_acc", "seq_acc", "misclass")
+
     def split_metrics(self, split):
         """``{"token_acc", "seq_acc", "misclass"}`` (percent; misclass = 100 - sequence
         accuracy) of greedy decoding of ``split``. Collective (see :meth:`evaluate`)."""

@@ -483,3 +483,9 @@ def remove_any(path):
 def read_any(path):
     """A checkpoint file or sharded folder, whole, on one process (:func:`read_sharded`)."""
     return read_sharded(path) if is_sharded(path) else read_checkpoint(path)
+
+
+def read_state(path):
+    """The training state of a checkpoint file or sharded folder (epoch, history, the experiment
+    it keeps), without its arrays."""
+    return read_index(path) if is_sharded(path) else read_checkpoint(path, arrays=False)

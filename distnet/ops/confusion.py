@@ -30,8 +30,9 @@ def topk_misses(y, labels, k):
 def rates(confusion, misses_k=None, k=None):
     """The rates (percent) of a summed ``confusion`` matrix ``(K, K)``: ``misclass`` (exactly
     ``100 * wrong / n``), ``top{k}_misclass`` (from ``misses_k``, when ``k`` is given),
-    ``class_accuracy`` (``K`` values, None for a class without images) and ``confusion``
-    (lists of ints)."""
+    ``class_accuracy`` (``K`` values, None for a class without images), precision, recall and
+    F1 per class with their macro averages (:func:`class_scores`) and ``confusion`` (lists of
+    ints)."""
     confusion = np.asarray(confusion, dtype=np.int64)
     n = int(confusion.sum())
     right = np.diag(confusion)
@@ -41,5 +42,30 @@ def rates(confusion, misses_k=None, k=None):
     if k is not None:
         out[f"top{k}_misclass"] = 100.0 * misses_k / n if n else float("nan")
     out["class_accuracy"] = [100.0 * int(r) / int(c) if c else None for r, c in zip(right, per_class)]
+    out.update(class_scores(confusion))
     out["confusion"] = confusion.tolist()
     return out
+
+
+def class_scores(confusion):
+    """Precision, recall and F1 per class of a summed ``confusion`` matrix ``(K, K)`` (rows: true
+    class, columns: predicted), in percent, and their macro averages: ``precision`` (of the
+    images predicted as the class, the share that is; None for a class never predicted),
+    ``recall`` (of the class's images, the share predicted as it: ``class_accuracy``; None
+    for a class without images), ``f1`` (their harmonic mean; 0 where either is 0, None where
+    either is None), and ``macro_precision``, ``macro_recall``, ``macro_f1``: the means over
+    the classes that have images, a class never predicted counting precision and F1 0 (as
+    scikit-learn's ``zero_division=0``); nan without images."""
+    confusion = np.asarray(confusion, dtype=np.int64)
+    right = np.diag(confusion)
+    true, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    precision = [100.0 * int(r) / int(p) if p else None for r, p in zip(right, predicted)]
+    recall = [100.0 * int(r) / int(t) if t else None for r, t in zip(right, true)]
+    f1 = [None if p is None or r is None else (2 * p * r / (p + r) if p + r else 0.0)
+          for p, r in zip(precision, recall)]
+    present = [k for k in range(len(true)) if true[k]]
+
+    def mean(values):
+        return float(np.mean([values[k] or 0.0 for k in present])) if present else float("nan")
+    return {"precision": precision, "recall": recall, "f1": f1, "macro_precision": mean(precision),
+            "macro_recall": mean(recall), "macro_f1": mean(f1)}

@@ -96,3 +96,15 @@ def test_rerun_command_replaces_the_dtype():
                         ["pipe=1"], ["backend.dtype=float64"])
     assert cmd == ("distnet compare a.yaml 'my dist.yaml' -n 4 --set model.num_epochs=3 "
                    "--set backend.dtype=float64 --reference-set pipe=1")
+
+
+def test_the_best_epochs_are_rows_beside_the_verdict():
+    best = {"epoch": 5, "metric": "valid_misclass", "value": 0.0, "rates": {"valid": 0.0, "test": 12.5}}
+    a = ([1.0, 0.5], {"test_misclass": 1.0, "best_epoch": best})
+    b = ([1.0, 0.5], {"test_misclass": 1.0, "best_epoch": dict(best, epoch=6)})
+    rows, max_cost, max_rate = compare_runs(a, b)
+    assert rows[-3:] == [("best epoch (valid_misclass)", 5, 6, 1, None),
+                         ("best epoch valid misclass %", 0.0, 0.0, 0.0, None),
+                         ("best epoch test misclass %", 12.5, 12.5, 0.0, None)]
+    assert max_rate == 0.0 and costs_agree(rows, 1e-9, 0)     # shown, not judged
+    assert compare_runs(([1.0], {}), ([1.0], {}))[0] == [("epoch 0 cost", 1.0, 1.0, 0.0, 0.0)]

@@ -583,7 +583,7 @@ def test_predictions_name_the_class_of_every_label(tmp_path):
     import csv
     with open(tmp_path / "p.csv", newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["label", "class", "p0", "p1", "p2"] and len(rows) == 3
+    assert rows[0] == ["label", "class", "p_cat", "p_dog", "p_eel, the fish"] and len(rows) == 3
     names = ["cat", "dog", "eel, the fish"]
     assert all(r[1] == names[int(r[0])] and len(r) == 5 for r in rows[1:])
     with h5py.File(tmp_path / "p.h5") as f:
@@ -593,7 +593,8 @@ def test_predictions_name_the_class_of_every_label(tmp_path):
     assert (tmp_path / "q.csv").read_text().splitlines() == ["label,p0,p1,p2", "1,0.1,0.9,0"]
     write_predictions(str(tmp_path / "q.csv"), np.array([[0.1, 0.0, 0.9]]), np.array([2]),
                       ["cat", "dog", 'eel "the fish"'])
-    assert (tmp_path / "q.csv").read_text().splitlines()[1] == '2,"eel ""the fish""",0.1,0,0.9'
+    assert (tmp_path / "q.csv").read_text().splitlines() == ['label,class,p_cat,p_dog,"p_eel ""the fish"""',
+                                                              '2,"eel ""the fish""",0.1,0,0.9']
 
 
 def test_labels_for_a_source_that_has_its_own_are_refused(tmp_path):

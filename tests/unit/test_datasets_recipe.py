@@ -13,7 +13,8 @@ from distnet.cli.main import main
 from distnet.config import load_experiment_text
 from distnet.datasets import HDF5Dataset
 from distnet.convert import convert
-from distnet.convert.decode import decode_pictures, fit_image
+from distnet.convert.decode import fit_image
+from distnet.convert.pictures import decode_for_model
 from distnet.convert.folders import list_pictures
 from distnet.convert.recipe import read_recipe
 from distnet.data.stats import channel_stats, read_stats
@@ -69,8 +70,8 @@ def test_convert_says_what_size_did_to_aspect_ratios_and_keeps_the_recipe(tmp_pa
         stored |= {f["test/x"][i].tobytes() for i in range(len(f["test/x"]))}
     pictures = list_pictures([str(src)])
     assert [(name, true) for _, name, true in pictures][:2] == [("a/0.png", "a"), ("a/1.png", "a")]
-    decoded = decode_pictures(pictures, recipe, "d.h5")
-    assert {d.tobytes() for d in decoded} == stored
+    decoded = decode_for_model([path for path, _, _ in pictures], recipe, "d.h5")
+    assert {d.tobytes() for d in decoded.x} == stored and decoded.kept == list(range(len(pictures)))
 
 
 def test_no_size_keeps_a_recipe_that_refuses_other_sizes(tmp_path):
@@ -81,8 +82,10 @@ def test_no_size_keeps_a_recipe_that_refuses_other_sizes(tmp_path):
     assert recipe["resize"] is None and recipe["size"] == (5, 6)
     Image.fromarray(np.zeros((7, 6, 3), np.uint8)).save(tmp_path / "big.png")
     with pytest.raises(DataError, match=r"big.png is 7x6 but the training images of d.h5 were all 5x6 and "
-                                        r"converted without --size"):
-        decode_pictures(list_pictures([str(tmp_path / "big.png")]), recipe, "d.h5")
+                                        r"converted without --size, so there is no resize to repeat: resize "
+                                        r"the picture to that size, or give --recipe DATA.h5, a data set "
+                                        r"converted with --size 5x6"):
+        decode_for_model([str(tmp_path / "big.png")], recipe, "d.h5")
 
 
 def test_resize_without_size_and_arrays_without_recipe(tmp_path):
@@ -238,7 +241,9 @@ def test_unlabeled_conversion_with_the_recipe_of_a_data_set(tmp_path):
     r = CliRunner().invoke(main, ["data", "convert", str(new), str(tmp_path / "u.h5"), "--unlabeled", "--like",
                                   str(tmp_path / "d.h5")])
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines() == [
+    assert r.output.splitlines() == [     # the gray picture made RGB is said, as the converter says it
+        f"distnet: warning: 1 of 2 picture(s) converted to the 3 channel(s) of {tmp_path / 'd.h5'}'s images: "
+        f"{new / 'sub' / 'y.jpg'}",
         f"wrote {tmp_path / 'u.h5'}: 2 unlabeled images of 3x4x4 uint8 (datasets x and files; distnet predict "
         f"--data {tmp_path / 'u.h5'})",
         f"decoded as the images of {tmp_path / 'd.h5'}: 3 channel(s), crop to 4x4"]
@@ -253,3 +258,35 @@ def test_unlabeled_conversion_with_the_recipe_of_a_data_set(tmp_path):
     bad = CliRunner().invoke(main, ["data", "convert", str(new), str(tmp_path / "v.h5"), "--unlabeled",
                                     "--stratify"])
     assert bad.exit_code == 2 and "--stratify: not options of an unlabeled conversion" in bad.output
+
+
+def test_pictures_of_another_channel_count_and_bad_files_are_named_together(tmp_path):
+    """A grayscale picture given to an RGB model was copied into three channels without a word,
+    and only the first unreadable file was named; now every one is, or they are skipped."""
+    src = _folder(tmp_path / "imgs", [(4, 4)] * 3)
+    convert(src, tmp_path / "d.h5", test_fraction=0.34)
+    recipe = read_recipe(tmp_path / "d.h5")
+    new = tmp_path / "new"
+    os.makedirs(new)
+    rgb = np.random.RandomState(1).randint(0, 256, (4, 4, 3)).astype(np.uint8)
+    Image.fromarray(rgb).save(new / "0.png")
+    Image.fromarray(rgb[..., 0]).save(new / "1.png")          # grayscale
+    (new / "2.png").write_bytes(b"not a picture")
+    Image.fromarray(rgb[:3]).save(new / "3.png")               # 3x4: the training resized none
+    paths = [str(new / f"{i}.png") for i in range(4)]
+    with pytest.raises(DataError) as e:
+        decode_for_model(paths, recipe, "d.h5")
+    message = str(e.value)
+    assert message.startswith("3 of 4 picture(s) cannot be used (--skip-bad predicts the others; "
+                              "--convert-channels converts the channel count): ")
+    assert f"{paths[1]} is grayscale (1 channel) and the model takes RGB (3 channels)" in message
+    assert f"cannot read image {paths[2]}" in message and f"{paths[3]} is 3x4 but the training images" in message
+    kept = decode_for_model(paths, recipe, "d.h5", skip_bad=True)
+    assert kept.kept == [0] and [p for p, _ in kept.skipped] == paths[1:] and kept.converted == []
+    np.testing.assert_array_equal(kept.x[0], rgb.transpose(2, 0, 1))
+    both = decode_for_model(paths, recipe, "d.h5", skip_bad=True, convert_channels=True)
+    assert both.kept == [0, 1] and both.converted == [paths[1]]
+    np.testing.assert_array_equal(both.x[1], np.repeat(rgb[None, :, :, 0], 3, axis=0))   # gray in all three
+    gray = dict(recipe, channels=1)
+    with pytest.raises(DataError, match=r"0.png is color \(mode RGB, 3 channels\) and the model takes grayscale"):
+        decode_for_model(paths[:1], gray, "d.h5")

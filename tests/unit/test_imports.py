@@ -29,7 +29,8 @@ The layers, top to bottom; a module imports only its own layer and the ones abov
                    a run reports to). One level with models, but experiments sit on models:
                    experiments may import models, models never import experiments.
   8   convert      ``distnet/convert/`` (the converters of ``distnet data``)
-  9   cli          ``distnet/cli/``, ``distnet/__main__.py``
+  9   cli, api     ``distnet/cli/``, ``distnet/__main__.py``; ``distnet/api.py`` (the Python
+                   interface for inference: :func:`distnet.api.load`), beside the command line
  10   testing      ``distnet/testing/``: the device-like array module, the CUDA emulation and
                    the test backends, for the tests, the benchmarks and the GPU check; above
                    every other layer, so no module of distnet's may import it
@@ -84,6 +85,7 @@ LAYERS = {
     "distnet.convert": (8, "convert"),
     "distnet.cli": (9, "cli"),
     "distnet.__main__": (9, "cli"),
+    "distnet.api": (9, "api"),
     "distnet.testing": (10, "testing"),
 }
 # Same level, one direction only: (importer, imported) pairs that are refused.

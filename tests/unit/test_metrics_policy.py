@@ -38,6 +38,25 @@ def test_a_class_without_images_has_no_accuracy():
     assert r["class_accuracy"] == [100.0, 100.0, None] and r["misclass"] == 0.0
 
 
+def test_precision_recall_and_f1_against_their_definitions():
+    """Per class: precision = right / predicted as it, recall = right / its images (its accuracy),
+    F1 their harmonic mean; the macro averages over the classes with images, a class never
+    predicted counting 0 (scikit-learn's zero_division=0)."""
+    confusion = np.array([[5, 1, 0, 0],
+                          [2, 3, 0, 0],
+                          [1, 1, 0, 0],        # class 2: images, never predicted
+                          [0, 0, 0, 0]])       # class 3: no image
+    r = rates(confusion)
+    assert r["precision"] == [100 * 5 / 8, 100 * 3 / 5, None, None]
+    assert r["recall"] == [100 * 5 / 6, 100 * 3 / 5, 0.0, None] and r["recall"][:3] == r["class_accuracy"][:3]
+    p, q = r["precision"][0], r["recall"][0]
+    assert r["f1"] == [pytest.approx(2 * p * q / (p + q)), pytest.approx(60.0), None, None]
+    assert r["macro_precision"] == pytest.approx((100 * 5 / 8 + 60) / 3)
+    assert r["macro_recall"] == pytest.approx((100 * 5 / 6 + 60 + 0) / 3)
+    assert r["macro_f1"] == pytest.approx((r["f1"][0] + 60 + 0) / 3)
+    assert list(r)[-1] == "confusion"
+
+
 def test_top_k_default_and_bounds():
     assert resolve_top_k(None, 10) == 5 and resolve_top_k(None, 5) is None and resolve_top_k(0, 10) is None
     assert resolve_top_k(2, 3) == 2
@@ -87,6 +106,9 @@ class _Exp:
         self.checkpoint_every = keys.get("every", 1)
         self.checkpoint_at_end = keys.get("at_end", True)
         self.eval_every = eval_every
+
+    def metric_names(self):     # what a classifier with top_k 5 records
+        return ("cost", "misclass", "top5_misclass", "macro_f1")
 
 
 def test_no_validation_split_selects_nothing_unless_asked():
@@ -160,3 +182,12 @@ def test_a_monitor_the_records_lack_is_refused():
     with pytest.raises(ConfigError, match="monitor valid_top5_misclass is not measured; the valid split gives "
                                           "valid_cost, valid_misclass"):
         p.check_monitor({"epoch": 0, "valid_cost": 1.0, "valid_misclass": 2.0, "valid_confusion": [[1]]})
+
+
+def test_a_monitor_is_checked_against_the_metric_names_before_any_epoch():
+    with pytest.raises(ConfigError, match="checkpoint monitor valid_misclas: the evaluations record no 'misclas' of "
+                                          "the valid split; a monitor names one of valid_cost, valid_misclass, "
+                                          "valid_top5_misclass, valid_macro_f1"):
+        CheckpointPolicy.of(_Exp(monitor="valid_misclas"), ["valid"])
+    assert CheckpointPolicy.of(_Exp(monitor="valid_macro_f1"), ["valid"]).higher_is_better
+    assert not CheckpointPolicy.of(_Exp(monitor="valid_cost"), ["valid"]).higher_is_better
