@@ -153,7 +153,8 @@ class Model:
         pictures = list_pictures(paths, what="picture")
         where = ", ".join(self.preprocessing.get("files") or []) or f"checkpoint {self.checkpoint}"
         recipe, where, _ = choose_recipe(None, self.preprocessing.get("recipe"), where, self.image_shape)
-        decoded = decode_for_model([p for p, _, _ in pictures], recipe, where, skip_bad, convert_channels)
+        decoded = decode_for_model([p for p, _, _ in pictures], recipe, where, skip_bad, convert_channels,
+                                   hints=("skip_bad=True", "convert_channels=True"))
         names = [pictures[i][1] for i in decoded.kept]
         truth = [pictures[i][2] for i in decoded.kept]
         return decoded.x, names, truth, decoded

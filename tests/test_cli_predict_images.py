@@ -224,6 +224,8 @@ def test_the_python_api_predicts_as_the_command(trained, tmp_path):
     Image.open(files[0]).convert("L").save(gray)
     with pytest.raises(DataError, match="gray.png is grayscale \\(1 channel\\) and the model takes RGB"):
         model.predict([str(gray)])
+    with pytest.raises(DataError, match=r"\(skip_bad=True predicts the others; convert_channels=True converts"):
+        model.predict([str(gray)])      # the keywords that go on, not the command's flags
     converted = model.predict([str(gray)], convert_channels=True)
     assert converted.converted == [str(gray)] and len(converted) == 1
 

@@ -85,7 +85,7 @@ def convert_unlabeled(src, out, size=None, resize=None, like=None):
     check_writable(out, "output")
     check_space(out, x_layout, {})
     decoded = decode_for_model([path for path, *_ in pictures], recipe, like or src, convert_channels=True,
-                               hints=False)
+                               hints=None)
     x = decoded.x
     if decoded.converted and like is not None:    # the data set's channel count, not the pictures'
         notes.append(f"{len(decoded.converted)} of {len(pictures)} picture(s) converted to the {C} channel(s) of "

@@ -60,14 +60,19 @@ def picture_problem(Image, path, recipe, where, convert_channels=False):
     return None, other
 
 
-def decode_for_model(paths, recipe, where, skip_bad=False, convert_channels=False, hints=True):
+#: How the options that go on past bad pictures are spelled: distnet predict's flags (the
+#: Python API names its keywords, :mod:`distnet.api`).
+PREDICT_OPTIONS = ("--skip-bad", "--convert-channels")
+
+
+def decode_for_model(paths, recipe, where, skip_bad=False, convert_channels=False, hints=PREDICT_OPTIONS):
     """The pictures ``paths`` decoded by ``recipe`` exactly as the converter decoded the
     training images (:class:`Decoded`). Every picture is checked first (:func:`picture_problem`);
     the ones that cannot be used are one DataError naming each of them and why, unless
     ``skip_bad`` (they are left out and listed in ``skipped``). ``convert_channels``: a picture of
     another channel count is converted (grayscale to RGB: its gray value in all three channels;
-    color to grayscale: Pillow's luminance) and listed in ``converted``. ``hints``: the error
-    names predict's options that go on."""
+    color to grayscale: Pillow's luminance) and listed in ``converted``. ``hints``: the names of
+    the two options that go on, as the caller spells them, for the error (None: no hint)."""
     Image = pillow()
     kept, skipped, converted = [], [], set()
     for i, path in enumerate(paths):
@@ -88,9 +93,12 @@ def decode_for_model(paths, recipe, where, skip_bad=False, convert_channels=Fals
         except DataError as e:      # a header that reads and pixels that do not (a truncated file)
             skipped.append((paths[i], str(e)))
     if skipped and not skip_bad:
-        hint = "" if convert_channels or not any("channel" in r for _, r in skipped) else \
-            "; --convert-channels converts the channel count"
-        hint = f" (--skip-bad predicts the others{hint})" if hints else ""
+        hint = ""
+        if hints:
+            skip, convert = hints
+            more = "" if convert_channels or not any("channel" in r for _, r in skipped) else \
+                f"; {convert} converts the channel count"
+            hint = f" ({skip} predicts the others{more})"
         raise DataError(f"{len(skipped)} of {len(paths)} picture(s) cannot be used{hint}: "
                         + "; ".join(r for _, r in skipped))
     if not good:

@@ -65,8 +65,12 @@ def checkpoint_preprocessing(ck):
     if not resolved:
         return None
     from ..config import load_experiment
+    from ..data.reading import EveryRankReads
     try:
         exp = load_experiment(ck.config.get("source") or "training experiment", text=resolved)
+        # read here, by this rank alone: a read: root / node strategy would fetch its header in a
+        # collective that only the rank calling this makes
+        exp.dataset.reading = EveryRankReads(compares_copies=False)
         describe = getattr(exp.dataset, "preprocessing", None)
         return describe() if describe is not None else None
     except (DistnetError, OSError):
