@@ -80,3 +80,32 @@ def write_data(path, n_train=30, n_test=10, seed=0, nan_at=None):
             f[f"{split}/x"], f[f"{split}/y"] = x, y
         f.attrs["nclasses"] = 3
     return path
+
+
+class KeepRecords:
+    """Run hooks that keep a copy of every epoch record in ``out`` (and ignore the other calls)."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def epoch(self, record):
+        self.out.append(dict(record))
+
+
+def run_recorded(text, grid=None, data=1, world=None, pipe=1):
+    """``(experiment, RunResult, epoch records)`` of the YAML ``text`` run on one process
+    (``grid`` None) or on ``data`` replicas x ``pipe`` stages x ``grid`` of the ranks of
+    ``world`` (whose topology is freed afterwards)."""
+    from distnet.comm import Topology
+    from distnet.config import load_experiment_text
+    exp, records = load_experiment_text(text), []
+    topology = Topology.serial() if grid is None else \
+        Topology.from_world(grid=grid, data=data, pipe=pipe, world=world)
+    try:
+        return exp, exp.run(topology=topology, hooks=KeepRecords(records)), records
+    finally:
+        if grid is not None:
+            topology.free()
