@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import under_seterr_handling
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
+from .pixel_metrics import segmentation_lines
 
 
 @dataclass
@@ -88,6 +89,8 @@ def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
                                               f"{v:.5f}%" for k, v in m.items() if k.startswith("top")]
         lines.append(f"{split} set {', '.join(extra)}")
         names = result.class_names or [str(c) for c in range(len(m["class_accuracy"]))]
+        if "miou" in m:   # a per-pixel model: the overlaps of its pixels
+            lines += segmentation_lines(split, m, names)
         acc = ", ".join(f"{n} {'-' if a is None else f'{a:.2f}%'}" for n, a in zip(names, m["class_accuracy"]))
         lines.append(f"{split} set accuracy per class: {acc}")
         conf = m["confusion"]
@@ -117,6 +120,9 @@ def predict_checkpoint(exp, checkpoint, read_images, topology=None):
     ``Topology.data`` puts them together). Collective over the run's world."""
     from ..comm.abort import run_collectively
     from ..comm.reduce import allreduce_sum
+    if exp.model.per_pixel:   # every rank alike, before any work
+        raise ConfigError("distnet predict writes one row of class probabilities per image, but this model "
+                          "scores every pixel (a per-pixel cost); distnet evaluate measures it")
     _restore(exp, checkpoint, topology)
     t, model = exp.topology, exp.model
     tile = exp.dataset.rank_tile(t.grid, t.coords) if exp.dist_flag else None
