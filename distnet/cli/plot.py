@@ -6,8 +6,11 @@ Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON
 evaluated splits (``eval_every``; thin lines, validation dash-dotted, test dotted). Right: the
 error rates measured during training (test in the run's own dash, train dashed, validation
 dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
-triangle for train, a diamond for validation, at the last epoch). Runs that agree (dist vs non-dist) draw on
-top of each other; every run has its own marker and dash pattern, so each stays visible.
+triangle for train, a diamond for validation, at the last epoch). Runs of a per-pixel model
+add a third panel: the mean IoU of every evaluated split (the splits' styles of the error
+panel) and the final ones, with the mean Dice thin and dotted. Runs that agree (dist vs
+non-dist) draw on top of each other; every run has its own marker and dash pattern, so each
+stays visible.
 """
 import click
 
@@ -75,8 +78,10 @@ def draw_runs(runs, title=None):
     """The matplotlib ``Figure`` of ``runs`` (dicts from
     :func:`~distnet.experiments.rundir.read_run`): the cost panel and the error-rate panel."""
     Figure = _figure()
-    fig = Figure(figsize=(11, 4.2), dpi=100)
-    cost_ax, err_ax = fig.subplots(1, 2, sharex=True)
+    overlaps = any(k.endswith("_miou") for run in runs for r in run["epochs"] + [run["final"]] for k in r)
+    fig = Figure(figsize=(16 if overlaps else 11, 4.2), dpi=100)
+    axes = fig.subplots(1, 3 if overlaps else 2, sharex=True)
+    cost_ax, err_ax = axes[:2]
     any_err = False
     for i, run in enumerate(runs):
         recs = run["epochs"]
@@ -112,11 +117,13 @@ def draw_runs(runs, title=None):
                             markerfacecolor="none", label=label)
     cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
+    if overlaps:
+        _draw_overlaps(axes[2], runs)
     from matplotlib.ticker import MaxNLocator
-    for ax in (cost_ax, err_ax):
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax is cost_ax or any_err:
+        if ax is not err_ax or any_err:
             ax.legend(fontsize=7)
     if not any_err:
         err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
@@ -124,6 +131,27 @@ def draw_runs(runs, title=None):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _draw_overlaps(ax, runs):
+    """The third panel: each run's mean IoU per evaluated split (its mean Dice thin, dotted) and
+    the final mean IoU (markers as the final error rates)."""
+    for i, run in enumerate(runs):
+        recs, marker = run["epochs"], _MARKERS[i % len(_MARKERS)]
+        color = f"C{i % 10}"
+        for split, style, final_marker in (("test", _DASHES[i % len(_DASHES)], "*"), ("train", "--", "^"),
+                                           ("valid", "-.", "D")):
+            for metric, width in (("miou", 1.5), ("dice", 0.8)):
+                pts = [(r["epoch"], r[f"{split}_{metric}"]) for r in recs if f"{split}_{metric}" in r]
+                if pts:
+                    ax.plot(*zip(*pts), linestyle=style if metric == "miou" else ":", marker=marker, ms=3, lw=width,
+                            color=color, label=f"{run['label']}: {split} {'mean IoU' if metric == 'miou' else 'mean Dice'}")
+            final = run["final"].get(f"{split}_miou")
+            if final is not None:
+                x = recs[-1]["epoch"] if recs else 0
+                ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
+                        markerfacecolor="none", label=f"{run['label']}: {split} mean IoU (final)")
+    ax.set(title="overlap per pixel (mean IoU; mean Dice thin)", xlabel="epoch", ylabel="percent")
 
 
 @click.command()
