@@ -36,6 +36,7 @@ class PixelShapes(Dataset):
                     "classes": PositiveInt, "seed": NonNegativeInt, "ignore_label": int}
     repo_required = False
     scale_255 = False
+    per_pixel = True
 
     def __init__(self, n_train=16, n_test=6, n_valid=0, height=12, width=10, classes=3, seed=0,
                  ignore_label=None, **common):

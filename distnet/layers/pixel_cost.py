@@ -45,12 +45,13 @@ class TiledCost:
         the loss (a ``(1,)`` float64 array, as :func:`~distnet.layers.step.cost_delta` gives:
         what this rank adds to the sum over the data replicas) and the gradient of the mean,
         shaped like ``y``. Collective over the cost's communicator."""
+        t = self.cost.labels(t)
         sums = self.sums(y, t)
         return self._counted(self.cost.loss_of(sums, batch_size)), self.cost.delta(y, t, sums, batch_size)
 
     def loss(self, y, t, batch_size):
         """The loss alone (evaluation), as :meth:`loss_delta` gives it. Collective, as it."""
-        return self._counted(self.cost.loss_of(self.sums(y, t), batch_size))
+        return self._counted(self.cost.loss_of(self.sums(y, self.cost.labels(t)), batch_size))
 
 
 def bind_cost(cost, topology, host_staging=False):

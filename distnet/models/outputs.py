@@ -91,6 +91,7 @@ def check_outputs(model, dataset):
     class; PixelBinaryCrossEntropy: one map of two classes), and then the cost's class weights."""
     last = model.layers[-1]
     nout, nclasses = last.out_shape[0], dataset.nclasses
+    _check_labels(model, dataset)
     if not model.per_pixel:
         if nout != nclasses:
             raise last.error(f"gives {nout} outputs but the dataset has {nclasses} classes", "nout")
@@ -102,6 +103,24 @@ def check_outputs(model, dataset):
         raise last.error(f"gives {nout} map(s), but the cost {config_name(model.cost)} needs {need}",
                          "nofm" if hasattr(last, "nofm") else None)
     _check_classes(model)
+
+
+def _check_labels(model, dataset):
+    """ConfigError (at the cost) unless the labels ``dataset`` gives suit the cost: a label per
+    pixel for a per-pixel cost and per image for the others (where the data set says which:
+    ``Dataset.per_pixel``), and the data set's ``ignore_label`` the cost's (a pixel the data set
+    leaves unlabelled would be a class id out of range for the cost)."""
+    name = config_name(model.cost)
+    pixels = getattr(dataset, "per_pixel", model.per_pixel)
+    if pixels != model.per_pixel:
+        raise cost_error(model, f"the data set gives a label per {'pixel' if pixels else 'image'}, but the cost "
+                                f"{name} is per {'pixel' if model.per_pixel else 'image'}"
+                                + (f"; use a per-pixel cost ({PIXEL_COSTS})" if pixels else ""))
+    ignore = getattr(dataset, "ignore_label", None)
+    if model.per_pixel and ignore is not None and model.cost.ignore_label != ignore:
+        raise cost_error(model, f"the data set marks unlabelled pixels with {ignore}, but the cost {name} has "
+                                f"ignore_label: {model.cost.ignore_label}; give it ignore_label: {ignore}",
+                         "ignore_label")
 
 
 def one_hot(labels, k, dtype):

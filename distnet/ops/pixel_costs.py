@@ -10,7 +10,7 @@ A per-pixel cost is a function of sums over every pixel of the minibatch: the we
 labelled pixels that normalises the cross-entropies, Dice's overlaps. The math is therefore in
 two steps, so that no rank ever needs another's pixels:
 
-1. ``partial_sums(y, t)``: this tile's share of those sums, a small 1-D float64 array;
+1. ``partial_sums(y, t)`` (``t`` int64: :meth:`PixelCost.labels`): this tile's share of those sums, a small 1-D float64 array;
 2. the sum of the shares over the ranks named by ``sums_over`` (``grad``: every tile of every
    data replica, sums over the global minibatch; ``spatial``: the tiles of each image, per-image
    sums) — one Allreduce, done by the layer wing (:mod:`distnet.layers.pixel_cost`), never here;
@@ -85,6 +85,12 @@ class PixelCost(Cost):
         w = self.class_weights if self.class_weights is not None else [1.0] * k
         return xp.asarray(np.asarray(w, dtype=dtype))
 
+    @staticmethod
+    def labels(t):
+        """The labels ``t (B, *S)`` as int64, what the steps below read (a data set may give any
+        integer type: uint8 masks; no copy when they are int64 already)."""
+        return t.astype("int64", copy=False)
+
     # -- the three steps (module docstring) -------------------------------------------------------
     def partial_sums(self, y, t):
         """This tile's share of the cost's sums: a small float64 array (its shape the same on
@@ -102,10 +108,12 @@ class PixelCost(Cost):
     # -- on one process (tests, scripts): the shares are the sums ---------------------------------
     def loss_sum(self, y, t):
         """``loss_of`` of one process's batch: ``B`` times the normalised loss (0-d float64)."""
+        t = self.labels(t)
         return self.loss_of(self.partial_sums(y, t), len(y))
 
     def grad(self, y, t):
         """d :meth:`loss_sum` / d ``y`` on one process (``len(y)`` times :meth:`delta`)."""
+        t = self.labels(t)
         return self.delta(y, t, self.partial_sums(y, t), len(y)) * len(y)
 
     def probabilities(self, y):

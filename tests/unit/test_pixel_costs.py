@@ -5,7 +5,9 @@ backend (the device-like module runs the fused kernels); 2-D and 3-D maps."""
 import numpy as np
 import pytest
 
+from distnet.comm import Topology
 from distnet.errors import ConfigError
+from distnet.layers.pixel_cost import TiledCost
 from distnet.ops.pixel_costs import DiceLoss, PixelBinaryCrossEntropy, PixelSoftmaxCrossEntropy
 from distnet.testing.backends import assert_agree, make_backend
 from tests.numgrad import check_grad
@@ -126,6 +128,24 @@ def test_no_labelled_pixel_is_loss_and_gradient_zero():
         assert np.isfinite(loss) and not grad.any()
     loss, grad = _one_process(PixelBinaryCrossEntropy(ignore_label=IGNORE), y[:, :1] * 0 + 0.3, t)
     assert loss == 0 and not grad.any()
+
+
+@pytest.mark.parametrize("name", ["ce", "dice", "bce"])
+def test_labels_of_any_integer_type_are_read_as_int64(name):
+    """uint8 masks (the converter's) give the int64 labels' loss and gradient, on one process
+    and through the layer wing's TiledCost."""
+    cost = {"ce": PixelSoftmaxCrossEntropy(ignore_label=IGNORE), "dice": DiceLoss(ignore_label=IGNORE),
+            "bce": PixelBinaryCrossEntropy(ignore_label=IGNORE)}[name]
+    y, t = _logits((2, 1 if name == "bce" else 3, 4, 5), seed=10)
+    if name == "bce":
+        y, t = 1 / (1 + np.exp(-y)), np.where(t == IGNORE, t, t % 2)
+    small = t.astype(np.uint8)
+    np.testing.assert_array_equal(cost.loss_sum(y, small), cost.loss_sum(y, t))
+    np.testing.assert_array_equal(cost.grad(y, small), cost.grad(y, t))
+    topo = Topology.serial()
+    loss, delta = TiledCost(cost, topo).loss_delta(y, small, len(y))
+    np.testing.assert_array_equal(loss, cost.loss_sum(y, t).reshape(1))
+    np.testing.assert_array_equal(delta, cost.grad(y, t) / len(y))
 
 
 def test_large_logits_do_not_overflow():

@@ -56,6 +56,16 @@ def test_a_per_image_cost_on_maps_is_refused_at_the_last_layer(tmp_path):
     assert "per-pixel cost (PixelSoftmaxCrossEntropy, DiceLoss, PixelBinaryCrossEntropy)" in message
 
 
+def test_labels_per_pixel_under_a_per_image_cost_are_refused_at_the_cost(tmp_path):
+    ce = pixel_experiment("ce")
+    text = ce.replace(*[s.replace("NOUT", "3") for s in FC_OUT]).replace(
+        ce.split("cost: ")[1].split("\n")[0], "!obj:distnet.costs.SoftmaxCrossEntropy {},")
+    message = _error(tmp_path, text)
+    assert message.startswith(f"{tmp_path / 'exp.yaml'}:{_line(text, 'SoftmaxCrossEntropy')}:")
+    assert "the data set gives a label per pixel, but the cost SoftmaxCrossEntropy is per image; use a " \
+           "per-pixel cost (PixelSoftmaxCrossEntropy, DiceLoss, PixelBinaryCrossEntropy)" in message
+
+
 @pytest.mark.parametrize("change, expect", [
     ({"name: scores, nofm: 3, fshape: 3, padding: 1": "name: scores, nofm: 3, fshape: 3"},
      "scores every pixel of the images (12x10, the plane their labels cover), but the last layer 'scores' "
@@ -67,6 +77,8 @@ def test_a_per_image_cost_on_maps_is_refused_at_the_last_layer(tmp_path):
     ({"batch_size: 6,": "batch_size: 6, micro_batches: 2,"},
      "normalises over the whole minibatch; it cannot run with micro_batches: 2"),
     ({"eval_every: 1,": "eval_every: 1, top_k: 2,"}, "top_k: 2: a per-pixel model measures no top-k error rate"),
+    ({"PixelSoftmaxCrossEntropy {ignore_label: 255": "PixelSoftmaxCrossEntropy {ignore_label: 254"},
+     "the data set marks unlabelled pixels with 255, but the cost PixelSoftmaxCrossEntropy has ignore_label: 254"),
 ])
 def test_what_does_not_fit_is_one_located_error(tmp_path, change, expect):
     text = pixel_experiment("ce")
