@@ -144,8 +144,9 @@ def _draw_overlaps(ax, runs):
             for metric, width in (("miou", 1.5), ("dice", 0.8)):
                 pts = [(r["epoch"], r[f"{split}_{metric}"]) for r in recs if f"{split}_{metric}" in r]
                 if pts:
+                    what = "mean IoU" if metric == "miou" else "mean Dice"
                     ax.plot(*zip(*pts), linestyle=style if metric == "miou" else ":", marker=marker, ms=3, lw=width,
-                            color=color, label=f"{run['label']}: {split} {'mean IoU' if metric == 'miou' else 'mean Dice'}")
+                            color=color, label=f"{run['label']}: {split} {what}")
             final = run["final"].get(f"{split}_miou")
             if final is not None:
                 x = recs[-1]["epoch"] if recs else 0

@@ -8,9 +8,10 @@ tile of ``y`` and of ``t`` of its own pixels.
 
 A per-pixel cost is a function of sums over every pixel of the minibatch: the weight of the
 labelled pixels that normalises the cross-entropies, Dice's overlaps. The math is therefore in
-two steps, so that no rank ever needs another's pixels:
+three steps, so that no rank ever needs another's pixels:
 
-1. ``partial_sums(y, t)`` (``t`` int64: :meth:`PixelCost.labels`): this tile's share of those sums, a small 1-D float64 array;
+1. ``partial_sums(y, t)`` (``t`` int64: :meth:`PixelCost.labels`): this tile's share of those
+   sums, a small float64 array;
 2. the sum of the shares over the ranks named by ``sums_over`` (``grad``: every tile of every
    data replica, sums over the global minibatch; ``spatial``: the tiles of each image, per-image
    sums) — one Allreduce, done by the layer wing (:mod:`distnet.layers.pixel_cost`), never here;

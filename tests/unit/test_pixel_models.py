@@ -141,7 +141,8 @@ def test_segmentation_rates_against_a_pixel_loop():
             assert r["class_iou"][c] is None and r["class_dice"][c] is None   # class 4: nowhere
     assert r["class_iou"][3] == 0.0 and r["class_iou"][2] == 0.0
     assert r["miou"] == np.mean([v for v in r["class_iou"] if v is not None])
-    halves = pixel_confusion_counts(predicted[:2], labels[:2], 5, 9) + pixel_confusion_counts(predicted[2:], labels[2:], 5, 9)
+    halves = (pixel_confusion_counts(predicted[:2], labels[:2], 5, 9)
+              + pixel_confusion_counts(predicted[2:], labels[2:], 5, 9))
     assert (halves == confusion).all()             # counts of parts add up: any tiling
 
 
