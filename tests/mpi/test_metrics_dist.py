@@ -2,7 +2,6 @@
 confusion matrix) and the checkpoint policy's decisions on several ranks equal those of the
 one-process run of the same global data: the counts exactly (integers summed over the data
 replicas), the costs to 1e-10 (float64, summation order)."""
-import os
 
 import numpy as np
 import pytest
