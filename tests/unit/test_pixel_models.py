@@ -12,6 +12,7 @@ from distnet.comm import Topology
 from distnet.config import load_experiment, load_experiment_text
 from distnet.errors import ConfigError
 from distnet.experiments.policy import check_policy_keys, higher_is_better
+from distnet.models.notes import model_notes
 from distnet.ops.confusion import pixel_confusion_counts, segmentation_rates
 from distnet.testing import measure
 from distnet.testing.backends import assert_agree, make_backend
@@ -164,3 +165,16 @@ def test_monitoring_the_mean_iou_keeps_the_epoch_of_the_largest(tmp_path):
     best = max(records, key=lambda r: r["valid_miou"])
     assert result.best_epoch["metric"] == "valid_miou" and result.best_epoch["epoch"] == best["epoch"]
     assert json.dumps(records)                      # every record is JSON (None for a class without IoU)
+
+
+@pytest.mark.parametrize("name, activation, expect", [
+    ("ce", "Logistic", "its activation Logistic changes the logits PixelSoftmaxCrossEntropy takes"),
+    ("bce", "Identity", "its activation Identity does not give the probabilities PixelBinaryCrossEntropy takes"),
+    ("dice", "Identity", None),
+])
+def test_a_last_activation_that_does_not_suit_the_cost_is_a_note(name, activation, expect):
+    text = pixel_experiment(name)
+    for act in ("Identity", "Logistic"):
+        text = text.replace(f"distnet.activations.{act}", f"distnet.activations.{activation}")
+    notes = [message for _, message in model_notes(load_experiment_text(text).model)]
+    assert (notes == []) if expect is None else (len(notes) == 1 and expect in notes[0]), notes
