@@ -102,3 +102,32 @@ def write_masked_data(path, spatial=(12, 10), n_train=14, n_test=6, channels=2, 
         if ignore is not None:
             f.attrs["ignore_label"] = ignore
     return path
+
+
+class KeepRecords:
+    """Run hooks that keep a copy of every epoch record in ``out`` (and ignore the other calls)."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def epoch(self, record):
+        self.out.append(dict(record))
+
+
+def run_recorded(text, grid=None, data=1, world=None, pipe=1):
+    """``(experiment, RunResult, epoch records)`` of the YAML ``text`` run on one process
+    (``grid`` None) or on ``data`` replicas x ``pipe`` stages x ``grid`` of the ranks of
+    ``world`` (whose topology is freed afterwards)."""
+    from distnet.comm import Topology
+    from distnet.config import load_experiment_text
+    exp, records = load_experiment_text(text), []
+    topology = Topology.serial() if grid is None else \
+        Topology.from_world(grid=grid, data=data, pipe=pipe, world=world)
+    try:
+        return exp, exp.run(topology=topology, hooks=KeepRecords(records)), records
+    finally:
+        if grid is not None:
+            topology.free()

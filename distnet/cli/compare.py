@@ -94,8 +94,57 @@ def compare_runs(a, b):
         d = abs(x - y) if x is not None and y is not None else float("inf")
         max_rate = max(max_rate, d)
         rows.append((key.replace("_", " ") + " %", x, y, d, None))
+    rows += [(f"{split} {metric.replace('_', ' ')} %", x, y, d, None)
+             for split, metric, x, y, d in _overlaps(fa, fb) if metric in OVERLAPS]
     rows += best_epoch_rows(fa, fb)
     return rows, max_cost, max_rate
+
+
+#: A per-pixel model's final overlaps (percent) shown side by side, and their per-class lists.
+OVERLAPS = ("pixel_acc", "miou", "dice")
+_PER_CLASS = ("class_iou", "class_dice")
+
+
+def _overlaps(final_a, final_b):
+    """``(split, metric, a, b, |a - b|)`` of every final overlap either record holds, a per-class
+    list entry by entry (``class_iou[k]``)."""
+    out = []
+    for split in ("train", "valid", "test"):
+        for metric in OVERLAPS + _PER_CLASS:
+            x, y = final_a.get(f"{split}_{metric}"), final_b.get(f"{split}_{metric}")
+            if x is None and y is None:
+                continue
+            if metric in OVERLAPS:
+                out.append((split, metric, x, y, _difference(x, y)))
+            elif len(x or []) != len(y or []):
+                out.append((split, metric, None, None, float("inf")))
+            else:
+                out += [(split, f"{metric}[{k}]", u, v, _difference(u, v)) for k, (u, v) in enumerate(zip(x, y))]
+    return out
+
+
+def _difference(u, v):
+    """``|u - v|``; 0 for two missing values (a class neither labelled nor predicted) or two
+    NaN (no labelled pixel), inf for one."""
+    if u is None or v is None:
+        return 0.0 if u is v else float("inf")
+    if u != u or v != v:
+        return 0.0 if u != u and v != v else float("inf")
+    return abs(u - v)
+
+
+def overlaps_agree(final_a, final_b, rate_tol):
+    """``(ok, line)`` of a per-pixel model's final overlaps (pixel accuracy, IoU and Dice, mean
+    and per class: :func:`_overlaps`): each within ``rate_tol`` points; ``line`` says whether
+    they are identical (float64: the counts are integers summed exactly) or by how much they
+    differ. ``(True, None)`` when neither record has any."""
+    diffs = [d for *_, d in _overlaps(final_a, final_b)]
+    if not diffs:
+        return True, None
+    worst = max(diffs)
+    if worst == 0:
+        return True, "IoU and Dice (mean and per class, every split): identical"
+    return worst <= rate_tol, f"IoU and Dice (mean and per class): differ by up to {worst:.2e} points"
 
 
 def best_epoch_rows(fa, fb):
@@ -216,8 +265,10 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
             cost_atol=None, reference_overrides=(), rate_images=None, rerun=True):
     """Check both files (:func:`check_runs`), run both, print the table; returns True when they
     agree within the tolerances: every epoch's cost (GB: also every pretraining epoch's) within
-    ``cost_atol + cost_tol * |cost|`` and every error rate within ``rate_tol`` points or
-    ``rate_images`` images of its split, whichever is more (:func:`rates_agree`). A tolerance
+    ``cost_atol + cost_tol * |cost|``, every error rate within ``rate_tol`` points or
+    ``rate_images`` images of its split, whichever is more (:func:`rates_agree`), and a per-pixel
+    model's final IoU and Dice within ``rate_tol`` points (:func:`overlaps_agree`; float64:
+    identical). A tolerance
     left None takes its default for the runs' dtype (:data:`TOLERANCES`); ``rate_images``
     defaults so only while ``rate_tol`` does too. ``overrides`` apply to both runs,
     ``reference_overrides`` to A only. ``plot``: also draw both runs' curves into this PNG file
@@ -256,7 +307,10 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
     out("")
     out(format_table(rows, "1 process", f"{nranks} ranks"))
     rates_ok, allowed = rates_agree(metrics_a[1], metrics_b[1], rate_tol, rate_images)
-    ok = costs_agree(rows, cost_tol, cost_atol) and rates_ok
+    overlaps_ok, overlaps = overlaps_agree(metrics_a[1], metrics_b[1], rate_tol)
+    ok = costs_agree(rows, cost_tol, cost_atol) and rates_ok and overlaps_ok
+    if overlaps:
+        out(f"\n{overlaps} (tolerance {rate_tol:g} points)")
     # with an absolute part the relative figure alone looks alarming on a small late cost:
     # say how much of the per-epoch allowance the closest epoch used
     atol = (f" + {cost_atol:g} absolute per epoch; at most {allowance_used(rows, cost_tol, cost_atol):.0%} "
@@ -319,7 +373,9 @@ def compare_command(single, distributed, nranks, cost_tol, cost_atol, rate_tol, 
     Exit status 1 if they differ beyond the tolerances: costs must satisfy |a - b| <= cost-atol + cost-tol * |a|, error rates differ
     by at most rate-tol points (or rate-tol-images images of the split). The defaults depend on
     the dtype: float32 allows the drift of rounding over a long training, float64 (both runs)
-    almost nothing. float32 runs that differ are run again in float64, whose verdict counts."""
+    almost nothing. float32 runs that differ are run again in float64, whose verdict counts. A
+    per-pixel model's final IoU and Dice (mean and per class) are compared too: within rate-tol
+    points (float64: identical)."""
     if launched_on_many():    # every rank would start both runs, the one-process one inside this job's MPI
         fail(f"distnet compare starts its own runs (the distributed one with mpiexec -n {nranks}): run it "
              f"without mpiexec: distnet compare SINGLE DISTRIBUTED -n {nranks}")

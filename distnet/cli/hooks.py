@@ -93,6 +93,7 @@ class CliHooks:
             rec["best_epoch"] = result.best_epoch
         if result.split_images:
             rec["split_images"] = dict(result.split_images)
+        rec.update(result.final_metrics)   # a per-pixel model's mIoU, Dice, ... of each split
         rec.update(policy_record(result))
         last = len(result.epoch_costs) - 1
         self._write(rec, self.tensorboard and (lambda r: self.tensorboard.final(r, max(last, 0))))

@@ -8,9 +8,11 @@ error rates measured during training (test in the run's own dash, train dashed, 
 dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
 triangle for train, a diamond for validation, at the last epoch); a dotted vertical line marks
 each run's best epoch (both panels). Where the runs recorded per-class accuracies
-(``eval_every``), a third panel draws them per class, by the class names of ``run.json``. Runs
-that agree (dist vs non-dist) draw on top of each other; every run has its own marker and dash
-pattern, so each stays visible.
+(``eval_every``), a panel draws them per class, by the class names of ``run.json``. Runs of a
+per-pixel model add a panel of the mean IoU of every evaluated split (the splits' styles of the
+error panel) and the final ones, with the mean Dice thin and dotted. Runs that agree (dist vs
+non-dist) draw on top of each other; every run has its own marker and dash pattern, so each
+stays visible.
 """
 import os
 
@@ -103,8 +105,13 @@ def draw_runs(runs, title=None):
     class name."""
     Figure = _figure()
     per_class = class_split(runs)       # the split whose per-class accuracies get a panel, or None
-    fig = Figure(figsize=(16 if per_class else 11, 4.2), dpi=100)
-    axes = fig.subplots(1, 3 if per_class else 2, sharex=True)
+    overlaps = any(k.endswith("_miou") for run in runs for r in run["epochs"] + [run["final"]] for k in r)
+    n = 2 + bool(per_class) + bool(overlaps)
+    fig = Figure(figsize=(5.5 + 5 * (n - 1), 4.2), dpi=100)
+    axes = fig.subplots(1, n, sharex=True)
+    extra = list(axes[2:])
+    class_ax = extra.pop(0) if per_class else None
+    overlap_ax = extra.pop(0) if overlaps else None
     cost_ax, err_ax = axes[:2]
     any_err = False
     for i, run in enumerate(runs):
@@ -146,20 +153,22 @@ def draw_runs(runs, title=None):
                            label=f"{run['label']}: best epoch {best[0]} ({best[1]})" if ax is err_ax else "_nolegend_")
             any_err = True
         if per_class:
-            draw_classes(axes[2], run, per_class, dash, marker, len(runs) > 1)
+            draw_classes(class_ax, run, per_class, dash, marker, len(runs) > 1)
     cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
     err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
+    if overlaps:
+        _draw_overlaps(overlap_ax, runs)
     from matplotlib.ticker import MaxNLocator
     for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        classes = ax not in (cost_ax, err_ax)      # a legend of classes while it stays readable
-        if ax is cost_ax or (ax is err_ax and any_err) or (classes and 0 < len(ax.get_lines()) <= 24):
+        classes = ax is class_ax       # a legend of classes while it stays readable
+        if ax in (cost_ax, overlap_ax) or (ax is err_ax and any_err) or (classes and 0 < len(ax.get_lines()) <= 24):
             ax.legend(fontsize=7)
     if not any_err:
         err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
     if per_class:
-        axes[2].set(title=f"{per_class} split: accuracy per class (recall)", xlabel="epoch", ylabel="accuracy (%)")
+        class_ax.set(title=f"{per_class} split: accuracy per class (recall)", xlabel="epoch", ylabel="accuracy (%)")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -180,6 +189,28 @@ def draw_classes(ax, run, split, dash, marker, with_run):
         if xs:
             ax.plot(*zip(*xs), linestyle=dash, marker=marker, ms=3, lw=1,
                     label=f"{run['label']}: {names[c]}" if with_run else str(names[c]))
+
+
+def _draw_overlaps(ax, runs):
+    """The third panel: each run's mean IoU per evaluated split (its mean Dice thin, dotted) and
+    the final mean IoU (markers as the final error rates)."""
+    for i, run in enumerate(runs):
+        recs, marker = run["epochs"], _MARKERS[i % len(_MARKERS)]
+        color = f"C{i % 10}"
+        for split, style, final_marker in (("test", _DASHES[i % len(_DASHES)], "*"), ("train", "--", "^"),
+                                           ("valid", "-.", "D")):
+            for metric, width in (("miou", 1.5), ("dice", 0.8)):
+                pts = [(r["epoch"], r[f"{split}_{metric}"]) for r in recs if f"{split}_{metric}" in r]
+                if pts:
+                    what = "mean IoU" if metric == "miou" else "mean Dice"
+                    ax.plot(*zip(*pts), linestyle=style if metric == "miou" else ":", marker=marker, ms=3, lw=width,
+                            color=color, label=f"{run['label']}: {split} {what}")
+            final = run["final"].get(f"{split}_miou")
+            if final is not None:
+                x = recs[-1]["epoch"] if recs else 0
+                ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
+                        markerfacecolor="none", label=f"{run['label']}: {split} mean IoU (final)")
+    ax.set(title="overlap per pixel (mean IoU; mean Dice thin)", xlabel="epoch", ylabel="percent")
 
 
 @click.command()

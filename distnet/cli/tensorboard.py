@@ -9,7 +9,11 @@ evaluated cost is ``cost/train_evaluated``, beside the epoch's running ``cost/tr
 rates give it: ``model.learning_rates(epoch)``, :mod:`distnet.optim.rates`; a rate that changes
 every step is that of the epoch's last step), ``throughput/images_per_second`` and
 ``time/<what>_seconds``; GB's pretraining writes ``pretrain_cost/<layer>`` (step: its
-pretraining epoch), and the end of the run ``final_misclass/<split>`` (step: the last epoch)."""
+pretraining epoch), and the end of the run ``final_misclass/<split>`` (step: the last epoch).
+A per-pixel model's overlaps are scalars like the others (``miou/valid``, ``dice/test``,
+``pixel_acc/train``), its per-class ones one tag per class (``class_iou/valid/<k>``,
+``class_dice/valid/<k>``), and the end of the run adds ``final_miou/<split>``,
+``final_pixel_acc/<split>`` and ``final_dice/<split>``."""
 import numbers
 
 from ..errors import ConfigError
@@ -18,6 +22,10 @@ from ..errors import ConfigError
 SPLITS = ("train", "valid", "test")
 #: Record keys that are not scalars of the run's progress.
 _NOT_SCALARS = {"epoch", "from_checkpoint", "checkpoint"}
+#: Per-class lists written as one scalar per class.
+_PER_CLASS = ("class_iou", "class_dice")
+#: The final record's metrics of each split.
+_FINAL = ("misclass", "miou", "pixel_acc", "dice")
 
 
 def require_writer():
@@ -34,6 +42,9 @@ def scalars(record, train_images=None):
     images in one training epoch (for ``throughput/images_per_second``; None: not written)."""
     out = {}
     for key, value in record.items():
+        split, _, metric = key.partition("_")
+        if split in SPLITS and metric in _PER_CLASS and isinstance(value, list):
+            out.update({f"{metric}/{split}/{k}": v for k, v in enumerate(value) if isinstance(v, numbers.Real)})
         if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, numbers.Real):
             continue
         if key == "cost":
@@ -45,7 +56,6 @@ def scalars(record, train_images=None):
         elif key.endswith("seconds"):
             out[f"time/{key}"] = value
         else:
-            split, _, metric = key.partition("_")
             out[f"{metric}/{split}" if split in SPLITS and metric else key] = value
     seconds = record.get("seconds")
     if train_images and seconds:
@@ -86,11 +96,13 @@ class TensorBoardLog:
                                    int(record["pretrain_epoch"]))
 
     def final(self, record, step):
-        """The final record's error rates (``final_misclass/<split>``) at the last epoch ``step``."""
+        """The final record's error rates (``final_misclass/<split>``; a per-pixel model's
+        overlaps too) at the last epoch ``step``."""
         for split in SPLITS:
-            value = record.get(f"{split}_misclass")
-            if isinstance(value, numbers.Real):
-                self.writer.add_scalar(f"final_misclass/{split}", value, step)
+            for metric in _FINAL:
+                value = record.get(f"{split}_{metric}")
+                if isinstance(value, numbers.Real):
+                    self.writer.add_scalar(f"final_{metric}/{split}", value, step)
 
     def close(self):
         self.writer.close()

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import under_seterr_handling
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
+from .pixel_metrics import segmentation_lines
 
 
 @dataclass
@@ -101,6 +102,8 @@ def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
         lines.append(f"{split} set {', '.join(extra)}")
         conf = m["confusion"]
         names = result.class_names or [str(c) for c in range(len(conf))]
+        if "miou" in m:   # a per-pixel model: the overlaps of its pixels
+            lines += segmentation_lines(split, m, names)
         if len(conf) <= max_confusion:
             lines.append(f"{split} set per class (recall: the share of the class's images classified right):")
             lines += class_table(names, m)
@@ -160,6 +163,9 @@ def predict_images(exp, read_images, prepare=None):
     ``Topology.data`` puts them together). Collective over the run's world."""
     from ..comm.abort import run_collectively
     from ..comm.reduce import allreduce_sum
+    if exp.model.per_pixel:   # every rank alike, before any work
+        raise ConfigError("distnet predict writes one row of class probabilities per image, but this model "
+                          "scores every pixel (a per-pixel cost); distnet evaluate measures it")
     t, model = exp.topology, exp.model
     cut = exp.dist_flag and any(int(g) > 1 for g in t.grid)     # one tile: whole images, no dataset asked
     tile = exp.dataset.rank_tile(t.grid, t.coords) if cut else None

@@ -19,6 +19,7 @@ from ..errors import ConfigError, TopologyError
 from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from .base import Experiment, setup_experiment_logging
+from .pixel_metrics import final_fields, segmentation_lines
 from .run_notes import note_run_start
 from .threads import setup_threads
 
@@ -228,6 +229,11 @@ class FitExperiment(Experiment):
         from .metrics import resolve_top_k
         if not self.model.classifies:
             return None
+        if self.model.per_pixel:   # pixels are counted right or wrong: no top-k
+            if self.top_k:
+                raise config_error(self, f"top_k: {self.top_k}: a per-pixel model measures no top-k error "
+                                         "rate; remove top_k", "top_k")
+            return None
         try:
             return resolve_top_k(self.top_k, self.dataset.nclasses)
         except ConfigError as e:
@@ -253,6 +259,8 @@ class FitExperiment(Experiment):
         """A classifier's one-number metrics (:func:`~distnet.experiments.metrics.metric_names`),
         else the model's own (an Autoencoder's and an RBM's ``reconstruction``)."""
         from .metrics import metric_names
+        if self.model.per_pixel:
+            return ("cost", "misclass", "pixel_acc", "miou", "dice")
         if self.model.classifies:
             return metric_names(self.metrics_top_k())
         return super().metric_names()
@@ -277,6 +285,8 @@ class FitExperiment(Experiment):
                  if f"{s}_misclass" in record]
         rates += [f"{s} reconstruction {record[f'{s}_reconstruction']:.5f}" for s in self.eval_splits()
                   if f"{s}_reconstruction" in record]   # RBM / DBN
+        rates += [f"{s} mIoU {record[f'{s}_miou']:.3f}%" for s in self.eval_splits()
+                  if f"{s}_miou" in record]             # a per-pixel model
         if rates:
             log.info("epoch: %d, %s", record["epoch"], ", ".join(rates))
 
@@ -292,13 +302,17 @@ class FitExperiment(Experiment):
             result.best_epoch = dict(result.best_epoch, rates=rates)
         label, unit = self.model.metric_label
         for split in ("train", "valid", "test"):
-            if split in data:
-                rate = self.model.misclass_rate(*data[split])
+            if split in data:   # a per-pixel model: the pixels' error rate, and their overlaps
+                pixels = self.split_metrics(data[split]) if self.model.per_pixel else None
+                rate = pixels["misclass"] if pixels else self.model.misclass_rate(*data[split])
                 setattr(result, f"{split}_misclass", rate)
                 result.split_images[split] = len(data[split][1])
                 beside = (f" (the last epoch's model, epoch {history[-1]['epoch']}; the best epoch, "
                           f"{best['epoch']}: {rates[split]:.5f}{unit})" if split in rates else "")
                 log.info("%s set %s: %.5f%s%s", split, label, rate, unit, beside)
+                if pixels:
+                    result.final_metrics.update(final_fields(split, pixels))
+                    log.info("%s", segmentation_lines(split, pixels, ())[0])
 
 
 def best_record(history, best):

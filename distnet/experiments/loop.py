@@ -61,6 +61,9 @@ class RunResult:
     checkpoints: list = field(default_factory=list)
     #: The best epoch's checkpoint (``keep_best``), None without one.
     best_checkpoint: str = None
+    #: A per-pixel model's final overlaps, ``{"test_miou": percent, "test_class_iou": [...], ...}``
+    #: (:data:`~distnet.experiments.pixel_metrics.SEGMENTATION` of each split); empty otherwise.
+    final_metrics: dict = field(default_factory=dict)
 
 
 class RunHooks:

@@ -11,6 +11,7 @@ import numpy as np
 from ..comm.reduce import allreduce_scalars
 from ..errors import ConfigError, TrainingError
 from ..ops.confusion import confusion_counts, rates, topk_misses
+from .pixel_metrics import pixel_split_metrics
 
 #: With more classes than this, top-5 is measured unless the experiment's ``top_k`` says otherwise.
 DEFAULT_TOP_K = 5
@@ -43,7 +44,10 @@ def split_metrics(model, x, labels, top_k=None):
     "recall", "f1", "macro_precision", "macro_recall", "macro_f1", "confusion"}`` of the images
     ``x (N, C, h, w)`` (this rank's tiles) with class ids ``labels (N,)``. ``cost``: the mean cost per image (as the epoch's training cost, without weight
     decay); rates in percent. Collective over ``model.topology.data`` (one Allreduce of the
-    counts); the same on every rank."""
+    counts); the same on every rank. A per-pixel model counts pixels
+    (:func:`~distnet.experiments.pixel_metrics.pixel_split_metrics`: no top-k)."""
+    if model.per_pixel:
+        return pixel_split_metrics(model, x, labels)
     nclasses = model.layers[-1].out_shape[0]
     n = len(labels)
     bs = model.batch_size or n

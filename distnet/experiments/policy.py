@@ -5,9 +5,10 @@ early stopping with ``patience`` and ``min_delta``.
 Keys of the experiment's ``checkpoint`` mapping (beside ``every``, ``path``, ``at_end``):
 
 * ``monitor``: the metric that picks the best epoch, a field of the evaluated epochs' records
-  (``valid_misclass`` by default; ``valid_cost``, ``valid_top5_misclass``, ``valid_macro_f1``,
-  ...). Lower is better, except for accuracies and scores (names ending in ``_acc``,
-  ``_precision``, ``_recall``, ``_f1``). ``distnet check`` checks the name (:func:`check_monitor`). A metric of the test split is refused unless
+  (``valid_misclass`` by default; ``valid_cost``, ``valid_top5_misclass``, ``valid_macro_f1``, a
+  per-pixel model's ``valid_miou``, ...: :data:`METRICS`). Lower is better, except for accuracies,
+  scores and overlaps (:data:`METRICS` says which). ``distnet check`` checks the name against
+  what the run records (:func:`check_monitor`). A metric of the test split is refused unless
   ``select_on_test: true``: the test split reports the final result, choosing by it tunes on it;
 * ``keep_best``: also write the best epoch's checkpoint (the path with its ``{epoch}`` field as
   ``best``, else ``-best`` before the extension: ``checkpoint-best.h5``);
@@ -28,6 +29,34 @@ from ..errors import ConfigError
 
 POLICY_KEYS = {"monitor", "keep_best", "keep_last", "patience", "min_delta", "select_on_test"}
 SPLITS = ("valid", "train", "test")
+#: The one-number metrics of the evaluated splits (``<split>_<metric>``; also
+#: ``top<k>_misclass``), each with True where a larger value is better (accuracies, scores,
+#: overlaps) and False where a smaller one is (costs, error rates), and who measures it.
+METRICS = {"cost": (False, "every model"), "misclass": (False, "classifiers"),
+           "pixel_acc": (True, "per-pixel models"), "miou": (True, "per-pixel models"),
+           "dice": (True, "per-pixel models"), "reconstruction": (False, "RBM, DBN, Autoencoder"),
+           "token_acc": (True, "Seq2Seq"), "seq_acc": (True, "Seq2Seq"),
+           "macro_precision": (True, "classifiers"), "macro_recall": (True, "classifiers"),
+           "macro_f1": (True, "classifiers")}
+#: Fields of the records that hold a list per class (or a matrix), not one number.
+PER_CLASS = ("class_accuracy", "confusion", "class_iou", "class_dice")
+
+
+def monitor_problem(monitor):
+    """Why ``monitor`` (``<split>_<metric>``) cannot select, from its spelling alone (None: it
+    may); whether the run records it is :func:`check_monitor`'s question, asked when the
+    experiment knows its model and data."""
+    if not isinstance(monitor, str) or not monitor.startswith(tuple(s + "_" for s in SPLITS)):
+        return f"must name a metric of an evaluated split (valid_misclass, valid_cost, ...), got {monitor!r}"
+    metric = monitor.split("_", 1)[1]
+    if metric in PER_CLASS:
+        return f"{monitor} holds a value per class; monitor one number ({', '.join(METRICS)}, top<k>_misclass)"
+    return None
+
+
+def higher_is_better(monitor):
+    """Whether a larger value of the metric ``monitor`` is better (:data:`METRICS`)."""
+    return METRICS.get(monitor.split("_", 1)[1], (False,))[0]
 
 
 def path_fields(path):
@@ -71,8 +100,9 @@ def check_policy_keys(value):
     def bad(message):
         return ConfigError(f"checkpoint {message}", key="checkpoint")
     monitor = value.get("monitor")
-    if monitor is not None and (not isinstance(monitor, str) or not monitor.startswith(tuple(s + "_" for s in SPLITS))):
-        raise bad(f"monitor must name a metric of an evaluated split (valid_misclass, valid_cost, ...), got {monitor!r}")
+    problem = monitor_problem(monitor) if monitor is not None else None
+    if problem is not None:
+        raise bad(f"monitor {problem}")
     for key in ("keep_best", "select_on_test"):
         if not isinstance(value.get(key, False), bool):
             raise bad(f"{key} must be True or False, got {value[key]!r}")
@@ -93,10 +123,6 @@ def check_policy_keys(value):
         if value.get("keep_last", 0) and not fields:
             raise bad(f"keep_last needs {{epoch}} in the checkpoint path (each checkpoint replaces the "
                       f"last one at {path}), e.g. path: ck_{{epoch}}.h5")
-
-
-#: Endings of the metrics of which higher is better (accuracies, precision, recall, F1).
-HIGHER_IS_BETTER = ("_acc", "_precision", "_recall", "_f1")
 
 
 def check_monitor(keys, splits, names):
@@ -129,7 +155,7 @@ class CheckpointPolicy:
             raise ConfigError(f"checkpoint keep_last needs {{epoch}} in the checkpoint path (each checkpoint "
                               f"replaces the last one at {path}), e.g. --checkpoint 'ck_{{epoch}}.h5'",
                               key="checkpoint")
-        self.higher_is_better = bool(monitor) and monitor.endswith(HIGHER_IS_BETTER)
+        self.higher_is_better = bool(monitor) and higher_is_better(monitor)
         #: ``{"epoch", "split", "metric", "value"}`` of the best evaluated epoch, or None.
         self.best = None
         self.since_best = 0           # evaluations since the best one

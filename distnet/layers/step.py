@@ -36,6 +36,7 @@ from ..comm.buckets import BucketReducer
 from ..comm.overlap import bucket_bytes, overlap_enabled
 from ..comm.reduce import allreduce_sum, progress
 from ..optim.clipping import clip_coefficient, scale, sum_of_squares
+from .pixel_cost import TiledCost
 
 
 def forward(layers, x):
@@ -47,7 +48,11 @@ def forward(layers, x):
 
 def cost_delta(cost, y, t, batch_size):
     """``(loss, delta)``: the summed loss of the rows of ``y`` (a ``(1,)`` float64 array left on
-    the device) and the cost gradient divided by the global ``batch_size``."""
+    the device) and the cost gradient divided by the global ``batch_size``. A per-pixel cost on
+    a tiled output (:class:`~distnet.layers.pixel_cost.TiledCost`) sums its tiles' shares first,
+    one Allreduce, and gives the gradient of its normalised loss."""
+    if isinstance(cost, TiledCost):
+        return cost.loss_delta(y, t, batch_size)
     return cost.loss_sum(y, t).reshape(1), cost.grad(y, t) / batch_size
 
 

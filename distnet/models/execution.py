@@ -6,7 +6,8 @@ model is configured (:meth:`~distnet.models.model.Model.configure`).
   networks), :mod:`distnet.models.graph`;
 * :class:`~distnet.models.pipeline.Pipeline`: pipeline stages and/or GPipe micro-batches.
 
-All three answer the same calls: ``forward(x)`` (inference: the output ``(b, K)``, replicated),
+All three answer the same calls: ``forward(x)`` (inference: the output ``(b, K)``, replicated;
+a per-pixel model's tile of its maps),
 ``forward_backward(x, t, batch_size, lowest, after_layer)`` (one training pass: the summed
 loss as a ``(1,)`` float64 array, gradients left in the parameters) and, for the first two,
 ``backward(delta, lowest)``.
@@ -15,7 +16,8 @@ from ..layers.step import backward, cost_delta, forward, forward_backward
 
 
 class ChainExecution:
-    """``layers`` run in order; ``cost`` is the model's cost."""
+    """``layers`` run in order; ``cost`` is the model's cost (a per-pixel one bound to its
+    communicator: :func:`~distnet.layers.pixel_cost.bind_cost`)."""
 
     def __init__(self, layers, cost):
         self.layers, self.cost = layers, cost

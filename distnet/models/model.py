@@ -6,8 +6,8 @@ docs/neon-semantics.md#predict-and-error-rates). Experiment files name it by neo
 The same class runs distributed: the layers decide what is split (Dist layers: their
 placements) and the model only sequences them through the one training step
 (:class:`~distnet.layers.step.TrainingStep`: gradient sums over the communicators the placements
-name, update), and computes costs and error rates, which are identical on every rank because the
-last layer's output is replicated.
+name, update). Its cost reads the last layer's output, complete on every rank (per image) or
+tiled like the images (per pixel, whose sums span the tiles): :mod:`distnet.models.outputs`.
 
 The model's part of the training loop (:mod:`distnet.experiments.loop` runs it) is a small
 protocol: :meth:`Model.start` (the first epoch, from a resume state), :meth:`Model.before_training`
@@ -23,7 +23,8 @@ from ..config.builder import config_error, config_name
 from ..config.types import MOMENTUM, NonNegative, NonNegativeInt, PositiveInt
 from ..errors import ConfigError, TrainingError
 from ..layers.base import LayerContext, RunState
-from ..layers.placement import REPLICATED, SPATIAL
+from ..layers.pixel_cost import bind_cost
+from ..layers.placement import SPATIAL
 from ..layers.step import TrainingStep
 from ..log import get_logger
 from ..ops.costs import CrossEntropy, misclassified
@@ -34,6 +35,7 @@ from .execution import ChainExecution, GraphExecution
 from .finite import after_step as check_finite_after_step  # non-finite parameters
 from .graph import Graph
 from .notes import model_notes
+from .outputs import check_output_layout, check_output_shape, check_outputs, one_hot
 from .stages import plan_stages, stage_plan, tower_plan
 
 
@@ -154,8 +156,7 @@ class Model:
                 shape = layer.infer_shape(shape)
         if not self.graph.is_chain:
             shape = self.graph.infer_shapes(input_shape)[-1]
-        if len(shape) != 1:
-            raise self.layers[-1].error("the last layer must give a vector (a fully connected layer)")
+        check_output_shape(self, shape)
         return shape
 
     def planes(self):
@@ -182,8 +183,7 @@ class Model:
                 out.append(placement if self.towers is None else self.towers.with_exchange(i, placement, position))
                 return placement.out_layout.kind
             layout = self.graph.layouts(layout, place)[-1]
-        if layout != REPLICATED:
-            raise self.layers[-1].error("the output of the last layer must be complete on every rank")
+        check_output_layout(self, layout)
         return out
 
     def configure(self, backend, topology):
@@ -206,8 +206,7 @@ class Model:
         else:
             self.layouts = self.graph.layouts(layout, place)
             layout = self.layouts[-1]
-        if layout != REPLICATED:
-            raise self.layers[-1].error("the output of the last layer must be complete on every rank")
+        check_output_layout(self, layout)
         self.optimizer.rates.check(self.weighted_layers())
         self.stage_of, self.local_layers, self.pipeline = plan_stages(self, topology)
         if self.micro_batches > 1:
@@ -227,10 +226,12 @@ class Model:
         # A graph keeps outputs for later readers and hands one gradient to several layers.
         for layer in self.layers:
             layer.reuse_buffers = self.pipeline is None and self.graph.is_chain
+        #: What the forward/backward calls for the cost (a per-pixel one sums over the tiles).
+        self.step_cost = bind_cost(self.cost, topology, backend.host_staging)
         #: How a forward / backward runs (:mod:`distnet.models.execution`), chosen once here.
         self.execution = (self.pipeline if self.pipeline is not None else
-                          ChainExecution(self.layers, self.cost) if self.graph.is_chain else
-                          GraphExecution(self.graph, self.cost))
+                          ChainExecution(self.layers, self.step_cost) if self.graph.is_chain else
+                          GraphExecution(self.graph, self.step_cost))
 
     def stage_plan(self, npipe):
         """The pipeline stage of every layer on ``npipe`` stages (:func:`~distnet.models.stages.stage_plan`)."""
@@ -257,7 +258,8 @@ class Model:
 
     # -- forward and backward ------------------------------------------------------------------
     def fprop(self, x):
-        """The output ``(b, K)`` of ``x`` (replicated over the spatial ranks and stages)."""
+        """The output ``(b, K)`` of ``x`` (replicated over the spatial ranks and stages), or this
+        rank's tile ``(b, K, *s)`` of the maps of a per-pixel model."""
         return self.execution.forward(x)
 
     def lowest_trained_layer(self, epoch):
@@ -411,10 +413,13 @@ class Model:
     _one_hot_of = None
 
     def _targets(self, labels):
-        """The one-hot targets ``(N, K)`` of ``labels``, made once per label array."""
+        """The one-hot targets ``(N, K)`` of ``labels``, made once per label array; a per-pixel
+        cost reads the labels ``(N, *S)`` themselves."""
+        if self.per_pixel:
+            return labels
         cached = self._one_hot_of
         if cached is None or cached[0] is not labels:
-            self._one_hot_of = (labels, _one_hot(labels, self.layers[-1].out_shape[0], self.backend.dtype))
+            self._one_hot_of = (labels, one_hot(labels, self.layers[-1].out_shape[0], self.backend.dtype))
         return self._one_hot_of[1]
 
     def split_metrics(self, split):
@@ -457,12 +462,17 @@ class Model:
         measured); an Autoencoder's and an RBM's are not."""
         return self.supervised
 
+    @property
+    def per_pixel(self):
+        """The cost scores every pixel (:mod:`distnet.ops.pixel_costs`): the output is a map per
+        class, tiled like the images (:mod:`distnet.models.outputs`)."""
+        return getattr(self.cost, "per_pixel", False)
+
     def check_outputs(self, dataset):
-        """ConfigError (at the last layer's ``nout``) unless the last layer gives one output per
-        class of ``dataset`` (run by ``distnet check`` and before training)."""
-        nout = self.layers[-1].out_shape[0]
-        if nout != dataset.nclasses:
-            raise self.layers[-1].error(f"gives {nout} outputs but the dataset has {dataset.nclasses} classes", "nout")
+        """ConfigError (at the last layer) unless it gives what the cost needs for the classes
+        of ``dataset`` (:func:`~distnet.models.outputs.check_outputs`; ``distnet check`` and
+        before training)."""
+        check_outputs(self, dataset)
 
     def misclass_rate(self, x, labels):
         """Percentage of ``labels`` whose output argmax differs (summed over data replicas)."""
@@ -488,8 +498,3 @@ def _replica_row0(n, ndata, data_index):
     q, r = divmod(n, ndata)
     return data_index * q + min(data_index, r)
 
-
-def _one_hot(labels, k, dtype):
-    t = np.zeros((len(labels), k), dtype=dtype)
-    t[np.arange(len(labels)), labels] = 1
-    return t

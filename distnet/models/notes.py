@@ -15,7 +15,8 @@ def model_notes(model):
     not suit the cost: CrossEntropy (neon's, binary per output) takes probabilities, so outputs
     outside [0, 1] (Identity, a Layer's default; RectLin; Tanh) make its clipped logarithms and
     gradients meaningless (a run may diverge, with advice to lower the learning rate);
-    SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly."""
+    SoftmaxCrossEntropy takes logits, so a squashing activation before it trains slowly; a per-pixel
+    cost takes logits (Identity) or probabilities (Logistic) as its ``takes`` says."""
     notes = learning_rate_notes(model)
     if not model.pretrains:
         for layer in model.layers:
@@ -35,6 +36,13 @@ def model_notes(model):
     if isinstance(model.cost, SoftmaxCrossEntropy) and isinstance(last.activation, (Logistic, Softmax, Tanh)):
         notes.append((logging.WARNING, f"{at}its activation {act} squashes the logits SoftmaxCrossEntropy "
                       "takes (it applies the softmax itself; training is slowed); use activation Identity"))
+    takes, cost = getattr(model.cost, "takes", None), config_name(model.cost)   # a per-pixel cost's
+    if takes == "logits" and not isinstance(last.activation, Identity):
+        notes.append((logging.WARNING, f"{at}its activation {act} changes the logits {cost} takes (it applies "
+                      "the softmax itself); use activation Identity"))
+    if takes == "probabilities" and not isinstance(last.activation, Logistic):
+        notes.append((logging.WARNING, f"{at}its activation {act} does not give the probabilities {cost} takes; "
+                      "use activation Logistic"))
     return notes
 
 

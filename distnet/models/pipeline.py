@@ -205,7 +205,8 @@ class Pipeline:
     # -- inference ----------------------------------------------------------------------------
     def forward(self, x):
         """Forward the whole batch ``x (b, ...)`` (this rank's input part) through every stage;
-        returns the output ``(b, K)`` on every rank. Collective over ``Topology.pipe`` (and each
+        returns the output ``(b, K)`` on every rank (a per-pixel model's: this rank's tile of its
+        maps, ``(b, K, *s)``). Collective over ``Topology.pipe`` (and each
         stage's spatial communicator)."""
         xp, dtype = self.model.backend.xp, self.model.backend.dtype
         h = x
@@ -219,7 +220,7 @@ class Pipeline:
                 self._send[k].forward(h)
         last = self.segments[-1]
         y = xp.array(h, copy=True) if last.stage == self.stage else \
-            xp.zeros((len(x),) + tuple(self.layers[-1].out_shape), dtype=dtype)
+            xp.zeros((len(x),) + tuple(local_feature_shape(self.layers[-1])), dtype=dtype)
         self._finish()
         return self._share_over_pipe(y)
 
@@ -261,7 +262,7 @@ class Pipeline:
                 if k in self._send:
                     self._send[k].forward(y)
                 else:                                      # k == last: the cost
-                    part, deltas[m] = cost_delta(model.cost, y, t[s], batch_size)
+                    part, deltas[m] = cost_delta(model.step_cost, y, t[s], batch_size)
                     loss += part
 
         mine = [k for k in mine if segs[k].stop > lowest]  # segments that run a backward

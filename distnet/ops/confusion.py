@@ -1,7 +1,9 @@
-"""Classification counts of a batch of outputs: the confusion matrix and the top-k misses.
+"""Classification counts of a batch of outputs: the confusion matrix (of images, or of the
+pixels of a per-pixel model) and the top-k misses, and the rates derived from them.
 
-Integers only, so that the partial counts of several data replicas sum to exactly the counts of
-the whole split (the rates are derived from the summed counts, never averaged).
+Integers only, so that the partial counts of several data replicas (and of the tiles of a
+per-pixel model's maps) sum to exactly the counts of the whole split (the rates are derived
+from the summed counts, never averaged).
 """
 import numpy as np
 
@@ -10,9 +12,25 @@ def confusion_counts(y, labels, nclasses):
     """``(K, K)`` int64 counts of outputs ``y (B, K)`` against class ids ``labels (B,)``: row =
     true class, column = predicted class (the argmax of the row; ties go to the first maximum,
     as :func:`~distnet.ops.costs.misclassified`)."""
-    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    labels = np.asarray(labels).reshape(-1)
     predicted = np.asarray(y).argmax(axis=1) if len(labels) else np.zeros(0, dtype=np.int64)
-    return np.bincount(labels * nclasses + predicted, minlength=nclasses * nclasses).reshape(nclasses, nclasses)
+    return _counts(labels, predicted, nclasses)
+
+
+def pixel_confusion_counts(predicted, labels, nclasses, ignore_label=None):
+    """``(K, K)`` int64 counts of the pixels: their predicted classes ``predicted (B, *S)``
+    against their labels ``labels (B, *S)`` (row = true class, column = predicted); pixels
+    labelled ``ignore_label`` are not counted."""
+    labels, predicted = np.asarray(labels).reshape(-1), np.asarray(predicted).reshape(-1)
+    if ignore_label is not None:
+        keep = labels != ignore_label
+        labels, predicted = labels[keep], predicted[keep]
+    return _counts(labels, predicted, nclasses)
+
+
+def _counts(labels, predicted, nclasses):
+    flat = labels.astype(np.int64) * nclasses + predicted.astype(np.int64)
+    return np.bincount(flat, minlength=nclasses * nclasses).reshape(nclasses, nclasses)
 
 
 def topk_misses(y, labels, k):
@@ -69,3 +87,24 @@ def class_scores(confusion):
         return float(np.mean([values[k] or 0.0 for k in present])) if present else float("nan")
     return {"precision": precision, "recall": recall, "f1": f1, "macro_precision": mean(precision),
             "macro_recall": mean(recall), "macro_f1": mean(f1)}
+
+
+def segmentation_rates(confusion):
+    """The overlap rates (percent) of a summed pixel ``confusion`` matrix ``(K, K)`` (true x
+    predicted): ``pixel_acc`` (the labelled pixels classified right), ``class_iou`` (per class
+    ``TP / (TP + FP + FN)``), ``miou`` (their mean), ``class_dice`` (``2 TP / (2 TP + FP + FN)``)
+    and ``dice`` (their mean). A class that is neither labelled nor predicted anywhere has no IoU
+    or Dice (None) and is left out of the means; NaN when no pixel is labelled."""
+    confusion = np.asarray(confusion, dtype=np.int64)
+    tp = np.diag(confusion)
+    fp, fn = confusion.sum(axis=0) - tp, confusion.sum(axis=1) - tp
+    n = int(confusion.sum())
+    iou = [100.0 * int(t) / int(t + p + f) if t + p + f else None for t, p, f in zip(tp, fp, fn)]
+    dice = [100.0 * 2 * int(t) / int(2 * t + p + f) if t + p + f else None for t, p, f in zip(tp, fp, fn)]
+    return {"pixel_acc": 100.0 * int(tp.sum()) / n if n else float("nan"), "class_iou": iou,
+            "miou": _mean(iou), "class_dice": dice, "dice": _mean(dice)}
+
+
+def _mean(values):
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else float("nan")

@@ -2,14 +2,11 @@
 confusion matrix) and the checkpoint policy's decisions on several ranks equal those of the
 one-process run of the same global data: the counts exactly (integers summed over the data
 replicas), the costs to 1e-10 (float64, summation order)."""
-import os
 
 import numpy as np
 import pytest
 
-from distnet.comm import Topology
-from distnet.config import load_experiment_text
-from tests.tiny import CNN, experiment, write_data
+from tests.tiny import CNN, experiment, run_recorded, write_data
 
 MPI_SIZES = (2, 4)
 COUNTED = ("misclass", "top2_misclass", "class_accuracy", "confusion")
@@ -36,18 +33,10 @@ def _layouts(size):
 
 
 def test_metrics_and_policy_on_ranks_equal_one_process(comm, data_path):
-    ref = load_experiment_text(_text(data_path, False))
-    ref_hist = []
-    ref_res = ref.run(topology=Topology.serial(), hooks=_Keep(ref_hist))
+    _, ref_res, ref_hist = run_recorded(_text(data_path, False))
     assert {"valid_confusion", "test_top2_misclass", "train_class_accuracy"} <= set(ref_hist[0])
     for ndata, grid in _layouts(comm.size):
-        exp = load_experiment_text(_text(data_path, True))
-        hist = []
-        topo = Topology.from_world(grid=grid, data=ndata, world=comm)
-        try:
-            res = exp.run(topology=topo, hooks=_Keep(hist))
-        finally:
-            topo.free()
+        _, res, hist = run_recorded(_text(data_path, True), grid, ndata, comm)
         assert [r["epoch"] for r in hist] == [r["epoch"] for r in ref_hist]
         for mine, theirs in zip(hist, ref_hist):
             for split in ("train", "valid", "test"):
@@ -58,16 +47,3 @@ def test_metrics_and_policy_on_ranks_equal_one_process(comm, data_path):
                 (theirs.get("best"), theirs.get("since_best"), theirs.get("stop"))
         assert res.best_epoch["epoch"] == ref_res.best_epoch["epoch"] and res.stop == ref_res.stop
         assert np.sum(hist[-1]["test_confusion"]) == 14     # every test image counted once
-
-
-class _Keep:
-    """Hooks that keep the epoch records."""
-
-    def __init__(self, out):
-        self.out = out
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None
-
-    def epoch(self, record):
-        self.out.append(dict(record))
