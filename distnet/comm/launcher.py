@@ -5,6 +5,7 @@ from Python (``distnet compare``, the multi-rank test launcher): where ``mpiexec
 environment that keeps oversubscribed runs fast. Pure functions of the environment."""
 import os
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -104,6 +105,18 @@ def detect_launch(env=None):
                       "whole job alone): give srun --mpi=pmi2 (or --mpi=pmix with an MPI built for "
                       "PMIx; `srun --mpi=list` names what this Slurm offers)")
     return None
+
+
+#: Variables in which launchers name the host a process runs on, as the launcher calls it (Hydra's
+#: ``-hosts`` names, Slurm's node names): what a record of a lost node should say.
+HOST_VARS = ("PMI_HOSTNAME", "SLURMD_NODENAME", "OMPI_MCA_orte_hostname")
+
+
+def host_name(env=None):
+    """The host this process runs on, as its launcher names it (:data:`HOST_VARS`), else the
+    machine's name. Pure but for ``socket.gethostname``."""
+    env = os.environ if env is None else env
+    return next((env[v] for v in HOST_VARS if env.get(v)), None) or socket.gethostname()
 
 
 def launcher_world_size(env=None):

@@ -373,7 +373,7 @@ class Model:
         resumed); yields its records for the run's hooks. Nothing here (GB pretrains)."""
         return iter(())
 
-    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None, start=None):
         """One epoch over ``train = (x (N, C, h, w), labels (N,))`` (this rank's tiles of all N
         images) in the order of :meth:`batches` (reshuffled by ``shuffle_rng``); logs neon's
         line and returns the mean cost per image (the same on every rank).
@@ -382,15 +382,20 @@ class Model:
             (``running_cost``: the summed cost of the epoch's batches before it).
         read_ahead : ``callable(list of row-index arrays)`` given the epoch's minibatches (this
             replica's rows) before training on them (streamed data, ``Dataset.read_ahead``).
+        start : ``(first batch, running cost)``: the rest of an epoch that a checkpoint
+            interrupted (:meth:`~distnet.models.checkpoint.ResumeState.start`): the same order,
+            its first batches done.
         """
         x, labels = train
         xp = self.backend.xp
         targets = self._targets(labels)
-        total = 0.0
         batches = self.batches(x.shape[0], self.shuffle_rng)
+        first, total = start if start is not None else (0, 0.0)
         if read_ahead is not None:
-            read_ahead([self.replica_rows(idx) for idx in batches])
+            read_ahead([self.replica_rows(idx) for idx in batches[first:]])
         for b, idx in enumerate(batches):
+            if b < first:
+                continue
             if on_batch is not None:
                 on_batch(epoch, b, len(batches), total)
             rows = self.replica_rows(idx)
