@@ -36,9 +36,10 @@ def exps(tmp_path_factory):
     return d
 
 
-def _descendant_ranks(root):
+def _descendant_ranks(root, marker=b"-m\0distnet\0"):
     """``{rank: pid}`` of the distnet processes descended from ``root`` (hydra's proxy and the
-    ranks run in sessions of their own, so the process group does not find them)."""
+    ranks run in sessions of their own, so the process group does not find them); ``marker``:
+    what their command line holds (``python -m distnet``)."""
     parent, info = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -59,7 +60,7 @@ def _descendant_ranks(root):
         p = pid
         while p in parent and p != root and p > 1:
             p = parent[p]
-        if p != root or b"-m\0distnet\0" not in cmd or b"mpiexec" in os.path.basename(cmd.split(b"\0")[0]):
+        if p != root or marker not in cmd or b"mpiexec" in os.path.basename(cmd.split(b"\0")[0]):
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:

@@ -26,6 +26,10 @@ def checkpoint_argument(ctx, param, value):
     value = given_path(ctx, param, value)
     if value is None or not os.path.isdir(value) or os.path.exists(os.path.join(value, INDEX)):
         return value    # a file, or a sharded checkpoint folder
+    if any(n.startswith("shard-") for n in os.listdir(value)):
+        raise click.BadParameter(f"{value} is an incomplete sharded checkpoint: its shards but no {INDEX} (the save "
+                                 "did not finish); give an earlier checkpoint (run --resume auto finds the newest "
+                                 "complete one)")
     path = os.path.join(value, RUN_CHECKPOINT)
     if not os.path.exists(path):   # a run that wrote elsewhere ({epoch} paths): its last checkpoint
         path = _recorded_checkpoint(value) or path

@@ -140,6 +140,42 @@ def launcher_mismatch(mpi_size, mpi_library, env=None):
     return f"launched by {launch.name} as {who} ({launch.variable}={launch.size}), but MPI sees this process alone: {fix}"
 
 
+def _ranges(numbers):
+    numbers, out = sorted(numbers), []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def split_launch_refusal(world_size, procids, env=None):
+    """The error message when this MPI world holds only some of the tasks of the ``srun`` step
+    that started it (``procids``: every rank's ``SLURM_PROCID``, None outside a step), else
+    None. Pure.
+
+    ``srun -n 2 mpiexec -n 2 distnet run`` (a launch inside a launch) starts two ``mpiexec``
+    jobs that each train the whole experiment; a world that MPI joined from fewer tasks than
+    the step started leaves the others to train alone. (``mpiexec`` inside an allocation that
+    starts its proxies through Slurm is one world holding every task: fine.)"""
+    env = os.environ if env is None else env
+    tasks, var = _slurm_step(env)
+    seen = {p for p in procids if p is not None}
+    if tasks is None or not seen or len(seen) >= tasks:
+        return None
+    missing = _ranges(set(range(tasks)) - seen)
+    launch = detect_launch(env)
+    if launch is not None and launch.name.endswith(("(Hydra)", "mpiexec")):
+        return (f"launched by {launch.name} inside task {_ranges(seen)} of an srun step of {tasks} tasks ({var}={tasks}): "
+                f"srun started {tasks} copies of this job (a launch inside a launch), each training alone; start the "
+                f"ranks with srun alone (srun --mpi=pmi2 -n N distnet run ...), or with mpiexec alone in the "
+                f"allocation (no srun around it)")
+    return (f"MPI joined {world_size} rank(s) from task(s) {_ranges(seen)} of the srun step's {tasks} ({var}={tasks}): "
+            f"task(s) {missing} would train the job separately; launch srun with an MPI plugin that joins every task "
+            f"(srun --mpi=pmi2, `srun --mpi=list`), or start {world_size} task(s) (srun -n {world_size})")
+
+
 def pmix_refusal(env=None):
     """The error message, before MPI starts, for a launch through PMIx (``srun --mpi=pmix``, Open
     MPI 5's ``mpirun``: ``PMIX_*`` in the environment) of a job whose mpi4py uses the pip

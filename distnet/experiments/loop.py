@@ -173,7 +173,6 @@ def _train(exp, data, eval_splits, first, start, checkpoints, hooks, pretrain, r
     fault = fault_hook(rank)
 
     def on_batch(epoch, batch, nbatches, running_cost):
-        checkpoints.before_step(epoch, batch, running_cost)
         if fault is not None:
             fault(epoch, batch, nbatches)
         hooks.batch(epoch, batch, nbatches, running_cost)
@@ -210,7 +209,11 @@ def _epoch(exp, data, eval_splits, epoch, on_batch, read_ahead, checkpoints, sta
     exp.set_epoch(train, epoch)     # augmented images draw per epoch
     checkpoints.epoch_begins()
     more = {} if start is None else {"start": start}   # a model of a plugin may not take it
-    cost = exp.model.fit_epoch(train, epoch, on_batch, read_ahead, **more)
+
+    def step(model_epoch, batch, nbatches, running_cost):   # a DBN counts its layers' epochs from 0
+        checkpoints.before_step(epoch, batch, running_cost)
+        on_batch(model_epoch, batch, nbatches, running_cost)
+    cost = exp.model.fit_epoch(train, epoch, step, read_ahead, **more)
     exp.set_epoch(train, None)      # the metrics measure the images as stored
     record = {"epoch": epoch, "cost": cost, "seconds": clock() - t0}
     if eval_splits and exp.evaluates(epoch):
