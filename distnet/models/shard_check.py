@@ -17,25 +17,26 @@ PROBE = ".probe-"
 
 
 def check_shared_folder(path, world):
-    """Prove that every rank of ``world`` sees the folder of the sharded checkpoint ``path`` and
-    can write into it (module docstring). Collective over ``world``; :class:`CheckpointError`
+    """Prove that every rank of ``world`` sees the folder of the sharded checkpoint ``path`` (as
+    each rank resolves it: a relative path from its own working directory, as its save would)
+    and can write into it (module docstring). Collective over ``world``; :class:`CheckpointError`
     on every rank otherwise (the failing ranks with their own reason, the others naming them)."""
     from ..comm.abort import run_collectively
-    path = os.path.abspath(os.fspath(path))
+    path = os.fspath(path)
 
     def make():
         if world.Get_rank() != 0:
             return None
         token = secrets.token_hex(6)
-        probe = f"{path}{PROBE}{token}"
         try:
-            os.makedirs(probe)
-            with open(os.path.join(probe, "token"), "w") as f:
+            os.makedirs(f"{path}{PROBE}{token}")
+            with open(os.path.join(f"{path}{PROBE}{token}", "token"), "w") as f:
                 f.write(token)
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
-        return probe, token
-    probe, token = world.bcast(run_collectively(make, world), root=0)
+        return token
+    token = world.bcast(run_collectively(make, world), root=0)
+    probe = f"{path}{PROBE}{token}"
 
     def visit():
         rank = world.Get_rank()
@@ -44,16 +45,17 @@ def check_shared_folder(path, world):
                 seen = f.read()
         except OSError:
             seen = None
+        folder = os.path.dirname(os.path.abspath(path))
         if seen != token:
-            raise CheckpointError(f"cannot write checkpoint {path}: rank {rank} does not see its folder "
-                                  f"{os.path.dirname(path)} as rank 0 does (a sharded checkpoint needs a folder "
-                                  "every rank sees: a shared file system; on node-local disks write a single file)")
+            raise CheckpointError(f"cannot write checkpoint {path}: rank {rank} does not see the folder rank 0 "
+                                  f"writes it in (here {folder}); a sharded checkpoint needs a folder every rank "
+                                  "sees (a shared file system); on node-local disks write a single file")
         try:
             with open(os.path.join(probe, f"rank-{rank}"), "w") as f:
                 f.write(token)
         except OSError as e:
-            raise CheckpointError(f"cannot write checkpoint {path}: rank {rank} cannot write into "
-                                  f"{os.path.dirname(path)}: {e.strerror or e}") from None
+            raise CheckpointError(f"cannot write checkpoint {path}: rank {rank} cannot write into {folder}: "
+                                  f"{e.strerror or e}") from None
     try:
         run_collectively(visit, world)
     finally:
