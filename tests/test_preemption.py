@@ -83,9 +83,10 @@ def test_sigusr1_then_resume_auto_on_one_process(long_exp, tmp_path):
     bit for bit; the earlier attempt is kept in run.json."""
     shutil.copy(long_exp / "single.yaml", tmp_path)
     shutil.copy(long_exp / "data.h5", tmp_path)
-    assert _run(tmp_path, "single.yaml", "-q", "--run-dir", "whole").returncode == 0
-    proc = _start([sys.executable, "-m", "distnet", "run", "single.yaml", "-q", "--run-dir", "job"], tmp_path)
-    _training(tmp_path / "job", proc)
+    longer = ["--set", "model.num_epochs=12"]        # one process trains 3 epochs in about a second
+    assert _run(tmp_path, "single.yaml", "-q", "--run-dir", "whole", *longer).returncode == 0
+    proc = _start([sys.executable, "-m", "distnet", "run", "single.yaml", "-q", "--run-dir", "job", *longer], tmp_path)
+    _training(tmp_path / "job", proc, steps=2)
     proc.send_signal(signal.SIGUSR1)
     rc, err = _end(proc)
     assert rc == 75, err
@@ -94,7 +95,7 @@ def test_sigusr1_then_resume_auto_on_one_process(long_exp, tmp_path):
     info = json.loads((tmp_path / "job" / "run.json").read_text())
     assert info["status"] == "preempted" and info["preempted"]["signal"] == "SIGUSR1", info
     assert read_checkpoint(tmp_path / "job" / "checkpoint.h5").meta["steps"] > 0
-    resumed = _run(tmp_path, "single.yaml", "--run-dir", "job", "--resume", "auto")
+    resumed = _run(tmp_path, "single.yaml", "--run-dir", "job", "--resume", "auto", *longer)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from job/checkpoint.h5" in resumed.stderr
     np.testing.assert_array_equal(costs(tmp_path / "job"), costs(tmp_path / "whole"))
