@@ -61,8 +61,14 @@ def parse_phase_fault(spec):
     return int(parts[0]), name, int(parts[2]) if len(parts) == 4 else 1, parts[-1], int(inside or 0)
 
 
+#: Seconds a ``stop`` fault waits before the process stops itself: a node that freezes inside a
+#: phase has been in it a while, so its last heartbeat (at most a second apart) names that phase.
+STOP_AFTER = 1.5
+
+
 def _act(action, message):
     if action == "stop":
+        time.sleep(STOP_AFTER)
         os.kill(os.getpid(), signal.SIGSTOP)
     while action in ("hang", "stop"):
         time.sleep(0.01)

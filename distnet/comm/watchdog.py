@@ -21,7 +21,7 @@ and only non-blocking calls there, so the thread can always decide):
   per interval and O(P) work at rank 0. Never more than one unanswered send per destination, so a
   stopped rank costs nothing.
 * **Deciding.** Rank 0 notes when each rank's counters last moved. When no rank has moved for
-  SECONDS, the job has stalled, and rank 0 names who: ranks silent for longer than SECONDS
+  SECONDS, the job has stalled, and rank 0 names who: ranks silent for three intervals or more
   (stopped, frozen or lost: a stopped process sends nothing, its threads stop too); else ranks
   behind the others (an earlier phase, or fewer steps); else ranks that are not waiting in
   communication while the others are (busy: an endless loop). It ends the job with
@@ -214,7 +214,7 @@ class Watchdog:
         if self.size == 1:
             mine = self._mine()
             return f"{self._head(still, mine)}; stalled: this process, in {mine['place']}", None
-        ranks, words = stalled_ranks(self.table(now), self.seconds, self.hosts)
+        ranks, words = stalled_ranks(self.table(now), min(self.seconds, SILENT_BEATS * self.interval), self.hosts)
         first = self.state.get(ranks[0]) if ranks else None
         about = {"rank": ranks[0], "host": self.hosts[ranks[0]],
                  "phase": (first or {}).get("phase", "start-up")} if ranks else None
@@ -228,6 +228,10 @@ class Watchdog:
                 f"{state.get('phase', 'start-up')}{at}")
 
 
+#: A rank not heard for this many heartbeat intervals when the job has stalled is silent
+#: (stopped or lost): a live rank's thread sends one every interval, busy or waiting, so one
+#: that stopped a moment after its last heartbeat is not taken for a busy one.
+SILENT_BEATS = 3
 #: At most this many ranks are described in a verdict; the rest are counted.
 NAMED_RANKS = 4
 
@@ -246,8 +250,8 @@ def stalled_ranks(table, seconds, hosts=None):
     """``(ranks, words)``: which ranks stalled and what they did, the first :data:`NAMED_RANKS`
     described and the rest counted, from ``{rank: (seconds since heard, state or None)}``
     (a state: the heartbeat's ``host``, ``phase``, ``entered``, ``step``, ``where``, ``place``,
-    ``in_comm``; ``hosts``: every rank's host): silent ones first, else those behind (an earlier
-    phase, or fewer steps), else the busy ones."""
+    ``in_comm``; ``hosts``: every rank's host): silent ones first (not heard for more than
+    ``seconds``), else those behind (an earlier phase, or fewer steps), else the busy ones."""
     def name(r):
         host = (hosts[r] if hosts else None) or (table[r][1] or {}).get("host")
         return f"rank {r} on {host}" if host else f"rank {r}"
