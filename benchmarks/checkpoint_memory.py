@@ -18,7 +18,15 @@ RSS peak raise, and seconds. Phases:
 * ``init whole``: every layer's global tensors drawn and sliced (the code path before init by
   share); ``init share``: ``Model.init_params`` (by share).
 * ``save single`` / ``save sharded``: ``save_any`` to a file / a folder.
-* ``restore single`` / ``restore sharded``: ``restore_any`` of them.
+* ``save async``: a sharded save in the background (``checkpoint: {async: true}``): the staged
+  copy, then a thread per rank writes it while the caller goes on (and finishes it at once here,
+  so ``seconds`` is the whole save and ``peak`` includes the staged copy).
+* ``restore single`` / ``restore sharded``: ``restore_any`` of them (the single file: rank 0
+  reads and sends each rank its slices; the release before broadcast the whole checkpoint: run
+  its copy of this script for that figure).
+* ``train while saving``: what a save costs the training: ``--epochs`` epochs of training steps
+  alone, then after a sharded save in the foreground, then while a background save writes (and
+  its finish); the seconds the training waited and the steps' seconds.
 """
 import argparse
 import gc
@@ -52,7 +60,8 @@ EXPERIMENT = """!obj:distnet.experiments.FitPredictErrorExperiment {{ dist_flag:
   }},
 }}
 """
-PHASES = ["init whole", "init share", "save single", "save sharded", "restore single", "restore sharded"]
+PHASES = ["init whole", "init share", "save single", "save sharded", "save async", "restore single",
+          "restore sharded", "train while saving"]
 MIB = 2**20
 
 
@@ -61,7 +70,7 @@ def worker(folder, phase):
     import numpy as np
 
     from distnet.config import load_experiment
-    from distnet.models.checkpoint import model_params
+    from distnet.models.global_params import model_params
     from distnet.models.sharded import restore_any, save_any
     exp = load_experiment(os.path.join(folder, "exp.yaml"))
     t = exp.setup()
@@ -71,7 +80,9 @@ def worker(folder, phase):
     gc.collect()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t.world.Barrier()
-    tracemalloc.start()
+    traced = phase != "train while saving"    # tracing slows every allocation of the steps timed
+    if traced:
+        tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     t0 = time.perf_counter()
     held = None
@@ -83,24 +94,61 @@ def worker(folder, phase):
     elif phase == "init share":
         model.backend.rng = np.random.RandomState(0)
         model.init_params()
+    elif phase == "save async":
+        save_any(os.path.join(folder, "ck-async"), model, t, 0, sharded=True, background=True).finish()
     elif phase.startswith("save"):
         kind = phase.split()[1]
         path = os.path.join(folder, "ck-" + kind)
         save_any(path, model, t, 0, sharded=(kind == "sharded"))
+    elif phase == "train while saving":
+        held = train_while_saving(exp, folder)
     else:
         kind = phase.split()[1]
         held = restore_any(model, os.path.join(folder, "ck-" + kind), t)
     seconds = time.perf_counter() - t0
     gc.collect()
     now, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    if traced:
+        tracemalloc.stop()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t.world.Barrier()
     out = {"rank": rank, "phase": phase, "share": share, "peak": peak - base, "after": now - base,
            "rss_raise": (rss1 - rss0) * 1024, "seconds": seconds}
+    if phase == "train while saving":
+        out.update(held)
     with open(os.path.join(folder, f"{phase.replace(' ', '-')}-{rank}.json"), "w") as f:
         json.dump(out, f)
     del held
+
+
+def train_while_saving(exp, folder, epochs=None):
+    """Seconds of ``epochs`` epochs of training steps alone (``alone``), the seconds a sharded
+    save in the foreground held the training (``sync``), and for a background save the seconds
+    the training waited (``async_wait``: its staging and its finish) and the seconds of the same
+    epochs while it wrote (``during``)."""
+    from distnet.models.sharded import save_any
+    epochs = epochs or int(os.environ.get("CKMEM_EPOCHS", "5"))
+    model, clock = exp.model, time.perf_counter
+    data = exp.load_data()
+    model.start(None)
+
+    def steps():
+        t0 = clock()
+        for e in range(epochs):
+            model.fit_epoch(data["train"], e)
+        return clock() - t0
+    alone = steps()
+    t0 = clock()
+    save_any(os.path.join(folder, "ck-train-sync"), model, exp.topology, 0, sharded=True)
+    sync = clock() - t0
+    t0 = clock()
+    pending = save_any(os.path.join(folder, "ck-train-async"), model, exp.topology, 0, sharded=True,
+                       background=True)
+    staged = clock() - t0
+    during = steps()
+    t0 = clock()
+    pending.finish()
+    return {"alone": alone, "sync": sync, "async_wait": staged + clock() - t0, "during": during}
 
 
 def main():
@@ -108,6 +156,7 @@ def main():
     ap.add_argument("--nout", type=int, default=440_000, help="Units of the sharded layer.")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--dir", help="Working folder (kept; default: a temporary one, deleted).")
+    ap.add_argument("--phases", help="Comma-separated phases to run (default: all).")
     ap.add_argument("--worker", nargs=2, metavar=("DIR", "PHASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -121,7 +170,7 @@ def main():
         with open(os.path.join(folder, "exp.yaml"), "w") as f:
             f.write(EXPERIMENT.format(data=os.path.join(folder, "data.h5"), nout=args.nout))
         rows = []
-        for phase in PHASES:
+        for phase in (args.phases.split(",") if args.phases else PHASES):
             cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, os.path.abspath(__file__),
                    "--worker", folder, phase]
             subprocess.run(cmd, env=launch_env(args.ranks), check=True, cwd=ROOT,
@@ -131,7 +180,8 @@ def main():
                     rows.append(json.load(f))
         sizes = {k: sum(os.path.getsize(os.path.join(dp, n)) for dp, _, ns in os.walk(os.path.join(folder, "ck-" + k))
                         for n in ns) if os.path.isdir(os.path.join(folder, "ck-" + k))
-                 else os.path.getsize(os.path.join(folder, "ck-" + k)) for k in ("single", "sharded")}
+                 else os.path.getsize(os.path.join(folder, "ck-" + k)) if os.path.exists(os.path.join(folder, "ck-" + k))
+                 else 0 for k in ("single", "sharded")}
         print(f"{args.ranks} ranks, MLPDist 120 -> {args.nout} (vecpar 1x{args.ranks}) -> 3, float64; "
               f"checkpoint single {sizes['single'] / MIB:.1f} MiB, sharded {sizes['sharded'] / MIB:.1f} MiB")
         print(f"{'phase':16} {'rank':>4} {'share MiB':>10} {'peak MiB':>9} {'after MiB':>9} "
@@ -139,6 +189,12 @@ def main():
         for r in rows:
             print(f"{r['phase']:16} {r['rank']:>4} {r['share'] / MIB:>10.1f} {r['peak'] / MIB:>9.1f} "
                   f"{r['after'] / MIB:>9.1f} {r['rss_raise'] / MIB:>13.1f} {r['seconds']:>8.2f}")
+        print(f"\n{'training and a save':19} {'rank':>4} {'steps alone s':>13} {'sync save s':>11} "
+              f"{'async wait s':>12} {'steps while writing s':>21}")
+        for r in rows:
+            if "alone" in r:
+                print(f"{'':19} {r['rank']:>4} {r['alone']:>13.2f} {r['sync']:>11.2f} {r['async_wait']:>12.2f} "
+                      f"{r['during']:>21.2f}")
     finally:
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)

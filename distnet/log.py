@@ -13,8 +13,12 @@ def get_logger():
     return logging.getLogger(LOGGER_NAME)
 
 
-#: The keys of an experiment's ``logging`` mapping (neon's ``logging.basicConfig`` arguments).
-LOGGING_KEYS = ("filename", "format", "level")
+#: The keys of an experiment's ``logging`` mapping (neon's ``logging.basicConfig`` arguments, and
+#: distnet's ``log_dir``: a log file per rank).
+LOGGING_KEYS = ("filename", "format", "level", "log_dir")
+#: The format of a rank's own log file (``log_dir``): time, rank, host, level.
+RANK_FILE_FORMAT = "%(asctime)s [rank {rank} on {host}] %(levelname)s %(message)s"
+_rank_file = {"handler": None}
 
 
 #: The launcher's variables holding this process's rank in the job (MPICH's hydra, PMIx, Open MPI).
@@ -69,9 +73,11 @@ def check_logging(mapping):
             raise ConfigError(f"logging format {fmt!r} is not a %-style format of log record fields "
                               f"such as %(message)s, %(asctime)s, %(levelname)s ({type(e).__name__}: {e})",
                               key="logging") from None
-    filename = out.get("filename")
-    if filename is not None and not isinstance(filename, str):
-        raise ConfigError(f"logging filename must be a string, got {filename!r}", key="logging")
+    for key in ("filename", "log_dir"):
+        value = out.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"logging {key} must be a {'file' if key == 'filename' else 'folder'} name, got "
+                              f"{value!r}", key="logging")
     return out
 
 
@@ -110,28 +116,53 @@ class LogFile(logging.FileHandler):
             pass
 
 
-def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None):
+def setup_logging(rank=0, size=1, level=logging.INFO, fmt=None, filename=None, log_dir=None, host=None):
     """Configure the ``distnet`` logger for this rank (idempotent).
 
     ``fmt``/``filename`` come from the experiment's neon-style ``logging`` mapping (see
-    :func:`check_logging`; a log file that cannot be opened is a ConfigError). Handlers
-    marked with :func:`keep_handler` (the run directory's ``log.txt``) stay.
+    :func:`check_logging`; a log file that cannot be opened is a ConfigError). ``log_dir``: this
+    rank also logs at ``level`` into ``log_dir/rank-RRRRR.log`` (on its own node; ``host``
+    names the node in its lines), where the other ranks' lines are not only their warnings.
+    Handlers marked with :func:`keep_handler` (the run directory's ``log.txt``) stay.
     """
+    from .errors import ConfigError
     logger = get_logger()
     for h in list(logger.handlers):
         if not getattr(h, "distnet_keep", False):
             logger.removeHandler(h)
+            if h is _rank_file["handler"]:
+                h.close()
+    _rank_file["handler"] = None
     prefix = f"[rank {rank}] " if size > 1 else ""
+    shown = level if rank == 0 else max(level, logging.WARNING)
     try:
         handler = LogFile(filename, sys.stderr, prefix) if filename and rank == 0 else logging.StreamHandler(sys.stderr)
     except OSError as e:
-        from .errors import ConfigError
         raise ConfigError(f"cannot open the log file {filename}: {e.strerror or e}", key="logging") from None
     handler.setFormatter(logging.Formatter(prefix + (fmt or "%(message)s")))
+    handler.setLevel(shown)
     logger.addHandler(handler)
-    logger.setLevel(level if rank == 0 else max(level, logging.WARNING))
+    if log_dir:
+        path = os.path.join(log_dir, f"rank-{rank:05d}.log")
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            own = _rank_file["handler"] = LogFile(path, None, prefix)
+        except OSError as e:
+            raise ConfigError(f"cannot open the log file {path}: {e.strerror or e}", key="logging") from None
+        own.setFormatter(logging.Formatter(RANK_FILE_FORMAT.format(rank=rank, host=host or "?")))
+        own.setLevel(level)
+        logger.addHandler(own)
+    logger.setLevel(level if log_dir else shown)
     logger.propagate = False
     return logger
+
+
+def rank_file_line(text, level=logging.INFO):
+    """``text`` into this rank's own log file (``log_dir``) only, not to the screen: its phases,
+    the failure that ended it. Nothing without one."""
+    handler = _rank_file["handler"]
+    if handler is not None:
+        handler.handle(logging.LogRecord(LOGGER_NAME, level, __file__, 0, text, (), None))
 
 
 def keep_handler(handler):

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from distnet import fileio
 from distnet.cli.main import main
+from distnet.comm.abort import failure_record
 from distnet.experiments.rundir import RunDir, RunDirError, record_failure, run_status
 from tests.tiny import CNN, experiment, write_data
 
@@ -341,11 +342,12 @@ def test_run_json_states(tmp_path):
     rd.start({"yaml": "a: 1\n", "resolved": "a: 1\n", "source": "x.yaml", "overrides": []}, command=["x"])
     assert run_status(rd.path) == "running"
     # rank 3 fails while rank 0 lives: rank 3's reason is on record, and rank 0's later writes keep it
-    record_failure(rd.path, 3, "failed", "InjectedFault: boom")
+    record_failure(rd.path, failure_record(3, "failed", "InjectedFault: boom", host="nodeB", phase="training"))
     rd.save_info()
     info = json.loads((tmp_path / "r" / "run.json").read_text())
     assert info["status"] == "failed" and info["failed_rank"] == 3 and info["error"] == "InjectedFault: boom"
-    record_failure(rd.path, 1, "interrupted", "interrupted by SIGTERM")
+    assert (info["failed_host"], info["failed_phase"]) == ("nodeB", "training")
+    record_failure(rd.path, failure_record(1, "interrupted", "interrupted by SIGTERM"))
     info = json.loads((tmp_path / "r" / "run.json").read_text())
     assert info["failed_rank"] == 3 and [f["rank"] for f in info["failures"]] == [3, 1]
 

@@ -7,6 +7,7 @@ Every job runs in its own session (process group) under ``timeout``; a job still
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,9 +36,10 @@ def exps(tmp_path_factory):
     return d
 
 
-def _descendant_ranks(root):
+def _descendant_ranks(root, marker=b"-m\0distnet\0"):
     """``{rank: pid}`` of the distnet processes descended from ``root`` (hydra's proxy and the
-    ranks run in sessions of their own, so the process group does not find them)."""
+    ranks run in sessions of their own, so the process group does not find them); ``marker``:
+    what their command line holds (``python -m distnet``)."""
     parent, info = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -58,7 +60,7 @@ def _descendant_ranks(root):
         p = pid
         while p in parent and p != root and p > 1:
             p = parent[p]
-        if p != root or b"-m\0distnet\0" not in cmd or b"mpiexec" in os.path.basename(cmd.split(b"\0")[0]):
+        if p != root or marker not in cmd or b"mpiexec" in os.path.basename(cmd.split(b"\0")[0]):
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
@@ -158,8 +160,10 @@ def test_ctrl_c_of_a_four_rank_run(exps, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["mpiexec", "rank 2"])
-def test_sigterm_of_a_four_rank_run(exps, tmp_path, target):
-    job = Job(exps / "dist.yaml", tmp_path / "run", 4)
+def test_sigterm_of_a_four_rank_run_without_checkpoints(exps, tmp_path, target):
+    """A run that writes no checkpoint has nothing to save: SIGTERM ends it at once (a run that
+    writes checkpoints is preempted: tests/test_preemption.py)."""
+    job = Job(exps / "dist.yaml", tmp_path / "run", 4, extra=["--no-checkpoint"])
     job.wait_training()
     pid = job.proc.pid if target == "mpiexec" else job.ranks()[2]
     os.kill(pid, signal.SIGTERM)
@@ -173,7 +177,7 @@ def test_sigterm_of_a_four_rank_run(exps, tmp_path, target):
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_signal_to_a_single_process(exps, tmp_path, sig):
-    job = Job(exps / "single.yaml", tmp_path / "run", 1)
+    job = Job(exps / "single.yaml", tmp_path / "run", 1, extra=["--no-checkpoint"])
     job.wait_training()
     if sig == "SIGINT":
         os.killpg(job.proc.pid, signal.SIGINT)
@@ -202,17 +206,30 @@ def test_kill_9_is_recognised_as_crashed(exps, tmp_path):
     assert "  crashed  " in line and "recorded as running; its process" in line
 
 
+def _beat(step, batch, place, in_comm, phase="training", entered=5):
+    return {"host": "n1", "phase": phase, "entered": entered, "ticks": step, "step": step, "where": (0, batch),
+            "place": place, "in_comm": in_comm}
+
+
 def test_stalled_ranks_in_words():
     from distnet.comm.watchdog import stalled_ranks
-    waiting = (5, (0, 3), "distnet/comm/reduce.py:40 (allreduce)", True)
-    busy = (5, (0, 3), "distnet/ops/conv.py:88 (fprop)", False)
-    assert stalled_ranks({0: (0.1, waiting), 1: (40, waiting), 2: (0.2, waiting)}, 30).startswith(
-        "rank 1 (no heartbeat for 40 s")
-    behind = (4, (0, 2), "distnet/ops/conv.py:88 (fprop)", False)
-    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, behind)}, 30).startswith("rank 1 (at step 4, epoch 0, batch 2")
-    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, busy), 2: (0.1, waiting)}, 30) == (
-        "rank 1 (busy in distnet/ops/conv.py:88 (fprop) while the others wait in communication)")
-    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, waiting)}, 30).startswith("no single rank")
+    waiting = _beat(5, 3, "distnet/comm/reduce.py:40 (allreduce)", True)
+    busy = _beat(5, 3, "distnet/ops/conv.py:88 (fprop)", False)
+    hosts = ["n0", "n1", "n2"]
+    assert stalled_ranks({0: (0.1, waiting), 1: (40, waiting), 2: (0.2, waiting)}, 30, hosts) == (
+        [1], "rank 1 on n1 (in training; no heartbeat for 40 s: stopped, lost, or hung outside Python)")
+    assert stalled_ranks({0: (0.1, waiting), 1: (40, None)}, 30, hosts)[1] == (
+        "rank 1 on n1 (never heard; no heartbeat for 40 s: stopped, lost, or hung outside Python)")
+    behind = _beat(4, 2, "distnet/ops/conv.py:88 (fprop)", False)
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, behind)}, 30, hosts) == (
+        [1], "rank 1 on n1 (at step 4, epoch 0, batch 2, while others reached step 5; in distnet/ops/conv.py:88 "
+             "(fprop))")
+    loading = _beat(0, None, "distnet/data/sources.py:9 (read)", False, "data loading", 2)
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, loading)}, 30, hosts)[1] == (
+        "rank 1 on n1 (in data loading while others reached training; in distnet/data/sources.py:9 (read))")
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, busy), 2: (0.1, waiting)}, 30, hosts) == (
+        [1], "rank 1 on n1 (busy in distnet/ops/conv.py:88 (fprop) while the others wait in communication)")
+    assert stalled_ranks({0: (0.1, waiting), 1: (0.1, waiting)}, 30, hosts) [1].startswith("no single rank")
 
 
 def test_watchdog_names_a_stopped_rank(exps, tmp_path):
@@ -225,9 +242,11 @@ def test_watchdog_names_a_stopped_rank(exps, tmp_path):
     finally:
         job.kill()
     assert rc not in (0, "hung"), f"exit {rc}\n{err}"
-    assert "watchdog: no training progress" in err and "stalled: rank 2 (no heartbeat" in err, err
+    assert "watchdog: no progress for" in err and "in training" in err, err
+    assert re.search(r"stalled: rank 2 on \S+ \(in training; no heartbeat", err), err
     info = job.info()
     assert info["status"] == "failed" and "stalled: rank 2" in info["error"]
+    assert (info["failed_rank"], info["failed_phase"]) == (2, "training"), info     # the rank that stalled
 
 
 def test_a_failure_on_a_non_zero_rank_is_recorded_by_that_rank(exps, tmp_path):
@@ -265,11 +284,11 @@ def test_watchdog_names_a_busy_rank(exps, tmp_path):
                           env=dict(launch_env(3), DISTNET_FAULT_INJECT="1:0:2:hang"), capture_output=True, text=True)
     assert proc.returncode not in (0, 124, 137), proc.stderr
     # rank 1 hangs before it stamps its step: it is behind, and where it is says why
-    assert "stalled: rank 1 (at step 2, epoch 0, batch 1, while others reached step 3; in distnet/faults.py:" \
-        in proc.stderr, proc.stderr
+    assert re.search(r"stalled: rank 1 on \S+ \(at step 2, epoch 0, batch 1, while others reached step 3; in "
+                     r"distnet/faults.py:", proc.stderr), proc.stderr
     assert "shows the traceback" not in proc.stderr
     info = json.loads((d / "run.json").read_text())
-    assert info["status"] == "failed" and "stalled: rank 1 (at step 2" in info["error"]
+    assert info["status"] == "failed" and "stalled: rank 1 on" in info["error"] and info["failed_rank"] == 1
 
 
 @pytest.mark.parametrize("sig, rank", [("SIGINT", None), ("SIGTERM", "1")])
@@ -291,27 +310,22 @@ def test_a_signal_during_the_imports_ends_the_command_quietly(sig, rank):
     assert library.stdout.strip() == "True"     # a library user's (or pytest's) Ctrl-C is left alone
 
 
-def test_the_watchdog_is_off_after_the_last_training_step(tmp_path):
-    """The final checkpoint and error rates are not watched (README, comm/watchdog.py): a watchdog
-    shorter than the final evaluation fired after the run had printed some of its results, and
-    the run exited 1 as if training had stalled."""
+def test_the_watchdog_watches_the_final_error_rates_in_their_phase(tmp_path):
+    """The watchdog covers the whole run: the final error rates are measured with it armed, in
+    the phase that a stall there would name (its limit must exceed one split's evaluation)."""
     from distnet.cli.hooks import CliHooks
+    from distnet.comm.phase import current
     from distnet.config import load_experiment_text
     exp = load_experiment_text(experiment(CNN, write_data(tmp_path / "data.h5")))
     exp.model.num_epochs, exp.checkpoint_path = 1, None
     seen = []
-
-    class Hooks(CliHooks):
-        def batch(self, epoch, b, n, running_cost):
-            super().batch(epoch, b, n, running_cost)
-            seen.append(("batch", self.watchdog.armed))
-
-    hooks = Hooks(None, None, None, watchdog=1000)
+    hooks = CliHooks(None, None, None, watchdog=1000)
     rate = exp.model.misclass_rate
-    exp.model.misclass_rate = lambda x, y: (seen.append(("final error rate", hooks.watchdog.armed)), rate(x, y))[1]
+    exp.model.misclass_rate = lambda x, y: (seen.append((current(), hooks.watchdog._thread.is_alive())), rate(x, y))[1]
     exp.run(hooks=hooks)
-    assert seen[0] == ("batch", True) and ("final error rate", True) not in seen
-    assert seen[-1] == ("final error rate", False) and not hooks.watchdog._thread.is_alive()
+    assert seen and all(s == ("final evaluation", True) for s in seen), seen
+    hooks.close_watchdog()
+    assert not hooks.watchdog._thread.is_alive()
 
 
 _SIGNAL_MID_CHECKPOINT = """

@@ -73,14 +73,17 @@ class Failure:
 
     error : ``"Type: message"`` of the exception.
     line : what the command's log gets about it (None: nothing).
-    status : ``"failed"`` or ``"interrupted"``.
+    status : ``"failed"``, ``"interrupted"`` or ``"preempted"``.
     rank : the rank that failed first when another rank did (a RemoteError), or that an error
         every rank raises is about (its ``rank``: data that differ there); None: this one.
+    preempted : what a preemption did (the signal, the checkpoint written, where in training).
     """
     error: str
     line: Optional[str] = None
     status: str = "failed"
     rank: Optional[int] = None
+    #: A preemption's ``{"signal", "checkpoint", "where"}`` (status ``"preempted"``).
+    preempted: Optional[dict] = None
 
 
 class Job:
@@ -97,7 +100,8 @@ class Job:
     (:meth:`on_failure`) is told, then :func:`fail` ends the command (every rank, under mpiexec)
     with the error's message and ``exit_code``. With signal handlers, a signal
     (:class:`~distnet.comm.signals.Interrupted`) or Ctrl-C ends it with ``distnet: interrupted by
-    SIGINT`` and ``128 + signal``. Any other exception is told to the listeners and goes on (under
+    SIGINT`` and ``128 + signal``; a preemption (:class:`~distnet.comm.signals.Preempted`, every
+    rank at once, after its checkpoint) with its line on rank 0 and exit status 75. Any other exception is told to the listeners and goes on (under
     mpiexec the abort hook prints ``[rank R] Type: message`` and ends every rank). ``SystemExit``
     (a command that ended itself through :func:`fail`) goes through untold.
     """
@@ -200,7 +204,16 @@ class Job:
                 self._tell(Failure(f"{kind.__name__}: {exc}"))
                 fail(message, code)
         if self._interruptible:
-            from ..comm.signals import Interrupted
+            from ..comm.signals import Interrupted, Preempted, preemption_done
+            if isinstance(exc, Preempted):   # every rank at the same point, after the checkpoint
+                self._tell(Failure(str(exc), f"distnet: {exc}", "preempted", preempted={
+                    "signal": exc.name, "checkpoint": exc.checkpoint, "where": exc.where}))
+                preemption_done()
+                if self.rank0:
+                    click.echo(f"{'[rank 0] ' if world_rank() is not None else ''}distnet: {exc}; exit "
+                               f"{exc.exit_code} (a run with --resume auto continues from the newest checkpoint)",
+                               err=True)
+                sys.exit(exc.exit_code)
             if isinstance(exc, (Interrupted, KeyboardInterrupt)):   # one process (ranks abort in their signal thread)
                 name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
                 self._tell(Failure(f"interrupted by {name}", f"distnet: interrupted by {name}", "interrupted"))

@@ -27,6 +27,7 @@ def checkpoint_argument(ctx, param, value, default="last"):
     value = given_path(ctx, param, value)
     if value is None:
         return value
+    _refuse_unfinished_shards(value)
     from ..errors import OptionError
     from ..experiments.run_checkpoints import choose_checkpoint
     try:
@@ -42,6 +43,18 @@ def trained_checkpoint_argument(ctx, param, value):
     ``predict``): a bare run directory is its best checkpoint where the run kept one, else its
     last."""
     return checkpoint_argument(ctx, param, value, default="best")
+
+
+def _refuse_unfinished_shards(value):
+    """BadParameter for a sharded checkpoint folder whose save did not finish (its shards, no
+    index): it is no checkpoint, and no run directory either."""
+    import os
+    from ..models.sharded import INDEX
+    if os.path.isdir(value) and not os.path.exists(os.path.join(value, INDEX)) \
+            and any(n.startswith("shard-") for n in os.listdir(value)):
+        raise click.BadParameter(f"{value} is an incomplete sharded checkpoint: its shards but no {INDEX} (the save "
+                                 "did not finish); give an earlier checkpoint (run --resume auto finds the newest "
+                                 "complete one)")
 
 
 def finite_number(ctx, param, value):

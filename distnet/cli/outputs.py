@@ -26,6 +26,7 @@ from .options import RUN_CHECKPOINT
 class Outputs:
     record: object = None    # RunDir or None
     metrics: object = None   # MetricsFile or None
+    resume: str = None       # the checkpoint to resume (``--resume auto`` resolved: None for a fresh start)
 
 
 def checkpoint_owner(path):
@@ -142,10 +143,19 @@ class MetricsFile:
 
 def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume, force):
     """Check every destination and claim the run directory (world rank 0, before training; a
-    checkpoint that goes into the new run directory is checked for room only). Returns
-    :class:`Outputs`."""
+    checkpoint that goes into the new run directory is checked for room only). ``resume``
+    ``"auto"``: the newest complete checkpoint of the run directory or checkpoint path
+    (:mod:`~distnet.experiments.resume`), and a run directory of an earlier attempt is taken
+    over. Returns :class:`Outputs`."""
     from ..errors import OptionError
     from ..experiments.rundir import RECORD_FILES, RunDir
+    auto = resume == "auto"
+    if auto:
+        from ..experiments.resume import need_a_place, newest_checkpoint
+        from ..log import get_logger
+        need_a_place(run_dir if with_run_dir else None, exp.checkpoint_path)
+        default = os.path.join(run_dir, RUN_CHECKPOINT) if run_dir and with_run_dir else None
+        resume = newest_checkpoint(exp.checkpoint_target(default), run_dir if with_run_dir else None, get_logger())
     if exp.tensorboard and not with_run_dir:
         raise OptionError("tensorboard: true writes event files into the run directory, and --no-run-dir "
                           "asks for none: give one of them")
@@ -175,7 +185,10 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
         for src in inputs + ([resume] if resume and what != "checkpoint" else []):
             if path and same_file(path, src):       # --force replaces outputs, never inputs
                 raise OutputError(f"{what} {path} is also an input of the run ({src}); give another name")
-    record = RunDir.create(run_dir, experiment, force=force) if with_run_dir else None
+    record = None
+    if with_run_dir:
+        record = RunDir.take_over(run_dir, experiment, force) if auto and run_dir else \
+            RunDir.create(run_dir, experiment, force=force)
     try:
         if record is not None and not exp.checkpoint_path:     # checkpoint.h5 in the run directory
             check_space(record.file(RUN_CHECKPOINT), need)
@@ -184,11 +197,12 @@ def prepare_outputs(exp, experiment, run_dir, with_run_dir, metrics_path, resume
         if record is not None:
             record.finish("failed", error=f"{type(e).__name__}: {e}")
         raise
-    return Outputs(record, metrics)
+    return Outputs(record, metrics, resume)
 
 
 def record_failures_in(run_dir):
-    """Every rank: before this rank aborts the job, record which rank and why in ``run_dir``."""
+    """Every rank: before this rank aborts the job, record which rank, host and phase and why in
+    ``run_dir``."""
     from ..comm.abort import add_abort_listener
     from ..experiments.rundir import record_failure
-    add_abort_listener(lambda rank, status, message: record_failure(run_dir, rank, status, message))
+    add_abort_listener(lambda record: record_failure(run_dir, record))

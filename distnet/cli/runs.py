@@ -18,7 +18,8 @@ def _run_dirs(paths):
 
 
 def describe(path):
-    """One line: directory, status, start time, ranks, and the error (with its rank) if any."""
+    """One line: directory, status, start time, ranks, and the error (with its rank, host and
+    phase) if any; then a line per unfinished save of its checkpoint left beside it."""
     info = read_info(os.path.join(path, "run.json"))
     status = run_status(path, info)
     status = status if isinstance(status, str) and status else "unknown"   # an edited or foreign record
@@ -32,9 +33,25 @@ def describe(path):
         parts.append(f"recorded as {info.get('status')}; its process (pid {info.get('pid')} on "
                      f"{info.get('host')}) is gone")
     elif info.get("error"):
-        rank = info.get("failed_rank")
-        parts.append((f"rank {rank}: " if rank is not None else "") + str(info["error"]))
-    return "  ".join(str(p) for p in parts)
+        rank, host, phase = info.get("failed_rank"), info.get("failed_host"), info.get("failed_phase")
+        where = f"rank {rank}" + (f" on {host}" if host else "") + (f" in {phase}" if phase else "")
+        parts.append((f"{where}: " if rank is not None else "") + str(info["error"]))
+    elif status == "preempted" and isinstance(info.get("preempted"), dict):
+        p = info["preempted"]
+        parts.append(f"by {p.get('signal')}; " + (f"checkpoint {p.get('checkpoint')} {p.get('where')}"
+                                                  if p.get("checkpoint") else "no new checkpoint"))
+    return "  ".join(str(p) for p in parts) + "".join(f"\n  {line}" for line in leftovers(info))
+
+
+def leftovers(info):
+    """Lines about what interrupted saves of the run's checkpoint left beside it (a sharded
+    save's ``PATH.tmp-TOKEN`` folder is the size of a checkpoint; the next save removes it)."""
+    from ..models.shard_save import unfinished_saves
+    path = info.get("checkpoint")
+    if not isinstance(path, str):
+        return []
+    return [f"left by a save that did not finish: {p} ({n / 2**20:.1f} MiB; the next save of {path} removes it)"
+            for p, n in unfinished_saves(path)]
 
 
 @click.command()

@@ -3,8 +3,9 @@ other ranks waiting forever in a collective.
 
 * :func:`install_abort_hook`: an uncaught exception on any rank prints ``[rank R] Type: message``
   and calls ``comm.Abort(1)``, which ends every rank (idea: chainermn's ``global_except_hook``).
-* :func:`add_abort_listener`: callbacks told ``(rank, status, message)`` right before this rank
-  aborts the job (the CLI records the failing rank and its reason in the run directory).
+* :func:`add_abort_listener`: callbacks told the failure's record (:func:`failure_record`: the
+  rank it is about, its host and phase, the status and the message) right before this rank
+  aborts the job (the CLI records it in the run directory).
 * :func:`abort_job`: the one way out used by the hook, the signal handlers and the watchdog.
 * :func:`start_failure_relay`: a failing rank's report reaches rank 0's listeners before the job
   ends, so the run record on rank 0's node says why even when another node failed.
@@ -29,24 +30,41 @@ def _debug():
 
 
 def add_abort_listener(fn):
-    """Call ``fn(rank, status, message)`` before this rank aborts the job (``status``:
-    ``failed`` or ``interrupted``). Exceptions of ``fn`` are ignored. Returns ``fn``."""
+    """Call ``fn(record)`` (a :func:`failure_record`) before this rank aborts the job. Exceptions
+    of ``fn`` are ignored. Returns ``fn``."""
     _listeners.append(fn)
     return fn
 
 
-def _tell_listeners(rank, status, message):
+def failure_record(rank, status, message, host=None, phase=None, noticed_by=None):
+    """What a failure record says (``run.json``'s ``failures``, the abort listeners' argument):
+    ``{"rank", "host", "phase", "status", "error"}`` (``status``: ``failed``, ``interrupted`` or
+    ``preempted``), and ``noticed_by`` when another rank than ``rank`` tells it (the watchdog
+    names the rank that stalled). ``host`` and ``phase`` default to this process's."""
+    from .launcher import host_name
+    from .phase import current
+    record = {"rank": rank, "host": host or host_name(), "phase": phase or current(), "status": status,
+              "error": message}
+    if noticed_by is not None and noticed_by != rank:
+        record["noticed_by"] = noticed_by
+    return record
+
+
+def _tell_listeners(record):
     for fn in list(_listeners):
         try:
-            fn(rank, status, message)
+            fn(record)
         except Exception:  # noqa: BLE001 - a record that cannot be written must not stop the abort
             pass
 
 
-def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_hint=True):
+def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_hint=True, about=None):
     """Print ``[rank R] message`` (and, with ``hint``, ``[rank R] aborting all N ranks``), tell
     the listeners, and ``comm.Abort(code)``: ends every rank of the job. Safe from any thread;
-    the first caller of a process does it, later ones wait. Never returns."""
+    the first caller of a process does it, later ones wait. Never returns.
+
+    about : ``{"rank", "host", "phase"}`` of the rank the failure is about when it is another
+        one's (the watchdog's verdict); default this rank's own."""
     rank = comm.Get_rank()
     if not _abort_lock.acquire(timeout=10):
         return
@@ -64,8 +82,11 @@ def abort_job(comm, message, code=1, status="failed", detail="", hint=True, tb_h
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - stderr may be gone; abort anyway
             pass
-        _tell_listeners(rank, status, message)
-        _relay_to_root(rank, status, message)
+        about = dict(about or {})
+        record = failure_record(about.get("rank", rank), status, message, about.get("host"), about.get("phase"),
+                                noticed_by=rank)
+        _tell_listeners(record)
+        _relay_to_root(rank, record)
         # Give the launcher a moment to forward this message before Abort kills the job.
         time.sleep(0.5)
     finally:
@@ -89,7 +110,7 @@ def start_failure_relay(comm):
     """Make every rank's abort reach rank 0's abort listeners (the run directory on rank 0's
     node, which other nodes cannot see). Collective over ``comm`` (``Dup``: a private
     communicator). Rank 0 runs a daemon thread that looks for reports every :data:`RELAY_POLL`
-    seconds (one ``improbe``: nothing else), tells its listeners ``(rank, status, message)`` of
+    seconds (one ``improbe``: nothing else), tells its listeners the record of
     the failing rank and confirms; a failing rank > 0 sends its report in :func:`abort_job` and
     waits at most :data:`RELAY_WAIT` seconds for the confirmation (rank 0 may be stopped) before
     it ends the job. One message per failing rank: O(1) per interval at rank 0 when all is well.
@@ -125,21 +146,21 @@ def _relay_loop(comm, stop):
                 msg = comm.improbe(tag=_RELAY_TAG)
                 if msg is None:
                     break
-                rank, status, message = msg.recv()
-                _tell_listeners(rank, status, message)
+                rank, record = msg.recv()
+                _tell_listeners(record)
                 comm.isend(True, dest=rank, tag=_RELAY_TAG + 1)
         except Exception:  # noqa: BLE001 - MPI is going down: the failing rank aborts anyway
             return
 
 
-def _relay_to_root(rank, status, message):
-    """On a rank > 0 with a relay: send rank 0 this abort's report and wait (bounded) until it
+def _relay_to_root(rank, record):
+    """On a rank > 0 with a relay: send rank 0 this abort's record and wait (bounded) until it
     was recorded there."""
     comm = _relay["comm"]
     if comm is None or rank == 0:
         return
     try:
-        comm.isend((rank, status, message), dest=0, tag=_RELAY_TAG)
+        comm.isend((rank, record), dest=0, tag=_RELAY_TAG)
         done = comm.irecv(source=0, tag=_RELAY_TAG + 1)
         deadline = time.monotonic() + RELAY_WAIT
         while time.monotonic() < deadline:

@@ -5,6 +5,7 @@ from Python (``distnet compare``, the multi-rank test launcher): where ``mpiexec
 environment that keeps oversubscribed runs fast. Pure functions of the environment."""
 import os
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -106,6 +107,18 @@ def detect_launch(env=None):
     return None
 
 
+#: Variables in which launchers name the host a process runs on, as the launcher calls it (Hydra's
+#: ``-hosts`` names, Slurm's node names): what a record of a lost node should say.
+HOST_VARS = ("PMI_HOSTNAME", "SLURMD_NODENAME", "OMPI_MCA_orte_hostname")
+
+
+def host_name(env=None):
+    """The host this process runs on, as its launcher names it (:data:`HOST_VARS`), else the
+    machine's name. Pure but for ``socket.gethostname``."""
+    env = os.environ if env is None else env
+    return next((env[v] for v in HOST_VARS if env.get(v)), None) or socket.gethostname()
+
+
 def launcher_world_size(env=None):
     """``(size, variable)``: the number of ranks a launcher announces in ``env`` (default
     ``os.environ``, :func:`detect_launch`) and the variable that says so; ``(1, None)`` without
@@ -125,6 +138,42 @@ def launcher_mismatch(mpi_size, mpi_library, env=None):
     who = f"process {launch.rank} of {launch.size}" if launch.rank is not None else f"one of {launch.size} processes"
     fix = launch.fix.format(library=mpi_library, mpiexec=mpiexec_path() or "the mpiexec of its virtualenv")
     return f"launched by {launch.name} as {who} ({launch.variable}={launch.size}), but MPI sees this process alone: {fix}"
+
+
+def _ranges(numbers):
+    numbers, out = sorted(numbers), []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def split_launch_refusal(world_size, procids, env=None):
+    """The error message when this MPI world holds only some of the tasks of the ``srun`` step
+    that started it (``procids``: every rank's ``SLURM_PROCID``, None outside a step), else
+    None. Pure.
+
+    ``srun -n 2 mpiexec -n 2 distnet run`` (a launch inside a launch) starts two ``mpiexec``
+    jobs that each train the whole experiment; a world that MPI joined from fewer tasks than
+    the step started leaves the others to train alone. (``mpiexec`` inside an allocation that
+    starts its proxies through Slurm is one world holding every task: fine.)"""
+    env = os.environ if env is None else env
+    tasks, var = _slurm_step(env)
+    seen = {p for p in procids if p is not None}
+    if tasks is None or not seen or len(seen) >= tasks:
+        return None
+    missing = _ranges(set(range(tasks)) - seen)
+    launch = detect_launch(env)
+    if launch is not None and launch.name.endswith(("(Hydra)", "mpiexec")):
+        return (f"launched by {launch.name} inside task {_ranges(seen)} of an srun step of {tasks} tasks ({var}={tasks}): "
+                f"srun started {tasks} copies of this job (a launch inside a launch), each training alone; start the "
+                f"ranks with srun alone (srun --mpi=pmi2 -n N distnet run ...), or with mpiexec alone in the "
+                f"allocation (no srun around it)")
+    return (f"MPI joined {world_size} rank(s) from task(s) {_ranges(seen)} of the srun step's {tasks} ({var}={tasks}): "
+            f"task(s) {missing} would train the job separately; launch srun with an MPI plugin that joins every task "
+            f"(srun --mpi=pmi2, `srun --mpi=list`), or start {world_size} task(s) (srun -n {world_size})")
 
 
 def pmix_refusal(env=None):

@@ -62,3 +62,18 @@ def world_for_plan(use_mpi):
         from mpi4py import MPI
         return MPI.COMM_WORLD
     return None
+
+
+def node_members(world, member=True):
+    """``(index, count)``: this rank's place among the ranks of its node for which ``member`` is
+    true, and how many there are (a rank that is no member: its would-be index). Collective
+    over ``world``: one ``Split_type`` and one ``allgather`` of a flag over the node."""
+    if world is None or isinstance(world, SerialComm) or world.Get_size() == 1:
+        return 0, int(bool(member))
+    from mpi4py import MPI
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        flags = node.allgather(bool(member))
+        return sum(flags[:node.Get_rank()]), sum(flags)
+    finally:
+        node.Free()

@@ -5,6 +5,7 @@ None of these starts MPI: they look at an mpi4py that the run already initialise
 run never imports it). The command line calls these instead of mpi4py (comm is the only package
 that imports mpi4py: docs/design.md#layers-of-the-code).
 """
+import os
 import sys
 
 from ..errors import DistnetError
@@ -55,7 +56,10 @@ class LauncherMismatch(DistnetError):
 
 def install_world_abort_hook():
     """:func:`~distnet.comm.abort.install_abort_hook` on ``MPI.COMM_WORLD`` (initialises MPI):
-    an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``."""
+    an uncaught exception on any rank then ends every rank. Returns ``MPI.COMM_WORLD``. A
+    launch that MPI did not join into one world is :class:`LauncherMismatch`: every process
+    alone (:func:`~distnet.comm.launcher.launcher_mismatch`), or a world of only some of an srun
+    step's tasks (:func:`~distnet.comm.launcher.split_launch_refusal`)."""
     from .launcher import launcher_mismatch, pmix_refusal, prepare_mpi_env
     refusal = pmix_refusal()    # MPI_Init itself would abort with a wall of MPICH's internals
     if refusal:
@@ -67,8 +71,21 @@ def install_world_abort_hook():
         from mpi4py import MPI
 
     from .abort import install_abort_hook
-    mismatch = launcher_mismatch(MPI.COMM_WORLD.Get_size(), " ".join(MPI.Get_library_version().splitlines()[0].split()))
+    world = MPI.COMM_WORLD
+    mismatch = launcher_mismatch(world.Get_size(), " ".join(MPI.Get_library_version().splitlines()[0].split()))
     if mismatch:
         raise LauncherMismatch(mismatch)
-    install_abort_hook(MPI.COMM_WORLD)
-    return MPI.COMM_WORLD
+    install_abort_hook(world)
+    if world.Get_size() > 1:    # every rank says which srun task started it: one small allgather
+        from .launcher import _int, split_launch_refusal
+        split = split_launch_refusal(world.Get_size(), world.allgather(_int(os.environ, "SLURM_PROCID")[0]))
+        if split:
+            raise LauncherMismatch(split)
+    return world
+
+
+def gather_to_rank0(value):
+    """Every rank's ``value`` (small, pickled) in rank order on rank 0 of a running multi-rank
+    world, None on the others; ``[value]`` on one process. Collective over ``COMM_WORLD``."""
+    world = _running_world()
+    return [value] if world is None else world.gather(value, root=0)

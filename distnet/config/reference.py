@@ -129,8 +129,9 @@ def reference_markdown():
     paths_of = {}
     for name, kind, dpath, npath in registry.known_classes():
         paths_of[name] = ", ".join(f"`{p}`" for p in dict.fromkeys((dpath, npath, *registry.extra_paths(name))) if p)
-        # the reference documents distnet's own classes; an alias is listed under its class
-        if registry.plugin_source(name) or registry.alias_of(name):
+        # the reference documents distnet's own classes (not a plugin's, nor one a script
+        # registered); an alias is listed under its class
+        if registry.plugin_source(name) or registry.alias_of(name) or not dpath.startswith("distnet."):
             continue
         by_kind.setdefault(kind, []).append((name, dpath, npath))
     for kind in _KIND_ORDER:

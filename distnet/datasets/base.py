@@ -24,6 +24,7 @@ from ..data import cache
 from ..data.augment import Augmentation, AugmentedArray
 from ..data.checks import check_split, check_splits
 from ..data.fingerprints import NOT_READ, file_digest, same_data
+from ..data.verify import parse_verify, verify_copies
 from ..data.header import describe_split
 from ..data.reading import parse_chunk_mb, parse_read, reading_for
 from ..data.selection import sample_indices
@@ -110,6 +111,10 @@ class Dataset:
     augment : mapping or None
         Random crop with padding and flips of the training images, one draw per image and
         epoch (:class:`~distnet.data.augment.Augmentation`, docs/data.md#augmentation).
+    verify : 'sample' | 'full', default 'sample'
+        How the ranks check before training that they read the same data: a sample of 32
+        images per split and every label (``full``: every image, checksummed in parallel by the
+        ranks that read; :mod:`~distnet.data.verify`).
 
     Subclasses set ``nclasses`` and ``image_shape`` (known without loading the data) and implement
     :meth:`source_files` (the files, for messages, fingerprints and caches) and
@@ -121,14 +126,14 @@ class Dataset:
     config_types = {"repo_path": str, "sample_pct": Bounded(float, 0, 100, open_low=True), "serialized_path": str,
                     "dist_flag": bool, "backend": ("obj", "backend"), "num_test_sample": PositiveInt,
                     "read": str, "read_chunk_mb": float,
-                    "augment": dict}
+                    "augment": dict, "verify": str}
     #: Whether pixels are divided by 255 when converted to the float dtype.
     scale_255 = True
     repo_required = True
 
     def __init__(self, *, repo_path=None, sample_pct=100, serialized_path=None, dist_flag=False,
                  backend=None, dist_mode=None, num_test_sample=None, read="every", read_chunk_mb=16,
-                 augment=None):
+                 augment=None, verify=None):
         self.repo_path = check_path(repo_path, "repo_path", self.repo_required)
         if sample_pct is None:
             sample_pct = 100
@@ -157,6 +162,7 @@ class Dataset:
         self.chunk_bytes = parse_chunk_mb(read_chunk_mb)
         self._reading = None
         self.augment = Augmentation.from_config(augment)
+        self.verify = parse_verify(verify)
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -213,6 +219,8 @@ class Dataset:
         where = (type(self).__name__ if not files else files[0] if len(files) == 1 else
                  f"the {len(files)} files in {os.path.commonpath([os.path.dirname(f) or '.' for f in files])}")
         same_data(self.fingerprint() if self.reading.opens_files() else NOT_READ, comm, where)
+        if self.verify == "full":
+            verify_copies(self.file_sources() if self.reading.opens_files() else None, comm, where)
 
     # -- which ranks read: the read strategy -------------------------------------------------
 
@@ -373,6 +381,10 @@ class Dataset:
         in memory. The training loop hands it to the model, which calls it with each epoch's
         minibatches (:meth:`~distnet.models.model.Model.fit_epoch`)."""
         return x.read_ahead() if isinstance(x, (StreamArray, AugmentedArray)) else None
+
+    #: Whether :meth:`preprocessing`'s scale, mean and std may be replaced by a checkpoint's
+    #: (``use_scaling``; files only: MNIST's and CIFAR-10's division by 255 is their kind's).
+    takes_scaling = False
 
     def preprocessing(self):
         """How this dataset turns images as stored into the values a model trains on, as a plain

@@ -188,6 +188,8 @@ class FileDataset(Dataset):
                     scale=scaler.scale, mean=_values(scaler.mean), std=_values(scaler.std),
                     normalize=self.normalize)
 
+    takes_scaling = True
+
     def use_scaling(self, scale, mean, std):
         """Scale the images by ``scale``, ``mean`` and ``std`` (floats, or lists of one per
         channel; None: none) instead of this dataset's keys: a checkpoint's training values

@@ -48,6 +48,14 @@ class SequenceDataset:
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
         self._data = None
 
+    def preprocessing(self):
+        """None: token ids need no preprocessing a checkpoint must keep."""
+        return None
+
+    def class_names(self):
+        """None: a sequence's tokens are no classes of images."""
+        return None
+
     def fingerprint(self):
         """What every rank must read alike (:mod:`~distnet.data.fingerprints`): both vocabularies
         and, per split, every array's shape and a CRC-32 of its values (the data is in memory

@@ -11,46 +11,98 @@ from ..log import check_logging, get_logger, setup_logging
 from .loop import run_experiment
 from .policy import POLICY_KEYS, check_policy_keys
 
-_CHECKPOINT_KEYS = {"enabled", "every", "path", "at_end", "sharded"} | POLICY_KEYS
+_CHECKPOINT_KEYS = {"enabled", "every", "path", "at_end", "sharded", "every_steps", "every_minutes", "async",
+                    "on_signal", "grace"} | POLICY_KEYS
+#: ``checkpoint.on_signal`` by default: Slurm's ``--signal=USR1@SECONDS`` and the SIGTERM before
+#: a time limit's or a preemption's kill (:mod:`distnet.comm.signals`).
+DEFAULT_SIGNALS = ("SIGUSR1", "SIGTERM")
+#: ``checkpoint.grace`` by default (seconds from the first preemption signal to ending at once).
+DEFAULT_GRACE = 60
 
 
 def check_checkpoint_key(value):
-    """The ``checkpoint`` mapping (``enabled``, ``every``, ``path``, ``at_end``, ``sharded``, and
-    the policy's keys of :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
+    """The ``checkpoint`` mapping (``enabled``, ``every``, ``path``, ``at_end``, ``sharded``,
+    ``every_steps``, ``every_minutes``, ``async``, ``on_signal``, ``grace``, and the policy's
+    keys of :mod:`~distnet.experiments.policy`) checked; ``{}`` for None."""
     if value is None:
         return {}
     unknown = set(value) - _CHECKPOINT_KEYS
     if unknown:
         raise ConfigError(f"unknown checkpoint key(s) {sorted(unknown)}; valid: {sorted(_CHECKPOINT_KEYS)}",
                           key="checkpoint")
-    every = value.get("every", 0)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ConfigError(f"checkpoint every must be an integer >= 0 (0: only at the end), got {every!r}",
-                          key="checkpoint")
+    for key, what in (("every", "0: only at the end"), ("every_steps", "0: none")):
+        v = value.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"checkpoint {key} must be an integer >= 0 ({what}), got {v!r}", key="checkpoint")
+    for key, what in (("every_minutes", "0: none"), ("grace", "0: no limit")):
+        v = value.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise ConfigError(f"checkpoint {key} must be a number >= 0 ({what}), got {v!r}", key="checkpoint")
     path = value.get("path")
     if path is not None and (not isinstance(path, str) or not path):
         raise ConfigError(f"checkpoint path must be a file name, got {path!r}", key="checkpoint")
-    for key, default in (("enabled", True), ("at_end", True), ("sharded", False)):
+    for key, default in (("enabled", True), ("at_end", True), ("sharded", False), ("async", False)):
         if not isinstance(value.get(key, default), bool):
             raise ConfigError(f"checkpoint {key} must be True or False, got {value[key]!r}", key="checkpoint")
+    signal_numbers(value.get("on_signal", DEFAULT_SIGNALS))
     check_policy_keys(value)
     return dict(value)
 
 
+def signal_numbers(names):
+    """``checkpoint.on_signal`` (a list of signal names, ``SIGUSR1`` or ``USR1``; ``[]``: none) as
+    signal numbers; ConfigError at ``checkpoint`` otherwise (SIGINT stays Ctrl-C: it ends a run
+    at once; SIGKILL and SIGSTOP cannot be caught)."""
+    import signal
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError(f"checkpoint on_signal must be a list of signal names such as [SIGUSR1, SIGTERM] "
+                          f"([] for none), got {names!r}", key="checkpoint")
+    out = []
+    for name in names:
+        full = str(name).upper() if str(name).upper().startswith("SIG") else f"SIG{str(name).upper()}"
+        if full not in ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGHUP") or full not in signal.Signals.__members__:
+            raise ConfigError(f"checkpoint on_signal: {name!r} is not a signal a run can answer with a checkpoint "
+                              "(SIGUSR1, SIGUSR2, SIGTERM or SIGHUP; Ctrl-C's SIGINT ends a run at once)",
+                              key="checkpoint")
+        out.append(int(getattr(signal, full)))
+    return out
+
+
 def setup_experiment_logging(experiment, t):
     """``experiment.logging`` applied on every rank of topology ``t``; an unwritable log file
-    (opened by rank 0) ends every rank with the experiment's file:line (collective over
-    ``t.world``)."""
+    (opened by rank 0; with ``log_dir``, every rank's own) ends every rank with the experiment's
+    file:line (collective over ``t.world``)."""
     from ..comm.abort import run_collectively
+    from ..comm.launcher import host_name
     lc = dict(experiment.logging)
 
     def setup():
         try:
-            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"))
+            setup_logging(t.rank, t.size, lc.get("level", logging.INFO), lc.get("format"), lc.get("filename"),
+                          lc.get("log_dir"), host_name())
         except ConfigError as e:
             raise config_error(experiment, e.bare_message, e.key) from None
 
     run_collectively(setup, t.world)
+    if lc.get("log_dir"):
+        _rank_file_listeners()
+
+
+_told = {"listening": False}
+
+
+def _rank_file_listeners():
+    """A rank's own log file (``logging.log_dir``) also gets its phases and its failure (once
+    per process)."""
+    if _told["listening"]:
+        return
+    from ..comm.abort import add_abort_listener
+    from ..comm.phase import on_enter
+    from ..log import rank_file_line
+    on_enter(lambda name: rank_file_line(f"phase: {name}"))
+    add_abort_listener(lambda r: rank_file_line(f"{r['status']}: {r['error']} (rank {r['rank']} on {r['host']}, "
+                                                f"in {r['phase']})", logging.ERROR))
+    _told["listening"] = True
 
 
 class Experiment:
@@ -82,6 +134,16 @@ class Experiment:
         self.checkpoint_at_end = ck.get("at_end", True)
         #: Write checkpoints as a sharded folder (every rank its part; docs/checkpoints.md).
         self.checkpoint_sharded = ck.get("sharded", False)
+        #: A checkpoint inside an epoch every this many optimiser steps, and every this many
+        #: minutes (0: none; :mod:`~distnet.experiments.checkpointing`).
+        self.checkpoint_every_steps = ck.get("every_steps", 0) if self.checkpoint_enabled else 0
+        self.checkpoint_every_minutes = ck.get("every_minutes", 0) if self.checkpoint_enabled else 0
+        #: Sharded checkpoints written by a background thread from a staged copy of each share.
+        self.checkpoint_async = ck.get("async", False)
+        #: The signal numbers answered with a checkpoint and exit 75 (:mod:`distnet.comm.signals`),
+        #: and the seconds after the first one before the run ends at once (None: no limit).
+        self.checkpoint_on_signal = tuple(signal_numbers(ck.get("on_signal", DEFAULT_SIGNALS)))
+        self.checkpoint_grace = ck.get("grace", DEFAULT_GRACE) or None
         #: ``{"save_bytes", "save_seconds", "restore_bytes", "restore_seconds", ...}`` of this run's
         #: checkpoint reads and writes (the last save; the run record keeps them).
         self.checkpoint_io = {}
@@ -125,16 +187,35 @@ class Experiment:
         world = Topology.world_comm()
         return Topology.from_layout(self.layout(world.Get_size()), world)
 
-    def save_checkpoint(self, path, epoch, history=()):
+    def save_checkpoint(self, path, epoch, history=(), position=None, shuffle_state=None, background=False):
         """Write the model's state after ``epoch`` to ``path`` (collective, world rank 0 writes;
-        never a checkpoint of non-finite weights)."""
+        never a checkpoint of non-finite weights); ``position`` and ``shuffle_state``: inside
+        the next epoch (:func:`~distnet.models.sharded.save_any`). With ``background`` (a
+        sharded checkpoint of ``checkpoint.async``), returns the
+        :class:`~distnet.models.shard_save.PendingSave` to :meth:`finish_save`."""
         from ..models.sharded import save_any
         from ..models.finite import check_parameters
-        check_parameters(self.model, f"at the end of epoch {epoch}; no checkpoint written to {path}")
+        where = (f"in epoch {position['epoch']}, batch {position['batch']}" if position is not None
+                 else f"at the end of epoch {epoch}")
+        check_parameters(self.model, f"{where}; no checkpoint written to {path}")
         stats = save_any(path, self.model, self.topology, epoch, self.checkpoint_config(), history,
-                         sharded=self.checkpoint_sharded)
+                         sharded=self.checkpoint_sharded, position=position, shuffle_state=shuffle_state,
+                         background=background and self.checkpoint_sharded, log=get_logger())
+        if isinstance(stats, dict):
+            self.finish_save(stats)
+            return None
+        return stats
+
+    def finish_save(self, stats):
+        """Record a save's figures (``checkpoint_io``); a pending background save is finished
+        first (collective). Returns the figures."""
+        if not isinstance(stats, dict):
+            stats = dict(stats.finish(), format="sharded")
         self.checkpoint_io.update(save_format=stats["format"], save_bytes=stats["bytes"],
                                   save_seconds=round(stats["seconds"], 6))
+        if "blocking" in stats:
+            self.checkpoint_io["save_blocking_seconds"] = round(stats["blocking"], 6)
+        return stats
 
     def checkpoint_config(self):
         """What a checkpoint keeps of the experiment: :attr:`config_record` and, on world rank 0

@@ -2,7 +2,7 @@
 probabilities of new images (``distnet predict``), on any grid or number of ranks.
 
 Both build the experiment as ``distnet run`` would (its topology from the world, its layers
-planned on it), load the checkpoint with :func:`~distnet.models.checkpoint.restore_checkpoint`
+planned on it), load the checkpoint with :func:`~distnet.models.sharded.restore_any`
 (every weight is stored in its global layout, so a checkpoint written on one grid loads on any
 other) and run the model forward only. Every rank calls these functions; the results are the
 same on every rank (rank 0 prints and writes).

@@ -38,8 +38,14 @@ class FitExperiment(Experiment):
     ``pipe`` (pipeline stages, default 1: the model's
     ``stages`` / its layers' ``stage`` keys place the layers on them), ``logging`` (neon's ``logging.basicConfig``
     mapping: ``level`` (a number or a name such as ``DEBUG``; ``distnet run -v`` sets ``DEBUG``,
-    ``-q`` ``WARNING``), ``format``, ``filename``; other keys are errors), ``checkpoint`` (mapping:
-    ``every`` N epochs, default 0 = only at the end (``--checkpoint-every N``); ``path``, default
+    ``-q`` ``WARNING``), ``format``, ``filename``, and distnet's ``log_dir``: a log file per rank,
+    ``DIR/rank-RRRRR.log`` (``--log-dir DIR``); other keys are errors), ``checkpoint`` (mapping:
+    ``every`` N epochs, default 0 = only at the end (``--checkpoint-every N``); ``every_steps`` N
+    training steps and ``every_minutes`` T minutes (agreed by rank 0), default 0 = none, resumed
+    mid-epoch exactly (``--checkpoint-every-steps``, ``--checkpoint-every-minutes``);
+    ``on_signal``, default [SIGUSR1, SIGTERM]: the signals that end a run after one checkpoint
+    with exit 75, and ``grace``, default 60 seconds to write it (docs/cluster.md); ``async``,
+    default False: a sharded save written in the background from a staged copy; ``path``, default
     ``checkpoint.h5`` in the run directory of ``distnet run`` (``--checkpoint PATH``); ``at_end``,
     default True; ``sharded``, default False: a folder every rank writes its part of,
     docs/checkpoints.md (``--sharded-checkpoint``); ``enabled``, default True; False: no

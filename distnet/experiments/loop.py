@@ -3,19 +3,22 @@ job on one rank, read top to bottom.
 
 1. set up: topology, layer plans, weights (``exp.setup``); the hooks learn the topology;
 2. ``resume``: restore the checkpoint and replay its epoch records to the hooks, so a resumed
-   run's records start at epoch 0 as an uninterrupted run's;
+   run's records start at epoch 0 as an uninterrupted run's (a checkpoint written inside an
+   epoch continues that epoch at its next step);
 3. load this rank's data; the model starts (first epoch, shuffle state); a run from scratch
    runs the model's ``before_training`` (GB's pretraining, its records to ``hooks.pretrain``);
-4. the epochs: one ``fit_epoch`` each (before every step: fault injection and ``hooks.batch``),
-   every ``eval_every`` epochs the metrics of the evaluated splits, then the checkpoint
-   bookkeeping (:class:`~distnet.experiments.checkpointing.Checkpointing`: the policy's
-   decisions, the checkpoints written and removed), then ``hooks.epoch``;
+4. the epochs: one ``fit_epoch`` each (before every step: the step checkpoints, fault
+   injection and ``hooks.batch``), every ``eval_every`` epochs the metrics of the evaluated
+   splits, then the checkpoint bookkeeping
+   (:class:`~distnet.experiments.checkpointing.Checkpointing`: the policy's decisions, the
+   checkpoints written and removed), then ``hooks.epoch``; a preemption signal ends the run
+   after its checkpoint (:class:`~distnet.comm.signals.Preempted`);
 5. the end: the final checkpoint and the best epoch (the bookkeeping's ``finish``), the
    experiment's final metrics, the :class:`RunResult` with timings to ``hooks.finished``.
 
 The model answers a small protocol: ``start(resume_state) -> first epoch``,
-``before_training(train) -> records``, ``fit_epoch(train, epoch, on_batch, read_ahead) -> mean
-cost`` and ``split_metrics(split) -> {name: value}`` (``misclass`` for the image models; token /
+``before_training(train) -> records``, ``fit_epoch(train, epoch, on_batch, read_ahead[, start])
+-> mean cost`` and ``split_metrics(split) -> {name: value}`` (``misclass`` for the image models; token /
 sequence accuracies for seq2seq). The experiment (:class:`~distnet.experiments.base.Experiment`)
 says what differs between kinds: its start lines, the splits it evaluates, its epoch line and
 its final metrics. Every rank runs the same calls in the same order; only rank 0 logs.
@@ -23,6 +26,7 @@ its final metrics. Every rank runs the same calls in the same order; only rank 0
 import time
 from dataclasses import dataclass, field
 
+from ..comm.phase import enter, tick
 from ..faults import fault_hook
 from ..log import get_logger
 from .checkpointing import Checkpointing
@@ -91,7 +95,7 @@ class RunHooks:
 
     def trained(self):
         """After the last training step and its epoch's end, before the final checkpoint and
-        error rates (``distnet run``'s watchdog stops here: they are not watched)."""
+        error rates."""
 
     def finished(self, result):
         """After the final error rates, with the :class:`RunResult`."""
@@ -100,10 +104,12 @@ class RunHooks:
 def run_experiment(exp, topology=None, hooks=None, resume=None, default_checkpoint=None):
     """Train ``exp``'s model (and evaluate it); returns a :class:`RunResult`, identical on every
     rank. Collective over the run's world. Arguments: see
-    :meth:`~distnet.experiments.base.Experiment.run`."""
+    :meth:`~distnet.experiments.base.Experiment.run`. Each part runs in its phase
+    (:mod:`distnet.comm.phase`: the watchdog's and the failure records' words)."""
     hooks = hooks or RunHooks()
     model, log, clock = exp.model, get_logger(), time.perf_counter
     t_start = clock()
+    enter("start-up")
     t = exp.setup(topology)
     timings = {"setup": clock() - t_start}
     exp.log_start(log)
@@ -112,6 +118,7 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, default_checkpoi
     history, resume_state = _restore(exp, resume, hooks, timings, log)
 
     t0 = clock()
+    enter("data loading")
     data = exp.load_data()
     timings["data"] = clock() - t0
     hooks.loaded({split: len(data[split][0]) for split in data})
@@ -122,13 +129,15 @@ def run_experiment(exp, topology=None, hooks=None, resume=None, default_checkpoi
     checkpoints.note_unwritten(first, model.num_epochs)
 
     t0 = clock()
-    _train(exp, data, eval_splits, first, history, checkpoints, hooks, resume_state is None, t.rank, log)
+    start = resume_state.start(t.ndata, t.data_index) if resume_state is not None else None
+    _train(exp, data, eval_splits, first, start, checkpoints, hooks, resume_state is None, t.rank, log)
     hooks.trained()
     timings["train"] = clock() - t0
 
     result.epoch_costs = [r["cost"] for r in history]
     checkpoints.finish(history, first, model.num_epochs, result, exp.picks_best_epoch)
     t0 = clock()
+    enter("final evaluation")
     exp.final_metrics(data, history, result, log)
     timings["eval"] = clock() - t0
     timings["total"] = clock() - t_start
@@ -144,21 +153,26 @@ def _restore(exp, resume, hooks, timings, log):
     if not resume:
         return [], None
     t0 = time.perf_counter()
+    enter("restore")
     ck = exp.restore(resume)
     timings["restore"] = time.perf_counter() - t0
     history = [r for r in ck.history if r.get("epoch", -1) <= ck.epoch]
     for r in history:
         hooks.epoch(dict(r, from_checkpoint=True))
-    log.info("resumed from %s: epoch %d done (written on %s); %s", resume, ck.epoch,
-             written_on(ck), epochs_left(ck.epoch, exp.model.num_epochs))
+    at = ck.position
+    log.info("resumed from %s: %s (written on %s); %s", resume, ck.describe_done(), written_on(ck),
+             epochs_left(ck.epoch, exp.model.num_epochs) if at is None else f"training epochs {at['epoch']} to "
+             f"{exp.model.num_epochs - 1}")
     return history, ck.resume
 
 
-def _train(exp, data, eval_splits, first, history, checkpoints, hooks, pretrain, rank, log):
-    """The epochs from ``first`` (after GB's pretraining on a run from scratch, ``pretrain``):
-    each trained and evaluated, its record logged and kept in ``history``, the checkpoints
-    told, the hooks told; until the last epoch or an early stop."""
-    model, train = exp.model, data["train"]
+def _train(exp, data, eval_splits, first, start, checkpoints, hooks, pretrain, rank, log):
+    """The epochs from ``first`` (``start``: the rest of the first one, whose first batches a
+    checkpoint holds; after GB's pretraining on a run from scratch, ``pretrain``): each trained
+    and evaluated, its record logged and kept in the checkpoints' history, the checkpoints told
+    (before every step too), the hooks told; until the last epoch, an early stop, or a
+    preemption signal's checkpoint (:class:`~distnet.comm.signals.Preempted` raised)."""
+    model, train, history = exp.model, data["train"], checkpoints.history
     fault = fault_hook(rank)
 
     def on_batch(epoch, batch, nbatches, running_cost):
@@ -169,14 +183,18 @@ def _train(exp, data, eval_splits, first, history, checkpoints, hooks, pretrain,
     read_ahead = exp.read_ahead(train)   # streamed data prefetches the model's minibatches
     try:
         if pretrain:   # checkpoints close supervised epochs, which pretraining preceded
+            enter("pretraining")
             for record in model.before_training(train):
                 hooks.pretrain(record)
         for epoch in checkpoints.epochs(first, model.num_epochs):
-            record = _epoch(exp, data, eval_splits, epoch, on_batch, read_ahead)
+            record = _epoch(exp, data, eval_splits, epoch, on_batch, read_ahead, checkpoints,
+                            start if epoch == first else None)
             exp.log_epoch(record, log)
             history.append(record)
-            checkpoints.epoch_done(record, epoch == model.num_epochs - 1, history)
+            preempted = checkpoints.epoch_done(record, epoch == model.num_epochs - 1, history)
             hooks.epoch(record)
+            if preempted is not None:
+                raise preempted
             if checkpoints.stopped:
                 break
     finally:
@@ -184,20 +202,30 @@ def _train(exp, data, eval_splits, first, history, checkpoints, hooks, pretrain,
             read_ahead([])   # forget what was scheduled
 
 
-def _epoch(exp, data, eval_splits, epoch, on_batch, read_ahead):
-    """One epoch's training steps, then (every ``eval_every``) the metrics of the evaluated
+def _epoch(exp, data, eval_splits, epoch, on_batch, read_ahead, checkpoints, start=None):
+    """One epoch's training steps (``start``: from a step inside it, :meth:`~distnet.models.
+    checkpoint.ResumeState.start`), then (every ``eval_every``) the metrics of the evaluated
     splits: its record ``{"epoch", "cost", "seconds", "<split>_<metric>", "eval_seconds"}``."""
     clock, train = time.perf_counter, data["train"]
     t0 = clock()
+    enter("training")
     exp.set_epoch(train, epoch)     # augmented images draw per epoch
-    cost = exp.model.fit_epoch(train, epoch, on_batch, read_ahead)
+    checkpoints.epoch_begins()
+    more = {} if start is None else {"start": start}   # a model of a plugin may not take it
+
+    def step(model_epoch, batch, nbatches, running_cost):   # a DBN counts its layers' epochs from 0
+        checkpoints.before_step(epoch, batch, running_cost)
+        on_batch(model_epoch, batch, nbatches, running_cost)
+    cost = exp.model.fit_epoch(train, epoch, step, read_ahead, **more)
     exp.set_epoch(train, None)      # the metrics measure the images as stored
     record = {"epoch": epoch, "cost": cost, "seconds": clock() - t0}
     if eval_splits and exp.evaluates(epoch):
         t0 = clock()
+        enter("evaluation")
         for split in eval_splits:
             for name, value in exp.split_metrics(data[split]).items():
                 record[f"{split}_{name}"] = value
+            tick()
         record["eval_seconds"] = clock() - t0
     return record
 

@@ -18,7 +18,8 @@ Keys of the experiment's ``checkpoint`` mapping (beside ``every``, ``path``, ``a
   early) and ``min_delta`` (default 0).
 
 The policy's decisions are written into the epoch records (``checkpoint``, ``removed``,
-``best``, ``best_checkpoint``, ``since_best``, ``stop``), which checkpoints keep: a resumed run
+``best``, ``best_checkpoint``, ``since_best``, ``stop``; ``midway_checkpoint``: one written
+inside the epoch), which checkpoints keep: a resumed run
 replays them (:meth:`CheckpointPolicy.replay`) and so decides as the uninterrupted run would.
 Every rank makes the same decisions from the same records; world rank 0 removes the files.
 """
@@ -223,6 +224,11 @@ class CheckpointPolicy:
         self.since_best += 1
         return False
 
+    def keep(self, path):
+        """``path`` (a checkpoint written inside an epoch) joins the kept files; returns those
+        ``keep_last`` lets go (:meth:`_keep`), to remove once it is complete."""
+        return self._keep(path)
+
     def _keep(self, path):
         """``path`` joins the kept files; returns those ``keep_last`` lets go (never ``path``,
         never the best file)."""
@@ -274,10 +280,11 @@ class CheckpointPolicy:
             self._observe(record)
             if record.get("best_checkpoint"):
                 self.best_path = record["best_checkpoint"]
-            if record.get("checkpoint"):
-                if record["checkpoint"] in self.kept:
-                    self.kept.remove(record["checkpoint"])
-                self.kept.append(record["checkpoint"])
+            for written in (record.get("midway_checkpoint"), record.get("checkpoint")):
+                if written:
+                    if written in self.kept:
+                        self.kept.remove(written)
+                    self.kept.append(written)
             self.kept = [p for p in self.kept if p not in record.get("removed", ())]
             if record.get("stop"):
                 self.stop = record["stop"]

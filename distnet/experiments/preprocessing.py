@@ -41,11 +41,9 @@ RECIPE_KEYS = ("size", "resize", "channels")
 def preprocessing_text(dataset):
     """The JSON a checkpoint keeps of ``dataset``'s preprocessing, or "" when the dataset has
     none (sequences) or its files cannot tell it now (then predict says it cannot check)."""
-    describe = getattr(dataset, "preprocessing", None)
-    if describe is None:
-        return ""
     try:
-        return json.dumps(describe())
+        record = dataset.preprocessing()
+        return "" if record is None else json.dumps(record)
     except (DistnetError, OSError) as e:
         get_logger().debug("no preprocessing record for the checkpoint: %s", e)
         return ""
@@ -71,8 +69,7 @@ def checkpoint_preprocessing(ck):
         # read here, by this rank alone: a read: root / node strategy would fetch its header in a
         # collective that only the rank calling this makes
         exp.dataset.reading = EveryRankReads(compares_copies=False)
-        describe = getattr(exp.dataset, "preprocessing", None)
-        return describe() if describe is not None else None
+        return exp.dataset.preprocessing()
     except (DistnetError, OSError):
         return None
 
@@ -181,7 +178,7 @@ def training_scaling(dataset, training, new, checkpoint):
     keys = ("divide_by_255", "scale", "mean", "std")
     if all(_same(training.get(k), new.get(k)) for k in keys):
         return None         # the scaling agrees: class names or the recipe differ
-    if training.get("divide_by_255") != new.get("divide_by_255") or not hasattr(dataset, "use_scaling"):
+    if training.get("divide_by_255") != new.get("divide_by_255") or not dataset.takes_scaling:
         raise ConfigError(f"--preprocessing training: the experiment's {new['dataset']} scales its images its own "
                           f"way and the training's {training['dataset']} did otherwise; give the experiment the "
                           "training's dataset kind")

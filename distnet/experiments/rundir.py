@@ -56,9 +56,12 @@ LOG_FILE = "log.txt"
 RECORD_FILES = ("run.json", "metrics.jsonl", LOG_FILE, "experiment.yaml", "resolved.yaml")
 #: Rank 0 touches ``run.json`` this often while the run lives.
 HEARTBEAT_SECONDS = 30
+#: What ``attempts`` keeps of an earlier attempt of a job (``--resume auto``, :meth:`RunDir.take_over`).
+ATTEMPT_KEYS = ("started", "finished", "host", "pid", "command", "resume", "checkpoint", "error", "failed_rank",
+                "failed_host", "failed_phase", "preempted")
 #: A ``running`` record of another host whose heartbeat is older than this is ``crashed``.
 STALE_SECONDS = 4 * HEARTBEAT_SECONDS
-DONE = ("finished", "failed", "interrupted")
+DONE = ("finished", "failed", "interrupted", "preempted")
 
 
 class RunDirError(DistnetError):
@@ -153,9 +156,43 @@ class RunDir:
                 raise RunDirError(f"cannot create run directory {candidate}: {reason(e)}") from None
         raise RunDirError(f"cannot find a free run directory name like {base}")
 
-    def _claim(self):
+    @classmethod
+    def take_over(cls, path, experiment_path, force=False):
+        """``--resume auto --run-dir PATH``: the run directory of every attempt of one job. A
+        fresh ``PATH`` is created as :meth:`create` does; one that holds an earlier attempt of
+        this experiment (a ``run.json`` whose run is over: finished, failed, interrupted,
+        preempted, crashed) is taken over: the earlier record goes into ``attempts``, the new
+        attempt writes the rest (``metrics.jsonl`` anew, from the checkpoint's replayed epochs;
+        ``log.txt`` goes on). :class:`RunDirError` for a run still running or another
+        experiment's."""
+        info = read_info(os.path.join(path, "run.json"))
+        if not info:
+            return cls.create(path, experiment_path, force=force)
+        with _locked(path):
+            info = read_info(os.path.join(path, "run.json"))
+            status = run_status(path, info)
+            if status in ("running", "starting"):
+                raise RunDirError(f"run directory {path} holds a run that is still {status} (pid {info.get('pid')} "
+                                  f"on {info.get('host')}): one attempt of a job at a time")
+            source = info.get("experiment")
+            if source and os.path.basename(source) != os.path.basename(experiment_path):
+                raise RunDirError(f"run directory {path} holds a run of {source}, not of {experiment_path}; give "
+                                  "another --run-dir")
+            attempts = list(info.pop("attempts", []) or [])
+            attempts.append({k: info.get(k) for k in ATTEMPT_KEYS if info.get(k) is not None} | {"status": status})
+            record = cls(path)
+            record._claim(attempts, replace=True)
+        record.log_line(f"--- attempt {len(attempts) + 1} (resume auto) ---")
+        return record
+
+    def _claim(self, attempts=(), replace=False):
         self.info = {"status": "starting", "host": _host(), "pid": os.getpid(),
                      "pid_start": _pid_start(os.getpid()), "started": _now()}
+        if attempts:
+            self.info["attempts"] = list(attempts)
+        if replace:
+            self._write_text("run.json", json.dumps(self.info, indent=2, default=str) + "\n")
+            return self
         try:
             claim_file(self.file("run.json"), json.dumps(self.info, indent=2) + "\n", "run record")
         except FileExistsError:
@@ -208,15 +245,19 @@ class RunDir:
             if failures:
                 self.info["failures"] = failures
                 if self.info.get("status") == "running":  # another rank ended the run
-                    for key in ("status", "error", "failed_rank", "finished"):
+                    for key in ("status", "error", "failed_rank", "failed_host", "failed_phase", "finished"):
                         if key in on_disk:
                             self.info[key] = on_disk[key]
             self._write_text("run.json", json.dumps(self.info, indent=2, default=str) + "\n")
 
-    def topology(self, topology, versions_dict):
+    def topology(self, topology, versions_dict, hosts=None):
+        """Record the run's layout, versions and ``hosts`` (every rank's host, in rank order:
+        kept as ``{host: "0-1,4"}``, which names the host of a rank a failure record names)."""
         self.info["topology"] = {"size": topology.size, "grid": list(topology.grid),
                                  "data": topology.ndata, "pipe": topology.npipe}
         self.info["versions"] = versions_dict
+        if hosts:
+            self.info["hosts"] = hosts_of_ranks(hosts)
         self.save_info()
 
     def log_handler(self):
@@ -243,17 +284,20 @@ class RunDir:
         except OSError as e:
             raise RunDirError(f"cannot write run record {self.file('metrics.jsonl')}: {reason(e)}") from None
 
-    def finish(self, status, error=None, timings=None, rank=None):
-        """Record the end: ``status`` finished / failed / interrupted, the ``error`` text and the
-        ``rank`` it happened on (None: every rank, or one process)."""
+    def finish(self, status, error=None, timings=None, rank=None, phase=None):
+        """Record the end: ``status`` finished / failed / interrupted / preempted, the ``error``
+        text, the ``rank`` it happened on (None: every rank, or one process), its host (from
+        ``hosts``) and its ``phase``."""
         if self._beat is not None:
             self._beat.set()
         self.info.update(status=status, finished=_now())
         if error:
             self.info["error"] = error
-            self.info.setdefault("failed_rank", rank)
-            self.info["failures"] = _merge_failures(self.info.get("failures"),
-                                                    [{"rank": rank, "status": status, "error": error}])
+            host = host_of_rank(self.info.get("hosts"), rank) if rank is not None else _host()
+            failure = {"rank": rank, "host": host, "phase": phase, "status": status, "error": error}
+            for key in ("rank", "host", "phase"):
+                self.info.setdefault(f"failed_{key}", failure[key])
+            self.info["failures"] = _merge_failures(self.info.get("failures"), [failure])
         if timings:
             self.info["timings"] = timings
         self.save_info()
@@ -303,11 +347,12 @@ def _merge_failures(a, b):
     return out
 
 
-def record_failure(path, rank, status, message):
-    """Record in ``<path>/run.json`` that ``rank`` ended the run (``status`` failed or
-    interrupted) because of ``message``; called by any rank right before it aborts the job.
-    The first failure sets ``status``, ``error`` and ``failed_rank``; every one is appended to
-    ``failures``. Does nothing if this rank cannot see ``run.json`` (another node's disk)."""
+def record_failure(path, record):
+    """Record in ``<path>/run.json`` the failure ``record`` (:func:`~distnet.comm.abort.failure_record`:
+    the rank it is about, its host and phase, the status, the message); called by any rank right
+    before it aborts the job. The first failure sets ``status``, ``error``, ``failed_rank``,
+    ``failed_host`` and ``failed_phase``; every one is appended to ``failures``. Does nothing if
+    this rank cannot see ``run.json`` (another node's disk)."""
     target = os.path.join(path, "run.json")
     if not os.path.exists(target):
         return
@@ -316,10 +361,32 @@ def record_failure(path, rank, status, message):
         if not info:
             return
         if info.get("status") in ("starting", "running"):
-            info.update(status=status, error=message, failed_rank=rank, finished=_now())
-        info["failures"] = _merge_failures(info.get("failures"),
-                                           [{"rank": rank, "status": status, "error": message}])
+            info.update(status=record["status"], error=record["error"], failed_rank=record["rank"],
+                        failed_host=record.get("host"), failed_phase=record.get("phase"), finished=_now())
+        info["failures"] = _merge_failures(info.get("failures"), [record])
         write_text(target, json.dumps(info, indent=2, default=str) + "\n", "run record")
+
+
+def hosts_of_ranks(hosts):
+    """``{host: "0-1,4"}`` of every rank's host (a list in rank order)."""
+    by = {}
+    for rank, host in enumerate(hosts):
+        runs = by.setdefault(host, [])
+        if runs and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return {h: ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) for h, runs in by.items()}
+
+
+def host_of_rank(hosts, rank):
+    """The host of ``rank`` in a :func:`hosts_of_ranks` record, or None."""
+    for host, text in (hosts or {}).items():
+        for part in str(text).split(","):
+            a, _, b = part.partition("-")
+            if a.isdigit() and int(a) <= rank <= int(b or a):
+                return host
+    return None
 
 
 def run_status(path, info=None, now=None):

@@ -57,6 +57,6 @@ class TiledCost:
 def bind_cost(cost, topology, host_staging=False):
     """What the model's forward/backward calls for ``cost``: a :class:`TiledCost` for a
     per-pixel cost, the cost itself (per image: the output is replicated) otherwise."""
-    if getattr(cost, "per_pixel", False):
+    if cost.per_pixel:
         return TiledCost(cost, topology, host_staging)
     return cost

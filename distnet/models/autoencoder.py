@@ -46,9 +46,9 @@ class Autoencoder(Model):
                              "(dist_mode: datapar on the dataset, or the experiment's data key)")
         return super().configure(backend, topology)
 
-    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None, start=None):
         self._inputs = train[0]
-        return super().fit_epoch(train, epoch, on_batch, read_ahead)
+        return super().fit_epoch(train, epoch, on_batch, read_ahead, start)
 
     def _flat(self, x):
         """``x (N, C, h, w)`` as reconstruction targets ``(N, C*h*w)``; a ConfigError when the

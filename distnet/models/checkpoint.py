@@ -7,15 +7,19 @@ replicated parameters are taken from the first rank; only data replica 0 takes p
 replicas hold identical copies; with pipeline stages each stage gathers its own layers and
 sends them to world rank 0 over ``Topology.pipe``), and world rank 0 writes the file atomically: into a
 temporary file next to it, flushed to disk, then ``os.replace``. A crash mid-write leaves the
-previous checkpoint as it was. Restoring (:func:`restore_checkpoint`) slices the global
+previous checkpoint as it was. Restoring (:mod:`~distnet.models.restore_single`) slices the global
 tensors exactly as ``init_params`` slices its draws.
 
-File layout (``FORMAT``, ``VERSION`` 1)::
+File layout (``FORMAT``, ``VERSION`` 1; 2 for a checkpoint written inside an epoch)::
 
     /                 attrs: format, version, epoch (last completed, 0-based), model (class),
                              dtype, grid [Py, Px], size, data, steps (optimiser steps done;
                              absent in older files: 0), created (ISO time),
-                             distnet_version, history (JSON list of the per-epoch records)
+                             distnet_version, history (JSON list of the per-epoch records),
+                             position (version 2 only: JSON {epoch, batch, costs}: the epoch
+                             in progress, the steps of it done, and the summed cost of those
+                             steps per data replica; /rng/shuffle then holds the shuffle
+                             state at that epoch's start, so its order is drawn again)
     /params/NNN       one group per parameter in model order (NNN = 000, 001, ...);
                       attrs: name, layer, sharded
         value         the global tensor                        attr crc32
@@ -54,6 +58,10 @@ from .optimizer_state import missing_optimizer_state
 
 FORMAT = "distnet-checkpoint"
 VERSION = 1
+#: The version of a checkpoint written inside an epoch (its ``position``): a distnet that reads
+#: only version 1 refuses it rather than resuming it as if its epoch had ended.
+VERSION_MIDWAY = 2
+VERSIONS = (VERSION, VERSION_MIDWAY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,14 +115,17 @@ def checkpoint_size(model, itemsize):
     return _need(nbytes)
 
 
-def write_header(f, fmt, epoch, meta, shuffle_state, config, history):
+def write_header(f, fmt, epoch, meta, shuffle_state, config, history, position=None):
     """The training state of a checkpoint into the open HDF5 file ``f``: root attributes
-    (format ``fmt``, version, epoch, created, distnet_version, history, ``meta``), ``/rng/shuffle``
-    and ``/config`` (a single file and a sharded checkpoint's index alike)."""
+    (format ``fmt``, version, epoch, created, distnet_version, history, ``meta``; ``position``
+    for a checkpoint inside an epoch), ``/rng/shuffle`` and ``/config`` (a single file and a
+    sharded checkpoint's index alike)."""
     from .. import __version__
     f.attrs["format"] = fmt
-    f.attrs["version"] = VERSION
+    f.attrs["version"] = VERSION if position is None else VERSION_MIDWAY
     f.attrs["epoch"] = int(epoch)
+    if position is not None:
+        f.attrs["position"] = json.dumps(position)
     f.attrs["created"] = datetime.datetime.now().isoformat(timespec="seconds")
     f.attrs["distnet_version"] = __version__
     f.attrs["history"] = json.dumps(list(history))
@@ -135,11 +146,11 @@ def write_header(f, fmt, epoch, meta, shuffle_state, config, history):
 
 
 def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config=None, history=(),
-                     buffers=()):
+                     buffers=(), position=None):
     """Write a checkpoint file atomically (one process). ``entries`` (and ``buffers``) as
     :func:`gather_params` returns them; ``shuffle_state`` a ``RandomState.get_state()`` tuple or None; ``config`` a
     dict with ``yaml``, ``resolved``, ``overrides`` (list), ``source``; ``history`` a list of
-    JSON-serialisable per-epoch records."""
+    JSON-serialisable per-epoch records; ``position`` the place inside an epoch (None: at its end)."""
     from ..fileio import atomic_target, free_space, hdf5_file, is_disk_full, umask_mode, write_failure
     meta = dict(meta or {})
     # refused before a byte is written when the disk cannot hold it; one that fills meanwhile
@@ -155,7 +166,7 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
     try:
         with atomic_target(path) as tmp:
             with hdf5_file(tmp, sync=True) as f:    # on disk before it takes the real name
-                write_header(f, FORMAT, epoch, meta, shuffle_state, config, history)
+                write_header(f, FORMAT, epoch, meta, shuffle_state, config, history, position)
                 _write_entries(f, "params", entries)
                 if buffers:
                     _write_entries(f, "buffers", buffers)
@@ -165,11 +176,13 @@ def write_checkpoint(path, entries, epoch, meta=None, shuffle_state=None, config
                               + (f" (it needs about {need / 2**20:.2f} MiB)" if is_disk_full(e) else "")) from None
 
 
-def save_checkpoint(path, model, topology, epoch, config=None, history=()):
+def save_checkpoint(path, model, topology, epoch, config=None, history=(), position=None, shuffle_state=None):
     """Gather the model's state and write it to ``path`` on world rank 0 (collective over the
-    run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch.
-    Returns ``{"bytes", "seconds", "format": "single"}`` (the file's bytes, the same on every
-    rank; this save's wall time). A sharded folder: :func:`~distnet.models.sharded.save_any`."""
+    run's world; a write failure raises on every rank). ``epoch`` is the last completed epoch;
+    ``position`` and ``shuffle_state`` (the state at that epoch's start) for a checkpoint inside
+    an epoch (:func:`shuffle_state_of`). Returns ``{"bytes", "seconds", "format": "single"}``
+    (the file's bytes, the same on every rank; this save's wall time). A sharded folder:
+    :func:`~distnet.models.sharded.save_any`."""
     import time
 
     from ..comm.abort import run_collectively
@@ -179,20 +192,29 @@ def save_checkpoint(path, model, topology, epoch, config=None, history=()):
         buffers = gather_params(model, topology, "buffers")
     except CheckpointError as e:  # raised on every rank below, not here on some ranks only
         entries, buffers, error = None, None, e
-    state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
+    state = shuffle_state_of(model, position, shuffle_state)
     meta = _meta(model, topology)
 
     def write():
         if error is not None:
             raise error
         if topology.rank == 0:
-            write_checkpoint(path, entries, epoch, meta, state, config, history, buffers or ())
+            write_checkpoint(path, entries, epoch, meta, state, config, history, buffers or (), position)
             return os.path.getsize(path)
         return None
 
     size = run_collectively(write, topology.world)
     size = topology.world.bcast(size, root=0) if topology.world.Get_size() > 1 else size
     return {"bytes": int(size), "seconds": time.perf_counter() - t0, "format": "single"}
+
+
+def shuffle_state_of(model, position=None, at_epoch_start=None):
+    """The shuffle RNG state a checkpoint stores: the model's now, or inside an epoch
+    (``position``) the state at the epoch's start, ``at_epoch_start`` (its order is drawn again
+    on resume); None without a shuffle."""
+    if position is not None:
+        return at_epoch_start
+    return model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
 
 
 def _meta(model, topology):
@@ -218,22 +240,61 @@ class Checkpoint:
     history: list = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     buffers: list = field(default_factory=list)   # dicts like params (batch norm's statistics)
-    #: ``{"format", "bytes", "seconds"}`` of the restore that read it (:func:`restore_checkpoint`)
+    #: ``{"format", "bytes", "seconds"}`` of the restore that read it (:func:`~distnet.models.sharded.restore_any`)
     io: dict = field(default_factory=dict)
 
     @property
+    def position(self):
+        """``{"epoch", "batch", "costs"}`` of a checkpoint written inside an epoch, else None."""
+        value = self.meta.get("position")
+        return json.loads(value) if isinstance(value, str) and value else None
+
+    @property
     def resume(self):
-        """The :class:`ResumeState` that continues training after this checkpoint's epoch."""
-        return ResumeState(self.epoch + 1, self.shuffle_state)
+        """The :class:`ResumeState` that continues training after this checkpoint: the next
+        epoch, or inside an epoch its next step."""
+        at = self.position
+        if at is None:
+            return ResumeState(self.epoch + 1, self.shuffle_state)
+        return ResumeState(int(at["epoch"]), self.shuffle_state, int(at["batch"]), tuple(at.get("costs") or ()))
+
+    def describe_done(self):
+        """What the checkpoint holds done, in words: ``epoch 2 done`` or ``epoch 3, batch 17 done``."""
+        at = self.position
+        return f"epoch {self.epoch} done" if at is None else f"epoch {at['epoch']} in progress, {at['batch']} batch(es) of it done"
 
 
 @dataclass(frozen=True)
 class ResumeState:
-    """Where a resumed run starts: the first epoch to train and the state of the per-epoch
-    shuffle RNG (None when the run does not shuffle); a model's ``start`` takes it."""
+    """Where a resumed run starts: the first epoch to train, the state of the per-epoch shuffle
+    RNG (None when the run does not shuffle; inside an epoch, the state at its start); a
+    model's ``start`` takes it. Inside an epoch also ``batch``, the steps of it done, and
+    ``costs``, their summed cost per data replica (:func:`replica_cost`)."""
 
     epoch: int
     shuffle_state: tuple = None
+    batch: int = 0
+    costs: tuple = ()
+
+    def start(self, ndata=1, data_index=0):
+        """``(first batch, running cost)`` of the first epoch for data replica ``data_index`` of
+        ``ndata`` (None at an epoch's start)."""
+        if not self.batch:
+            return None
+        return self.batch, replica_cost(self.costs, ndata, data_index)
+
+
+def replica_cost(costs, ndata, data_index):
+    """The running cost a data replica continues from, of ``costs`` (one per replica that
+    wrote the checkpoint): its own on as many replicas; the one value every replica had (a
+    model whose cost is summed over the replicas each step); else their sum on replica 0 and 0
+    elsewhere (their sum over the replicas stays the same, rounded otherwise)."""
+    costs = [float(c) for c in costs] or [0.0]
+    if len(costs) == ndata:
+        return costs[data_index]
+    if all(c == costs[0] for c in costs):
+        return costs[0]
+    return sum(costs) if data_index == 0 else 0.0
 
 
 def _fail(path, what):
@@ -263,8 +324,10 @@ def _text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _read_entries(path, group, what):
-    """The entries of ``/params`` or ``/buffers`` (dicts as :func:`gather_params` makes)."""
+def _read_entries(path, group, what, arrays=True):
+    """The entries of ``/params`` or ``/buffers`` (dicts as :func:`gather_params` makes). With
+    ``arrays=False`` their layout only: ``value``, ``velocity`` and the ``state`` arrays None,
+    and ``shape``, ``dtype`` and ``keys`` (``value``, ``velocity``, ``state/NAME``) instead."""
     out = []
     keys = sorted(group)
     if keys != [f"{i:03d}" for i in range(len(keys))]:   # a damaged link name: an entry gone unseen
@@ -278,14 +341,19 @@ def _read_entries(path, group, what):
         unknown = sorted(set(g) - {"value", "velocity", "state"})
         if unknown:     # e.g. 'velocity' under a damaged name: resumed without it, silently
             raise _fail(path, f"{label} holds {unknown[0]!r}, which distnet does not write; the file is damaged")
-        state = {k: _read_dataset(path, g["state"][k], f"{label} state {k}") for k in sorted(g["state"])} \
-            if "state" in g else {}
-        out.append({"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),
-                    "sharded": bool(g.attrs.get("sharded", False)),
-                    "value": _read_dataset(path, g["value"], f"{label} value"),
-                    "velocity": (_read_dataset(path, g["velocity"], f"{label} velocity")
-                                 if "velocity" in g else None),
-                    "state": state})
+        entry = {"name": _text(g.attrs.get("name", key)), "layer": _text(g.attrs.get("layer", "")),
+                 "sharded": bool(g.attrs.get("sharded", False))}
+        state = sorted(g["state"]) if "state" in g else []
+        if not arrays:
+            entry.update(value=None, velocity=None, state={}, shape=tuple(g["value"].shape),
+                         dtype=np.dtype(g["value"].dtype).name,
+                         keys=["value"] + (["velocity"] if "velocity" in g else []) + [f"state/{k}" for k in state])
+        else:
+            entry.update(value=_read_dataset(path, g["value"], f"{label} value"),
+                         velocity=(_read_dataset(path, g["velocity"], f"{label} velocity")
+                                   if "velocity" in g else None),
+                         state={k: _read_dataset(path, g["state"][k], f"{label} state {k}") for k in state})
+        out.append(entry)
     return out
 
 
@@ -311,9 +379,8 @@ def read_header(path, f, params=(), buffers=()):
 
 
 def read_checkpoint(path, arrays=True):
-    """Read and verify a checkpoint file; returns a :class:`Checkpoint` (without ``arrays``:
-    its training state alone, ``params`` and ``buffers`` empty: the experiment it keeps, for a
-    model built from it before its weights are read).
+    """Read and verify a checkpoint file; returns a :class:`Checkpoint` (``arrays=False``: its
+    entries' layout only, no array read: :func:`_read_entries`).
 
     Raises :class:`CheckpointError` naming ``path`` for a missing, unreadable, truncated,
     damaged or foreign file, or one written by a newer format version.
@@ -333,12 +400,12 @@ def read_checkpoint(path, arrays=True):
             if _text(f.attrs.get("format", "")) != FORMAT:
                 raise _fail(path, f"not a distnet checkpoint (no format attribute {FORMAT!r})")
             version = int(f.attrs.get("version", -1))
-            if version != VERSION:
-                raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
+            if version not in VERSIONS:
+                raise _fail(path, f"format version {version}; this distnet reads versions {', '.join(map(str, VERSIONS))}")
             if "params" not in f:
                 raise _fail(path, "has no /params group (incomplete file)")
-            params = _read_entries(path, f["params"], "parameter") if arrays else []
-            buffers = _read_entries(path, f["buffers"], "buffer") if arrays and "buffers" in f else []
+            params = _read_entries(path, f["params"], "parameter", arrays)
+            buffers = _read_entries(path, f["buffers"], "buffer", arrays) if "buffers" in f else []
             return read_header(path, f, params, buffers)
     except CheckpointError:
         raise
@@ -377,6 +444,15 @@ def _check_entries(model, ck, log=None, dtype_of=lambda e: e["value"].dtype, sha
                                          f"checkpoint belongs to another model{hint}")
 
 
+def stored_arrays(entries):
+    """Index entries as the single-file reader's dicts say what they hold: ``{name, velocity,
+    state}`` with ``velocity`` True or None and ``state`` ``{NAME: True}`` (for checks of what a
+    checkpoint holds without reading its arrays)."""
+    return [{"name": e["name"], "velocity": True if "velocity" in e["keys"] else None,
+             "state": {k[len("state/"):]: True for k in e["keys"] if k.startswith("state/")}}
+            for e in entries]
+
+
 def apply_checkpoint(model, ck, log=None):
     """Put the checkpoint's weights, velocities, learning-rule state and buffers into a
     configured model (this rank's slices of the layers it holds), restore its optimiser step
@@ -407,27 +483,3 @@ def apply_checkpoint(model, ck, log=None):
 
 def _names(entries):
     return ", ".join(e["name"] for e in entries)
-
-
-def restore_checkpoint(model, path, topology, log=None):
-    """Read ``path`` on world rank 0 only (no rank but 0 needs to see the file: node-local
-    disks), hand it to every rank, and load each rank's part into ``model`` (collective over the
-    run's world: every rank raises the same :class:`CheckpointError` if any fails). Returns the
-    :class:`Checkpoint`; its ``resume`` continues training after it."""
-    import time
-
-    from ..comm.abort import run_collectively
-    from ..comm.root_read import read_on_root
-
-    t0 = time.perf_counter()
-    ck = read_on_root(topology.world, lambda: read_checkpoint(path))
-
-    def load():
-        apply_checkpoint(model, ck, log)
-        return ck
-
-    run_collectively(load, topology.world)
-    ck.io = {"format": "single", "seconds": time.perf_counter() - t0,
-             "bytes": int(sum(a.nbytes for e in ck.params + ck.buffers
-                              for a in [e["value"], e["velocity"], *e["state"].values()] if a is not None))}
-    return ck

@@ -51,12 +51,9 @@ class Model:
     PopTorch's ``BeginBlock``; or per-layer ``stage`` keys) and ``micro_batches`` (GPipe
     micro-batches per minibatch, default 1).
 
-    ``learning_rule`` (a distnet addition: ``!obj:distnet.learning_rules.Adam {...}``,
-    ``AdamW``, ``GradientDescent`` with ``weight_decay``; with its ``schedule`` and
-    ``max_grad_norm`` keys) replaces neon's update: without it, SGD with ``momentum`` exactly as
-    before. A layer's own ``learning_rate`` wins over the rule's, which wins over the model's
-    ``learning_rate`` (used when the rule has none). ``momentum`` then belongs in the rule
-    (``GradientDescent``'s key), not on the model.
+    ``learning_rule`` (a distnet addition: ``Adam``, ``AdamW``, ``GradientDescent``, with
+    ``schedule`` and ``max_grad_norm``) replaces neon's SGD with ``momentum``. A layer's
+    ``learning_rate`` wins over the rule's, which wins over the model's.
 
     Layers may name their inputs (``inputs: [conv2, shortcut]``): the model is then a graph
     (residual additions, concatenations, branches; :mod:`distnet.models.graph`), run in the
@@ -378,7 +375,7 @@ class Model:
         resumed); yields its records for the run's hooks. Nothing here (GB pretrains)."""
         return iter(())
 
-    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None, start=None):
         """One epoch over ``train = (x (N, C, h, w), labels (N,))`` (this rank's tiles of all N
         images) in the order of :meth:`batches` (reshuffled by ``shuffle_rng``); logs neon's
         line and returns the mean cost per image (the same on every rank).
@@ -387,15 +384,18 @@ class Model:
             (``running_cost``: the summed cost of the epoch's batches before it).
         read_ahead : ``callable(list of row-index arrays)`` given the epoch's minibatches (this
             replica's rows) before training on them (streamed data, ``Dataset.read_ahead``).
+        start : ``(first batch, running cost)``: the rest of an epoch that a checkpoint
+            interrupted (:meth:`~distnet.models.checkpoint.ResumeState.start`): the same order,
+            its first batches done.
         """
         x, labels = train
         xp = self.backend.xp
         targets = self._targets(labels)
-        total = 0.0
         batches = self.batches(x.shape[0], self.shuffle_rng)
+        first, total = start if start is not None else (0, 0.0)
         if read_ahead is not None:
-            read_ahead([self.replica_rows(idx) for idx in batches])
-        for b, idx in enumerate(batches):
+            read_ahead([self.replica_rows(idx) for idx in batches[first:]])
+        for b, idx in enumerate(batches[first:], start=first):
             if on_batch is not None:
                 on_batch(epoch, b, len(batches), total)
             rows = self.replica_rows(idx)
@@ -466,7 +466,7 @@ class Model:
     def per_pixel(self):
         """The cost scores every pixel (:mod:`distnet.ops.pixel_costs`): the output is a map per
         class, tiled like the images (:mod:`distnet.models.outputs`)."""
-        return getattr(self.cost, "per_pixel", False)
+        return self.cost.per_pixel
 
     def check_outputs(self, dataset):
         """ConfigError (at the last layer) unless it gives what the cost needs for the classes

@@ -36,7 +36,7 @@ def model_notes(model):
     if isinstance(model.cost, SoftmaxCrossEntropy) and isinstance(last.activation, (Logistic, Softmax, Tanh)):
         notes.append((logging.WARNING, f"{at}its activation {act} squashes the logits SoftmaxCrossEntropy "
                       "takes (it applies the softmax itself; training is slowed); use activation Identity"))
-    takes, cost = getattr(model.cost, "takes", None), config_name(model.cost)   # a per-pixel cost's
+    takes, cost = model.cost.takes, config_name(model.cost)   # a per-pixel cost's
     if takes == "logits" and not isinstance(last.activation, Identity):
         notes.append((logging.WARNING, f"{at}its activation {act} changes the logits {cost} takes (it applies "
                       "the softmax itself); use activation Identity"))

@@ -15,7 +15,7 @@ A cost that does not fit the output is a ConfigError at the cost's YAML line (th
 """
 import numpy as np
 
-from ..config.builder import config_error, config_name, config_where
+from ..config.builder import config_error, config_given, config_name, config_where
 from ..errors import ConfigError
 from ..layers.placement import REPLICATED, SPATIAL
 
@@ -101,7 +101,7 @@ def check_outputs(model, dataset):
         need = f"{want} map(s) for the dataset's {nclasses} classes" if want == nclasses else \
             f"one map and a dataset of 2 classes (it has {nclasses})"
         raise last.error(f"gives {nout} map(s), but the cost {config_name(model.cost)} needs {need}",
-                         "nofm" if hasattr(last, "nofm") else None)
+                         "nofm" if config_given(last, "nofm") else None)
     _check_classes(model)
 
 
@@ -111,12 +111,12 @@ def _check_labels(model, dataset):
     ``Dataset.per_pixel``), and the data set's ``ignore_label`` the cost's (a pixel the data set
     leaves unlabelled would be a class id out of range for the cost)."""
     name = config_name(model.cost)
-    pixels = getattr(dataset, "per_pixel", model.per_pixel)
+    pixels = dataset.per_pixel
     if pixels != model.per_pixel:
         raise cost_error(model, f"the data set gives a label per {'pixel' if pixels else 'image'}, but the cost "
                                 f"{name} is per {'pixel' if model.per_pixel else 'image'}"
                                 + (f"; use a per-pixel cost ({PIXEL_COSTS})" if pixels else ""))
-    ignore = getattr(dataset, "ignore_label", None)
+    ignore = dataset.ignore_label
     if model.per_pixel and ignore is not None and model.cost.ignore_label != ignore:
         raise cost_error(model, f"the data set marks unlabelled pixels with {ignore}, but the cost {name} has "
                                 f"ignore_label: {model.cost.ignore_label}; give it ignore_label: {ignore}",

@@ -129,14 +129,16 @@ class RBM(Model):
         self.steps += 1
         return cost
 
-    def _train_layer_epoch(self, i, x, epoch, on_batch=None):
+    def _train_layer_epoch(self, i, x, epoch, on_batch=None, start=None):
         """One epoch of CD on layer ``i`` over ``x (N, nfeat)`` (whole, on every rank): returns
         neon's mean reconstruction cost per batch, summed over the replicas (collective over
-        ``Topology.data``)."""
+        ``Topology.data``). ``start``: as :meth:`Model.fit_epoch`'s (this replica's cost)."""
         layer, xp = self.layers[i], self.backend.xp
         batches = self.batches(len(x), self.shuffle_rng)
-        total = 0.0
+        first, total = start if start is not None else (0, 0.0)
         for b, idx in enumerate(batches):
+            if b < first:
+                continue
             if on_batch is not None:
                 on_batch(epoch, b, len(batches), total)
             rows = self.replica_rows(idx)
@@ -152,10 +154,10 @@ class RBM(Model):
         self.log.info("epoch: %d, total training error: %.5f", epoch, mean)
         return mean
 
-    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None, start=None):
         """One CD epoch over ``train = (x (N, C, H, W), labels)`` (labels unused); returns neon's
         logged cost (the mean reconstruction cost per batch)."""
-        return self._train_layer_epoch(0, _flat(train[0]), epoch, on_batch)
+        return self._train_layer_epoch(0, _flat(train[0]), epoch, on_batch, start)
 
     # -- evaluation ----------------------------------------------------------------------------
     @property
@@ -333,20 +335,20 @@ class DBN(RBM):
             out[start:start + bs] = self.backend.to_host((p > xp.asarray(u, dtype=p.dtype))[:, :-1])
         return out
 
-    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, train, epoch, on_batch=None, read_ahead=None, start=None):
         """Epoch ``epoch`` of the run: epoch ``epoch % num_epochs`` of RBMLayer ``epoch //
         num_epochs``, then the fine-tuning epochs (``Model.fit_epoch``, counted from 0)."""
         if epoch >= self.pretrain_epochs:
             if epoch == self.pretrain_epochs:
                 self.log.info("fine-tuning the whole stack")
                 self._inputs = (None, None)
-            return Model.fit_epoch(self, train, epoch - self.pretrain_epochs, on_batch, read_ahead)
+            return Model.fit_epoch(self, train, epoch - self.pretrain_epochs, on_batch, read_ahead, start)
         i, e = divmod(epoch, self.epochs_per_layer)
         if self._inputs[0] != i:
             if e == 0:
                 self.log.info("pretraining layer %d (%s)", i, self.layers[i].name)
             self._inputs = (i, self.layer_inputs(i, train[0]))
-        return self._train_layer_epoch(i, self._inputs[1], e, on_batch)
+        return self._train_layer_epoch(i, self._inputs[1], e, on_batch, start)
 
 
 def _flat(x):

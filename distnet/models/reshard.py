@@ -8,7 +8,8 @@ import numpy as np
 
 from .boxes import box_of
 from .checkpoint import FORMAT, _dataset, _fail, _read_dataset, _text, read_header, write_header
-from .sharded import ShardReader, ShardWriter, publish, read_index, shard_name, write_index
+from .shard_save import ShardWriter, publish, shard_name, write_index
+from .sharded import ShardReader, read_index
 
 
 def consolidate(path, out):

@@ -364,16 +364,18 @@ class Seq2Seq:
         token, seq = self.evaluate(split)
         return {"token_acc": token, "seq_acc": seq, "misclass": 100 - seq}
 
-    def fit_epoch(self, data, epoch, on_batch=None, read_ahead=None):
+    def fit_epoch(self, data, epoch, on_batch=None, read_ahead=None, start=None):
         """One epoch over ``data = (src, src_len, tgt, tgt_len)`` in a per-epoch permutation
         (seeded by the backend seed and epoch: the same on every rank). Returns the mean loss
         per sequence. ``on_batch(epoch, batch, nbatches, running_cost)`` runs before every step
         (``running_cost``: the summed loss of the epoch's batches before it); the data is in
-        memory, so ``read_ahead`` is not used."""
+        memory, so ``read_ahead`` is not used. ``start``: ``(first batch, running cost)`` of an
+        epoch a checkpoint interrupted (:meth:`Model.fit_epoch <distnet.models.model.Model.fit_epoch>`)."""
         src, src_len, tgt, tgt_len = data
         order = np.random.RandomState(self.backend.rng_seed * 1000 + epoch).permutation(len(src))
-        total, nb = 0.0, (len(src) + self.batch_size - 1) // self.batch_size
-        for k in range(nb):
+        first, total = start if start is not None else (0, 0.0)
+        nb = (len(src) + self.batch_size - 1) // self.batch_size
+        for k in range(first, nb):
             idx = order[k * self.batch_size:(k + 1) * self.batch_size]
             if on_batch is not None:
                 on_batch(epoch, k, nb, total)

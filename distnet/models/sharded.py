@@ -20,16 +20,17 @@ A piece's ``box`` gives, per axis of the global array, ``[start, stop]`` (a rang
 reads every piece whose box overlaps it (one piece in memory at a time, its CRC-32 checked
 against the index) and copies the overlap: resharding needs no gather.
 
-Saving (:func:`save_sharded`) is atomic over all shards: the shards go into ``PATH.tmp-TOKEN``,
-every rank's piece list reaches world rank 0 (a barrier), which writes ``index.h5`` last
-(flushed to disk) and renames the folder to ``PATH`` (a previous checkpoint there is moved
-aside first and deleted after). A folder without ``index.h5``, or whose shards do not carry
-the index's token, is refused as incomplete. The folder must be one every rank sees (a shared
-file system); a single-file checkpoint is the choice for node-local disks.
+Saving (:func:`~distnet.models.shard_save.save_sharded`) is atomic over all shards: the shards
+go into ``PATH.tmp-TOKEN``, every rank's piece list reaches world rank 0 (a barrier), which
+writes ``index.h5`` last (flushed to disk) and renames the folder to ``PATH`` (a previous
+checkpoint there is moved aside first and deleted after); it may run in the background from a
+staged copy. A folder without ``index.h5``, or whose shards do not carry the index's token, is
+refused as incomplete. The folder must be one every rank sees (a shared file system; checked
+before training: :func:`check_shared_folder`); a single-file checkpoint is the choice for
+node-local disks.
 """
 import json
 import os
-import secrets
 import shutil
 import time
 
@@ -37,13 +38,15 @@ import numpy as np
 
 from ..errors import CheckpointError
 from .boxes import box_of, box_size, overlap, rows_of
-from .checkpoint import (VERSION, _crc, _fail, _meta, _text, apply_checkpoint, read_checkpoint, read_header,
-                         save_checkpoint, write_header)
-from .global_params import _arrays, _held, _keys, param_layout, param_slots
+from .checkpoint import (VERSIONS, _fail, _meta, _text, read_checkpoint, read_header, save_checkpoint, shuffle_state_of,
+                         stored_arrays)
+from .global_params import _held, param_layout, param_slots
 from .optimizer_state import missing_optimizer_state
+from .shard_save import INDEX, INDEX_FORMAT, save_sharded
 
-INDEX_FORMAT = "distnet-sharded-checkpoint"
-INDEX = "index.h5"
+__all__ = ["INDEX", "INDEX_FORMAT", "ShardReader", "apply_sharded", "is_sharded", "read_any", "read_index",
+           "read_sharded", "remove_any", "restore_any", "save_any", "save_sharded"]
+
 #: Bytes of a piece read at a time while loading (its leading axis in blocks of about this).
 BLOCK_BYTES = 8 * 2**20
 
@@ -51,197 +54,6 @@ BLOCK_BYTES = 8 * 2**20
 def is_sharded(path):
     """Whether ``path`` is a sharded checkpoint (a folder) rather than a single file."""
     return os.path.isdir(os.fspath(path))
-
-
-def shard_name(rank):
-    return f"shard-{rank:05d}.h5"
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing
-# ---------------------------------------------------------------------------------------------
-
-class ShardWriter:
-    """One shard file: :meth:`add` writes an array (this rank's piece of a global one) with its
-    CRC-32 and returns the piece's index record."""
-
-    def __init__(self, folder, name, token):
-        from ..fileio import hdf5_file
-        self.name, self.path = name, os.path.join(folder, name)
-        open(self.path, "wb").close()     # hdf5_file writes through a file object of an existing file
-        self._ctx = hdf5_file(self.path, sync=True)
-        self.f = self._ctx.__enter__()
-        self.f.attrs["format"], self.f.attrs["token"] = INDEX_FORMAT + "-shard", token
-        self.count = 0
-
-    def add(self, array, box):
-        a = np.ascontiguousarray(array)
-        name = f"{self.count:06d}"
-        d = self.f.create_dataset(name, data=a)
-        crc = _crc(a)
-        d.attrs["crc32"] = crc
-        self.count += 1
-        return {"file": self.name, "dataset": name, "box": box, "crc32": crc}
-
-    def close(self):
-        self._ctx.__exit__(None, None, None)
-        return os.path.getsize(self.path)
-
-
-def _host_view(a):
-    """A numpy array of ``a`` (no copy for numpy; cupy's ``asnumpy`` for a device array)."""
-    if a is None or isinstance(a, np.ndarray):
-        return a
-    from ..backend import get_array_module
-    return get_array_module(a).asnumpy(a)
-
-
-def local_pieces(model, topology, writer):
-    """Write what this rank owns into ``writer`` (None: write nothing) and return the index
-    records ``[{group, slot, name, layer, sharded, shape, keys, pieces: {key: [piece]}}]``.
-
-    Data replica 0 writes (the replicas hold the same values): every rank there its slice of a
-    sharded array, and the first rank of the spatial grid each replicated one, once."""
-    t, out = topology, []
-    if t.data_index != 0:
-        return out
-    for group in ("params", "buffers"):
-        for layer, offset, _ in param_slots(model, group):
-            for j, p in enumerate(_held(layer, group)):
-                if not p.sharded and t.spatial.Get_rank() != 0:
-                    continue
-                gshape, index = param_layout(layer, p)
-                box = box_of(index if p.sharded else Ellipsis, gshape)
-                rec = {"group": group, "slot": offset + j, "name": p.name, "layer": str(layer.name),
-                       "sharded": bool(p.sharded), "shape": list(gshape), "keys": [], "pieces": {}}
-                for key, a in zip(_keys(p), _arrays(p)):
-                    if a is None:
-                        continue
-                    a = _host_view(a).reshape([len(s["at"]) if isinstance(s, dict) else s[1] - s[0] for s in box])
-                    rec["keys"].append(key)
-                    rec["dtype"] = np.dtype(a.dtype).name if key == "value" else rec.get("dtype")
-                    rec["pieces"][key] = [writer.add(a, box)]
-                out.append(rec)
-    return out
-
-
-def merge_pieces(records, total):
-    """The index's ``arrays`` from every writer's records (``total``: ``{group: count}``):
-    one entry per slot, the pieces of every key together; a box written twice (a layer two
-    pipeline ranks hold) is kept once. Raises :class:`CheckpointError` when a slot is missing
-    or its pieces do not cover the global array."""
-    merged = {}
-    for rec in records:
-        key = (rec["group"], rec["slot"])
-        have = merged.setdefault(key, dict(rec, pieces={k: [] for k in rec["keys"]}))
-        for k, pieces in rec["pieces"].items():
-            boxes = [q["box"] for q in have["pieces"].setdefault(k, [])]
-            have["pieces"][k] += [q for q in pieces if q["box"] not in boxes]
-    arrays = []
-    for group, n in total.items():
-        for slot in range(n):
-            e = merged.get((group, slot))
-            if e is None:
-                raise CheckpointError(f"{group} {slot} of the model was written by no rank")
-            for k in e["keys"]:
-                got = sum(box_size(q["box"]) for q in e["pieces"][k])
-                if got != int(np.prod(e["shape"])):
-                    raise CheckpointError(f"{e['name']} {k}: the shards hold {got} of its "
-                                          f"{int(np.prod(e['shape']))} elements")
-            arrays.append(e)
-    return arrays
-
-
-def write_index(folder, token, arrays, shards, epoch, meta, shuffle_state, config, history):
-    """``index.h5`` into ``folder`` (flushed to disk): the training state and the piece list."""
-    from ..fileio import hdf5_file, umask_mode
-    path = os.path.join(folder, INDEX)
-    open(path, "wb").close()
-    with hdf5_file(path, sync=True) as f:
-        write_header(f, INDEX_FORMAT, epoch, meta, shuffle_state, config, history)
-        f.attrs["token"] = token
-        f.attrs["shards"] = json.dumps(shards)
-        f.attrs["arrays"] = json.dumps(arrays)
-    umask_mode(path)
-    return os.path.getsize(path)
-
-
-def publish(tmp, path, token):
-    """Move the finished folder ``tmp`` onto ``path``: a previous checkpoint there (folder or
-    file) is renamed aside first and deleted after, so ``path`` is never a mix of two saves."""
-    old = None
-    if os.path.lexists(path):
-        old = f"{path}.old-{token}"
-        os.rename(path, old)
-    os.rename(tmp, path)
-    parent = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(parent)
-    finally:
-        os.close(parent)
-    if old is not None:
-        shutil.rmtree(old) if os.path.isdir(old) and not os.path.islink(old) else os.unlink(old)
-
-
-def save_sharded(path, model, topology, epoch, meta, shuffle_state, config=None, history=()):
-    """Write the model's state as a sharded checkpoint folder ``path`` (collective over the
-    run's world: every rank writes its shard in parallel; a failure on any rank raises on
-    every rank and leaves ``path`` as it was). Returns ``{"bytes", "seconds"}``: the bytes of
-    all files (the same on every rank) and this save's wall time."""
-    from ..comm.abort import run_collectively
-    world, t0 = topology.world, time.perf_counter()
-    path = os.fspath(path)
-
-    def prepare():
-        if world.Get_rank() != 0:
-            return None
-        if is_sharded(path) and not os.path.exists(os.path.join(path, INDEX)) and os.listdir(path):
-            raise CheckpointError(f"cannot write checkpoint {path}: it is a folder that holds other "
-                                  "files, not a checkpoint")
-        token = secrets.token_hex(6)
-        os.makedirs(f"{path}.tmp-{token}")
-        return token
-    token = world.bcast(run_collectively(prepare, world), root=0)
-    tmp = f"{path}.tmp-{token}"
-
-    def write_mine():
-        if not os.path.isdir(tmp):
-            raise CheckpointError(f"cannot write checkpoint {path}: rank {world.Get_rank()} does not see "
-                                  f"{tmp} (a sharded checkpoint needs a folder every rank sees; write a "
-                                  "single file on node-local disks)")
-        owns = topology.data_index == 0
-        writer = ShardWriter(tmp, shard_name(world.Get_rank()), token) if owns else None
-        try:
-            records = local_pieces(model, topology, writer)
-        finally:
-            nbytes = writer.close() if writer is not None else 0
-        return records, ({"file": writer.name, "nbytes": nbytes} if owns else None)
-    try:
-        records, shard = run_collectively(write_mine, world)
-    except Exception:
-        if world.Get_rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    gathered = world.gather((records, shard), root=0)      # also the barrier before the index
-
-    def finish():
-        if world.Get_rank() != 0:
-            return None
-        try:
-            total = {g: sum(len(names) for _, _, names in param_slots(model, g)) for g in ("params", "buffers")}
-            arrays = merge_pieces([r for recs, _ in gathered for r in recs], total)
-            shards = [s for _, s in gathered if s is not None]
-            size = sum(s["nbytes"] for s in shards)
-            size += write_index(tmp, token, arrays, shards, epoch, meta, shuffle_state, config, history)
-            publish(tmp, path, token)
-            return size
-        except OSError as e:
-            from ..fileio import write_failure
-            raise CheckpointError(f"cannot write checkpoint {path}: {write_failure(e)}") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    nbytes = world.bcast(run_collectively(finish, world), root=0)
-    return {"bytes": int(nbytes), "seconds": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,8 +77,9 @@ def read_index(path):
             if _text(f.attrs.get("format", "")) != INDEX_FORMAT:
                 raise _fail(path, f"{INDEX} is not a distnet sharded checkpoint index")
             version = int(f.attrs.get("version", -1))
-            if version != VERSION:
-                raise _fail(path, f"format version {version}; this distnet reads version {VERSION}")
+            if version not in VERSIONS:
+                raise _fail(path, f"format version {version}; this distnet reads versions "
+                                  f"{', '.join(map(str, VERSIONS))}")
             arrays = json.loads(_text(f.attrs["arrays"]))
             ck = read_header(path, f)
     except CheckpointError:
@@ -409,15 +222,6 @@ def apply_sharded(model, ck, log=None):
     return reader.nbytes
 
 
-def stored_arrays(entries):
-    """Index entries as the single-file reader's dicts say what they hold: ``{name, velocity,
-    state}`` with ``velocity`` True or None and ``state`` ``{NAME: True}`` (for checks of what a
-    checkpoint holds without reading its arrays)."""
-    return [{"name": e["name"], "velocity": True if "velocity" in e["keys"] else None,
-             "state": {k[len("state/"):]: True for k in e["keys"] if k.startswith("state/")}}
-            for e in entries]
-
-
 def read_sharded(path):
     """The whole sharded checkpoint ``path`` as a :class:`Checkpoint` with global arrays (as
     :func:`~distnet.models.checkpoint.read_checkpoint` gives a single file): for one process
@@ -438,35 +242,39 @@ def read_sharded(path):
 # Either form: what the experiments call
 # ---------------------------------------------------------------------------------------------
 
-def save_any(path, model, topology, epoch, config=None, history=(), sharded=False):
+def save_any(path, model, topology, epoch, config=None, history=(), sharded=False, position=None,
+             shuffle_state=None, background=False, log=None):
     """:func:`~distnet.models.checkpoint.save_checkpoint` (one file), or with ``sharded`` a
-    sharded folder (:func:`save_sharded`). Collective over the run's world; returns
-    ``{"format", "bytes", "seconds"}``."""
+    sharded folder (:func:`~distnet.models.shard_save.save_sharded`; ``background``: its shards
+    written by threads from a staged copy, and a :class:`~distnet.models.shard_save.PendingSave`
+    returned). ``position`` and ``shuffle_state``: a checkpoint inside an epoch
+    (:func:`~distnet.models.checkpoint.shuffle_state_of`). Collective over the run's world;
+    returns ``{"format", "bytes", "seconds"}``."""
     if not sharded:
-        return save_checkpoint(path, model, topology, epoch, config, history)
-    state = model.shuffle_rng.get_state() if model.shuffle_rng is not None else None
-    stats = save_sharded(path, model, topology, epoch, _meta(model, topology), state, config, history)
-    return dict(stats, format="sharded")
+        return save_checkpoint(path, model, topology, epoch, config, history, position, shuffle_state)
+    state = shuffle_state_of(model, position, shuffle_state)
+    stats = save_sharded(path, model, topology, epoch, _meta(model, topology), state, config, history, position,
+                         background, log)
+    return stats if background else dict(stats, format="sharded")
 
 
 def restore_any(model, path, topology, log=None):
     """Load the checkpoint ``path`` (a file or a sharded folder, written on any layout) into the
     configured model; returns its :class:`~distnet.models.checkpoint.Checkpoint` (``io``: the
-    format, bytes read by this rank and seconds). World rank 0 reads the file, or the folder's
-    index, and hands it to every rank; from a folder every rank then reads the pieces of its own
-    slices. Collective over the run's world: every rank raises the same
-    :class:`CheckpointError` if any fails."""
+    format, bytes read by this rank and seconds). A file: world rank 0 reads it and sends every
+    rank its slices (:mod:`~distnet.models.restore_single`); a folder: world rank 0 reads its
+    index and hands it to every rank, which then reads the pieces of its own slices. Either way
+    a rank holds its share, not the checkpoint. Collective over the run's world: every rank
+    raises the same :class:`CheckpointError` if any fails."""
     from ..comm.abort import run_collectively
     from ..comm.root_read import read_on_root
+    from .restore_single import restore_single
+    if not read_on_root(topology.world, lambda: is_sharded(path)):
+        return restore_single(model, path, topology, log)
     t0 = time.perf_counter()
-    ck = read_on_root(topology.world, lambda: read_index(path) if is_sharded(path) else read_checkpoint(path))
-    if "token" not in ck.meta:
-        run_collectively(lambda: apply_checkpoint(model, ck, log), topology.world)
-        nbytes, kind = sum(a.nbytes for e in ck.params + ck.buffers
-                           for a in [e["value"], e["velocity"], *e["state"].values()] if a is not None), "single"
-    else:
-        nbytes, kind = run_collectively(lambda: apply_sharded(model, ck, log), topology.world), "sharded"
-    ck.io = {"format": kind, "bytes": int(nbytes), "seconds": time.perf_counter() - t0}
+    ck = read_on_root(topology.world, lambda: read_index(path))
+    nbytes = run_collectively(lambda: apply_sharded(model, ck, log), topology.world)
+    ck.io = {"format": "sharded", "bytes": int(nbytes), "seconds": time.perf_counter() - t0}
     return ck
 
 

@@ -20,6 +20,13 @@ EPS = float(np.finfo(np.float32).eps)
 class Cost:
     """A cost: ``loss_sum`` (0-d float64 ``xp`` array) and ``grad`` (shaped like ``y``)."""
 
+    #: Whether the cost scores every pixel of a tiled output (:mod:`distnet.ops.pixel_costs`);
+    #: a per-image cost reads the replicated output of the last layer.
+    per_pixel = False
+    #: The output it reads, where it matters (a per-pixel cost: ``"logits"`` or
+    #: ``"probabilities"``); None: whatever the last layer gives.
+    takes = None
+
     def loss(self, y, t):
         """The batch's summed loss as a Python float (waits for the device)."""
         return float(self.loss_sum(y, t))

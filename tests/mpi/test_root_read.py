@@ -59,7 +59,8 @@ def test_restore_checkpoint_when_only_rank0_can_read_it(comm, tmp_path_factory):
     """restore_checkpoint reads on world rank 0 only: the other ranks' path does not exist, and
     every rank's weights equal the checkpoint's (here 4 data replicas of a non-dist CNN)."""
     from distnet.config import load_experiment_text
-    from distnet.models.checkpoint import read_checkpoint, restore_checkpoint
+    from distnet.models.checkpoint import read_checkpoint
+    from distnet.models.restore_single import restore_checkpoint
     from tests.tiny import CNN, experiment, write_data
     d = data = path = None
     if comm.rank == 0:

@@ -14,7 +14,7 @@ import pytest
 
 from distnet.comm import Topology
 from distnet.config import load_experiment
-from distnet.models import reshard, sharded
+from distnet.models import reshard, shard_save
 from distnet.models.global_params import model_params
 from distnet.models.sharded import read_any
 from tests.tiny import CNN, GB, experiment, write_data
@@ -106,7 +106,7 @@ def test_resume_across_rank_counts(comm, mpi, files, model, second):
         arrays, shards = json.loads(f.attrs["arrays"]), json.loads(f.attrs["shards"])
     writers = sorted(s["file"] for s in shards)
     nspatial = 9 // int(dict(s.split("=") for s in second).get("data", "1"))
-    mpi.assert_all(writers == [sharded.shard_name(r) for r in range(nspatial)], f"shards {writers}")
+    mpi.assert_all(writers == [shard_save.shard_name(r) for r in range(nspatial)], f"shards {writers}")
     once = [e["name"] for e in arrays if not e["sharded"] and any(len(q) != 1 for q in e["pieces"].values())]
     mpi.assert_all(not once, f"replicated arrays written more than once: {once}")
     split_up = [e["name"] for e in arrays if e["sharded"] and len(e["pieces"]["value"]) == 1]

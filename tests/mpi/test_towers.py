@@ -77,7 +77,8 @@ def test_towers_equal_single_process(comm, data, name):
 def test_towers_checkpoint_resumes_on_one_process(comm, data, tmp_path_factory, npipe, ndata):
     """2 epochs on the tower ranks, a checkpoint (each tower rank sends its towers' weights and
     Adam state), the third epoch on one process: the single-process run's third epoch."""
-    from distnet.models.checkpoint import restore_checkpoint, save_checkpoint
+    from distnet.models.checkpoint import save_checkpoint
+    from distnet.models.restore_single import restore_checkpoint
     from tests.towers_net import tower_model
     x, labels = data
     ref, ref_costs, _ = reference(2, x, labels)

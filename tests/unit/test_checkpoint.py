@@ -190,7 +190,7 @@ DAMAGE = {
     "empty": (lambda p: p.write_bytes(b""), "not a readable HDF5 file"),
     "bit flip": (_flip_a_weight_byte, "parameter 001 (hidden.W) value is damaged (CRC-32 mismatch)"),
     "foreign HDF5": (_set_attr("format", "something else"), "not a distnet checkpoint"),
-    "newer version": (_set_attr("version", 99), "format version 99; this distnet reads version 1"),
+    "newer version": (_set_attr("version", 99), "format version 99; this distnet reads versions 1, 2"),
     "no params": (_drop("params"), "has no /params group"),
     "no epoch": (_drop_attr("epoch"), "unreadable or incomplete (KeyError"),
     # resumed without the momentum velocity (another cost from then on), without a word:

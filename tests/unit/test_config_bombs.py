@@ -280,13 +280,14 @@ def test_check_refuses_bad_sizes_through_the_cli(files, base_text, tmp_path):
 
 BAD_LOGGING = [
     # (the logging mapping, words in the message): each was ignored silently or a traceback
-    ("{levl: DEBUG}", "unknown logging key(s) ['levl']; valid: ['filename', 'format', 'level']"),
+    ("{levl: DEBUG}", "unknown logging key(s) ['levl']; valid: ['filename', 'format', 'level', 'log_dir']"),
     ("{level: bogus}", "logging level must be"),
     ("{level: [10]}", "logging level must be"),
     ("{format: 5}", "logging format must be a string"),
     ("{format: '{message}'}", "logging format '{message}'"),
     ("{format: '%(foo)s'}", "logging format '%(foo)s'"),
-    ("{filename: 5}", "logging filename must be a string"),
+    ("{filename: 5}", "logging filename must be a file name, got 5"),
+    ("{log_dir: ''}", "logging log_dir must be a folder name, got ''"),
 ]
 
 

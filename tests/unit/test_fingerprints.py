@@ -142,12 +142,14 @@ def test_remote_errors_of_many_ranks_stay_one_short_line():
 
 def test_stalled_ranks_of_a_large_job():
     from distnet.comm.watchdog import stalled_ranks
-    waiting = (5, (0, 3), "distnet/comm/reduce.py:40 (allreduce)", True)
+    waiting = {"phase": "training", "entered": 1, "step": 5, "where": (0, 3),
+               "place": "distnet/comm/reduce.py:40 (allreduce)", "in_comm": True}
     table = {r: (0.1, waiting) for r in range(2000)}
     for r in range(100, 200):
         table[r] = (50.0, waiting)
-    text = stalled_ranks(table, 30)
-    assert text.startswith("rank 100 (no heartbeat for 50 s") and text.endswith(" and 96 more")
+    ranks, text = stalled_ranks(table, 30, [f"node{r // 8}" for r in range(2000)])
+    assert ranks == list(range(100, 200))
+    assert text.startswith("rank 100 on node12 (in training; no heartbeat for 50 s") and text.endswith(" and 96 more")
     assert text.count("rank ") == 4
 
 

@@ -17,7 +17,8 @@ from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.layers.params import Param
 from distnet.layers.step import TrainingStep
 from distnet.models import Model
-from distnet.models.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoint
+from distnet.models.checkpoint import read_checkpoint, save_checkpoint
+from distnet.models.restore_single import restore_checkpoint
 from distnet.ops.activations import Identity
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.ops.dropout import keep_mask, stream_key
