@@ -78,12 +78,12 @@ class BatchNormLayer(BaseLayer):
         kind = layout if image else REPLICATED
         return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position),
                          params=tuple(pp), buffers=tuple(bp),
-                         collectives=(Collective(over, 0, False, 2 * C + 1, True),
-                                      Collective(over, 0, True, 2 * C, True)),
+                         collectives=(Collective(over.comm, 0, False, 2 * C + 1, True),
+                                      Collective(over.comm, 0, True, 2 * C, True)),
                          extra={"stats_over": over})
 
     def setup(self, ctx):
-        self._comm = ctx.topology.comm(self.placement.extra["stats_over"])
+        self._comm = ctx.topology.comm(self.placement.extra["stats_over"].comm)
         self._host_staging = ctx.backend.host_staging
 
     def draw_params(self, rng):

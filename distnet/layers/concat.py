@@ -8,6 +8,7 @@ for one process and any grid. Vectors must be replicated (fully connected output
 import numpy as np
 
 from ..backend import get_array_module
+from .add import one_layout_kind
 from .base import BaseLayer
 from .placement import Layout, Placement
 
@@ -43,13 +44,8 @@ class ConcatLayer(BaseLayer):
 
     def place(self, layouts, position):
         """Every input's layout kind must agree; the output has it too (local stacking)."""
-        kinds = sorted(set(layouts))
-        if len(kinds) > 1:
-            which = ", ".join(f"'{n}': {k}" for n, k in zip(self.inputs, layouts))
-            raise self.error(f"its inputs must have one layout to be joined locally, but they have {which}",
-                             "inputs")
-        return Placement(Layout.of(kinds[0], self.in_shape, position),
-                         Layout.of(kinds[0], self.out_shape, position))
+        kind = one_layout_kind(self, layouts, "to be joined locally")
+        return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position))
 
     def fprop(self, xs):
         """``xs``: ``(B, C_k, h, w)`` (or ``(B, F_k)``) local arrays -> stacked on axis 1."""

@@ -267,8 +267,8 @@ def _layer_plan(i, layer, pl, stage, step, state_arrays):
     lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
     # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
     payload = pl.gradient_payload(isz)
-    lp.bucket_bytes = {over: payload[over] for over, n in ((OVER_GRAD, step.P * step.data), (OVER_DATA, step.data))
-                       if n > 1}
+    lp.bucket_bytes = {over.comm: payload[over] for over, n in ((OVER_GRAD, step.P * step.data),
+                                                                 (OVER_DATA, step.data)) if n > 1}
     lp.allreduce_grad = sum(lp.bucket_bytes.values())
     return lp
 
@@ -280,15 +280,15 @@ def _layer_times(layers, step):
     machine, P, data, pipe = step.machine, step.P, step.data, step.pipe
     # Who takes part in each communicator, as world ranks of the first replica and stage (the
     # others are alike): their spread over nodes decides how many steps cross the network.
-    comms = {OVER_GRAD: [(d * pipe) * P + r for d in range(data) for r in range(P)],
-             OVER_DATA: [(d * pipe) * P for d in range(data)],
+    comms = {OVER_GRAD.comm: [(d * pipe) * P + r for d in range(data) for r in range(P)],
+             OVER_DATA.comm: [(d * pipe) * P for d in range(data)],
              "spatial": list(range(P)), "pipe": [p * P for p in range(pipe)]}
     share = machine.sharing(P * data * pipe)    # every rank reduces at once
 
     def reduce_time(nbytes, over):
         ranks_of = comms[over]
         return allreduce(nbytes, len(ranks_of), machine, members_per_node(ranks_of, machine), share)
-    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD, OVER_DATA)}
+    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD.comm, OVER_DATA.comm)}
     first = {over: next((lp for lp in layers if lp.bucket_bytes.get(over)), None) for over in bucket_total}
     for lp in layers:
         t = {"compute": lp.flops_max / machine.flop_rate,
