@@ -15,7 +15,7 @@ from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.layers.params import Param
-from distnet.layers.placement import COMPLETE, OVER_GRAD, SPATIAL
+from distnet.layers.placement import COMPLETE, OVER_GRAD, SPATIAL, ParamPlacement
 from distnet.layers.step import TrainingStep
 from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoint
@@ -151,7 +151,7 @@ def test_training_step_adam_with_clipping_equals_textbook():
     w0 = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
     grads = [[rng.standard_normal(a.shape) for a in w0] for _ in range(4)]
     layer = _Layer()
-    params = [(layer, Param(f"p{i}", a.copy(), np.zeros_like(a), reduce_over=ro))
+    params = [(layer, Param(ParamPlacement(f"p{i}", a.shape, a.shape, reduce_over=ro), a.copy(), np.zeros_like(a)))
               for i, (a, ro) in enumerate(zip(w0, (OVER_GRAD, COMPLETE)))]
     rule = Adam(learning_rate=0.05, max_grad_norm=1.5)
     step = TrainingStep(Topology.serial())
@@ -184,7 +184,7 @@ def test_training_step_sgd_weight_decay_and_layer_rate():
     rng = np.random.RandomState(6)
     w0, g = rng.standard_normal(6), rng.standard_normal(6)
     layer = _Layer(lr=0.3)                                   # the layer's rate wins over the rule's
-    p = Param("w", w0.copy(), g.copy())
+    p = Param(ParamPlacement("w", w0.shape, w0.shape), w0.copy(), g.copy())
     rule = GradientDescent(learning_rate=0.1, momentum={"type": "constant", "coef": 0.9}, weight_decay=0.01)
     TrainingStep(Topology.serial())(lambda after_layer: [], [(layer, p)], Optimizer(rule, LearningRates(rule=rule)))
     np.testing.assert_allclose(p.value, w0 - 0.3 * (g + 0.01 * w0), rtol=1e-14)   # L2 by default
