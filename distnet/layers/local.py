@@ -75,6 +75,7 @@ class LocalFilteringLayer(WindowLayer):
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative, "pretraining": bool,
                     "pretrain_learning_rate": NonNegative, "sparsity": NonNegative, "tied_weights": bool}
+    spatial_axes = (2,)
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0,
                  pretraining=False, pretrain_learning_rate=None, sparsity=None, tied_weights=True,
