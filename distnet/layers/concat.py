@@ -33,7 +33,8 @@ class ConcatLayer(BaseLayer):
         for name, shape in zip(self.inputs[1:], in_shapes[1:]):
             shape = tuple(shape)
             if len(shape) != len(first) or shape[1:] != first[1:]:
-                what = "planes (rows, cols)" if len(first) == 3 else "kind (all vectors or all images)"
+                what = ("planes (rows, cols)" if len(first) == 3 else "spatial shape" if len(first) > 1
+                        else "kind (all vectors or all images)")
                 raise self.error(f"its inputs must have one {what}, but '{self.inputs[0]}' gives "
                                  f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
         self.in_shapes = [tuple(s) for s in in_shapes]

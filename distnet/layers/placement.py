@@ -107,7 +107,7 @@ class Layout:
     def of(cls, kind, global_shape, position):
         """The layout ``kind`` of an activation of ``global_shape`` on ``position``."""
         shape = tuple(global_shape)
-        if kind == SPATIAL and len(shape) == 3:
+        if kind == SPATIAL and len(shape) == len(position.grid) + 1:
             return cls(kind, shape, (shape[0],) + tile_of(shape[1:], position.grid, position.coords).shape)
         return cls(kind, shape, shape)
 
