@@ -129,4 +129,25 @@ def test_yaml_window_keys_broadcast_to_the_volume():
 def test_image_only_layers_refuse_volumes():
     with pytest.raises(ConfigError, match="2 spatial axes, but its input is 4x5x6"):
         LCNLayer(fshape=3).infer_shape((2, 4, 5, 6))
-    assert HEADER and FOOTER
+
+
+def test_show_speaks_depth_rows_and_cols(tmp_path):
+    """``distnet show`` of a volume net: the grid it chooses for 8 ranks cuts all three axes,
+    tiles, chunks and the FC's shard in D x H x W."""
+    from click.testing import CliRunner
+    from distnet.cli.show import show
+    wi = "weight_init: {type: uniform, low: -0.1, high: 0.1}"
+    text = (HEADER.replace("rng_seed: 0},", "rng_seed: 0},\n  dist_flag: True,")
+            .replace("./nowhere}", "./nowhere, dist_flag: True}").replace("learning_rate: 0.1,", "learning_rate: 0.1, batch_size: 4,")
+            + f"      !obj:distnet.layers.ConvLayer {{nofm: 8, fshape: 3, padding: 1, {wi}}},\n"
+            + "      !obj:distnet.layers.MaxPoolingLayer {fshape: [1, 2, 2]},\n"
+            + f"      !obj:distnet.layers.LayerWithNoBias {{nout: 10, {wi}}},\n" + FOOTER)
+    path = tmp_path / "volume.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(show, [str(path), "-n", "8", "--input-shape", "1,16,32,32"])
+    assert r.exit_code == 0, r.output
+    assert "grid 2x2x2" in r.output and "input 1x16x32x32" in r.output
+    conv = next(line for line in r.output.splitlines() if line.startswith("0  ConvLayer"))
+    assert conv.split()[3:7] == ["8x16x32x32", "8x8x16x16", "8x8x16x16", "1x10x18x18"]
+    fc = next(line for line in r.output.splitlines() if line.startswith("2  LayerWithNoBias"))
+    assert "40,960 (shard)" in fc     # 10 outputs x its tile's 8x8x8x8 features
