@@ -148,7 +148,8 @@ def _normalize(x, mean, inv_std, gamma, beta, out):
     return out, xhat
 
 
-@_normalize.kernel(when=lambda x, *args: x.ndim <= 4)
+@_normalize.kernel(when=lambda x, mean, inv_std, gamma, beta, out:
+                   all(cuda_bn.mergeable(a) for a in (x, out) if a is not None))
 def _normalize(x, mean, inv_std, gamma, beta, out):
     """One launch for ``xhat`` and ``y``, the same roundings."""
     xp = get_array_module(x)
@@ -224,7 +225,8 @@ def _input_grad(dy, xhat, mdy, mdyx, scale, out):
     return out
 
 
-@_input_grad.kernel(when=lambda dy, *args: dy.ndim <= 4)    # the kernel walks at most 4 axes
+@_input_grad.kernel(when=lambda dy, xhat, mdy, mdyx, scale, out:    # it walks at most 4 axes
+                    all(cuda_bn.mergeable(a) for a in (dy, xhat, out) if a is not None))
 def _input_grad(dy, xhat, mdy, mdyx, scale, out):       # one launch, the same roundings
     cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
     return out
