@@ -17,8 +17,8 @@ channels. Large planes with non-overlapping windows use NCHW directly (no transp
 :mod:`distnet.ops.maxpool_nchw`).
 
 On a device that launches kernels (:mod:`distnet.ops.dispatch`), each op is one fused kernel
-launch of :mod:`distnet.ops.cuda.pooling` (images; other numbers of axes run the numpy code on
-the device's arrays) that reads its arrays in whatever layout they come (no
+launch of :mod:`distnet.ops.cuda.pooling` (images; lines and volumes:
+:mod:`distnet.ops.cuda.pooling_nd`) that reads its arrays in whatever layout they come (no
 copies) and gives the numpy code's results (float64: bit for bit).
 """
 from math import prod
@@ -27,6 +27,7 @@ from ..backend import get_array_module
 from ..errors import GeometryError
 from . import dispatch, maxpool_nchw
 from .cuda import pooling as cuda_pooling
+from .cuda import pooling_nd as cuda_pooling_nd
 from .layout import chwn_order, empty_chwn, from_chwn, is_chwn
 from .parallel import run_split
 from .windows import fold, output_shape, tap_slices
@@ -43,6 +44,11 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
     fh, fw = fshape
     return (x_shape[2] * x_shape[3] >= NCHW_MIN_PLANE and tuple(stride) == (fh, fw)
             and fh * fw <= 256)
+
+
+def _kernels(fshape):
+    """The device kernels of windows of ``fshape``: images', or those of lines and volumes."""
+    return cuda_pooling if len(fshape) == 2 else cuda_pooling_nd
 
 
 def _check_shapes(op, expected, **arrays):
@@ -166,18 +172,17 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
 
 
 @maxpool_fprop.kernel(when=lambda x, fshape, stride, out=None, work=None, inside=None:
-                      len(fshape) == 2 and dispatch.float_arrays(x, out))
+                      dispatch.float_arrays(x, out))
 def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):     # one launch
     xp = get_array_module(x)
-    Ho, Wo = _out_hw(x.shape, fshape, stride)
-    B, C, H, W = x.shape
+    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
     if inside is None or _all_inside(x.shape, inside, fshape, stride):
-        inside = (0, H, 0, W)
-    _check_shapes("max pooling", (B, C, Ho, Wo), out=out)
-    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
-    argmax = scratch(work, "argmax", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
-    return cuda_pooling.maxpool_fprop(x, y, argmax, fshape, stride, inside,
-                                      rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
+        inside = tuple(v for n in x.shape[2:] for v in (0, n))
+    _check_shapes("max pooling", shape, out=out)
+    y = out if out is not None else xp.empty(shape, dtype=x.dtype)
+    argmax = scratch(work, "argmax", shape, _idx_dtype(fshape), like=x)
+    return _kernels(fshape).maxpool_fprop(x, y, argmax, fshape, stride, inside,
+                                          rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
 
 
 def _idx_dtype(fshape):
@@ -257,14 +262,14 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):
 
 
 @maxpool_bprop.kernel(when=lambda dy, argmax, x_shape, fshape, stride, out=None, work=None:
-                      len(fshape) == 2 and dispatch.float_arrays(dy, out) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP)
+                      dispatch.float_arrays(dy, out) and argmax.dtype in cuda_pooling.MAXPOOL_BPROP)
 def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):   # one launch
     xp = get_array_module(dy)
     _check_shapes("max pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy,
                   argmax=argmax)
     _check_shapes("max pooling", x_shape, out=out)
     dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
-    return cuda_pooling.maxpool_bprop(dy, argmax, dx, fshape, stride)
+    return _kernels(fshape).maxpool_bprop(dy, argmax, dx, fshape, stride)
 
 
 def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
@@ -324,9 +329,9 @@ def avgpool_fprop(x, fshape, stride):
     return _nchw(y)
 
 
-@avgpool_fprop.kernel(when=lambda x, fshape, stride: len(fshape) == 2 and dispatch.float_arrays(x))
+@avgpool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def avgpool_fprop(x, fshape, stride):           # one launch
-    return cuda_pooling.avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+    return _kernels(fshape).avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op
@@ -336,11 +341,11 @@ def avgpool_bprop(dy, x_shape, fshape, stride):
     return _spread(dy * (1.0 / prod(fshape)), x_shape, fshape, stride)
 
 
-@avgpool_bprop.kernel(when=lambda dy, x_shape, fshape, stride: len(fshape) == 2 and dispatch.float_arrays(dy))
+@avgpool_bprop.kernel(when=lambda dy, x_shape, fshape, stride: dispatch.float_arrays(dy))
 def avgpool_bprop(dy, x_shape, fshape, stride):     # one launch
     _check_shapes("average pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy)
     dx = get_array_module(dy).empty(tuple(x_shape), dtype=dy.dtype)
-    return cuda_pooling.avgpool_bprop(dy, dx, fshape, stride)
+    return _kernels(fshape).avgpool_bprop(dy, dx, fshape, stride)
 
 
 # ------------------------------------------------------------------------------------ L2 pooling
@@ -362,9 +367,9 @@ def l2pool_fprop(x, fshape, stride):
     return _nchw(xp.sqrt(y, out=y))
 
 
-@l2pool_fprop.kernel(when=lambda x, fshape, stride: len(fshape) == 2 and dispatch.float_arrays(x))
+@l2pool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def l2pool_fprop(x, fshape, stride):            # one launch
-    return cuda_pooling.l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+    return _kernels(fshape).l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op
@@ -381,8 +386,8 @@ def l2pool_bprop(x, y, dy, fshape, stride):
     return x * _spread(dy / yhat, x.shape, fshape, stride)
 
 
-@l2pool_bprop.kernel(when=lambda x, y, dy, fshape, stride: len(fshape) == 2 and dispatch.float_arrays(x, y, dy))
+@l2pool_bprop.kernel(when=lambda x, y, dy, fshape, stride: dispatch.float_arrays(x, y, dy))
 def l2pool_bprop(x, y, dy, fshape, stride):     # one launch
     _check_shapes("L2 pooling", tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride), y=y, dy=dy)
     dx = get_array_module(x).empty(x.shape, dtype=x.dtype)
-    return cuda_pooling.l2pool_bprop(x, y, dy, dx, fshape, stride)
+    return _kernels(fshape).l2pool_bprop(x, y, dy, dx, fshape, stride)
