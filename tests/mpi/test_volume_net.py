@@ -14,10 +14,10 @@ from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
-from distnet.models.global_params import gather_params
 from distnet.ops.activations import RectLin, Tanh
 from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.optim.rules import GradientDescent
+from tests.mpi.test_random_nets import assert_same_run
 
 MPI_SIZES = (4, 6, 8)
 MPI_TIMEOUT = 300
@@ -70,14 +70,6 @@ def test_volume_net_equals_one_process(comm, case):
         t = tile_of(SHAPE[1:], topo.grid, topo.coords)
         xt = x[(slice(None), slice(None)) + tuple(slice(a, b) for a, b in t.spans)]
         model, costs = fit(topo, xt, labels)
-        np.testing.assert_allclose(costs, ref_costs, rtol=1e-10)
-        assert model.misclass_rate(xt, labels) == ref.misclass_rate(x, labels)
-        if ndata == 1:
-            np.testing.assert_allclose(model.predict(xt), ref.predict(x), rtol=1e-9, atol=1e-12)
-        got, want = gather_params(model, topo), gather_params(ref, Topology.serial(3))
-        if topo.rank == 0:
-            assert [g["name"] for g in got] == [w["name"] for w in want]
-            for g, w in zip(got, want):
-                np.testing.assert_allclose(g["value"], w["value"], rtol=1e-9, atol=1e-12, err_msg=w["name"])
+        assert_same_run(model, costs, topo, xt, ref, ref_costs, x, labels)
     finally:
         topo.free()
