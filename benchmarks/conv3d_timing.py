@@ -1,6 +1,6 @@
 """Time one process's 3-D convolution, forward and backward (input and filter gradients), in
-distnet (:mod:`distnet.ops.conv`, the algorithm it picks, padding done as it reads) against
-PyTorch's CPU ``conv3d`` of the same shape, side by side in one run, both in float32 on the same
+distnet (:mod:`distnet.ops.conv`: the algorithm it picks, the flat-shift kernel here, and the
+N-d tiled im2col, padding done as they read) against PyTorch's CPU ``conv3d`` of the same shape, side by side in one run, both in float32 on the same
 number of threads. Prints a markdown table; not a test (timings are never asserted).
 
     OPENBLAS_NUM_THREADS=2 .venv/bin/python benchmarks/conv3d_timing.py [--repeat 3] [--threads 2]
@@ -21,10 +21,10 @@ SHAPES = [  # (B, C, D, H, W), K, filter
 ]
 
 
-def distnet_step(x, w, pad, work):
+def distnet_step(x, w, pad, work, method=None):
     def step():
-        y = conv_fprop(x, w, (1, 1, 1), pad=pad, work=work)
-        conv_bprop(x, w, y, (1, 1, 1), pad=pad, work=work)
+        y = conv_fprop(x, w, (1, 1, 1), pad=pad, work=work, method=method)
+        conv_bprop(x, w, y, (1, 1, 1), pad=pad, work=work, method=method)
     return step
 
 
@@ -56,8 +56,8 @@ def main():
     a = ap.parse_args()
     import torch
     torch.set_num_threads(a.threads)
-    print("| x (B, C, D, H, W) | K | filter | distnet ms | PyTorch ms | PyTorch / distnet |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| x (B, C, D, H, W) | K | filter | distnet ms | im2col ms | PyTorch ms | PyTorch / distnet |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     rng = np.random.default_rng(0)
     for shape, K, f in SHAPES:
         x = rng.standard_normal(shape, dtype=np.float32)
@@ -67,14 +67,16 @@ def main():
         ref = torch.nn.functional.conv3d(torch.from_numpy(x), torch.from_numpy(w), padding=p).numpy()
         np.testing.assert_allclose(mine, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max()))
         ours = distnet_step(x, w, ((p, p),) * 3, Workspace())
+        cols = distnet_step(x, w, ((p, p),) * 3, Workspace(), method="im2col")
         theirs = torch_step(torch, x, w, p)
-        d, t = [], []
-        for _ in range(2):            # interleaved: both see the same machine load
+        d, c, t = [], [], []
+        for _ in range(2):            # interleaved: all see the same machine load
             d.append(timed(ours, a.repeat))
+            c.append(timed(cols, a.repeat))
             t.append(timed(theirs, a.repeat))
-        d, t = min(d), min(t)
-        print(f"| {'x'.join(map(str, shape))} | {K} | {f}x{f}x{f} | {d * 1e3:.0f} | {t * 1e3:.0f} | {t / d:.2f} |",
-              flush=True)
+        d, c, t = min(d), min(c), min(t)
+        print(f"| {'x'.join(map(str, shape))} | {K} | {f}x{f}x{f} | {d * 1e3:.0f} | {c * 1e3:.0f} | {t * 1e3:.0f} "
+              f"| {t / d:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
