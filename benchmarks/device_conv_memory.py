@@ -54,7 +54,7 @@ def main():
     budget = blocked.cols_budget(xp)
 
     def block_rows(b):
-        return blocked.block_rows((B, C, S, S), (C, C, 3, 3), (1, 1), S, S, 4, b, ((1, 1), (1, 1)))
+        return blocked.block_rows((B, C, S, S), (C, C, 3, 3), (1, 1), (S, S), 4, b, ((1, 1), (1, 1)))
     rows = block_rows(budget)
     mib = 1 << 20
     print(f"conv 3x3 pad 1, {C} -> {C} channels, {S}x{S}, batch {B}, float32; "

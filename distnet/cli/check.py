@@ -35,7 +35,7 @@ def check(experiment, list_classes, reference, overrides):
     for level, note in exp.config_notes:
         click.echo(f"distnet: {logging.getLevelName(level).lower()}: {note}", err=True)
     on = (f"; on these {nranks} ranks: data {layout.data} x pipe {layout.pipe} x grid "
-          f"{layout.grid[0]}x{layout.grid[1]}" if layout is not None else "")
+          f"{'x'.join(map(str, layout.grid))}" if layout is not None else "")
     if lines is not None:
         click.echo(f"{experiment}: OK ({lines[0]}{on})")
         for line in lines[1:]:

@@ -35,8 +35,10 @@ def _waitall(requests):
         type(requests[0]).Waitall(requests)
 
 
-class HaloExchange:
-    """A forward halo exchange in flight (:meth:`GlobalArray.exchange_begin`).
+class HaloRequest:
+    """A forward halo exchange in flight (:meth:`GlobalArray.exchange_begin`), as an MPI request
+    is a message in flight: :meth:`test` it, :meth:`finish` waits. (What a layer's exchange is,
+    its plan and its cost, is its placement's :class:`~distnet.layers.placement.HaloExchange`.)
 
     chunk : the ``(B, C, Hc, Wc)`` chunk (``(B, C, *plan.chunk.shape)``), valid except at its
         ghost pixels until :meth:`finish`.
@@ -158,9 +160,9 @@ class GlobalArray:
 
     def exchange_begin(self, x_local, out=None):
         """Start :meth:`exchange`: post the messages, fill the chunk's own part and padding, and
-        return a :class:`HaloExchange` whose ``chunk`` is already valid wherever no ghost pixel
+        return a :class:`HaloRequest` whose ``chunk`` is already valid wherever no ghost pixel
         lies (:func:`distnet.geometry.overlap.early_output_box` says which outputs read only
-        those) and whose :meth:`~HaloExchange.finish` waits for the ghosts and returns the
+        those) and whose :meth:`~HaloRequest.finish` waits for the ghosts and returns the
         chunk. Between the two, a layer computes (the overlap); until ``finish`` the chunk's ghost
         pixels keep what they held before (a reused ``out``: the last exchange's ghosts), so only
         outputs outside ``early_output_box`` may read them, to be computed again after it. The
@@ -190,7 +192,7 @@ class GlobalArray:
         if self._inner is not None:
             in_chunk, in_own = self._inner
             chunk[in_chunk] = x_local[in_own]
-        return HaloExchange(self, chunk, reqs, ghost)
+        return HaloRequest(self, chunk, reqs, ghost)
 
     get_fprop_view = exchange
 

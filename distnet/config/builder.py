@@ -6,7 +6,7 @@ A class describes its YAML keys through its ``__init__`` signature (required = n
 an optional ``config_types`` mapping ``key -> spec`` (merged along the MRO), where spec is one of
 ``int``, ``float``, ``bool``, ``str``, ``dict``, ``list``, ``"shape2"`` (an int or a pair of ints),
 ``("obj", kind)`` or ``("list", ("obj", kind))``, or a constrained type of :mod:`.types`
-(``PositiveInt``, ``NonNegative``, ``PositiveShape2``, ``WEIGHT_INIT``, ...): sizes, rates and
+(``PositiveInt``, ``NonNegative``, ``PositiveShape``, ``WEIGHT_INIT``, ...): sizes, rates and
 ranges are checked here, at build time, so ``distnet check`` and every rank before training
 refuse them with file:line:key. Every ``float`` must be finite. ``null`` is accepted only for
 a key whose default is ``None`` (and never as an item of a list). A list of objects may not hold one
@@ -19,7 +19,7 @@ import logging
 
 from ..errors import ConfigError, DistnetError
 from . import registry
-from .types import Bounded, MappingOf, Shape2, check_finite, short_repr
+from .types import Bounded, MappingOf, Shape, check_finite, short_repr
 from .types import describe as _describe_value
 from .yaml_loader import ObjSpec
 
@@ -61,7 +61,7 @@ def coerce(spec, value, kind_of):
     ``ValueError`` with a sentence saying what was expected."""
     if value is None:
         return None
-    if isinstance(spec, (Bounded, Shape2, MappingOf)):
+    if isinstance(spec, (Bounded, Shape, MappingOf)):
         return spec.coerce(value)
     if spec is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -5,7 +5,7 @@ import inspect
 
 from . import registry
 from .builder import _ignored_of, _types_of, constructor_params
-from .types import Bounded, MappingOf, Shape2
+from .types import Bounded, MappingOf, Shape
 
 _KIND_ORDER = ["experiment", "backend", "dataset", "model", "layer", "activation", "cost", "learning_rule",
                "schedule"]
@@ -17,7 +17,7 @@ _KIND_TITLE = {"experiment": "Experiments (the root object)", "backend": "Backen
 def _type_name(spec):
     if spec is None:
         return ""
-    if isinstance(spec, (Bounded, Shape2, MappingOf)):
+    if isinstance(spec, (Bounded, Shape, MappingOf)):
         return spec.describe()
     if isinstance(spec, type):
         return {"int": "int", "float": "number", "bool": "bool", "str": "string", "dict": "mapping",

@@ -104,39 +104,43 @@ Fraction = Bounded(float, 0, 1)
 HalfOpenFraction = Bounded(float, 0, 1, open_high=True)
 
 
-class Shape2:
-    """An int or a pair ``[rows, cols]`` of ints, each >= ``low``; normalised to a pair."""
+class Shape:
+    """An int or a list of 1 to 3 ints (``[cols]``, ``[rows, cols]``, ``[depth, rows, cols]``),
+    each >= ``low``. An int stays an int: the layer broadcasts it to its input's number of
+    spatial axes (a list must have that many entries); a list becomes a tuple."""
 
     def __init__(self, low):
         self.low = low
 
     def describe(self):
-        return f"int or [rows, cols], each >= {self.low}"
+        return f"int, [rows, cols] or [depth, rows, cols], each >= {self.low}"
 
     __str__ = __repr__ = describe
 
     def coerce(self, value):
         if isinstance(value, int) and not isinstance(value, bool):
-            pair = (value, value)
-        elif (isinstance(value, (list, tuple)) and len(value) == 2
+            sizes = value
+        elif (isinstance(value, (list, tuple)) and 1 <= len(value) <= 3
               and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            pair = tuple(value)
+            sizes = tuple(value)
         else:
-            raise ValueError(f"expected an integer or a pair [rows, cols] of integers, got {describe(value)}")
-        if min(pair) < self.low:
+            raise ValueError(f"expected an integer or a list [rows, cols] or [depth, rows, cols] of "
+                             f"integers, got {describe(value)}")
+        values = (sizes,) if isinstance(sizes, int) else sizes
+        if min(values) < self.low:
             raise ValueError(f"expected sizes >= {self.low}, got {short_repr(value)}")
-        if max(pair) > SIZE_CAP:
+        if max(values) > SIZE_CAP:
             raise ValueError(f"{short_repr(value)} is too large (more than {SIZE_CAP})")
-        return pair
+        return sizes
 
 
-#: Filter sizes, strides, image sizes.
-PositiveShape2 = Shape2(1)
+#: Filter sizes, strides, dilations, image sizes.
+PositiveShape = Shape(1)
 
 
-class GridShape(Shape2):
-    """A process grid: what :class:`Shape2` takes (an int N is N x N), a list of 1 or 3 ints
-    (``[Px]``, ``[Pz, Py, Px]``), or the same written ``"2x4"`` / ``"2x2x2"``; each >= 1.
+class GridShape(Shape):
+    """A process grid: an int N (N x N), a list of 1 to 3 ints (``[Px]``, ``[Py, Px]``,
+    ``[Pz, Py, Px]``), or the same written ``"2x4"`` / ``"2x2x2"``; each >= 1.
     Normalised to a tuple (its number of axes is checked against the model's arrays when the run
     is laid out)."""
 
@@ -175,7 +179,7 @@ class GridShape(Shape2):
 #: The experiment's ``grid``.
 ProcessGrid = GridShape()
 #: Paddings.
-NonNegativeShape2 = Shape2(0)
+NonNegativeShape = Shape(0)
 
 
 class MappingOf:

@@ -52,22 +52,22 @@ def layer_rows(exp, grid, batch, data=1, pipe=1):
     replicas x ``pipe`` stages), for ``batch`` rows per replica."""
     itemsize = np.dtype(exp.backend.dtype).itemsize
     # rank (0, 0): the largest tile and the most parameters; chunks, halos per axis (no rank loop)
-    per_rank = [exp.model.placements(GridPosition(tuple(grid), (0, 0), data, pipe))]
+    per_rank = [exp.model.placements(GridPosition(tuple(grid), (0,) * len(grid), data, pipe))]
     rows = []
     for i, layer in enumerate(exp.model.layers):
         pls = [placements[i] for placements in per_rank]
         rank0 = pls[0]
         out = tuple(rank0.out_layout.global_shape)
         local = [tuple(p.out_layout.local_shape) for p in pls]
-        if len(out) == 3:
-            largest = (out[0], max(s[1] for s in local), max(s[2] for s in local))
+        if len(out) == len(grid) + 1:
+            largest = (out[0],) + tuple(max(s[d] for s in local) for d in range(1, len(out)))
         else:
             largest = out
         chunk_shape = halo = None
         chunk_elems = 0
         if rank0.halos:
-            C, H, W = layer.in_shape
-            halo, chunk = halo_extents((H, W), *rank0.halos[0].windows, grid)
+            C, *S = layer.in_shape
+            halo, chunk = halo_extents(tuple(S), *rank0.halos[0].windows, grid)
             chunk_shape = (C, *chunk.shape)
             chunk_elems = int(np.prod(chunk_shape))
         rows.append(LayerRow(i, layer.name, config_name(layer), out, tuple(rank0.out_layout.local_shape),
@@ -99,7 +99,7 @@ def format_show(exp, path, nranks, layout=None, image_shape=None, data_line=True
     rows = layer_rows(exp, grid, per_replica, data, pipe)
     for row, stage in zip(rows, exp.model.stage_plan(pipe)):
         row.stage = stage
-    head = [f"{path}: {nranks} rank(s) = data {data} x pipe {pipe} x grid {grid[0]}x{grid[1]}; "
+    head = [f"{path}: {nranks} rank(s) = data {data} x pipe {pipe} x grid {_shape(grid)}; "
             f"input {_shape(image_shape)}, dtype {np.dtype(exp.backend.dtype).name}, "
             + (f"batch {bs} ({per_replica} rows per replica)" if bs else "batch: all images (memory per image)")]
     staged = pipe > 1

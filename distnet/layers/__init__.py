@@ -13,8 +13,9 @@ from .decoder import CropLayer, DeconvLayer, UpsampleLayer
 from .fc import FullyConnectedLayer, FullyConnectedNoBiasLayer
 from .lcn import LCNLayer
 from .local import LocalFilteringLayer
+from .pooling import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
 from .tower_sum import TowerSumLayer
-from .spatial import AveragePoolingLayer, ConvLayer, L2PoolingLayer, MaxPoolingLayer, WindowLayer
+from .spatial import ConvLayer, WindowLayer
 
 __all__ = ["AveragePoolingLayer", "BaseLayer", "ConvLayer", "FullyConnectedLayer",
            "FullyConnectedNoBiasLayer", "L2PoolingLayer", "LayerContext", "MaxPoolingLayer",

@@ -86,7 +86,7 @@ def one_shape(layer, in_shapes):
 def one_layout_kind(layer, layouts, purpose, hint=""):
     """The layout kind shared by a multi-input ``layer``'s input ``layouts``; a located error
     listing every input's kind otherwise."""
-    kinds = sorted(set(layouts))
+    kinds = list(dict.fromkeys(layouts))     # in input order (kinds are not ordered)
     if len(kinds) > 1:
         which = ", ".join(f"'{n}': {k}" for n, k in zip(layer.inputs, layouts))
         raise layer.error(f"its inputs must have one layout {purpose}, but they have {which}{hint}", "inputs")

@@ -60,8 +60,9 @@ class BatchNormLayer(BaseLayer):
         self.gamma = self.beta = self.running_mean = self.running_var = None
 
     def infer_shape(self, in_shape):
-        if len(in_shape) not in (1, 3):
-            raise self.error(f"needs (C, H, W) or (F,) inputs, got {tuple(in_shape)}")
+        if not 1 <= len(in_shape) <= 4:
+            raise self.error(f"needs (C, H, W) (or (C, *S), 1 to 3 spatial axes) or (F,) inputs, "
+                             f"got {tuple(in_shape)}")
         self.in_shape = self.out_shape = tuple(in_shape)
         return self.out_shape
 
@@ -69,7 +70,7 @@ class BatchNormLayer(BaseLayer):
         """Same layout out as in; gamma/beta (complete: the layer sums their gradients itself)
         and the running statistics replicated; one Allreduce forward and one backward over
         ``grad`` (image tiles) or ``data`` (vectors), in training only."""
-        image = len(self.in_shape) == 3
+        image = len(self.in_shape) > 1
         over = OVER_GRAD if layout == SPATIAL and image else OVER_DATA
         C = self.in_shape[0]
         pp = [ParamPlacement(f"{self.name}.{n}", (C,), (C,), Ellipsis, COMPLETE) for n in ("gamma", "beta")]
@@ -78,12 +79,12 @@ class BatchNormLayer(BaseLayer):
         kind = layout if image else REPLICATED
         return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position),
                          params=tuple(pp), buffers=tuple(bp),
-                         collectives=(Collective(over, 0, False, 2 * C + 1, True),
-                                      Collective(over, 0, True, 2 * C, True)),
+                         collectives=(Collective(over.comm, 0, False, 2 * C + 1, True),
+                                      Collective(over.comm, 0, True, 2 * C, True)),
                          extra={"stats_over": over})
 
     def setup(self, ctx):
-        self._comm = ctx.topology.comm(self.placement.extra["stats_over"])
+        self._comm = ctx.topology.comm(self.placement.extra["stats_over"].comm)
         self._host_staging = ctx.backend.host_staging
 
     def draw_params(self, rng):

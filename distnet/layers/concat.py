@@ -8,6 +8,7 @@ for one process and any grid. Vectors must be replicated (fully connected output
 import numpy as np
 
 from ..backend import get_array_module
+from .add import one_layout_kind
 from .base import BaseLayer
 from .placement import Layout, Placement
 
@@ -32,7 +33,8 @@ class ConcatLayer(BaseLayer):
         for name, shape in zip(self.inputs[1:], in_shapes[1:]):
             shape = tuple(shape)
             if len(shape) != len(first) or shape[1:] != first[1:]:
-                what = "planes (rows, cols)" if len(first) == 3 else "kind (all vectors or all images)"
+                what = ("planes (rows, cols)" if len(first) == 3 else "spatial shape" if len(first) > 1
+                        else "kind (all vectors or all images)")
                 raise self.error(f"its inputs must have one {what}, but '{self.inputs[0]}' gives "
                                  f"{_fmt(first)} and '{name}' gives {_fmt(shape)}", "inputs")
         self.in_shapes = [tuple(s) for s in in_shapes]
@@ -43,13 +45,8 @@ class ConcatLayer(BaseLayer):
 
     def place(self, layouts, position):
         """Every input's layout kind must agree; the output has it too (local stacking)."""
-        kinds = sorted(set(layouts))
-        if len(kinds) > 1:
-            which = ", ".join(f"'{n}': {k}" for n, k in zip(self.inputs, layouts))
-            raise self.error(f"its inputs must have one layout to be joined locally, but they have {which}",
-                             "inputs")
-        return Placement(Layout.of(kinds[0], self.in_shape, position),
-                         Layout.of(kinds[0], self.out_shape, position))
+        kind = one_layout_kind(self, layouts, "to be joined locally")
+        return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position))
 
     def fprop(self, xs):
         """``xs``: ``(B, C_k, h, w)`` (or ``(B, F_k)``) local arrays -> stacked on axis 1."""

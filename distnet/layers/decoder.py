@@ -12,7 +12,7 @@ chunk and the output tile lie), so every grid, uneven tiles included, computes t
 single-process numbers. The ops and the rules take any number of spatial axes; these layers
 run on images ``(C, H, W)`` as the window layers do.
 """
-from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt, PositiveShape2
+from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape, PositiveInt, PositiveShape
 from ..errors import GeometryError
 from ..geometry import Crop, LinearUpsample, NearestUpsample, TransposedWindow, output_plane
 from ..ops.decoder import (Section, conv_transpose_bprop, conv_transpose_fprop, linear_bprop,
@@ -20,7 +20,7 @@ from ..ops.decoder import (Section, conv_transpose_bprop, conv_transpose_fprop, 
 from .add import activated
 from .params import check_weight_init, gen_weights
 from .placement import OVER_GRAD, ParamPlacement
-from .spatial import WindowLayer, _pair
+from .spatial import WindowLayer, _axes
 
 
 class DecoderLayer(WindowLayer):
@@ -83,7 +83,7 @@ class DeconvLayer(DecoderLayer):
     pixels, is summed over ``Topology.grad``."""
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
-                    "activation": ("obj", "activation"), "output_padding": NonNegativeShape2}
+                    "activation": ("obj", "activation"), "output_padding": NonNegativeShape}
     rules_key = "fshape"
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, output_padding=0,
@@ -153,7 +153,7 @@ class UpsampleLayer(DecoderLayer):
     process grid each rank computes its output tile from the inputs it reads (linear: one
     more row or column at each side of the tile)."""
 
-    config_types = {"factor": PositiveShape2, "mode": str}
+    config_types = {"factor": PositiveShape, "mode": str}
     rules_key = "factor"
 
     def __init__(self, factor, mode="nearest", nifm=None, ifmshape=None, **common):
@@ -250,6 +250,11 @@ def _margins(layer, margins):
         return tuple(tuple(m) for m in margins)
     raise layer.error(f"margins must be [rows, cols] or [[top, bottom], [left, right]] (integers), "
                       f"got {margins!r}", "margins")
+
+
+def _pair(value):
+    """A key as one size per axis of an image (an int on both)."""
+    return _axes(value, 2)
 
 
 def _sym(pair):

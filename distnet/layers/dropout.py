@@ -45,10 +45,10 @@ class DropoutLayer(BaseLayer):
         self._seed, self._index = ctx.backend.rng_seed, ctx.index
         lay = self.placement.in_layout
         self._cut = ()
-        if lay.kind == SPATIAL and len(self.in_shape) == 3:
-            pos = ctx.topology.position
+        pos = ctx.topology.position
+        if lay.kind == SPATIAL and len(self.in_shape) == len(pos.grid) + 1:
             t = tile_of(self.in_shape[1:], pos.grid, pos.coords)
-            self._cut = (slice(None), slice(t.y0, t.y1), slice(t.x0, t.x1))
+            self._cut = (slice(None),) + tuple(slice(a, b) for a, b in t.spans)
 
     def fprop(self, x):
         """Training: ``x * mask`` (mask: my slice of the global minibatch's mask); evaluation:

@@ -1,5 +1,6 @@
 """Fully connected layers on ``(B, F)`` activations (an image-like input ``(B, C, H, W)`` is
-flattened row-major, neon's order ``(c*H + r)*W + q``), and how they distribute themselves.
+flattened row-major, neon's order ``(c*H + r)*W + q``; a volume ``(B, C, D, H, W)`` likewise in
+``(c, z, y, x)`` order), and how they distribute themselves.
 
 The layer's placement follows its input (:meth:`FullyConnectedNoBiasLayer.place`):
 
@@ -20,6 +21,8 @@ The layer's placement follows its input (:meth:`FullyConnectedNoBiasLayer.place`
   below) is the block's part placed in a zero ``(B, F)`` array and summed with one Allreduce over
   ``Topology.spatial``.
 """
+from math import prod
+
 import numpy as np
 
 from ..comm.reduce import allreduce_sum
@@ -78,12 +81,13 @@ class FullyConnectedNoBiasLayer(BaseLayer):
         summed over ``spatial``. vecpar: my block of the features of a replicated input,
         pre-activations summed forward and input gradients backward over ``spatial``. Otherwise
         replicated."""
-        grid, split = position.grid, tuple(position.grid) != (1, 1)
-        if layout == SPATIAL and len(self.in_shape) == 3 and split:
-            C, H, W = self.in_shape
-            t = tile_of((H, W), grid, position.coords)
-            c, r, q = np.meshgrid(np.arange(C), np.arange(t.y0, t.y1), np.arange(t.x0, t.x1), indexing="ij")
-            cols = np.ravel_multi_index((c.ravel(), r.ravel(), q.ravel()), (C, H, W))
+        grid, split = position.grid, prod(position.grid) > 1
+        if layout == SPATIAL and len(self.in_shape) == len(grid) + 1 and split:
+            t = tile_of(self.in_shape[1:], grid, position.coords)
+            # the flat (c, z, y, x) indices of my tile
+            axes = np.meshgrid(np.arange(self.in_shape[0]), *(np.arange(a, b) for a, b in t.spans),
+                               indexing="ij")
+            cols = np.ravel_multi_index(tuple(a.ravel() for a in axes), self.in_shape)
             return self._placement(layout, position, cols, (Collective("spatial", self.nout),))
         if self.vecpar and layout == REPLICATED and split:
             if grid[0] != 1:

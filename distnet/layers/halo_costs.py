@@ -1,13 +1,17 @@
 """What a window layer's halo exchange costs on every rank of its grid at once: the figures
 :class:`~distnet.layers.placement.HaloExchange` states for its own rank (elements sent and
-received per sample, messages), for all ``Py x Px`` ranks as arrays, and the part of them that
+received per sample, messages), for all ``Py x Px`` (``Pz x Py x Px``) ranks as arrays, and the part of them that
 crosses to another node. Pure index math on the layer's window rules (no MPI, no arrays of
 data); the cost model (:mod:`distnet.plan`) sums these over layers.
 
 A box intersection is separable, so everything is computed per axis: ``ov[a, b] = |own(a) ∩
 chunk(b)|``, the input rows rank ``a`` owns that rank ``b``'s chunk reads, a ``(P, P)`` matrix
-per axis (``O(Py^2 + Px^2)``; a million ranks in a second), never per rank.
+per axis (``O(Py^2 + Px^2)``; a million ranks in a second), never per rank; the figures of a
+rank are products of its axes' (outer products over the grid).
 """
+import functools
+import itertools
+
 import numpy as np
 
 from ..geometry import block_partition
@@ -46,46 +50,53 @@ class _Axis:
 
 
 class GridHalo:
-    """One exchange of a window layer on every rank of ``grid``: ``(Py, Px)`` arrays of the
-    elements per sample each rank sends (``own ∩ chunk(peer)`` for every peer) and receives
-    (its ghost parts, which the adjoint sends back), the messages it sends (one per peer), its
-    output tile and input chunk in pixels per channel; ``far_peers``: some rank exchanges with a
-    rank beyond its neighbours. ``channels``: the maps exchanged."""
+    """One exchange of a window layer on every rank of ``grid``: ``(Py, Px)`` arrays (``(Pz, Py,
+    Px)`` for volumes) of the elements per sample each rank sends (``own ∩ chunk(peer)`` for
+    every peer) and receives (its ghost parts, which the adjoint sends back), the messages it
+    sends (one per peer), its output tile and input chunk in pixels per channel; ``far_peers``:
+    some rank exchanges with a rank beyond its neighbours. ``channels``: the maps exchanged."""
 
     def __init__(self, in_plane, windows, grid, channels):
         self.grid, self.channels = tuple(grid), channels
-        self.y, self.x = (_Axis(n, w, p) for n, w, p in zip(in_plane, windows, grid))
-        y, x = self.y.ov, self.x.ov
-        dy, dx = np.diag(y), np.diag(x)
-        # sent by (iy, ix) = sum over peers (iy', ix') != me of ov_y[iy, iy'] * ov_x[ix, ix']
-        self.sent = channels * (np.outer(y.sum(axis=1), x.sum(axis=1)) - np.outer(dy, dx))
-        self.received = channels * (np.outer(y.sum(axis=0), x.sum(axis=0)) - np.outer(dy, dx))
-        self.messages = np.outer((y > 0).sum(axis=1), (x > 0).sum(axis=1)) - np.outer(dy > 0, dx > 0)
-        self.out_pixels = np.outer(self.y.sizes(self.y.out), self.x.sizes(self.x.out))
-        self.chunk_pixels = np.outer(self.y.sizes(self.y.chunk), self.x.sizes(self.x.chunk))
-        self.far_peers = any(bool(np.triu(a.ov, 2).any() or np.tril(a.ov, -2).any()) for a in (self.y, self.x))
+        self.axes = [_Axis(n, w, p) for n, w, p in zip(in_plane, windows, grid)]
+        ovs = [a.ov for a in self.axes]
+        diag = _outer(np.diag(ov) for ov in ovs)
+        # sent by rank i = sum over peers j != i of prod_d ov_d[i_d, j_d]: all peers minus me
+        self.sent = channels * (_outer(ov.sum(axis=1) for ov in ovs) - diag)
+        self.received = channels * (_outer(ov.sum(axis=0) for ov in ovs) - diag)
+        self.messages = (_outer((ov > 0).sum(axis=1) for ov in ovs)
+                         - _outer(np.diag(ov) > 0 for ov in ovs))
+        self.out_pixels = _outer(a.sizes(a.out) for a in self.axes)
+        self.chunk_pixels = _outer(a.sizes(a.chunk) for a in self.axes)
+        self.far_peers = any(bool(np.triu(ov, 2).any() or np.tril(ov, -2).any()) for ov in ovs)
 
     def largest(self):
-        """``((h, w) of the largest output tile, (hc, wc) of the largest input chunk)``."""
-        return ((int(self.y.sizes(self.y.out).max()), int(self.x.sizes(self.x.out).max())),
-                (int(self.y.sizes(self.y.chunk).max()), int(self.x.sizes(self.x.chunk).max())))
+        """``(the largest output tile, the largest input chunk)``, each a size per axis
+        (``((h, w), (hc, wc))`` for images)."""
+        return (tuple(int(a.sizes(a.out).max()) for a in self.axes),
+                tuple(int(a.sizes(a.chunk).max()) for a in self.axes))
 
     def to_other_nodes(self, node_of):
-        """``(sent, received, messages)`` as ``(Py, Px)`` arrays: the part of each rank's exchange
-        with ranks of another node (``node_of(world rank)``; the grid's ranks are world ranks
-        ``iy * Px + ix``). Peers are visited by offset: ``O(offsets * P)``, not ``O(P^2)``."""
-        Py, Px = self.grid
+        """``(sent, received, messages)`` as arrays of the grid's shape: the part of each rank's
+        exchange with ranks of another node (``node_of(world rank)``; the grid's ranks are world
+        ranks in row-major order, ``iy * Px + ix``). Peers are visited by offset: ``O(offsets *
+        P)``, not ``O(P^2)``."""
         fwd, bwd, msgs = (np.zeros(self.grid) for _ in range(3))
-        rank = np.arange(Py * Px).reshape(self.grid)
-        for oy in self.y.offsets():
-            sy, ry = self.y.band(oy)
-            for ox in self.x.offsets():
-                if oy == 0 and ox == 0:
-                    continue
-                sx, rx = self.x.band(ox)
-                other = node_of(rank + oy * Px + ox) != node_of(rank)
-                sent, back = np.outer(sy, sx), np.outer(ry, rx)
-                fwd += np.where(other, sent, 0)
-                bwd += np.where(other, back, 0)
-                msgs += np.where(other, sent > 0, 0)
+        rank = np.arange(int(np.prod(self.grid))).reshape(self.grid)
+        pitch = [int(np.prod(self.grid[d + 1:])) for d in range(len(self.grid))]
+        for offset in itertools.product(*(a.offsets() for a in self.axes)):
+            if not any(offset):
+                continue
+            bands = [a.band(o) for a, o in zip(self.axes, offset)]
+            other = node_of(rank + sum(o * p for o, p in zip(offset, pitch))) != node_of(rank)
+            sent, back = _outer(b[0] for b in bands), _outer(b[1] for b in bands)
+            fwd += np.where(other, sent, 0)
+            bwd += np.where(other, back, 0)
+            msgs += np.where(other, sent > 0, 0)
         return self.channels * fwd, self.channels * bwd, msgs
+
+
+def _outer(vectors):
+    """The outer product of per-axis vectors: an array of the grid's shape (``np.outer`` of
+    two)."""
+    return functools.reduce(np.multiply.outer, vectors)

@@ -15,9 +15,10 @@ serves both exchanges (x, then s). Backward: the exact gradient (neon v0.4 dropp
 term ``e/d`` where ``s == 0``; distnet does not reproduce that, see :mod:`distnet.ops.lcn`),
 with the two adjoint exchanges in reverse order. No parameters.
 """
+from ..errors import ConfigError
 from ..ops.lcn import (lcn_bprop_divisive, lcn_bprop_subtractive, lcn_filter, lcn_fprop_divisive,
                        lcn_fprop_subtractive, shared_map)
-from .spatial import WindowLayer, _pair
+from .spatial import WindowLayer, _axes
 
 
 class LCNLayer(WindowLayer):
@@ -26,8 +27,14 @@ class LCNLayer(WindowLayer):
     key is refused). Output ``(B, C, H, W)``, the input's shape. On a process grid of several
     tiles every fprop/bprop is collective over ``Topology.spatial`` (point-to-point halos)."""
 
+    spatial_axes = (2,)
+
     def __init__(self, fshape, stride=1, nifm=None, ifmshape=None, padding=None, **common):
-        fh, fw = _pair(fshape)
+        sizes = _axes(fshape, 2)
+        if len(sizes) != 2:
+            raise ConfigError(f"LCN works on images: fshape must be an int or [fh, fw], got "
+                              f"{list(sizes)}", key="fshape")
+        fh, fw = sizes
         super().__init__((fh, fw), stride, ((fh - 1) // 2, (fw - 1) // 2), nifm, ifmshape, **common)
         if padding is not None:
             raise self.error("LCN pads itself to keep its input's size ('same' padding, zeros only "

@@ -16,6 +16,8 @@ process, halo exchange on a grid of several tiles; ``_input_grad``: its adjoint)
 distributed step is the one-process one with the padding maps swapped for the exchanges, and
 gives the same numbers.
 """
+from dataclasses import replace
+
 import numpy as np
 
 from ..config.types import WEIGHT_INIT, NonNegative, PositiveInt
@@ -38,9 +40,10 @@ class LocalDeFilteringLayer:
     Works on chunks; no communication.
     """
 
-    def __init__(self, V, fshape, stride, name):
+    def __init__(self, V, fshape, stride, name, w_placement):
         self.V, self.fshape, self.stride = V, fshape, stride
-        self.param = Param(f"{name}.V", V, None, OVER_DATA, sharded=True)
+        # V is laid out as W: W's placement under V's name
+        self.param = Param(replace(w_placement, name=f"{name}.V"), V, None)
         self.name = f"{name}.decoder"
 
     def fprop(self, h, chunk_shape):
@@ -72,6 +75,7 @@ class LocalFilteringLayer(WindowLayer):
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative, "pretraining": bool,
                     "pretrain_learning_rate": NonNegative, "sparsity": NonNegative, "tied_weights": bool}
+    spatial_axes = (2,)
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0,
                  pretraining=False, pretrain_learning_rate=None, sparsity=None, tied_weights=True,
@@ -169,7 +173,7 @@ class LocalFilteringLayer(WindowLayer):
         :meth:`pretrain_rates`; the supervised training keeps its own)."""
         self.pooling = pooling
         V = self.W if self.tied_weights else self.W.copy()
-        self.decoder = LocalDeFilteringLayer(V, self.fshape, self.stride, self.name)
+        self.decoder = LocalDeFilteringLayer(V, self.fshape, self.stride, self.name, self.placement.params[0])
         self.pretrain_optimizer = Optimizer.plain(self.pretrain_rates())
 
     def pretrain_step(self, x, batch_size=None, step=None):

@@ -4,29 +4,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .placement import OVER_DATA, OVER_GRAD  # noqa: F401 - re-exported
+from .placement import OVER_DATA, OVER_GRAD, ParamPlacement  # noqa: F401 - re-exported
 
 
 @dataclass
 class Param:
-    """A parameter tensor with its gradient and optimiser state.
+    """A parameter tensor with its gradient and optimiser state, and its
+    :class:`~distnet.layers.placement.ParamPlacement` (``placement``: what it is globally, this
+    rank's slice, who sums its gradient).
 
     ``value`` and ``grad`` have the same (local) shape; ``velocity`` is None until momentum is
     used (neon's ``momentum:`` path); ``state`` holds the arrays of a model's ``learning_rule``
     (``{name: array}`` shaped like ``value``, e.g. Adam's ``m`` and ``v``: sharded like the
     parameter), None until the first update. A buffer (not trained: batch norm's running
-    statistics) is a Param with ``grad`` None. ``reduce_over`` names the sub-communicator of :class:`~distnet.comm.topology.Topology`
-    over which ``grad`` must be summed before the update (:data:`OVER_GRAD` or
-    :data:`OVER_DATA`); ``sharded`` says whether ``value`` is a slice of a larger global tensor.
-    Made from the layer's :class:`~distnet.layers.placement.ParamPlacement` by
-    :meth:`from_placement`.
+    statistics) is a Param with ``grad`` None. ``name``, ``reduce_over`` (the
+    :class:`~distnet.layers.placement.GradientSum` that says over which sub-communicator of
+    :class:`~distnet.comm.topology.Topology` ``grad`` is summed before the update) and
+    ``sharded`` (whether ``value`` is a slice of a larger global tensor) are the placement's.
+    Made by :meth:`from_placement`.
     """
 
-    name: str
+    placement: ParamPlacement
     value: object
     grad: object
-    reduce_over: str = OVER_GRAD
-    sharded: bool = False
     velocity: object = None
     state: dict = None
     #: True when an identical copy of this parameter is held and counted on another rank of
@@ -34,12 +34,24 @@ class Param:
     #: norm skips it here.
     copy_elsewhere: bool = False
 
+    @property
+    def name(self):
+        return self.placement.name
+
+    @property
+    def reduce_over(self):
+        return self.placement.reduce_over
+
+    @property
+    def sharded(self):
+        return self.placement.sharded
+
     @classmethod
     def from_placement(cls, pp, value, xp, grad=True):
         """The parameter of placement ``pp`` holding ``value`` (this rank's part, numpy), moved
         to ``xp`` with a zero gradient (``grad=False``: a buffer, no gradient)."""
         v = xp.asarray(value)
-        return cls(pp.name, v, xp.zeros_like(v) if grad else None, pp.reduce_over, pp.sharded)
+        return cls(pp, v, xp.zeros_like(v) if grad else None)
 
 
 _INIT_KEYS = {"uniform": {"low", "high"}, "gaussian": {"loc", "scale"}, "normal": {"loc", "scale"},

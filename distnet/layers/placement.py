@@ -28,42 +28,86 @@ FC columns of a tile, a vecpar block of FC columns, the filters of a locally con
 tile); a vecpar FC layer's input is replicated and it takes its block of the features itself.
 """
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
 from ..geometry import tile_of
 
-#: Every rank holds its tile (block partition on the process grid) of every image/channel.
-SPATIAL = "spatial"
-#: Every rank holds the whole activation.
-REPLICATED = "replicated"
 
-#: Gradient communicators (:meth:`~distnet.comm.topology.Topology.comm` names). ``grad``: the
-#: gradient is a partial sum over this rank's output pixels (conv filters shared by all tiles):
-#: spatial *and* data ranks sum it. ``data``: the gradient is complete on this rank for its
-#: samples (sharded filters, FC columns): only data replicas sum it.
-OVER_GRAD = "grad"
-OVER_DATA = "data"
-#: ``reduce_over=None``: the gradient is already complete (global) on every rank that holds the
-#: parameter — the layer summed what it needed itself (batch norm's ``dgamma`` / ``dbeta`` come out
-#: of its backward Allreduce over ``grad``): the training step sums it over nothing.
-COMPLETE = None
+class LayoutKind(Enum):
+    """How an activation is spread over the ranks of a spatial grid (the module docstring's
+    table; PyTorch DTensor's ``Shard`` / ``Replicate``). Printed as its word (``spatial``)."""
+
+    #: Every rank holds its tile (block partition on the process grid) of every image/channel.
+    SPATIAL = "spatial"
+    #: Every rank holds the whole activation.
+    REPLICATED = "replicated"
+
+    def __str__(self):
+        return self.value
+
+
+SPATIAL = LayoutKind.SPATIAL
+REPLICATED = LayoutKind.REPLICATED
+
+
+class GradientSum(Enum):
+    """Who sums a parameter's gradient before the update (PyTorch DTensor's ``Partial``: the
+    value on a rank is a partial sum until reduced over a communicator). :attr:`comm` names the
+    :meth:`~distnet.comm.topology.Topology.comm` communicator (None: nothing sums it)."""
+
+    #: The gradient is a partial sum over this rank's output pixels (conv filters shared by all
+    #: tiles): spatial *and* data ranks sum it (``Topology.grad``).
+    OVER_GRAD = "grad"
+    #: The gradient is complete on this rank for its samples (sharded filters, FC columns): only
+    #: data replicas sum it (``Topology.data``).
+    OVER_DATA = "data"
+    #: The gradient is already complete (global) on every rank that holds the parameter: the
+    #: layer summed what it needed itself (batch norm's ``dgamma`` / ``dbeta`` come out of its
+    #: backward Allreduce over ``grad``): the training step sums it over nothing.
+    COMPLETE = None
+
+    @property
+    def comm(self):
+        """The name of the communicator that sums the gradient (``grad``, ``data``), or None."""
+        return self.value
+
+    def __str__(self):
+        return "complete" if self.value is None else self.value
+
+
+OVER_GRAD = GradientSum.OVER_GRAD
+OVER_DATA = GradientSum.OVER_DATA
+COMPLETE = GradientSum.COMPLETE
+
+
+def _require(value, kind, what):
+    """``value`` if it is a member of the enum ``kind``; a TypeError naming ``what`` otherwise
+    (a plugin that still passes the old strings or None learns it at once)."""
+    if not isinstance(value, kind):
+        names = ", ".join(m.name for m in kind)
+        raise TypeError(f"{what} must be a {kind.__name__} ({names}), got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How an activation is spread: ``kind`` (:data:`SPATIAL` or :data:`REPLICATED`), its global
-    shape (without the batch axis) and this rank's part of it."""
+    """How an activation is spread: ``kind`` (a :class:`LayoutKind`), its global shape (without
+    the batch axis) and this rank's part of it."""
 
-    kind: str
+    kind: LayoutKind
     global_shape: tuple
     local_shape: tuple
+
+    def __post_init__(self):
+        _require(self.kind, LayoutKind, "a layout's kind")
 
     @classmethod
     def of(cls, kind, global_shape, position):
         """The layout ``kind`` of an activation of ``global_shape`` on ``position``."""
         shape = tuple(global_shape)
-        if kind == SPATIAL and len(shape) == 3:
+        if kind == SPATIAL and len(shape) == len(position.grid) + 1:
             return cls(kind, shape, (shape[0],) + tile_of(shape[1:], position.grid, position.coords).shape)
         return cls(kind, shape, shape)
 
@@ -72,9 +116,9 @@ class Layout:
 class ParamPlacement:
     """One parameter: its ``global_shape``; ``index``, the numpy index of this rank's part in
     the global tensor (``G[index]`` has ``local_shape``; ``Ellipsis`` when replicated);
-    ``reduce_over``, the communicator that sums its gradient (:data:`OVER_GRAD` or
-    :data:`OVER_DATA`; a communicator of one rank sums nothing; :data:`COMPLETE` (None): the
-    layer's backward already made it global, nothing sums it); ``sharded``: ranks of a
+    ``reduce_over``, who sums its gradient (a :class:`GradientSum`: :data:`OVER_GRAD` or
+    :data:`OVER_DATA`, a communicator of one rank sums nothing; :data:`COMPLETE`: the layer's
+    backward already made it global, nothing sums it); ``sharded``: ranks of a
     spatial grid hold different parts. The same class describes a layer's *buffers*
     (:attr:`Placement.buffers`: state that is not trained, such as batch norm's running
     statistics; their ``reduce_over`` is :data:`COMPLETE`)."""
@@ -83,8 +127,11 @@ class ParamPlacement:
     global_shape: tuple
     local_shape: tuple
     index: object = Ellipsis
-    reduce_over: str = OVER_GRAD
+    reduce_over: GradientSum = OVER_GRAD
     sharded: bool = False
+
+    def __post_init__(self):
+        _require(self.reduce_over, GradientSum, f"the reduce_over of parameter {self.name!r}")
 
     @property
     def size(self):

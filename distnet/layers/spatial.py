@@ -1,30 +1,33 @@
-"""Window layers on image-like activations ``(B, C, H, W)``: the shared geometry (kernel,
-stride, padding, halo plan) and ConvLayer and the pooling layers.
+"""Window layers on spatial activations ``(B, C, *S)`` (lines, images ``(B, C, H, W)`` or volumes
+``(B, C, D, H, W)``): the geometry they share (kernel, stride, padding, halo plan: WindowLayer)
+and ConvLayer (the pooling layers: :mod:`distnet.layers.pooling`).
 
 A window layer computes its output tile from a *chunk*: its input tile plus what its windows read
 beyond it. Its chunk exchange ``self.input`` builds it, as the layer's placement says
 (:attr:`~distnet.layers.placement.HaloExchange.split`): on a grid of one tile a
 :class:`~distnet.ops.padding.ZeroPadding` (the zero-padded image); when the process grid cuts the
-plane into several tiles a :class:`~distnet.comm.global_array.GlobalArray` over
+array into several tiles a :class:`~distnet.comm.global_array.GlobalArray` over
 ``Topology.spatial`` (halo exchange and its adjoint), which fills the ghosts from the neighbours
 and pads with zeros only outside the image. Both have the same ``exchange`` /
 ``exchange_adjoint(out=)`` interface, so the layers have one code path, and a layer returns the
 gradient on its *own tile* either way (the adjoint sends the chunk gradient's ghost parts back to
 their owners and adds them).
 """
+from math import prod
+
 import numpy as np
 
 from ..backend import get_array_module
 from ..config.builder import config_name
-from ..config.types import (WEIGHT_INIT, NonNegative, NonNegativeShape2, PositiveInt,
-                            PositiveShape2)
-from ..errors import ConfigError, GeometryError
+from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape, PositiveInt, PositiveShape
+from ..errors import GeometryError
 from ..comm.global_array import GlobalArray
 from ..comm.overlap import overlap_enabled
 from ..geometry import Box, Window, output_plane, plan_halo
 from ..geometry.overlap import border_boxes, early_output_box
-from ..ops import conv, pooling
+from ..ops import conv
 from ..ops.activations import RectLin
+from ..ops.layout import chwn_order, from_chwn
 from ..ops.parallel import parallel_map, run_split, shares, sub_workspace
 from ..ops.padding import ZeroPadding
 from ..ops.workspace import Workspace
@@ -34,12 +37,16 @@ from .placement import OVER_GRAD, SPATIAL, HaloExchange, Layout, ParamPlacement,
 
 
 class WindowLayer(BaseLayer):
-    """Keys: ``fshape`` (int or [fh, fw]), ``stride`` (int or [sy, sx]), ``padding`` (int or
-    [py, px] zero rows/cols on each side; a distnet addition), and neon's ``nifm`` / ``ifmshape``
-    (optional: derived from the previous layer, checked if given)."""
+    """Keys: ``fshape`` (int or one size per spatial axis: [fh, fw], [fd, fh, fw]), ``stride``
+    (likewise), ``padding`` (likewise: zeros on each side of each axis; a distnet addition), and
+    neon's ``nifm`` / ``ifmshape`` (optional: derived from the previous layer, checked if given).
+    An int is the same on every axis of the input (2 for images, 3 for volumes); a list has one
+    entry per axis."""
 
-    config_types = {"nifm": PositiveInt, "ifmshape": PositiveShape2, "fshape": PositiveShape2,
-                    "stride": PositiveShape2, "padding": NonNegativeShape2}
+    config_types = {"nifm": PositiveInt, "ifmshape": PositiveShape, "fshape": PositiveShape,
+                    "stride": PositiveShape, "padding": NonNegativeShape}
+    #: The numbers of spatial axes the layer accepts (local filtering and LCN: images only).
+    spatial_axes = (1, 2, 3)
     #: Forward chunk exchanges per step (LCN exchanges x, then s).
     exchanges_per_step = 1
     # ``reuse_buffers`` (BaseLayer) is off by default because a caller that keeps an output
@@ -49,11 +56,12 @@ class WindowLayer(BaseLayer):
 
     def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
         super().__init__(**common)
-        self.fshape = _pair(fshape)
-        self.stride = _pair(stride)
-        self.padding = _pair(padding)
+        # as given (an int is broadcast to the input's axes by infer_shape); until then 2-D
+        self._given = {"fshape": fshape, "stride": stride, "padding": padding, "dilation": 1}
+        self.fshape, self.stride, self.padding = (_axes(v, 2) for v in (fshape, stride, padding))
+        self.dilation = (1,) * len(self.fshape)
         self.nifm = nifm
-        self.ifmshape = tuple(ifmshape) if ifmshape is not None else None
+        self.ifmshape = ifmshape if ifmshape is None or isinstance(ifmshape, int) else tuple(ifmshape)
         self.plan = self.input = None
 
     # -- shapes -------------------------------------------------------------------------------
@@ -61,28 +69,42 @@ class WindowLayer(BaseLayer):
         return nifm
 
     def infer_shape(self, in_shape):
-        """Global output ``(K, Ho, Wo)`` for a global input ``(C, H, W)``; checks the YAML."""
-        if len(in_shape) != 3:
-            what = (f"a vector of {in_shape[0]} features" if len(in_shape) == 1 else
-                    f"{'x'.join(map(str, in_shape))}, maps and {len(in_shape) - 1} spatial axes (a volume)")
-            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is {what}")
-        C, H, W = in_shape
+        """Global output ``(K, *So)`` for a global input ``(C, *S)`` (``(C, H, W)``, ``(C, D, H,
+        W)``); broadcasts the window keys to the input's axes and checks the YAML."""
+        nd = len(in_shape) - 1
+        if nd not in self.spatial_axes:
+            if nd == 0:
+                raise self.error(f"needs an image-like input (maps, rows, cols), but its input is a "
+                                 f"vector of {in_shape[0]} features")
+            raise self.error(f"needs an input of {' or '.join(map(str, self.spatial_axes))} spatial "
+                             f"axes, but its input is {_text(in_shape[1:])}")
+        C, S = in_shape[0], tuple(in_shape[1:])
         if self.nifm is not None and self.nifm != C:
             raise self.error(f"nifm is {self.nifm} but its input has {C} maps", "nifm")
-        if self.ifmshape is not None and self.ifmshape != (H, W):
-            raise self.error(f"ifmshape is {list(self.ifmshape)} but its input is {H}x{W}", "ifmshape")
-        (fh, fw), (sy, sx), (py, px) = self.fshape, self.stride, self.padding
+        if self.ifmshape is not None and _axes(self.ifmshape, nd) != S:
+            raise self.error(f"ifmshape is {_given_text(self.ifmshape)} but its input is {_text(S)}", "ifmshape")
+        self.broadcast_keys(nd)
         try:
-            self.windows = (Window(fh, sy, py, py), Window(fw, sx, px, px))
-            Ho, Wo = output_plane((H, W), *self.windows)
+            self.windows = tuple(Window(f, s, p, p, d) for f, s, p, d
+                                 in zip(self.fshape, self.stride, self.padding, self.dilation))
+            So = output_plane(S, *self.windows)
         except GeometryError as e:
-            raise self.error(f"{e} (input {H}x{W})", "fshape") from None
-        self.in_shape, self.out_shape = tuple(in_shape), (self.out_channels(C), Ho, Wo)
+            raise self.error(f"{e} (input {_text(S)})", "fshape") from None
+        self.in_shape, self.out_shape = tuple(in_shape), (self.out_channels(C),) + tuple(So)
         return self.out_shape
 
+    def broadcast_keys(self, nd):
+        """The window keys as given, one size per axis of an input of ``nd`` spatial axes (an
+        int on every axis; a list must have ``nd`` entries)."""
+        for key, value in self._given.items():
+            if isinstance(value, (tuple, list)) and len(value) != nd:
+                raise self.error(f"{key} {_given_text(value)} has {len(value)} sizes, but the input "
+                                 f"has {nd} spatial axes", key)
+            setattr(self, key, _axes(value, nd))
+
     def planes(self):
-        """The input and output planes the process grid must cut into non-empty tiles, as
-        ``(H, W, label)``."""
+        """The input and output arrays the process grid must cut into non-empty tiles, as
+        ``(*S, label)`` (``(H, W, label)`` for images)."""
         name = self.name or config_name(self)
         return [(*self.in_shape[1:], f"the input of layer '{name}'"),
                 (*self.out_shape[1:], f"the output of layer '{name}'")]
@@ -100,7 +122,7 @@ class WindowLayer(BaseLayer):
         return Placement(Layout.of(SPATIAL, self.in_shape, position), Layout.of(SPATIAL, self.out_shape, position),
                          params=self.place_params(plan, position),
                          halos=(HaloExchange(plan, C, self.exchanges_per_step, self.windows,
-                                             split=tuple(grid) != (1, 1)),),
+                                             split=prod(grid) > 1),),
                          chunk_shape=(C,) + plan.chunk.shape, macs=self.macs(plan))
 
     def place_params(self, plan, position):
@@ -133,7 +155,8 @@ class WindowLayer(BaseLayer):
         if self._split is None:
             self._split = False
             plan = self.plan
-            if not self.input.zero_padding_only and not self._no_halo() and plan.recvs:
+            if (plan.ndim == 2 and not self.input.zero_padding_only and not self._no_halo()
+                    and plan.recvs):
                 t = plan.out_tile
                 early = early_output_box(plan, *self.windows)
                 if (t.size >= OVERLAP_MIN_OUTPUTS and not early.is_empty()
@@ -203,8 +226,9 @@ class WindowLayer(BaseLayer):
         ``chwn``: ``(B, C, H, W)``-indexed but held in ``(C, H, W, B)`` memory, the layout
         the small-image kernels write without a transpose copy (consumers index it as usual)."""
         if chwn:
-            B, C, H, W = shape
-            return self._out(name, (C, H, W, B), dtype, like).transpose(3, 0, 1, 2)
+            n = len(shape)
+            memory = tuple(shape[a] for a in chwn_order(n))
+            return self._out(name, memory, dtype, like).transpose(from_chwn(n))
         if self.reuse_buffers:
             return self.work.get(name, shape, dtype, like=like)
         return get_array_module(like).empty(shape, dtype=dtype)
@@ -212,8 +236,9 @@ class WindowLayer(BaseLayer):
     def _work_out(self, name, shape, dtype, like, chwn=False):
         """A buffer of :attr:`work` of ``shape``, in CHWN memory if ``chwn`` (see :meth:`_out`)."""
         if chwn:
-            B, C, H, W = shape
-            return self.work.get(name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
+            n = len(shape)
+            memory = tuple(shape[a] for a in chwn_order(n))
+            return self.work.get(name, memory, dtype, like=like).transpose(from_chwn(n))
         return self.work.get(name, shape, dtype, like=like)
 
     def _no_halo(self):
@@ -246,18 +271,20 @@ class WindowLayer(BaseLayer):
         return self.input.exchange_adjoint(g_chunk, out=out)
 
     def _own_crop(self):
-        """``((top, bottom), (left, right))``: rows / cols of my chunk around my own tile, or None
+        """``((before, after), ...)`` per axis (``((top, bottom), (left, right))`` in 2-D): the
+        positions of my chunk around my own tile, or None
         if the tile is not inside the chunk or the chunk takes more than zero padding (a halo
         exchange needs the whole chunk gradient for its adjoint)."""
         if not self.input.zero_padding_only:
             return None
         own, ch = self.plan.own, self.plan.chunk
-        crop = ((own.y0 - ch.y0, ch.y1 - own.y1), (own.x0 - ch.x0, ch.x1 - own.x1))
+        crop = tuple((o0 - c0, c1 - o1) for (o0, o1), (c0, c1) in zip(own.spans, ch.spans))
         return crop if min(min(p) for p in crop) >= 0 else None
 
     def describe(self):
-        return (f"{super().describe()}  f={self.fshape[0]}x{self.fshape[1]} "
-                f"s={self.stride[0]}x{self.stride[1]} p={self.padding[0]}x{self.padding[1]}")
+        dil = f" d={_text(self.dilation)}" if max(self.dilation) > 1 else ""
+        return (f"{super().describe()}  f={_text(self.fshape)} s={_text(self.stride)} "
+                f"p={_text(self.padding)}{dil}")
 
 
 #: The interior/border split of an overlapped halo exchange is used when the interior (the outputs
@@ -272,21 +299,24 @@ OVERLAP_BANDS = 2
 
 
 class ConvLayer(WindowLayer):
-    """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, fh, fw)``, no bias. ``W``
-    has shape ``(nofm, C, fh, fw)``, drawn as neon's ``(C*fh*fw, nofm)`` array and transposed
-    so that the numbers equal neon's. Keys: ``nofm``, ``weight_init``,
-    ``learning_rate``, the window keys, and ``activation`` (a distnet addition: an activation
+    """neon's ``ConvLayer``: cross-correlation of ``nofm`` filters ``(C, *f)`` (``(C, fh, fw)``;
+    ``(C, fd, fh, fw)`` on volumes), no bias. ``W`` has shape ``(nofm, C, *f)``, drawn as
+    neon's ``(C*prod(f), nofm)`` array and transposed so that the numbers equal neon's. Keys:
+    ``nofm``, ``weight_init``, ``learning_rate``, the window keys, ``dilation`` (int or one per
+    axis, default 1: the step between two taps), and ``activation`` (a distnet addition: an activation
     object such as ``!obj:distnet.activations.RectLin {}`` applied to the conv output; default
     none, neon's behaviour; a RectLin is fused into the conv's output write). On a process grid
     each rank computes its output tile; the filters are replicated and their gradient, a partial
     sum over this rank's output pixels, is summed over ``Topology.grad``."""
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
-                    "activation": ("obj", "activation")}
+                    "activation": ("obj", "activation"), "dilation": PositiveShape}
 
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, nifm=None,
-                 ifmshape=None, activation=None, **common):
+                 ifmshape=None, activation=None, dilation=1, **common):
         super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
+        self._given["dilation"] = dilation
+        self.dilation = _axes(dilation, len(self.fshape))
         self.nofm = nofm
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
@@ -297,18 +327,22 @@ class ConvLayer(WindowLayer):
         return self.nofm
 
     def place_params(self, plan, position):
-        """``W (K, C, fh, fw)`` replicated; its gradient is a partial sum over my output pixels,
+        """``W (K, C, *f)`` replicated; its gradient is a partial sum over my output pixels,
         summed over ``grad`` (spatial x data ranks)."""
         shape = (self.nofm, self.in_shape[0]) + tuple(self.fshape)
         return (ParamPlacement(f"{self.name}.W", shape, shape, Ellipsis, OVER_GRAD),)
 
     def macs(self, plan):
-        return self.nofm * self.in_shape[0] * self.fshape[0] * self.fshape[1] * plan.out_tile.size
+        return self.nofm * self.in_shape[0] * prod(self.fshape) * plan.out_tile.size
 
     def draw_params(self, rng):
-        C, (fh, fw), K = self.in_shape[0], self.fshape, self.nofm
-        w = gen_weights(rng, (C * fh * fw, K), self.weight_init, self.dtype)
-        return [w.T.reshape(K, C, fh, fw)]
+        C, f, K = self.in_shape[0], self.fshape, self.nofm
+        w = gen_weights(rng, (C * prod(f), K), self.weight_init, self.dtype)
+        return [w.T.reshape((K, C) + tuple(f))]
+
+    def _dil(self):
+        """The conv ops' ``dilation`` argument (None: 1 on every axis)."""
+        return None if max(self.dilation) == 1 else self.dilation
 
     def params_ready(self):
         self.W = self._params[0].value
@@ -317,13 +351,14 @@ class ConvLayer(WindowLayer):
         return type(self.activation) is RectLin
 
     def fprop(self, x):
-        """``x (B, C, h, w)`` on my input tile -> ``(B, K, ho, wo)`` on my output tile (after the
+        """``x (B, C, *s)`` on my input tile -> ``(B, K, *so)`` on my output tile (after the
         activation, if any)."""
         # One process, tile inside its chunk: the conv pads one image at a time (no padded copy).
         self._pad = self._own_crop()
         shape = (x.shape[0], self.nofm) + self.plan.out_tile.shape
         act, relu = self.activation, self._fused_relu()
-        if self._pad is None and overlap_enabled("halo") and self._overlap_split():
+        if (self._pad is None and self._dil() is None and overlap_enabled("halo")
+                and self._overlap_split()):
             # the tile while the halo is in flight, then the borders again: the same dot products
             # (the boxes write into NCHW memory: the split is for large tiles, never CHWN ones)
             self._chwn = False
@@ -333,10 +368,12 @@ class ConvLayer(WindowLayer):
             z = out
         else:
             self._xc = xc = x if self._pad is not None else self._chunk_planned(x)
-            self._chwn = conv.output_chwn(xc.shape, self.W.shape, self.stride, get_array_module(xc), self._pad)
+            self._chwn = conv.output_chwn(xc.shape, self.W.shape, self.stride, get_array_module(xc), self._pad,
+                                          self._dil())
             out = (self._out("y", shape, xc.dtype, xc, self._chwn) if act is None or relu
                    else self.work.get("z", shape, xc.dtype, like=xc))
-            z = conv.conv2d_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad, out=out)
+            z = conv.conv_fprop(xc, self.W, self.stride, relu=relu, work=self.work, pad=self._pad, out=out,
+                                dilation=self._dil())
         if act is None or relu:
             self._y = z
             return z
@@ -362,7 +399,8 @@ class ConvLayer(WindowLayer):
         """``delta`` = dL/d(output) -> gradient on my input tile (or None); sets ``W``'s grad."""
         xp, act, ws = get_array_module(delta), self.activation, self.work
         relu_y = None
-        if self._fused_relu() and conv.fuses_relu_grad(self._xc, self.W, self.stride, self._pad):
+        if self._fused_relu() and conv.fuses_relu_grad(self._xc, self.W, self.stride, self._pad,
+                                                       dilation=self._dil()):
             relu_y, dz = self._y, delta   # the conv kernel applies [y > 0] as it reads delta
         elif self._fused_relu():      # dz = delta * [y > 0]  (y > 0 exactly where z > 0)
             # reuse_buffers: delta is the next layer's buffer, dead after this call: overwrite it
@@ -387,14 +425,14 @@ class ConvLayer(WindowLayer):
             dz = delta
         if self._pad is not None:     # one process: the gradient of my tile only
             dx_shape = tuple(self._xc.shape[:2]) + self.plan.own.shape
-            dx, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
-                                       pad=self._pad, work=ws, relu_y=relu_y,
+            dx, dw = conv.conv_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
+                                     pad=self._pad, work=ws, relu_y=relu_y, dilation=self._dil(),
                                        dx_out=self._out("dx", dx_shape, dz.dtype, dz, self._chwn)
                                        if need_input_grad else None)
             self._params[0].grad[...] = dw
             return dx
-        dxc, dw = conv.conv2d_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
-                                    work=ws, relu_y=relu_y, dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
+        dxc, dw = conv.conv_bprop(self._xc, self.W, dz, self.stride, need_dx=need_input_grad,
+                                  work=ws, relu_y=relu_y, dilation=self._dil(), dx_out=ws.get("dxc", self._xc.shape, dz.dtype, like=dz)
                                     if need_input_grad else None)
         self._params[0].grad[...] = dw
         return self._grad_planned(dxc) if need_input_grad else None
@@ -404,74 +442,15 @@ class ConvLayer(WindowLayer):
         return f"{super().describe()}{act}"
 
 
-class MaxPoolingLayer(WindowLayer):
-    """Max over each window of each map (first maximum in row-major order wins ties); the
-    gradient goes to that element. ``stride`` defaults to ``fshape``. ``padding`` pads with
-    -inf (a padded position never wins; it must be smaller than the window)."""
-
-    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, **common):
-        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
-        if any(p >= f for p, f in zip(self.padding, self.fshape)):
-            raise ConfigError(f"padding {list(self.padding)} must be smaller than the window "
-                              f"{list(self.fshape)}: a window of padding only has no maximum", key="padding")
-
-    def fprop(self, x):
-        xc = self._chunk_planned(x)
-        self._xc_shape = xc.shape
-        shape = tuple(x.shape[:2]) + self.plan.out_tile.shape
-        self._chwn = pooling.output_chwn(xc.shape, self.fshape, self.stride, get_array_module(xc))
-        y, self._argmax = pooling.maxpool_fprop(xc, self.fshape, self.stride, work=self.work,
-                                                out=self._out("y", shape, xc.dtype, xc, self._chwn),
-                                                inside=pooling.inside_of(self.plan.chunk, self.plan.in_plane))
-        return y
-
-    def bprop(self, delta, need_input_grad=True):
-        if not need_input_grad:
-            return None
-        # CHWN where the gradient is returned as it is (no halo)
-        chwn = self._chwn and self._no_halo()
-        dxc = pooling.maxpool_bprop(delta, self._argmax, self._xc_shape, self.fshape, self.stride,
-                                    out=self._work_out("dxc", self._xc_shape, delta.dtype, delta, chwn),
-                                    work=self.work)
-        return self._grad_planned(dxc)
+def _axes(v, nd):
+    """A window key as sizes per axis: a list as it is, an int on each of ``nd`` axes."""
+    return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * nd
 
 
-class AveragePoolingLayer(WindowLayer):
-    """Mean over each window (zero padding counts: always divided by fh*fw). neon v0.4's
-    backward raised; this one is the exact gradient. ``stride`` defaults to ``fshape``."""
-
-    def __init__(self, fshape, stride=None, padding=0, nifm=None, ifmshape=None, **common):
-        super().__init__(fshape, fshape if stride is None else stride, padding, nifm, ifmshape, **common)
-
-    def fprop(self, x):
-        xc = self._chunk(x)
-        self._xc_shape = xc.shape
-        return pooling.avgpool_fprop(xc, self.fshape, self.stride)
-
-    def bprop(self, delta, need_input_grad=True):
-        if not need_input_grad:
-            return None
-        return self._input_grad(pooling.avgpool_bprop(delta, self._xc_shape, self.fshape, self.stride))
+def _text(sizes):
+    """``3x3x3``: sizes per axis as ``distnet show`` writes them."""
+    return "x".join(map(str, sizes))
 
 
-class L2PoolingLayer(WindowLayer):
-    """``sqrt(sum of squares)`` over each window (no epsilon, no averaging: neon's L2 pooling).
-    ``stride`` defaults to 1 (neon's GB examples pool 3x3 windows with stride 1)."""
-
-    def __init__(self, fshape, stride=1, padding=0, nifm=None, ifmshape=None, **common):
-        super().__init__(fshape, stride, padding, nifm, ifmshape, **common)
-
-    def fprop(self, x):
-        self._xc = self._chunk(x)
-        self._y = pooling.l2pool_fprop(self._xc, self.fshape, self.stride)
-        return self._y
-
-    def bprop(self, delta, need_input_grad=True):
-        if not need_input_grad:
-            return None
-        dxc = pooling.l2pool_bprop(self._xc, self._y, delta, self.fshape, self.stride)
-        return self._input_grad(dxc)
-
-
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (int(v), int(v))
+def _given_text(value):
+    return str(list(value)) if isinstance(value, (tuple, list)) else str(value)

@@ -13,7 +13,7 @@ the same code.
 Gradient sums: :class:`GradientBuckets`, one flat Allreduce per bucket of (communicator, dtype),
 the communicator being each parameter's :attr:`~distnet.layers.placement.ParamPlacement.reduce_over`
 (``grad``: spatial x data ranks; ``data``: data replicas); communicators of one rank are skipped,
-and so are parameters whose gradient the layer already made global (``reduce_over`` None: batch
+and so are parameters whose gradient the layer already made global (``reduce_over`` COMPLETE: batch
 norm). A forward/backward that reports each layer whose gradients are final (its
 ``after_layer`` hook) gets them summed during the backward, in buckets of
 :func:`~distnet.comm.overlap.bucket_bytes` (``DISTNET_OVERLAP``, on by default); whatever was not
@@ -37,6 +37,7 @@ from ..comm.overlap import bucket_bytes, overlap_enabled
 from ..comm.reduce import allreduce_sum, progress
 from ..optim.clipping import clip_coefficient, scale, sum_of_squares
 from .pixel_cost import TiledCost
+from .placement import COMPLETE
 
 
 def forward(layers, x):
@@ -101,7 +102,7 @@ class GradientBuckets:
         self.reducer = BucketReducer(host_staging, bucket_bytes)
         self._left = {}    # id(layer) -> [Param] not added yet, in parameter order
         for layer, p in params:
-            if p.reduce_over is not None:   # None: complete already (the layer summed it)
+            if p.reduce_over is not COMPLETE:   # the layer summed it already
                 self._left.setdefault(id(layer), []).append(p)
 
     def __call__(self, layer):
@@ -118,7 +119,7 @@ class GradientBuckets:
             if p.reduce_over not in overs:
                 overs.append(p.reduce_over)
         for over in overs:
-            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over), start_full)
+            self.reducer.add([p.grad for p in ps if p.reduce_over == over], self.topology.comm(over.comm), start_full)
 
     def finish(self, extra=()):
         """Add the rest (gradients not added yet, then ``extra`` over ``Topology.data``) and wait:

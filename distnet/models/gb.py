@@ -22,7 +22,7 @@ from ..config.builder import config_name
 from ..config.types import NonNegative, NonNegativeInt
 from ..errors import ConfigError, TrainingError
 from ..layers.local import LocalFilteringLayer
-from ..layers.spatial import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
+from ..layers.pooling import AveragePoolingLayer, L2PoolingLayer, MaxPoolingLayer
 from ..layers.step import forward
 from ..ops.costs import SumSquaredDiffs
 from .model import Model

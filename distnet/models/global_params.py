@@ -58,8 +58,7 @@ def _entry(name, layer, sharded, keys, arrays):
 def param_layout(layer, p):
     """``(global shape, index)`` of parameter ``p`` of ``layer``: ``G[index]`` is ``p.value``
     (the layer's placement; ``index`` is ``...`` for a replicated parameter)."""
-    pp = layer.placement.param(p.name)
-    return tuple(pp.global_shape), pp.index
+    return tuple(p.placement.global_shape), p.placement.index
 
 
 def _host(a):

@@ -160,7 +160,7 @@ class Model:
         """Every (H, W) plane the process grid must cut (for choosing a grid): the input images'
         (tiles of them are the model's input, window layers or not), then the layers'."""
         own = [p for layer in self.layers for p in layer.planes()]
-        if self.input_layout == SPATIAL and self.input_shape is not None and len(self.input_shape) == 3:
+        if self.input_layout == SPATIAL and self.input_shape is not None and len(self.input_shape) in (3, 4):
             own.insert(0, (*self.input_shape[1:], "the input images"))
         return own
 

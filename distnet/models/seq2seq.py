@@ -70,7 +70,7 @@ class Half:
 
     def bind(self, values):
         """Hold ``values`` (name -> array, this rank's) when this rank runs the half."""
-        self._params = [Param(pp.name, values[pp.name], None, OVER_DATA) for pp in self.placement.params] \
+        self._params = [Param(pp, values[pp.name], None) for pp in self.placement.params] \
             if self.held else []
 
     def params(self):

@@ -55,17 +55,16 @@ from .cuda import batchnorm as cuda_bn
 
 def channel_axes(x):
     """The axes a channel's statistics run over: ``(0,)`` for ``(N, C)``, ``(0, 2, 3)`` for
-    ``(N, C, H, W)``."""
-    if x.ndim == 2:
-        return (0,)
-    if x.ndim == 4:
-        return (0, 2, 3)
-    raise GeometryError(f"batch norm needs (N, C) or (N, C, H, W) arrays, got shape {tuple(x.shape)}")
+    ``(N, C, H, W)``, every axis but the channels' for ``(N, C, *S)`` (1 to 3 spatial axes)."""
+    if 2 <= x.ndim <= 5:
+        return (0,) + tuple(range(2, x.ndim))
+    raise GeometryError(f"batch norm needs (N, C) or (N, C, *S) arrays (1 to 3 spatial axes), got "
+                        f"shape {tuple(x.shape)}")
 
 
 def _bshape(x):
     """Shape that broadcasts a ``(C,)`` vector against ``x``."""
-    return (1, x.shape[1]) if x.ndim == 2 else (1, x.shape[1], 1, 1)
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
 
 def _as(v, x):
@@ -149,7 +148,8 @@ def _normalize(x, mean, inv_std, gamma, beta, out):
     return out, xhat
 
 
-@_normalize.kernel
+@_normalize.kernel(when=lambda x, mean, inv_std, gamma, beta, out:
+                   all(cuda_bn.mergeable(a) for a in (x, out) if a is not None))
 def _normalize(x, mean, inv_std, gamma, beta, out):
     """One launch for ``xhat`` and ``y``, the same roundings."""
     xp = get_array_module(x)
@@ -225,7 +225,8 @@ def _input_grad(dy, xhat, mdy, mdyx, scale, out):
     return out
 
 
-@_input_grad.kernel
+@_input_grad.kernel(when=lambda dy, xhat, mdy, mdyx, scale, out:    # it walks at most 4 axes
+                    all(cuda_bn.mergeable(a) for a in (dy, xhat, out) if a is not None))
 def _input_grad(dy, xhat, mdy, mdyx, scale, out):       # one launch, the same roundings
     cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
     return out

@@ -12,20 +12,23 @@ the output is ``(N, C)``, the mean over the GLOBAL ``H*W`` pixels. Forward and b
 keep ``x``'s dtype (float32 sums over up to ~1e6 pixels stay well within tolerance; pass
 ``dtype="float64"`` to accumulate in float64).
 """
+from math import prod
+
 from ..backend import get_array_module
 from ..errors import GeometryError
 
 
 def _check4(x, what):
-    if x.ndim != 4:
-        raise GeometryError(f"global average pooling: {what} must be (N, C, h, w), got shape {tuple(x.shape)}")
+    if not 3 <= x.ndim <= 5:
+        raise GeometryError(f"global average pooling: {what} must be (N, C, h, w) (or (N, C, *s): "
+                            f"1 to 3 spatial axes), got shape {tuple(x.shape)}")
 
 
 def gap_partial(x, dtype=None, out=None):
     """``(N, C)`` sums of ``x (N, C, h, w)`` over its pixels (in ``dtype``, default ``x``'s)."""
     _check4(x, "x")
     xp = get_array_module(x)
-    return xp.sum(x, axis=(2, 3), dtype=dtype or x.dtype, out=out)
+    return xp.sum(x, axis=tuple(range(2, x.ndim)), dtype=dtype or x.dtype, out=out)
 
 
 def gap_finish(sums, count, dtype=None):
@@ -39,21 +42,18 @@ def gap_bprop(dy, tile_hw, count, out=None):
     count`` (every pixel of the global image contributes ``1/count`` of its mean). Into ``out``
     if given."""
     xp = get_array_module(dy)
-    N, C = dy.shape
-    h, w = tile_hw
     if out is None:
-        out = xp.empty((N, C, h, w), dtype=dy.dtype)
-    out[...] = (dy / count)[:, :, None, None]
+        out = xp.empty(tuple(dy.shape) + tuple(tile_hw), dtype=dy.dtype)
+    out[...] = (dy / count)[(Ellipsis,) + (None,) * len(tile_hw)]
     return out
 
 
 def global_avg_pool_fprop(x):
     """``y (N, C)``: the mean of ``x (N, C, H, W)`` over its pixels (a whole image)."""
     _check4(x, "x")
-    return gap_finish(gap_partial(x), x.shape[2] * x.shape[3])
+    return gap_finish(gap_partial(x), prod(x.shape[2:]))
 
 
 def global_avg_pool_bprop(dy, x_shape, out=None):
     """``dx (N, C, H, W)`` of :func:`global_avg_pool_fprop` given ``dy (N, C)``."""
-    H, W = x_shape[2:]
-    return gap_bprop(dy, (H, W), H * W, out=out)
+    return gap_bprop(dy, tuple(x_shape[2:]), prod(x_shape[2:]), out=out)

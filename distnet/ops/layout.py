@@ -1,4 +1,5 @@
-"""Batch-innermost ("CHWN") memory for arrays indexed ``(B, C, H, W)``.
+"""Batch-innermost ("CHWN") memory for arrays indexed ``(B, C, H, W)`` (``(B, C, D, H, W)`` in
+``(C, D, H, W, B)`` memory for volumes: any number of spatial axes).
 
 The CPU kernels of the batch im2col convolution and of max pooling on small planes read and
 write ``(B, C, H, W)``-indexed arrays held in ``(C, H, W, B)`` memory, as cuda-convnet and
@@ -11,13 +12,26 @@ next op reads it without a copy (:func:`distnet.ops.conv.output_chwn`,
 from .workspace import scratch
 
 
+def chwn_order(ndim):
+    """The axes order taking a ``(B, C, *spatial)``-indexed array of ``ndim`` axes to its
+    batch-innermost memory order ``(C, *spatial, B)``."""
+    return tuple(range(1, ndim)) + (0,)
+
+
+def from_chwn(ndim):
+    """The inverse of :func:`chwn_order`: ``(C, *spatial, B)`` memory indexed ``(B, C, *spatial)``."""
+    return (ndim - 1,) + tuple(range(ndim - 1))
+
+
 def is_chwn(a):
-    """Whether ``a`` (indexed ``(B, C, H, W)``) is held in batch-innermost ``(C, H, W, B)``
-    memory."""
-    return a.ndim == 4 and a.transpose(1, 2, 3, 0).flags.c_contiguous
+    """Whether ``a`` (indexed ``(B, C, *spatial)``, one to three spatial axes) is held in
+    batch-innermost ``(C, *spatial, B)`` memory."""
+    return 3 <= a.ndim <= 5 and a.transpose(chwn_order(a.ndim)).flags.c_contiguous
 
 
-def empty_chwn(shape, dtype, like=None, work=None, name=None):
-    """A ``(B, C, H, W)``-indexed array in ``(C, H, W, B)`` memory (from ``work[name]`` if given)."""
-    B, C, H, W = shape
-    return scratch(work, name, (C, H, W, B), dtype, like=like).transpose(3, 0, 1, 2)
+def empty_chwn(shape, dtype, like=None, work=None, name=None, zeroed=False):
+    """A ``(B, C, *spatial)``-indexed array in ``(C, *spatial, B)`` memory (from ``work[name]``
+    if given; ``zeroed``: zeros at allocation, the workspace's contract)."""
+    shape = tuple(shape)
+    memory = shape[1:] + shape[:1]
+    return scratch(work, name, memory, dtype, like=like, zeroed=zeroed).transpose(from_chwn(len(shape)))

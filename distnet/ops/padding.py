@@ -2,41 +2,38 @@
 
 A chunk is the input box a layer's output tile reads (see :mod:`distnet.geometry.halo`). On one
 process the chunk holds the whole image plus zero borders: :func:`pad_to_chunk` builds it and
-:func:`crop_from_chunk` (its adjoint) takes the gradient back. Boxes are anything with
-``y0, y1, x0, x1`` in global coordinates.
+:func:`crop_from_chunk` (its adjoint) takes the gradient back. Boxes are
+:class:`~distnet.geometry.Box` es in global coordinates.
 """
 from ..backend import get_array_module, same_view
 
 
 def pad_to_chunk(x, own, chunk):
     """``x (B, C, h, w)`` holding box ``own`` -> ``(B, C, Hc, Wc)`` holding box ``chunk``, zero
-    where ``chunk`` lies outside ``own`` (only valid when ``own`` is the whole image)."""
-    xp = get_array_module(x)
-    B, C = x.shape[:2]
-    Hc, Wc = chunk.y1 - chunk.y0, chunk.x1 - chunk.x0
-    if (own.y0, own.y1, own.x0, own.x1) == (chunk.y0, chunk.y1, chunk.x0, chunk.x1):
+    where ``chunk`` lies outside ``own`` (only valid when ``own`` is the whole image). Any number
+    of spatial axes."""
+    if own == chunk:
         return x
-    out = xp.zeros((B, C, Hc, Wc), dtype=x.dtype)
-    y0, y1 = max(own.y0, chunk.y0), min(own.y1, chunk.y1)
-    x0, x1 = max(own.x0, chunk.x0), min(own.x1, chunk.x1)
-    out[:, :, y0 - chunk.y0:y1 - chunk.y0, x0 - chunk.x0:x1 - chunk.x0] = \
-        x[:, :, y0 - own.y0:y1 - own.y0, x0 - own.x0:x1 - own.x0]
+    out = get_array_module(x).zeros(tuple(x.shape[:2]) + chunk.shape, dtype=x.dtype)
+    _copy_common(out, chunk, x, own)
     return out
 
 
 def crop_from_chunk(g, own, chunk):
     """Adjoint of :func:`pad_to_chunk`: ``g (B, C, Hc, Wc)`` -> ``(B, C, h, w)`` on ``own``,
     dropping the padding (rows of ``own`` outside ``chunk`` get 0)."""
-    xp = get_array_module(g)
-    if (own.y0, own.y1, own.x0, own.x1) == (chunk.y0, chunk.y1, chunk.x0, chunk.x1):
+    if own == chunk:
         return g
-    B, C = g.shape[:2]
-    out = xp.zeros((B, C, own.y1 - own.y0, own.x1 - own.x0), dtype=g.dtype)
-    y0, y1 = max(own.y0, chunk.y0), min(own.y1, chunk.y1)
-    x0, x1 = max(own.x0, chunk.x0), min(own.x1, chunk.x1)
-    out[:, :, y0 - own.y0:y1 - own.y0, x0 - own.x0:x1 - own.x0] = \
-        g[:, :, y0 - chunk.y0:y1 - chunk.y0, x0 - chunk.x0:x1 - chunk.x0]
+    out = get_array_module(g).zeros(tuple(g.shape[:2]) + own.shape, dtype=g.dtype)
+    _copy_common(out, own, g, chunk)
     return out
+
+
+def _copy_common(dst, dst_box, src, src_box):
+    """``dst[dst_box ∩ src_box] = src[the same]`` (boxes in global coordinates)."""
+    common = dst_box.intersect(src_box)
+    if not common.is_empty():
+        dst[(Ellipsis,) + common.relative_to(dst_box)] = src[(Ellipsis,) + common.relative_to(src_box)]
 
 
 class ZeroPadding:

@@ -1,10 +1,11 @@
-"""Max, average and L2 pooling over valid windows of an already padded NCHW chunk.
+"""Max, average and L2 pooling over valid windows of an already padded NCHW chunk (or any number
+of spatial axes: ``(B, C, *S)``, volumes ``(B, C, D, H, W)``).
 
-Each (b, c) map is pooled separately. ``fshape`` is ``(fh, fw)``, ``stride`` is ``(sy, sx)``;
-the output is ``(B, C, Ho, Wo)`` with ``Ho = (H - fh)//sy + 1``, ``Wo = (W - fw)//sx + 1``
-(docs/neon-semantics.md#pooling). Inputs and outputs are NCHW arrays.
+Each (b, c) map is pooled separately. ``fshape`` is ``(fh, fw)``, ``stride`` is ``(sy, sx)``
+(one entry per spatial axis); the output is ``(B, C, Ho, Wo)`` with ``Ho = (H - fh)//sy + 1``,
+``Wo = (W - fw)//sx + 1`` (docs/neon-semantics.md#pooling). Inputs and outputs are NCHW arrays.
 
-How: the forward passes loop over the ``fh*fw`` window offsets; for each, one strided slice of
+How: the forward passes loop over the ``fh*fw`` window offsets (in C order on any axes); for each, one strided slice of
 ``x`` holds element ``(u, v)`` of every window, so no ``(B, C, Ho, Wo, fh, fw)`` temporary is
 needed. The backward passes are the adjoint (``fold``). Internally every array is kept in
 batch-innermost ("CHWN") memory while still indexed as ``(B, C, H, W)``: the slices then have
@@ -16,14 +17,18 @@ channels. Large planes with non-overlapping windows use NCHW directly (no transp
 :mod:`distnet.ops.maxpool_nchw`).
 
 On a device that launches kernels (:mod:`distnet.ops.dispatch`), each op is one fused kernel
-launch of :mod:`distnet.ops.cuda.pooling` that reads its arrays in whatever layout they come (no
+launch of :mod:`distnet.ops.cuda.pooling` (images; lines and volumes:
+:mod:`distnet.ops.cuda.pooling_nd`) that reads its arrays in whatever layout they come (no
 copies) and gives the numpy code's results (float64: bit for bit).
 """
+from math import prod
+
 from ..backend import get_array_module
 from ..errors import GeometryError
 from . import dispatch, maxpool_nchw
 from .cuda import pooling as cuda_pooling
-from .layout import empty_chwn, is_chwn
+from .cuda import pooling_nd as cuda_pooling_nd
+from .layout import chwn_order, empty_chwn, from_chwn, is_chwn
 from .parallel import run_split
 from .windows import fold, output_shape, tap_slices
 from .workspace import scratch
@@ -34,9 +39,16 @@ NCHW_MIN_PLANE = 1024
 
 
 def _nchw_maxpool_ok(x_shape, fshape, stride):
+    if len(fshape) != 2:
+        return False
     fh, fw = fshape
     return (x_shape[2] * x_shape[3] >= NCHW_MIN_PLANE and tuple(stride) == (fh, fw)
             and fh * fw <= 256)
+
+
+def _kernels(fshape):
+    """The device kernels of windows of ``fshape``: images', or those of lines and volumes."""
+    return cuda_pooling if len(fshape) == 2 else cuda_pooling_nd
 
 
 def _check_shapes(op, expected, **arrays):
@@ -50,12 +62,12 @@ def _chwn(a, work=None, name="chwn"):
     """``a (B, C, H, W)`` re-laid out in (C, H, W, B) memory order, still indexed as (B, C, H, W)
     (no copy if it already is; into the workspace buffer ``name`` if ``work`` is given)."""
     xp = get_array_module(a)
-    t = a.transpose(1, 2, 3, 0)
+    t = a.transpose(chwn_order(a.ndim))
     if work is None or t.flags.c_contiguous:
-        return xp.ascontiguousarray(t).transpose(3, 0, 1, 2)
+        return xp.ascontiguousarray(t).transpose(from_chwn(a.ndim))
     buf = work.get(name, t.shape, a.dtype, like=a)
     buf[...] = t
-    return buf.transpose(3, 0, 1, 2)
+    return buf.transpose(from_chwn(a.ndim))
 
 
 def _nchw(a):
@@ -64,19 +76,21 @@ def _nchw(a):
 
 
 def _out_hw(x_shape, fshape, stride):
-    Ho, Wo = output_shape(x_shape[2:], fshape, stride)
-    if len(x_shape) != 4 or Ho < 1 or Wo < 1 or min(stride) < 1:
+    """The output's spatial shape (``(Ho, Wo)`` for images)."""
+    out = output_shape(x_shape[2:], fshape, stride)
+    if len(x_shape) != 2 + len(fshape) or min(out) < 1 or min(stride) < 1:
         raise GeometryError(f"pooling: window {tuple(fshape)} with stride {tuple(stride)} gives no "
                             f"output on an input of shape {tuple(x_shape)}")
-    return Ho, Wo
+    return out
 
 
 def _offsets(x_shape, fshape, stride):
-    """Yield ``(k, rows, cols)`` per window offset ``(u, v)`` in row-major order, ``k = u*fw + v``:
-    ``x[:, :, rows, cols]`` is the ``(B, C, Ho, Wo)`` array of every window's element ``(u, v)``."""
+    """Yield ``(k, index)`` per window offset ``(u, v)`` in row-major order, ``k = u*fw + v``:
+    ``x[index]`` is the ``(B, C, Ho, Wo)`` array of every window's element ``(u, v)`` (any
+    number of axes, offsets in C order)."""
     taps = tap_slices(_out_hw(x_shape, fshape, stride), fshape, stride)
-    for k, (_, (rows, cols)) in enumerate(taps):
-        yield k, rows, cols
+    for k, (_, slices) in enumerate(taps):
+        yield k, (slice(None), slice(None)) + slices
 
 
 def _pooled(x, fshape, stride):
@@ -89,22 +103,20 @@ def _spread(g, x_shape, fshape, stride):
     """``dx (x_shape)``, NCHW, with ``g[b, c, i, j]`` added to every pixel of window ``(i, j)``."""
     xp = get_array_module(g)
     g = _chwn(g)
-    cols = xp.broadcast_to(g[:, :, :, :, None, None], g.shape + tuple(fshape))
-    B, C, H, W = x_shape
-    out = xp.empty((C, H, W, B), dtype=g.dtype).transpose(3, 0, 1, 2)
+    cols = xp.broadcast_to(g[(Ellipsis,) + (None,) * len(fshape)], g.shape + tuple(fshape))
+    out = empty_chwn(x_shape, g.dtype, like=g)
     return _nchw(fold(cols, x_shape, stride, out=out))
 
 
 # ----------------------------------------------------------------------------------- max pooling
 
 def inside_of(chunk, in_plane):
-    """``(y0, y1, x0, x1)``: the part of a chunk (a Box in global coordinates, which may reach past
-    the image: its padding) that lies inside the ``in_plane = (H, W)`` image, in the chunk's own
-    coordinates; the ``inside`` argument of :func:`maxpool_fprop`."""
-    H, W = in_plane
-    y0, y1 = max(chunk.y0, 0), min(chunk.y1, H)
-    x0, x1 = max(chunk.x0, 0), min(chunk.x1, W)
-    return (y0 - chunk.y0, y1 - chunk.y0, x0 - chunk.x0, x1 - chunk.x0)
+    """``(y0, y1, x0, x1)`` (``(start, stop)`` per axis, flat): the part of a chunk (a Box in
+    global coordinates, which may reach past the image: its padding) that lies inside the
+    ``in_plane = (H, W)`` image (any number of axes), in the chunk's own coordinates; the
+    ``inside`` argument of :func:`maxpool_fprop`."""
+    return tuple(v for (c0, c1), n in zip(chunk.spans, in_plane)
+                 for v in (max(c0, 0) - c0, min(c1, n) - c0))
 
 
 def pad_with_minus_inf(x, inside, fshape, stride):
@@ -115,28 +127,26 @@ def pad_with_minus_inf(x, inside, fshape, stride):
     :class:`GeometryError` if some window holds padding only (padding >= window)."""
     if _all_inside(x.shape, inside, fshape, stride):
         return x
-    y0, y1, x0, x1 = inside
     lowest = -float("inf") if x.dtype.kind == "f" else get_array_module(x).iinfo(x.dtype).min
-    x[:, :, :y0, :] = lowest
-    x[:, :, y1:, :] = lowest
-    x[:, :, :, :x0] = lowest
-    x[:, :, :, x1:] = lowest
+    for axis, (lo, hi) in enumerate(zip(inside[::2], inside[1::2]), start=2):
+        head = (slice(None),) * axis
+        x[head + (slice(None, lo),)] = lowest
+        x[head + (slice(hi, None),)] = lowest
     return x
 
 
 def _all_inside(x_shape, inside, fshape, stride):
     """Whether ``inside`` is the whole chunk (no padding); raises :class:`GeometryError` if some
     window holds padding only (see :func:`pad_with_minus_inf`)."""
-    y0, y1, x0, x1 = inside
-    B, C, H, W = x_shape
-    if (y0, y1, x0, x1) == (0, H, 0, W):
+    spans = tuple(zip(inside[::2], inside[1::2]))
+    if spans == tuple((0, n) for n in x_shape[2:]):
         return True
-    Ho, Wo = _out_hw(x_shape, fshape, stride)
-    (fh, fw), (sy, sx) = fshape, stride
-    # every window must meet [y0, y1) x [x0, x1): the first and the last along each axis
-    if not (fh > y0 and sy * (Ho - 1) < y1 and fw > x0 and sx * (Wo - 1) < x1) or y1 <= y0 or x1 <= x0:
-        raise GeometryError(f"max pooling: a {fh}x{fw} window lies entirely in the padding (the "
-                            "padding must be smaller than the window)")
+    out = _out_hw(x_shape, fshape, stride)
+    # every window must meet [lo, hi) on every axis: the first and the last along each axis
+    if not all(f > lo and s * (o - 1) < hi and hi > lo
+               for (lo, hi), f, s, o in zip(spans, fshape, stride, out)):
+        raise GeometryError(f"max pooling: a {'x'.join(map(str, fshape))} window lies entirely in "
+                            "the padding (the padding must be smaller than the window)")
     return False
 
 
@@ -165,19 +175,18 @@ def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):
                       dispatch.float_arrays(x, out))
 def maxpool_fprop(x, fshape, stride, out=None, work=None, inside=None):     # one launch
     xp = get_array_module(x)
-    Ho, Wo = _out_hw(x.shape, fshape, stride)
-    B, C, H, W = x.shape
+    shape = tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride)
     if inside is None or _all_inside(x.shape, inside, fshape, stride):
-        inside = (0, H, 0, W)
-    _check_shapes("max pooling", (B, C, Ho, Wo), out=out)
-    y = out if out is not None else xp.empty((B, C, Ho, Wo), dtype=x.dtype)
-    argmax = scratch(work, "argmax", (B, C, Ho, Wo), _idx_dtype(fshape), like=x)
-    return cuda_pooling.maxpool_fprop(x, y, argmax, fshape, stride, inside,
-                                      rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
+        inside = tuple(v for n in x.shape[2:] for v in (0, n))
+    _check_shapes("max pooling", shape, out=out)
+    y = out if out is not None else xp.empty(shape, dtype=x.dtype)
+    argmax = scratch(work, "argmax", shape, _idx_dtype(fshape), like=x)
+    return _kernels(fshape).maxpool_fprop(x, y, argmax, fshape, stride, inside,
+                                          rows_first=_nchw_maxpool_ok(x.shape, fshape, stride))
 
 
 def _idx_dtype(fshape):
-    return "uint8" if fshape[0] * fshape[1] <= 256 else "int32"
+    return "uint8" if prod(fshape) <= 256 else "int32"
 
 
 def output_chwn(x_shape, fshape, stride, xp=None):
@@ -209,9 +218,8 @@ def _maxpool_fprop_chwn(x, fshape, stride, out, work):
     xp = get_array_module(x)
     idx_dtype = _idx_dtype(fshape)
     B, C = x.shape[:2]
-    Ho, Wo = _out_hw(x.shape, fshape, stride)
     xn = _to_chwn(x, work, "chwn")
-    shape = (B, C, Ho, Wo)
+    shape = (B, C) + _out_hw(x.shape, fshape, stride)
     y = out if out is not None and is_chwn(out) else empty_chwn(shape, x.dtype, x, work, "ychwn")
     argmax = empty_chwn(shape, idx_dtype, x, work, "argmax")
     d = empty_chwn(shape, idx_dtype, x, work, "d")
@@ -219,8 +227,8 @@ def _maxpool_fprop_chwn(x, fshape, stride, out, work):
 
     def run(c):
         xc, yc, ac, dc, mc = xn[:, c], y[:, c], argmax[:, c], d[:, c], m[:, c]
-        for k, rows, cols in _offsets(x.shape, fshape, stride):
-            s = xc[:, :, rows, cols]
+        for k, index in _offsets(x.shape, fshape, stride):
+            s = xc[index]
             if k == 0:
                 yc[...] = s
                 ac[...] = 0
@@ -261,7 +269,7 @@ def maxpool_bprop(dy, argmax, x_shape, fshape, stride, out=None, work=None):   #
                   argmax=argmax)
     _check_shapes("max pooling", x_shape, out=out)
     dx = out if out is not None else xp.empty(tuple(x_shape), dtype=dy.dtype)
-    return cuda_pooling.maxpool_bprop(dy, argmax, dx, fshape, stride)
+    return _kernels(fshape).maxpool_bprop(dy, argmax, dx, fshape, stride)
 
 
 def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
@@ -269,15 +277,15 @@ def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
     used as they are when they already are), the channels shared out over the kernel threads.
     Non-overlapping windows write every covered pixel once; overlapping ones add up."""
     xp = get_array_module(dy)
-    B, C, H, W = x_shape
-    Ho, Wo = dy.shape[2:]
-    (fh, fw), (sy, sx) = fshape, stride
+    C, out_shape = x_shape[1], dy.shape[2:]
     dyn = _to_chwn(dy, work, "dychwn")
     argn = _to_chwn(argmax, work, "argchwn")
     dxn = (out if out is not None and is_chwn(out)
            else empty_chwn(x_shape, dy.dtype, dy, work, "dxchwn"))
     m = empty_chwn(dy.shape, "bool", dy, work, "m")
-    disjoint = sy >= fh and sx >= fw
+    disjoint = all(s >= f for s, f in zip(stride, fshape))
+    # pixels no window covers (cheaper than finding them)
+    uncovered = any(n != s * (o - 1) + f or s > f for n, s, o, f in zip(x_shape[2:], stride, out_shape, fshape))
     if not disjoint:
         t = empty_chwn(dy.shape, dy.dtype, dy, work, "t")
 
@@ -285,16 +293,16 @@ def _maxpool_bprop_chwn(dy, argmax, x_shape, fshape, stride, out, work):
         dxc, dyc, ac, mc = dxn[:, c], dyn[:, c], argn[:, c], m[:, c]
         if not disjoint:
             dxc[...] = 0
-        elif H != sy * (Ho - 1) + fh or W != sx * (Wo - 1) + fw or sy > fh or sx > fw:
-            dxc[...] = 0          # pixels no window covers (cheaper than finding them)
-        for k, rows, cols in _offsets(x_shape, fshape, stride):
+        elif uncovered:
+            dxc[...] = 0
+        for k, index in _offsets(x_shape, fshape, stride):
             xp.equal(ac, k, out=mc)
             if disjoint:
-                xp.multiply(dyc, mc, out=dxc[:, :, rows, cols])
+                xp.multiply(dyc, mc, out=dxc[index])
             else:
                 tc = t[:, c]
                 xp.multiply(dyc, mc, out=tc)
-                dxc[:, :, rows, cols] += tc
+                dxc[index] += tc
     run_split(run, C, xp, size=dxn.size)
     if dxn is out:
         return out
@@ -312,32 +320,32 @@ def avgpool_fprop(x, fshape, stride):
     ``fh*fw``: padded zeros count (the caller has already padded)."""
     xn = _chwn(x)
     y = None
-    for _, rows, cols in _offsets(x.shape, fshape, stride):
+    for _, index in _offsets(x.shape, fshape, stride):
         if y is None:
-            y = xn[:, :, rows, cols].copy(order="K")
+            y = xn[index].copy(order="K")
         else:
-            y += xn[:, :, rows, cols]
-    y *= 1.0 / (fshape[0] * fshape[1])   # a Python scalar: float32 stays float32
+            y += xn[index]
+    y *= 1.0 / prod(fshape)   # a Python scalar: float32 stays float32
     return _nchw(y)
 
 
 @avgpool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def avgpool_fprop(x, fshape, stride):           # one launch
-    return cuda_pooling.avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+    return _kernels(fshape).avgpool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op
 def avgpool_bprop(dy, x_shape, fshape, stride):
     """Gradient of :func:`avgpool_fprop`: ``dy / (fh*fw)`` spread over each window (overlaps add).
     Returns ``dx`` of ``x_shape``."""
-    return _spread(dy * (1.0 / (fshape[0] * fshape[1])), x_shape, fshape, stride)
+    return _spread(dy * (1.0 / prod(fshape)), x_shape, fshape, stride)
 
 
 @avgpool_bprop.kernel(when=lambda dy, x_shape, fshape, stride: dispatch.float_arrays(dy))
 def avgpool_bprop(dy, x_shape, fshape, stride):     # one launch
     _check_shapes("average pooling", tuple(x_shape[:2]) + _out_hw(x_shape, fshape, stride), dy=dy)
     dx = get_array_module(dy).empty(tuple(x_shape), dtype=dy.dtype)
-    return cuda_pooling.avgpool_bprop(dy, dx, fshape, stride)
+    return _kernels(fshape).avgpool_bprop(dy, dx, fshape, stride)
 
 
 # ------------------------------------------------------------------------------------ L2 pooling
@@ -349,8 +357,8 @@ def l2pool_fprop(x, fshape, stride):
     xp = get_array_module(x)
     xn = _chwn(x)
     y = t = None
-    for _, rows, cols in _offsets(x.shape, fshape, stride):
-        s = xn[:, :, rows, cols]
+    for _, index in _offsets(x.shape, fshape, stride):
+        s = xn[index]
         if y is None:
             y = s * s                       # ufunc order "K": keeps the CHWN layout
             t = xp.empty_like(y)
@@ -361,7 +369,7 @@ def l2pool_fprop(x, fshape, stride):
 
 @l2pool_fprop.kernel(when=lambda x, fshape, stride: dispatch.float_arrays(x))
 def l2pool_fprop(x, fshape, stride):            # one launch
-    return cuda_pooling.l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
+    return _kernels(fshape).l2pool_fprop(x, _pooled(x, fshape, stride), fshape, stride)
 
 
 @dispatch.op
@@ -382,4 +390,4 @@ def l2pool_bprop(x, y, dy, fshape, stride):
 def l2pool_bprop(x, y, dy, fshape, stride):     # one launch
     _check_shapes("L2 pooling", tuple(x.shape[:2]) + _out_hw(x.shape, fshape, stride), y=y, dy=dy)
     dx = get_array_module(x).empty(x.shape, dtype=x.dtype)
-    return cuda_pooling.l2pool_bprop(x, y, dy, dx, fshape, stride)
+    return _kernels(fshape).l2pool_bprop(x, y, dy, dx, fshape, stride)

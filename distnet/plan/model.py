@@ -33,6 +33,7 @@ summed over ``data x Py x Px`` ranks; with pipeline stages a rank runs its stage
 (per-rank figures are the largest stage's). GB's pretraining steps are not modelled.
 """
 from dataclasses import asdict, dataclass, field
+from math import prod
 
 import numpy as np
 
@@ -140,18 +141,18 @@ class Plan:
 
 
 class _Step:
-    """What every layer's figures are computed for: the grid ``(Py, Px)`` of the first replica
-    and stage (world ranks ``iy * Px + ix``), ``data`` replicas, ``pipe`` stages, one replica's
+    """What every layer's figures are computed for: the grid ``(Py, Px)`` (``(Pz, Py, Px)``) of
+    the first replica and stage (world ranks in row-major order, ``iy * Px + ix``), ``data`` replicas, ``pipe`` stages, one replica's
     ``batch`` rows, ``itemsize``-byte numbers, the :class:`Machine`."""
 
     def __init__(self, grid, data, pipe, batch, itemsize, machine):
         self.grid, self.data, self.pipe = tuple(grid), data, pipe
         self.batch, self.itemsize, self.machine = batch, itemsize, machine
-        self.P = grid[0] * grid[1]
+        self.P = prod(grid)
 
     def position(self):
         """Rank ``(0, 0)`` of the grid (the largest tiles: the first blocks are the longer ones)."""
-        return GridPosition(self.grid, (0, 0), self.data, self.pipe)
+        return GridPosition(self.grid, (0,) * len(self.grid), self.data, self.pipe)
 
     def spread(self):
         """Whether the grid's ranks sit on several nodes."""
@@ -193,8 +194,8 @@ def _window_layer(lp, pl, step, ranks, need_dx):
     halo = pl.halos[0]
     every = halo.grid_costs()
     K, C = pl.out_layout.local_shape[0], halo.channels
-    (h, w), (hc, wc) = every.largest()
-    lp.tile, lp.chunk = (K, h, w), (C, hc, wc)
+    tile, chunk = every.largest()
+    lp.tile, lp.chunk = (K,) + tile, (C,) + chunk
     lp.far_peers = every.far_peers
     if step.P > 1:
         lp.exchanges = halo.per_step
@@ -219,7 +220,7 @@ def _window_layer(lp, pl, step, ranks, need_dx):
         ranks.add(lp.stage, "time_halo", t_r)
     if pl.macs:   # multiply-adds per output pixel, the same on every rank
         lp.flops_max = pl.flops(B, need_dx)
-        ranks.add(lp.stage, "flops", lp.flops_max / (h * w) * every.out_pixels)
+        ranks.add(lp.stage, "flops", lp.flops_max / prod(tile) * every.out_pixels)
     io = (C * every.chunk_pixels, K * every.out_pixels)   # every rank's chunk and output tile
     lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
     lp.act_bytes_max = pl.activation_bytes(B, isz)
@@ -228,15 +229,15 @@ def _window_layer(lp, pl, step, ranks, need_dx):
 
 
 def _node_share(inter_bytes, grid, machine):
-    """``(Py, Px)``: the inter-node bytes of each rank's whole node (its ranks' ``inter_bytes``
-    summed: they leave through one interface). Nodes that hold ranks of several replicas or
-    stages carry as many copies of the pattern."""
-    Py, Px = grid
+    """``(Py, Px)`` (the grid's shape): the inter-node bytes of each rank's whole node (its ranks'
+    ``inter_bytes`` summed: they leave through one interface). Nodes that hold ranks of several
+    replicas or stages carry as many copies of the pattern."""
     if not machine.ranks_per_node:
         return inter_bytes
-    node = machine.node_of(np.arange(Py * Px))
+    P = prod(grid)
+    node = machine.node_of(np.arange(P))
     per_node = np.bincount(node, weights=inter_bytes.ravel())
-    copies = max(1, machine.ranks_per_node // (Py * Px))
+    copies = max(1, machine.ranks_per_node // P)
     return (per_node[node] * copies).reshape(grid)
 
 
@@ -267,8 +268,8 @@ def _layer_plan(i, layer, pl, stage, step, state_arrays):
     lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
     # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
     payload = pl.gradient_payload(isz)
-    lp.bucket_bytes = {over: payload[over] for over, n in ((OVER_GRAD, step.P * step.data), (OVER_DATA, step.data))
-                       if n > 1}
+    lp.bucket_bytes = {over.comm: payload[over] for over, n in ((OVER_GRAD, step.P * step.data),
+                                                                 (OVER_DATA, step.data)) if n > 1}
     lp.allreduce_grad = sum(lp.bucket_bytes.values())
     return lp
 
@@ -280,15 +281,15 @@ def _layer_times(layers, step):
     machine, P, data, pipe = step.machine, step.P, step.data, step.pipe
     # Who takes part in each communicator, as world ranks of the first replica and stage (the
     # others are alike): their spread over nodes decides how many steps cross the network.
-    comms = {OVER_GRAD: [(d * pipe) * P + r for d in range(data) for r in range(P)],
-             OVER_DATA: [(d * pipe) * P for d in range(data)],
+    comms = {OVER_GRAD.comm: [(d * pipe) * P + r for d in range(data) for r in range(P)],
+             OVER_DATA.comm: [(d * pipe) * P for d in range(data)],
              "spatial": list(range(P)), "pipe": [p * P for p in range(pipe)]}
     share = machine.sharing(P * data * pipe)    # every rank reduces at once
 
     def reduce_time(nbytes, over):
         ranks_of = comms[over]
         return allreduce(nbytes, len(ranks_of), machine, members_per_node(ranks_of, machine), share)
-    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD, OVER_DATA)}
+    bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD.comm, OVER_DATA.comm)}
     first = {over: next((lp for lp in layers if lp.bucket_bytes.get(over)), None) for over in bucket_total}
     for lp in layers:
         t = {"compute": lp.flops_max / machine.flop_rate,
@@ -312,7 +313,7 @@ def _notes(layers, data, batch_global):
                      "in a batch (or a larger batch)")
     for lp in layers:
         if lp.far_peers:
-            notes.append(f"layer {lp.name}: tiles of {lp.tile[1]}x{lp.tile[2]} are narrower than its "
+            notes.append(f"layer {lp.name}: tiles of {'x'.join(map(str, lp.tile[1:]))} are narrower than its "
                          f"halo: a rank exchanges with ranks beyond its neighbours, and halo bytes "
                          "grow faster than the work shrinks (fewer ranks on this grid would help)")
     return notes

@@ -23,7 +23,7 @@ def format_plan(plan, data_bytes=None):
     per_node = min(m.ranks_per_node or plan.nranks, plan.nranks)
     nodes = -(-plan.nranks // per_node)
     head = (f"plan: {plan.nranks} rank(s) = data {plan.data} x pipe {plan.pipe} x grid "
-            f"{plan.grid[0]}x{plan.grid[1]} on {nodes} node(s) of {per_node} rank(s), batch "
+            f"{_fmt_shape(plan.grid)} on {nodes} node(s) of {per_node} rank(s), batch "
             f"{plan.batch_global or plan.batch} ({plan.batch} per replica), {plan.itemsize}-byte numbers; "
             f"in a node alpha {m.alpha:g} s, beta {m.beta:g} B/s; between nodes alpha {m.alpha_inter:g} s, "
             f"beta {m.beta_inter:g} B/s per node; {m.flop_rate:g} FLOP/s, {m.mem_rate:g} B/s memory per rank")

@@ -1,4 +1,4 @@
-"""GlobalArray.exchange_begin / HaloExchange.finish: the chunk is the one exchange() builds, and
+"""GlobalArray.exchange_begin / HaloRequest.finish: the chunk is the one exchange() builds, and
 before finish() it is already right wherever the early outputs (geometry.overlap) read."""
 import numpy as np
 import pytest

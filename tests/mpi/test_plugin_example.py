@@ -78,7 +78,7 @@ def test_layer_on_tiles_equals_the_global_layer(topologies, data, grid):
     np.testing.assert_allclose(layer.bprop(delta[tile]), dx[tile], rtol=1e-12)
     assert [p.reduce_over for p in layer.params()] == [OVER_GRAD, OVER_GRAD]
     grads = [p.grad.copy() for p in layer.params()]
-    allreduce_sum(grads, topo.comm(layer.params()[0].reduce_over))   # what the training step does
+    allreduce_sum(grads, topo.comm(layer.params()[0].reduce_over.comm))   # what the training step does
     for g, p in zip(grads, ref.params()):
         np.testing.assert_allclose(g, p.grad, rtol=1e-10, err_msg=p.name)
 

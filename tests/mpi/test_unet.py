@@ -21,6 +21,7 @@ from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.comm.reduce import allreduce_sum
 from distnet.geometry import tile_of
+from distnet.layers.placement import COMPLETE
 from distnet.models.checkpoint import gather_params
 from tests.unet_net import C, DECODERS, H, K, W, unet_model
 
@@ -70,8 +71,8 @@ def one_step(model, x, t, rows, batch):
     model.start_batch(batch)
     model.execution.forward_backward(x[rows], t[rows], batch)
     for _, p in model.trained_params():
-        if p.reduce_over is not None:
-            allreduce_sum([p.grad], model.topology.comm(p.reduce_over))
+        if p.reduce_over is not COMPLETE:
+            allreduce_sum([p.grad], model.topology.comm(p.reduce_over.comm))
     return seen
 
 

@@ -1,23 +1,26 @@
 """Batch normalisation's fused device passes (distnet/ops/cuda/batchnorm.py) give the array
 code's bits: the forward (y and xhat) and the training-mode input gradient, for (N, C), NCHW and
-CHWN (batch-innermost) arrays, dx into a new array or over dy."""
+CHWN (batch-innermost) arrays, volumes (NCDHW, CDHWN: depth and rows read as one axis), dx into a new
+array or over dy."""
 import numpy as np
 import pytest
 
 import distnet.ops.cuda.launch
 
+from distnet.ops.layout import chwn_order, from_chwn
 from distnet.ops.batchnorm import bn_bprop_dx, bn_bprop_partial, bn_fprop, bn_stats_finish, bn_stats_partial
 from distnet.testing.backends import DEVICE_BACKENDS, to_device
 from distnet.testing.devicelike import xp
 from tests.unit.test_cuda_kernels import device_backend
 
-LAYOUTS = {"nc": (6, 5), "nchw": (3, 4, 5, 2), "chwn": (3, 4, 5, 2)}
+LAYOUTS = {"nc": (6, 5), "nchw": (3, 4, 5, 2), "chwn": (3, 4, 5, 2), "ncdhw": (3, 4, 2, 3, 2),
+           "cdhwn": (3, 4, 2, 3, 2)}
 
 
 def _draw(layout, dtype, seed):
     a = np.random.default_rng(seed).standard_normal(LAYOUTS[layout]) * 3 + 1
-    if layout == "chwn":      # (B, C, H, W) indexed, (C, H, W, B) memory
-        a = np.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+    if layout in ("chwn", "cdhwn"):      # (B, C, *S) indexed, (C, *S, B) memory
+        a = np.ascontiguousarray(a.transpose(chwn_order(a.ndim))).transpose(from_chwn(a.ndim))
     return a.astype(dtype)
 
 
@@ -58,3 +61,10 @@ def test_forward_and_input_gradient_give_the_array_code_bits(backend, dtype, lay
         xp.counts.clear()
         bn_fprop(dev(x), dmean, dvar, be.xp.asarray(gamma), be.xp.asarray(beta))
         assert fprop_calls < xp.counts["calls"]
+
+
+def test_a_volume_whose_depth_and_rows_do_not_merge_runs_the_array_code():
+    from distnet.ops.cuda.batchnorm import mergeable
+    a = np.zeros((3, 4, 2, 4, 2))
+    assert mergeable(a) and mergeable(a[:, :, :1, 1:]) and mergeable(_draw("cdhwn", np.float64, 0))
+    assert not mergeable(a[:, :, :, 1:]) and not mergeable(np.zeros((1,) * 6))

@@ -32,7 +32,7 @@ DTYPES = ["float32", "float64"]
 def _block_rows(geom, dtype):
     B, C, H, W, K, fh, fw, stride, pad = geom
     y = conv2d_fprop(np.zeros((B, C, H, W)), np.zeros((K, C, fh, fw)), stride, pad=pad)
-    return blocked.block_rows((B, C, H, W), (K, C, fh, fw), stride, y.shape[2], y.shape[3],
+    return blocked.block_rows((B, C, H, W), (K, C, fh, fw), stride, y.shape[2:],
                               np.dtype(dtype).itemsize, blocked.cols_budget(xp), norm_pad(pad)), y.shape[2]
 
 

@@ -8,6 +8,7 @@ from distnet.comm import Topology
 from distnet.config import load_experiment_text
 from distnet.errors import ConfigError
 from distnet.layers.base import LayerContext
+from distnet.layers.placement import SPATIAL
 from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedLayer
 from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
@@ -25,7 +26,7 @@ def _place(layer, shapes):
     layer.infer_shape(shapes)
     ctx = LayerContext(make_backend("numpy", dtype="float64"), Topology.serial(), 0)
     layer.bind(ctx)
-    layer.configure(["spatial"] * len(shapes), ctx)
+    layer.configure([SPATIAL] * len(shapes), ctx)
     return layer
 
 

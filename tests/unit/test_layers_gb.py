@@ -19,6 +19,7 @@ from distnet.layers import (SPATIAL, L2PoolingLayer, LayerContext, FullyConnecte
                             LocalFilteringLayer)
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.params import gen_weights
+from distnet.layers.placement import OVER_DATA
 from distnet.models.gb import GB
 from distnet.ops.activations import Logistic
 from distnet.ops.costs import CrossEntropy
@@ -75,7 +76,7 @@ def test_lf_weights_are_neon_global_draw_normalised(geom, backend_name):
     w = gen_weights(np.random.RandomState(3), (K * Ho * Wo, F), WI, np.float64)
     w /= np.sqrt((w * w).sum(axis=1, keepdims=True))
     np.testing.assert_array_equal(on_host(layer, layer.W), w.reshape(K, Ho, Wo, F))
-    assert layer.params()[0].reduce_over == "data" and not layer.params()[0].sharded
+    assert layer.params()[0].reduce_over == OVER_DATA and not layer.params()[0].sharded
 
 
 @pytest.mark.parametrize("geom", GEOMS)

@@ -6,7 +6,7 @@ import pytest
 
 from distnet.config import Builder, parse_yaml
 from distnet.errors import ConfigError
-from distnet.layers.params import Param
+from distnet.layers.params import Param, ParamPlacement
 from distnet.optim.rates import LearningRates
 from distnet.optim.rules import Adam, AdamW, GradientDescent
 from distnet.optim.adam import adam_step
@@ -98,7 +98,8 @@ def test_neon_update_makes_its_velocity_at_the_first_momentum():
               "saturate_epoch": 2}
     mom = MomentumSchedule(config)
     neon, rule = GradientDescent.neon(MomentumSchedule(config)), GradientDescent(momentum=dict(config))
-    p, q = Param("w", w0.copy(), None), Param("w", w0.copy(), None)
+    pp = ParamPlacement("w", w0.shape, w0.shape)
+    p, q = Param(pp, w0.copy(), None), Param(pp, w0.copy(), None)
     w, v = w0.copy(), None
     for step, epoch in enumerate([0, 0, 1, 2, 2], start=1):
         g = rng.standard_normal(w0.shape)

@@ -15,6 +15,7 @@ from distnet.layers.batchnorm import BatchNormLayer
 from distnet.layers.dropout import DropoutLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.layers.params import Param
+from distnet.layers.placement import COMPLETE, OVER_GRAD, SPATIAL, ParamPlacement
 from distnet.layers.step import TrainingStep
 from distnet.models import Model
 from distnet.models.checkpoint import read_checkpoint, save_checkpoint
@@ -35,7 +36,7 @@ def placed(layer, in_shape, run=None, index=0):
     layer.infer_shape(in_shape)
     ctx = LayerContext(Numpy64(rng_seed=2), Topology.serial(), index, run or RunState())
     layer.bind(ctx)
-    layer.configure("spatial", ctx)
+    layer.configure(SPATIAL, ctx)
     layer.init_params(np.random.RandomState(0))
     return layer
 
@@ -72,7 +73,7 @@ def test_batchnorm_formula_running_stats_and_gradients(shape):
     check_grad(loss, x, dx, rtol=1e-6, atol=1e-8)
     check_grad(loss, bn.gamma, dg, rtol=1e-6, atol=1e-8)
     check_grad(loss, bn.beta, db, rtol=1e-6, atol=1e-8)
-    assert [p.reduce_over for p in bn.params()] == [None, None]     # complete: not summed again
+    assert [p.reduce_over for p in bn.params()] == [COMPLETE, COMPLETE]     # complete: not summed again
 
 
 def test_batchnorm_evaluation_uses_running_statistics():
@@ -93,10 +94,10 @@ def test_batchnorm_placement_and_errors():
     pos = GridPosition((1, 2), (0, 1))
     d = BatchNormLayer(name="bn")
     d.infer_shape((3, 8, 8))
-    pl = d.place("spatial", pos)
+    pl = d.place(SPATIAL, pos)
     assert pl.out_layout.local_shape == (3, 8, 4) and [b.name for b in pl.buffers] == ["bn.running_mean",
                                                                                          "bn.running_var"]
-    assert pl.extra["stats_over"] == "grad" and pl.collectives[0].per_step == 7
+    assert pl.extra["stats_over"] == OVER_GRAD and pl.collectives[0].per_step == 7
     with pytest.raises(ConfigError, match="eps"):
         BatchNormLayer(eps=0)
     from distnet.config import Builder, parse_yaml
@@ -151,8 +152,8 @@ def test_training_step_adam_with_clipping_equals_textbook():
     w0 = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
     grads = [[rng.standard_normal(a.shape) for a in w0] for _ in range(4)]
     layer = _Layer()
-    params = [(layer, Param(f"p{i}", a.copy(), np.zeros_like(a), reduce_over=ro))
-              for i, (a, ro) in enumerate(zip(w0, ("grad", None)))]
+    params = [(layer, Param(ParamPlacement(f"p{i}", a.shape, a.shape, reduce_over=ro), a.copy(), np.zeros_like(a)))
+              for i, (a, ro) in enumerate(zip(w0, (OVER_GRAD, COMPLETE)))]
     rule = Adam(learning_rate=0.05, max_grad_norm=1.5)
     step = TrainingStep(Topology.serial())
     for t, gs in enumerate(grads, 1):
@@ -184,7 +185,7 @@ def test_training_step_sgd_weight_decay_and_layer_rate():
     rng = np.random.RandomState(6)
     w0, g = rng.standard_normal(6), rng.standard_normal(6)
     layer = _Layer(lr=0.3)                                   # the layer's rate wins over the rule's
-    p = Param("w", w0.copy(), g.copy())
+    p = Param(ParamPlacement("w", w0.shape, w0.shape), w0.copy(), g.copy())
     rule = GradientDescent(learning_rate=0.1, momentum={"type": "constant", "coef": 0.9}, weight_decay=0.01)
     TrainingStep(Topology.serial())(lambda after_layer: [], [(layer, p)], Optimizer(rule, LearningRates(rule=rule)))
     np.testing.assert_allclose(p.value, w0 - 0.3 * (g + 0.01 * w0), rtol=1e-14)   # L2 by default

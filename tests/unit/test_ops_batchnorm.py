@@ -199,5 +199,7 @@ def test_against_torch_if_installed():
 
 
 def test_bad_shape():
-    with pytest.raises(GeometryError):
-        channel_axes(np.zeros((2, 3, 4)))
+    assert channel_axes(np.zeros((2, 3, 4, 5, 6))) == (0, 2, 3, 4)    # volumes
+    for shape in [(2,), (2, 3, 4, 5, 6, 7)]:
+        with pytest.raises(GeometryError):
+            channel_axes(np.zeros(shape))

@@ -24,6 +24,7 @@ from distnet.config.builder import config_name
 from distnet.errors import TopologyError
 from distnet.geometry import Box, Window, plan_halo, tile_of
 from distnet.geometry.grid import GridLayout, GridPosition, resolve_layout
+from distnet.layers.placement import SPATIAL
 from distnet.layers.step import TrainingStep
 from distnet.ops.padding import ZeroPadding
 from distnet.plan import plan_model
@@ -108,7 +109,7 @@ def test_sharded_parameters_partition_their_global_tensor(name, grid):
             expect = 1 if pp.sharded else len(ranks)
             assert (count == expect).all(), (layer.name, pp.name)
         out = ranks[0][i].out_layout
-        if out.kind == "spatial" and len(out.global_shape) == 3:
+        if out.kind == SPATIAL and len(out.global_shape) == 3:
             cells = sum(int(np.prod(pls[i].out_layout.local_shape[1:])) for pls in ranks)
             assert cells == int(np.prod(out.global_shape[1:]))
 

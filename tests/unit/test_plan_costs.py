@@ -109,6 +109,15 @@ def _narrow_tiles_model():
                          FullyConnectedLayer(nout=3, weight_init=wi, learning_rate=0.1)], num_epochs=1, batch_size=4)
 
 
+def _volume_model():
+    from distnet.layers import ConvLayer, FullyConnectedNoBiasLayer, MaxPoolingLayer
+    from distnet.models import Model
+    wi = {"type": "uniform", "low": -0.1, "high": 0.1}
+    return Model(layers=[ConvLayer(nofm=3, fshape=[3, 2, 3], padding=1, weight_init=wi), MaxPoolingLayer(fshape=2),
+                         ConvLayer(nofm=2, fshape=3, stride=[1, 2, 1], padding=1, weight_init=wi),
+                         FullyConnectedNoBiasLayer(nout=4, weight_init=wi)], num_epochs=1, learning_rate=0.1)
+
+
 def test_tiles_narrower_than_the_halo_are_warned():
     # 16 columns on 8 ranks: 2-pixel tiles, a halo of 4 pixels reaches two ranks away
     p = plan_model(_narrow_tiles_model(), (1, 16, 16), 8, grid=(1, 8), batch=4)
@@ -166,7 +175,8 @@ def test_per_rank_figures_sum_to_the_totals():
 @pytest.mark.parametrize("model, shape, grid, per_node", [
     (lambda: load_experiment("experiments/mnist_gb_dist.yaml").model, (1, 28, 28), (3, 2), 4),
     (lambda: load_experiment("benchmarks/experiments/bigimage_dist.yaml").model, (3, 64, 48), (4, 3), 5),
-    (_narrow_tiles_model, (1, 16, 16), (1, 8), 3)])
+    (_narrow_tiles_model, (1, 16, 16), (1, 8), 3),
+    (_volume_model, (2, 6, 8, 7), (3, 2, 2), 5)])
 def test_a_halo_exchange_states_every_ranks_cost(model, shape, grid, per_node):
     """What a halo exchange states for every rank of its grid at once (per axis, what the cost
     model sums) is what each rank's own placement says: elements sent and received, messages,
@@ -176,8 +186,8 @@ def test_a_halo_exchange_states_every_ranks_cost(model, shape, grid, per_node):
     m = model()
     m.infer_shapes(shape)
     machine = Machine(ranks_per_node=per_node)
-    rank_of = lambda c: c[0] * grid[1] + c[1]           # noqa: E731 - world ranks of the grid
-    for i, pl in enumerate(m.placements(GridPosition(grid))):
+    rank_of = lambda c: int(np.ravel_multi_index(c, grid))   # noqa: E731 - world ranks of the grid
+    for i, pl in enumerate(m.placements(GridPosition(grid, (0,) * len(grid)))):
         if not pl.halos:
             continue
         every = pl.halos[0].grid_costs()
@@ -192,9 +202,10 @@ def test_a_halo_exchange_states_every_ranks_cost(model, shape, grid, per_node):
             back = [t for t in h.plan.recvs if machine.node_of(rank_of(t.peer)) != machine.node_of(rank_of(coords))]
             assert f_x[coords] == h.channels * sum(t.box.size for t in other) and m_x[coords] == len(other)
             assert b_x[coords] == h.channels * sum(t.box.size for t in back)
-            assert every.out_pixels[coords] == own.out_layout.local_shape[1] * own.out_layout.local_shape[2]
-            assert every.chunk_pixels[coords] == own.chunk_shape[1] * own.chunk_shape[2]
-            far |= any(max(abs(t.peer[0] - coords[0]), abs(t.peer[1] - coords[1])) > 1 for t in h.plan.sends)
+            assert every.out_pixels[coords] == np.prod(own.out_layout.local_shape[1:])
+            assert every.chunk_pixels[coords] == np.prod(own.chunk_shape[1:])
+            assert all(a >= b for a, b in zip(every.largest()[0], own.out_layout.local_shape[1:]))
+            far |= any(max(abs(p - c) for p, c in zip(t.peer, coords)) > 1 for t in h.plan.sends)
         assert every.far_peers == far
         assert every.far_peers == (grid == (1, 8))
 

@@ -1,8 +1,10 @@
-"""2-D convolution (cross-correlation, no flip, no bias) on an already padded NCHW chunk, or on
-an unpadded input with the padding done here.
+"""Convolution (cross-correlation, no flip, no bias) of images, volumes or lines ``(B, C,
+*spatial)`` on an already padded chunk, or on an unpadded input with the padding done here; any
+stride and dilation per axis.
 
 Five algorithms compute the same numbers (up to the summation order of their GEMMs); one module
-each, and :mod:`.choose` picks one per call (:func:`conv2d_fprop`, :func:`conv2d_bprop`):
+each, and :mod:`.choose` picks one per call (:func:`conv_fprop`, :func:`conv_bprop`; the 2-D
+names ``conv2d_fprop`` / ``conv2d_bprop`` are the same functions):
 
 * :mod:`.pointwise`: an unpadded 1x1 filter, one GEMM per image, no patch matrix.
 * :mod:`.flat` (**flat-shift tiles**, CPU, stride 1 on rows at least 64 pixels wide): an image
@@ -26,9 +28,10 @@ The CPU's algorithms read and write batch-innermost (CHWN) arrays without a copy
 (:func:`output_chwn`, :func:`empty_chwn`, :mod:`distnet.ops.layout`).
 """
 from ..layout import empty_chwn, is_chwn
-from .choose import conv2d_bprop, conv2d_fprop, fuses_relu_grad, output_chwn, use_flat
+from .choose import (conv2d_bprop, conv2d_fprop, conv_bprop, conv_fprop, fuses_relu_grad, output_chwn,
+                     use_flat)
 from .flat import flat_readable, is_flat_readable
 from .im2col import im2col
 
-__all__ = ["conv2d_fprop", "conv2d_bprop", "use_flat", "output_chwn", "fuses_relu_grad", "is_chwn",
+__all__ = ["conv_fprop", "conv_bprop", "conv2d_fprop", "conv2d_bprop", "use_flat", "output_chwn", "fuses_relu_grad", "is_chwn",
            "empty_chwn", "im2col", "is_flat_readable", "flat_readable"]

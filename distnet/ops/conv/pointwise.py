@@ -1,4 +1,5 @@
-"""1x1 ("pointwise") convolution as a plain GEMM per image, any stride, no im2col copy.
+"""1x1 ("pointwise") convolution as a plain GEMM per image, any stride, no im2col copy; any
+number of spatial axes (a 1x1x1 filter on volumes alike).
 
 ``x (B, C, H, W)``, ``w (K, C, 1, 1)``, ``stride (sy, sx)``: ``y[b, k, i, j] = sum_c w[k, c] *
 x[b, c, i*sy, j*sx]``, ``(B, K, Ho, Wo)`` with ``Ho = (H - 1)//sy + 1``. Read as matrices,
@@ -14,6 +15,8 @@ batched GEMM and no patch matrix is built. Backward side by side::
 unpadded 1x1 filters when no kernel is forced (:func:`use_pointwise`, :mod:`.choose`); they
 compute the same numbers as the other kernels up to summation order.
 """
+import math
+
 from ...backend import get_array_module
 from ..parallel import matmul as pmatmul
 
@@ -21,35 +24,41 @@ from ..parallel import matmul as pmatmul
 def use_pointwise(w_shape, pad=None, crop=None, method=None):
     """Whether a conv call takes this kernel: a 1x1 filter, no padding, no crop, no forced
     kernel (``pad``/``crop`` as normalised by :mod:`distnet.ops.conv`: None or zeros)."""
-    no_crop = crop is None or tuple(tuple(c) for c in crop) == ((0, 0), (0, 0))
-    return method is None and tuple(w_shape[2:]) == (1, 1) and pad is None and no_crop
+    no_crop = crop is None or all(tuple(c) == (0, 0) for c in crop)
+    return method is None and all(f == 1 for f in w_shape[2:]) and pad is None and no_crop
+
+
+def _strided(stride):
+    """The index of the pixels a 1x1 filter reads at ``stride`` (every ``s``-th per axis)."""
+    return (slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
 
 
 def _pixels(x, stride):
-    """The pixels a 1x1 filter reads, as ``(B, C, P)`` (a view for stride 1 and contiguous x)."""
+    """The pixels a 1x1 filter reads, as ``(B, C, P)`` (a view for stride 1 and contiguous x),
+    and their spatial shape."""
     xp = get_array_module(x)
-    sy, sx = stride
-    xs = x if (sy, sx) == (1, 1) else x[:, :, ::sy, ::sx]
-    B, C, Ho, Wo = xs.shape
-    return xp.ascontiguousarray(xs).reshape(B, C, Ho * Wo), (Ho, Wo)
+    xs = x if all(s == 1 for s in stride) else x[_strided(stride)]
+    B, C, *out = xs.shape
+    return xp.ascontiguousarray(xs).reshape(B, C, math.prod(out)), tuple(out)
 
 
 def pointwise_fprop(x, w, stride, out=None, relu=False):
     """Forward (see the module docstring); ``out (B, K, Ho, Wo)`` if given; ``relu``: max(y, 0)."""
     xp = get_array_module(x, w)
     B, K = x.shape[0], w.shape[0]
-    x3, (Ho, Wo) = _pixels(x, stride)
+    x3, spatial = _pixels(x, stride)
+    P = math.prod(spatial)
     w2 = w.reshape(K, -1)
     dtype = xp.result_type(x.dtype, w.dtype)
     direct = out is not None and out.flags.c_contiguous
-    y3 = out.reshape(B, K, Ho * Wo) if direct else xp.empty((B, K, Ho * Wo), dtype=dtype)
+    y3 = out.reshape(B, K, P) if direct else xp.empty((B, K, P), dtype=dtype)
     pmatmul(xp.broadcast_to(w2, (B,) + w2.shape), x3, out=y3)
     if relu:
         xp.maximum(y3, 0, out=y3)
     if out is None:
-        return y3.reshape(B, K, Ho, Wo)
+        return y3.reshape((B, K) + spatial)
     if not direct:
-        out[...] = y3.reshape(B, K, Ho, Wo)
+        out[...] = y3.reshape((B, K) + spatial)
     return out
 
 
@@ -57,29 +66,28 @@ def pointwise_bprop(x, w, dy, stride, need_dx=True, dx_out=None):
     """``(dx, dw)``: ``dx (B, C, H, W)`` (None unless ``need_dx``; into ``dx_out`` if given) and
     ``dw (K, C, 1, 1)``, the plain sum over batch and pixels."""
     xp = get_array_module(x, w, dy)
-    B, C, H, W = x.shape
+    B, C = x.shape[:2]
     K = w.shape[0]
-    x3, (Ho, Wo) = _pixels(x, stride)
-    dy3 = xp.ascontiguousarray(dy).reshape(B, K, Ho * Wo)
+    x3, spatial = _pixels(x, stride)
+    dy3 = xp.ascontiguousarray(dy).reshape(B, K, math.prod(spatial))
     # dw = sum_b dy[b] @ xs[b].T: one GEMM per image (no transposed copies of dy or x), the
     # (B, K, C) partial products summed in batch order.
     dw = pmatmul(dy3, x3.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape)
     if not need_dx:
         return None, dw
     w2t = xp.ascontiguousarray(w.reshape(K, C).T)
-    if tuple(stride) == (1, 1):
+    if all(s == 1 for s in stride):
         if dx_out is None:
-            dx_out = xp.empty((B, C, H, W), dtype=dy.dtype)
+            dx_out = xp.empty(x.shape, dtype=dy.dtype)
         if dx_out.flags.c_contiguous:
-            pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3, out=dx_out.reshape(B, C, H * W))
+            pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3, out=dx_out.reshape(B, C, math.prod(x.shape[2:])))
         else:
-            dx_out[...] = pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3).reshape(B, C, H, W)
+            dx_out[...] = pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3).reshape(x.shape)
         return dx_out, dw
-    sy, sx = stride
-    d = pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3).reshape(B, C, Ho, Wo)
+    d = pmatmul(xp.broadcast_to(w2t, (B, C, K)), dy3).reshape((B, C) + spatial)
     if dx_out is None:
-        dx_out = xp.zeros((B, C, H, W), dtype=dy.dtype)
+        dx_out = xp.zeros(x.shape, dtype=dy.dtype)
     else:
         dx_out[...] = 0
-    dx_out[:, :, ::sy, ::sx] = d
+    dx_out[_strided(stride)] = d
     return dx_out, dw

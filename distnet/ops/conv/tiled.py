@@ -2,13 +2,17 @@
 :mod:`.im2col`, never built whole. Each kernel thread takes a share of the images (or, forward
 into a CHWN output, of the output rows) and walks it in tiles of output rows of about
 :data:`SMALL_TILE_BYTES`, doing the tile's im2col copy, its GEMMs and its part of the fold while
-the tile is in a core's cache."""
+the tile is in a core's cache. Any number of spatial axes: "output rows" are the first spatial
+axis (planes of a volume), "a row" the rest of the output (``Wo`` pixels of an image)."""
+import math
+
 from ...backend import get_array_module
-from ..layout import empty_chwn, is_chwn
+from ..layout import chwn_order, empty_chwn, from_chwn, is_chwn
 from ..parallel import kernel_threads, parallel_map, shares
+from ..windows import tap_slices
 from ..workspace import scratch
 from .im2col import add_product, chwn_patches, dx_buffer, dy_rows, finish_dx, patch_rows
-from .shapes import padded_hw
+from .shapes import padded_shape
 
 #: Bytes of one im2col tile of the tiled batch im2col kernel (numpy, small images).
 SMALL_TILE_BYTES = 1 << 20
@@ -20,24 +24,26 @@ def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
     return max(1, min(Ho, SMALL_TILE_BYTES // (itemsize * CF * Wo * max(Bs, 1))))   # Bs 0: empty batch
 
 
-def fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
+def fprop(x, w, stride, out_shape, out, relu, work=None, pad=None, dilation=None):
     """Each kernel thread takes a block of output rows of the whole batch when ``out`` is CHWN
     and there are enough rows (the GEMMs then write straight into ``out``), else a share of the
     images; it walks its part in tiles of ``(CF, rows*Wo*Bs)`` columns
     (:func:`_small_tile_rows`): the tile's im2col copy, one GEMM ``w2 @ tile``, the ReLU, the
     write into ``out`` (unless the GEMM wrote there). Every output pixel is the same dot
-    product of length ``CF`` whatever the tiling."""
+    product of length ``CF`` whatever the tiling. ``out_shape``: the output's spatial shape
+    (``(Ho, Wo)``)."""
     xp = get_array_module(x, w)
-    p = chwn_patches(x, w.shape[2:], stride, work, pad)  # (B, C, Ho, Wo, fh, fw) view
-    B, C, _, _, fh, fw = p.shape
-    K, CF = w.shape[0], C * fh * fw
+    p = chwn_patches(x, w.shape[2:], stride, work, pad, dilation)  # (B, C, Ho, Wo, fh, fw) view
+    B, C = p.shape[:2]
+    Ho, Wo = out_shape[0], math.prod(out_shape[1:])          # output rows, and pixels per row
+    K, CF = w.shape[0], C * math.prod(w.shape[2:])
     w2 = w.reshape(K, CF)
     direct = is_chwn(out)
     if direct and Ho >= kernel_threads():                # (share, images, output rows)
         parts = [(s, range(B), rows) for s, rows in shares(Ho, xp)]
     else:
         parts = [(s, images, range(Ho)) for s, images in shares(B, xp)]
-    y_all = out.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B) if direct else None
+    y_all = out.transpose(chwn_order(out.ndim)).reshape(K, Ho * Wo * B) if direct else None
 
     def run(share):
         s, images, rows = share
@@ -56,13 +62,14 @@ def fprop(x, w, stride, Ho, Wo, out, relu, work=None, pad=None):
             if relu:
                 xp.maximum(yt, 0, out=yt)
             if not whole:
-                out[b0:b1, :, i0:i0 + m] = yt.reshape(K, m, Wo, Bs).transpose(3, 0, 1, 2)
+                yt = yt.reshape((K, m) + out_shape[1:] + (Bs,))
+                out[b0:b1, :, i0:i0 + m] = yt.transpose(from_chwn(out.ndim))
 
     parallel_map(run, parts, xp)
     return out
 
 
-def bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
+def bprop(x, w, dy, stride, need_dx, out_shape, crop, dx_out, work=None, pad=None, dilation=None):
     """``(dx, dw)`` in the tiles of :func:`fprop`. Per share and tile: the im2col copy,
     ``dw_share += (tile @ dy_tile.T).T``, ``dcols = w2.T @ dy_tile`` (over the tile) folded at
     once into the share's images of ``dx`` (CHWN). The tiles are walked from the last output
@@ -70,15 +77,16 @@ def bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
     ``(u, v)`` of the untiled fold, whatever the tiling. ``dw`` = the shares' sums added in
     share order."""
     xp = get_array_module(x, w, dy)
-    p = chwn_patches(x, w.shape[2:], stride, work, pad)
-    B, C, _, _, fh, fw = p.shape
-    H, W = padded_hw(x.shape, pad)
-    K, CF = w.shape[0], C * fh * fw
+    p = chwn_patches(x, w.shape[2:], stride, work, pad, dilation)
+    B, C = p.shape[:2]
+    spatial = padded_shape(x.shape, pad)
+    Ho, Wo = out_shape[0], math.prod(out_shape[1:])
+    K, CF = w.shape[0], C * math.prod(w.shape[2:])
     w2 = w.reshape(K, CF)
     parts = shares(B, xp)
-    dy_all = (dy.transpose(1, 2, 3, 0).reshape(K, Ho * Wo * B)
+    dy_all = (dy.transpose(chwn_order(dy.ndim)).reshape(K, Ho * Wo * B)
               if len(parts) == 1 and is_chwn(dy) else None)
-    dxn = dx_buffer(dx_out, crop, (B, C, H, W), dy.dtype, dy, work) if need_dx else None
+    dxn = dx_buffer(dx_out, crop, (B, C) + spatial, dy.dtype, dy, work) if need_dx else None
 
     def run(share):
         s, images = share
@@ -92,7 +100,7 @@ def bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
         part = scratch(work, f"tpart{s}", (CF, K), x.dtype, like=x)
         if need_dx:   # several shares: a private CHWN buffer (their images interleave in dxn,
             # so folding there would write cache lines the other threads write too)
-            dxs = dxn if len(parts) == 1 else empty_chwn((Bs, C, H, W), dy.dtype, like=dy, work=work,
+            dxs = dxn if len(parts) == 1 else empty_chwn((Bs, C) + spatial, dy.dtype, like=dy, work=work,
                                                          name=f"tdx{s}")
             dxs[...] = 0
         for t, i0 in enumerate(reversed(range(0, Ho, n))):
@@ -104,7 +112,7 @@ def bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
             add_product(t == 0, ct2, dyt.T, dws, part, xp)
             if need_dx:
                 xp.matmul(w2.T, dyt, out=ct2)                   # dcols of the tile, over its cols
-                _fold_tile(ct, dxs, i0, m, stride)
+                _fold_tile(ct, dxs, i0, m, stride, dilation)
         if need_dx and dxs is not dxn:
             dxn[images.start:images.stop] = dxs
         return dws
@@ -117,13 +125,12 @@ def bprop(x, w, dy, stride, need_dx, Ho, Wo, crop, dx_out, work=None, pad=None):
     return (finish_dx(dxn, crop, dx_out, xp) if need_dx else None), dw
 
 
-def _fold_tile(ct, dxs, i0, m, stride):
+def _fold_tile(ct, dxs, i0, m, stride, dilation=None):
     """Add the tile's ``dcols`` ``ct (C, fh, fw, m, Wo, Bs)`` (output rows ``i0...``) into
-    ``dxs (Bs, C, H, W)``, tap by tap in ``(u, v)`` order."""
-    C, fh, fw, _, Wo, _ = ct.shape
-    sy, sx = stride
-    for u in range(fh):
-        rows = slice(i0 * sy + u, (i0 + m - 1) * sy + u + 1, sy)
-        for v in range(fw):
-            cs = slice(v, v + sx * (Wo - 1) + 1, sx)
-            dxs[:, :, rows, cs] += ct[:, u, v].transpose(3, 0, 1, 2)
+    ``dxs (Bs, C, H, W)``, tap by tap in ``(u, v)`` order (any number of spatial axes)."""
+    nd = len(stride)
+    fshape, tile = ct.shape[1:1 + nd], ct.shape[1 + nd:1 + 2 * nd]
+    back = from_chwn(dxs.ndim)
+    for tap, (rows, *rest) in tap_slices(tile, fshape, stride, dilation):
+        rows = slice(rows.start + i0 * stride[0], rows.stop + i0 * stride[0], rows.step)
+        dxs[(slice(None), slice(None), rows) + tuple(rest)] += ct[(slice(None),) + tap].transpose(back)

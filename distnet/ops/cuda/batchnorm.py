@@ -63,13 +63,33 @@ extern "C" __global__ void distnet_bn_bprop_dx(
 """)
 
 
+def mergeable(a):
+    """Whether the kernels read ``a``: up to four axes, or a volume ``(N, C, D, H, W)`` whose
+    depth and row axes merge into one (``D`` steps of ``H`` rows: NCDHW and batch-innermost
+    memory), read as ``(N, C, D*H, W)``."""
+    if a.ndim <= 4:
+        return True
+    st = element_strides(a)
+    return a.ndim == 5 and (a.shape[2] == 1 or a.shape[3] == 1 or st[2] == a.shape[3] * st[3])
+
+
+def _four(a):
+    """``a``'s shape and element strides as four axes (``(N, C)`` as ``(N, C, 1, 1)``; a volume
+    with its depth and row axes merged, :func:`mergeable`)."""
+    shape, st = tuple(a.shape), tuple(element_strides(a))
+    if a.ndim == 5:
+        # a length-1 axis takes the other's stride: the merged axis steps like the longer one
+        step = st[3] if a.shape[3] > 1 else st[2]
+        shape, st = shape[:2] + (shape[2] * shape[3], shape[4]), st[:2] + (step, st[4])
+    return (shape + (1, 1))[:4], (st + (0, 0))[:4]
+
+
 def _layout(x, *others):
-    """``(dims, caxis, strides...)``: ``x``'s four axes (an ``(N, C)`` array as ``(N, C, 1, 1)``)
-    in its memory order (largest stride first, so consecutive threads touch consecutive
-    addresses of ``x``), the position of the channel axis among them, and every array's element
-    strides in that axis order."""
-    def four(a):
-        return (tuple(a.shape) + (1, 1))[:4], (element_strides(a) + (0, 0))[:4]
+    """``(dims, caxis, strides...)``: ``x``'s four axes (an ``(N, C)`` array as ``(N, C, 1, 1)``,
+    a volume as ``(N, C, D*H, W)``) in its memory order (largest stride first, so consecutive
+    threads touch consecutive addresses of ``x``), the position of the channel axis among them,
+    and every array's element strides in that axis order."""
+    four = _four
     shape, sx = four(x)
     order = sorted(range(4), key=lambda k: (-abs(sx[k]), k))
     out = [tuple(shape[k] for k in order), order.index(1)]

@@ -56,16 +56,19 @@ def item(e, pos, dims, batch=None, channel=None, B="B", C="C", batch_inner=None)
     return "\n".join(lines)
 
 
-def covering(body, pos, size, stride, count, index, tap, flat=None):
+def covering(body, pos, size, stride, count, index, tap, flat=None, dilation=None):
     """C loops running ``body`` once for every output window ``index`` (names declared here)
     that reads input position ``pos`` through filter tap ``tap``: taps in C order over filters
-    of ``size``, windows ``0 <= index < count`` with ``index * stride + tap == pos``.
-    ``flat``: also declare the tap's C-order flat index under that name."""
+    of ``size``, windows ``0 <= index < count`` with ``index * stride + tap * dilation == pos``
+    (``dilation``: C names or expressions per axis; None: 1). ``flat``: also declare the tap's
+    C-order flat index under that name."""
     out = []
-    for d, (p, f, s, o, i, u) in enumerate(zip(pos, size, stride, count, index, tap)):
+    dils = dilation or (None,) * len(pos)
+    for d, (p, f, s, o, i, u, dl) in enumerate(zip(pos, size, stride, count, index, tap, dils)):
         pad = "    " * d
+        reach = u if dl is None else f"{u} * {dl}"
         out += [f"{pad}for (long long {u} = 0; {u} < {f}; ++{u}) {{",
-                f"{pad}    const long long {i}_at = {p} - {u};",
+                f"{pad}    const long long {i}_at = {p} - {reach};",
                 f"{pad}    if ({i}_at < 0 || {i}_at % {s}) continue;",
                 f"{pad}    const long long {i} = {i}_at / {s};",
                 f"{pad}    if ({i} >= {o}) continue;"]
@@ -82,15 +85,15 @@ def covering(body, pos, size, stride, count, index, tap, flat=None):
 
 def _fold(nd):
     name = f"distnet_fold_{nd}d"
-    x, n, o, f, s, i, u, xs, ci, cu = (numbered(p, nd) for p in ("x", "n", "o", "f", "s", "i", "u",
-                                                                  "xs", "ci", "cu"))
-    params = (("T* out", "const T* cols", "B", "C") + n + o + f + s + ("batch_inner", "ob", "oc")
+    x, n, o, f, s, dl, i, u, xs, ci, cu = (numbered(p, nd) for p in ("x", "n", "o", "f", "s", "dl", "i",
+                                                                      "u", "xs", "ci", "cu"))
+    params = (("T* out", "const T* cols", "B", "C") + n + o + f + s + dl + ("batch_inner", "ob", "oc")
               + xs + ("kb", "kc") + ci + cu)
     return Kernel(name, source(name, params, (
         item("e", x, n, "b", "c", batch_inner="batch_inner"),
         "const T* base = cols + b * kb + c * kc;",
         "T acc = 0;",
-        covering(f"acc += base[{dot(i, ci)} + {dot(u, cu)}];", x, f, s, o, i, u),
+        covering(f"acc += base[{dot(i, ci)} + {dot(u, cu)}];", x, f, s, o, i, u, dilation=dl),
         f"out[b * ob + c * oc + {dot(x, xs)}] = acc;"), item="e"))
 
 
@@ -100,14 +103,14 @@ def _fold(nd):
 FOLD = {nd: _fold(nd) for nd in (1, 2, 3)}
 
 
-def fold(cols, out, stride):
+def fold(cols, out, stride, dilation):
     """``out (B, C, *spatial)`` (any strides) = the adjoint of the patch view of ``cols (B, C,
-    *windows, *filter)`` (any strides): what :func:`distnet.ops.windows.fold` computes, in one
-    launch. Returns ``out``."""
+    *windows, *filter)`` (any strides) with ``dilation`` (an int per axis): what
+    :func:`distnet.ops.windows.fold` computes, in one launch. Returns ``out``."""
     nd = out.ndim - 2
     B, C = out.shape[:2]
     so = element_strides(out)
     batch_inner = int(so[0] == 1 and B > 1)
     FOLD[nd](out.size, strided(out), strided(cols), B, C, *out.shape[2:], *cols.shape[2:2 + nd],
-             *cols.shape[2 + nd:], *map(int, stride), batch_inner, *so, *element_strides(cols))
+             *cols.shape[2 + nd:], *map(int, stride), *map(int, dilation), batch_inner, *so, *element_strides(cols))
     return out
