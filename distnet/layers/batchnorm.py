@@ -119,8 +119,9 @@ class BatchNormLayer(BaseLayer):
             return y
         C = x.shape[1]
         buf = xp.empty(2 * C + 1, dtype="float64")    # [sum(x - K) | sum((x - K)^2) | count]
+        sums = buf[:2 * C].reshape(2, C)
         # shifted by the running mean, which bn_train_statistics reads before it updates it
-        bn_stats_partial(x, self.running_mean, out=buf[:2 * C].reshape(2, C))
+        bn_stats_partial(x, self.running_mean, out=sums)
         buf[2 * C] = local_count(x)
         allreduce_sum([buf], self._comm, self._host_staging)
         if self._comm.Get_size() == 1:      # my values are all the values: known on the host
@@ -128,8 +129,8 @@ class BatchNormLayer(BaseLayer):
         else:   # the Allreduced count stays on the device: float() of it would wait every step
             count = buf[2 * C]
         self._count = count
-        mean, self._inv_std = bn_train_statistics(buf[:2 * C].reshape(2, C), count, self.running_mean,
-                                                  self.running_var, x.dtype, self.eps, self.momentum)
+        mean, self._inv_std = bn_train_statistics(sums, count, self.running_mean, self.running_var,
+                                                  x.dtype, self.eps, self.momentum)
         y, self._xhat = bn_normalize(x, mean, self._inv_std, self.gamma, self.beta)
         return y
 
