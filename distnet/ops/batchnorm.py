@@ -194,7 +194,8 @@ def bn_train_statistics(sums, count, running_mean, running_var, dtype, eps=1e-5,
 
 @bn_train_statistics.kernel(
     when=lambda sums, count, running_mean, running_var, dtype, eps=1e-5, momentum=0.1:
-    dispatch.float_arrays(running_mean, running_var) and running_mean.dtype == dtype)
+    dispatch.float_arrays(running_mean, running_var) and running_mean.dtype == dtype
+    and sums.flags.c_contiguous)
 def bn_train_statistics(sums, count, running_mean, running_var, dtype, eps=1e-5, momentum=0.1):
     """One thread per channel, the array code's roundings (float64 statistics, then cast)."""
     xp = get_array_module(sums)

@@ -34,7 +34,8 @@ def _layout_params():
         {decl("d")}, const long long caxis,
         {decl("x")}, {decl("y")}, {decl("h")}) {{
     const long long dims[{AXES}] = {{{names("d")}}};
-    const long long sx[{AXES}] = {{{names("x")}}}, s1[{AXES}] = {{{names("y")}}}, s2[{AXES}] = {{{names("h")}}};
+    const long long sx[{AXES}] = {{{names("x")}}}, s1[{AXES}] = {{{names("y")}}},
+        s2[{AXES}] = {{{names("h")}}};
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
          e += (long long)blockDim.x * gridDim.x) {{
     // element e of x's memory order -> offsets of the arrays and the channel

@@ -10,11 +10,11 @@ Source convention (what :class:`Kernel` sources look like)::
     }
 
 ``T`` is the float type, defined before the source as ``float`` or ``double`` by the dtype of
-the call's array arguments, except the parameters a kernel declares ``double`` (``float64=``
-positions: float64 accumulators such as batch norm's Allreduced sums); integer parameters are ``long long`` (Python ints), float parameters
-``T`` (Python floats); arrays are C-contiguous device arrays, or views wrapped in
-:func:`strided`, whose strides the kernel is given as integer parameters (pointer: the view's
-first element).
+the call's array arguments, except the parameters a kernel declares ``double`` (its
+``float64=`` positions: float64 accumulators such as batch norm's Allreduced sums); integer
+parameters are ``long long`` (Python ints), float parameters ``T`` (Python floats); arrays
+are C-contiguous device arrays, or views wrapped in :func:`strided`, whose strides the kernel
+is given as integer parameters (pointer: the view's first element).
 
 On cupy a kernel is compiled once per dtype (``cupy.RawKernel``, NVRTC; cupy caches the binary
 on disk) and launched with :data:`BLOCK` threads per block. It is compiled with
@@ -142,8 +142,8 @@ class Kernel:
             k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name,
                                                         options=COMPILE_OPTIONS)
         params = (np.int64(n),) + tuple(
-            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else self.scalar_type(i, dtype)(a)
-            for i, a in enumerate(args))
+            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer))
+            else self.scalar_type(i, dtype)(a) for i, a in enumerate(args))
         blocks = min(MAX_BLOCKS, -(-n // BLOCK))
         k((blocks,), (BLOCK,), params)
 
