@@ -28,7 +28,8 @@ import numpy as np
 from ..comm.reduce import allreduce_sum
 from ..config.types import Fraction, NonNegative, Positive
 from ..ops.batchnorm import (bn_bprop_dx, bn_bprop_dx_inference, bn_bprop_partial, bn_fprop,
-                             bn_stats_finish, bn_stats_partial, bn_update_running, local_count)
+                             bn_normalize, bn_set_param_grads, bn_stats_partial, bn_train_statistics,
+                             local_count)
 from .base import BaseLayer
 from .placement import (COMPLETE, OVER_DATA, OVER_GRAD, REPLICATED, SPATIAL, Collective, Layout,
                         ParamPlacement, Placement)
@@ -119,8 +120,9 @@ class BatchNormLayer(BaseLayer):
             return y
         C = x.shape[1]
         buf = xp.empty(2 * C + 1, dtype="float64")    # [sum(x - K) | sum((x - K)^2) | count]
-        shift = self.running_mean.copy()
-        bn_stats_partial(x, shift, out=buf[:2 * C].reshape(2, C))
+        sums = buf[:2 * C].reshape(2, C)
+        # shifted by the running mean, which bn_train_statistics reads before it updates it
+        bn_stats_partial(x, self.running_mean, out=sums)
         buf[2 * C] = local_count(x)
         allreduce_sum([buf], self._comm, self._host_staging)
         if self._comm.Get_size() == 1:      # my values are all the values: known on the host
@@ -128,9 +130,9 @@ class BatchNormLayer(BaseLayer):
         else:   # the Allreduced count stays on the device: float() of it would wait every step
             count = buf[2 * C]
         self._count = count
-        mean, var = bn_stats_finish(buf[:2 * C].reshape(2, C), count, shift)
-        y, self._xhat, self._inv_std = bn_fprop(x, mean, var, self.gamma, self.beta, self.eps)
-        bn_update_running(self.running_mean, self.running_var, mean, var, count, self.momentum)
+        mean, self._inv_std = bn_train_statistics(sums, count, self.running_mean, self.running_var,
+                                                  x.dtype, self.eps, self.momentum)
+        y, self._xhat = bn_normalize(x, mean, self._inv_std, self.gamma, self.beta)
         return y
 
     def bprop(self, delta, need_input_grad=True):
@@ -142,12 +144,10 @@ class BatchNormLayer(BaseLayer):
         gg, gb = (p.grad for p in self._params)
         sums = bn_bprop_partial(delta, self._xhat)
         if not self._train:     # fixed statistics: a per-channel affine map; my rows' sums
-            gb[...] = sums[0]
-            gg[...] = sums[1]
+            bn_set_param_grads(sums, gg, gb)
             return bn_bprop_dx_inference(delta, self.gamma, self._inv_std) if need_input_grad else None
         allreduce_sum([sums], self._comm, self._host_staging)
-        gb[...] = sums[0]
-        gg[...] = sums[1]
+        bn_set_param_grads(sums, gg, gb)
         if not need_input_grad:
             return None
         return bn_bprop_dx(delta, self._xhat, self.gamma, self._inv_std, sums, self._count)

@@ -1,8 +1,9 @@
 """Batch normalisation, split so that a tiled (distributed) run is exact.
 
 Shapes: ``x`` is ``(N, C)`` (FC outputs: per-feature statistics over the batch) or
-``(N, C, H, W)`` (conv outputs: per-channel statistics over the batch and all pixels). Channel
-vectors (``gamma``, ``beta``, ``mean``, ``var``, ``inv_std``, running statistics) are ``(C,)``.
+``(N, C, *S)`` with any number of spatial axes (conv outputs ``(N, C, H, W)``, volumes
+``(N, C, D, H, W)``: per-channel statistics over the batch and all pixels). Channel vectors
+(``gamma``, ``beta``, ``mean``, ``var``, ``inv_std``, running statistics) are ``(C,)``.
 ``count`` is the number of values behind each channel's statistics: ``N`` or ``N*H*W`` of the
 GLOBAL tensor (all tiles, all data replicas): a number, or a 0-d array on the arrays' device (the
 Allreduced count stays there, so that no step waits for the device to read it).
@@ -19,6 +20,11 @@ Forward (training)::
     mean, var = bn_stats_finish(s, count, shift)   # biased variance (divides by count)
     y, xhat, inv_std = bn_fprop(x, mean, var, gamma, beta, eps)
     bn_update_running(run_mean, run_var, mean, var, count, momentum)
+
+A training step on a device takes the per-channel part after the Allreduce in one launch
+(:func:`bn_train_statistics`: the three calls above with ``shift = running_mean``, read before
+it is updated), then :func:`bn_normalize`, and the backward's in two (:func:`bn_set_param_grads`,
+:func:`bn_bprop_dx`): the fused kernels of :mod:`distnet.ops.cuda.batchnorm`, the same numbers.
 
 Backward::
 
@@ -51,15 +57,15 @@ from ..backend import get_array_module
 from ..errors import GeometryError
 from . import dispatch
 from .cuda import batchnorm as cuda_bn
+from .cuda.batchnorm import fits as kernel_fits
 
 
 def channel_axes(x):
     """The axes a channel's statistics run over: ``(0,)`` for ``(N, C)``, ``(0, 2, 3)`` for
-    ``(N, C, H, W)``, every axis but the channels' for ``(N, C, *S)`` (1 to 3 spatial axes)."""
-    if 2 <= x.ndim <= 5:
-        return (0,) + tuple(range(2, x.ndim))
-    raise GeometryError(f"batch norm needs (N, C) or (N, C, *S) arrays (1 to 3 spatial axes), got "
-                        f"shape {tuple(x.shape)}")
+    ``(N, C, H, W)``: all but the channel axis 1."""
+    if x.ndim < 2:
+        raise GeometryError(f"batch norm needs (N, C) or (N, C, *spatial) arrays, got shape {tuple(x.shape)}")
+    return (0,) + tuple(range(2, x.ndim))
 
 
 def _bshape(x):
@@ -74,10 +80,23 @@ def _as(v, x):
 
 
 def _vector(v, x):
-    """``(C,)`` vector ``v`` as a contiguous ``(C,)`` array in ``x``'s dtype (a kernel argument)."""
+    """``(C,)`` vector ``v`` as a contiguous ``(C,)`` array in ``x``'s dtype (a kernel argument;
+    ``v`` itself where it is one already: no launch)."""
+    if v.dtype == x.dtype and v.ndim == 1 and v.flags.c_contiguous:
+        return v
     xp = get_array_module(x)
     v = xp.asarray(v, dtype=x.dtype)
     return v if v.ndim == 1 and v.flags.c_contiguous else xp.ascontiguousarray(v.reshape(-1))
+
+
+def _given(out):
+    """``(out,)``, or ``()`` if None: the output arrays a kernel's layout must also fit."""
+    return () if out is None else (out,)
+
+
+def _host_count(count):
+    """Whether ``count`` is a number (or a host array), not a value on the device."""
+    return dispatch.reads_without_waiting(get_array_module(count))
 
 
 def local_count(x):
@@ -132,13 +151,14 @@ def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
     xp = get_array_module(x)
     inv_std = 1.0 / xp.sqrt(xp.asarray(var, dtype="float64") + eps)
     inv_std = inv_std.astype(x.dtype)
-    out, xhat = _normalize(x, mean, inv_std, gamma, beta, out)
+    out, xhat = bn_normalize(x, mean, inv_std, gamma, beta, out)
     return out, xhat, inv_std
 
 
 @dispatch.op
-def _normalize(x, mean, inv_std, gamma, beta, out):
-    """``(y, xhat)`` of :func:`bn_fprop` (``y`` into ``out`` if given)."""
+def bn_normalize(x, mean, inv_std, gamma, beta, out=None):
+    """``(y, xhat)`` of :func:`bn_fprop` for a given ``inv_std`` (``(C,)`` in ``x``'s dtype;
+    ``y`` into ``out`` if given)."""
     xhat = x - _as(mean, x)
     xhat *= inv_std.reshape(_bshape(x))
     if out is None:
@@ -148,9 +168,8 @@ def _normalize(x, mean, inv_std, gamma, beta, out):
     return out, xhat
 
 
-@_normalize.kernel(when=lambda x, mean, inv_std, gamma, beta, out:
-                   all(cuda_bn.mergeable(a) for a in (x, out) if a is not None))
-def _normalize(x, mean, inv_std, gamma, beta, out):
+@bn_normalize.kernel(when=lambda x, mean, inv_std, gamma, beta, out=None: kernel_fits(x, *_given(out)))
+def bn_normalize(x, mean, inv_std, gamma, beta, out=None):
     """One launch for ``xhat`` and ``y``, the same roundings."""
     xp = get_array_module(x)
     out = xp.empty_like(x) if out is None else out
@@ -159,12 +178,38 @@ def _normalize(x, mean, inv_std, gamma, beta, out):
     return out, xhat
 
 
+@dispatch.op
+def bn_train_statistics(sums, count, running_mean, running_var, dtype, eps=1e-5, momentum=0.1):
+    """A training forward's per-channel work after the Allreduce: from the GLOBAL ``sums``
+    (``(2, C)`` float64) of :func:`bn_stats_partial` shifted by ``running_mean``, the batch
+    statistics (:func:`bn_stats_finish`), ``inv_std`` (as :func:`bn_fprop`) and the running
+    averages updated in place (:func:`bn_update_running`). Returns ``(mean, inv_std)``, ``(C,)``
+    in ``dtype`` (the activations'), for :func:`bn_normalize`."""
+    xp = get_array_module(sums)
+    mean, var = bn_stats_finish(sums, count, running_mean)
+    inv_std = (1.0 / xp.sqrt(var + eps)).astype(dtype)
+    bn_update_running(running_mean, running_var, mean, var, count, momentum)
+    return mean.astype(dtype), inv_std
+
+
+@bn_train_statistics.kernel(
+    when=lambda sums, count, running_mean, running_var, dtype, eps=1e-5, momentum=0.1:
+    dispatch.float_arrays(running_mean, running_var) and running_mean.dtype == dtype
+    and sums.flags.c_contiguous)
+def bn_train_statistics(sums, count, running_mean, running_var, dtype, eps=1e-5, momentum=0.1):
+    """One thread per channel, the array code's roundings (float64 statistics, then cast)."""
+    xp = get_array_module(sums)
+    mean, inv_std = (xp.empty(running_mean.size, dtype=dtype) for _ in range(2))
+    cuda_bn.bn_statistics(sums, count, running_mean, running_var, mean, inv_std, eps, momentum)
+    return mean, inv_std
+
+
 def bn_update_running(running_mean, running_var, mean, var, count, momentum=0.1):
     """In place (PyTorch semantics): ``running = (1 - m) * running + m * batch`` with the
     UNBIASED batch variance ``var * count / (count - 1)`` (``count`` = global values per
     channel, a number or a 0-d device array; ``count == 1`` uses ``var``)."""
     xp = get_array_module(running_mean)
-    if dispatch.reads_without_waiting(get_array_module(count)):    # a number
+    if _host_count(count):                  # a number
         correction = count / (count - 1) if count > 1 else 1.0
     else:                                   # on the device: no branch on its value (a wait)
         correction = count / xp.maximum(count - 1, 1.0)
@@ -191,6 +236,7 @@ def bn_bprop_partial(dy, xhat, out=None):
     return out
 
 
+@dispatch.op
 def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     """``dx`` of the training-mode forward (batch statistics), given the GLOBAL sums ``sums``
     of :func:`bn_bprop_partial` and the global ``count``::
@@ -205,14 +251,6 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
     if out is None:
         out = xp.empty_like(dy)
-    return _input_grad(dy, xhat, mdy, mdyx, scale, out)
-
-
-@dispatch.op
-def _input_grad(dy, xhat, mdy, mdyx, scale, out):
-    """``out = scale * (dy - mdy - xhat * mdyx)`` (:func:`bn_bprop_dx`; ``out`` may be ``dy``),
-    the channel vectors shaped to broadcast."""
-    xp = get_array_module(dy, xhat)
     if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
         t = xhat * mdyx
         out -= mdy
@@ -225,10 +263,18 @@ def _input_grad(dy, xhat, mdy, mdyx, scale, out):
     return out
 
 
-@_input_grad.kernel(when=lambda dy, xhat, mdy, mdyx, scale, out:    # it walks at most 4 axes
-                    all(cuda_bn.mergeable(a) for a in (dy, xhat, out) if a is not None))
-def _input_grad(dy, xhat, mdy, mdyx, scale, out):       # one launch, the same roundings
-    cuda_bn.bn_bprop_dx(dy, xhat, mdy.reshape(-1), mdyx.reshape(-1), scale.reshape(-1), out)
+def _reads_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
+    """The kernel reads these: float64 sums in one block, the count a number or a device float64."""
+    return (sums.dtype == "float64" and sums.flags.c_contiguous and kernel_fits(dy, xhat, *_given(out))
+            and (_host_count(count) or count.dtype == "float64"))
+
+
+@bn_bprop_dx.kernel(when=_reads_bprop_dx)
+def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
+    """One launch: the per-channel vectors formed by each thread in the array code's roundings."""
+    out = get_array_module(dy).empty_like(dy) if out is None else out
+    count = float(count) if _host_count(count) else count
+    cuda_bn.bn_bprop_dx(dy, xhat, sums, count, _vector(gamma, dy), _vector(inv_std, dy), out)
     return out
 
 
@@ -245,3 +291,18 @@ def bn_bprop_dx_inference(dy, gamma, inv_std, out=None):
 def bn_param_grads(sums):
     """``(dgamma, dbeta)`` (``(C,)`` float64) from the global backward sums."""
     return sums[1], sums[0]
+
+
+@dispatch.op
+def bn_set_param_grads(sums, dgamma, dbeta):
+    """Write :func:`bn_param_grads` of ``sums`` into the gradient arrays ``dgamma`` and
+    ``dbeta`` (``(C,)``, cast to their dtype)."""
+    dbeta[...] = sums[0]
+    dgamma[...] = sums[1]
+
+
+@bn_set_param_grads.kernel(when=lambda sums, dgamma, dbeta: dispatch.float_arrays(dgamma, dbeta)
+                           and dgamma.flags.c_contiguous and dbeta.flags.c_contiguous
+                           and sums.flags.c_contiguous)
+def bn_set_param_grads(sums, dgamma, dbeta):       # one launch instead of four
+    cuda_bn.bn_param_grads(sums, dgamma, dbeta)

@@ -88,15 +88,15 @@ def run(kernel, n, args, data=lambda a: a):
     numpy data ``data(a)`` gives), every (block, thread) of the emulated grid in turn."""
     dtype = kernel.float_dtype([data(a) if is_array(a) else a for a in args])
     lib = _library(kernel, dtype)
-    ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    ctypes_of = {np.float32: ctypes.c_float, np.float64: ctypes.c_double}
     params = [ctypes.c_longlong(n)]
-    for a in args:
+    for i, a in enumerate(args):
         if is_array(a):
             params.append(ctypes.c_void_p(data(a).ctypes.data))   # first element, as cupy
         elif isinstance(a, (int, np.integer)):
             params.append(ctypes.c_longlong(int(a)))
         else:
-            params.append(ctype(a))
+            params.append(ctypes_of[kernel.scalar_type(i, dtype)](a))
     fn = getattr(lib, kernel.name)
     global _launches
     _launches += 1

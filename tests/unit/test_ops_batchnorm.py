@@ -11,7 +11,7 @@ from distnet.ops.batchnorm import (bn_bprop_dx, bn_bprop_dx_inference, bn_bprop_
 from distnet.testing.backends import make_backend
 from tests.numgrad import numerical_grad
 
-SHAPES = [(5, 3), (3, 2, 4, 5)]
+SHAPES = [(5, 3), (4, 3, 5), (3, 2, 4, 5), (2, 3, 3, 4, 2)]
 EPS = 1e-5
 
 
@@ -21,8 +21,8 @@ def be(backend_name):
 
 
 def reference(x, gamma, beta, eps=EPS):
-    axes = (0,) if x.ndim == 2 else (0, 2, 3)
-    b = (1, -1) if x.ndim == 2 else (1, -1, 1, 1)
+    axes = (0,) + tuple(range(2, x.ndim))
+    b = (1, -1) + (1,) * (x.ndim - 2)
     mean, var = x.mean(axis=axes), x.var(axis=axes)
     return gamma.reshape(b) * (x - mean.reshape(b)) / np.sqrt(var.reshape(b) + eps) + beta.reshape(b), mean, var
 
@@ -198,8 +198,12 @@ def test_against_torch_if_installed():
     np.testing.assert_allclose(rv, m.running_var.numpy(), rtol=1e-12)
 
 
+def test_channel_axes_any_number_of_spatial_axes():
+    assert channel_axes(np.zeros((2, 3))) == (0,)
+    assert channel_axes(np.zeros((2, 3, 4))) == (0, 2)
+    assert channel_axes(np.zeros((2, 3, 4, 5, 6))) == (0, 2, 3, 4)
+
+
 def test_bad_shape():
-    assert channel_axes(np.zeros((2, 3, 4, 5, 6))) == (0, 2, 3, 4)    # volumes
-    for shape in [(2,), (2, 3, 4, 5, 6, 7)]:
-        with pytest.raises(GeometryError):
-            channel_axes(np.zeros(shape))
+    with pytest.raises(GeometryError):
+        channel_axes(np.zeros(3))

@@ -10,10 +10,11 @@ Source convention (what :class:`Kernel` sources look like)::
     }
 
 ``T`` is the float type, defined before the source as ``float`` or ``double`` by the dtype of
-the call's array arguments; integer parameters are ``long long`` (Python ints), float parameters
-``T`` (Python floats); arrays are C-contiguous device arrays, or views wrapped in
-:func:`strided`, whose strides the kernel is given as integer parameters (pointer: the view's
-first element).
+the call's array arguments, except the parameters a kernel declares ``double`` (its
+``float64=`` positions: float64 accumulators such as batch norm's Allreduced sums); integer
+parameters are ``long long`` (Python ints), float parameters ``T`` (Python floats); arrays
+are C-contiguous device arrays, or views wrapped in :func:`strided`, whose strides the kernel
+is given as integer parameters (pointer: the view's first element).
 
 On cupy a kernel is compiled once per dtype (``cupy.RawKernel``, NVRTC; cupy caches the binary
 on disk) and launched with :data:`BLOCK` threads per block. It is compiled with
@@ -82,15 +83,18 @@ class Kernel:
 
     Call ``kernel(n, *args)``: ``n`` work items (the grid-stride loop's bound), ``args`` the
     kernel parameters after ``n`` in order: device arrays (all of one float dtype, or integer
-    index arrays), Python ints (``long long``) and Python floats (``T``).
+    index arrays), Python ints (``long long``) and Python floats (``T``). ``float64``: the
+    positions in ``args`` that the source declares ``double`` whatever ``T`` is (float64 arrays,
+    or Python floats passed as ``double``).
     """
 
     #: Every kernel defined, for the suite's compile and emulation checks.
     registry = []
 
-    def __init__(self, name, source):
+    def __init__(self, name, source, float64=()):
         self.name = name
         self.source = source
+        self.float64 = frozenset(float64)
         self._compiled = {}
         Kernel.registry.append(self)
 
@@ -103,11 +107,17 @@ class Kernel:
 
     def float_dtype(self, args):
         """The dtype ``T`` stands for: that of the float array arguments (one dtype)."""
-        dtypes = {a.dtype for a in args if is_array(a) and a.dtype.kind == "f"}
+        dtypes = {a.dtype for i, a in enumerate(args)
+                  if i not in self.float64 and is_array(a) and a.dtype.kind == "f"}
         if len(dtypes) != 1:
             raise TypeError(f"kernel {self.name}: its float arrays must share one dtype, got "
                             f"{sorted(map(str, dtypes)) or 'none'}")
         return dtypes.pop()
+
+    def scalar_type(self, i, dtype):
+        """The numpy type of float parameter ``i`` of ``args``: ``double`` where declared so,
+        else ``T`` (``dtype``)."""
+        return np.float64 if i in self.float64 else np.dtype(dtype).type
 
     def __call__(self, n, *args):
         for i, a in enumerate(args):
@@ -131,10 +141,9 @@ class Kernel:
         if k is None:
             k = self._compiled[dtype] = cupy.RawKernel(self.source_for(dtype), self.name,
                                                         options=COMPILE_OPTIONS)
-        t = dtype.type
         params = (np.int64(n),) + tuple(
-            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer)) else t(a)
-            for a in args)
+            a if is_array(a) else np.int64(a) if isinstance(a, (int, np.integer))
+            else self.scalar_type(i, dtype)(a) for i, a in enumerate(args))
         blocks = min(MAX_BLOCKS, -(-n // BLOCK))
         k((blocks,), (BLOCK,), params)
 
