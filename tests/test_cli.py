@@ -108,26 +108,48 @@ def is_gpu_experiment(path):
     return re.search(r"!obj:\S*backends\S*\.GPU\b", path.read_text()) is not None
 
 
-def _demo_images_h5(folder):
-    """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
+def _load_script(name):
+    """A script of ``experiments/`` as a module."""
     import importlib.util
-    pytest.importorskip("PIL")
-    from distnet.convert import convert
-    spec = importlib.util.spec_from_file_location("demo", ROOT / "experiments" / "make_demo_images.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.make_demo_images(folder / "my_images", per_class=4)
+    return mod
+
+
+def _demo_images_h5(folder):
+    """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
+    pytest.importorskip("PIL")
+    from distnet.convert import convert
+    _load_script("make_demo_images").make_demo_images(folder / "my_images", per_class=4)
     convert(folder / "my_images", folder / "datasets" / "my_images.h5", size=(32, 32), valid_fraction=0.1)
     return folder / "datasets" / "my_images.h5"
 
 
+def _segmentation_demo_h5(folder):
+    """datasets/segmentation_demo.h5 under ``folder``, as docs/segmentation.md makes it (fewer images)."""
+    pytest.importorskip("PIL")
+    from distnet.convert import convert
+    _load_script("make_segmentation_demo").make_segmentation_demo(folder / "seg_demo", count=20)
+    demo = folder / "seg_demo"
+    convert(demo / "images", folder / "datasets" / "segmentation_demo.h5", masks=demo / "masks",
+            classes=demo / "classes.txt")
+    return folder / "datasets" / "segmentation_demo.h5"
+
+
+#: The data files that shipped experiments read and the docs make (not in a clone): made here.
+DEMO_DATA = {"my_images.h5": _demo_images_h5, "segmentation_demo.h5": _segmentation_demo_h5}
+
+
 def test_check_all_shipped_experiments(tmp_path):
     assert any(is_gpu_experiment(p) for p in (ROOT / "experiments").glob("*.yaml"))
-    my_images = None
+    made = {}
     for exp in sorted((ROOT / "experiments").glob("*.yaml")):
-        if exp.name.startswith("my_images"):   # reads datasets/my_images.h5 (README: Your own data)
-            my_images = my_images or _demo_images_h5(tmp_path)
-            proc = distnet("check", str(exp), "--set", f"datasets.0.path={my_images}")
+        reads = re.search(r"path: datasets/([\w.]+\.h5)", exp.read_text())
+        if reads and reads.group(1) in DEMO_DATA:
+            name = reads.group(1)
+            made[name] = made.get(name) or DEMO_DATA[name](tmp_path)
+            proc = distnet("check", str(exp), "--set", f"datasets.0.path={made[name]}")
             assert proc.returncode == 0, f"{exp.name}: {proc.stderr}"
             continue
         proc = distnet("check", str(exp))

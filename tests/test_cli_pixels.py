@@ -78,8 +78,9 @@ def test_plot_draws_the_overlap_panel(run):
     from distnet.experiments.rundir import read_run
     folder, run_dir = run
     fig = draw_runs([read_run(str(run_dir))])
-    assert len(fig.axes) == 3 and "mean IoU" in fig.axes[2].get_title()
-    labels = [line.get_label() for line in fig.axes[2].get_lines()]
+    # cost, error rates, accuracy per class (of pixels), and the overlaps last
+    assert len(fig.axes) == 4 and "per class" in fig.axes[2].get_title() and "mean IoU" in fig.axes[3].get_title()
+    labels = [line.get_label() for line in fig.axes[3].get_lines()]
     assert any("valid mean IoU" in x for x in labels) and any("test mean IoU (final)" in x for x in labels)
     r = CliRunner().invoke(main, ["plot", str(run_dir), "-o", str(folder / "plot.png")])
     assert r.exit_code == 0 and (folder / "plot.png").stat().st_size > 0, r.output

@@ -62,6 +62,22 @@ def _training(run_dir, proc, steps=5):
     raise AssertionError("the job did not start training in time")
 
 
+def _epoch_done(run_dir, proc):
+    """Wait until the run directory's metrics.jsonl holds a training epoch (the handlers are
+    installed and training runs; a loaded machine can take longer than a fixed sleep)."""
+    deadline = time.monotonic() + START
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            if '"epoch"' in (Path(run_dir) / "metrics.jsonl").read_text():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("the job did not finish an epoch in time")
+
+
 def _end(proc, limit=120):
     try:
         out, err = proc.communicate(timeout=limit)
@@ -83,10 +99,10 @@ def test_sigusr1_then_resume_auto_on_one_process(long_exp, tmp_path):
     bit for bit; the earlier attempt is kept in run.json."""
     shutil.copy(long_exp / "single.yaml", tmp_path)
     shutil.copy(long_exp / "data.h5", tmp_path)
-    longer = ["--set", "model.num_epochs=12"]        # one process trains 3 epochs in about a second
+    longer = ["--set", "model.num_epochs=16"]        # one process trains 3 epochs in about a second
     assert _run(tmp_path, "single.yaml", "-q", "--run-dir", "whole", *longer).returncode == 0
     proc = _start([sys.executable, "-m", "distnet", "run", "single.yaml", "-q", "--run-dir", "job", *longer], tmp_path)
-    _training(tmp_path / "job", proc, steps=2)
+    _epoch_done(tmp_path / "job", proc)
     proc.send_signal(signal.SIGUSR1)
     rc, err = _end(proc)
     assert rc == 75, err

@@ -56,11 +56,24 @@ def check_target(out, runs=(), inputs=()):
                 raise DistnetError(f"cannot write {out}: it exists and is no PNG (only an earlier plot is "
                                    "replaced); give another name")
     folder = os.path.dirname(os.path.abspath(out))
+    blocked = next((p for p in _up_to_root(folder) if os.path.exists(p) and not os.path.isdir(p)), None)
+    if blocked is not None:
+        raise DistnetError(f"cannot write plot {out}: {blocked} is not a directory")
     try:
         os.makedirs(folder, exist_ok=True)   # -o plots/run.png makes plots/, as the run directory is made
     except OSError as e:
         raise DistnetError(f"cannot write {out}: cannot create the folder {folder}: {e.strerror or e}") from None
     check_writable(out, "plot")   # its folder takes files: found before compare's runs, not after
+
+
+def _up_to_root(folder):
+    """``folder`` and the folders above it."""
+    while True:
+        yield folder
+        up = os.path.dirname(folder)
+        if up == folder:
+            return
+        folder = up
 
 
 def plot_runs(runs, out, title=None, inputs=()):

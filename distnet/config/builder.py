@@ -246,7 +246,7 @@ class Builder:
             obj.config_spec = spec
         except AttributeError:
             pass
-        for name, value in getattr(spec, "attrs", {}).items():
+        for name, value in spec.attrs.items():
             setattr(obj, name, value)
         self._kinds[id(obj)] = kind
         return obj

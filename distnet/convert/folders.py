@@ -83,6 +83,7 @@ def walk(top):
     """Paths of the visible files under ``top``, relative to it with ``/``, sorted; follows
     symbolic links to folders, each real folder once and never back up to ``top`` or above it
     (a link to a parent would loop, or pull other classes' images in)."""
+    top = os.fspath(top)      # a Path would never equal os.walk's str roots, and hide the top itself
     top_real = os.path.realpath(top)
     seen, out = set(), []
     for root, dirs, files in os.walk(top, followlinks=True):

@@ -290,3 +290,11 @@ def test_pictures_of_another_channel_count_and_bad_files_are_named_together(tmp_
     gray = dict(recipe, channels=1)
     with pytest.raises(DataError, match=r"0.png is color \(mode RGB, 3 channels\) and the model takes grayscale"):
         decode_for_model(paths[:1], gray, "d.h5")
+
+
+def test_a_folder_given_as_a_path_object_is_walked_as_its_text(tmp_path):
+    """The Python API takes pathlib paths: ``walk(Path)`` once skipped its own top folder."""
+    from distnet.convert.folders import walk
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.png").write_bytes(b"")
+    assert walk(tmp_path) == walk(str(tmp_path)) == ["a/x.png"]
