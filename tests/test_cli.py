@@ -108,26 +108,46 @@ def is_gpu_experiment(path):
     return re.search(r"!obj:\S*backends\S*\.GPU\b", path.read_text()) is not None
 
 
-def _demo_images_h5(folder):
-    """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
+def _module(name):
+    """The script ``experiments/NAME.py`` as a module."""
     import importlib.util
-    pytest.importorskip("PIL")
-    from distnet.convert import convert
-    spec = importlib.util.spec_from_file_location("demo", ROOT / "experiments" / "make_demo_images.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.make_demo_images(folder / "my_images", per_class=4)
+    return mod
+
+
+def _demo_images_h5(folder):
+    """datasets/my_images.h5 under ``folder``, as the README makes it (for experiments/my_images*)."""
+    pytest.importorskip("PIL")
+    from distnet.convert import convert
+    _module("make_demo_images").make_demo_images(folder / "my_images", per_class=4)
     convert(folder / "my_images", folder / "datasets" / "my_images.h5", size=(32, 32), valid_fraction=0.1)
     return folder / "datasets" / "my_images.h5"
 
 
+def _demo_volumes_h5(folder):
+    """datasets/volume_demo.h5 under ``folder``, as docs/volumes.md makes it (for experiments/unet3d*)."""
+    from distnet.convert import convert
+    _module("make_volume_demo").make_volume_demo(folder / "vol_demo", count=6)
+    out = folder / "datasets" / "volume_demo.h5"
+    convert(str(folder / "vol_demo" / "volumes"), str(out), masks=str(folder / "vol_demo" / "masks"),
+            classes=str(folder / "vol_demo" / "classes.txt"), valid_fraction=0.2)
+    return out
+
+
+#: The experiments that read a data set made by a demo script, and the function that makes it.
+DEMO_DATA = {"my_images": _demo_images_h5, "unet3d": _demo_volumes_h5}
+
+
 def test_check_all_shipped_experiments(tmp_path):
     assert any(is_gpu_experiment(p) for p in (ROOT / "experiments").glob("*.yaml"))
-    my_images = None
+    made = {}
     for exp in sorted((ROOT / "experiments").glob("*.yaml")):
-        if exp.name.startswith("my_images"):   # reads datasets/my_images.h5 (README: Your own data)
-            my_images = my_images or _demo_images_h5(tmp_path)
-            proc = distnet("check", str(exp), "--set", f"datasets.0.path={my_images}")
+        demo = next((d for d in DEMO_DATA if exp.name.startswith(d)), None)
+        if demo is not None:    # reads a data set the docs make with a demo script
+            made[demo] = made.get(demo) or DEMO_DATA[demo](tmp_path / demo)
+            proc = distnet("check", str(exp), "--set", f"datasets.0.path={made[demo]}")
             assert proc.returncode == 0, f"{exp.name}: {proc.stderr}"
             continue
         proc = distnet("check", str(exp))
