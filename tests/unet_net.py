@@ -21,14 +21,15 @@ DECODERS = {
 }
 
 
-def unet(decoder):
+def unet(decoder, decoders=DECODERS, padding=0):
     """13x11 -> conv 3x3 (11x9) -> pool 2 (5x4) -> conv, batch norm -> decoder (10x8) ->
-    [crop of the first conv's 11x9 to 10x8, decoder] -> conv -> GAP -> FC."""
-    return [ConvLayer(name="enc1", nofm=3, fshape=3, weight_init=WI, activation=RectLin()),
+    [crop of the first conv's 11x9 to 10x8, decoder] -> conv -> GAP -> FC. ``decoders``: the
+    decoder layers by name; ``padding``: the first conv's."""
+    return [ConvLayer(name="enc1", nofm=3, fshape=3, padding=padding, weight_init=WI, activation=RectLin()),
             MaxPoolingLayer(name="pool", fshape=2),
             ConvLayer(name="enc2", nofm=4, fshape=3, padding=1, weight_init=WI),
             BatchNormLayer(name="bn", activation=RectLin()),
-            DECODERS[decoder](),
+            decoders[decoder](),
             CropLayer(name="skip", inputs=["enc1", "up"]),
             ConcatLayer(name="cat", inputs=["skip", "up"]),
             ConvLayer(name="dec", nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),

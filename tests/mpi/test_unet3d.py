@@ -18,9 +18,7 @@ import pytest
 from distnet.backend import Numpy64
 from distnet.comm import Topology
 from distnet.geometry import tile_of
-from distnet.layers import (ConcatLayer, ConvLayer, CropLayer, DeconvLayer, FullyConnectedLayer, MaxPoolingLayer,
-                            UpsampleLayer)
-from distnet.layers.batchnorm import BatchNormLayer
+from distnet.layers import ConvLayer, CropLayer, DeconvLayer, FullyConnectedLayer, UpsampleLayer
 from distnet.layers.global_pool import GlobalAveragePoolingLayer
 from distnet.models import Model
 from distnet.models.checkpoint import gather_params
@@ -29,6 +27,7 @@ from distnet.ops.costs import SoftmaxCrossEntropy
 from distnet.optim.rules import GradientDescent
 from tests.mpi.test_random_nets import assert_same_run
 from tests.mpi.test_unet import assert_same, one_step
+from tests.unet_net import unet
 
 MPI_SIZES = (4, 6, 8)
 MPI_TIMEOUT = 400
@@ -44,21 +43,6 @@ DECODERS = {
 }
 
 
-def unet(decoder):
-    """7x9x8 -> 'same' conv -> pool 2 (3x4x4) -> conv, batch norm -> decoder (6x8x8) -> [the
-    first conv cropped to 6x8x8, decoder] -> conv -> GAP -> FC."""
-    return [ConvLayer(name="enc1", nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
-            MaxPoolingLayer(name="pool", fshape=2),
-            ConvLayer(name="enc2", nofm=4, fshape=3, padding=1, weight_init=WI),
-            BatchNormLayer(name="bn", activation=RectLin()),
-            DECODERS[decoder](),
-            CropLayer(name="skip", inputs=["enc1", "up"]),
-            ConcatLayer(name="cat", inputs=["skip", "up"]),
-            ConvLayer(name="dec", nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
-            GlobalAveragePoolingLayer(name="gap"),
-            FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
-
-
 def crops():
     """7x9x8 -> crop that pads and cuts (8x7x8) -> trilinear x[2, 1, 3] (16x7x24) -> transposed
     conv f [2, 3, 1], s [1, 2, 3], p [0, 1, 0] (17x13x72) -> conv stride 3 -> GAP -> FC."""
@@ -72,7 +56,9 @@ def crops():
 
 
 def build(decoder, topo):
-    model = Model(layers=crops() if decoder == "crops" else unet(decoder), num_epochs=2, batch_size=2,
+    # the U-Net of the 2-D test, its first conv 'same' (7x9x8 -> pool 3x4x4 -> decoder 6x8x8)
+    layers = crops() if decoder == "crops" else unet(decoder, DECODERS, padding=1)
+    model = Model(layers=layers, num_epochs=2, batch_size=2,
                   cost=SoftmaxCrossEntropy(),
                   learning_rule=GradientDescent(learning_rate=0.2, momentum={"type": "constant", "coef": 0.5}))
     model.infer_shapes(SHAPE)

@@ -61,6 +61,12 @@ def test_deconv_layer_activation_and_gradients():
     x, g = draw((2, 2, 4, 3), (2, 2, 7, 5))
     want = np.maximum(oracle.transposed_conv(x, layer.W, (2, 2), ((1, 1), (1, 1)), (0, 0)), 0)
     np.testing.assert_allclose(layer.fprop(x), want, rtol=1e-12)
+    check_deconv_grads(layer, x, g)
+
+
+def check_deconv_grads(layer, x, g):
+    """The layer's input and weight gradients of ``sum(fprop(x) * g)`` against central
+    differences."""
     dx = layer.bprop(g)
     dw = layer.params()[0].grad.copy()
 
@@ -215,14 +221,7 @@ def test_deconv_layer_on_volumes(keys, f, s, p, op):
     y = layer.fprop(x)
     assert y.shape == (2,) + layer.out_shape == want.shape
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-14)
-    g, = draw(y.shape, seed=2)
-    dx = layer.bprop(g)
-    dw = layer.params()[0].grad.copy()
-
-    def loss():
-        return float((layer.fprop(x) * g).sum())
-    check_grad(loss, x, dx)
-    check_grad(loss, layer.W, dw)
+    check_deconv_grads(layer, x, draw(y.shape, seed=2)[0])
     assert layer.placement.macs == 2 * 3 * int(np.prod(f)) * int(np.prod(layer.placement.chunk_shape[1:]))
 
 
