@@ -50,12 +50,14 @@ def crops():
             FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
 
 
-def unet_model(decoder, backend, topology):
-    """The U-Net with ``decoder`` (or, for ``"crops"``, the chain of :func:`crops`) configured on
-    ``backend`` and ``topology``, weights drawn."""
-    model = Model(layers=crops() if decoder == "crops" else unet(decoder), num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
+def unet_model(decoder, backend, topology, shape=(C, H, W), padding=0):
+    """The U-Net with ``decoder`` (or, for ``"crops"``, the chain of :func:`crops`) on inputs of
+    ``shape`` (the first conv's ``padding``) configured on ``backend`` and ``topology``, weights
+    drawn."""
+    layers = crops() if decoder == "crops" else unet(decoder, padding=padding)
+    model = Model(layers=layers, num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
                   learning_rule=GradientDescent(learning_rate=0.2, momentum={"type": "constant", "coef": 0.5}))
-    model.infer_shapes((C, H, W))
+    model.infer_shapes(shape)
     model.configure(backend, topology)
     model.init_params()
     return model

@@ -279,3 +279,16 @@ def test_a_key_of_the_wrong_length_is_refused_at_the_key(layer, key):
 def test_crop_margins_of_the_wrong_length_are_refused():
     with pytest.raises(ConfigError, match="key 'margins'.*one entry per spatial axis, but it has 2"):
         CropLayer(name="crop", margins=[1, 1]).infer_shape(VOLUME)
+
+
+@pytest.mark.parametrize("decoder", ["deconv3", "linear", "nearest"])
+def test_unet_on_volumes_on_a_device_agrees(decoder):
+    """The 3-D U-Net (the 2-D test's, first conv 'same') on 7x9x8 volumes: the device path (the
+    3-D upsampling kernels, the transposed convolution's GEMM and fold) trains as numpy does."""
+    rng = np.random.RandomState(5)
+    x, labels = rng.standard_normal((5, C, 7, 9, 8)), rng.randint(0, K, 5)
+
+    def fit(backend):
+        model = unet_model(decoder, make_backend(backend, rng_seed=3), Topology.serial(3), (C, 7, 9, 8), padding=1)
+        return model.fit(x, labels, K)
+    np.testing.assert_allclose(fit("devicelike"), fit("numpy"), **AGREEMENT["float64"])
