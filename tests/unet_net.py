@@ -21,14 +21,15 @@ DECODERS = {
 }
 
 
-def unet(decoder):
+def unet(decoder, decoders=DECODERS, padding=0):
     """13x11 -> conv 3x3 (11x9) -> pool 2 (5x4) -> conv, batch norm -> decoder (10x8) ->
-    [crop of the first conv's 11x9 to 10x8, decoder] -> conv -> GAP -> FC."""
-    return [ConvLayer(name="enc1", nofm=3, fshape=3, weight_init=WI, activation=RectLin()),
+    [crop of the first conv's 11x9 to 10x8, decoder] -> conv -> GAP -> FC. ``decoders``: the
+    decoder layers by name; ``padding``: the first conv's."""
+    return [ConvLayer(name="enc1", nofm=3, fshape=3, padding=padding, weight_init=WI, activation=RectLin()),
             MaxPoolingLayer(name="pool", fshape=2),
             ConvLayer(name="enc2", nofm=4, fshape=3, padding=1, weight_init=WI),
             BatchNormLayer(name="bn", activation=RectLin()),
-            DECODERS[decoder](),
+            decoders[decoder](),
             CropLayer(name="skip", inputs=["enc1", "up"]),
             ConcatLayer(name="cat", inputs=["skip", "up"]),
             ConvLayer(name="dec", nofm=3, fshape=3, padding=1, weight_init=WI, activation=RectLin()),
@@ -49,12 +50,14 @@ def crops():
             FullyConnectedLayer(name="fc", nout=K, weight_init=dict(WI, bias_init=0.0), activation=Identity())]
 
 
-def unet_model(decoder, backend, topology):
-    """The U-Net with ``decoder`` (or, for ``"crops"``, the chain of :func:`crops`) configured on
-    ``backend`` and ``topology``, weights drawn."""
-    model = Model(layers=crops() if decoder == "crops" else unet(decoder), num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
+def unet_model(decoder, backend, topology, shape=(C, H, W), padding=0):
+    """The U-Net with ``decoder`` (or, for ``"crops"``, the chain of :func:`crops`) on inputs of
+    ``shape`` (the first conv's ``padding``) configured on ``backend`` and ``topology``, weights
+    drawn."""
+    layers = crops() if decoder == "crops" else unet(decoder, padding=padding)
+    model = Model(layers=layers, num_epochs=2, batch_size=3, cost=SoftmaxCrossEntropy(),
                   learning_rule=GradientDescent(learning_rate=0.2, momentum={"type": "constant", "coef": 0.5}))
-    model.infer_shapes((C, H, W))
+    model.infer_shapes(shape)
     model.configure(backend, topology)
     model.init_params()
     return model

@@ -128,7 +128,7 @@ def data_memory_of(exp, layout, batch):
     """Bytes of data the rank holding most keeps (in memory or streamed, as ``in_memory``
     picks), from the data set's files; None when it cannot tell (MNIST, CIFAR-10)."""
     import numpy as np
-    tile = exp.dataset.rank_tile(layout.grid, (0, 0)) if exp.dist_flag else None
+    tile = exp.dataset.rank_tile(layout.grid, (0,) * len(layout.grid)) if exp.dist_flag else None
     try:
         m = exp.dataset.memory_per_rank(tile=tile, batch_size=batch or exp.model.batch_size,
                                         ndata=layout.data, dtype=np.dtype(exp.backend.dtype))

@@ -182,8 +182,8 @@ class Experiment:
         from ..comm.launcher import launcher_world_size
         from ..comm.topology import Topology
         if not self.dist_flag and self.data == 1 and self.pipe == 1:
-            self.layout(launcher_world_size()[0])   # refuses a launch on several ranks
-            return Topology.serial()
+            layout = self.layout(launcher_world_size()[0])   # refuses a launch on several ranks
+            return Topology.serial(len(layout.grid))          # volumes: 3 spatial axes
         world = Topology.world_comm()
         return Topology.from_layout(self.layout(world.Get_size()), world)
 

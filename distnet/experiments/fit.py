@@ -208,7 +208,7 @@ class FitExperiment(Experiment):
         """The run's first lines: the layout, the backend, the thread plan, the notes about the
         file (rank 0: every rank reads the same file), the layers (debug)."""
         t = self.topology
-        log.info("distnet: %d rank(s), grid %dx%d%s%s%s, backend %s, %s", t.size, t.grid[0], t.grid[1],
+        log.info("distnet: %d rank(s), grid %s%s%s%s, backend %s, %s", t.size, "x".join(map(str, t.grid)),
                  f", data {t.ndata}" if t.ndata > 1 else "", f", pipe {t.npipe}" if t.npipe > 1 else "",
                  f", {self.dataset.dist_mode}" if self.dist_flag else "", self.backend,
                  self.thread_plan.describe())

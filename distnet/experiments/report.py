@@ -133,6 +133,6 @@ def format_show(exp, path, nranks, layout=None, image_shape=None, data_line=True
     out.append(f"activations per rank (outputs + halo chunks, the rank holding most{where}): {_mib(act)}"
                + ("" if bs else " per image"))
     if data_line:   # rank 0 holds the largest tile of the images
-        tile = exp.dataset.rank_tile(grid, (0, 0)) if exp.dist_flag else None
+        tile = exp.dataset.rank_tile(grid, (0,) * len(grid)) if exp.dist_flag else None
         out.append(exp.dataset.describe_memory(tile=tile, batch_size=bs, ndata=data, dtype=exp.backend.dtype))
     return "\n".join(out)

@@ -9,24 +9,28 @@ it (a halo, and a redistribution where the output is cut at other places than th
 backward sends the chunk gradient's ghost parts back and adds them there. The math runs on the
 chunk (:mod:`distnet.ops.decoder`, told by a :class:`~distnet.ops.decoder.Section` where the
 chunk and the output tile lie), so every grid, uneven tiles included, computes the
-single-process numbers. The ops and the rules take any number of spatial axes; these layers
-run on images ``(C, H, W)`` as the window layers do.
+single-process numbers. The ops, the rules and the layers take any number of spatial axes, as
+the window layers do: images ``(C, H, W)`` and volumes ``(C, D, H, W)``; a key of one size
+per axis (``fshape``, ``stride``, ``padding``, ``output_padding``, ``factor``) is an int on
+every axis or a list of one per axis, ``margins`` a list of one entry per axis.
 """
+from math import prod
+
 from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape, PositiveInt, PositiveShape
-from ..errors import GeometryError
-from ..geometry import Crop, LinearUpsample, NearestUpsample, TransposedWindow, output_plane
+from ..geometry import Crop, LinearUpsample, NearestUpsample, TransposedWindow
 from ..ops.decoder import (Section, conv_transpose_bprop, conv_transpose_fprop, linear_bprop,
                            linear_fprop, nearest_bprop, nearest_fprop)
 from .add import activated
 from .params import check_weight_init, gen_weights
 from .placement import OVER_GRAD, ParamPlacement
-from .spatial import WindowLayer, _axes
+from .spatial import WindowLayer, _axes, _text
 
 
 class DecoderLayer(WindowLayer):
     """A window layer with a decoder rule per spatial axis (:meth:`rules`): the rules give the
     output plane and the halo plan; the layer computes its output tile from its chunk, placed by
-    ``self.section``."""
+    ``self.section``. Its keys of one size per axis (``_given``) are broadcast to the input's
+    axes as the window layers' are (:meth:`~WindowLayer.broadcast_keys`)."""
 
     #: The key an error of the rules points at.
     rules_key = None
@@ -38,27 +42,14 @@ class DecoderLayer(WindowLayer):
                  tower=None):
         super().__init__(1, 1, 0, nifm, ifmshape, name=name, pos=pos, batch_size=batch_size, stage=stage,
                          inputs=inputs, tower=tower)
+        self._given = {}
 
-    def rules(self, plane):
-        """One window rule per axis of the input ``plane``."""
-        raise NotImplementedError
-
-    def infer_shape(self, in_shape):
-        """Global output ``(K, *plane)`` for a global input ``(C, H, W)``; checks the YAML."""
-        if len(in_shape) != 3:
-            raise self.error(f"needs an image-like input (maps, rows, cols), but its input is a "
-                             f"vector of {in_shape[0]} features")
-        C, *plane = in_shape
-        for key, declared, actual in (("nifm", self.nifm, C), ("ifmshape", self.ifmshape, tuple(plane))):
-            if declared is not None and declared != actual:
-                raise self.error(f"{key} is {declared} but its input is {_text(in_shape)}", key)
-        try:
-            self.windows = self.rules(tuple(plane))
-            out = output_plane(tuple(plane), *self.windows)
-        except GeometryError as e:
-            raise self.error(f"{e} (input {_text(plane)})", self.rules_key) from None
-        self.in_shape, self.out_shape = tuple(in_shape), (self.out_channels(C),) + out
-        return self.out_shape
+    def given(self, **keys):
+        """Keep ``keys`` as given (broadcast when the input's axes are known); until then each
+        as sizes of an image."""
+        self._given.update(keys)
+        for key, value in keys.items():
+            setattr(self, key, _axes(value, 2))
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -69,18 +60,19 @@ class DecoderLayer(WindowLayer):
 
 
 class DeconvLayer(DecoderLayer):
-    """Transposed convolution (PyTorch's ``ConvTranspose2d`` without bias; alias
-    ``ConvTransposeLayer``): input pixel ``(i, j)`` adds ``W[c, k] * x[c, i, j]`` into the
+    """Transposed convolution (PyTorch's ``ConvTranspose2d`` / ``ConvTranspose3d`` without bias;
+    alias ``ConvTransposeLayer``): input pixel ``(i, j)`` adds ``W[c, k] * x[c, i, j]`` into the
     outputs ``(i*sy + u - py, j*sx + v - px)`` for every tap ``(u, v)`` of the ``fshape``
-    filter. Output ``(H - 1)*sy + fh - 2*py + oy`` rows (likewise columns). ``W`` has shape
-    ``(nifm, nofm, fh, fw)`` (PyTorch's layout), drawn as the ConvLayer of its adjoint
-    convolution (``nofm`` maps to ``nifm``) draws its filters. Keys: ``nofm``, ``fshape``,
-    ``stride``, ``padding`` (outputs dropped at each side), ``output_padding`` (``[oy, ox]``,
-    each smaller than its stride: outputs added at the end, as PyTorch's), ``weight_init``,
-    ``learning_rate``, ``activation`` (optional), ``nifm`` / ``ifmshape`` (checked if given).
-    On a process grid each rank computes its output tile from the input pixels whose taps reach
-    it; the filters are replicated and their gradient, a partial sum over this rank's output
-    pixels, is summed over ``Topology.grad``."""
+    filter (likewise per axis on volumes). Output ``(H - 1)*sy + fh - 2*py + oy`` rows
+    (likewise on every axis). ``W`` has shape ``(nifm, nofm, *f)`` (PyTorch's layout: ``(C, K,
+    fh, fw)``, ``(C, K, fd, fh, fw)``), drawn as the ConvLayer of its adjoint convolution
+    (``nofm`` maps to ``nifm``) draws its filters. Keys: ``nofm``, ``fshape``, ``stride``,
+    ``padding`` (outputs dropped at each side), ``output_padding`` (each smaller than its
+    stride: outputs added at the end, as PyTorch's), each an int (every axis) or one per axis;
+    ``weight_init``, ``learning_rate``, ``activation`` (optional), ``nifm`` / ``ifmshape``
+    (checked if given). On a process grid each rank computes its output tile from the input
+    pixels whose taps reach it; the filters are replicated and their gradient, a partial sum
+    over this rank's output pixels, is summed over ``Topology.grad``."""
 
     config_types = {"nofm": PositiveInt, "weight_init": WEIGHT_INIT, "learning_rate": NonNegative,
                     "activation": ("obj", "activation"), "output_padding": NonNegativeShape}
@@ -89,18 +81,17 @@ class DeconvLayer(DecoderLayer):
     def __init__(self, nofm, fshape, weight_init, learning_rate=None, stride=1, padding=0, output_padding=0,
                  nifm=None, ifmshape=None, activation=None, **common):
         super().__init__(nifm, ifmshape, **common)
-        self.fshape, self.stride, self.padding = _pair(fshape), _pair(stride), _pair(padding)
+        self.given(fshape=fshape, stride=stride, padding=padding, output_padding=output_padding)
         self.nofm = nofm
-        self.output_padding = _pair(output_padding)
-        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
-            raise self.error(f"output_padding {list(self.output_padding)} must be smaller than the stride "
-                             f"{list(self.stride)}", "output_padding")
         self.weight_init = check_weight_init(weight_init)
         self.learning_rate = learning_rate
         self.activation = activation
         self.W = None
 
     def rules(self, plane):
+        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
+            raise self.error(f"output_padding {list(self.output_padding)} must be smaller than the stride "
+                             f"{list(self.stride)}", "output_padding")
         return tuple(TransposedWindow(f, s, p, p, o)
                      for f, s, p, o in zip(self.fshape, self.stride, self.padding, self.output_padding))
 
@@ -108,22 +99,22 @@ class DeconvLayer(DecoderLayer):
         return self.nofm
 
     def place_params(self, plan, position):
-        """``W (C, K, fh, fw)`` replicated; its gradient is summed over ``grad``."""
+        """``W (C, K, *f)`` replicated; its gradient is summed over ``grad``."""
         shape = (self.in_shape[0], self.nofm) + tuple(self.fshape)
         return (ParamPlacement(f"{self.name}.W", shape, shape, Ellipsis, OVER_GRAD),)
 
     def macs(self, plan):
-        return self.in_shape[0] * self.nofm * self.fshape[0] * self.fshape[1] * plan.chunk.size
+        return self.in_shape[0] * self.nofm * prod(self.fshape) * plan.chunk.size
 
     def draw_params(self, rng):
-        C, (fh, fw), K = self.in_shape[0], self.fshape, self.nofm
-        return [gen_weights(rng, (K * fh * fw, C), self.weight_init, self.dtype).T.reshape(C, K, fh, fw)]
+        C, f, K = self.in_shape[0], tuple(self.fshape), self.nofm
+        return [gen_weights(rng, (K * prod(f), C), self.weight_init, self.dtype).T.reshape((C, K) + f)]
 
     def params_ready(self):
         self.W = self._params[0].value
 
     def fprop(self, x):
-        """``x (B, C, h, w)`` on my input tile -> ``(B, K, ho, wo)`` on my output tile."""
+        """``x (B, C, *s)`` on my input tile -> ``(B, K, *so)`` on my output tile."""
         self._xc = self._chunk_planned(x)
         z = conv_transpose_fprop(self._xc, self.W, self.stride, _sym(self.padding), section=self.section)
         return activated(self, z)
@@ -147,11 +138,12 @@ _MODES = {"nearest": (lambda f, n: NearestUpsample(f), nearest_fprop, nearest_bp
 
 
 class UpsampleLayer(DecoderLayer):
-    """Upsampling by an integer ``factor`` (int or ``[fy, fx]``) per axis, each map on its own:
-    ``mode: nearest`` (output ``o`` copies input ``floor(o / f)``) or ``mode: linear`` (bilinear,
-    PyTorch's ``align_corners=False``: the border repeats its last input). No weights. On a
-    process grid each rank computes its output tile from the inputs it reads (linear: one
-    more row or column at each side of the tile)."""
+    """Upsampling by an integer ``factor`` (an int on every axis, or one per axis: ``[fy, fx]``,
+    ``[fz, fy, fx]``), each map on its own: ``mode: nearest`` (output ``o`` copies input
+    ``floor(o / f)``) or ``mode: linear`` (bilinear on images, trilinear on volumes, PyTorch's
+    ``align_corners=False``: the border repeats its last input). No weights. On a process grid
+    each rank computes its output tile from the inputs it reads (linear: one more input at each
+    side of the tile along each axis)."""
 
     config_types = {"factor": PositiveShape, "mode": str}
     rules_key = "factor"
@@ -160,7 +152,8 @@ class UpsampleLayer(DecoderLayer):
         super().__init__(nifm, ifmshape, **common)
         if mode not in _MODES:
             raise self.error(f"mode must be one of {', '.join(_MODES)}, got {mode!r}", "mode")
-        self.factor, self.mode = _pair(factor), mode
+        self.given(factor=factor)
+        self.mode = mode
         _, self._fprop, self._bprop = _MODES[mode]
 
     def rules(self, plane):
@@ -181,13 +174,15 @@ class UpsampleLayer(DecoderLayer):
 
 
 class CropLayer(DecoderLayer):
-    """A box of each map: ``margins`` ``[[top, bottom], [left, right]]`` (or ``[rows, cols]``,
-    the same at both ends) rows and columns dropped at each side (a negative margin pads with
-    zeros); or, without ``margins`` and with two ``inputs`` ``[map, reference]``, the map
-    cropped to the reference's rows and columns, centred (``(H - h) // 2`` rows dropped at the
-    top, the odd one at the bottom: a U-Net's skip connection cropped to its decoder map before
-    a ConcatLayer). The reference gives only its size (its gradient is zero). On a process grid
-    the chunk exchange moves the rows and columns that the crop shifts across tile boundaries."""
+    """A box of each map: ``margins``, one entry per spatial axis (``[[top, bottom], [left,
+    right]]`` on images, ``[[front, back], [top, bottom], [left, right]]`` on volumes; an int
+    entry is the same at both ends: ``[rows, cols]``), the positions dropped at each side (a
+    negative margin pads with zeros); or, without ``margins`` and with two ``inputs`` ``[map,
+    reference]``, the map cropped to the reference's size, centred (``(H - h) // 2`` rows
+    dropped at the top, the odd one at the bottom, likewise on every axis: a U-Net's skip
+    connection cropped to its decoder map before a ConcatLayer). The reference gives only its
+    size (its gradient is zero). On a process grid the chunk exchange moves the positions that
+    the crop shifts across tile boundaries."""
 
     config_types = {"margins": list}
     rules_key = "margins"
@@ -212,6 +207,9 @@ class CropLayer(DecoderLayer):
     def rules(self, plane):
         if self.margins is None:
             return tuple(Crop.center(n, m) for n, m in zip(plane, self._target))
+        if len(self.margins) != len(plane):
+            raise self.error(f"margins must have one entry per spatial axis, but it has {len(self.margins)} "
+                             f"and the input has {len(plane)} spatial axes", "margins")
         return tuple(Crop(lo, hi) for lo, hi in self.margins)
 
     def place(self, layout, position):
@@ -242,25 +240,18 @@ class CropLayer(DecoderLayer):
 
 
 def _margins(layer, margins):
-    """``margins`` as a pair ``(lo, hi)`` per axis, or the layer's error."""
-    if len(margins) == 2 and all(isinstance(m, int) and not isinstance(m, bool) for m in margins):
-        return tuple((m, m) for m in margins)
-    if len(margins) == 2 and all(isinstance(m, list) and len(m) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in m) for m in margins):
-        return tuple(tuple(m) for m in margins)
-    raise layer.error(f"margins must be [rows, cols] or [[top, bottom], [left, right]] (integers), "
-                      f"got {margins!r}", "margins")
-
-
-def _pair(value):
-    """A key as one size per axis of an image (an int on both)."""
-    return _axes(value, 2)
+    """``margins`` as a pair ``(lo, hi)`` per axis (an int entry: the same at both ends), or the
+    layer's error."""
+    def integer(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    if margins and all(integer(m) or (isinstance(m, list) and len(m) == 2 and all(map(integer, m)))
+                       for m in margins):
+        return tuple((m, m) if integer(m) else tuple(m) for m in margins)
+    raise layer.error(f"margins must be one entry per spatial axis, each an integer or [before, after] "
+                      f"(e.g. [rows, cols], [[top, bottom], [left, right]]), got {margins!r}", "margins")
 
 
 def _sym(pair):
     """Symmetric padding per axis as ``(lo, hi)`` pairs."""
     return tuple((p, p) for p in pair)
 
-
-def _text(values):
-    return "x".join(str(v) for v in values)

@@ -85,13 +85,19 @@ class WindowLayer(BaseLayer):
             raise self.error(f"ifmshape is {_given_text(self.ifmshape)} but its input is {_text(S)}", "ifmshape")
         self.broadcast_keys(nd)
         try:
-            self.windows = tuple(Window(f, s, p, p, d) for f, s, p, d
-                                 in zip(self.fshape, self.stride, self.padding, self.dilation))
+            self.windows = self.rules(S)
             So = output_plane(S, *self.windows)
         except GeometryError as e:
-            raise self.error(f"{e} (input {_text(S)})", "fshape") from None
+            raise self.error(f"{e} (input {_text(S)})", self.rules_key) from None
         self.in_shape, self.out_shape = tuple(in_shape), (self.out_channels(C),) + tuple(So)
         return self.out_shape
+
+    #: The key an error of the window rules points at.
+    rules_key = "fshape"
+
+    def rules(self, plane):
+        """One window rule per axis of the input ``plane`` (here the sliding window's)."""
+        return tuple(Window(f, s, p, p, d) for f, s, p, d in zip(self.fshape, self.stride, self.padding, self.dilation))
 
     def broadcast_keys(self, nd):
         """The window keys as given, one size per axis of an input of ``nd`` spatial axes (an

@@ -108,8 +108,10 @@ def checkpoint_size(model, itemsize):
     against the destination's free space before training, not after the last epoch."""
     from ..geometry.grid import GridPosition
     per = 1 + len(model.optimizer_state_names())
+    planes = model.planes()                 # (*S, label): one process of as many spatial axes
+    nd = len(planes[0]) - 1 if planes else 2
     nbytes = []
-    for placement in model.placements(GridPosition()):
+    for placement in model.placements(GridPosition((1,) * nd, (0,) * nd)):
         nbytes += [pp.size * itemsize for pp in placement.params for _ in range(per)]
         nbytes += [pp.size * itemsize for pp in placement.buffers]
     return _need(nbytes)

@@ -24,7 +24,8 @@ def placed(layer, shape, seed=0):
     """``layer`` shaped for ``shape`` (a list for two inputs), configured and drawn on one
     process (float64)."""
     layer.infer_shape(shape)
-    ctx = LayerContext(make_backend("numpy", dtype="float64", rng_seed=seed), Topology.serial(), 0)
+    nd = len((shape[0] if isinstance(shape, list) else shape)) - 1
+    ctx = LayerContext(make_backend("numpy", dtype="float64", rng_seed=seed), Topology.serial(nd), 0)
     layer.bind(ctx)
     layer.configure(["spatial"] * len(shape) if isinstance(shape, list) else "spatial", ctx)
     layer.init_params(np.random.RandomState(seed))
@@ -60,6 +61,12 @@ def test_deconv_layer_activation_and_gradients():
     x, g = draw((2, 2, 4, 3), (2, 2, 7, 5))
     want = np.maximum(oracle.transposed_conv(x, layer.W, (2, 2), ((1, 1), (1, 1)), (0, 0)), 0)
     np.testing.assert_allclose(layer.fprop(x), want, rtol=1e-12)
+    check_deconv_grads(layer, x, g)
+
+
+def check_deconv_grads(layer, x, g):
+    """The layer's input and weight gradients of ``sum(fprop(x) * g)`` against central
+    differences."""
     dx = layer.bprop(g)
     dw = layer.params()[0].grad.copy()
 
@@ -165,7 +172,7 @@ def test_a_unet_in_yaml(up):
     (UPS["deconv"].replace("output_padding: 1", "output_padding: [1, 2]"), None,
      "output_padding .* must be smaller than the stride", 10),
     (UPS["deconv"].replace("padding: 1,", "padding: 5,", 1), None, "leaves no output", 10),
-    (UPS["nearest"], "margins: [1, 2, 3]", "margins must be", 11),
+    (UPS["nearest"], "margins: [1, 2, 3]", "margins must have one entry per spatial axis", 11),
     (UPS["nearest"], "margins: [[6, 6], [0, 0]], inputs: [up]", "leaves nothing", 11),
     (UPS["nearest"], "margins: [1, 1], inputs: [enc1, up]", "give either margins, or two inputs", 11),
     (UPS["nearest"], "inputs: [enc1]", "give either margins, or two inputs", 11),
@@ -194,3 +201,94 @@ def test_unet_on_a_device_agrees_and_waits_once_per_step(decoder, monkeypatch):
     got = unet_model(decoder, make_backend("devicelike", rng_seed=3), Topology.serial()).fit(x, labels, K)
     np.testing.assert_allclose(got, want, **AGREEMENT["float64"])
     assert waits == [1] * 6                     # 2 epochs of 3 batches (3, 3, 1)
+
+
+# -- volumes (C, D, H, W): the keys broadcast to three axes, against the naive oracles ---------
+
+VOLUME = (2, 4, 3, 5)
+
+
+@pytest.mark.parametrize("keys,f,s,p,op", [
+    (dict(fshape=3, stride=2, padding=1, output_padding=1), (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1)),
+    (dict(fshape=[2, 3, 1], stride=[2, 1, 3], padding=[0, 1, 0], output_padding=[1, 0, 2]),
+     (2, 3, 1), (2, 1, 3), (0, 1, 0), (1, 0, 2))])
+def test_deconv_layer_on_volumes(keys, f, s, p, op):
+    layer = placed(DeconvLayer(name="up", nofm=3, weight_init=WI, activation=RectLin(), **keys), VOLUME)
+    assert (layer.fshape, layer.stride, layer.padding, layer.output_padding) == (f, s, p, op)
+    assert layer.W.shape == (2, 3) + f
+    x, = draw((2,) + VOLUME)
+    want = np.maximum(oracle.transposed_conv(x, layer.W, s, tuple((a, a) for a in p), op), 0)
+    y = layer.fprop(x)
+    assert y.shape == (2,) + layer.out_shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-14)
+    check_deconv_grads(layer, x, draw(y.shape, seed=2)[0])
+    assert layer.placement.macs == 2 * 3 * int(np.prod(f)) * int(np.prod(layer.placement.chunk_shape[1:]))
+
+
+def test_deconv_weights_on_volumes_are_the_adjoint_convolutions_draw():
+    deconv = placed(DeconvLayer(name="up", nofm=4, fshape=[3, 2, 2], weight_init=WI), (3, 5, 5, 5), seed=7)
+    conv = placed(ConvLayer(name="c", nofm=3, fshape=[3, 2, 2], weight_init=WI), (4, 5, 5, 5), seed=7)
+    np.testing.assert_array_equal(deconv.W, conv.W)
+    assert deconv.placement.params[0].global_shape == (3, 4, 3, 2, 2)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("factor", [2, [3, 1, 2]])
+def test_upsample_layer_on_volumes(mode, factor):
+    layer = placed(UpsampleLayer(name="up", factor=factor, mode=mode), VOLUME)
+    x, = draw((2,) + VOLUME)
+    y = layer.fprop(x)
+    f = layer.factor
+    assert len(f) == 3 and layer.out_shape == (2,) + tuple(n * a for n, a in zip(VOLUME[1:], f))
+    np.testing.assert_allclose(y, (oracle.nearest if mode == "nearest" else oracle.linear)(x, f), rtol=1e-13)
+    g, = draw(y.shape, seed=3)
+    check_grad(lambda: float((layer.fprop(x) * g).sum()), x, layer.bprop(g))
+
+
+@pytest.mark.parametrize("margins,lo,hi", [([1, [0, 1], [-1, 2]], (1, 0, -1), (1, 1, 2)),
+                                           ([0, 1, 2], (0, 1, 2), (0, 1, 2))])
+def test_crop_layer_on_volumes(margins, lo, hi):
+    layer = placed(CropLayer(name="crop", margins=margins), (2, 5, 6, 7))
+    x, = draw((2, 2, 5, 6, 7))
+    y = layer.fprop(x)
+    np.testing.assert_array_equal(y, oracle.crop(x, lo, hi))
+    g, = draw(y.shape, seed=4)
+    np.testing.assert_array_equal(layer.bprop(g), oracle.crop(g, tuple(-a for a in lo), tuple(-b for b in hi)))
+
+
+def test_crop_layer_on_volumes_centred_on_a_reference():
+    layer = placed(CropLayer(name="skip", inputs=["enc", "dec"]), [(3, 9, 8, 7), (5, 6, 8, 4)])
+    assert layer.out_shape == (3, 6, 8, 4)
+    x, ref, g = draw((2, 3, 9, 8, 7), (2, 5, 6, 8, 4), (2, 3, 6, 8, 4))
+    np.testing.assert_array_equal(layer.fprop([x, ref]), x[:, :, 1:7, :, 1:5])
+    dx, dref = layer.bprop(g)
+    np.testing.assert_array_equal(dx, oracle.crop(g, (-1, 0, -1), (-2, 0, -2)))
+    assert not dref.any()
+
+
+@pytest.mark.parametrize("layer,key", [
+    (lambda: DeconvLayer(name="up", nofm=2, fshape=[2, 2], weight_init=WI), "fshape"),
+    (lambda: DeconvLayer(name="up", nofm=2, fshape=2, stride=2, output_padding=[1, 1], weight_init=WI),
+     "output_padding"),
+    (lambda: UpsampleLayer(name="up", factor=[2, 2]), "factor")])
+def test_a_key_of_the_wrong_length_is_refused_at_the_key(layer, key):
+    with pytest.raises(ConfigError, match=f"key '{key}'.* has 2 sizes, but the input has 3 spatial axes"):
+        layer().infer_shape(VOLUME)
+
+
+def test_crop_margins_of_the_wrong_length_are_refused():
+    with pytest.raises(ConfigError, match="key 'margins'.*one entry per spatial axis, but it has 2"):
+        CropLayer(name="crop", margins=[1, 1]).infer_shape(VOLUME)
+
+
+@pytest.mark.parametrize("decoder", ["deconv3", "linear", "nearest"])
+def test_unet_on_volumes_on_a_device_agrees(decoder):
+    """The 3-D U-Net (the 2-D test's, first conv 'same') on 7x9x8 volumes: the device path (the
+    3-D upsampling kernels, the transposed convolution's GEMM and fold) trains as numpy does."""
+    rng = np.random.RandomState(5)
+    x, labels = rng.standard_normal((5, C, 7, 9, 8)), rng.randint(0, K, 5)
+
+    def fit(backend):
+        model = unet_model(decoder, make_backend(backend, rng_seed=3), Topology.serial(3), (C, 7, 9, 8), padding=1)
+        return model.fit(x, labels, K)
+    np.testing.assert_allclose(fit("devicelike"), fit("numpy"), **AGREEMENT["float64"])
