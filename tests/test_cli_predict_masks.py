@@ -23,10 +23,10 @@ def trained(tmp_path_factory):
     return d, data
 
 
-def _predict(d, data, exp, out, n=1, *extra):
+def _predict(d, data, exp, out, n=1, *extra, images=None):
     return distnet("predict", str(ROOT / "experiments" / exp), "--checkpoint", str(d / "run"),
                    "--set", f"datasets.0.path={data}", "--set", "backend.dtype=float64",
-                   "--data", str(d / "seg_demo" / "images"), "-o", f"{d / out}/", *extra, n=n)
+                   "--data", str(images or d / "seg_demo" / "images"), "-o", f"{d / out}/", *extra, n=n)
 
 
 def test_masks_on_4_ranks_are_the_one_process_masks(trained):
@@ -51,6 +51,16 @@ def test_masks_on_4_ranks_are_the_one_process_masks(trained):
     assert im.mode == "P"
     np.testing.assert_array_equal(np.array(im), labels[3])
     assert im.getpalette()[:12] == [int(c[i:i + 2], 16) for c in colors for i in (0, 2, 4)]
+
+
+def test_stored_images_on_6_ranks_give_masks_named_by_row(trained):
+    d, data = trained        # the data file's test/x: 4 images, on a 2x3 grid of uneven tiles
+    for n, exp in ((1, "unet.yaml"), (6, "unet_dist.yaml")):
+        proc = _predict(d, data, exp, f"s{n}", n, images=data)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [f"{i:06d}.png" for i in range(4)]
+    assert sorted(p.name for p in (d / "s6").iterdir()) == names
+    assert all(filecmp.cmp(d / "s1" / m, d / "s6" / m, shallow=False) for m in names)
 
 
 def test_a_csv_for_a_per_pixel_model_is_refused_naming_the_choices(trained):

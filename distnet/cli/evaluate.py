@@ -129,6 +129,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
     from ..data.predict_files import check_prediction_target, prediction_format
     from ..errors import ConfigError, OptionError
     from ..experiments.evaluate import layout_text, predict_images, restore_trained, written_on
+    from ..experiments.predict_masks import check_maskable
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
 
@@ -161,6 +162,8 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         ck, agreed = restore_trained(exp, checkpoint, preprocessing)
         check_prediction_target(exp.model.per_pixel, output, fmt, probabilities)
+        if exp.model.per_pixel:             # volumes, pipelines: refused before the data is read
+            check_maskable(exp)
         record = agreed.record
         pictures, notes = _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels)
         notes = ([agreed.warning] if agreed.warning else []) + notes

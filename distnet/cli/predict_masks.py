@@ -9,9 +9,8 @@ def write_masks(job, exp, images, output, probabilities, record, pictures, force
     """Predict and write the masks; returns the lines rank 0 prints. ``images(tile)`` reads
     this rank's tile of the images; ``pictures`` (rank 0) names them. Collective over the world."""
     from ..data.mask_files import BandAssembler, MaskWriter, class_colors, mask_names
-    from ..experiments.predict_masks import check_maskable, mask_grid, nclasses, predict_masks
+    from ..experiments.predict_masks import mask_grid, nclasses, predict_masks
     from ..fileio import refuse_existing
-    check_maskable(exp)
     model = exp.model
     plane, k, nmaps = tuple(model.input_shape[1:]), nclasses(model), model.layers[-1].out_shape[0]
 

@@ -40,3 +40,23 @@ def test_masks_are_named_as_the_pictures_or_by_row():
     assert mask_names(["a/cat.jpg", "b/dog.png"], 2) == ["cat.png", "dog.png"]
     with pytest.raises(DataError, match="both write the mask cat.png"):
         mask_names(["a/cat.jpg", "b/cat.png"], 2)
+
+
+def test_volumes_and_pipelines_are_refused_in_one_line():
+    from types import SimpleNamespace
+
+    from distnet.errors import ConfigError
+    from distnet.experiments.predict_masks import check_maskable
+    from distnet.ops.pixel_costs import PixelSoftmaxCrossEntropy
+
+    def exp(plane, pipe=1, k=3):
+        last = SimpleNamespace(out_shape=(k,) + plane)
+        model = SimpleNamespace(input_shape=(1,) + plane, cost=PixelSoftmaxCrossEntropy(), layers=[last])
+        return SimpleNamespace(model=model, topology=SimpleNamespace(npipe=pipe))
+    check_maskable(exp((8, 8)))
+    with pytest.raises(ConfigError, match="outputs are volumes 4x8x8 .D x H x W., which it does not write"):
+        check_maskable(exp((4, 8, 8)))
+    with pytest.raises(ConfigError, match="one pipeline stage"):
+        check_maskable(exp((8, 8), pipe=2))
+    with pytest.raises(ConfigError, match="at most 256 classes"):
+        check_maskable(exp((8, 8), k=300))
