@@ -117,5 +117,5 @@ class MaskWriter:
 
     def __exit__(self, *exc):
         if self.png is not None:
-            self.png._f.close()
+            self.png.discard()
         return self._stack.__exit__(*exc)

@@ -79,6 +79,12 @@ class PalettePNG:
         if data:
             self._f.write(_chunk(b"IDAT", data))
 
+    def discard(self):
+        """Close the file unfinished (an error midway: the caller's failure is what is said)."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
     def close(self):
         """Flush the stream and write ``IEND`` (ValueError when rows are missing)."""
         if self._f is None:
