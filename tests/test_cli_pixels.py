@@ -99,10 +99,10 @@ def test_compare_sets_the_overlaps_side_by_side(run):
     assert overlaps_agree(({}), ({}), 0.0) == (True, None)      # a classifier's records: nothing to say
 
 
-def test_predict_refuses_per_pixel_maps(run, tmp_path):
+def test_predict_refuses_a_csv_for_per_pixel_maps(run, tmp_path):
     folder, run_dir = run
     import numpy as np
     np.save(tmp_path / "x.npy", np.zeros((2, 1, 12, 10)))
     r = CliRunner().invoke(main, ["predict", str(folder / "seg.yaml"), "--checkpoint", str(run_dir),
                                   "--data", str(tmp_path / "x.npy"), "-o", str(tmp_path / "p.csv")])
-    assert r.exit_code == 2 and "this model scores every pixel (a per-pixel cost)" in r.output, r.output
+    assert r.exit_code == 2 and "this model scores every pixel; give a folder for its mask PNGs" in r.output, r.output

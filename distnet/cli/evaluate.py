@@ -1,5 +1,7 @@
 """``distnet evaluate`` and ``distnet predict``: a checkpoint's error rates and predictions, on
 one process or under mpiexec on any grid (the work is in :mod:`distnet.experiments.evaluate`)."""
+import os
+
 import click
 
 from .job import Job
@@ -100,25 +102,34 @@ def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
               "predicted; without it, the error lists them all.")
 @click.option("--convert-channels", is_flag=True, help="Convert pictures of another channel count than the "
               "model's (grayscale to RGB, color to grayscale) and say how many; without it they are refused.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="OUT",
+@click.option("-o", "--output", required=True, type=click.Path(), metavar="OUT",
               help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels; class_names) or OUT.csv "
-                   "(label, class, then one probability column per class: p_<class name>, in label order).")
+                   "(label, class, then one probability column per class: p_<class name>, in label order); "
+                   "for a per-pixel model a folder OUT_DIR/: one mask PNG per image (class indices, "
+                   "coloured by the training masks' palette), named as the picture (stored images: "
+                   "000000.png, ...).")
+@click.option("--probabilities", "probabilities", type=click.Path(dir_okay=False), metavar="OUT.h5",
+              help="A per-pixel model: also write its class probabilities (N, K, H, W) float32 and labels "
+                   "(N, H, W) to this HDF5 file.")
 @_SET
 @_PREPROCESSING
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
               "the experiment).")
-def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_channels, output, overrides,
-            preprocessing, force):
+def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_channels, output, probabilities,
+            overrides, preprocessing, force):
     """Write the outputs of the model's last layer (class probabilities after a softmax or
     logistic activation, raw scores after an identity one) and the predicted labels of
     the images in FILE, with the weights of a checkpoint; one row per image, in order.
     Pictures (image files, folders) are decoded and resized as distnet data convert did for
     the training images (the recipe the checkpoint keeps, or --recipe), and get the columns
     file and, in a folder per class, true_label and true_class. The images are scaled as
-    the training's were (--preprocessing)."""
-    from ..data.predict_files import prediction_format
-    from ..errors import ConfigError
+    the training's were (--preprocessing). A per-pixel model (segmentation) writes a mask
+    PNG per image into the folder -o OUT_DIR/ (and, with --probabilities, its class maps),
+    assembled on rank 0 band by band: no rank holds a whole image's maps."""
+    from ..data.predict_files import check_prediction_target, prediction_format
+    from ..errors import ConfigError, OptionError
     from ..experiments.evaluate import layout_text, predict_images, restore_trained, written_on
+    from ..experiments.predict_masks import check_maskable
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
 
@@ -126,21 +137,33 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
         return f"-o {output}: {write_failure(e)}", 1
 
     with Job(errors=[(OSError, unwritable)]) as job:
-        prediction_format(output)           # a wrong extension fails before any work
+        fmt = prediction_format(output)     # a wrong extension fails before any work
+        if probabilities is not None and prediction_format(probabilities) != "hdf5":
+            raise OptionError(f"--probabilities {probabilities}: give a file ending in .h5 or .hdf5")
         job.start_world()                   # under mpiexec the abort hook first (as for run)
         exp = _load(job, experiment, overrides)
 
         def check_output():                 # rank 0 writes OUT
-            for p in (*data_paths, checkpoint, experiment):
-                if same_file(output, p):    # even with --force
-                    raise OutputError(f"-o {output} is also an input ({p}); give another -o")
-            refuse_existing(output, "output", force, "give another -o, or --force to replace it")
-            check_writable(output, "predictions")
+            for option, out in (("-o", output), ("--probabilities", probabilities)):
+                for p in (*data_paths, checkpoint, experiment) if out is not None else ():
+                    if same_file(out, p):   # even with --force
+                        raise OutputError(f"{option} {out} is also an input ({p}); give another {option}")
+            if fmt == "masks":
+                check_writable(os.path.join(output, "mask.png"), "masks")
+            else:
+                refuse_existing(output, "output", force, "give another -o, or --force to replace it")
+                check_writable(output, "predictions")
+            if probabilities is not None:
+                refuse_existing(probabilities, "output", force, "give another --probabilities, or --force")
+                check_writable(probabilities, "probabilities")
         job.collectively(lambda: check_output() if job.rank0 else None)   # a refusal: every rank says it
         if isinstance(exp, Seq2SeqExperiment):
             raise ConfigError(f"{experiment}: distnet predict writes class probabilities of images; a "
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         ck, agreed = restore_trained(exp, checkpoint, preprocessing)
+        check_prediction_target(exp.model.per_pixel, output, fmt, probabilities)
+        if exp.model.per_pixel:             # volumes, pipelines: refused before the data is read
+            check_maskable(exp)
         record = agreed.record
         pictures, notes = _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels)
         notes = ([agreed.warning] if agreed.warning else []) + notes
@@ -149,8 +172,13 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
 
         def images(tile):
             return reading.read_images(lambda: pictures.source(shape), ", ".join(data_paths), tile)
-        outputs, labels = predict_images(exp, images)
-        job.collectively(lambda: _write(output, outputs, labels, record, pictures) if job.rank0 else None)
+        if exp.model.per_pixel:
+            from .predict_masks import write_masks
+            done = write_masks(job, exp, images, output, probabilities, record, pictures, force)
+        else:
+            outputs, labels = predict_images(exp, images)
+            job.collectively(lambda: _write(output, outputs, labels, record, pictures) if job.rank0 else None)
+            done = [f"{output}: {len(labels)} images, {outputs.shape[1]} classes"]
     if job.rank0:
         t = exp.topology
         for line in notes:
@@ -159,7 +187,8 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
             click.echo(line)
         click.echo(f"{checkpoint}: epoch {ck.epoch} (written on {written_on(ck)}), predicted on "
                    f"{layout_text(t.size, t.grid, t.ndata, t.npipe)}")
-        click.echo(f"{output}: {len(labels)} images, {outputs.shape[1]} classes")
+        for line in done:
+            click.echo(line)
 
 
 def _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels):

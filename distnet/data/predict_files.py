@@ -79,11 +79,32 @@ def _is_idx_images(path):
 
 
 def prediction_format(path):
-    """``'hdf5'`` or ``'csv'`` from the extension of ``path`` (OptionError otherwise: exit 2)."""
+    """``'hdf5'`` or ``'csv'`` from the extension of ``path``, ``'masks'`` for a folder (a name
+    ending in ``/`` or a folder that exists: a per-pixel model's mask PNGs); OptionError
+    otherwise (exit 2)."""
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        return "masks"
     fmt = PREDICTION_FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
-        raise OptionError(f"-o {path}: give a file ending in .h5, .hdf5 (HDF5) or .csv")
+        raise OptionError(f"-o {path}: give a file ending in .h5, .hdf5 (HDF5) or .csv, or a folder OUT_DIR/ "
+                          "(the masks of a per-pixel model)")
     return fmt
+
+
+def check_prediction_target(per_pixel, output, fmt, probabilities=None):
+    """OptionError unless the outputs fit the model: a per-pixel model writes masks into a folder
+    (``-o OUT_DIR/``, its probabilities with ``--probabilities OUT.h5``), a classifier one row
+    per image to ``.h5`` or ``.csv``."""
+    if per_pixel and fmt != "masks":
+        raise OptionError(f"-o {output}: this model scores every pixel; give a folder for its mask PNGs "
+                          "(-o OUT_DIR/) and --probabilities OUT.h5 for its class maps (.h5 and .csv hold one "
+                          "row per image)")
+    if not per_pixel and fmt == "masks":
+        raise OptionError(f"-o {output}: a folder takes the masks of a per-pixel model; this model classifies "
+                          "whole images: give OUT.h5, OUT.hdf5 or OUT.csv")
+    if not per_pixel and probabilities is not None:
+        raise OptionError("--probabilities writes a per-pixel model's class maps; this model classifies whole "
+                          "images: -o OUT.h5 holds its probabilities")
 
 
 def _csv_field(text):

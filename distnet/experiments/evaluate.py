@@ -164,8 +164,8 @@ def predict_images(exp, read_images, prepare=None):
     from ..comm.abort import run_collectively
     from ..comm.reduce import allreduce_sum
     if exp.model.per_pixel:   # every rank alike, before any work
-        raise ConfigError("distnet predict writes one row of class probabilities per image, but this model "
-                          "scores every pixel (a per-pixel cost); distnet evaluate measures it")
+        raise ConfigError("predict gives one row of class probabilities per image, but this model scores "
+                          "every pixel (a per-pixel cost); distnet predict -o OUT_DIR/ writes its masks")
     t, model = exp.topology, exp.model
     cut = exp.dist_flag and any(int(g) > 1 for g in t.grid)     # one tile: whole images, no dataset asked
     tile = exp.dataset.rank_tile(t.grid, t.coords) if cut else None
