@@ -2,8 +2,8 @@
 training run on one process against the same run cut over a 2x2x2 grid of 8 ranks, beside the
 memory ``distnet plan`` predicts for each (plan accuracy: measured / planned).
 
-    .venv/bin/python benchmarks/volume_memory.py                  # 96^3, budget 1024 MiB
-    .venv/bin/python benchmarks/volume_memory.py --size 64 --budget-mib 512
+    .venv/bin/python benchmarks/volume_memory.py                  # 128^3, budget 2048 MiB (2 min)
+    .venv/bin/python benchmarks/volume_memory.py --size 96 --budget-mib 1024
 
 The net: benchmarks/experiments/unet3d_bench.yaml (one process) and unet3d_bench_dist.yaml (the
 grid), a ScaFFold-shaped two-level U-Net (two 3x3x3 convs with batch norm per level, 8/16/32
@@ -102,9 +102,9 @@ def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--rank-wrapper":
         return rank_wrapper(sys.argv[2], sys.argv[4:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, default=96, help="volume side S (a multiple of 4)")
+    ap.add_argument("--size", type=int, default=128, help="volume side S (a multiple of 4)")
     ap.add_argument("--ranks", type=int, default=8, help="ranks of the grid run (2x2x2 for 8)")
-    ap.add_argument("--budget-mib", type=float, default=1024, help="the per-process memory budget")
+    ap.add_argument("--budget-mib", type=float, default=2048, help="the per-process memory budget")
     ap.add_argument("--epochs", type=int, default=2, help="epochs of 2 steps (the last one timed)")
     a = ap.parse_args()
     if a.size % 4:
