@@ -137,10 +137,11 @@ def _segmentation_demo_h5(folder):
     return folder / "datasets" / "segmentation_demo.h5"
 
 
-def _demo_volumes_h5(folder):
-    """datasets/volume_demo.h5 under ``folder``, as docs/volumes.md makes it (fewer volumes)."""
+def _demo_volumes_h5(folder, **shape):
+    """datasets/volume_demo.h5 under ``folder``, as docs/volumes.md makes it (fewer volumes;
+    ``shape=(D, H, W)`` for other sizes)."""
     from distnet.convert import convert
-    _load_script("make_volume_demo").make_volume_demo(folder / "vol_demo", count=6)
+    _load_script("make_volume_demo").make_volume_demo(folder / "vol_demo", count=6, **shape)
     demo = folder / "vol_demo"
     convert(demo / "volumes", folder / "datasets" / "volume_demo.h5", masks=demo / "masks",
             classes=demo / "classes.txt", valid_fraction=0.2)

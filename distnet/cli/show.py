@@ -17,7 +17,8 @@ def _shape(text):
     except ValueError:
         shape = ()
     if not shape or min(shape) < 1:
-        raise click.BadParameter(f"expected C,H,W of positive sizes (e.g. 3,256,256), got {text!r}",
+        raise click.BadParameter(f"expected C,H,W or C,D,H,W of positive sizes (e.g. 3,256,256 or "
+                                 f"1,512,512,512), got {text!r}",
                                  param_hint="'--input-shape'")
     return shape
 
@@ -30,11 +31,13 @@ _RATE = click.FloatRange(min=0, min_open=True)
 @click.argument("experiment", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "nranks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Number of ranks (world size), cut as `distnet run` would cut it.")
-@click.option("--grid", default=None, metavar="PYxPX", help="Force the spatial grid, e.g. 2x8.")
+@click.option("--grid", default=None, metavar="[PZx]PYxPX",
+              help="Force the spatial grid, e.g. 2x8 (images) or 4x4x4 (volumes).")
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Minibatch size for the cost model (default: the model's batch_size).")
-@click.option("--input-shape", default=None, metavar="C,H,W",
-              help="Image shape, when the dataset cannot tell it without its files.")
+@click.option("--input-shape", default=None, metavar="C,[D,]H,W",
+              help="Image shape C,H,W or volume shape C,D,H,W, when the dataset cannot tell it without "
+                   "its files (or to plan another size).")
 @click.option("--ranks-per-node", type=click.IntRange(min=1), default=None,
               help="Ranks on one node (ranks k*R ... k*R+R-1 share node k). Default: the launcher's "
                    "count under mpiexec/srun, else all N on one node.")
@@ -80,7 +83,7 @@ def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, be
             try:
                 exp.grid = tuple(int(v) for v in grid.lower().split("x"))
             except ValueError:
-                raise click.BadParameter(f"expected PYxPX (e.g. 2x8), got {grid!r}") from None
+                raise click.BadParameter(f"expected PYxPX or PZxPYxPX (e.g. 2x8, 4x4x4), got {grid!r}") from None
         if input_shape:
             shape = _shape(input_shape)
         else:
@@ -88,7 +91,7 @@ def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, be
                 shape = tuple(exp.dataset.image_shape)
             except DistnetError as e:
                 raise click.UsageError(f"the dataset cannot tell its image shape ({e}); "
-                                       f"give --input-shape C,H,W") from None
+                                       f"give --input-shape C,H,W (or C,D,H,W)") from None
         layout = exp.layout(nranks, shape)
         machine = Machine(ranks_per_node=ranks_per_node or default_ranks_per_node(nranks),
                           **{k: v for k, v in (("alpha", alpha), ("beta", beta), ("alpha_inter", alpha_inter),

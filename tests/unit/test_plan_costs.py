@@ -2,6 +2,7 @@
 Rabenseifner's algorithm on one node and across nodes, halo bytes split into intra- and
 inter-node parts by rank placement, the job's throughput, memory per rank and node, warnings,
 and `distnet plan --input-shape` on a file whose own images are small."""
+import json
 import math
 
 import numpy as np
@@ -216,3 +217,33 @@ def test_a_collective_states_its_payload():
     c = Collective("grad", per_sample=5, backward=True, per_step=3)
     assert c.payload(4, 8) == 4 * 8 * 5 + 8 * 3 and c.payload(4, 8, input_gradient=False) == 8 * 3
     assert Collective("spatial", per_sample=5).payload(4, 8, input_gradient=False) == 4 * 8 * 5
+
+
+def _plan_json(*args):
+    r = CliRunner().invoke(plan_cmd, ["benchmarks/experiments/unet3d_bench_dist.yaml", "--batch", "1", "--json", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_plan_of_volumes_weak_scaling_512_to_2048():
+    # --input-shape C,D,H,W: 512^3 on 4x4x4 and 2048^3 on 16x16x16 give every rank a 128^3 tile,
+    # so the largest rank (one with neighbours on all sides) holds and sends the same bytes
+    small, big = (_plan_json("-n", str(n), "--input-shape", f"1,{s},{s},{s}") for n, s in ((64, 512), (4096, 2048)))
+    assert small["grid"] == [4, 4, 4] and big["grid"] == [16, 16, 16]
+    for p in (small, big):
+        first = p["layers"][0]
+        assert first["tile"] == [8, 128, 128, 128] and first["chunk"] == [1, 130, 130, 130]
+        # the first conv's ghost voxels: the 130^3 chunk less the 128^3 tile, 4-byte numbers
+        assert first["halo_fwd_max"] == 4 * (130**3 - 128**3)
+    assert small["memory"]["rank"] == big["memory"]["rank"]
+    assert small["totals"]["halo_fwd_max"] == big["totals"]["halo_fwd_max"]
+    # one process on a 128^3 volume holds what such a rank holds: its 'same' convs' zero padding
+    # takes the chunk the halo fills on the grid
+    assert _plan_json("-n", "1", "--input-shape", "1,128,128,128")["memory"]["rank"] == small["memory"]["rank"]
+
+
+def test_input_shape_says_it_takes_volumes():
+    r = CliRunner().invoke(plan_cmd, ["benchmarks/experiments/unet3d_bench_dist.yaml", "--input-shape", "1,0,8,8"])
+    assert r.exit_code == 2 and "expected C,H,W or C,D,H,W of positive sizes" in r.output
+    r = CliRunner().invoke(plan_cmd, ["--help"])
+    assert "C,[D,]H,W" in r.output and "[PZx]PYxPX" in r.output

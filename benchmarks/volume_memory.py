@@ -1,0 +1,136 @@
+"""Memory per rank of a 3-D U-Net on a volume one process should not hold: the peak RSS of one
+training run on one process against the same run cut over a 2x2x2 grid of 8 ranks, beside the
+memory ``distnet plan`` predicts for each (plan accuracy: measured / planned).
+
+    .venv/bin/python benchmarks/volume_memory.py                  # 128^3, budget 2048 MiB (2 min)
+    .venv/bin/python benchmarks/volume_memory.py --size 96 --budget-mib 1024
+
+The net: benchmarks/experiments/unet3d_bench.yaml (one process) and unet3d_bench_dist.yaml (the
+grid), a ScaFFold-shaped two-level U-Net (two 3x3x3 convs with batch norm per level, 8/16/32
+channels, transposed convs up, skips concatenated), float32, batch 1. The data: 4 volumes of
+``S^3`` from experiments/make_volume_demo.py, converted to an HDF5 file in a scratch folder
+(train 2, valid 1, test 1). Each side runs ``distnet run`` for ``--epochs`` epochs with one BLAS thread
+per rank; a wrapper records every rank's ``ru_maxrss`` at exit and its RSS after the imports
+(``base``: the interpreter, numpy, h5py, distnet). The step time is the last epoch's training
+seconds (metrics.jsonl) over its steps: on this machine's cores 8 ranks are oversubscribed,
+so compare ratios only, and on as many cores as ranks for a real speed-up.
+"""
+import argparse
+import atexit
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+ONE = "benchmarks/experiments/unet3d_bench.yaml"
+DIST = "benchmarks/experiments/unet3d_bench_dist.yaml"
+MIB = 2**20
+
+
+def rss_now():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def rank_wrapper(out, argv):
+    """Run ``distnet ARGV`` in this process (one rank under mpiexec) and write its base and peak
+    RSS to ``out-<rank>.json`` at exit."""
+    import h5py  # noqa: F401  (in the base: every run reads its volumes through it)
+    import numpy  # noqa: F401
+
+    import distnet.cli.main  # noqa: F401
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    base = rss_now()
+
+    def write():
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with open(f"{out}-{rank}.json", "w") as f:
+            json.dump({"rank": rank, "base": base, "peak": peak}, f)
+    atexit.register(write)
+    sys.argv = ["distnet"] + argv
+    from distnet.cli.main import main
+    main()
+
+
+def make_data(size, work):
+    """4 volumes of ``size^3`` and their masks in ``work/volume_bench.h5`` (train 2, valid 1, test 1)."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    from make_volume_demo import make_volume_demo
+    folder, data = os.path.join(work, "volumes"), os.path.join(work, "volume_bench.h5")
+    make_volume_demo(folder, count=4, shape=(size,) * 3)
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "distnet"), "data", "convert",
+                    f"{folder}/volumes", data, "--masks", f"{folder}/masks", "--classes",
+                    f"{folder}/classes.txt", "--valid-fraction", "0.25"], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    return data
+
+
+def measure(exp, nranks, epochs, work, data):
+    """Peak and base RSS per rank and the last epoch's seconds per step of ``distnet run exp``."""
+    from distnet.comm.launcher import mpiexec_path
+    out, run_dir = os.path.join(work, f"rss{nranks}"), os.path.join(work, f"run{nranks}")
+    cmd = [sys.executable, os.path.abspath(__file__), "--rank-wrapper", out, "--", "run", exp, "-q",
+           "--no-checkpoint", "--run-dir", run_dir, "--set", f"model.num_epochs={epochs}",
+           "--set", f"datasets.0.path={data}"]
+    if nranks > 1:
+        cmd = [mpiexec_path(), "-n", str(nranks)] + cmd
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+    ranks = [json.load(open(p)) for p in sorted(glob.glob(out + "-*.json"))]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        epochs_seen = [r for r in map(json.loads, f) if "seconds" in r]
+    steps = 2   # two training volumes, batch 1
+    return ranks, epochs_seen[-1]["seconds"] / steps
+
+
+def planned(exp, nranks, size):
+    """``distnet plan --json``'s memory per rank (total and activations), bytes."""
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "distnet"), "plan", exp, "-n",
+                        str(nranks), "--input-shape", f"1,{size},{size},{size}", "--batch", "1", "--json"],
+                       check=True, cwd=ROOT, capture_output=True, text=True)
+    rank = json.loads(p.stdout)["memory"]["rank"]
+    return rank["total"], rank["activations"]
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--rank-wrapper":
+        return rank_wrapper(sys.argv[2], sys.argv[4:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=128, help="volume side S (a multiple of 4)")
+    ap.add_argument("--ranks", type=int, default=8, help="ranks of the grid run (2x2x2 for 8)")
+    ap.add_argument("--budget-mib", type=float, default=2048, help="the per-process memory budget")
+    ap.add_argument("--epochs", type=int, default=2, help="epochs of 2 steps (the last one timed)")
+    a = ap.parse_args()
+    if a.size % 4:
+        sys.exit(f"volume_memory: --size must be a multiple of 4 (two poolings by 2), got {a.size}")
+    with tempfile.TemporaryDirectory(prefix="volume_memory-") as work:
+        data = make_data(a.size, work)
+        rows = []
+        for exp, n in ((ONE, 1), (DIST, a.ranks)):
+            ranks, step = measure(exp, n, a.epochs, work, data)
+            total, act = planned(exp, n, a.size)
+            peak = max(r["peak"] for r in ranks)
+            base = max(r["base"] for r in ranks)
+            rows.append((n, peak, base, total, act, step))
+    cores = len(os.sched_getaffinity(0))
+    print(f"3-D U-Net (unet3d_bench), volume 1x{a.size}^3 float32, batch 1, budget {a.budget_mib:.0f} MiB "
+          f"per process; {a.ranks} ranks on {cores} cores" + (" (oversubscribed)" if a.ranks > cores else ""))
+    print(f"{'ranks':>5} {'peak RSS':>10} {'base':>8} {'peak-base':>10} {'plan mem':>9} {'plan act':>9} "
+          f"{'accuracy':>9} {'budget':>7} {'s/step':>7}")
+    for n, peak, base, total, act, step in rows:
+        fits = "fits" if peak <= a.budget_mib * MIB else "over"
+        print(f"{n:>5} {peak / MIB:>9.0f}M {base / MIB:>7.0f}M {(peak - base) / MIB:>9.0f}M "
+              f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {(peak - base) / total:>9.2f} {fits:>7} {step:>7.2f}")
+    (n1, p1, b1, *_), (n8, p8, b8, *_) = rows
+    print(f"per rank / one process: peak RSS {p8 / p1:.3f}, above base {(p8 - b8) / (p1 - b1):.3f}; "
+          f"step time {rows[1][5] / rows[0][5]:.2f}x one process's (ratio only)")
+
+
+if __name__ == "__main__":
+    main()
