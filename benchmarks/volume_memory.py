@@ -101,7 +101,7 @@ def measure(exp, nranks, epochs, work, data):
     ranks = [json.load(open(p)) for p in sorted(glob.glob(out + "-*.json"))]
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         epochs_seen = [r for r in map(json.loads, f) if "seconds" in r]
-    steps = 2   # two training volumes, batch 1
+    steps = 2   # two training volumes or images, batch 1
     return ranks, epochs_seen[-1]["seconds"] / steps
 
 
@@ -146,7 +146,8 @@ def main():
             rows.append((n, peak, base) + planned(exp, n, shape) + (step,))
     cores = len(os.sched_getaffinity(0))
     print(net["title"].format(s=size) + f" float32, batch 1, budget {budget:.0f} MiB per process; "
-          f"{','.join(map(str, ranks))} ranks on {cores} cores" + (" (oversubscribed)" if max(ranks) > cores else ""))
+          f"{','.join(map(str, ranks))} ranks on {cores} cores"
+          + (" (oversubscribed)" if max(ranks) > cores else ""))
     print(f"{'ranks':>5} {'peak RSS':>10} {'base':>8} {'peak-base':>10} {'plan mem':>9} {'plan act':>9} "
           f"{'accuracy':>9} {'budget':>7} {'halo %':>7} {'s/step':>7}")
     for n, peak, base, total, act, halo, step in rows:
@@ -154,7 +155,7 @@ def main():
         print(f"{n:>5} {peak / MIB:>9.0f}M {base / MIB:>7.0f}M {(peak - base) / MIB:>9.0f}M "
               f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {(peak - base) / total:>9.2f} {fits:>7} "
               f"{100 * halo:>6.2f}% {step:>7.2f}")
-    n1, p1, b1, *_, s1 = rows[0]
+    _, p1, b1, *_, s1 = rows[0]
     for n, p, b, *_, s in rows[1:]:
         print(f"{n} ranks per rank / one process: peak RSS {p / p1:.3f}, above base {(p - b) / (p1 - b1):.3f}; "
               f"step time {s / s1:.2f}x one process's (ratio only)")

@@ -40,7 +40,8 @@ EXP = {
     "local": ("benchmarks/experiments/local.yaml", "benchmarks/experiments/local_dist.yaml"),
     "resnet": ("experiments/mnist_resnet.yaml",
                "experiments/mnist_resnet_dist.yaml"),
-    "unet": ("benchmarks/experiments/unet2d_bench.yaml", "benchmarks/experiments/unet2d_bench_dist.yaml"),
+    "unet": ("benchmarks/experiments/unet2d_bench.yaml",
+             "benchmarks/experiments/unet2d_bench_dist.yaml"),
 }
 MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
