@@ -1,9 +1,12 @@
 """Memory per rank of a 3-D U-Net on a volume one process should not hold: the peak RSS of one
 training run on one process against the same run cut over a 2x2x2 grid of 8 ranks, beside the
-memory ``distnet plan`` predicts for each (plan accuracy: measured / planned).
+memory ``distnet plan`` predicts for each (plan accuracy: measured / planned); with ``--dims 2``
+the same for the 2-D U-Net of experiments/unet.yaml on one large image (benchmarks/experiments/
+unet2d_bench*.yaml, RGB images of SxS from experiments/make_segmentation_demo.py).
 
     .venv/bin/python benchmarks/volume_memory.py                  # 128^3, budget 2048 MiB (2 min)
     .venv/bin/python benchmarks/volume_memory.py --size 96 --budget-mib 1024
+    .venv/bin/python benchmarks/volume_memory.py --dims 2         # 2048x2048 on 1, 4 and 16 ranks
 
 The net: benchmarks/experiments/unet3d_bench.yaml (one process) and unet3d_bench_dist.yaml (the
 grid), a ScaFFold-shaped two-level U-Net (two 3x3x3 convs with batch norm per level, 8/16/32
@@ -28,9 +31,15 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-ONE = "benchmarks/experiments/unet3d_bench.yaml"
-DIST = "benchmarks/experiments/unet3d_bench_dist.yaml"
 MIB = 2**20
+#: Per number of spatial dimensions: the one-process and grid files, the default side, ranks and
+#: budget, and the words of the table's title.
+NETS = {
+    3: dict(one="benchmarks/experiments/unet3d_bench.yaml", dist="benchmarks/experiments/unet3d_bench_dist.yaml",
+            size=128, ranks="8", budget=2048, title="3-D U-Net (unet3d_bench), volume 1x{s}^3"),
+    2: dict(one="benchmarks/experiments/unet2d_bench.yaml", dist="benchmarks/experiments/unet2d_bench_dist.yaml",
+            size=2048, ranks="4,16", budget=2048, title="2-D U-Net (unet2d_bench), image 3x{s}x{s}"),
+}
 
 
 def rss_now():
@@ -58,14 +67,21 @@ def rank_wrapper(out, argv):
     main()
 
 
-def make_data(size, work):
-    """4 volumes of ``size^3`` and their masks in ``work/volume_bench.h5`` (train 2, valid 1, test 1)."""
+def make_data(dims, size, work):
+    """4 volumes of ``size^3`` (``dims`` 3) or RGB images of ``size x size`` (``dims`` 2) and their
+    masks in ``work/bench.h5`` (train 2, valid 1, test 1)."""
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from make_volume_demo import make_volume_demo
-    folder, data = os.path.join(work, "volumes"), os.path.join(work, "volume_bench.h5")
-    make_volume_demo(folder, count=4, shape=(size,) * 3)
+    folder, data = os.path.join(work, "samples"), os.path.join(work, "bench.h5")
+    if dims == 3:
+        from make_volume_demo import make_volume_demo
+        make_volume_demo(folder, count=4, shape=(size,) * 3)
+        samples = f"{folder}/volumes"
+    else:
+        from make_segmentation_demo import make_segmentation_demo
+        make_segmentation_demo(folder, count=4, size=(size, size))
+        samples = f"{folder}/images"
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "distnet"), "data", "convert",
-                    f"{folder}/volumes", data, "--masks", f"{folder}/masks", "--classes",
+                    samples, data, "--masks", f"{folder}/masks", "--classes",
                     f"{folder}/classes.txt", "--valid-fraction", "0.25"], check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     return data
@@ -85,51 +101,64 @@ def measure(exp, nranks, epochs, work, data):
     ranks = [json.load(open(p)) for p in sorted(glob.glob(out + "-*.json"))]
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         epochs_seen = [r for r in map(json.loads, f) if "seconds" in r]
-    steps = 2   # two training volumes, batch 1
+    steps = 2   # two training volumes or images, batch 1
     return ranks, epochs_seen[-1]["seconds"] / steps
 
 
-def planned(exp, nranks, size):
-    """``distnet plan --json``'s memory per rank (total and activations), bytes."""
+def planned(exp, nranks, shape):
+    """``distnet plan --json``'s memory per rank (total and activations, bytes) and the halo
+    exchanges' share of its step time, for an input of ``shape`` (C,[D,]H,W) and batch 1."""
     p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "distnet"), "plan", exp, "-n",
-                        str(nranks), "--input-shape", f"1,{size},{size},{size}", "--batch", "1", "--json"],
+                        str(nranks), "--input-shape", shape, "--batch", "1", "--json"],
                        check=True, cwd=ROOT, capture_output=True, text=True)
-    rank = json.loads(p.stdout)["memory"]["rank"]
-    return rank["total"], rank["activations"]
+    plan = json.loads(p.stdout)
+    rank, time = plan["memory"]["rank"], plan["totals"]["time"]
+    return rank["total"], rank["activations"], time["halo"] / time["step"]
 
 
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--rank-wrapper":
         return rank_wrapper(sys.argv[2], sys.argv[4:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, default=128, help="volume side S (a multiple of 4)")
-    ap.add_argument("--ranks", type=int, default=8, help="ranks of the grid run (2x2x2 for 8)")
-    ap.add_argument("--budget-mib", type=float, default=2048, help="the per-process memory budget")
+    ap.add_argument("--dims", type=int, choices=sorted(NETS), default=3,
+                    help="3: the 3-D U-Net on volumes; 2: the 2-D U-Net on images")
+    ap.add_argument("--size", type=int, help="side S of the volume or image, a multiple of 4 "
+                    "(default 128 for 3-D, 2048 for 2-D)")
+    ap.add_argument("--ranks", help="ranks of the grid runs, comma-separated (default 8: 2x2x2 for "
+                    "3-D; 4,16 for 2-D)")
+    ap.add_argument("--budget-mib", type=float, help="the per-process memory budget (default 2048)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs of 2 steps (the last one timed)")
     a = ap.parse_args()
-    if a.size % 4:
-        sys.exit(f"volume_memory: --size must be a multiple of 4 (two poolings by 2), got {a.size}")
+    net = NETS[a.dims]
+    size, budget = a.size or net["size"], a.budget_mib or net["budget"]
+    ranks = [int(n) for n in (a.ranks or net["ranks"]).split(",")]
+    if size % 4:
+        sys.exit(f"volume_memory: --size must be a multiple of 4 (two poolings by 2), got {size}")
+    shape = ",".join([str(1 if a.dims == 3 else 3)] + [str(size)] * a.dims)
     with tempfile.TemporaryDirectory(prefix="volume_memory-") as work:
-        data = make_data(a.size, work)
+        data = make_data(a.dims, size, work)
         rows = []
-        for exp, n in ((ONE, 1), (DIST, a.ranks)):
-            ranks, step = measure(exp, n, a.epochs, work, data)
-            total, act = planned(exp, n, a.size)
-            peak = max(r["peak"] for r in ranks)
-            base = max(r["base"] for r in ranks)
-            rows.append((n, peak, base, total, act, step))
+        for n in [1] + ranks:
+            exp = net["one"] if n == 1 else net["dist"]
+            per_rank, step = measure(exp, n, a.epochs, work, data)
+            peak = max(r["peak"] for r in per_rank)
+            base = max(r["base"] for r in per_rank)
+            rows.append((n, peak, base) + planned(exp, n, shape) + (step,))
     cores = len(os.sched_getaffinity(0))
-    print(f"3-D U-Net (unet3d_bench), volume 1x{a.size}^3 float32, batch 1, budget {a.budget_mib:.0f} MiB "
-          f"per process; {a.ranks} ranks on {cores} cores" + (" (oversubscribed)" if a.ranks > cores else ""))
+    print(net["title"].format(s=size) + f" float32, batch 1, budget {budget:.0f} MiB per process; "
+          f"{','.join(map(str, ranks))} ranks on {cores} cores"
+          + (" (oversubscribed)" if max(ranks) > cores else ""))
     print(f"{'ranks':>5} {'peak RSS':>10} {'base':>8} {'peak-base':>10} {'plan mem':>9} {'plan act':>9} "
-          f"{'accuracy':>9} {'budget':>7} {'s/step':>7}")
-    for n, peak, base, total, act, step in rows:
-        fits = "fits" if peak <= a.budget_mib * MIB else "over"
+          f"{'accuracy':>9} {'budget':>7} {'halo %':>7} {'s/step':>7}")
+    for n, peak, base, total, act, halo, step in rows:
+        fits = "fits" if peak <= budget * MIB else "over"
         print(f"{n:>5} {peak / MIB:>9.0f}M {base / MIB:>7.0f}M {(peak - base) / MIB:>9.0f}M "
-              f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {(peak - base) / total:>9.2f} {fits:>7} {step:>7.2f}")
-    (n1, p1, b1, *_), (n8, p8, b8, *_) = rows
-    print(f"per rank / one process: peak RSS {p8 / p1:.3f}, above base {(p8 - b8) / (p1 - b1):.3f}; "
-          f"step time {rows[1][5] / rows[0][5]:.2f}x one process's (ratio only)")
+              f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {(peak - base) / total:>9.2f} {fits:>7} "
+              f"{100 * halo:>6.2f}% {step:>7.2f}")
+    _, p1, b1, *_, s1 = rows[0]
+    for n, p, b, *_, s in rows[1:]:
+        print(f"{n} ranks per rank / one process: peak RSS {p / p1:.3f}, above base {(p - b) / (p1 - b1):.3f}; "
+              f"step time {s / s1:.2f}x one process's (ratio only)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ Workloads (float32, NCHW):
 * ``resnet``: the residual graph of experiments/mnist_resnet.yaml (stem, three residual blocks
   with batch norm, stride-2 blocks with 1x1/2 projection shortcuts, global average pooling, FC
   logits, softmax cross-entropy, SGD), batch 100, on the MNIST sample;
+* ``unet``: the 2-D U-Net of experiments/unet.yaml (benchmarks/experiments/unet2d_bench.yaml:
+  two levels, 8/16/32 channels, batch norm, bilinear upsampling and a 2x2 stride-2 transposed
+  conv up, skips concatenated, per-pixel softmax cross-entropy, Adam) on 3x512x512, batch 2,
+  synthetic images with a label of 4 classes per pixel;
 * ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
   backward (weight gradient) and update with row normalisation.
 
@@ -36,11 +40,16 @@ EXP = {
     "local": ("benchmarks/experiments/local.yaml", "benchmarks/experiments/local_dist.yaml"),
     "resnet": ("experiments/mnist_resnet.yaml",
                "experiments/mnist_resnet_dist.yaml"),
+    "unet": ("benchmarks/experiments/unet2d_bench.yaml",
+             "benchmarks/experiments/unet2d_bench_dist.yaml"),
 }
 MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
-          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE, "resnet": MNIST_SHAPE}
-BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100, "resnet": 100}
+          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE, "resnet": MNIST_SHAPE, "unet": (3, 512, 512)}
+BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100, "resnet": 100,
+         "unet": 2}
+#: Workloads whose labels are a class per pixel ``(N, H, W)`` (the others: a class per image).
+PER_PIXEL = {"unet": 4}
 BACKENDS = ("cpu", "gpu")
 
 
@@ -69,13 +78,16 @@ def experiment_path(workload, dist=False):
 
 
 def global_data(workload, nbatches=2):
-    """``(x, labels)`` for ``nbatches`` minibatches: float32 ``(N, C, H, W)``, int ``(N,)``.
-    MNIST workloads read the sample in ./datasets (written by ``distnet data mnist-sample``)."""
+    """``(x, labels)`` for ``nbatches`` minibatches: float32 ``(N, C, H, W)``, int ``(N,)`` (a
+    per-pixel workload: int64 ``(N, H, W)``). MNIST workloads read the sample in ./datasets
+    (written by ``distnet data mnist-sample``)."""
     B = BATCH[workload]
     n = B * nbatches
-    if workload == "bigimage":
+    if workload in ("bigimage", "unet"):
         rng = np.random.RandomState(0)
         x = rng.uniform(0, 1, (n,) + SHAPES[workload]).astype(np.float32)
+        if workload in PER_PIXEL:
+            return x, rng.randint(0, PER_PIXEL[workload], (n,) + SHAPES[workload][1:]).astype(np.int64)
         return x, rng.randint(0, 10, n)
     from distnet.datasets import MNIST
     data = MNIST(repo_path=os.path.join(ROOT, "datasets")).load(dtype=np.float32)
@@ -107,8 +119,11 @@ class DistnetRun:
         x, labels = global_data(workload, nbatches=max(2, -(-2 * B // BATCH[workload])))   # >= 2 steps
         t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
         self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
-        self.t = np.zeros((len(labels), 10), np.float32)
-        self.t[np.arange(len(labels)), labels] = 1
+        if workload in PER_PIXEL:   # this rank's tile of the label maps
+            self.t = np.ascontiguousarray(labels[:, t.y0:t.y1, t.x0:t.x1])
+        else:
+            self.t = np.zeros((len(labels), 10), np.float32)
+            self.t[np.arange(len(labels)), labels] = 1
         self.i = 0
         if workload == "gb_pretrain":
             model.layers[0].pretrain_mode(model.layers[1])
@@ -334,9 +349,12 @@ def torch_twin(workload, device="cpu"):
 
 def _torch_graph(run, device, torch, F, T):
     """The step of a distnet graph model (ResNet: conv, batch norm, Add/Concat, global average
-    pooling, FC) in PyTorch, run in the graph's order with its ``sources``; Adam or SGD at the
-    learning rule's rate (distnet's schedule is 1 in the first epoch); softmax cross-entropy."""
-    from distnet.layers import AddLayer, ConcatLayer, ConvLayer, FullyConnectedNoBiasLayer
+    pooling, FC; U-Net: max pooling, bilinear upsampling, transposed conv) in PyTorch, run in the
+    graph's order with its ``sources``; Adam or SGD at the learning rule's rate (distnet's
+    schedule is 1 in the first epoch); softmax cross-entropy (per pixel: PyTorch's mean over the
+    labelled pixels, as distnet's PixelSoftmaxCrossEntropy)."""
+    from distnet.layers import (AddLayer, ConcatLayer, ConvLayer, DeconvLayer, FullyConnectedNoBiasLayer,
+                                MaxPoolingLayer, UpsampleLayer)
     from distnet.layers.batchnorm import BatchNormLayer
     from distnet.layers.global_pool import GlobalAveragePoolingLayer
     model = run.model
@@ -355,6 +373,18 @@ def _torch_graph(run, device, torch, F, T):
             c.weight.data = T(layer.W)
             mods.append(c)
             fns.append(lambda x, c=c, a=a: a(c(x)))
+        elif isinstance(layer, DeconvLayer):   # W is PyTorch's (C, K, *f) already
+            c = torch.nn.ConvTranspose2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
+                                         layer.padding, bias=False, device=device)
+            c.weight.data = T(layer.W)
+            mods.append(c)
+            fns.append(lambda x, c=c, a=a: a(c(x)))
+        elif isinstance(layer, MaxPoolingLayer):
+            fns.append(lambda x, l=layer: F.max_pool2d(x, l.fshape, l.stride, l.padding))
+        elif isinstance(layer, UpsampleLayer):
+            mode = "bilinear" if layer.mode == "linear" else "nearest"
+            fns.append(lambda x, f=layer.factor, m=mode: F.interpolate(
+                x, scale_factor=f, mode=m, **({"align_corners": False} if m == "bilinear" else {})))
         elif isinstance(layer, BatchNormLayer):
             cls = torch.nn.BatchNorm2d if len(layer.in_shape) == 3 else torch.nn.BatchNorm1d
             bn = cls(layer.in_shape[0], eps=layer.eps, momentum=layer.momentum, device=device)
@@ -396,8 +426,13 @@ def _torch_graph(run, device, torch, F, T):
         for k, f in enumerate(fns):
             ins = [x if j < 0 else vals[j] for j in graph.sources[k]]
             vals.append(f(ins if multi[k] else ins[0]))
-        loss = F.cross_entropy(vals[-1], t, reduction="sum")
-        (loss / x.shape[0]).backward()
+        if t.ndim > 1:   # per pixel: the mean over labelled pixels; reported per image as distnet's
+            loss = F.cross_entropy(vals[-1], t, ignore_index=255)
+            loss.backward()
+            loss = loss * x.shape[0]
+        else:
+            loss = F.cross_entropy(vals[-1], t, reduction="sum")
+            (loss / x.shape[0]).backward()
         opt.step()
         return float(loss.detach())
     return step
