@@ -426,7 +426,8 @@ def _torch_graph(run, device, torch, F, T):
         for k, f in enumerate(fns):
             ins = [x if j < 0 else vals[j] for j in graph.sources[k]]
             vals.append(f(ins if multi[k] else ins[0]))
-        if t.ndim > 1:   # per pixel: the mean over labelled pixels; reported per image as distnet's
+        if t.ndim > 1 and t.ndim == vals[-1].ndim - 1:   # class ids per pixel (not one-hot rows): the mean
+            # over labelled pixels, reported per image as distnet's
             loss = F.cross_entropy(vals[-1], t, ignore_index=255)
             loss.backward()
             loss = loss * x.shape[0]

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("workload", ["mnist_cnn", "local", "resnet"])
+@pytest.mark.parametrize("workload", ["mnist_cnn", "local", "resnet", "unet"])
 def test_twin_loss_equals_distnet(workload):
     import benchmarks.workloads as workloads
     from distnet.comm import Topology
