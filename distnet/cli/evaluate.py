@@ -193,16 +193,20 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
 
 def _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels):
     """``(Pictures or None, warning lines)``: the --data of the reader ranks (the others: None)
-    found and decoded by the training's recipe in ``record`` (or ``--recipe``); a refusal is
-    told by every rank."""
+    found and decoded by the training's recipe in ``record`` (or ``--recipe``); a 3-D model's
+    volumes (:class:`~distnet.convert.predict_volumes.Volumes`) checked against its shape; a
+    refusal is told by every rank."""
     from ..convert.pictures import Pictures
+    from ..convert.predict_volumes import Volumes, refuse_volumes
     reading, shape = exp.dataset.reading, exp.dataset.image_shape
     where = ", ".join(record.get("files") or []) or "the training data"
 
     def inputs():
         if not reading.is_reader:
             return None, []
-        found = Pictures(data_paths, recipe_file)
+        if len(shape) == 3:
+            refuse_volumes(data_paths)
+        found = (Volumes if len(shape) == 4 else Pictures)(data_paths, recipe_file)
         notes = found.decode(record.get("recipe"), where, shape, skip_bad, convert_channels)
         return found, notes
     return job.collectively(inputs)
