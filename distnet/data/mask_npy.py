@@ -6,16 +6,19 @@ the one ``numpy.save`` writes for the whole array, byte for byte.
 """
 import numpy as np
 
+from .band_file import BandFile
 
-class NpyMask:
+
+class NpyMask(BandFile):
     """A ``.npy`` file of ``shape`` ``(D, H, W)`` uint8 class indices at ``path``, written by
     :meth:`write_rows` (slabs ``(d, H, W)``, first axis in order) and finished by :meth:`close`,
-    which checks that every slab came; :class:`~distnet.data.mask_png.PalettePNG`'s interface
-    (a volume needs no palette)."""
+    which checks that every slab came (a volume needs no palette)."""
+
+    unit = "slices"
 
     def __init__(self, path, shape):
-        self.path, self.shape, self.rows = path, tuple(int(n) for n in shape), 0
-        self._f = open(path, "wb")
+        super().__init__(path, shape[0])
+        self.shape = tuple(int(n) for n in shape)
         header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
                   "shape": self.shape}
         np.lib.format.write_array_header_1_0(self._f, header)
@@ -28,20 +31,3 @@ class NpyMask:
                              f"of {self.shape[1:]}")
         self._f.write(slab.tobytes())
         self.rows += len(slab)
-
-    def discard(self):
-        """Close the file unfinished (an error midway: the caller's failure is what is said)."""
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-    def close(self):
-        """Close the file (ValueError when slabs are missing)."""
-        if self._f is None:
-            return
-        try:
-            if self.rows != self.shape[0]:
-                raise ValueError(f"{self.path}: {self.rows} of {self.shape[0]} slices written")
-        finally:
-            self._f.close()
-            self._f = None
