@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ..data.predict_files import images_source
-from ..data.sources import Source
+from ..data.sources import Source, cut
 from ..errors import DataError, OptionError
 from ..geometry.partition import shape_text
 from .folders import is_image_file, walk
@@ -68,7 +68,7 @@ class VolumeFiles(Source):
     def read(self, rows, tile, positions=None, out=None):
         rows = np.asarray(rows, dtype=np.int64)
         out = self._out(len(rows), tile, out)
-        box = (slice(None),) + tuple(slice(a, b) for a, b in tile.spans)
+        box = cut(tile)[1:]         # every channel, the tile's box
         for at, row in zip(range(len(rows)) if positions is None else positions, rows):
             out[at] = read_volume(self.files[row])[box]
         return out

@@ -95,7 +95,7 @@ class MaskWriter:
                  probabilities=None):
         self.folder, self.names, self.plane = folder, names, tuple(plane)
         self.palette = class_palette(nclasses, class_colors)
-        self.h5 = self.png = None
+        self.h5 = self.mask = None
         self.written = 0
         self._stack = contextlib.ExitStack()
         if probabilities is not None:   # complete or not there: a temporary renamed at the end
@@ -115,14 +115,14 @@ class MaskWriter:
     def band(self, image, y0, band):
         if y0 == 0:
             path = os.path.join(self.folder, self.names[image])
-            self.png = (PalettePNG(path, self.plane[1], self.plane[0], self.palette) if len(self.plane) == 2
+            self.mask = (PalettePNG(path, self.plane[1], self.plane[0], self.palette) if len(self.plane) == 2
                         else NpyMask(path, self.plane))
-        self.png.write_rows(band)
+        self.mask.write_rows(band)
         if self.h5 is not None:
             self.h5["labels"][image, y0:y0 + len(band)] = band
         if y0 + len(band) == self.plane[0]:
-            self.png.close()
-            self.png = None
+            self.mask.close()
+            self.mask = None
             self.written += 1
 
     def tile(self, image, box, probabilities):
@@ -132,6 +132,6 @@ class MaskWriter:
         return self
 
     def __exit__(self, *exc):
-        if self.png is not None:
-            self.png.discard()
+        if self.mask is not None:
+            self.mask.discard()
         return self._stack.__exit__(*exc)
