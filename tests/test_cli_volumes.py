@@ -101,3 +101,17 @@ def test_volumes_the_model_cannot_take_are_one_line_on_every_rank(trained, tmp_p
     one_line_error(_predict(d, data, UNET3D, 1, [str(tmp_path / "picture.png")], "bad"),
                    "picture.png: a 2-D picture; this model takes volumes")
     assert not (d / "bad").exists()
+
+
+def test_nifti_and_tiff_volumes_predict_as_their_npy(trained, tmp_path):
+    nib, tifffile = pytest.importorskip("nibabel"), pytest.importorskip("tifffile")
+    d, _ = trained
+    v = np.load(d / "vol_demo" / "volumes" / "001.npy")                 # (D, H, W)
+    nib.save(nib.Nifti1Image(v.transpose(2, 1, 0), np.eye(4)), tmp_path / "a.nii.gz")   # NIfTI's (X, Y, Z)
+    tifffile.imwrite(tmp_path / "b.tif", v)                              # D pages of H x W
+    model = load(str(d / "run"))
+    got = model.predict([str(tmp_path / "a.nii.gz"), str(tmp_path / "b.tif")])
+    want = model.predict(v[None, None])
+    for i in range(2):
+        np.testing.assert_array_equal(got.labels[i], want.labels[0])
+        np.testing.assert_array_equal(got.probabilities[i], want.probabilities[0])
