@@ -5,6 +5,10 @@
     result = model.predict(["new_pics/bars/000.png", "photo.jpg"])   # or a folder, or an array
     result.classes, result.probabilities         # class names per image, (N, K) probabilities
 
+A per-pixel model (segmentation, 2-D or 3-D) gives the masks ``labels`` ``(N, H, W)`` (volumes:
+``(N, D, H, W)``) uint8 and ``probabilities`` ``(N, K, H, W)`` float32, what ``distnet predict -o
+OUT_DIR/ --probabilities OUT.h5`` writes.
+
 :func:`load` takes what ``distnet predict --checkpoint`` takes (a checkpoint file, a sharded
 checkpoint folder, a run directory, ``RUN_DIR:best`` / ``RUN_DIR:last``), builds the model of the
 experiment the checkpoint keeps, on one process, and loads the weights. :meth:`Model.predict`
@@ -35,7 +39,9 @@ def load(checkpoint, cpu=False):
 @dataclass
 class Predictions:
     """What :meth:`Model.predict` gives, one row per image in order: ``labels`` ``(N,)`` (the
-    argmax), ``probabilities`` ``(N, K)`` (column ``k``: label ``k``), ``class_names`` (K names,
+    argmax), ``probabilities`` ``(N, K)`` (column ``k``: label ``k``; a per-pixel model's:
+    ``labels`` ``(N, *plane)`` uint8, ``probabilities`` ``(N, K, *plane)`` float32, ``plane``
+    ``(H, W)`` or a volume's ``(D, H, W)``), ``class_names`` (K names,
     or None where the training data named none), ``files`` (the pictures' names, None for an
     array), ``true_classes`` (per picture its class folder, None where it is in none; None for
     an array), ``skipped`` ``[(file,
@@ -54,7 +60,10 @@ class Predictions:
 
     @property
     def classes(self):
-        """The predicted class of every image: its name, or its label as text without names."""
+        """The predicted class of every image: its name, or its label as text without names
+        (a classifier's; a per-pixel model's ``labels`` index ``class_names`` per pixel)."""
+        if self.labels.ndim > 1:
+            raise ValueError("a per-pixel model's predictions have a class per pixel (labels), not per image")
         return [self.class_names[k] if self.class_names else str(k) for k in self.labels.tolist()]
 
     def rows(self):
@@ -99,12 +108,13 @@ class Model:
         self.experiment = load_experiment(state.config.get("source") or "experiment", text=text, gpu_as_cpu=cpu)
         self.image_shape = tuple(int(d) for d in self.preprocessing["image_shape"])
         self.class_names = self.preprocessing.get("class_names")
-        self.experiment.setup(Topology.serial(), image_shape=self.image_shape)
+        self.experiment.setup(Topology.serial(len(self.image_shape) - 1), image_shape=self.image_shape)
         self.epoch = self.experiment.restore(self.checkpoint).epoch
 
     def __repr__(self):
         names = ", ".join(self.class_names) if self.class_names else f"{self.nclasses} classes"
-        return (f"<distnet model {self.checkpoint}: epoch {self.epoch}, images "
+        what = "volumes" if len(self.image_shape) == 4 else "images"
+        return (f"<distnet model {self.checkpoint}: epoch {self.epoch}, {what} "
                 f"{'x'.join(map(str, self.image_shape))}, classes {names}>")
 
     @property
@@ -115,7 +125,9 @@ class Model:
         """The :class:`Predictions` of ``images``: picture files or folders (a path, or a list of
         them; decoded by the training's recipe, a folder per class giving ``true_classes``), or
         a numpy array ``(N, C, H, W)`` (one image: ``(C, H, W)``) stored as the training images
-        were (uint8 pixels for a converted image folder). Pictures that cannot be used
+        were (uint8 pixels for a converted image folder). A 3-D model takes volumes: files
+        (``.npy``, NIfTI, TIFF stacks, as ``distnet predict --data``) or folders of them, or an
+        array ``(N, C, D, H, W)`` (one volume: ``(C, D, H, W)``). Pictures that cannot be used
         (unreadable, another channel count, another size where the training resized none) are
         one DataError naming them all, or left out with ``skip_bad`` (listed in ``skipped``);
         ``convert_channels`` converts another channel count (listed in ``converted``)."""
@@ -124,22 +136,59 @@ class Model:
         files = truth = decoded = None
         if isinstance(images, np.ndarray):
             x = self._array(images)
+        elif len(self.image_shape) == 4:
+            x, files, decoded = self._volumes(images, skip_bad)
         else:
             x, files, truth, decoded = self._pictures(images, skip_bad, convert_channels)
-        probabilities, labels = predict_images(self.experiment, lambda tile: x,
-                                               lambda a, dtype: prepare(self.preprocessing, a, dtype))
+
+        def scaled(a, dtype):
+            return prepare(self.preprocessing, a, dtype)
+        if self.experiment.model.per_pixel:
+            probabilities, labels = self._maps(x, scaled)
+        else:
+            probabilities, labels = predict_images(self.experiment, lambda tile: x, scaled)
         return Predictions(labels, probabilities, self.class_names, files, truth,
-                           decoded.skipped if decoded else [], decoded.converted if decoded else [])
+                           decoded.skipped if decoded else [], getattr(decoded, "converted", []))
+
+    def _maps(self, x, scaled):
+        """``(probabilities (N, K, *plane) float32, labels (N, *plane) uint8)`` of a per-pixel
+        model: what ``distnet predict`` writes, from the same code (one tile per image here)."""
+        from .experiments.predict_masks import predict_masks
+        plane = self.image_shape[1:]
+        labels = np.empty((len(x),) + plane, np.uint8)
+        probabilities = np.empty((len(x), self.nclasses) + plane, np.float32)
+
+        def receive(key, arrays):
+            labels[key[0]], probabilities[key[0]] = arrays
+        predict_masks(self.experiment, lambda tile: x, receive, True, scaled)
+        return probabilities, labels
+
+    def _volumes(self, paths, skip_bad):
+        """``(x, names, Volumes)`` of volume files and folders (or an HDF5 file of volumes), as
+        ``distnet predict --data`` reads them."""
+        from .convert.predict_volumes import Volumes
+        from .data.sources import whole
+        paths = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
+        volumes = Volumes(paths)
+        volumes.decode(None, None, self.image_shape, skip_bad)
+        src = volumes.source(self.image_shape)
+        try:
+            return np.asarray(src.read(np.arange(src.shape[0]), whole(self.image_shape[1:]))), volumes.names, volumes
+        finally:
+            src.close()
 
     def _array(self, x):
-        """An array of images checked against the model's image shape."""
-        if x.ndim == 3:
+        """An array of images (volumes) checked against the model's image shape."""
+        nd = len(self.image_shape) + 1
+        if x.ndim == nd - 1:
             x = x[None]
-        if x.ndim != 4 or tuple(x.shape[1:]) != self.image_shape:
+        if x.ndim != nd or tuple(x.shape[1:]) != self.image_shape:
             hint = ("; it looks like (N, H, W, C): give x.transpose(0, 3, 1, 2)"
-                    if x.ndim == 4 and tuple(x.shape[1:]) == self.image_shape[1:] + self.image_shape[:1] else "")
-            raise DataError(f"images of shape {tuple(x.shape)}, but the model takes (N, "
-                            f"{', '.join(map(str, self.image_shape))}) (N, C, H, W){hint}")
+                    if x.ndim == 4 == nd and tuple(x.shape[1:]) == self.image_shape[1:] + self.image_shape[:1]
+                    else "")
+            what, axes = ("volumes", "C, D, H, W") if nd == 5 else ("images", "C, H, W")
+            raise DataError(f"{what} of shape {tuple(x.shape)}, but the model takes (N, "
+                            f"{', '.join(map(str, self.image_shape))}) (N, {axes}){hint}")
         if x.dtype.kind not in "biuf":
             raise DataError(f"images must be numbers, got dtype {x.dtype}")
         return x

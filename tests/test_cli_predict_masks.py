@@ -7,9 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from distnet.data.predict_files import check_prediction_target
-from distnet.errors import OptionError
+from distnet.data.predict_files import check_prediction_target, images_source
+from distnet.errors import DataError, OptionError
 from tests.test_cli import ROOT, _segmentation_demo_h5, distnet
+from tests.test_cli_files import one_line_error
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -79,3 +80,20 @@ def test_outputs_must_fit_the_model():
         check_prediction_target(False, "out/", "masks")
     with pytest.raises(OptionError, match="--probabilities writes a per-pixel model's class maps"):
         check_prediction_target(False, "p.h5", "hdf5", "q.h5")
+
+
+def test_volumes_given_to_a_2d_model_are_one_line(trained, tmp_path):
+    d, data = trained
+    (tmp_path / "vols").mkdir()
+    np.save(tmp_path / "vols" / "a.npy", np.zeros((4, 37, 53), np.float32))
+    proc = _predict(d, data, "unet.yaml", "v", images=tmp_path / "vols")
+    one_line_error(proc, f"--data {tmp_path / 'vols'}: volumes (.npy, NIfTI, TIFF stacks), but this model takes "
+                         "2-D images")
+    with h5py.File(tmp_path / "v.h5", "w") as f:        # stored volumes (N, C, D, H, W)
+        f["x"] = np.zeros((2, 1, 4, 37, 53), np.float32)
+    with pytest.raises(DataError, match=r"an array of shape \(2, 1, 4, 37, 53\), but the experiment takes images "
+                                        r"\(N, C, H, W\) of \(1, 37, 53\)"):
+        images_source(str(tmp_path / "v.h5"), (1, 37, 53))
+    with pytest.raises(DataError, match=r"volumes of shape \(1, 4, 37, 53\), but the experiment takes "
+                                        r"\(1, 5, 37, 53\) \(C, D, H, W\)"):
+        images_source(str(tmp_path / "v.h5"), (1, 5, 37, 53))

@@ -92,7 +92,9 @@ def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
               help="Pictures: image files (PNG, JPEG, ...) and folders of them (a subfolder per class "
                    "gives each picture's true class), repeatable, decoded as distnet data convert decoded "
                    "the training images; or stored images (N, C, H, W): an HDF5 file with a dataset x "
-                   "(or test/x), a .npy file or an IDX file (MNIST's t10k-images-idx3-ubyte).")
+                   "(or test/x), a .npy file or an IDX file (MNIST's t10k-images-idx3-ubyte). A 3-D model: "
+                   "volume files (.npy, NIfTI, TIFF stacks) and folders of them, or an HDF5 file of volumes "
+                   "(N, C, D, H, W).")
 @click.option("--recipe", "recipe_file", type=click.Path(exists=True, dir_okay=False), metavar="DATA.h5",
               help="Pictures: decode them by the recipe kept in DATA.h5 (a data set distnet data convert made "
                    "from an image folder, e.g. with --size where the training images were not resized); "
@@ -107,10 +109,10 @@ def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
                    "(label, class, then one probability column per class: p_<class name>, in label order); "
                    "for a per-pixel model a folder OUT_DIR/: one mask PNG per image (class indices, "
                    "coloured by the training masks' palette), named as the picture (stored images: "
-                   "000000.png, ...).")
+                   "000000.png, ...); a 3-D model's: one .npy per volume, (D, H, W) uint8.")
 @click.option("--probabilities", "probabilities", type=click.Path(dir_okay=False), metavar="OUT.h5",
               help="A per-pixel model: also write its class probabilities (N, K, H, W) float32 and labels "
-                   "(N, H, W) to this HDF5 file.")
+                   "(N, H, W) to this HDF5 file (volumes: (N, K, D, H, W), (N, D, H, W)).")
 @_SET
 @_PREPROCESSING
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (never --data, the checkpoint or "
@@ -124,8 +126,9 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
     the training images (the recipe the checkpoint keeps, or --recipe), and get the columns
     file and, in a folder per class, true_label and true_class. The images are scaled as
     the training's were (--preprocessing). A per-pixel model (segmentation) writes a mask
-    PNG per image into the folder -o OUT_DIR/ (and, with --probabilities, its class maps),
-    assembled on rank 0 band by band: no rank holds a whole image's maps."""
+    PNG per image into the folder -o OUT_DIR/ (a 3-D model a .npy per volume; and, with
+    --probabilities, its class maps), assembled on rank 0 band by band: no rank holds a whole
+    image's maps."""
     from ..data.predict_files import check_prediction_target, prediction_format
     from ..errors import ConfigError, OptionError
     from ..experiments.evaluate import layout_text, predict_images, restore_trained, written_on
@@ -162,7 +165,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
                               "Seq2SeqExperiment has none (distnet evaluate gives its accuracies)")
         ck, agreed = restore_trained(exp, checkpoint, preprocessing)
         check_prediction_target(exp.model.per_pixel, output, fmt, probabilities)
-        if exp.model.per_pixel:             # volumes, pipelines: refused before the data is read
+        if exp.model.per_pixel:             # pipelines: refused before the data is read
             check_maskable(exp)
         record = agreed.record
         pictures, notes = _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels)
@@ -193,16 +196,20 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
 
 def _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_channels):
     """``(Pictures or None, warning lines)``: the --data of the reader ranks (the others: None)
-    found and decoded by the training's recipe in ``record`` (or ``--recipe``); a refusal is
-    told by every rank."""
+    found and decoded by the training's recipe in ``record`` (or ``--recipe``); a 3-D model's
+    volumes (:class:`~distnet.convert.predict_volumes.Volumes`) checked against its shape; a
+    refusal is told by every rank."""
     from ..convert.pictures import Pictures
+    from ..convert.predict_volumes import Volumes, refuse_volumes
     reading, shape = exp.dataset.reading, exp.dataset.image_shape
     where = ", ".join(record.get("files") or []) or "the training data"
 
     def inputs():
         if not reading.is_reader:
             return None, []
-        found = Pictures(data_paths, recipe_file)
+        if len(shape) == 3:
+            refuse_volumes(data_paths)
+        found = (Volumes if len(shape) == 4 else Pictures)(data_paths, recipe_file)
         notes = found.decode(record.get("recipe"), where, shape, skip_bad, convert_channels)
         return found, notes
     return job.collectively(inputs)

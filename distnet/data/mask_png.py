@@ -12,6 +12,7 @@ import zlib
 import numpy as np
 
 from ..errors import DataError
+from .band_file import BandFile
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: The most classes a palette PNG can colour (one byte per pixel).
@@ -51,7 +52,7 @@ def class_palette(k, class_colors=None):
     return out
 
 
-class PalettePNG:
+class PalettePNG(BandFile):
     """A palette PNG of ``height`` rows of ``width`` class indices at ``path``, written by
     :meth:`write_rows` (uint8 bands ``(r, width)``, top to bottom) and finished by
     :meth:`close`, which checks that every row came. Holds one band's bytes at a time."""
@@ -60,9 +61,9 @@ class PalettePNG:
         palette = np.asarray(palette, dtype=np.uint8)
         if not 1 <= len(palette) <= MAX_CLASSES:
             raise DataError(f"a palette PNG takes 1 to {MAX_CLASSES} colours, got {len(palette)}")
-        self.path, self.width, self.height, self.rows = path, int(width), int(height), 0
+        super().__init__(path, height)
+        self.width, self.height = int(width), int(height)
         self._z = zlib.compressobj(6)
-        self._f = open(path, "wb")
         self._f.write(SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", self.width, self.height, 8, 3, 0, 0, 0))
                       + _chunk(b"PLTE", palette.tobytes()))
 
@@ -79,20 +80,6 @@ class PalettePNG:
         if data:
             self._f.write(_chunk(b"IDAT", data))
 
-    def discard(self):
-        """Close the file unfinished (an error midway: the caller's failure is what is said)."""
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-    def close(self):
-        """Flush the stream and write ``IEND`` (ValueError when rows are missing)."""
-        if self._f is None:
-            return
-        try:
-            if self.rows != self.height:
-                raise ValueError(f"{self.path}: {self.rows} of {self.height} rows written")
-            self._f.write(_chunk(b"IDAT", self._z.flush()) + _chunk(b"IEND", b""))
-        finally:
-            self._f.close()
-            self._f = None
+    def trailer(self):
+        """The rest of the zlib stream and ``IEND``."""
+        return _chunk(b"IDAT", self._z.flush()) + _chunk(b"IEND", b"")

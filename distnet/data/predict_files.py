@@ -25,10 +25,12 @@ def images_source(path, image_shape):
     a :class:`~distnet.data.sources.Source` read a few rows at a time: a memory-mapped ``.npy`` or
     IDX file (MNIST's ``t10k-images-idx3-ubyte``, ``.gz`` too), an HDF5 file's dataset ``x`` (or
     ``test/x``, the layout of :class:`~distnet.datasets.HDF5Dataset`) read by hyperslabs; ``(N,
-    C, H, W)``, or ``(N, H, W)`` for one channel. DataError for no such file, another image
-    shape than ``image_shape``, values that are not numbers, or no images."""
+    C, H, W)``, or ``(N, H, W)`` for one channel (volumes, ``image_shape`` ``(C, D, H, W)``:
+    ``(N, C, D, H, W)`` or ``(N, D, H, W)``). DataError for no such file, another image shape
+    than ``image_shape``, values that are not numbers, or no images."""
     from .idx import map_idx
     from .sources import ArraySource, H5Source
+    nd = len(image_shape) + 1       # the axes of a stack with its channel axis
     if not os.path.isfile(path):
         raise DataError(f"--data {path}: no such file or folder")
     if _is_idx_images(path):
@@ -50,20 +52,38 @@ def images_source(path, image_shape):
                 raise DataError(f"--data {path}: the HDF5 file has no dataset 'x' (or 'test/x') of "
                                 "images (N, C, H, W)")
             x = f[key]
-            src = H5Source(path, key[:-2], x.shape, x.dtype) if x.ndim == 4 else None
+            src = H5Source(path, key[:-2], x.shape, x.dtype) if x.ndim == nd else None
             if src is None:
+                _check_axes(path, x.shape, image_shape)
                 x = x[()]
-    if src is None and x.ndim == 3:
+    _check_axes(path, (src or x).shape, image_shape)
+    if src is None and x.ndim == nd - 1:
         x = x[:, None]
     shape, dtype = (src.shape, src.dtype) if src is not None else (x.shape, x.dtype)
-    if len(shape) != 4 or tuple(shape[1:]) != tuple(image_shape):
-        raise DataError(f"--data {path}: images of shape {tuple(shape[1:])}, but the experiment "
-                        f"takes {tuple(image_shape)} (C, H, W)")
+    if tuple(shape[1:]) != tuple(image_shape):
+        raise DataError(f"--data {path}: {_kind(image_shape)} of shape {tuple(shape[1:])}, but the experiment "
+                        f"takes {tuple(image_shape)} ({_axes(image_shape)})")
     if dtype.kind not in "biuf":
         raise DataError(f"--data {path}: images must be numbers, got dtype {dtype}")
     if shape[0] == 0:
         raise DataError(f"--data {path}: holds no images")
     return src if src is not None else ArraySource(path, "x", x, np.zeros(len(x), np.int64))
+
+
+def _kind(image_shape):
+    return "volumes" if len(image_shape) == 4 else "images"
+
+
+def _axes(image_shape):
+    return ", ".join("C" + "DHW"[-(len(image_shape) - 1):])
+
+
+def _check_axes(path, shape, image_shape):
+    """DataError unless an array of ``shape`` is a stack of ``image_shape`` arrays (with or
+    without the channel axis): a volume's stack given to a 2-D model, images to a 3-D one."""
+    if len(shape) - 1 not in (len(image_shape), len(image_shape) - 1):
+        raise DataError(f"--data {path}: an array of shape {tuple(shape)}, but the experiment takes "
+                        f"{_kind(image_shape)} (N, {_axes(image_shape)}) of {tuple(image_shape)}")
 
 
 _IDX_UBYTE_3D = 0x00000803   # IDX magic: unsigned bytes, 3 dimensions (N, H, W)
