@@ -148,7 +148,7 @@ class Model:
         else:
             probabilities, labels = predict_images(self.experiment, lambda tile: x, scaled)
         return Predictions(labels, probabilities, self.class_names, files, truth,
-                           decoded.skipped if decoded else [], getattr(decoded, "converted", []))
+                           decoded.skipped if decoded else [], decoded.converted if decoded else [])
 
     def _maps(self, x, scaled):
         """``(probabilities (N, K, *plane) float32, labels (N, *plane) uint8)`` of a per-pixel

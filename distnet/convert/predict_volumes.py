@@ -78,12 +78,13 @@ class Volumes:
     """What ``distnet predict --data`` names for a 3-D model, ready to read on every rank
     (:class:`~distnet.convert.pictures.Pictures`' interface): volume files and folders
     (``pictures``: ``[(path, name, None)]``, ``names`` their names), or one HDF5 file of
-    volumes (``pictures`` None, ``names`` its ``files`` dataset or None). ``truth``: None."""
+    volumes (``pictures`` None, ``names`` its ``files`` dataset or None). ``truth``: None;
+    ``converted``: empty (a volume's channels are never converted)."""
 
     def __init__(self, paths, recipe_file=None):
         self.paths, self.recipe_file = list(paths), recipe_file
         self.pictures = self.names = self.truth = None
-        self._files, self.skipped = None, []
+        self._files, self.skipped, self.converted = None, [], []
         if len(self.paths) == 1 and self.paths[0].lower().endswith((".h5", ".hdf5")):
             self.names = stored_names(self.paths[0])
         else:
