@@ -10,6 +10,7 @@ import pytest
 from distnet.convert import convert
 from distnet.datasets import HDF5Dataset
 from distnet.errors import DataError, OptionError
+from distnet.experiments.rundir import read_metrics_file
 from tests.test_cli import ROOT, distnet
 from tests.test_cli_files import one_line_error
 
@@ -107,6 +108,22 @@ def test_a_cost_that_does_not_fit_the_data_is_one_line(volumes, tmp_path):
     proc = distnet("check", str(_experiment(tmp_path, "SumSquared {}", classes)), cwd=tmp_path)
     one_line_error(proc, "the cost SumSquared regresses float targets per sample, but the data set gives class "
                          "labels per image", code=2)
+
+
+def test_a_regression_run_records_and_evaluates_its_errors(volumes, tmp_path):
+    d, rows = volumes
+    data = tmp_path / "t.h5"
+    convert(d / "v", data, targets=_csv(tmp_path, "t.csv", [HEADER] + rows), test_fraction=0.34)
+    exp = _experiment(tmp_path, "MeanSquared {}", data)
+    proc = distnet("run", str(exp), "--set", "model.num_epochs=1", "--set", "model.batch_size=2", cwd=tmp_path,
+                   check=True)
+    run = tmp_path / (proc.stdout + proc.stderr).split("run directory: ")[-1].split()[0]
+    epochs, final = read_metrics_file(run / "metrics.jsonl")
+    assert epochs[0]["test_mse"] == final["test_mse"] and len(final["test_target_mae"]) == 2
+    assert final["test_mse"] == pytest.approx(np.mean(final["test_target_mse"]), rel=1e-12)
+    proc = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), cwd=tmp_path, check=True)
+    assert f"test set mean squared error {final['test_mse']:.6g}" in proc.stdout and "omega_m" in proc.stdout
+    assert "misclass" not in proc.stdout
 
 
 if __name__ == "__main__":
