@@ -16,9 +16,9 @@ from .checks import label_values
 from .sources import Source, cut
 
 
-def _labels(values, dtype=None):
+def _labels(values):
     """A split's labels as an array; None (per-pixel labels, or a masks' source) stays None."""
-    return None if values is None else np.asarray(values, dtype=dtype)
+    return None if values is None else np.asarray(values)
 
 
 def describe_split(src):
