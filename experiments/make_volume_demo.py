@@ -9,6 +9,15 @@ Gaussian noise, each with one to three spheres (class 1 ``sphere``) and shells (
 ``shell``: a hollow sphere) of random radii at random places; the masks are uint8 ``(D, H, W)``
 ``.npy`` files of the same names, class 0 ``background``. Needs numpy only. Seeded: the same
 files every time.
+
+With ``--targets``, volumes to regress on instead (a CosmoFlow-shaped task, experiments/cosmoflow.yaml):
+
+    python experiments/make_volume_demo.py cosmo_demo --targets   # cosmo_demo/volumes/*.npy, cosmo_demo/targets.csv
+    distnet data convert cosmo_demo/volumes datasets/cosmo_demo.h5 --targets cosmo_demo/targets.csv
+
+64 volumes of 1x16x16x16 float32, each one ball of random radius (2 to 5 voxels) and intensity
+(0.5 to 2) at a random place in Gaussian noise; ``targets.csv`` holds each file's ``radius`` and
+``intensity``, which the volume shows (so a net can learn them).
 """
 import os
 import sys
@@ -46,6 +55,30 @@ def make_volume_demo(folder, count=24, shape=(19, 23, 29), seed=0):
     return count
 
 
+def make_target_demo(folder, count=64, shape=(16, 16, 16), seed=0):
+    """Write ``count`` volumes (one ball each, module docstring) and ``targets.csv`` (``name,radius,
+    intensity``) under ``folder``; returns the number of volumes."""
+    rng = np.random.RandomState(seed)
+    os.makedirs(os.path.join(folder, "volumes"), exist_ok=True)
+    zz, yy, xx = np.mgrid[:shape[0], :shape[1], :shape[2]]
+    rows = ["name,radius,intensity"]
+    for i in range(count):
+        radius, intensity = rng.uniform(2, 5), rng.uniform(0.5, 2)
+        centre = [rng.uniform(radius, n - 1 - radius) for n in shape]
+        d = np.sqrt((zz - centre[0]) ** 2 + (yy - centre[1]) ** 2 + (xx - centre[2]) ** 2)
+        volume = rng.standard_normal(shape) * 0.3 + intensity * (d <= radius)
+        np.save(os.path.join(folder, "volumes", f"{i:03d}.npy"), volume.astype(np.float32))
+        rows.append(f"{i:03d}.npy,{radius:.4f},{intensity:.4f}")
+    with open(os.path.join(folder, "targets.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+    return count
+
+
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "vol_demo"
-    print(f"wrote {make_volume_demo(out)} volumes and masks under {out}/volumes, {out}/masks")
+    args = [a for a in sys.argv[1:] if a != "--targets"]
+    if "--targets" in sys.argv[1:]:
+        out = args[0] if args else "cosmo_demo"
+        print(f"wrote {make_target_demo(out)} volumes under {out}/volumes and their targets in {out}/targets.csv")
+    else:
+        out = args[0] if args else "vol_demo"
+        print(f"wrote {make_volume_demo(out)} volumes and masks under {out}/volumes, {out}/masks")

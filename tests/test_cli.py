@@ -148,9 +148,18 @@ def _demo_volumes_h5(folder, **shape):
     return folder / "datasets" / "volume_demo.h5"
 
 
+def _cosmo_demo_h5(folder):
+    """datasets/cosmo_demo.h5 under ``folder``, as docs/volumes.md makes it (fewer volumes)."""
+    from distnet.convert import convert
+    _load_script("make_volume_demo").make_target_demo(folder / "cosmo_demo", count=8)
+    demo = folder / "cosmo_demo"
+    convert(demo / "volumes", folder / "datasets" / "cosmo_demo.h5", targets=demo / "targets.csv", valid_fraction=0.2)
+    return folder / "datasets" / "cosmo_demo.h5"
+
+
 #: The data files that shipped experiments read and the docs make (not in a clone): made here.
 DEMO_DATA = {"my_images.h5": _demo_images_h5, "segmentation_demo.h5": _segmentation_demo_h5,
-             "volume_demo.h5": _demo_volumes_h5}
+             "volume_demo.h5": _demo_volumes_h5, "cosmo_demo.h5": _cosmo_demo_h5}
 
 
 def test_check_all_shipped_experiments(tmp_path):

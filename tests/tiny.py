@@ -104,6 +104,20 @@ def write_masked_data(path, spatial=(12, 10), n_train=14, n_test=6, channels=2, 
     return path
 
 
+def write_target_data(path, spatial=(5, 7, 6), n_train=14, n_test=6, channels=1, ntargets=3, seed=0):
+    """Synthetic float32 volumes ``(N, C, *spatial)`` with float32 targets ``(N, ntargets)`` per
+    sample (regression), chunked as the converter chunks them; attribute ``target_names``."""
+    rng = np.random.RandomState(seed)
+    with h5py.File(path, "w") as f:
+        for split, n in (("train", n_train), ("test", n_test)):
+            edge = tuple(min(d, 4) for d in spatial)
+            f.create_dataset(f"{split}/x", data=rng.standard_normal((n, channels) + tuple(spatial)).astype(np.float32),
+                             chunks=(1, channels) + edge)
+            f[f"{split}/y"] = rng.uniform(-2, 2, (n, ntargets)).astype(np.float32)
+        f.attrs["target_names"] = [f"t{k}" for k in range(ntargets)]
+    return path
+
+
 class KeepRecords:
     """Run hooks that keep a copy of every epoch record in ``out`` (and ignore the other calls)."""
 

@@ -96,10 +96,15 @@ def compare_runs(a, b):
         rows.append((key.replace("_", " ") + " %", x, y, d, None))
     rows += [(f"{split} {metric.replace('_', ' ')} %", x, y, d, None)
              for split, metric, x, y, d in _overlaps(fa, fb) if metric in OVERLAPS]
+    rows += [_cost_row(f"{split} {metric}", fa.get(f"{split}_{metric}"), fb.get(f"{split}_{metric}"))
+             for split in ("train", "valid", "test") for metric in ERRORS
+             if f"{split}_{metric}" in fa or f"{split}_{metric}" in fb]
     rows += best_epoch_rows(fa, fb)
     return rows, max_cost, max_rate
 
 
+#: A regression's final errors (float sums, held to the cost's tolerance), shown side by side.
+ERRORS = ("mse", "mae")
 #: A per-pixel model's final overlaps (percent) shown side by side, and their per-class lists.
 OVERLAPS = ("pixel_acc", "miou", "dice")
 _PER_CLASS = ("class_iou", "class_dice")
@@ -191,11 +196,18 @@ def allowance_used(rows, rtol, atol):
     return used
 
 
+def _float_sum(label):
+    """Whether a row of the table is a float sum held to the cost's tolerance: an epoch's cost,
+    a regression's final error."""
+    return label.endswith((" cost",) + tuple(f" {m}" for m in ERRORS))
+
+
 def costs_agree(rows, rtol, atol):
-    """Every epoch's costs satisfy ``|a - b| <= atol + rtol * |a|`` (numpy's allclose rule)."""
+    """Every epoch's costs (and a regression's final errors) satisfy ``|a - b| <= atol + rtol *
+    |a|`` (numpy's allclose rule)."""
     return all(r[3] <= atol + rtol * abs(r[1]) for r in rows
-               if r[0].endswith(" cost") and r[1] is not None and r[2] is not None) and \
-        all(r[1] is not None and r[2] is not None for r in rows if r[0].endswith(" cost"))
+               if _float_sum(r[0]) and r[1] is not None and r[2] is not None) and \
+        all(r[1] is not None and r[2] is not None for r in rows if _float_sum(r[0]))
 
 
 #: Default tolerances by the runs' dtype (float32 when either run is float32): float32 runs
@@ -318,8 +330,11 @@ def compare(path_a, path_b, nranks, cost_tol=None, rate_tol=None, out=print, ove
     per_image = ", ".join(f"{split} {points:.3g}" for split, points in allowed.items() if points > rate_tol)
     images = (f" or {rate_images:g} image(s) of the split, whichever is more" if rate_images else "") + \
         (f": {per_image}" if per_image else "")
-    out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}{atol}), error "
-        f"rate {max_rate:.2e} points (tolerance {rate_tol:g}{images}) -> {'AGREE' if ok else 'DIFFER'}")
+    errors = [r[4] for r in rows if _float_sum(r[0]) and not r[0].endswith(" cost")]
+    second = (f"regression errors (MSE, MAE) {max(errors):.2e} relative (tolerance {cost_tol:g})" if errors else
+              f"error rate {max_rate:.2e} points (tolerance {rate_tol:g}{images})")
+    out(f"\nlargest difference: cost {max_cost:.2e} relative (tolerance {cost_tol:g}{atol}), {second} -> "
+        f"{'AGREE' if ok else 'DIFFER'}")
     if ok or dtype != "float32":
         return ok
     out("float32 runs drift apart by rounding over a long training; float64 tells rounding from a "

@@ -95,11 +95,15 @@ def mnist_sample(directory, force):
                    "largest class id in the masks).")
 @click.option("--ignore-label", type=click.IntRange(min=0), metavar="N",
               help="With --masks: the mask value of pixels that count for nothing (no class; default 255).")
+@click.option("--targets", type=click.Path(exists=True, dir_okay=False), metavar="TARGETS.csv",
+              help="Regression: SOURCE is a folder of volumes (.npy / NIfTI / TIFF) and TARGETS.csv their float "
+                   "targets, a header row naming them (name,omega_m,sigma_8,...) and a row per volume (its file "
+                   "name, then the values); stored as float32 (N, T) (docs/volumes.md).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 def data_convert(source, output, size, resize, stratify, group_by, unlabeled, like, labels, test_fraction,
                  valid_fraction, seed, class_order, class_names, layout, target, test_source, test_target,
                  vocab_size, min_count, src_vocab, tgt_vocab, max_src_len, max_tgt_len, masks, classes, ignore_label,
-                 force):
+                 targets, force):
     """Convert SOURCE to the HDF5 layout of docs/data.md (OUTPUT.h5): a folder with one
     subfolder of PNG/JPEG images per class (needs Pillow: pip install 'distnet[images]'), a
     folder of images or volumes with --masks (per-pixel labels), or an .npz (x_train, y_train,
@@ -116,7 +120,8 @@ def data_convert(source, output, size, resize, stratify, group_by, unlabeled, li
             "--min-count": None if min_count == 1 else min_count, "--src-vocab": src_vocab,
             "--tgt-vocab": tgt_vocab, "--max-src-len": max_src_len, "--max-tgt-len": max_tgt_len}
     with Job("data convert", one_process=True):
-        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names, like, classes):
+        for p in (source, labels, target, test_source, test_target, src_vocab, tgt_vocab, class_names, like, classes,
+                  targets):
             if p is not None and same_file(output, p):   # read while written: never, even with --force
                 raise OutputError(f"output {output} is also an input ({p}); give another OUTPUT")
         refuse_existing(output, "output", force, "give another OUTPUT, or --force to replace it")
@@ -129,7 +134,8 @@ def data_convert(source, output, size, resize, stratify, group_by, unlabeled, li
             info = convert(source, output, size=size, labels=labels, test_fraction=test_fraction,
                            valid_fraction=valid_fraction, seed=seed, layout=layout, class_order=class_order,
                            class_names=class_names, resize=resize, stratify=stratify, unlabeled=unlabeled,
-                           like=like, group_by=group_by, masks=masks, classes=classes, ignore_label=ignore_label)
+                           like=like, group_by=group_by, masks=masks, classes=classes, ignore_label=ignore_label,
+                           targets=targets)
             for note in info.get("notes", ()):
                 click.echo(f"distnet: warning: {note}", err=True)
             click.echo(info["text"] if unlabeled else describe(info))
@@ -139,7 +145,7 @@ def data_convert(source, output, size, resize, stratify, group_by, unlabeled, li
                         ("--layout", layout), ("--class-order", class_order), ("--class-names", class_names),
                         ("--resize", resize), ("--stratify", stratify or None), ("--unlabeled", unlabeled or None),
                         ("--like", like), ("--group-by", group_by), ("--masks", masks), ("--classes", classes),
-                        ("--ignore-label", ignore_label)):
+                        ("--ignore-label", ignore_label), ("--targets", targets)):
             if v is not None:
                 raise OptionError(f"{name} is an option of images; parallel text (--target) takes none")
         if (test_source is None) != (test_target is None):

@@ -94,6 +94,7 @@ _add("distnet.ops.activations", "activation", ["Softmax"], "distnet.activations"
 _add("distnet.ops.costs", "cost", ["CrossEntropy"], "distnet.costs", "neon.transforms.cross_entropy")
 _add("distnet.ops.costs", "cost", ["SumSquaredDiffs"], "distnet.costs", "neon.transforms.sum_squared")
 _add("distnet.ops.costs", "cost", ["SoftmaxCrossEntropy"], "distnet.costs")
+_add("distnet.ops.costs", "cost", ["SumSquared", "MeanSquared"], "distnet.costs", "neon.transforms.cost")
 _add("distnet.ops.pixel_costs", "cost", ["PixelSoftmaxCrossEntropy", "PixelBinaryCrossEntropy", "DiceLoss"],
      "distnet.costs")
 _add("distnet.optim.rules", "learning_rule", ["GradientDescent", "Adam", "AdamW"], "distnet.learning_rules")

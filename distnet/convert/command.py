@@ -12,12 +12,13 @@ from .decode import RESIZE_MODES
 from .images import convert_image_folder, convert_unlabeled
 from .masks import DEFAULT_IGNORE
 from .segmentation import check_mask_options, convert_segmentation
+from .targets import convert_volume_targets
 from .volumes import VOLUME_ONLY, convert_volumes, is_volume_folder
 
 
 def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=0.0, seed=0, layout=None,
             class_order=None, class_names=None, resize=None, stratify=False, unlabeled=False, like=None,
-            group_by=None, masks=None, classes=None, ignore_label=None):
+            group_by=None, masks=None, classes=None, ignore_label=None, targets=None):
     """Dispatch on the source: a folder of images, an ``.npz`` or an ``.npy`` (module docstring).
     ``class_order`` (folders only): ``"text"`` (the default) or ``"numeric"``; ``class_names``
     (arrays only): a text file of one name per line, label 0 first; ``resize`` (folders, with
@@ -26,7 +27,8 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
     repeats); ``group_by`` (folders): a regex naming each image's group, every group in one
     split (:mod:`.groups`); ``masks`` (a folder of images or volumes): their masks' folder,
     ``classes`` a file of the class names, ``ignore_label`` the label of pixels that count for
-    nothing (default 255)."""
+    nothing (default 255); ``targets`` (a folder of volumes): a CSV of float targets per volume
+    (:mod:`.targets`)."""
     for name, v in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= v < 1:
             raise OptionError(f"{name} must be in [0, 1), got {v}")
@@ -39,6 +41,13 @@ def convert(src, out, size=None, labels=None, test_fraction=0.2, valid_fraction=
         raise OptionError("--resize says how --size treats another aspect ratio: give --size HxW with it")
     if like is not None and not unlabeled:
         raise OptionError("--like gives an unlabeled conversion the recipe of a data set: give --unlabeled with it")
+    if targets is not None:
+        return _convert_targets(src, out, targets, (test_fraction, valid_fraction, seed),
+                                {"--masks": masks, "--size": size, "--resize": resize, "--classes": classes,
+                                 "--ignore-label": ignore_label, "--labels": labels, "--layout": layout,
+                                 "--class-order": class_order, "--class-names": class_names,
+                                 "--stratify": stratify or None, "--unlabeled": unlabeled or None,
+                                 "--group-by": group_by})
     if masks is not None:
         return _convert_masked(src, out, masks, size, resize, (test_fraction, valid_fraction, seed), classes,
                                DEFAULT_IGNORE if ignore_label is None else ignore_label,
@@ -99,3 +108,16 @@ def _convert_masked(src, out, masks, size, resize, split_args, classes, ignore_l
         return convert_volumes(src, out, masks, test_fraction, valid_fraction, seed, classes, ignore_label)
     return convert_segmentation(src, out, masks, size, resize, test_fraction, valid_fraction, seed, classes,
                                 ignore_label)
+
+
+def _convert_targets(src, out, targets, split_args, others):
+    """``--targets``: a folder of volumes with a CSV of float targets per volume
+    (:func:`~.targets.convert_volume_targets`); ``others``: ``{option: value}`` it does not take."""
+    given = [k for k, v in others.items() if v is not None]
+    if given:
+        raise OptionError(f"{', '.join(given)}: not options of a conversion with --targets (float targets per "
+                          "volume)")
+    if not os.path.isdir(src) or not is_volume_folder(src):
+        raise OptionError(f"--targets pairs the volumes of a folder (.npy, NIfTI, TIFF stacks) with rows of a CSV; "
+                          f"{src} is not a folder of volumes")
+    return convert_volume_targets(src, out, targets, *split_args)

@@ -37,7 +37,8 @@ def dataset_info(path):
     ``class_names`` (list of ``nclasses`` str; ``"0"``, ``"1"``, ... when the file has none),
     ``named`` (whether the file holds class names), ``counts`` ``{split: (nclasses,) int}``,
     ``attrs`` (the converter's record: ``source``, ``seed``, ``class_order``, ...; those present).
-    Sequences: ``splits`` ``{split: pairs}``, ``src_vocab`` / ``tgt_vocab`` sizes.
+    Sequences: ``splits`` ``{split: pairs}``, ``src_vocab`` / ``tgt_vocab`` sizes. Float targets
+    (``"kind": "targets"``): ``shape``, ``dtype``, ``names``, ``targets`` ``{split: (N, T)}``.
     DataError (naming the file) for a file in neither layout."""
     path = str(path)
     with open_hdf5(path) as f:
@@ -52,6 +53,10 @@ def dataset_info(path):
     ds = HDF5Dataset(path=path)
     shape, nclasses = ds.image_shape, ds.nclasses      # the checks a run makes on the header
     srcs = ds.sources()
+    if ds.regression:
+        return {"path": path, "kind": "targets", "shape": tuple(shape), "dtype": str(srcs["train"].dtype),
+                "names": ds.class_names() or [str(k) for k in range(nclasses)],
+                "targets": {s: np.asarray(srcs[s].labels(), np.float64) for s in SPLITS if s in srcs}}
     if ds.per_pixel:
         counts = {s: pixel_counts(srcs[mask_key(s)], nclasses, ds.ignore_label) for s in SPLITS if s in srcs}
     else:
@@ -86,6 +91,8 @@ def pixel_counts(masks, nclasses, ignore, rows_per_read=64):
 
 def info_lines(info):
     """The lines ``distnet data info`` prints for :func:`dataset_info`'s ``info``."""
+    if info["kind"] == "targets":
+        return target_lines(info)
     splits = ", ".join(f"{s} {n}" for s, n in info["splits"].items())
     if info["kind"] == "sequences":
         return [f"{info['path']}: sequence pairs: {splits}; source vocabulary {info['src_vocab']} tokens, "
@@ -126,6 +133,21 @@ def info_lines(info):
     empty = [str(k) for k in range(info["nclasses"]) if not any(info["counts"][s][k] for s in splits)]
     if empty:
         lines.append(f"label(s) {', '.join(empty)} have no {'pixel' if info.get('masks') else 'image'} in any split")
+    return lines
+
+
+def target_lines(info):
+    """The lines of ``distnet data info`` for a file of float targets: its splits, then the mean
+    and standard deviation of each target per split."""
+    shape, t = info["shape"], info["targets"]
+    kind = "volumes" if len(shape) == 4 else "images"
+    lines = [f"{info['path']}: {', '.join(f'{s} {len(y)}' for s, y in t.items())} {kind} of "
+             f"{'x'.join(map(str, shape))} {info['dtype']}, {len(info['names'])} float targets per sample (regression)"]
+    width = max(6, *(len(n) for n in info["names"]))
+    lines.append(f"{'target':<{width}}  " + "  ".join(f"{s + ' mean':>12}  {s + ' std':>12}" for s in t))
+    for k, name in enumerate(info["names"]):
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{y[:, k].mean():>12.6g}  {y[:, k].std():>12.6g}"
+                                                     for y in t.values()))
     return lines
 
 

@@ -75,8 +75,11 @@ def describe(info):
         ignore = info.get("ignore_label")
         masks = f" with masks ({info['masks']} per {'voxel' if kind == 'volumes' else 'pixel'}" + (
             f", ignore label {ignore})" if ignore is not None else ")")
+    what = "float32 targets per volume" if kind == "volumes" else "float32 targets per image"
     line = (f"wrote {info['path']}: {parts} {kind} of {'x'.join(map(str, info['shape']))} {info['dtype']}{masks}, "
-            f"{len(info['classes'])} classes ({names})")
+            f"{len(info['classes'])} {what if info.get('targets') else 'classes'} ({names})")
+    if info.get("targets"):
+        return line
     folders = info.get("class_order") is not None
     lines = [line] + [info[k] for k in ("resize", "split") if info.get(k)]
     if folders or info["classes"] != [str(k) for k in range(len(info["classes"]))]:

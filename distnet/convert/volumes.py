@@ -121,7 +121,8 @@ def survey_volumes(paths):
     return first[1], first[2]
 
 
-def _volume_reader(dtype):
+def volume_reader(dtype):
+    """``read(path)``: a volume's ``(C, D, H, W)`` array; DataError for NaN or inf in float volumes."""
     def read(path):
         a = np.asarray(read_volume(path))
         if dtype.kind == "f" and not np.isfinite(a).all():
@@ -147,11 +148,11 @@ def convert_volumes(src, out, masks, test_fraction=0.2, valid_fraction=0.0, seed
             raise DataError(f"mask {mask} is {'x'.join(map(str, m.shape))} but its volume {path} is "
                             f"{'x'.join(map(str, shape[1:]))} (D x H x W): a mask has its volume's shape")
         ids.check(m, mask)
-    info = write_pairs(out, src, masks, pairs, (shape, dtype), _volume_reader(dtype), read_volume_mask, ids,
+    info = write_pairs(out, src, masks, pairs, (shape, dtype), volume_reader(dtype), read_volume_mask, ids,
                        (test_fraction, valid_fraction, seed), {})
     info["notes"] = notes
     return info
 
 
 __all__ = ["VOLUME_EXTENSIONS", "VOLUME_ONLY", "convert_volumes", "is_volume_folder", "read_volume", "read_volume_mask",
-           "tiff_pages"]
+           "tiff_pages", "volume_reader"]

@@ -45,14 +45,15 @@ def chunks(spatial):
 
 def write(out, layout, fill, labels, classes, src, seed, test_fraction, valid_fraction, attrs=None, masks=None):
     """Create ``out`` with ``layout`` (split -> (n, (C, *S), dtype)), ``fill(split, dataset)``
-    writing the pixels, ``labels`` (split -> int64 array) and the root attributes ``attrs``;
+    writing the pixels, ``labels`` (split -> int64 array; or float32 targets ``(n, T)`` with
+    ``classes`` None) and the root attributes ``attrs``;
     or, with ``masks`` ``(dtype, fill_masks(split, dataset))``, per-pixel labels ``(n, *S)``
     instead of ``labels`` (None)."""
     import h5py
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise OptionError(f"the output {out} must end in .h5 or .hdf5")
     for s, y in (labels or {}).items():
-        if len(y) and y.max() >= len(classes):
+        if classes is not None and len(y) and y.max() >= len(classes):
             raise DataError(f"{src}: {s} label {int(y.max())} is out of range 0..{len(classes) - 1}")
     check_writable(out, "output")      # a read-only folder says so, not "no room"
     check_space(out, layout, labels or {}, None if masks is None else masks[0])
@@ -69,7 +70,7 @@ def check_space(out, layout, labels, mask_dtype=None):
     need = sum(n * int(np.prod(shape)) * np.dtype(dt).itemsize + n * 64 for n, shape, dt in layout.values())
     if mask_dtype is not None:
         need += sum(n * int(np.prod(shape[1:])) * np.dtype(mask_dtype).itemsize for n, shape, _ in layout.values())
-    need += sum(8 * len(y) for y in labels.values()) + 64 * 1024     # labels, chunk index, header
+    need += sum(np.asarray(y).nbytes for y in labels.values()) + 64 * 1024     # labels, chunk index, header
     folder, free = free_space(out)
     if need > free:
         raise DataError(f"cannot write {out}: it needs about {need / 2**20:.2f} MiB but {folder} has "
@@ -101,8 +102,9 @@ def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fracti
                 masks[1](split, ydset)
             mean, std = channel_stats(f["train/x"])     # read back in blocks: memory stays bounded
             f.attrs[MEAN_ATTR], f.attrs[STD_ATTR] = mean, std
-            f.attrs["nclasses"] = len(classes)
-            f.attrs["class_names"] = [attr_text(str(c)) for c in classes]
+            if classes is not None:     # (float targets: named by the attribute target_names)
+                f.attrs["nclasses"] = len(classes)
+                f.attrs["class_names"] = [attr_text(str(c)) for c in classes]
             f.attrs["distnet_format"] = FORMAT
             f.attrs["source"] = attr_text(os.path.abspath(src))
             f.attrs["seed"] = int(seed)
@@ -114,19 +116,22 @@ def _write_file(h5py, out, layout, fill, labels, classes, src, seed, test_fracti
 
 def summary(path):
     """``{"path", "splits": {split: n}, "shape", "dtype", "classes", "class_order", "mean", "std",
-    "masks", "ignore_label"}`` of a converted file (``class_order``: ``text``/``numeric`` for an
-    image folder, else None; ``masks``: the per-pixel labels' dtype, None for one label per image)."""
+    "masks", "ignore_label", "targets"}`` of a converted file (``class_order``: ``text``/``numeric``
+    for an image folder, else None; ``masks``: the per-pixel labels' dtype, None for one label per
+    image; ``targets``: whether ``y`` holds float targets, ``classes`` then naming them)."""
     import h5py
     with h5py.File(path, "r") as f:
         splits = {s: int(f[f"{s}/x"].shape[0]) for s in ("train", "valid", "test") if s in f}
         shape = tuple(int(d) for d in f["train/x"].shape[1:])
         dtype = str(f["train/x"].dtype)
-        masks = str(f["train/y"].dtype) if f["train/y"].ndim > 1 else None
+        targets = f["train/y"].dtype.kind == "f"
+        masks = str(f["train/y"].dtype) if f["train/y"].ndim > 1 and not targets else None
         ignore = f.attrs.get("ignore_label")
-        classes = [c.decode() if isinstance(c, bytes) else str(c) for c in f.attrs["class_names"]]
+        classes = [c.decode() if isinstance(c, bytes) else str(c)
+                   for c in f.attrs["target_names" if targets else "class_names"]]
         order = f.attrs.get("class_order")
         stats = tuple(np.asarray(f.attrs[a], np.float64) if a in f.attrs else None for a in (MEAN_ATTR, STD_ATTR))
     order = order.decode() if isinstance(order, bytes) else order
     return {"path": str(path), "splits": splits, "shape": shape, "dtype": dtype, "classes": classes,
             "class_order": None if order is None else str(order), "mean": stats[0], "std": stats[1],
-            "masks": masks, "ignore_label": None if ignore is None else int(ignore)}
+            "masks": masks, "ignore_label": None if ignore is None else int(ignore), "targets": targets}

@@ -238,11 +238,13 @@ def _check_checksum(path, data, stored):
 
 def _check_data(path, meta, data):
     """DataError unless the arrays agree with the metadata (dtype, tile shape, N of x and y):
-    labels are int64 ``(N,)``, or per-pixel labels ``(N, *tile)`` of an integer type."""
+    labels are int64 ``(N,)``, float32 targets ``(N, T)``, or per-pixel labels ``(N, *tile)`` of
+    an integer type."""
     bounds = meta["tile"]
     tile = tuple(bounds[i + 1] - bounds[i] for i in range(0, len(bounds), 2))
     for split, (x, y) in data.items():
-        per_image = isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype == np.int64
+        per_image = isinstance(y, np.ndarray) and (y.ndim == 1 and y.dtype == np.int64 or
+                                                    y.ndim == 2 and y.dtype == np.float32)    # targets (N, T)
         per_pixel = isinstance(y, np.ndarray) and y.shape[1:] == tile and y.dtype.kind in "iu"
         ok = (isinstance(x, np.ndarray) and (per_image or per_pixel) and x.ndim == 2 + len(tile)
               and x.shape[0] == y.shape[0] and x.shape[2:] == tile and x.dtype == np.dtype(meta["dtype"]))

@@ -74,5 +74,12 @@ def labels_problem(y, n):
     return f"must be {n} integers, got {y.dtype} {y.shape}{hint}"
 
 
+def label_values(y):
+    """A split's per-sample labels as held and compared: class ids as int64, float targets
+    ``(N, T)`` (regression) as float32, as the converter stores them."""
+    y = np.asarray(y)
+    return y.astype(np.float32, copy=False) if y.dtype.kind == "f" else y.astype(np.int64, copy=False)
+
+
 def _image(index, i):
     return int(index[i]) if index is not None else i

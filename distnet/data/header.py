@@ -12,12 +12,13 @@ arrived, as a :class:`HeldSource` that answers reads as the file would.
 import numpy as np
 
 from ..errors import DataError
+from .checks import label_values
 from .sources import Source, cut
 
 
-def _labels(values, dtype=None):
+def _labels(values):
     """A split's labels as an array; None (per-pixel labels, or a masks' source) stays None."""
-    return None if values is None else np.asarray(values, dtype=dtype)
+    return None if values is None else np.asarray(values)
 
 
 def describe_split(src):
@@ -108,7 +109,7 @@ def header_from_cache(path):
     try:
         header = dict(stored)
         header["image_shape"] = tuple(stored["image_shape"])
-        header["splits"] = {s: (e[0], tuple(e[1]), e[2], _labels(e[3], np.int64))
+        header["splits"] = {s: (e[0], tuple(e[1]), e[2], None if e[3] is None else label_values(e[3]))
                             for s, e in stored["splits"].items()}
         return header
     except (KeyError, TypeError, ValueError, IndexError):

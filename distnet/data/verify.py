@@ -17,6 +17,7 @@ import numpy as np
 
 from ..comm.phase import tick
 from ..errors import ConfigError, DataError
+from .checks import label_values
 from .fingerprints import crc, some_ranks
 from .sources import whole
 
@@ -51,7 +52,7 @@ def digests(sources, index, count):
     pixels of every split, and, on the first reader of a node, of every split's labels."""
     out = {}
     if index == 0:
-        out.update({f"{split} labels": crc(np.asarray(src.labels(), np.int64)) for split, src in sources.items()})
+        out.update({f"{split} labels": crc(label_values(src.labels())) for split, src in sources.items()})
     for k, (split, a, b) in enumerate(chunks(sources)):
         if k % count == index:
             src = sources[split]

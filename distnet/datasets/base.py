@@ -173,6 +173,9 @@ class Dataset:
     #: Whether the labels are per pixel (masks ``(N, *tile)``, :mod:`~distnet.data.pixel_labels`)
     #: rather than one class per image.
     per_pixel = False
+    #: Whether each sample carries float targets ``(T,)`` to regress (``nclasses`` is then ``T``,
+    #: the outputs per sample) rather than class labels.
+    regression = False
     #: The label of pixels that count for nothing (per-pixel labels; None: every pixel counts).
     ignore_label = None
 

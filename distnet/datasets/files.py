@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config.builder import config_error
 from ..data import cache
-from ..data.checks import labels_problem
+from ..data.checks import label_values, labels_problem
 from ..data.fingerprints import crc, sampled_rows, shape_text
 from ..data.header import header_sources
 from ..data.pixel_labels import (LabelStream, check_mask_source, check_mask_values, image_keys, is_mask_key,
@@ -154,7 +154,7 @@ class FileDataset(Dataset):
             part = f"{split_of(key)} masks" if is_mask_key(key) else f"{key} images"
             out.append((part, shape_text(src.shape, src.dtype), crc(pixels)))
             if src.labels() is not None:
-                out.append((f"{key} labels", str(int(src.shape[0])), crc(np.asarray(src.labels(), np.int64))))
+                out.append((f"{key} labels", str(int(src.shape[0])), crc(label_values(src.labels()))))
         return out
 
     @property
@@ -417,8 +417,7 @@ class FileDataset(Dataset):
             raise config_error(self, e.bare_message, e.key) from None
 
     def _labels(self, src, rows):
-        y = np.asarray(src.labels())
-        return y[rows].astype(np.int64)
+        return label_values(np.asarray(src.labels())[rows])
 
     def _in_memory(self, srcs, rows, tile, dtype, scaler):
         """``{split: (x, y)}`` in memory: the ``rows`` of every split read from ``srcs`` (what the
@@ -445,7 +444,7 @@ class FileDataset(Dataset):
         srcs = srcs or self.sources()
         k = self.nclasses
         for split, src in srcs.items():
-            if src.labels() is None:    # per-pixel labels: checked by tile as they are read
+            if src.labels() is None or self.regression:   # per pixel: checked by tile as read; targets: at open
                 continue
             y = np.asarray(src.labels())
             problem = labels_problem(y, src.shape[0])

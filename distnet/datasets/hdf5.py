@@ -6,7 +6,8 @@ The layout (docs/data.md; ``distnet data convert`` writes it)::
                                float type; chunked (1, C, <=128, <=128) by the converter;
                                volumes (N, C, D, H, W)
     /train/y   (N,)            integer class labels 0 .. nclasses-1, or per-pixel labels (masks)
-                               (N, H, W) / (N, D, H, W) of an integer type, chunked like x
+                               (N, H, W) / (N, D, H, W) of an integer type, chunked like x, or
+                               float targets (N, T) to regress (attribute target_names)
     /test/x    (Nt, C, H, W)   same C, H, W as train
     /test/y    (Nt,)           (labels of the same kind as train's)
     /valid/x, /valid/y         optional validation split (same C, H, W)
@@ -39,6 +40,8 @@ from .base import check_path
 from .files import FileDataset
 
 SPLITS_STORED = ("train", "test", "valid")
+#: The root attribute of an HDF5 data set with float targets that names them, one per column.
+TARGETS_ATTR = "target_names"
 
 
 def _dataset(f, name, path):
@@ -91,6 +94,8 @@ def _read_split(f, s, path, splits):
                             f"{x.shape[:1] + x.shape[2:]} (N, {'D, ' * (x.ndim == 5)}H, W), got {y.dtype} {y.shape}")
         splits[mask_key(s)] = ((int(y.shape[0]), 1) + tuple(int(d) for d in y.shape[1:]), y.dtype)
         return None
+    if TARGETS_ATTR in f.attrs:     # float targets (N, T), named by the attribute (one-hot rows are not)
+        return _check_targets(y, s, path, (x.shape[0], len(f.attrs[TARGETS_ATTR])))
     if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != x.shape[0]:
         raise DataError(f"{path}: {s}/y {labels_problem(y[()], x.shape[0])}")
     labels = y[()]
@@ -99,9 +104,34 @@ def _read_split(f, s, path, splits):
     return int(labels.max())
 
 
+def _check_targets(dset, s, path, shape):
+    """A split's float targets ``dset`` ``(N, T)`` (regression; ``shape``: ``N`` samples, ``T``
+    names in the file): every value finite; returns :class:`Targets` ``(T)``."""
+    if dset.ndim != 2 or dset.dtype.kind != "f" or dset.shape != shape:
+        raise DataError(f"{path}: {s}/y must hold the {shape[1]} float targets of each of its {shape[0]} samples "
+                        f"that the attribute {TARGETS_ATTR} names, {shape}, got {dset.dtype} {dset.shape}")
+    y = dset[()]
+    bad = np.argwhere(~np.isfinite(y))
+    if bad.size:
+        raise DataError(f"{path}: {s}/y holds the non-finite target {y[tuple(bad[0])]} (sample {int(bad[0][0])}, "
+                        f"target {int(bad[0][1])}): targets must be finite numbers")
+    return Targets(int(y.shape[1]))
+
+
+class Targets(int):
+    """The number of float targets per sample of a split (what :func:`_read_split` returns for
+    targets ``(N, T)`` in place of the largest class label)."""
+
+
 def _classes(attrs, tops, path):
     """``(nclasses, ignore_label)`` of a file (its root ``attrs``; ``tops``: every split's largest
     label, None for per-pixel labels, which need the attribute ``nclasses``)."""
+    counts = {int(t) for t in tops if isinstance(t, Targets)}
+    if counts:
+        if len(counts) > 1 or not all(isinstance(t, Targets) for t in tops):
+            raise DataError(f"{path}: the splits' y differ in kind (float targets (N, T) of one T, or labels): "
+                            "store them alike")
+        return counts.pop(), None
     nclasses = attrs.get("nclasses")
     if nclasses is None and None in tops:
         raise DataError(f"{path} holds per-pixel labels but no attribute nclasses: set it (f.attrs['nclasses'] = "
@@ -134,10 +164,10 @@ def recipe_text_of(path):
     return None if text is None else text.decode() if isinstance(text, bytes) else str(text)
 
 
-def class_names_of(path):
-    """The ``class_names`` attribute of an HDF5 dataset file (list of str), or None."""
+def class_names_of(path, attr="class_names"):
+    """The ``class_names`` attribute (``attr``) of an HDF5 dataset file (list of str), or None."""
     with open_hdf5(path) as f:
-        names = f.attrs.get("class_names")
+        names = f.attrs.get(attr)
     if names is None:
         return None
     return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
@@ -197,7 +227,8 @@ class HDF5Dataset(FileDataset):
         if shared is not None:      # another rank reads the file (read: root / node)
             self._header_cache = (tuple(shared["image_shape"]), shared["nclasses"],
                                   {s: (e[1], np.dtype(e[2])) for s, e in shared["splits"].items()},
-                                  shared.get("ignore_label"))
+                                  shared.get("ignore_label"),
+                                  np.asarray(shared["splits"]["train"][3]).dtype.kind == "f")
             return self._header_cache
         self.source_files()     # a missing file: at the key's YAML line
         with open_hdf5(self.path) as f:
@@ -211,7 +242,7 @@ class HDF5Dataset(FileDataset):
                     tops.append(_read_split(f, s, self.path, splits))
             nclasses, ignore = _classes(f.attrs, tops, self.path)
         shape = splits["train"][0][1:]
-        self._header_cache = (tuple(int(d) for d in shape), nclasses, splits, ignore)
+        self._header_cache = (tuple(int(d) for d in shape), nclasses, splits, ignore, isinstance(tops[0], Targets))
         return self._header_cache
 
     @property
@@ -228,9 +259,11 @@ class HDF5Dataset(FileDataset):
 
     def class_names(self):
         """The file's ``class_names`` attribute (the converter's class folders or
-        ``--class-names``) when it names every class, else None."""
+        ``--class-names``) when it names every class, else None; for float targets their names
+        (attribute ``target_names``)."""
         shared = self.shared_header()
-        names = shared["class_names"] if shared is not None else class_names_of(self.source_files()[0])
+        names = shared["class_names"] if shared is not None else \
+            class_names_of(self.source_files()[0], TARGETS_ATTR if self.regression else "class_names")
         return names if names is not None and len(names) == self.nclasses else None
 
     def preprocessing(self):
@@ -258,6 +291,11 @@ class HDF5Dataset(FileDataset):
     def per_pixel(self):
         """Whether ``<split>/y`` holds per-pixel labels (masks ``(N, *S)``) rather than one class per image."""
         return mask_key("train") in self._header()[2]
+
+    @property
+    def regression(self):
+        """Whether ``<split>/y`` holds float targets ``(N, T)`` per sample (``nclasses`` is ``T``)."""
+        return self._header()[4]
 
     def file_ignore_label(self):
         """The file's attribute ``ignore_label`` (None: it has none)."""

@@ -119,6 +119,8 @@ class Experiment:
     dist_flag = False
     #: Whether a run names its best epoch (the lowest validation, else test, error rate).
     picks_best_epoch = True
+    #: The metric a checkpoint policy selects on unless its ``monitor`` says (``valid_<metric>``).
+    default_metric = "misclass"
 
     def _run_keys(self, logging, checkpoint, eval_every, watchdog=None, tensorboard=False):
         """The keys of every kind: ``logging``, ``checkpoint``, ``eval_every``, ``watchdog``,

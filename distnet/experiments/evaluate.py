@@ -14,6 +14,7 @@ import numpy as np
 from ..backend import under_seterr_handling
 from ..errors import ConfigError, TrainingError
 from .pixel_metrics import segmentation_lines
+from .regression_metrics import regression_line
 
 
 @dataclass
@@ -94,6 +95,9 @@ def evaluation_lines(result, label=("misclass rate", "%"), max_confusion=20):
     at most ``max_confusion`` classes (else the macro averages alone)."""
     lines = []
     for split, m in result.metrics.items():
+        if "mse" in m:      # a regression: its errors, no rate
+            lines.append(f"{regression_line(split, m, result.class_names)} ({result.counts[split]} samples)")
+            continue
         lines.append(f"{split} set {label[0]}: {result.rates[split]:.5f}{label[1]} ({result.counts[split]} images)")
         if "confusion" not in m:
             continue

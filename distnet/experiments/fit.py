@@ -20,6 +20,7 @@ from ..geometry.grid import resolve_layout
 from ..layers.placement import REPLICATED
 from .base import Experiment, setup_experiment_logging
 from .pixel_metrics import final_fields, segmentation_lines
+from .regression_metrics import REGRESSION_METRICS, final_regression_fields, regression_line, regression_split_metrics
 from .run_notes import note_run_start
 from .threads import setup_threads
 
@@ -265,6 +266,8 @@ class FitExperiment(Experiment):
         """A classifier's one-number metrics (:func:`~distnet.experiments.metrics.metric_names`),
         else the model's own (an Autoencoder's and an RBM's ``reconstruction``)."""
         from .metrics import metric_names
+        if self.model.cost.regresses:
+            return REGRESSION_METRICS
         if self.model.per_pixel:
             return ("cost", "misclass", "pixel_acc", "miou", "dice")
         if self.model.classifies:
@@ -274,7 +277,10 @@ class FitExperiment(Experiment):
     def split_metrics(self, split):
         """Cost, error rate, top-k error rate, per-class accuracy and confusion matrix of a split
         ``(x, labels)`` (:func:`~distnet.experiments.metrics.split_metrics`; collective over the
-        data replicas); a model that does not classify (an Autoencoder, an RBM) gives its own."""
+        data replicas); a regression its errors (:mod:`~distnet.experiments.regression_metrics`); a
+        model that does not classify (an Autoencoder, an RBM) gives its own."""
+        if self.model.cost.regresses:
+            return regression_split_metrics(self.model, *split)
         if not self.model.classifies:
             return self.model.split_metrics(split)
         from .metrics import split_metrics
@@ -293,6 +299,7 @@ class FitExperiment(Experiment):
                   if f"{s}_reconstruction" in record]   # RBM / DBN
         rates += [f"{s} mIoU {record[f'{s}_miou']:.3f}%" for s in self.eval_splits()
                   if f"{s}_miou" in record]             # a per-pixel model
+        rates += [f"{s} mse {record[f'{s}_mse']:.5f}" for s in self.eval_splits() if f"{s}_mse" in record]
         if rates:
             log.info("epoch: %d, %s", record["epoch"], ", ".join(rates))
 
@@ -302,6 +309,8 @@ class FitExperiment(Experiment):
         then (its record; kept in ``result.best_epoch["rates"]``)."""
         if not self.report_errors:
             return
+        if self.model.cost.regresses:
+            return self._final_regression(data, result, log)
         best = best_record(history, result.best_epoch)
         rates = {s: best[f"{s}_misclass"] for s in ("train", "valid", "test") if f"{s}_misclass" in best}
         if rates:
@@ -319,6 +328,23 @@ class FitExperiment(Experiment):
                 if pixels:
                     result.final_metrics.update(final_fields(split, pixels))
                     log.info("%s", segmentation_lines(split, pixels, ())[0])
+
+
+    def _final_regression(self, data, result, log):
+        """A regression's final errors of every split (the last epoch's model): MSE and MAE,
+        overall and per target, kept in the final record (``test_mse``, ...)."""
+        names = self.dataset.class_names()
+        for split in ("train", "valid", "test"):
+            if split in data:
+                m = self.split_metrics(data[split])
+                result.split_images[split] = len(data[split][1])
+                result.final_metrics.update(final_regression_fields(split, m))
+                log.info("%s", regression_line(split, m, names))
+
+    @property
+    def default_metric(self):
+        """The metric a checkpoint policy selects on unless told (``valid_<metric>``)."""
+        return "mse" if self.model.cost.regresses else "misclass"
 
 
 def best_record(history, best):

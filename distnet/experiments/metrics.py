@@ -12,6 +12,7 @@ from ..comm.reduce import allreduce_scalars
 from ..errors import ConfigError, TrainingError
 from ..ops.confusion import confusion_counts, rates, topk_misses
 from .pixel_metrics import pixel_split_metrics
+from .regression_metrics import own_rows
 
 #: With more classes than this, top-5 is measured unless the experiment's ``top_k`` says otherwise.
 DEFAULT_TOP_K = 5
@@ -50,9 +51,7 @@ def split_metrics(model, x, labels, top_k=None):
         return pixel_split_metrics(model, x, labels)
     nclasses = model.layers[-1].out_shape[0]
     n = len(labels)
-    bs = model.batch_size or n
-    mine = (np.concatenate([model.replica_rows(np.arange(i, min(i + bs, n))) for i in range(0, n, bs)])
-            if n else np.zeros(0, dtype=np.int64))
+    mine = own_rows(model, n)
     y = model.predict(x) if n else np.zeros((0, nclasses))
     own = np.asarray(labels)[mine]
     finite = np.isfinite(y).all(axis=1) if len(y) else np.zeros(0, dtype=bool)

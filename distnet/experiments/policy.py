@@ -38,7 +38,7 @@ METRICS = {"cost": (False, "every model"), "misclass": (False, "classifiers"),
            "dice": (True, "per-pixel models"), "reconstruction": (False, "RBM, DBN, Autoencoder"),
            "token_acc": (True, "Seq2Seq"), "seq_acc": (True, "Seq2Seq"),
            "macro_precision": (True, "classifiers"), "macro_recall": (True, "classifiers"),
-           "macro_f1": (True, "classifiers")}
+           "macro_f1": (True, "classifiers"), "mse": (False, "regressions"), "mae": (False, "regressions")}
 #: Fields of the records that hold a list per class (or a matrix), not one number.
 PER_CLASS = ("class_accuracy", "confusion", "class_iou", "class_dice")
 
@@ -175,9 +175,9 @@ class CheckpointPolicy:
         wants = keys.get("keep_best") or keys.get("patience")
         if monitor is None:
             if "valid" in splits:
-                monitor = "valid_misclass"
+                monitor = f"valid_{exp.default_metric}"
             elif keys.get("select_on_test") and "test" in splits:
-                monitor = "test_misclass"
+                monitor = f"test_{exp.default_metric}"
             elif wants:
                 raise ConfigError("checkpoint keep_best and patience select on a validation split, and the data "
                                   "has none; give the dataset a validation split, or set checkpoint "

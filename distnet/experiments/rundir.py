@@ -435,7 +435,7 @@ def read_metrics_file(path):
         if "epoch" in rec and not rec.get("final") and (not isinstance(rec["epoch"], int)
                                                          or isinstance(rec["epoch"], bool)):
             raise DistnetError(f"{path}:{n}: not a metrics record: epoch {rec['epoch']!r} is not a whole number")
-        bad = next((k for k, v in rec.items() if k.endswith("_misclass") and
+        bad = next((k for k, v in rec.items() if k.endswith("_misclass") and v is not None and   # null: not measured
                     (isinstance(v, bool) or not isinstance(v, (int, float)))), None)
         if bad is not None:
             raise DistnetError(f"{path}:{n}: not a metrics record: {bad} {rec[bad]!r} is not a number")

@@ -414,8 +414,8 @@ class Model:
 
     def _targets(self, labels):
         """The one-hot targets ``(N, K)`` of ``labels``, made once per label array; a per-pixel
-        cost reads the labels ``(N, *S)`` themselves."""
-        if self.per_pixel:
+        cost reads the labels ``(N, *S)`` themselves, a regression cost the float targets ``(N, T)``."""
+        if self.per_pixel or self.cost.regresses:
             return labels
         cached = self._one_hot_of
         if cached is None or cached[0] is not labels:
@@ -459,8 +459,8 @@ class Model:
     @property
     def classifies(self):
         """Its outputs are class scores (cost, error rates, top-k, confusion matrix are
-        measured); an Autoencoder's and an RBM's are not."""
-        return self.supervised
+        measured); an Autoencoder's, an RBM's and a regression's (``cost.regresses``) are not."""
+        return self.supervised and not self.cost.regresses
 
     @property
     def per_pixel(self):

@@ -3,7 +3,8 @@
 
 * a **per-image** cost (``CrossEntropy``, ``SoftmaxCrossEntropy``, ``SumSquaredDiffs``): the last
   layer gives a vector ``(K,)``, complete on every rank (replicated); the targets are one-hot
-  rows ``(N, K)`` of the labels;
+  rows ``(N, K)`` of the labels; a regression cost (``MeanSquared``, ``SumSquared``) reads the
+  data set's float targets ``(N, T)`` as they are, ``T`` outputs;
 * a **per-pixel** cost (:mod:`distnet.ops.pixel_costs`): the last layer gives maps ``(K, *S)``
   over the plane of the input images, tiled like them (each rank its tile of every map); the
   targets are the labels of the pixels ``(N, *S)``, tiled alike
@@ -21,6 +22,8 @@ from ..layers.placement import REPLICATED, SPATIAL
 
 #: The per-pixel costs, named in messages.
 PIXEL_COSTS = "PixelSoftmaxCrossEntropy, DiceLoss, PixelBinaryCrossEntropy"
+#: The costs of float targets per sample (regression), named in messages.
+REGRESSION_COSTS = "MeanSquared or SumSquared"
 
 
 def cost_error(model, message, key=None):
@@ -94,7 +97,8 @@ def check_outputs(model, dataset):
     _check_labels(model, dataset)
     if not model.per_pixel:
         if nout != nclasses:
-            raise last.error(f"gives {nout} outputs but the dataset has {nclasses} classes", "nout")
+            what = "targets per sample" if model.cost.regresses else "classes"
+            raise last.error(f"gives {nout} outputs but the dataset has {nclasses} {what}", "nout")
         return
     want = model.cost.output_channels(nclasses)
     if nout != want or (want == 1 and nclasses != 2):
@@ -112,6 +116,12 @@ def _check_labels(model, dataset):
     leaves unlabelled would be a class id out of range for the cost)."""
     name = config_name(model.cost)
     pixels = dataset.per_pixel
+    if dataset.regression != model.cost.regresses:
+        raise cost_error(model, f"the data set gives float targets per sample, but the cost {name} scores class "
+                                f"labels; use {REGRESSION_COSTS}" if dataset.regression else
+                         f"the cost {name} regresses float targets per sample, but the data set gives class labels "
+                         f"per {'pixel' if pixels else 'image'}; give it data with targets (distnet data convert "
+                         "--targets) or a class cost")
     if pixels != model.per_pixel:
         raise cost_error(model, f"the data set gives a label per {'pixel' if pixels else 'image'}, but the cost "
                                 f"{name} is per {'pixel' if model.per_pixel else 'image'}"

@@ -26,6 +26,9 @@ class Cost:
     #: The output it reads, where it matters (a per-pixel cost: ``"logits"`` or
     #: ``"probabilities"``); None: whatever the last layer gives.
     takes = None
+    #: Whether it regresses float targets per sample ``(B, T)`` (a data set's ``targets``) rather
+    #: than scoring class labels.
+    regresses = False
 
     def loss(self, y, t):
         """The batch's summed loss as a Python float (waits for the device)."""
@@ -98,6 +101,33 @@ class SumSquaredDiffs(Cost):
     def grad(self, y, t):
         xp = get_array_module(y, t)
         return y - xp.asarray(t, dtype=y.dtype)
+
+
+class SumSquared(SumSquaredDiffs):
+    """neon's later ``SumSquared``: ``SumSquaredDiffs``' ``1/2 sum (y - t)**2`` on float targets
+    ``t (B, T)`` per sample (regression; ``SumSquaredDiffs`` keeps neon 0.4's one-hot targets)."""
+
+    name = "sum_squared"
+    regresses = True
+
+
+class MeanSquared(Cost):
+    """neon's ``MeanSquared`` on float targets ``t (B, T)`` per sample (regression): per sample
+    ``1/(2T) sum_k (y_k - t_k)**2``, the mean over the ``T`` targets; ``grad = (y - t) / T``.
+    The model divides the summed loss and its gradient by the batch size, so the cost is the
+    mean squared error over the samples and targets, halved as neon's."""
+
+    name = "mean_squared"
+    regresses = True
+
+    def loss_sum(self, y, t):
+        xp = get_array_module(y, t)
+        d = y - xp.asarray(t, dtype=y.dtype)
+        return 0.5 * xp.sum(d * d, dtype="float64") / y.shape[1]
+
+    def grad(self, y, t):
+        xp = get_array_module(y, t)
+        return (y - xp.asarray(t, dtype=y.dtype)) / y.dtype.type(y.shape[1])
 
 
 class SoftmaxCrossEntropy(Cost):

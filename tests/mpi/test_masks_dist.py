@@ -5,14 +5,14 @@ image cut to the tile, bit for bit: 1 rank, 4 (a 2x2 grid; 2 data replicas of a 
 replicas of 1x3), with every rank reading its files (``read: every``) or rank 0 reading for all
 (``root``, ``node``), in memory and streamed. With ``read: every`` each rank's HDF5 reads select
 exactly its tile of the images and the masks (augmented: the reach of its tile; a streamed test
-split, not augmented, its tile)."""
+split, not augmented, its tile). Float targets per volume reach every rank alike."""
 import h5py
 import numpy as np
 import pytest
 
 from distnet.datasets import HDF5Dataset
 from distnet.geometry.partition import coords_of, tile_of
-from tests.tiny import write_masked_data
+from tests.tiny import write_masked_data, write_target_data
 
 MPI_SIZES = (1, 4, 6)
 MPI_TIMEOUT = 600
@@ -82,6 +82,34 @@ def test_tiles_of_images_and_masks_equal_the_one_process_ones(comm, files, read,
                                               err_msg=f"{split} images, epoch {epoch}, grid {grid}")
                 np.testing.assert_array_equal(_dense(y), _dense(wy)[(slice(None),) + inside],
                                               err_msg=f"{split} masks, epoch {epoch}, grid {grid}")
+        comm.Barrier()
+
+
+@pytest.mark.parametrize("read", ["every", "root", "node"])
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_targets_reach_every_rank_of_a_grid_alike(comm, tmp_path_factory, read, in_memory):
+    """Float targets per volume (regression): every rank of a grid (and of a data replica) gets
+    every row's targets, the one-process ones, as float32 (N, T), in the rows' order, whichever
+    rank reads; augmentation moves the voxels and leaves the targets alone."""
+    folder = tmp_path_factory.mktemp("targets") if comm.rank == 0 else None
+    path = comm.bcast(str(write_target_data(folder / "t.h5", SQUARE[3])) if comm.rank == 0 else None)
+    layouts = {1: [(1, (1, 1, 1))], 4: [(1, (2, 2, 1)), (2, (1, 2, 1))], 6: [(1, (1, 2, 3)), (2, (1, 1, 3))]}
+    with h5py.File(path, "r") as f:
+        stored = {s: f[f"{s}/y"][()] for s in ("train", "test")}
+    for ndata, grid in layouts[comm.size]:
+        ds = HDF5Dataset(path=path, in_memory=in_memory, read=read, read_chunk_mb=0.001, valid_fraction=0.2,
+                         dist_flag=True, augment=AUGMENT[3])
+        ref = HDF5Dataset(path=path, in_memory=True, valid_fraction=0.2)
+        assert ds.regression and ds.nclasses == 3 and ds.class_names() == ["t0", "t1", "t2"]
+        tile = tile_of(ds.plane, grid, _position(comm, ndata, grid))
+        got = ds.load(tile=tile, seed=7, dtype=np.float64, rank=comm.rank, size=comm.size, grid=grid)
+        want = ref.load(seed=7, dtype=np.float64)
+        for split, (x, y) in got.items():
+            if split == "train":
+                ds.set_epoch(x, 2)      # augmented voxels; the targets stay
+            assert y.dtype == np.float32 and y.shape == (len(x), 3), (split, y.dtype, y.shape)
+            np.testing.assert_array_equal(y, want[split][1], err_msg=f"{split} targets, grid {grid}")
+        np.testing.assert_array_equal(got["test"][1], stored["test"])    # the file's rows, in order
         comm.Barrier()
 
 

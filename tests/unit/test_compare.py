@@ -20,6 +20,14 @@ def test_costs_agree_uses_absolute_plus_relative_tolerance():
     assert allowance_used(nan, rtol=0.05, atol=0.01) == float("inf") and not costs_agree(nan, 0.05, 0.01)
 
 
+def test_regression_errors_are_held_to_the_cost_tolerance():
+    a = ([1.0], {"test_mse": 0.5, "test_mae": 0.25})
+    rows, _, max_rate = compare_runs(a, ([1.0], {"test_mse": 0.5 + 1e-12, "test_mae": 0.25}))
+    assert [r[0] for r in rows] == ["epoch 0 cost", "test mse", "test mae"] and max_rate == 0.0
+    assert costs_agree(rows, rtol=1e-9, atol=0.0) and not costs_agree(rows, rtol=1e-13, atol=0.0)
+    assert not costs_agree(compare_runs(a, ([1.0], {"test_mse": 0.5}))[0], rtol=1.0, atol=1.0)   # MAE missing
+
+
 def test_missing_epochs_never_agree():
     rows, _, _ = compare_runs(([1.0, 0.5], {}), ([1.0], {}))
     assert not costs_agree(rows, rtol=1.0, atol=1.0)

@@ -100,6 +100,8 @@ def test_selecting_on_test_when_asked():
 
 
 class _Exp:
+    default_metric = "misclass"
+
     def __init__(self, eval_every=1, **keys):
         self.checkpoint_policy = {k: v for k, v in keys.items() if k not in ("path", "every", "at_end")}
         self.checkpoint_path = keys.get("path")

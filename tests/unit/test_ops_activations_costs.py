@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from distnet.ops.activations import Identity, Logistic, RectLin, Softmax, Tanh
-from distnet.ops.costs import EPS, CrossEntropy, SumSquaredDiffs, misclassified
+from distnet.ops.costs import EPS, CrossEntropy, MeanSquared, SumSquared, SumSquaredDiffs, misclassified
 from distnet.testing.backends import make_backend
 from tests.numgrad import check_grad
 
@@ -144,7 +144,19 @@ def test_sum_squared_diffs(B, K, be):
     check_grad(lambda: c.loss(y, t), y, be.to_host(c.grad(yd, td)))
 
 
-@pytest.mark.parametrize("cls", [CrossEntropy, SumSquaredDiffs])
+def test_mean_squared_and_sum_squared_are_neons_on_float_targets(be):
+    """neon's MeanSquared: per sample the mean over the T targets of the halved squared errors,
+    gradient (y - t) / T; SumSquared: SumSquaredDiffs' sum. Both regress float targets."""
+    rng = np.random.default_rng(3)
+    y, t = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    yd, td = be.asarray(y), be.asarray(t)
+    assert MeanSquared().loss(yd, td) == pytest.approx(np.sum(np.mean((y - t) ** 2, axis=1) / 2), rel=1e-12)
+    check_grad(lambda: MeanSquared().loss(y, t), y, be.to_host(MeanSquared().grad(yd, td)))
+    assert SumSquared().loss(yd, td) == SumSquaredDiffs().loss(yd, td)
+    assert MeanSquared.regresses and SumSquared.regresses and not SumSquaredDiffs.regresses
+
+
+@pytest.mark.parametrize("cls", [CrossEntropy, SumSquaredDiffs, MeanSquared])
 def test_cost_float32_grad(cls, be):
     y = be.asarray(np.random.default_rng(0).uniform(0.1, 0.9, size=(3, 4)), np.float32)
     _, t = targets(3, 4)                      # float64 targets must not upcast the gradient

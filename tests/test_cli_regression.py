@@ -1,0 +1,130 @@
+"""Float targets per volume (regression): ``distnet data convert --targets`` writes them, checked
+row by row (one line naming the CSV and its line otherwise); ``MeanSquared`` / ``SumSquared`` on
+them, and a cost that does not fit the data's kind, one line at the cost on every rank."""
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from distnet.convert import convert
+from distnet.datasets import HDF5Dataset
+from distnet.errors import DataError, OptionError
+from distnet.experiments.rundir import read_metrics_file
+from tests.test_cli import ROOT, distnet
+from tests.test_cli_files import one_line_error
+
+HEADER = "name,omega_m,sigma_8"
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory):
+    """A folder of 6 volumes ``(1, 8, 8, 8)`` and their targets (a row per file)."""
+    d = tmp_path_factory.mktemp("targets")
+    (d / "v").mkdir()
+    rng = np.random.RandomState(0)
+    for i in range(6):
+        np.save(d / "v" / f"b{i}.npy", rng.standard_normal((8, 8, 8)).astype(np.float32))
+    rows = [f"b{i}{'.npy' if i % 2 else ''},{0.1 * i},{1 - 0.1 * i}" for i in range(6)]   # with or without .npy
+    return d, rows
+
+
+def _csv(folder, name, lines):
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_targets_are_stored_as_float32_rows_with_their_names(volumes, tmp_path):
+    d, rows = volumes
+    out = tmp_path / "t.h5"
+    info = convert(d / "v", out, targets=_csv(tmp_path, "t.csv", [HEADER] + rows[::-1]), test_fraction=0.34)
+    assert info["targets"] and info["classes"] == ["omega_m", "sigma_8"]
+    with h5py.File(out, "r") as f:
+        got = {s: f[f"{s}/y"][()] for s in ("train", "test")}
+        assert list(f.attrs["target_names"]) == ["omega_m", "sigma_8"] and "nclasses" not in f.attrs
+        # each volume's row: the volume b<i> holds the draw of file i, its targets 0.1 i and 1 - 0.1 i
+        for s, y in got.items():
+            assert y.dtype == np.float32 and y.shape[1] == 2
+            for x, t in zip(f[f"{s}/x"][()], y):
+                i = next(k for k in range(6) if np.array_equal(x[0], np.load(d / "v" / f"b{k}.npy")))
+                np.testing.assert_array_equal(t, np.float32([0.1 * i, 1 - 0.1 * i]))
+    ds = HDF5Dataset(path=str(out))
+    assert ds.regression and ds.nclasses == 2 and ds.class_names() == ["omega_m", "sigma_8"]
+    proc = distnet("data", "info", str(out))
+    assert proc.returncode == 0 and "2 float targets per sample (regression)" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda rows: [HEADER] + rows[1:], "t.csv has no row for 1 volume(s) of"),
+    (lambda rows: [HEADER] + rows + ["b9,1,2"], "t.csv:8: b9 names no volume of"),
+    (lambda rows: [HEADER] + rows[:2] + ["b2,abc,2"] + rows[3:], "t.csv:4: omega_m is 'abc', not a finite number"),
+    (lambda rows: [HEADER] + rows[:3] + ["b3.npy,1"] + rows[4:], "t.csv:5: 1 value(s), but the header names 2 targets"),
+    (lambda rows: [HEADER] + rows[:1] + ["b1.npy,1,inf"] + rows[2:], "t.csv:3: sigma_8 is 'inf', not a finite number"),
+    (lambda rows: [HEADER] + rows + ["b1,1,2"], "t.csv:8: b1 again (line 3)"),
+    (lambda rows: ["name"] + rows, "t.csv:1: the first row names the targets"),
+])
+def test_bad_rows_are_one_line_naming_the_file_and_line(volumes, tmp_path, edit, words):
+    d, rows = volumes
+    with pytest.raises(DataError) as e:
+        convert(d / "v", tmp_path / "t.h5", targets=_csv(tmp_path, "t.csv", edit(rows)))
+    assert words in str(e.value)
+    assert not (tmp_path / "t.h5").exists()
+
+
+def test_targets_take_a_folder_of_volumes_and_no_masks(volumes, tmp_path):
+    d, rows = volumes
+    csv = _csv(tmp_path, "t.csv", [HEADER] + rows)
+    with pytest.raises(OptionError, match="--masks: not options of a conversion with --targets"):
+        convert(d / "v", tmp_path / "t.h5", targets=csv, masks=d / "v")
+    np.save(tmp_path / "a.npy", np.zeros((6, 1, 4, 4), np.float32))
+    with pytest.raises(OptionError, match="is not a folder of volumes"):
+        convert(tmp_path / "a.npy", tmp_path / "t.h5", targets=csv)
+
+
+def _experiment(tmp_path, cost, data):
+    text = (ROOT / "experiments" / "cosmoflow.yaml").read_text()
+    text = text.replace("datasets/cosmo_demo.h5", str(data)).replace("MeanSquared {}", cost)
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_cost_that_does_not_fit_the_data_is_one_line(volumes, tmp_path):
+    d, rows = volumes
+    data = tmp_path / "t.h5"
+    convert(d / "v", data, targets=_csv(tmp_path, "t.csv", [HEADER] + rows), test_fraction=0.34)
+    proc = distnet("run", str(_experiment(tmp_path, "SoftmaxCrossEntropy {}", data)), "--no-run-dir", n=2,
+                   cwd=tmp_path)
+    errors = [line for line in proc.stderr.splitlines() if "distnet: error" in line]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(errors) == 2, proc.stderr   # every rank
+    assert all("exp.yaml:23: the data set gives float targets per sample, but the cost SoftmaxCrossEntropy "
+               "scores class labels; use MeanSquared or SumSquared" in line for line in errors), proc.stderr
+    classes = tmp_path / "c.h5"
+    with h5py.File(classes, "w") as f:
+        for s in ("train", "test"):
+            f[f"{s}/x"] = np.zeros((4, 1, 8, 8, 8), np.float32)
+            f[f"{s}/y"] = np.arange(4) % 2
+    proc = distnet("check", str(_experiment(tmp_path, "SumSquared {}", classes)), cwd=tmp_path)
+    one_line_error(proc, "the cost SumSquared regresses float targets per sample, but the data set gives class "
+                         "labels per image", code=2)
+
+
+def test_a_regression_run_records_and_evaluates_its_errors(volumes, tmp_path):
+    d, rows = volumes
+    data = tmp_path / "t.h5"
+    convert(d / "v", data, targets=_csv(tmp_path, "t.csv", [HEADER] + rows), test_fraction=0.34)
+    exp = _experiment(tmp_path, "MeanSquared {}", data)
+    proc = distnet("run", str(exp), "--set", "model.num_epochs=1", "--set", "model.batch_size=2", cwd=tmp_path,
+                   check=True)
+    run = tmp_path / (proc.stdout + proc.stderr).split("run directory: ")[-1].split()[0]
+    epochs, final = read_metrics_file(run / "metrics.jsonl")
+    assert epochs[0]["test_mse"] == final["test_mse"] and len(final["test_target_mae"]) == 2
+    assert final["test_mse"] == pytest.approx(np.mean(final["test_target_mse"]), rel=1e-12)
+    proc = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), cwd=tmp_path, check=True)
+    assert f"test set mean squared error {final['test_mse']:.6g}" in proc.stdout and "omega_m" in proc.stdout
+    assert "misclass" not in proc.stdout
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
