@@ -37,15 +37,14 @@ def _median_step(run, steps):
 def profile(workload, steps=20, warmup=3, batches=None):
     """``{"fit": per-step fixed cost and per-image cost, "python": cProfile split,
     "transient": tracemalloc peak above the steady state during one step, ...}``."""
-    from benchmarks.workloads import BATCH, DistnetRun
-    from distnet.comm import Topology
+    from benchmarks.workloads import BATCH, DistnetRun, serial_topology
     B = BATCH[workload]
     batches = batches or sorted({B, max(1, B // 2), max(1, B // 4), max(1, B // 10)})
     # 1. fixed cost per step: the intercept of step time against batch size
     times = {}
     for _ in range(2):                      # two interleaved passes: less sensitive to load
         for b in batches:
-            run = DistnetRun(workload, Topology.serial(), batch=b)
+            run = DistnetRun(workload, serial_topology(workload), batch=b)
             for _ in range(warmup):
                 run.step()
             times.setdefault(b, []).append(_median_step(run, steps))
@@ -55,7 +54,7 @@ def profile(workload, steps=20, warmup=3, batches=None):
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     fixed = my - slope * mx
     # 2. cProfile at the workload's batch: Python frames vs C-level calls
-    run = DistnetRun(workload, Topology.serial())
+    run = DistnetRun(workload, serial_topology(workload))
     for _ in range(warmup):
         run.step()
     pr = cProfile.Profile()
@@ -90,9 +89,8 @@ def profile(workload, steps=20, warmup=3, batches=None):
 
 def loop(workload, seconds):
     """Train steps for ``seconds`` (the target process of :func:`gil_fraction`)."""
-    from benchmarks.workloads import DistnetRun
-    from distnet.comm import Topology
-    run = DistnetRun(workload, Topology.serial())
+    from benchmarks.workloads import DistnetRun, serial_topology
+    run = DistnetRun(workload, serial_topology(workload))
     for _ in range(3):
         run.step()
     t0 = time.perf_counter()

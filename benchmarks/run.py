@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 from benchmarks.workloads import BATCH, SHAPES, experiment_path  # noqa: E402
 
 SINGLE = ["mnist_cnn", "bigimage", "gb_pretrain", "gb_train", "local", "resnet"]
-STEPS = {"bigimage": (1, 3), "unet": (2, 8)}   # (warm-up, timed); others: DEFAULT_STEPS
+STEPS = {"bigimage": (1, 3), "unet": (2, 8), "unet3d": (2, 6)}   # (warm-up, timed); others: DEFAULT_STEPS
 DEFAULT_STEPS = (3, 15)
 
 

@@ -84,7 +84,8 @@ def main():
         grid = tuple(int(v) for v in a.grid.split("x"))
         topo = Topology.from_world(grid=grid)
     else:
-        topo = Topology.serial()
+        from benchmarks.workloads import serial_topology
+        topo = serial_topology(a.workload)
     base = rss_bytes()
     from benchmarks.workloads import DistnetRun, synchronizer, torch_twin
     from distnet.comm.traffic import counting

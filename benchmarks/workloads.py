@@ -2,7 +2,7 @@
 same network in PyTorch (weights copied from distnet, so both start from the same point and
 the first-step losses can be compared).
 
-Workloads (float32, NCHW):
+Workloads (float32, NCHW; NCDHW for volumes):
 
 * ``mnist_cnn``: neon's MNIST CNN 20-50-500-10 (experiments/neon_mnist_numpy_cnn-20-50-500-10.yaml),
   batch 100, on the MNIST sample (./datasets);
@@ -18,6 +18,10 @@ Workloads (float32, NCHW):
   two levels, 8/16/32 channels, batch norm, bilinear upsampling and a 2x2 stride-2 transposed
   conv up, skips concatenated, per-pixel softmax cross-entropy, Adam) on 3x512x512, batch 2,
   synthetic images with a label of 4 classes per pixel;
+* ``unet3d``: the 3-D U-Net of benchmarks/experiments/unet3d_bench.yaml (two levels of two 3x3x3
+  convs with batch norm, 8/16/32 channels, 2x2x2 stride-2 transposed convs up, skips
+  concatenated, per-voxel softmax cross-entropy with class weights, Adam) on 1x64x64x64, batch 2,
+  synthetic volumes with a label of 3 classes per voxel;
 * ``local``: a locally-connected layer alone, 1x28x28 -> LF 5x5, 8 maps, batch 100: forward,
   backward (weight gradient) and update with row normalisation.
 
@@ -42,14 +46,17 @@ EXP = {
                "experiments/mnist_resnet_dist.yaml"),
     "unet": ("benchmarks/experiments/unet2d_bench.yaml",
              "benchmarks/experiments/unet2d_bench_dist.yaml"),
+    "unet3d": ("benchmarks/experiments/unet3d_bench.yaml",
+               "benchmarks/experiments/unet3d_bench_dist.yaml"),
 }
 MNIST_SHAPE = (1, 28, 28)
 SHAPES = {"mnist_cnn": MNIST_SHAPE, "bigimage": (3, 256, 256), "gb_pretrain": MNIST_SHAPE,
-          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE, "resnet": MNIST_SHAPE, "unet": (3, 512, 512)}
+          "gb_train": MNIST_SHAPE, "local": MNIST_SHAPE, "resnet": MNIST_SHAPE, "unet": (3, 512, 512),
+          "unet3d": (1, 64, 64, 64)}
 BATCH = {"mnist_cnn": 100, "bigimage": 16, "gb_pretrain": 100, "gb_train": 100, "local": 100, "resnet": 100,
-         "unet": 2}
+         "unet": 2, "unet3d": 2}
 #: Workloads whose labels are a class per pixel ``(N, H, W)`` (the others: a class per image).
-PER_PIXEL = {"unet": 4}
+PER_PIXEL = {"unet": 4, "unet3d": 3}
 BACKENDS = ("cpu", "gpu")
 
 
@@ -72,18 +79,24 @@ def synchronizer(framework, backend):
     return lambda: cupy.cuda.get_current_stream().synchronize()
 
 
+def serial_topology(workload):
+    """The one-process topology of ``workload``'s number of spatial axes."""
+    from distnet.comm import Topology
+    return Topology.serial(len(SHAPES[workload]) - 1)
+
+
 def experiment_path(workload, dist=False):
     single, distributed = EXP[workload]
     return os.path.join(ROOT, distributed if dist else single)
 
 
 def global_data(workload, nbatches=2):
-    """``(x, labels)`` for ``nbatches`` minibatches: float32 ``(N, C, H, W)``, int ``(N,)`` (a
-    per-pixel workload: int64 ``(N, H, W)``). MNIST workloads read the sample in ./datasets
+    """``(x, labels)`` for ``nbatches`` minibatches: float32 ``(N, C, *S)``, int ``(N,)`` (a
+    per-pixel workload: int64 ``(N, *S)``). MNIST workloads read the sample in ./datasets
     (written by ``distnet data mnist-sample``)."""
     B = BATCH[workload]
     n = B * nbatches
-    if workload in ("bigimage", "unet"):
+    if workload in ("bigimage",) + tuple(PER_PIXEL):
         rng = np.random.RandomState(0)
         x = rng.uniform(0, 1, (n,) + SHAPES[workload]).astype(np.float32)
         if workload in PER_PIXEL:
@@ -117,10 +130,10 @@ class DistnetRun:
         for layer in model.layers:   # a graph keeps the model's choice (no reuse: shared arrays)
             layer.reuse_buffers = reuse_buffers and model.graph.is_chain
         x, labels = global_data(workload, nbatches=max(2, -(-2 * B // BATCH[workload])))   # >= 2 steps
-        t = tile_of(SHAPES[workload][1:], topology.grid, topology.coords)
-        self.x = np.ascontiguousarray(x[:, :, t.y0:t.y1, t.x0:t.x1])
+        box = tuple(slice(a, b) for a, b in tile_of(SHAPES[workload][1:], topology.grid, topology.coords).spans)
+        self.x = np.ascontiguousarray(x[(slice(None), slice(None)) + box])
         if workload in PER_PIXEL:   # this rank's tile of the label maps
-            self.t = np.ascontiguousarray(labels[:, t.y0:t.y1, t.x0:t.x1])
+            self.t = np.ascontiguousarray(labels[(slice(None),) + box])
         else:
             self.t = np.zeros((len(labels), 10), np.float32)
             self.t[np.arange(len(labels)), labels] = 1
@@ -206,7 +219,7 @@ def torch_twin(workload, device="cpu"):
         # PyTorch's cuDNN convolutions would otherwise use TF32 on Ampere and newer GPUs
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
-    run = DistnetRun(workload, Topology.serial(), reuse_buffers=False)
+    run = DistnetRun(workload, serial_topology(workload), reuse_buffers=False)
     model = run.model
     if not model.graph.is_chain:
         return _torch_graph(run, device, torch, F, T=lambda a: torch.from_numpy(
@@ -349,7 +362,7 @@ def torch_twin(workload, device="cpu"):
 
 def _torch_graph(run, device, torch, F, T):
     """The step of a distnet graph model (ResNet: conv, batch norm, Add/Concat, global average
-    pooling, FC; U-Net: max pooling, bilinear upsampling, transposed conv) in PyTorch, run in the
+    pooling, FC; U-Net: max pooling, bilinear upsampling, transposed conv; images or volumes) in PyTorch, run in the
     graph's order with its ``sources``; Adam or SGD at the learning rule's rate (distnet's
     schedule is 1 in the first epoch); softmax cross-entropy (per pixel: PyTorch's mean over the
     labelled pixels, as distnet's PixelSoftmaxCrossEntropy)."""
@@ -357,6 +370,7 @@ def _torch_graph(run, device, torch, F, T):
                                 MaxPoolingLayer, UpsampleLayer)
     from distnet.layers.batchnorm import BatchNormLayer
     from distnet.layers.global_pool import GlobalAveragePoolingLayer
+    from distnet.ops.pixel_costs import PixelSoftmaxCrossEntropy
     model = run.model
     acts = {"rectlin": torch.relu, "identity": lambda z: z, "tanh": torch.tanh, "logistic": torch.sigmoid}
 
@@ -364,29 +378,33 @@ def _torch_graph(run, device, torch, F, T):
         a = getattr(layer, "activation", None)
         return acts[a.name] if a is not None else acts["identity"]
 
+    nd = len(model.layers[0].in_shape) - 1          # spatial axes: 2 (images) or 3 (volumes)
+    conv, deconv = getattr(torch.nn, f"Conv{nd}d"), getattr(torch.nn, f"ConvTranspose{nd}d")
+    max_pool, norm = getattr(F, f"max_pool{nd}d"), getattr(torch.nn, f"BatchNorm{nd}d")
+    linear = {1: "linear", 2: "bilinear", 3: "trilinear"}[nd]
     mods, fns = torch.nn.ModuleList(), []
     for layer in model.layers:
         a = act(layer)
         if isinstance(layer, ConvLayer):
-            c = torch.nn.Conv2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
-                                layer.padding, bias=False, device=device)
+            c = conv(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
+                     layer.padding, bias=False, device=device)
             c.weight.data = T(layer.W)
             mods.append(c)
             fns.append(lambda x, c=c, a=a: a(c(x)))
         elif isinstance(layer, DeconvLayer):   # W is PyTorch's (C, K, *f) already
-            c = torch.nn.ConvTranspose2d(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
-                                         layer.padding, bias=False, device=device)
+            c = deconv(layer.in_shape[0], layer.nofm, layer.fshape, layer.stride,
+                       layer.padding, bias=False, device=device)
             c.weight.data = T(layer.W)
             mods.append(c)
             fns.append(lambda x, c=c, a=a: a(c(x)))
         elif isinstance(layer, MaxPoolingLayer):
-            fns.append(lambda x, l=layer: F.max_pool2d(x, l.fshape, l.stride, l.padding))
+            fns.append(lambda x, l=layer: max_pool(x, l.fshape, l.stride, l.padding))
         elif isinstance(layer, UpsampleLayer):
-            mode = "bilinear" if layer.mode == "linear" else "nearest"
+            mode = linear if layer.mode == "linear" else "nearest"
             fns.append(lambda x, f=layer.factor, m=mode: F.interpolate(
-                x, scale_factor=f, mode=m, **({"align_corners": False} if m == "bilinear" else {})))
+                x, scale_factor=f, mode=m, **({"align_corners": False} if m != "nearest" else {})))
         elif isinstance(layer, BatchNormLayer):
-            cls = torch.nn.BatchNorm2d if len(layer.in_shape) == 3 else torch.nn.BatchNorm1d
+            cls = norm if len(layer.in_shape) > 1 else torch.nn.BatchNorm1d
             bn = cls(layer.in_shape[0], eps=layer.eps, momentum=layer.momentum, device=device)
             mods.append(bn)
             fns.append(lambda x, bn=bn, a=a: a(bn(x)))
@@ -395,7 +413,7 @@ def _torch_graph(run, device, torch, F, T):
         elif isinstance(layer, ConcatLayer):
             fns.append(lambda xs: torch.cat(xs, 1))
         elif isinstance(layer, GlobalAveragePoolingLayer):
-            fns.append(lambda x: x.mean(dim=(2, 3)))
+            fns.append(lambda x: x.mean(dim=tuple(range(2, x.ndim))))
         elif isinstance(layer, FullyConnectedNoBiasLayer):
             lin = torch.nn.Linear(layer.nfeat, layer.nout, bias=layer.has_bias, device=device)
             lin.weight.data = T(layer.W)
@@ -405,6 +423,8 @@ def _torch_graph(run, device, torch, F, T):
             fns.append(lambda x, lin=lin, a=a: a(lin(x.reshape(x.shape[0], -1))))
         else:
             raise TypeError(f"no torch twin for {type(layer).__name__}")
+    weights = model.cost.class_weights if isinstance(model.cost, PixelSoftmaxCrossEntropy) else None
+    weight = None if weights is None else T(weights)
     rule = model.learning_rule
     if hasattr(rule, "beta1"):
         opt = torch.optim.Adam(mods.parameters(), lr=rule.learning_rate, betas=(rule.beta1, rule.beta2),
@@ -428,7 +448,7 @@ def _torch_graph(run, device, torch, F, T):
             vals.append(f(ins if multi[k] else ins[0]))
         if t.ndim > 1 and t.ndim == vals[-1].ndim - 1:   # class ids per pixel (not one-hot rows): the mean
             # over labelled pixels, reported per image as distnet's
-            loss = F.cross_entropy(vals[-1], t, ignore_index=255)
+            loss = F.cross_entropy(vals[-1], t, weight=weight, ignore_index=255)
             loss.backward()
             loss = loss * x.shape[0]
         else:

@@ -12,11 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("workload", ["mnist_cnn", "local", "resnet", "unet"])
+@pytest.mark.parametrize("workload", ["mnist_cnn", "local", "resnet", "unet", "unet3d"])
 def test_twin_loss_equals_distnet(workload):
     import benchmarks.workloads as workloads
-    from distnet.comm import Topology
 
     twin = workloads.torch_twin(workload)
-    ours = workloads.DistnetRun(workload, Topology.serial())
+    ours = workloads.DistnetRun(workload, workloads.serial_topology(workload))
     assert math.isclose(float(twin()), float(ours.step()), rel_tol=1e-5)

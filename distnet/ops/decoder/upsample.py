@@ -165,21 +165,61 @@ def _along(w, axis, nd):
     return w.reshape((-1,) + (1,) * (nd - 1 - axis))
 
 
+def _runs(ok):
+    """``[(start, stop), ...]``: the maximal runs of positions ``start .. stop - 1`` in which
+    ``ok[j]`` holds for every ``start < j < stop`` (``ok (n,)`` bool, numpy; ``ok[0]`` unused),
+    covering ``0 .. n - 1`` in order."""
+    breaks = np.flatnonzero(~ok[1:]) + 1
+    edges = [0] + breaks.tolist() + [len(ok)]
+    return [(b, e) for b, e in zip(edges[:-1], edges[1:]) if e > b]
+
+
+def _steps(index, step):
+    """``(n,)`` bool: ``index[j] - index[j - 1] == step`` (``[0]``: True)."""
+    return np.concatenate([[True], np.diff(index) == step])
+
+
+def _at(nd, axis, where):
+    """The index of ``where`` (a slice or an index array) along spatial ``axis``."""
+    return (slice(None),) * (2 + axis) + (where,)
+
+
+def _interpolate_axis(xp, y, axis, f, length, a, o0, m):
+    """One axis of :func:`linear_fprop`: the outputs ``o0 .. o0 + m - 1`` along spatial ``axis``
+    of the chunk ``y`` (inputs from ``a`` on), ``take(i0) * l0 + take(i1) * l1``. The outputs of
+    one phase ``o mod f`` read consecutive inputs with the same weights away from the borders:
+    those are two slices times two numbers, the same products and sum as gathering them."""
+    nd = y.ndim - 2
+    out = xp.empty(y.shape[:2 + axis] + (m,) + y.shape[3 + axis:], dtype=y.dtype)
+    i0, i1, r = linear_weights(f, length, o0 + np.arange(m))
+    l0, l1 = _weights(np, y.dtype, r, f)
+    for p in range(min(f, m)):
+        q = np.arange(p, m, f)
+        ok = _steps(i0[q], 1) & _steps(i1[q], 1) & np.concatenate([[True], r[q][1:] == r[q][:-1]])
+        for b, e in _runs(ok):
+            j = q[b]
+            if e - b < 4:        # a border: gathered
+                qs = q[b:e]
+                out[_at(nd, axis, xp.asarray(qs))] = (xp.take(y, xp.asarray(i0[qs] - a), axis=2 + axis) * _along(xp.asarray(l0[qs]), axis, nd)
+                                          + xp.take(y, xp.asarray(i1[qs] - a), axis=2 + axis) * _along(xp.asarray(l1[qs]), axis, nd))
+                continue
+            dst = out[_at(nd, axis, slice(j, q[e - 1] + 1, f))]
+            s0, s1 = i0[j] - a, i1[j] - a
+            xp.multiply(y[_at(nd, axis, slice(s0, s0 + e - b))], l0[j], out=dst)
+            dst += y[_at(nd, axis, slice(s1, s1 + e - b))] * l1[j]
+    return out
+
+
 @dispatch.op
 def linear_fprop(x, factor, section=None):
     """Linear upsampling (module docstring) of ``x (B, C, *n)`` for the outputs of ``section``:
     ``(B, C, *out_shape)``. Per axis, last first: ``take(i0) * l0 + take(i1) * l1``."""
     xp = get_array_module(x)
     s = _section(x.shape, factor, section, _linear_reads)
-    nd = x.ndim - 2
     y = x
-    for d in reversed(range(nd)):
-        f, length, a, o0, m = factor[d], *(t[d] for t in _axes(s))
-        i0, i1, r = linear_weights(f, length, o0 + np.arange(m))
-        l0, l1 = _weights(xp, x.dtype, r, f)
-        y = (xp.take(y, xp.asarray(i0 - a), axis=2 + d) * _along(l0, d, nd)
-             + xp.take(y, xp.asarray(i1 - a), axis=2 + d) * _along(l1, d, nd))
-    return xp.ascontiguousarray(y)
+    for d in reversed(range(x.ndim - 2)):
+        y = _interpolate_axis(xp, y, d, factor[d], *(t[d] for t in _axes(s)))
+    return y
 
 
 @linear_fprop.kernel(when=_takes(cuda_upsample.LINEAR_FPROP))
@@ -201,23 +241,36 @@ def _adjoint_axis(xp, g, axis, f, length, a, o0, n):
     ``axis``) -> the ``n`` chunk inputs from ``a`` on. Input ``i`` adds, for each of its
     :func:`slots` ``k`` (output ``o = start(i - 1) + k``), ``g[o] * w0`` then ``g[o] * w1``,
     ``w0 = l0`` if ``i0(o) == i`` else 0, ``w1`` likewise, from 0; outputs outside the section
-    read 0."""
+    read 0. Away from the borders input ``i + 1`` reads the outputs ``f`` further on with the same
+    weights: there each slot is a strided slice of ``g`` times a number, and a weight of 0 adds
+    nothing (nor does it at the borders: its terms are left out there too)."""
     gi = a + np.arange(n)
     lo = np.where(gi >= 2, (gi - 1) * f + f // 2, 0)
-    m = g.shape[2 + axis]
-    pad = [(0, 0)] * g.ndim
-    pad[2 + axis] = (0, 1)
-    gp = xp.pad(g, pad)                                    # index m: a zero
-    nd = g.ndim - 2
-    out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    m, nd = g.shape[2 + axis], g.ndim - 2
+    terms, ok = [], np.ones(n, bool)
     for k in range(slots(f)):
         o = lo + k
         i0, i1, r = linear_weights(f, length, o)
         l0, l1 = _weights(np, g.dtype, r, f)
-        w0, w1 = (xp.asarray(np.where(j == gi, w, 0).astype(g.dtype)) for j, w in ((i0, l0), (i1, l1)))
-        v = xp.take(gp, xp.asarray(np.where((o >= o0) & (o < o0 + m), o - o0, m)), axis=2 + axis)
-        out += v * _along(w0, axis, nd)
-        out += v * _along(w1, axis, nd)
+        inside = (o >= o0) & (o < o0 + m)
+        w0, w1 = (np.where((j == gi) & inside, w, 0).astype(g.dtype) for j, w in ((i0, l0), (i1, l1)))
+        idx = np.where(inside, o - o0, 0)
+        terms.append((idx, w0, w1))
+        ok &= (_steps(idx, f) & np.concatenate([[True], (w0[1:] == w0[:-1]) & (w1[1:] == w1[:-1])]))
+    out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    for b, e in _runs(ok):
+        dst = out[_at(nd, axis, slice(b, e))]
+        for idx, w0, w1 in terms:
+            if e - b < 4:        # a border: gathered, a weight per input
+                if (w0[b:e] != 0).any() or (w1[b:e] != 0).any():
+                    v = xp.take(g, xp.asarray(idx[b:e]), axis=2 + axis)
+                    dst += v * _along(xp.asarray(w0[b:e]), axis, nd)
+                    dst += v * _along(xp.asarray(w1[b:e]), axis, nd)
+                continue
+            v = g[_at(nd, axis, slice(idx[b], idx[e - 1] + 1, f))]
+            for w in (w0[b], w1[b]):
+                if w != 0:
+                    dst += v * w
     return out
 
 
@@ -230,7 +283,7 @@ def linear_bprop(dy, factor, x_shape, section=None):
     g = dy
     for d in range(len(x_shape) - 2):
         g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d])
-    return xp.ascontiguousarray(g)
+    return g
 
 
 @linear_bprop.kernel(when=_takes(cuda_upsample.LINEAR_BPROP))
