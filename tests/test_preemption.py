@@ -119,6 +119,25 @@ def test_sigusr1_then_resume_auto_on_one_process(long_exp, tmp_path):
     assert info["status"] == "finished" and [a["status"] for a in info["attempts"]] == ["preempted"]
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_sigusr1_during_the_start_up_ends_the_job_as_preempted(long_exp, tmp_path, ranks):
+    """A SIGUSR1 that reaches a rank while it imports (before the run knows its experiment takes
+    that signal) used to kill the rank; it is kept, and delivered once the handlers are in place:
+    the job ends as preempted in its start-up, exit 75."""
+    shutil.copy(long_exp / ("single.yaml" if ranks == 1 else "dist.yaml"), tmp_path / "exp.yaml")
+    shutil.copy(long_exp / "data.h5", tmp_path)
+    code = ("import os, signal, sys; sys.argv = ['distnet', 'run', 'exp.yaml', '-q', '--run-dir', 'job']; "
+            "import distnet.cli; "
+            "os.environ.get('PMI_RANK', '1') == '1' and os.kill(os.getpid(), signal.SIGUSR1); "
+            "from distnet.cli.main import main; main()")
+    cmd = [sys.executable, "-c", code]
+    if ranks > 1:
+        cmd = [mpiexec_path(), "-n", str(ranks)] + cmd
+    rc, err = _end(_start(cmd, tmp_path))
+    assert rc == 75, err
+    assert re.search(r"preempted by SIGUSR1.*in start-up", err), err
+
+
 def test_a_second_signal_ends_at_once_and_the_previous_checkpoint_stays_whole(long_exp, tmp_path):
     """The rank that should write the checkpoint never reaches its next step (it hangs): a
     second SIGUSR1 ends the job at once with 128 + 10, and the epoch's checkpoint is whole."""

@@ -159,8 +159,10 @@ def _guard(job, exp, writes_checkpoints):
     """Every rank, as soon as it has rank 0's experiment: the watchdog starts (``watchdog``:
     it covers the whole run from here), and the experiment's ``checkpoint.on_signal`` signals
     ask for a checkpoint from now on (a run that writes none ends at once on them, as on
-    Ctrl-C). Returns the watchdog (None without one)."""
+    Ctrl-C); one that came during the start-up is delivered now. Returns the watchdog (None
+    without one)."""
     from ..comm.signals import handle_preemption_signals, preempt_on
+    from . import replay_deferred
     watchdog = None
     if exp.watchdog:
         from ..comm.watchdog import Watchdog
@@ -168,6 +170,7 @@ def _guard(job, exp, writes_checkpoints):
     if writes_checkpoints and exp.checkpoint_on_signal:
         preempt_on(exp.checkpoint_on_signal, exp.checkpoint_grace, job.comm)
         handle_preemption_signals(exp.checkpoint_on_signal)
+    replay_deferred()          # a preemption signal of the start-up, now that a handler may take it
     return watchdog
 
 
