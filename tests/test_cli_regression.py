@@ -194,9 +194,9 @@ def test_plot_draws_the_errors_of_a_regression(trained):
     assert "regression error" in err_ax.get_title() and "misclassification" not in err_ax.get_title()
     for want in ("test mean squared error", "train mean absolute error", "test mean squared error (final)"):
         assert any(label.endswith(want) for label in labels), labels
-    epochs, final = read_metrics_file(run / "metrics.jsonl")
-    final_mse = next(line for line in err_ax.get_lines() if line.get_label().endswith("test mean squared error (final)"))
-    assert list(final_mse.get_ydata()) == [final["test_mse"]]
+    _, final = read_metrics_file(run / "metrics.jsonl")
+    final_mse = [line.get_ydata()[0] for line in err_ax.get_lines() if line.get_label().endswith("error (final)")]
+    assert final_mse == [final["test_mse"], final["train_mse"]]
     proc = distnet("plot", str(run), "-o", str(tmp / "plot.png"), cwd=tmp, check=True)
     assert (tmp / "plot.png").read_bytes()[:4] == b"\x89PNG", proc.stderr
 

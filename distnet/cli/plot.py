@@ -8,8 +8,9 @@ error rates measured during training (test in the run's own dash, train dashed, 
 dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
 triangle for train, a diamond for validation, at the last epoch); a dotted vertical line marks
 each run's best epoch (both panels). A regression's error panel draws the mean squared error of
-every evaluated split and the final ones instead (the mean absolute error thin and dotted). Where the runs recorded per-class accuracies
-(``eval_every``), a panel draws them per class, by the class names of ``run.json``. Runs of a
+every evaluated split and the final ones instead (the mean absolute error thin and dotted).
+Where the runs recorded per-class accuracies (``eval_every``), a panel draws them per class, by
+the class names of ``run.json``. Runs of a
 per-pixel model add a panel of the mean IoU of every evaluated split (the splits' styles of the
 error panel) and the final ones, with the mean Dice thin and dotted. Runs that agree (dist vs
 non-dist) draw on top of each other; every run has its own marker and dash pattern, so each
