@@ -170,7 +170,7 @@ def predict_images(exp, read_images, prepare=None):
                           "every pixel (a per-pixel cost); distnet predict -o OUT_DIR/ writes its masks")
     if exp.model.cost.regresses:
         raise ConfigError("this model regresses float targets (a MeanSquared or SumSquared cost): it has no "
-                          "class probabilities; its predicted values are predict_values'")
+                          "class probabilities (predict_values gives its predicted targets)")
     full = model_outputs(exp, read_images, prepare, "probabilities")
     full = exp.model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
     return full, full.argmax(axis=1)
