@@ -262,8 +262,9 @@ def _draw_split_pairs(ax, runs, main, thin):
               show_default=True, help="The PNG file to write.")
 @click.option("--title", help="A title over both panels.")
 def plot(runs, output, title):
-    """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
-    JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    """Draw the cost and error curves (error rates; a regression's mean squared and absolute
+    errors) of RUN_DIR... (run directories, or metrics JSON-lines files from --metrics) into one
+    PNG, e.g. a dist and a non-dist run together."""
     with Job("plot", one_process=True):
         plot_runs(list(runs), output, title)
     click.echo(output)
