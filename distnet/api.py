@@ -5,6 +5,9 @@
     result = model.predict(["new_pics/bars/000.png", "photo.jpg"])   # or a folder, or an array
     result.classes, result.probabilities         # class names per image, (N, K) probabilities
 
+A regression (a ``MeanSquared`` or ``SumSquared`` cost) gives ``values`` ``(N, T)`` float64, the
+predicted targets named by ``target_names``, what ``distnet predict`` writes for it.
+
 A per-pixel model (segmentation, 2-D or 3-D) gives the masks ``labels`` ``(N, H, W)`` (volumes:
 ``(N, D, H, W)``) uint8 and ``probabilities`` ``(N, K, H, W)`` float32, what ``distnet predict -o
 OUT_DIR/ --probabilities OUT.h5`` writes.
@@ -45,7 +48,9 @@ class Predictions:
     or None where the training data named none), ``files`` (the pictures' names, None for an
     array), ``true_classes`` (per picture its class folder, None where it is in none; None for
     an array), ``skipped`` ``[(file,
-    reason)]`` (``skip_bad``) and ``converted`` (files whose channel count was converted)."""
+    reason)]`` (``skip_bad``) and ``converted`` (files whose channel count was converted). A
+    regression's: ``values`` ``(N, T)`` float64 (column ``t``: target ``t``) and ``target_names``
+    (T names, or None), its ``labels``, ``probabilities`` and ``class_names`` None."""
 
     labels: np.ndarray
     probabilities: np.ndarray
@@ -54,21 +59,31 @@ class Predictions:
     true_classes: list = None
     skipped: list = field(default_factory=list)
     converted: list = field(default_factory=list)
+    values: np.ndarray = None
+    target_names: list = None
 
     def __len__(self):
-        return len(self.labels)
+        return len(self.labels if self.values is None else self.values)
 
     @property
     def classes(self):
         """The predicted class of every image: its name, or its label as text without names
         (a classifier's; a per-pixel model's ``labels`` index ``class_names`` per pixel)."""
+        if self.values is not None:
+            raise ValueError("a regression model's predictions are values per target (values, named by "
+                             "target_names), not classes")
         if self.labels.ndim > 1:
             raise ValueError("a per-pixel model's predictions have a class per pixel (labels), not per image")
         return [self.class_names[k] if self.class_names else str(k) for k in self.labels.tolist()]
 
     def rows(self):
         """One dict per image: ``file`` (pictures), ``label``, ``class``, ``true_class`` (a
-        folder per class) and the probability of every class by name (``p_<name>``)."""
+        folder per class) and the probability of every class by name (``p_<name>``); a
+        regression's: ``file`` and the value of every target by name (``t0``, ... without names)."""
+        if self.values is not None:
+            names = self.target_names or [f"t{k}" for k in range(self.values.shape[1])]
+            return [dict({"file": self.files[i]} if self.files is not None else {}, **dict(zip(names, v)))
+                    for i, v in enumerate(self.values.tolist())]
         names = self.class_names or [str(k) for k in range(self.probabilities.shape[1])]
         out = []
         for i, (label, p) in enumerate(zip(self.labels.tolist(), self.probabilities.tolist())):
@@ -84,7 +99,8 @@ class Predictions:
 class Model:
     """A trained model (made by :func:`load`): the experiment the checkpoint keeps, built on one
     process with the checkpoint's weights. Attributes: ``checkpoint`` (the file), ``epoch`` (the
-    epoch it closed, 0-based), ``class_names``, ``image_shape`` ``(C, H, W)``, ``preprocessing``
+    epoch it closed, 0-based), ``class_names`` (None for a regression), ``target_names`` (a
+    regression's, else None), ``image_shape`` ``(C, H, W)``, ``preprocessing``
     (the training's, a dict: :mod:`distnet.experiments.preprocessing`), ``experiment`` (the
     built experiment object) and ``chosen`` (how a run directory was resolved)."""
 
@@ -107,15 +123,20 @@ class Model:
                             "the experiment and its data file instead")
         self.experiment = load_experiment(state.config.get("source") or "experiment", text=text, gpu_as_cpu=cpu)
         self.image_shape = tuple(int(d) for d in self.preprocessing["image_shape"])
-        self.class_names = self.preprocessing.get("class_names")
         self.experiment.setup(Topology.serial(len(self.image_shape) - 1), image_shape=self.image_shape)
         self.epoch = self.experiment.restore(self.checkpoint).epoch
+        # a regression's data names its targets where a classifier's names its classes
+        names = self.preprocessing.get("class_names")
+        self.regression = bool(self.experiment.model.cost.regresses)
+        self.class_names, self.target_names = (None, names) if self.regression else (names, None)
 
     def __repr__(self):
-        names = ", ".join(self.class_names) if self.class_names else f"{self.nclasses} classes"
+        names = self.target_names if self.regression else self.class_names
+        kind = "targets" if self.regression else "classes"
+        names = ", ".join(names) if names else f"{self.nclasses} {kind}"
         what = "volumes" if len(self.image_shape) == 4 else "images"
         return (f"<distnet model {self.checkpoint}: epoch {self.epoch}, {what} "
-                f"{'x'.join(map(str, self.image_shape))}, classes {names}>")
+                f"{'x'.join(map(str, self.image_shape))}, {kind} {names}>")
 
     @property
     def nclasses(self):
@@ -130,8 +151,9 @@ class Model:
         array ``(N, C, D, H, W)`` (one volume: ``(C, D, H, W)``). Pictures that cannot be used
         (unreadable, another channel count, another size where the training resized none) are
         one DataError naming them all, or left out with ``skip_bad`` (listed in ``skipped``);
-        ``convert_channels`` converts another channel count (listed in ``converted``)."""
-        from .experiments.evaluate import predict_images
+        ``convert_channels`` converts another channel count (listed in ``converted``). A
+        regression's :class:`Predictions` hold its ``values`` instead."""
+        from .experiments.evaluate import predict_images, predict_values
         from .experiments.preprocessing import prepare
         files = truth = decoded = None
         if isinstance(images, np.ndarray):
@@ -143,12 +165,15 @@ class Model:
 
         def scaled(a, dtype):
             return prepare(self.preprocessing, a, dtype)
+        notes = (decoded.skipped, decoded.converted) if decoded else ([], [])
+        if self.regression:
+            values = predict_values(self.experiment, lambda tile: x, scaled)
+            return Predictions(None, None, None, files, None, *notes, values=values, target_names=self.target_names)
         if self.experiment.model.per_pixel:
             probabilities, labels = self._maps(x, scaled)
         else:
             probabilities, labels = predict_images(self.experiment, lambda tile: x, scaled)
-        return Predictions(labels, probabilities, self.class_names, files, truth,
-                           decoded.skipped if decoded else [], decoded.converted if decoded else [])
+        return Predictions(labels, probabilities, self.class_names, files, truth, *notes)
 
     def _maps(self, x, scaled):
         """``(probabilities (N, K, *plane) float32, labels (N, *plane) uint8)`` of a per-pixel

@@ -1,6 +1,7 @@
 """Float targets per volume (regression): ``distnet data convert --targets`` writes them, checked
 row by row (one line naming the CSV and its line otherwise); ``MeanSquared`` / ``SumSquared`` on
-them, and a cost that does not fit the data's kind, one line at the cost on every rank."""
+them, and a cost that does not fit the data's kind, one line at the cost on every rank; predict
+writes the values of every target (one process and a 2x2x2 grid alike), plot draws the errors."""
 import sys
 
 import h5py
@@ -19,12 +20,12 @@ HEADER = "name,omega_m,sigma_8"
 
 @pytest.fixture(scope="module")
 def volumes(tmp_path_factory):
-    """A folder of 6 volumes ``(1, 8, 8, 8)`` and their targets (a row per file)."""
+    """A folder of 6 volumes ``(1, 16, 16, 16)`` and their targets (a row per file)."""
     d = tmp_path_factory.mktemp("targets")
     (d / "v").mkdir()
     rng = np.random.RandomState(0)
     for i in range(6):
-        np.save(d / "v" / f"b{i}.npy", rng.standard_normal((8, 8, 8)).astype(np.float32))
+        np.save(d / "v" / f"b{i}.npy", rng.standard_normal((16, 16, 16)).astype(np.float32))
     rows = [f"b{i}{'.npy' if i % 2 else ''},{0.1 * i},{1 - 0.1 * i}" for i in range(6)]   # with or without .npy
     return d, rows
 
@@ -82,10 +83,10 @@ def test_targets_take_a_folder_of_volumes_and_no_masks(volumes, tmp_path):
         convert(tmp_path / "a.npy", tmp_path / "t.h5", targets=csv)
 
 
-def _experiment(tmp_path, cost, data):
-    text = (ROOT / "experiments" / "cosmoflow.yaml").read_text()
+def _experiment(tmp_path, cost, data, name="cosmoflow.yaml"):
+    text = (ROOT / "experiments" / name).read_text()
     text = text.replace("datasets/cosmo_demo.h5", str(data)).replace("MeanSquared {}", cost)
-    path = tmp_path / "exp.yaml"
+    path = tmp_path / ("exp.yaml" if name == "cosmoflow.yaml" else name)
     path.write_text(text)
     return path
 
@@ -110,20 +111,94 @@ def test_a_cost_that_does_not_fit_the_data_is_one_line(volumes, tmp_path):
                          "labels per image", code=2)
 
 
-def test_a_regression_run_records_and_evaluates_its_errors(volumes, tmp_path):
+@pytest.fixture(scope="module")
+def trained(volumes, tmp_path_factory):
+    """``(folder, experiment, run directory)``: one float64 epoch of cosmoflow.yaml on the volumes."""
     d, rows = volumes
-    data = tmp_path / "t.h5"
-    convert(d / "v", data, targets=_csv(tmp_path, "t.csv", [HEADER] + rows), test_fraction=0.34)
-    exp = _experiment(tmp_path, "MeanSquared {}", data)
-    proc = distnet("run", str(exp), "--set", "model.num_epochs=1", "--set", "model.batch_size=2", cwd=tmp_path,
-                   check=True)
-    run = tmp_path / (proc.stdout + proc.stderr).split("run directory: ")[-1].split()[0]
+    tmp = tmp_path_factory.mktemp("trained")
+    data = tmp / "t.h5"
+    convert(d / "v", data, targets=_csv(tmp, "t.csv", [HEADER] + rows), test_fraction=0.34)
+    exp = _experiment(tmp, "MeanSquared {}", data)
+    proc = distnet("run", str(exp), "--set", "model.num_epochs=1", "--set", "model.batch_size=2", *FLOAT64,
+                   cwd=tmp, check=True)
+    return tmp, exp, tmp / (proc.stdout + proc.stderr).split("run directory: ")[-1].split()[0]
+
+
+FLOAT64 = ("--set", "backend.dtype=float64")
+
+
+def test_a_regression_run_records_and_evaluates_its_errors(trained):
+    tmp_path, exp, run = trained
     epochs, final = read_metrics_file(run / "metrics.jsonl")
     assert epochs[0]["test_mse"] == final["test_mse"] and len(final["test_target_mae"]) == 2
     assert final["test_mse"] == pytest.approx(np.mean(final["test_target_mse"]), rel=1e-12)
-    proc = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), cwd=tmp_path, check=True)
+    proc = distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), *FLOAT64, cwd=tmp_path,
+                   check=True)
     assert f"test set mean squared error {final['test_mse']:.6g}" in proc.stdout and "omega_m" in proc.stdout
     assert "misclass" not in proc.stdout
+
+
+def _values(path):
+    """``(header, files, values (N, T))`` of a predictions CSV."""
+    lines = path.read_text().splitlines()
+    rows = [line.split(",") for line in lines[1:]]
+    return lines[0], [r[0] for r in rows], np.array([[float(v) for v in r[1:]] for r in rows])
+
+
+def test_predict_writes_the_value_of_every_target_on_one_process_and_a_grid(volumes, trained):
+    from click.testing import CliRunner
+
+    from distnet import api
+    from distnet.cli.main import main
+    from distnet.config import load_experiment
+    d, _ = volumes
+    tmp, exp, run = trained
+    dist = _experiment(tmp, "MeanSquared {}", tmp / "t.h5", "cosmoflow_dist.yaml")
+    for out in ("one.csv", "one.h5"):
+        r = CliRunner().invoke(main, ["predict", str(exp), "--checkpoint", str(run), "--data", str(d / "v"),
+                                      "-o", str(tmp / out), *FLOAT64])
+        assert r.exit_code == 0 and f"{out}: 6 samples, 2 targets" in r.output, r.output
+    proc = distnet("predict", str(dist), "--checkpoint", str(run), "--data", str(d / "v"), "-o", str(tmp / "eight.csv"),
+                   *FLOAT64, n=8, cwd=tmp, check=True)
+    assert "predicted on 8 rank(s), grid 2x2x2" in proc.stdout, proc.stdout
+    head, files, values = _values(tmp / "one.csv")
+    assert head == "file,omega_m,sigma_8" and files == [f"b{i}.npy" for i in range(6)]
+    head8, files8, values8 = _values(tmp / "eight.csv")
+    assert (head8, files8) == (head, files)
+    # the first fully connected layer adds its 8 tiles' products in another order: the last bits
+    np.testing.assert_allclose(values8, values, rtol=1e-13, atol=0)
+    with h5py.File(tmp / "one.h5", "r") as f:
+        np.testing.assert_array_equal(f["values"][()], values)       # the CSV's digits round-trip
+        assert list(f["values"].attrs["target_names"]) == ["omega_m", "sigma_8"] and "labels" not in f
+    by_hand = load_experiment(str(exp), overrides=["backend.dtype=float64"])
+    by_hand.setup()
+    by_hand.restore(str(run / "checkpoint.h5"))
+    x = np.stack([np.load(d / "v" / f)[None] for f in files]).astype(np.float64)
+    # (another BLAS thread count in this process may round a last bit otherwise)
+    np.testing.assert_allclose(by_hand.model.predict(x), values, rtol=1e-13, atol=0)
+    got = api.load(run).predict(d / "v")
+    np.testing.assert_allclose(got.values, values, rtol=1e-13, atol=0)
+    assert got.target_names == ["omega_m", "sigma_8"] and list(got.rows()[0]) == ["file", "omega_m", "sigma_8"]
+    assert [row["sigma_8"] for row in got.rows()] == got.values[:, 1].tolist()
+    with pytest.raises(ValueError, match="values per target"):
+        got.classes
+
+
+def test_plot_draws_the_errors_of_a_regression(trained):
+    pytest.importorskip("matplotlib")
+    from distnet.cli.plot import draw_runs
+    from distnet.experiments.rundir import read_run
+    tmp, _, run = trained
+    cost_ax, err_ax = draw_runs([read_run(str(run))]).axes
+    labels = [line.get_label() for line in err_ax.get_lines()]
+    assert "regression error" in err_ax.get_title() and "misclassification" not in err_ax.get_title()
+    for want in ("test mean squared error", "train mean absolute error", "test mean squared error (final)"):
+        assert any(label.endswith(want) for label in labels), labels
+    _, final = read_metrics_file(run / "metrics.jsonl")
+    final_mse = [line.get_ydata()[0] for line in err_ax.get_lines() if line.get_label().endswith("error (final)")]
+    assert final_mse == [final["test_mse"], final["train_mse"]]
+    proc = distnet("plot", str(run), "-o", str(tmp / "plot.png"), cwd=tmp, check=True)
+    assert (tmp / "plot.png").read_bytes()[:4] == b"\x89PNG", proc.stderr
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
 @click.option("-o", "--output", required=True, type=click.Path(), metavar="OUT",
               help="Where to write: OUT.h5 / OUT.hdf5 (datasets probabilities, labels; class_names) or OUT.csv "
                    "(label, class, then one probability column per class: p_<class name>, in label order); "
+                   "a regression (MeanSquared, SumSquared) writes the predicted value of every target instead (HDF5: "
+                   "dataset values (N, T); CSV: one column per target, named by the training data's target names); "
                    "for a per-pixel model a folder OUT_DIR/: one mask PNG per image (class indices, "
                    "coloured by the training masks' palette), named as the picture (stored images: "
                    "000000.png, ...); a 3-D model's: one .npy per volume, (D, H, W) uint8.")
@@ -121,7 +123,8 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
             overrides, preprocessing, force):
     """Write the outputs of the model's last layer (class probabilities after a softmax or
     logistic activation, raw scores after an identity one) and the predicted labels of
-    the images in FILE, with the weights of a checkpoint; one row per image, in order.
+    the images in FILE, with the weights of a checkpoint; one row per image, in order (a
+    regression: the predicted value of every target, no labels).
     Pictures (image files, folders) are decoded and resized as distnet data convert did for
     the training images (the recipe the checkpoint keeps, or --recipe), and get the columns
     file and, in a folder per class, true_label and true_class. The images are scaled as
@@ -131,7 +134,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
     image's maps."""
     from ..data.predict_files import check_prediction_target, prediction_format
     from ..errors import ConfigError, OptionError
-    from ..experiments.evaluate import layout_text, predict_images, restore_trained, written_on
+    from ..experiments.evaluate import layout_text, restore_trained, written_on
     from ..experiments.predict_masks import check_maskable
     from ..experiments.seq2seq import Seq2SeqExperiment
     from ..fileio import OutputError, check_writable, refuse_existing, same_file, write_failure
@@ -179,9 +182,7 @@ def predict(experiment, checkpoint, data_paths, recipe_file, skip_bad, convert_c
             from .predict_masks import write_masks
             done = write_masks(job, exp, images, output, probabilities, record, pictures, force)
         else:
-            outputs, labels = predict_images(exp, images)
-            job.collectively(lambda: _write(output, outputs, labels, record, pictures) if job.rank0 else None)
-            done = [f"{output}: {len(labels)} images, {outputs.shape[1]} classes"]
+            done = _predict_rows(job, exp, images, output, record, pictures)
     if job.rank0:
         t = exp.topology
         for line in notes:
@@ -215,12 +216,28 @@ def _pictures(job, exp, record, data_paths, recipe_file, skip_bad, convert_chann
     return job.collectively(inputs)
 
 
-def _write(output, outputs, labels, record, pictures):
-    """Rank 0 writes the predictions; a failure (a full disk) is every rank's."""
-    from ..data.predict_files import write_predictions
+def _predict_rows(job, exp, images, output, record, pictures):
+    """One row per image into OUT, written by rank 0: a classifier's probabilities and labels, or
+    a regression's values per target (named by the training data's target names, which the
+    checkpoint keeps as its ``class_names``). Returns the lines that say what was written."""
+    from ..data.predict_files import write_predictions, write_values
+    from ..experiments.evaluate import predict_images, predict_values
+    names = record.get("class_names")
+    if exp.model.cost.regresses:
+        values = predict_values(exp, images)
+        job.collectively(lambda: _write(output, write_values, values, names, pictures.names) if job.rank0 else None)
+        return [f"{output}: {len(values)} samples, {values.shape[1]} targets"]
+    outputs, labels = predict_images(exp, images)
+    job.collectively(lambda: _write(output, write_predictions, outputs, labels, names, pictures.names,
+                                    pictures.truth) if job.rank0 else None)
+    return [f"{output}: {len(labels)} images, {outputs.shape[1]} classes"]
+
+
+def _write(output, writer, *args):
+    """Rank 0 writes the predictions (``writer(output, *args)``); a failure (a full disk) is every
+    rank's."""
     from ..fileio import OutputError, write_failure
     try:
-        write_predictions(output, outputs, labels, record.get("class_names"), pictures.names,
-                          pictures.truth)
+        writer(output, *args)
     except (OSError, RuntimeError) as e:   # h5py raises RuntimeError too for a failed write
         raise OutputError(f"-o {output}: {write_failure(e)}") from None

@@ -1,4 +1,4 @@
-"""``distnet plot``: cost and misclassification curves of one or more runs in one PNG
+"""``distnet plot``: cost and error curves of one or more runs in one PNG
 (matplotlib, an optional dependency: ``pip install 'distnet[plot]'``).
 
 Each run is a run directory (``metrics.jsonl`` + ``run.json``) or a metrics JSON-lines file
@@ -7,8 +7,10 @@ evaluated splits (``eval_every``; thin lines, validation dash-dotted, test dotte
 error rates measured during training (test in the run's own dash, train dashed, validation
 dash-dotted; the top-k error rates thin and dotted) and the final ones (a star for test, a
 triangle for train, a diamond for validation, at the last epoch); a dotted vertical line marks
-each run's best epoch (both panels). Where the runs recorded per-class accuracies
-(``eval_every``), a panel draws them per class, by the class names of ``run.json``. Runs of a
+each run's best epoch (both panels). A regression's error panel draws the mean squared error of
+every evaluated split and the final ones instead (the mean absolute error thin and dotted).
+Where the runs recorded per-class accuracies (``eval_every``), a panel draws them per class, by
+the class names of ``run.json``. Runs of a
 per-pixel model add a panel of the mean IoU of every evaluated split (the splits' styles of the
 error panel) and the final ones, with the mean Dice thin and dotted. Runs that agree (dist vs
 non-dist) draw on top of each other; every run has its own marker and dash pattern, so each
@@ -111,14 +113,20 @@ def class_split(runs):
                  if any(f"{s}_class_accuracy" in r for run in runs for r in run["epochs"])), None)
 
 
+def recorded(runs, suffix):
+    """Whether any epoch or final record of ``runs`` holds a key ending in ``suffix``."""
+    return any(k.endswith(suffix) for run in runs for r in run["epochs"] + [run["final"]] for k in r)
+
+
 def draw_runs(runs, title=None):
     """The matplotlib ``Figure`` of ``runs`` (dicts from
-    :func:`~distnet.experiments.rundir.read_run`): the cost panel, the error-rate panel (the
-    best epoch marked) and, where the runs recorded per-class accuracies, a panel of them by
-    class name."""
+    :func:`~distnet.experiments.rundir.read_run`): the cost panel, the error panel (the best
+    epoch marked): the misclassification rates, or a regression's mean squared and absolute
+    errors; where the runs recorded per-class accuracies, a panel of them by class name, and a
+    per-pixel model's overlaps."""
     Figure = _figure()
     per_class = class_split(runs)       # the split whose per-class accuracies get a panel, or None
-    overlaps = any(k.endswith("_miou") for run in runs for r in run["epochs"] + [run["final"]] for k in r)
+    overlaps, regression = recorded(runs, "_miou"), recorded(runs, "_mse")
     n = 2 + bool(per_class) + bool(overlaps)
     fig = Figure(figsize=(5.5 + 5 * (n - 1), 4.2), dpi=100)
     axes = fig.subplots(1, n, sharex=True)
@@ -126,39 +134,11 @@ def draw_runs(runs, title=None):
     class_ax = extra.pop(0) if per_class else None
     overlap_ax = extra.pop(0) if overlaps else None
     cost_ax, err_ax = axes[:2]
-    any_err = False
+    any_err = regression
     for i, run in enumerate(runs):
-        recs = run["epochs"]
-        epochs = [r["epoch"] for r in recs]
         marker, dash = _MARKERS[i % len(_MARKERS)], _DASHES[i % len(_DASHES)]
-        (line,) = cost_ax.plot(epochs, [r["cost"] for r in recs], linestyle=dash, marker=marker, ms=4,
-                               label=run["label"])
-        color = line.get_color()
-        for split, style in (("valid", "-."), ("test", ":")):
-            pts = [(r["epoch"], r[f"{split}_cost"]) for r in recs if f"{split}_cost" in r]
-            if pts:
-                cost_ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=3, lw=0.8, color=color,
-                             label=f"{run['label']}: {split} cost")
-        topk = sorted({k for r in recs for k in r if k.split("_", 1)[0] in ("train", "valid", "test")
-                       and k.split("_", 1)[1].startswith("top") and k.endswith("_misclass")})
-        for key in topk:
-            pts = [(r["epoch"], r[key]) for r in recs if key in r]
-            any_err = True
-            err_ax.plot(*zip(*pts), linestyle=":", marker=marker, ms=3, lw=0.8, color=color,
-                        label=f"{run['label']}: {key.replace('_misclass', '').replace('_', ' ')}")
-        for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^"), ("valid", "-.", "D")):
-            pts = [(r["epoch"], r[f"{split}_misclass"]) for r in recs if f"{split}_misclass" in r]
-            if pts:
-                any_err = True
-                err_ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=4, color=color,
-                            label=f"{run['label']}: {split}")
-            final = run["final"].get(f"{split}_misclass")
-            if final is not None:
-                any_err = True
-                x = epochs[-1] if epochs else 0
-                label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
-                err_ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
-                            markerfacecolor="none", label=label)
+        color = _draw_costs(cost_ax, run, marker, dash)
+        any_err = _draw_rates(err_ax, run, color, marker, dash) or any_err
         best = best_epoch(run)
         if best is not None:
             for ax in (cost_ax, err_ax):
@@ -168,16 +148,15 @@ def draw_runs(runs, title=None):
         if per_class:
             draw_classes(class_ax, run, per_class, dash, marker, len(runs) > 1)
     cost_ax.set(title="cost (training; evaluated splits thin)", xlabel="epoch", ylabel="mean cost per image")
-    err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
+    if regression:      # float targets: their errors, no rate
+        _draw_split_pairs(err_ax, runs, ("mse", "mean squared error"), ("mae", "mean absolute error"))
+        err_ax.set(title="regression error (MSE; MAE thin)", xlabel="epoch", ylabel="error (MSE, MAE)")
+    else:
+        err_ax.set(title="misclassification", xlabel="epoch", ylabel="error rate (%)")
     if overlaps:
-        _draw_overlaps(overlap_ax, runs)
-    from matplotlib.ticker import MaxNLocator
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        classes = ax is class_ax       # a legend of classes while it stays readable
-        if ax in (cost_ax, overlap_ax) or (ax is err_ax and any_err) or (classes and 0 < len(ax.get_lines()) <= 24):
-            ax.legend(fontsize=7)
+        _draw_split_pairs(overlap_ax, runs, ("miou", "mean IoU"), ("dice", "mean Dice"))
+        overlap_ax.set(title="overlap per pixel (mean IoU; mean Dice thin)", xlabel="epoch", ylabel="percent")
+    _finish(axes, (cost_ax, overlap_ax), err_ax if any_err else None, class_ax)
     if not any_err:
         err_ax.text(0.5, 0.5, "no error rates recorded", ha="center", va="center", transform=err_ax.transAxes)
     if per_class:
@@ -188,6 +167,57 @@ def draw_runs(runs, title=None):
     return fig
 
 
+def _draw_costs(ax, run, marker, dash):
+    """A run's mean training cost per epoch and its evaluated splits' costs (thin); returns the
+    run's colour."""
+    recs = run["epochs"]
+    (line,) = ax.plot([r["epoch"] for r in recs], [r["cost"] for r in recs], linestyle=dash, marker=marker, ms=4,
+                      label=run["label"])
+    color = line.get_color()
+    for split, style in (("valid", "-."), ("test", ":")):
+        pts = [(r["epoch"], r[f"{split}_cost"]) for r in recs if f"{split}_cost" in r]
+        if pts:
+            ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=3, lw=0.8, color=color,
+                    label=f"{run['label']}: {split} cost")
+    return color
+
+
+def _draw_rates(ax, run, color, marker, dash):
+    """A run's error rates per evaluated split (its top-k ones thin and dotted) and the final
+    ones (markers at the last epoch); returns whether it drew any."""
+    recs, drew = run["epochs"], False
+    epochs = [r["epoch"] for r in recs]
+    topk = sorted({k for r in recs for k in r if k.split("_", 1)[0] in ("train", "valid", "test")
+                   and k.split("_", 1)[1].startswith("top") and k.endswith("_misclass")})
+    for key in topk:
+        pts = [(r["epoch"], r[key]) for r in recs if key in r]
+        drew = True
+        ax.plot(*zip(*pts), linestyle=":", marker=marker, ms=3, lw=0.8, color=color,
+                label=f"{run['label']}: {key.replace('_misclass', '').replace('_', ' ')}")
+    for split, style, final_marker in (("test", dash, "*"), ("train", "--", "^"), ("valid", "-.", "D")):
+        pts = [(r["epoch"], r[f"{split}_misclass"]) for r in recs if f"{split}_misclass" in r]
+        if pts:
+            drew = True
+            ax.plot(*zip(*pts), linestyle=style, marker=marker, ms=4, color=color, label=f"{run['label']}: {split}")
+        final = run["final"].get(f"{split}_misclass")
+        if final is not None:
+            drew = True
+            label = "_nolegend_" if pts else f"{run['label']}: {split} (final)"
+            ax.plot([epochs[-1] if epochs else 0], [final], linestyle="none", marker=final_marker, ms=11,
+                    color=color, markerfacecolor="none", label=label)
+    return drew
+
+
+def _finish(axes, with_legend, err_ax, class_ax):
+    """Grid lines, whole epochs on the x axes and the legends: of the panels ``with_legend``,
+    ``err_ax`` (None: it drew nothing) and the classes' while it stays readable."""
+    from matplotlib.ticker import MaxNLocator
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        classes = ax is class_ax and 0 < len(ax.get_lines()) <= 24
+        if ax in with_legend or ax is err_ax or classes:
+            ax.legend(fontsize=7)
 def draw_classes(ax, run, split, dash, marker, with_run):
     """Per class, its accuracy on ``split`` over the evaluated epochs, labelled by the class
     name the run recorded (``run.json``'s ``class_names``, else ``class k``)."""
@@ -204,26 +234,26 @@ def draw_classes(ax, run, split, dash, marker, with_run):
                     label=f"{run['label']}: {names[c]}" if with_run else str(names[c]))
 
 
-def _draw_overlaps(ax, runs):
-    """The third panel: each run's mean IoU per evaluated split (its mean Dice thin, dotted) and
-    the final mean IoU (markers as the final error rates)."""
+def _draw_split_pairs(ax, runs, main, thin):
+    """Each run's metric ``main`` per evaluated split (the splits' styles of the error panel) and
+    ``thin`` thin and dotted, both ``(key, what a legend calls it)`` (a per-pixel model's mean IoU
+    and Dice, a regression's MSE and MAE), and the final ``main`` (markers as the final error
+    rates)."""
     for i, run in enumerate(runs):
         recs, marker = run["epochs"], _MARKERS[i % len(_MARKERS)]
         color = f"C{i % 10}"
         for split, style, final_marker in (("test", _DASHES[i % len(_DASHES)], "*"), ("train", "--", "^"),
                                            ("valid", "-.", "D")):
-            for metric, width in (("miou", 1.5), ("dice", 0.8)):
+            for (metric, what), width in ((main, 1.5), (thin, 0.8)):
                 pts = [(r["epoch"], r[f"{split}_{metric}"]) for r in recs if f"{split}_{metric}" in r]
                 if pts:
-                    what = "mean IoU" if metric == "miou" else "mean Dice"
-                    ax.plot(*zip(*pts), linestyle=style if metric == "miou" else ":", marker=marker, ms=3, lw=width,
+                    ax.plot(*zip(*pts), linestyle=style if width > 1 else ":", marker=marker, ms=3, lw=width,
                             color=color, label=f"{run['label']}: {split} {what}")
-            final = run["final"].get(f"{split}_miou")
+            final = run["final"].get(f"{split}_{main[0]}")
             if final is not None:
                 x = recs[-1]["epoch"] if recs else 0
                 ax.plot([x], [final], linestyle="none", marker=final_marker, ms=11, color=color,
-                        markerfacecolor="none", label=f"{run['label']}: {split} mean IoU (final)")
-    ax.set(title="overlap per pixel (mean IoU; mean Dice thin)", xlabel="epoch", ylabel="percent")
+                        markerfacecolor="none", label=f"{run['label']}: {split} {main[1]} (final)")
 
 
 @click.command()
@@ -232,8 +262,9 @@ def _draw_overlaps(ax, runs):
               show_default=True, help="The PNG file to write.")
 @click.option("--title", help="A title over both panels.")
 def plot(runs, output, title):
-    """Draw the cost and misclassification curves of RUN_DIR... (run directories, or metrics
-    JSON-lines files from --metrics) into one PNG, e.g. a dist and a non-dist run together."""
+    """Draw the cost and error curves (error rates; a regression's mean squared and absolute
+    errors) of RUN_DIR... (run directories, or metrics JSON-lines files from --metrics) into one
+    PNG, e.g. a dist and a non-dist run together."""
     with Job("plot", one_process=True):
         plot_runs(list(runs), output, title)
     click.echo(output)

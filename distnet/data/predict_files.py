@@ -114,17 +114,17 @@ def prediction_format(path):
 def check_prediction_target(per_pixel, output, fmt, probabilities=None):
     """OptionError unless the outputs fit the model: a per-pixel model writes masks into a folder
     (``-o OUT_DIR/``, its probabilities with ``--probabilities OUT.h5``), a classifier one row
-    per image to ``.h5`` or ``.csv``."""
+    per image (a classifier's or a regression's) to ``.h5`` or ``.csv``."""
     if per_pixel and fmt != "masks":
         raise OptionError(f"-o {output}: this model scores every pixel; give a folder for its mask PNGs "
                           "(-o OUT_DIR/) and --probabilities OUT.h5 for its class maps (.h5 and .csv hold one "
                           "row per image)")
     if not per_pixel and fmt == "masks":
-        raise OptionError(f"-o {output}: a folder takes the masks of a per-pixel model; this model classifies "
-                          "whole images: give OUT.h5, OUT.hdf5 or OUT.csv")
+        raise OptionError(f"-o {output}: a folder takes the masks of a per-pixel model; this model predicts "
+                          "one row per image: give OUT.h5, OUT.hdf5 or OUT.csv")
     if not per_pixel and probabilities is not None:
-        raise OptionError("--probabilities writes a per-pixel model's class maps; this model classifies whole "
-                          "images: -o OUT.h5 holds its probabilities")
+        raise OptionError("--probabilities writes a per-pixel model's class maps; this model predicts one row "
+                          "per image: -o OUT.h5 holds them")
 
 
 def _csv_field(text):
@@ -188,3 +188,39 @@ def write_predictions(path, outputs, labels, class_names=None, files=None, truth
                         known = true_labels[i] >= 0
                         cells += [str(true_labels[i]) if known else "", _csv_field(truth[i] or "")]
                     f.write(",".join(cells + [f"{v:.9g}" for v in row]) + "\n")
+
+
+def value_columns(names, k):
+    """The CSV header of a regression's ``k`` value columns: the targets' ``names`` (quoted where
+    a name needs it), else ``t0 .. t{k-1}``."""
+    if names is None or len(names) != k:
+        return [f"t{j}" for j in range(k)]
+    return [_csv_field(str(n)) for n in names]
+
+
+def write_values(path, values, target_names=None, files=None):
+    """Write a regression's predicted ``values (N, T)`` to ``path``: HDF5 dataset ``values``
+    (float64, attribute ``target_names`` where the training data named its targets), or CSV
+    with one column per target named by ``target_names`` (:func:`value_columns`) and one row per
+    sample, each value written to round-trip exactly (``repr`` of the float64). ``files`` (N
+    names: volume files) adds a first column ``file`` (HDF5: dataset ``files``). Written into a
+    temporary file that replaces ``path`` once complete."""
+    from ..fileio import atomic_target, hdf5_file
+    names = list(target_names) if target_names is not None and len(target_names) == values.shape[1] else None
+    with atomic_target(path) as tmp:
+        if prediction_format(path) == "hdf5":
+            import h5py
+            with hdf5_file(tmp) as f:     # a full disk: an OSError, never a crash at exit
+                f["values"] = np.asarray(values, dtype=np.float64)
+                f["values"].attrs["meaning"] = "predicted targets, one row per sample: the last layer's outputs"
+                if names is not None:
+                    f["values"].attrs["target_names"] = names     # column t: target t
+                if files is not None:
+                    f["files"] = np.array(list(files), dtype=h5py.string_dtype())
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                head = (["file"] if files is not None else []) + value_columns(names, values.shape[1])
+                f.write(",".join(head) + "\n")
+                for i, row in enumerate(values.tolist()):
+                    cells = [_csv_field(str(files[i]))] if files is not None else []
+                    f.write(",".join(cells + [repr(v) for v in row]) + "\n")

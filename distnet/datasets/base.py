@@ -396,7 +396,8 @@ class Dataset:
         ``dataset`` (the kind), ``image_shape`` ``[C, H, W]``, ``stored_dtype`` (None: not known
         without reading), ``divide_by_255`` (integer pixels divided by 255, as MNIST and CIFAR-10
         are), ``scale``, ``mean``, ``std`` (:class:`~distnet.data.scaling.Scaler`'s, None here),
-        ``normalize``, ``class_names``, ``recipe`` (how pictures are decoded, None here) and
+        ``normalize``, ``class_names`` (a regression's: its target names), ``recipe`` (how
+        pictures are decoded, None here) and
         ``files``. Reads the files' headers only."""
         return {"dataset": type(self).__name__, "image_shape": [int(d) for d in self.image_shape],
                 "stored_dtype": None, "divide_by_255": bool(self.scale_255), "scale": None, "mean": None,

@@ -14,7 +14,7 @@ import numpy as np
 from ..backend import under_seterr_handling
 from ..errors import ConfigError, TrainingError
 from .pixel_metrics import segmentation_lines
-from .regression_metrics import regression_line
+from .regression_metrics import own_rows, regression_line
 
 
 @dataclass
@@ -165,27 +165,45 @@ def predict_images(exp, read_images, prepare=None):
     ``prepare_images``: its ``scale``, ``mean`` and ``std``, or MNIST's division by 255). The
     result is the same on every rank (data replicas each compute their rows; one Allreduce over
     ``Topology.data`` puts them together). Collective over the run's world."""
-    from ..comm.abort import run_collectively
-    from ..comm.reduce import allreduce_sum
     if exp.model.per_pixel:   # every rank alike, before any work
         raise ConfigError("predict gives one row of class probabilities per image, but this model scores "
                           "every pixel (a per-pixel cost); distnet predict -o OUT_DIR/ writes its masks")
+    if exp.model.cost.regresses:
+        raise ConfigError("this model regresses float targets (a MeanSquared or SumSquared cost): it has no "
+                          "class probabilities (predict_values gives its predicted targets)")
+    full = model_outputs(exp, read_images, prepare, "probabilities")
+    full = exp.model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
+    return full, full.argmax(axis=1)
+
+
+@under_seterr_handling
+def predict_values(exp, read_images, prepare=None):
+    """A regression's predicted targets for new samples, after :func:`restore_trained`:
+    ``values (N, T)`` float64, the last layer's outputs (column ``t``: target ``t``, named by
+    the training data's target names). ``read_images`` and ``prepare`` as for
+    :func:`predict_images`. The same on every rank; collective over the run's world."""
+    return model_outputs(exp, read_images, prepare, "values")
+
+
+def model_outputs(exp, read_images, prepare, what):
+    """The last layer's outputs ``(N, K)`` float64 of the images ``read_images`` gives
+    (:func:`predict_images`), the same on every rank: each data replica computes its rows, one
+    Allreduce over ``Topology.data`` puts them together. TrainingError on every rank where an
+    output is not finite (``what``: what cannot be written then). Collective over the world."""
+    from ..comm.abort import run_collectively
+    from ..comm.reduce import allreduce_sum
     t, model = exp.topology, exp.model
     cut = exp.dist_flag and any(int(g) > 1 for g in t.grid)     # one tile: whole images, no dataset asked
     tile = exp.dataset.rank_tile(t.grid, t.coords) if cut else None
     x = run_collectively(read_images, t.world, tile)
     x = (prepare or exp.dataset.prepare_images)(x, exp.backend.dtype)   # scale, mean, std as trained
     out = model.predict(x)                         # this replica's rows, in order
-    bs = model.batch_size or len(x)
-    mine = np.concatenate([model.replica_rows(np.arange(i, min(i + bs, len(x)))) for i in range(0, len(x), bs)]
-                          or [np.zeros(0, dtype=int)])
     full = np.zeros((len(x), out.shape[1] if out.ndim == 2 else model.layers[-1].out_shape[0]), dtype=np.float64)
-    full[mine] = out
+    full[own_rows(model, len(x))] = out
     allreduce_sum([full], t.data)
     bad = int(np.count_nonzero(~np.isfinite(full).all(axis=1)))
     if bad:   # every rank agrees: the outputs are replicated and summed over the replicas
         raise TrainingError(f"the model's outputs are not finite (NaN or inf) for {bad} of {len(full)} images, "
-                            "so no probabilities can be written; check the checkpoint's weights and the "
+                            f"so no {what} can be written; check the checkpoint's weights and the "
                             "images' scale (the training's scale, mean and std apply to them)")
-    full = model.cost.probabilities(full)   # logits (SoftmaxCrossEntropy) become probabilities
-    return full, full.argmax(axis=1)
+    return full

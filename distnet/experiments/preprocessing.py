@@ -1,7 +1,8 @@
 """The training's preprocessing travels with the model: how the training's dataset turned
 images as stored into the model's values (image shape, stored type, ``scale``, ``mean`` and
 ``std`` as applied, ``normalize``'s statistics included, the division by 255 of MNIST and
-CIFAR-10, class names, the decoding recipe of pictures: :meth:`Dataset.preprocessing
+CIFAR-10, class names (a regression's: the names of its targets, which ``distnet predict``
+writes as its column names), the decoding recipe of pictures: :meth:`Dataset.preprocessing
 <distnet.datasets.base.Dataset.preprocessing>`) is kept in every checkpoint (``/config``
 attribute ``preprocessing``, JSON).
 
