@@ -2,6 +2,7 @@
 row by row (one line naming the CSV and its line otherwise); ``MeanSquared`` / ``SumSquared`` on
 them, and a cost that does not fit the data's kind, one line at the cost on every rank; predict
 writes the values of every target (one process and a 2x2x2 grid alike), plot draws the errors."""
+import json
 import sys
 
 import h5py
@@ -136,6 +137,10 @@ def test_a_regression_run_records_and_evaluates_its_errors(trained):
                    check=True)
     assert f"test set mean squared error {final['test_mse']:.6g}" in proc.stdout and "omega_m" in proc.stdout
     assert "misclass" not in proc.stdout
+    out = json.loads(distnet("evaluate", str(exp), "--checkpoint", str(run / "checkpoint.h5"), "--json", *FLOAT64,
+                             cwd=tmp_path, check=True).stdout)
+    assert out["target_names"] == ["omega_m", "sigma_8"] and "class_names" not in out
+    assert out["splits"]["test"]["mse"] == pytest.approx(final["test_mse"], rel=1e-12)
 
 
 def _values(path):

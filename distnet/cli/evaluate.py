@@ -74,7 +74,8 @@ def evaluate(experiment, checkpoint, overrides, preprocessing, as_json):
         choice = click.get_current_context().meta.get("checkpoint choice")
         click.echo(json.dumps({"checkpoint": checkpoint, "checkpoint_choice": choice.choice if choice else None,
                                "epoch": result.epoch, "written_on": result.written_on,
-                               "evaluated_on": result.evaluated_on, "class_names": result.class_names,
+                               "evaluated_on": result.evaluated_on,
+                               ("target_names" if exp.model.cost.regresses else "class_names"): result.class_names,
                                "splits": {s: dict(images=result.counts[s], **m) for s, m in result.metrics.items()}}))
     else:
         for line in [chosen] if chosen else []:
