@@ -45,6 +45,22 @@ def use_flat(x_shape, w_shape, stride, xp=None, dilation=None):
     return 1 - math.prod(geo.out) / (geo.rows * geo.W) <= FLAT_MAX_WASTE_ND
 
 
+def workspace_bytes(x_shape, w_shape, stride, itemsize, relu=False, dilation=None):
+    """``(always, data_gradient)``: bytes of the workspace :func:`conv_fprop` and
+    :func:`conv_bprop` keep for ``x (B, C, *S)`` (a padded chunk, read as it is) on the CPU's
+    arrays, one kernel thread, ``itemsize``-byte numbers, and what the data gradient adds: the
+    flat kernel's (:func:`flat.workspace_bytes <distnet.ops.conv.flat.workspace_bytes>`: tiles
+    and a padded image of ``dz``, per image), the im2col kernel's tiles (columns and a GEMM
+    output forward, columns and a gradient tile backward:
+    :data:`tiled.SMALL_TILE_BYTES <distnet.ops.conv.tiled.SMALL_TILE_BYTES>` each), none for 1x1
+    filters."""
+    if use_pointwise(w_shape, None, None, None):
+        return 0, 0
+    if use_flat(tuple(x_shape), w_shape, stride, dilation=dilation):
+        return flat.workspace_bytes(x_shape[2:], w_shape, itemsize, relu, dilation)
+    return 4 * tiled.SMALL_TILE_BYTES, 0
+
+
 def _method(method, x, w, stride, pad=None, dilation=None):
     if method is None:
         shape = tuple(x.shape[:2]) + padded_shape(x.shape, pad)

@@ -165,6 +165,19 @@ def _along(w, axis, nd):
     return w.reshape((-1,) + (1,) * (nd - 1 - axis))
 
 
+def temporaries(mode, out, factor):
+    """``(forward, backward)`` elements per sample of the temporaries of the numpy upsampling of
+    ``mode`` for ``out`` output elements, ``factor`` per axis. Linear, forward: on the last axis
+    computed (the first) its two gathered copies and their weighted sum (the output) beside the
+    other axes' result (``out / f0``); backward, first axis first: the zero-padded gradient and
+    the axis's sum, gathered copy and product (``out / f0`` each). Nearest: the output, and
+    the gradient placed into the whole grid."""
+    if mode == "linear":
+        rest = out // factor[0]
+        return 3 * out + rest, out + 3 * rest
+    return out, out
+
+
 @dispatch.op
 def linear_fprop(x, factor, section=None):
     """Linear upsampling (module docstring) of ``x (B, C, *n)`` for the outputs of ``section``:
