@@ -226,16 +226,21 @@ class WorkArray:
     phase: str = "backward"
     #: Only there when the layer computes its input gradient (not for a model's first layer).
     input_gradient: bool = False
-    #: A kernel's buffers sized in bytes: a function of the itemsize giving them (per sample or
-    #: in all as ``per_sample`` says), instead of ``elements``.
+    #: A kernel's buffers sized in bytes: ``bytes_of(itemsize, images)`` gives them for the
+    #: images one copy serves (per sample or in all as ``per_sample`` says), not ``elements``.
     bytes_of: object = None
+    #: One kernel thread's buffers, the threads sharing out this many units of work per sample
+    #: (images: 1; blocks of channels: their number): a copy per thread, at most one per unit;
+    #: 0: one array.
+    per_thread: int = 0
 
-    def nbytes(self, batch, itemsize):
+    def nbytes(self, batch, itemsize, threads=1):
+        copies = max(1, min(threads, batch * self.per_thread)) if self.per_thread else 1
         if self.bytes_of is not None:
-            size = self.bytes_of(itemsize)
+            size = self.bytes_of(itemsize, -(-batch // copies))
         else:
             size = int(self.elements) * (self.itemsize or itemsize)
-        return size * (batch if self.per_sample else 1)
+        return size * (batch if self.per_sample else 1) * copies
 
 
 @dataclass(frozen=True, eq=False)
@@ -317,10 +322,10 @@ class Placement:
         chunk, out = self._io_elements() if io is None else io
         return batch * itemsize * (out + (chunk if self.chunk_shape is not None else out))
 
-    def workspace_bytes(self, batch, itemsize, input_gradient=True):
+    def workspace_bytes(self, batch, itemsize, input_gradient=True, threads=1):
         """Bytes of this rank's :attr:`work` arrays kept from step to step (those of the input
-        gradient only with ``input_gradient``)."""
-        return sum(a.nbytes(batch, itemsize) for a in self.work
+        gradient only with ``input_gradient``) with ``threads`` kernel threads."""
+        return sum(a.nbytes(batch, itemsize, threads) for a in self.work
                    if a.kept and (input_gradient or not a.input_gradient))
 
     def transient_bytes(self, batch, itemsize, input_gradient=True):

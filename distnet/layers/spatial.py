@@ -357,16 +357,12 @@ class ConvLayer(WindowLayer):
         return self.nofm * self.in_shape[0] * prod(self.fshape) * plan.out_tile.size
 
     def work_arrays(self, plan):
-        """The conv kernels' workspace on the chunk (:func:`~distnet.ops.conv.workspace_bytes`:
-        per image), the data gradient's part only when it is computed; with several tiles the
-        chunk's gradient (``dxc``); an activation other than ReLU keeps its input (``z``)."""
-        relu = self._fused_relu()
-        x_shape, w_shape = (1, self.in_shape[0]) + plan.chunk.shape, (self.nofm, self.in_shape[0]) + tuple(self.fshape)
-
-        def kernels(part):
-            return lambda isz: conv.workspace_bytes(x_shape, w_shape, self.stride, isz, relu, self._dil())[part]
-        arrays = [dict(name="conv tiles", bytes_of=kernels(0), per_sample=False),
-                  dict(name="conv data gradient", bytes_of=kernels(1), per_sample=False, input_gradient=True)]
+        """The conv kernels' workspace on the chunk (:func:`~distnet.ops.conv.workspace_arrays`),
+        the data gradient's part only when it is computed; with several tiles the chunk's
+        gradient (``dxc``); an activation other than ReLU keeps its input (``z``)."""
+        relu, C = self._fused_relu(), self.in_shape[0]
+        arrays = conv.workspace_arrays((1, C) + plan.chunk.shape, (self.nofm, C) + tuple(self.fshape),
+                                       self.stride, relu, self._dil())
         if plan.recvs or plan.sends:    # one tile: the conv writes the tile's gradient itself
             arrays += self._chunk_gradient(plan)
         if self.activation is not None and not relu:

@@ -32,18 +32,18 @@ def _nchw_blocks(x_shape, itemsize, xp):
 
 def workspace_arrays(x_shape, fshape, stride, itemsize=4):
     """The scratch :func:`maxpool_fprop` and :func:`maxpool_bprop` keep in their workspace for
-    ``x (B, C, H, W)`` on numpy, one kernel thread, as
+    ``x (B, C, H, W)`` on numpy, as
     :class:`~distnet.layers.placement.WorkArray` fields (dicts): ``argmax`` (uint8, the output's
     shape, per sample) and, per block of channels (:func:`_nchw_blocks`, cut for
     ``itemsize``-byte numbers), the row maxima, the ``fh*fw`` window taps, three uint8 masks and
-    the backward's bool mask."""
+    the backward's bool mask, one set per kernel thread."""
     (fh, fw), out = fshape, output_shape(x_shape[2:], fshape, stride)
     blocks = _nchw_blocks((1,) + tuple(x_shape[1:]), itemsize, np)
-    block = max(c.stop - c.start for _, c in blocks) * out[0] * out[1]
+    block, n = max(c.stop - c.start for _, c in blocks) * out[0] * out[1], len(blocks)
     return [dict(name="argmax", elements=x_shape[1] * out[0] * out[1], itemsize=1),
-            dict(name="poolrow", elements=block, per_sample=False),
-            dict(name="pooltaps", elements=fh * fw * block, per_sample=False),
-            dict(name="poolmasks", elements=4 * block, per_sample=False, itemsize=1)]
+            dict(name="poolrow", elements=block, per_sample=False, per_thread=n),
+            dict(name="pooltaps", elements=fh * fw * block, per_sample=False, per_thread=n),
+            dict(name="poolmasks", elements=4 * block, per_sample=False, itemsize=1, per_thread=n)]
 
 
 def _block_shares(blocks, xp):

@@ -67,6 +67,16 @@ class Machine:
             return 1.0
         return max(1.0, min(self.ranks_per_node or nranks, nranks) / self.cores)
 
+    def kernel_threads(self, nranks):
+        """distnet's kernel threads per rank when ``nranks`` ranks run: with ``cores``, what a
+        run would choose (:func:`~distnet.ops.threads.thread_plan`: the node's cores shared by
+        its ranks, unless ``OPENBLAS_NUM_THREADS`` & co. or ``DISTNET_KERNEL_THREADS`` say
+        otherwise in this environment); else 1."""
+        if not self.cores:
+            return 1
+        from ..ops.threads import thread_plan
+        return thread_plan(self.cores, min(self.ranks_per_node or nranks, nranks)).kernel
+
     def seconds(self, kind, flops, mem_bytes):
         """``(compute, memory)`` seconds of one rank's work of a layer of ``kind`` (its class
         name), not yet stretched by :meth:`oversubscription`: a measured rate of the kind takes

@@ -153,6 +153,7 @@ class _Step:
         self.P = prod(grid)
         #: compute and memory time stretch when a node's ranks outnumber its cores
         self.slowdown = machine.oversubscription(self.P * data * pipe)
+        self.threads = machine.kernel_threads(self.P * data * pipe)
 
     def position(self):
         """Rank ``(0, 0)`` of the grid (the largest tiles: the first blocks are the longer ones)."""
@@ -275,7 +276,7 @@ def _layer_plan(i, layer, pl, stage, step, state_arrays):
     lp.param_global = pl.param_count
     lp.array_local_max = max([pp.local_size * isz for pp in pl.params], default=0)
     lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
-    lp.work_bytes = pl.workspace_bytes(step.batch, isz, input_gradient=i > 0)
+    lp.work_bytes = pl.workspace_bytes(step.batch, isz, input_gradient=i > 0, threads=step.threads)
     lp.transient_bytes = pl.transient_bytes(step.batch, isz, input_gradient=i > 0)
     # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
     payload = pl.gradient_payload(isz)

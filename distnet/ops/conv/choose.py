@@ -45,20 +45,29 @@ def use_flat(x_shape, w_shape, stride, xp=None, dilation=None):
     return 1 - math.prod(geo.out) / (geo.rows * geo.W) <= FLAT_MAX_WASTE_ND
 
 
-def workspace_bytes(x_shape, w_shape, stride, itemsize, relu=False, dilation=None):
-    """``(always, data_gradient)``: bytes of the workspace :func:`conv_fprop` and
-    :func:`conv_bprop` keep for ``x (B, C, *S)`` (a padded chunk, read as it is) on the CPU's
-    arrays, one kernel thread, ``itemsize``-byte numbers, and what the data gradient adds: the
-    flat kernel's (:func:`flat.workspace_bytes <distnet.ops.conv.flat.workspace_bytes>`: tiles
-    and a padded image of ``dz``, per image), the im2col kernel's tiles (columns and a GEMM
-    output forward, columns and a gradient tile backward:
-    :data:`tiled.SMALL_TILE_BYTES <distnet.ops.conv.tiled.SMALL_TILE_BYTES>` each), none for 1x1
-    filters."""
+def workspace_arrays(x_shape, w_shape, stride, relu=False, dilation=None):
+    """The workspace :func:`conv_fprop` and :func:`conv_bprop` keep for ``x (B, C, *S)`` (a
+    padded chunk, read as it is) on the CPU's arrays, as
+    :class:`~distnet.layers.placement.WorkArray` fields (dicts; ``bytes_of(itemsize, images)``
+    sizes a kernel thread's buffers, ``input_gradient`` marks the data gradient's): the flat
+    kernel's tiles and padded image of ``dz`` (:func:`flat.workspace_bytes
+    <distnet.ops.conv.flat.workspace_bytes>`), or the im2col kernel's
+    (:func:`tiled.workspace_bytes <distnet.ops.conv.tiled.workspace_bytes>`) and the input
+    gradient it folds in CHWN memory (``dxn``); none for 1x1 filters."""
     if use_pointwise(w_shape, None, None, None):
-        return 0, 0
+        return []
     if use_flat(tuple(x_shape), w_shape, stride, dilation=dilation):
-        return flat.workspace_bytes(x_shape[2:], w_shape, itemsize, relu, dilation)
-    return 4 * tiled.SMALL_TILE_BYTES, 0
+        def part(k):
+            return lambda isz, images: flat.workspace_bytes(x_shape[2:], w_shape, isz, relu, dilation)[k]
+    else:
+        def part(k):
+            return lambda isz, images: tiled.workspace_bytes(x_shape, w_shape, stride, isz, images, dilation)[k]
+    arrays = [dict(name="tiles", bytes_of=part(0), per_sample=False, per_thread=1),
+              dict(name="data gradient tiles", bytes_of=part(1), per_sample=False, per_thread=1,
+                   input_gradient=True)]
+    if not use_flat(tuple(x_shape), w_shape, stride, dilation=dilation):
+        arrays.append(dict(name="dxn", elements=math.prod(x_shape[1:]), input_gradient=True))
+    return arrays
 
 
 def _method(method, x, w, stride, pad=None, dilation=None):

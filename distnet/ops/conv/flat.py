@@ -260,13 +260,14 @@ def workspace_bytes(spatial, w_shape, itemsize, relu=False, dilation=None):
     dw_cols, _ = _cols_elements(C, geo, nw)
     dw = 2 * C * len(geo.leads) * geo.fh * geo.fw * K              # its sums: acc and part (g, R, K)
     always = (cols + parts + (K * n * geo.W if relu else 0) + dw_cols + dw + K * nw * geo.W) * itemsize
-    always += K * nw * geo.Wo if relu else 0
+    mask = K * nw * geo.Wo if relu else 0           # the ReLU mask of a tile; with dx, of the output
+    always += mask
     image, _, _ = full_correlation(tuple(spatial), fshape, dil, ((0, 0),) * len(fshape))
     geo_dz = RowGeometry(image, fshape, dil)
     nx = _tile_rows(K, geo_dz, itemsize, C)
     dx_cols, dx_parts = _cols_elements(K, geo_dz, nx, C)
     dx = (K * math.prod(image) + dx_cols + dx_parts) * itemsize
-    return always, dx + (K * math.prod(geo.out) if relu else 0)
+    return always, dx + (K * math.prod(geo.out) - mask if relu else 0)
 
 
 def fprop(x, w, out, work, relu=False, pad=None, dilation=None):
