@@ -109,13 +109,19 @@ def measure(exp, shape, batch=None):
     loaded from its file: the calibration builds and trains its own copy) at
     :func:`calibration_shape` of ``shape``, ``batch`` rows (default: the model's batch size),
     one BLAS thread, this process's cores and the MPI library's memory."""
-    from ..ops.threads import ThreadPlan, apply_plan
+    from ..ops import parallel
+    from ..ops.threads import ThreadPlan, apply_plan, blas_threads
     from .model import plan_model
     small = calibration_shape(tuple(shape))
     batch = int(batch or exp.model.batch_size or 1)
     runtime = runtime_bytes()
+    before = parallel.current_plan() or ThreadPlan(max([n for _, n in blas_threads()], default=1),
+                                                   parallel.kernel_threads(), "before the calibration")
     apply_plan(ThreadPlan(1, 1, "calibration: one rank's share of a core"))
-    seconds, step = _train(exp.model, exp.backend, small, batch)
+    try:
+        seconds, step = _train(exp.model, exp.backend, small, batch)
+    finally:
+        apply_plan(before)
     plan = plan_model(exp.model, small, 1, batch=batch, itemsize=exp.backend.dtype.itemsize)
     work, spent = {}, {}
     for lp in plan.layers:

@@ -103,8 +103,31 @@ class Machine:
         if not isinstance(d, dict) or set(d) - known:
             bad = sorted(set(d) - known) if isinstance(d, dict) else type(d).__name__
             raise ConfigError(f"{path}: unknown machine keys {bad} (known: {', '.join(sorted(known))})")
+        for k, v in d.items():
+            if not _valid(k, v):
+                raise ConfigError(f"{path}: {k} must be {_KINDS.get(k, 'a number > 0')}, got {v!r}")
         d.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**d)
+
+
+#: What a machine file's keys hold, where not a number > 0.
+_KINDS = {"ranks_per_node": "an integer > 0 or null", "cores": "an integer > 0 or null",
+          "rates": "an object of numbers > 0 (by layer kind)", "alpha": "a number >= 0",
+          "alpha_inter": "a number >= 0", "runtime_bytes": "an integer >= 0"}
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _valid(key, value):
+    if key in ("ranks_per_node", "cores"):
+        return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    if key == "rates":
+        return isinstance(value, dict) and all(_number(v) and v > 0 for v in value.values())
+    if key in ("alpha", "alpha_inter", "runtime_bytes"):
+        return _number(value) and value >= 0
+    return _number(value) and value > 0
 
 
 def _any(v):
