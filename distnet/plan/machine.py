@@ -91,9 +91,9 @@ class Machine:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def load(cls, path, **overrides):
+    def load(cls, path):
         """The machine of a JSON file (:meth:`to_json`'s keys, any subset; the others keep their
-        defaults), then ``overrides`` (those not None)."""
+        defaults); a file that is not one fails with one line naming the key."""
         try:
             with open(path) as f:
                 d = json.load(f)
@@ -106,7 +106,6 @@ class Machine:
         for k, v in d.items():
             if not _valid(k, v):
                 raise ConfigError(f"{path}: {k} must be {_KINDS.get(k, 'a number > 0')}, got {v!r}")
-        d.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**d)
 
 

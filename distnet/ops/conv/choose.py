@@ -7,6 +7,7 @@ the patch matrix fits the block budget, else :mod:`.blocked`. Every algorithm ta
 of spatial axes (images, volumes, lines) and a dilation; the choice for images is the one it
 always was.
 """
+import functools
 import math
 
 from ...backend import get_array_module
@@ -56,18 +57,22 @@ def workspace_arrays(x_shape, w_shape, stride, relu=False, dilation=None):
     gradient it folds in CHWN memory (``dxn``); none for 1x1 filters."""
     if use_pointwise(w_shape, None, None, None):
         return []
-    if use_flat(tuple(x_shape), w_shape, stride, dilation=dilation):
-        def part(k):
-            return lambda isz, images: flat.workspace_bytes(x_shape[2:], w_shape, isz, relu, dilation)[k]
-    else:
-        def part(k):
-            return lambda isz, images: tiled.workspace_bytes(x_shape, w_shape, stride, isz, images, dilation)[k]
-    arrays = [dict(name="tiles", bytes_of=part(0), per_sample=False, per_thread=1),
-              dict(name="data gradient tiles", bytes_of=part(1), per_sample=False, per_thread=1,
-                   input_gradient=True)]
-    if not use_flat(tuple(x_shape), w_shape, stride, dilation=dilation):
+    shifts = use_flat(tuple(x_shape), w_shape, stride, dilation=dilation)
+    arrays = [dict(name=name, bytes_of=functools.partial(_kernel_bytes, shifts, tuple(x_shape), tuple(w_shape),
+                                                         tuple(stride), relu, dilation, k),
+                   per_sample=False, per_thread=1, input_gradient=bool(k))
+              for k, name in enumerate(("tiles", "data gradient tiles"))]
+    if not shifts:
         arrays.append(dict(name="dxn", elements=math.prod(x_shape[1:]), input_gradient=True))
     return arrays
+
+
+def _kernel_bytes(shifts, x_shape, w_shape, stride, relu, dilation, part, itemsize, images):
+    """Part ``part`` (0: always, 1: the data gradient's) of a kernel thread's workspace bytes
+    for ``images`` images: :func:`workspace_arrays`' sizes (a module function: placements pickle)."""
+    if shifts:
+        return flat.workspace_bytes(x_shape[2:], w_shape, itemsize, relu, dilation)[part]
+    return tiled.workspace_bytes(x_shape, w_shape, stride, itemsize, images, dilation)[part]
 
 
 def _method(method, x, w, stride, pad=None, dilation=None):
