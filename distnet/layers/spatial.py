@@ -142,13 +142,9 @@ class WindowLayer(BaseLayer):
         return []
 
     def _chunk_gradient(self, plan):
-        """The input gradient of the whole chunk kept in the workspace (``dxc``) and, where a
-        halo exchange sums it back into the tile, the tile's (``dx``)."""
-        C = self.in_shape[0]
-        arrays = [dict(name="dxc", elements=C * plan.chunk.size, input_gradient=True)]
-        if plan.recvs or plan.sends:
-            arrays.append(dict(name="dx", elements=C * plan.own.size, input_gradient=True))
-        return arrays
+        """The input gradient of the whole chunk, kept in the workspace (``dxc``; the tile's,
+        summed from it by the halo's adjoint, is the new array the backward returns)."""
+        return [dict(name="dxc", elements=self.in_shape[0] * plan.chunk.size, input_gradient=True)]
 
     def macs(self, plan):
         """Multiply-adds per sample of the forward pass on this rank (0: memory-bound layers)."""
