@@ -1,6 +1,7 @@
 """Memory per rank of a 3-D U-Net on a volume one process should not hold: the peak RSS of one
 training run on one process against the same run cut over a 2x2x2 grid of 8 ranks, beside the
-memory ``distnet plan`` predicts for each (plan accuracy: measured / planned); with ``--dims 2``
+memory and step time ``distnet plan`` predicts for each, with this machine's rates (``distnet plan
+--calibrate`` once, then ``--machine``), and the plan's errors in percent; with ``--dims 2``
 the same for the 2-D U-Net of experiments/unet.yaml on one large image (benchmarks/experiments/
 unet2d_bench*.yaml, RGB images of SxS from experiments/make_segmentation_demo.py).
 
@@ -105,15 +106,35 @@ def measure(exp, nranks, epochs, work, data):
     return ranks, epochs_seen[-1]["seconds"] / steps
 
 
-def planned(exp, nranks, shape):
-    """``distnet plan --json``'s memory per rank (total and activations, bytes) and the halo
-    exchanges' share of its step time, for an input of ``shape`` (C,[D,]H,W) and batch 1."""
+def distnet_plan(exp, nranks, shape, *options):
+    """``distnet plan EXP -n N --input-shape SHAPE --batch 1 --json OPTIONS...`` as a dict."""
     p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "distnet"), "plan", exp, "-n",
-                        str(nranks), "--input-shape", shape, "--batch", "1", "--json"],
-                       check=True, cwd=ROOT, capture_output=True, text=True)
-    plan = json.loads(p.stdout)
+                        str(nranks), "--input-shape", shape, "--batch", "1", "--json", *options],
+                       check=True, cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"))
+    return json.loads(p.stdout)
+
+
+def calibrate(exp, shape, work):
+    """This machine's rates for the net (``distnet plan --calibrate``, one process, one thread),
+    saved to ``work/machine.json`` for the plans of every run."""
+    path = os.path.join(work, "machine.json")
+    distnet_plan(exp, 1, shape, "--calibrate", "--save-machine", path)
+    return path
+
+
+def planned(exp, nranks, shape, machine):
+    """``distnet plan --json``'s memory per rank (total and activations, bytes), the halo
+    exchanges' share of its step time and the step time (s) on ``machine`` (a machine file), for
+    an input of ``shape`` (C,[D,]H,W) and batch 1."""
+    plan = distnet_plan(exp, nranks, shape, "--machine", machine)
     rank, time = plan["memory"]["rank"], plan["totals"]["time"]
-    return rank["total"], rank["activations"], time["halo"] / time["step"]
+    return rank["total"], rank["activations"], time["halo"] / time["step"], time["step"]
+
+
+def _error(predicted, measured):
+    """The plan's error in percent of the measured figure, signed (+: the plan says more)."""
+    return f"{100 * (predicted - measured) / measured:+.0f}%"
 
 
 def main():
@@ -137,24 +158,25 @@ def main():
     shape = ",".join([str(1 if a.dims == 3 else 3)] + [str(size)] * a.dims)
     with tempfile.TemporaryDirectory(prefix="volume_memory-") as work:
         data = make_data(a.dims, size, work)
+        machine = calibrate(net["one"], shape, work)
         rows = []
         for n in [1] + ranks:
             exp = net["one"] if n == 1 else net["dist"]
             per_rank, step = measure(exp, n, a.epochs, work, data)
             peak = max(r["peak"] for r in per_rank)
             base = max(r["base"] for r in per_rank)
-            rows.append((n, peak, base) + planned(exp, n, shape) + (step,))
+            rows.append((n, peak, base) + planned(exp, n, shape, machine) + (step,))
     cores = len(os.sched_getaffinity(0))
     print(net["title"].format(s=size) + f" float32, batch 1, budget {budget:.0f} MiB per process; "
           f"{','.join(map(str, ranks))} ranks on {cores} cores"
-          + (" (oversubscribed)" if max(ranks) > cores else ""))
+          + (" (oversubscribed)" if max(ranks) > cores else "") + "; plan calibrated on this machine")
     print(f"{'ranks':>5} {'peak RSS':>10} {'base':>8} {'peak-base':>10} {'plan mem':>9} {'plan act':>9} "
-          f"{'accuracy':>9} {'budget':>7} {'halo %':>7} {'s/step':>7}")
-    for n, peak, base, total, act, halo, step in rows:
+          f"{'mem err':>8} {'budget':>7} {'halo %':>7} {'s/step':>7} {'plan s':>7} {'time err':>8}")
+    for n, peak, base, total, act, halo, plan_step, step in rows:
         fits = "fits" if peak <= budget * MIB else "over"
         print(f"{n:>5} {peak / MIB:>9.0f}M {base / MIB:>7.0f}M {(peak - base) / MIB:>9.0f}M "
-              f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {(peak - base) / total:>9.2f} {fits:>7} "
-              f"{100 * halo:>6.2f}% {step:>7.2f}")
+              f"{total / MIB:>8.0f}M {act / MIB:>8.0f}M {_error(total, peak - base):>8} {fits:>7} "
+              f"{100 * halo:>6.2f}% {step:>7.2f} {plan_step:>7.2f} {_error(plan_step, step):>8}")
     _, p1, b1, *_, s1 = rows[0]
     for n, p, b, *_, s in rows[1:]:
         print(f"{n} ranks per rank / one process: peak RSS {p / p1:.3f}, above base {(p - b) / (p1 - b1):.3f}; "

@@ -53,10 +53,18 @@ _RATE = click.FloatRange(min=0, min_open=True)
               help="FLOP/s per rank for the GEMMs (default 50e9).")
 @click.option("--mem-rate", type=_RATE, callback=finite_number, default=None,
               help="Bytes/s per rank for memory-bound work (default 5e9).")
+@click.option("--machine", "machine_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A machine file (JSON: the constants above, cores, measured rates; --save-machine "
+                   "writes one); the options above override it.")
+@click.option("--calibrate", is_flag=True,
+              help="Measure this machine's rates for this experiment's layers first (a few training "
+                   "steps of it on a reduced input, one thread) and its cores; plan with them.")
+@click.option("--save-machine", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the machine the plan used (after --calibrate: the measured one) to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cost model as JSON.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help="As for run.")
 def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, beta, alpha_inter, beta_inter,
-         flop_rate, mem_rate, as_json, overrides):
+         flop_rate, mem_rate, machine_file, calibrate, save_machine, as_json, overrides):
     """Show how EXPERIMENT is cut over N ranks (data replicas x pipeline stages x spatial grid,
     as `distnet run` cuts it) and what one training step costs there, from geometry alone: per
     layer the global and local shapes (rank 0 and the largest tile), the halo widths, the
@@ -66,7 +74,7 @@ def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, be
     from ..config import load_experiment
     from ..experiments.report import format_show
     from ..log import job_rank
-    from ..plan import Machine, format_plan, plan_model
+    from ..plan import format_plan, plan_model
     from ..plan.memory import memory_totals
     # under mpiexec: one report (rank 0's) instead of one per rank; errors come from every rank
     say = click.echo if job_rank() == 0 else (lambda *args, **kwargs: None)
@@ -93,10 +101,13 @@ def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, be
                 raise click.UsageError(f"the dataset cannot tell its image shape ({e}); "
                                        f"give --input-shape C,H,W (or C,D,H,W)") from None
         layout = exp.layout(nranks, shape)
-        machine = Machine(ranks_per_node=ranks_per_node or default_ranks_per_node(nranks),
-                          **{k: v for k, v in (("alpha", alpha), ("beta", beta), ("alpha_inter", alpha_inter),
-                                               ("beta_inter", beta_inter), ("flop_rate", flop_rate),
-                                               ("mem_rate", mem_rate)) if v is not None})
+        machine = machine_of(machine_file, calibrate and (experiment, overrides, shape, batch),
+                             ranks_per_node=ranks_per_node, alpha=alpha, beta=beta, alpha_inter=alpha_inter,
+                             beta_inter=beta_inter, flop_rate=flop_rate, mem_rate=mem_rate)
+        if save_machine:   # the node's size stays the launcher's, not this plan's default
+            with open(save_machine, "w") as f:
+                f.write(machine.to_json() + "\n")
+        machine.ranks_per_node = machine.ranks_per_node or default_ranks_per_node(nranks)
         p = plan_model(exp.model, shape, layout.nspatial, grid=layout.grid, batch=batch,
                        itemsize=exp.backend.dtype.itemsize, machine=machine,
                        state_arrays=len(exp.model.optimizer_state_names()), data=layout.data, pipe=layout.pipe)
@@ -114,6 +125,25 @@ def show(experiment, nranks, grid, batch, input_shape, ranks_per_node, alpha, be
     else:
         say(text)
         say(format_plan(p, data_bytes))
+
+
+def machine_of(path, calibration, **overrides):
+    """The plan's :class:`~distnet.plan.Machine`: the defaults, or a machine file (``path``), or
+    the rates ``calibration`` measures (``(experiment file, --set overrides, input shape,
+    batch)``: :func:`distnet.plan.calibrate.measure` on a fresh copy of the experiment; the
+    file's constants kept), then the options given (``overrides``, None: not given)."""
+    from ..plan import Machine
+    from ..plan.calibrate import measure
+    machine = Machine.load(path) if path else Machine()
+    if calibration:
+        from ..config import load_experiment
+        experiment, sets, shape, batch = calibration
+        measured = measure(load_experiment(experiment, sets), shape, batch)
+        machine.cores, machine.rates, machine.runtime_bytes = measured.cores, measured.rates, measured.runtime_bytes
+    for k, v in overrides.items():
+        if v is not None:
+            setattr(machine, k, v)
+    return machine
 
 
 def default_ranks_per_node(nranks, env=None):

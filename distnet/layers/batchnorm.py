@@ -32,7 +32,7 @@ from ..ops.batchnorm import (bn_bprop_dx, bn_bprop_dx_inference, bn_bprop_partia
                              local_count)
 from .base import BaseLayer
 from .placement import (COMPLETE, OVER_DATA, OVER_GRAD, REPLICATED, SPATIAL, Collective, Layout,
-                        ParamPlacement, Placement)
+                        ParamPlacement, Placement, WorkArray)
 
 
 class BatchNormLayer(BaseLayer):
@@ -78,8 +78,9 @@ class BatchNormLayer(BaseLayer):
         bp = [ParamPlacement(f"{self.name}.{n}", (C,), (C,), Ellipsis, COMPLETE)
               for n in ("running_mean", "running_var")]
         kind = layout if image else REPLICATED
-        return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position),
-                         params=tuple(pp), buffers=tuple(bp),
+        out = Layout.of(kind, self.out_shape, position)
+        return Placement(Layout.of(kind, self.in_shape, position), out,
+                         params=tuple(pp), buffers=tuple(bp), work=_work_arrays(int(np.prod(out.local_shape))),
                          collectives=(Collective(over.comm, 0, False, 2 * C + 1, True),
                                       Collective(over.comm, 0, True, 2 * C, True)),
                          extra={"stats_over": over})
@@ -155,3 +156,13 @@ class BatchNormLayer(BaseLayer):
     def describe(self):
         act = f"  activation={self.activation.name}" if self.activation is not None else ""
         return f"{super().describe()}  eps={self.eps:g} momentum={self.momentum:g}{act}"
+
+
+def _work_arrays(out):
+    """What a training step holds beyond the output and pre-activation, for ``out`` elements
+    per sample (:func:`~distnet.ops.batchnorm.bn_normalize`'s arrays): ``xhat`` kept for the
+    backward pass; in the forward the new ``xhat``, pre-activation and activation, made while
+    the last step's are still held; in the backward one more array of the output's size (the
+    activation's gradient)."""
+    return (WorkArray("xhat", out), WorkArray("new outputs", 3 * out, kept=False, phase="forward"),
+            WorkArray("dz", out, kept=False))

@@ -19,7 +19,7 @@ from math import prod
 from ..config.types import WEIGHT_INIT, NonNegative, NonNegativeShape, PositiveInt, PositiveShape
 from ..geometry import Crop, LinearUpsample, NearestUpsample, TransposedWindow
 from ..ops.decoder import (Section, conv_transpose_bprop, conv_transpose_fprop, linear_bprop,
-                           linear_fprop, nearest_bprop, nearest_fprop)
+                           linear_fprop, nearest_bprop, nearest_fprop, temporaries)
 from .add import activated
 from .params import check_weight_init, gen_weights
 from .placement import OVER_GRAD, ParamPlacement
@@ -106,6 +106,14 @@ class DeconvLayer(DecoderLayer):
     def macs(self, plan):
         return self.in_shape[0] * self.nofm * prod(self.fshape) * plan.chunk.size
 
+    def work_arrays(self, plan):
+        """Forward: the input's columns and the products before they are folded into the
+        output (:func:`~distnet.ops.decoder.conv_transpose_fprop`); backward: the output
+        gradient on the whole uncropped grid."""
+        x, y = self.in_shape[0] * plan.chunk.size, self.nofm * plan.out_tile.size
+        return [dict(name="columns", elements=x + y, kept=False, phase="forward"),
+                dict(name="dfull", elements=y, kept=False)]
+
     def draw_params(self, rng):
         C, f, K = self.in_shape[0], tuple(self.fshape), self.nofm
         return [gen_weights(rng, (K * prod(f), C), self.weight_init, self.dtype).T.reshape((C, K) + f)]
@@ -158,6 +166,12 @@ class UpsampleLayer(DecoderLayer):
 
     def rules(self, plane):
         return tuple(_MODES[self.mode][0](f, n) for f, n in zip(self.factor, plane))
+
+    def work_arrays(self, plan):
+        """The upsampling's temporaries (:func:`~distnet.ops.decoder.temporaries`)."""
+        forward, backward = temporaries(self.mode, self.in_shape[0] * plan.out_tile.size, self.factor)
+        return [dict(name="forward", elements=forward, kept=False, phase="forward"),
+                dict(name="backward", elements=backward, kept=False)]
 
     def fprop(self, x):
         xc = self._chunk_planned(x)

@@ -210,6 +210,39 @@ class Collective:
         return rows + 8 * self.per_step
 
 
+@dataclass(frozen=True)
+class WorkArray:
+    """A scratch array of a layer's training step, as its op sizes it: ``elements`` per sample
+    (``per_sample``) or in all, of ``itemsize`` bytes (None: the model's numbers). ``kept``: held
+    from step to step (the layer's :class:`~distnet.ops.workspace.Workspace`, or state kept for
+    the backward pass beyond :meth:`Placement.activation_bytes`); else a temporary alive only
+    inside the layer's ``phase`` (``"forward"`` or ``"backward"``), freed when the call returns."""
+
+    name: str
+    elements: int = 0
+    kept: bool = True
+    per_sample: bool = True
+    itemsize: int = None
+    phase: str = "backward"
+    #: Only there when the layer computes its input gradient (not for a model's first layer).
+    input_gradient: bool = False
+    #: A kernel's buffers sized in bytes: ``bytes_of(itemsize, images)`` gives them for the
+    #: images one copy serves (per sample or in all as ``per_sample`` says), not ``elements``.
+    bytes_of: object = None
+    #: One kernel thread's buffers, the threads sharing out this many units of work per sample
+    #: (images: 1; blocks of channels: their number): a copy per thread, at most one per unit;
+    #: 0: one array.
+    per_thread: int = 0
+
+    def nbytes(self, batch, itemsize, threads=1):
+        copies = max(1, min(threads, batch * self.per_thread)) if self.per_thread else 1
+        if self.bytes_of is not None:
+            size = self.bytes_of(itemsize, -(-batch // copies))
+        else:
+            size = int(self.elements) * (self.itemsize or itemsize)
+        return size * (batch if self.per_sample else 1) * copies
+
+
 @dataclass(frozen=True, eq=False)
 class Placement:
     """The distribution of one layer on one rank (module docstring)."""
@@ -228,6 +261,8 @@ class Placement:
     #: Multiply-adds per sample of the forward pass (x2 for FLOPs; backward: x2 more).
     macs: int = 0
     extra: dict = field(default_factory=dict)
+    #: :class:`WorkArray` of the step on this rank: the workspace and temporaries its ops size.
+    work: tuple = ()
 
     def param(self, name):
         """The :class:`ParamPlacement` called ``name`` (a parameter or a buffer)."""
@@ -286,6 +321,23 @@ class Placement:
         of every rank's do)."""
         chunk, out = self._io_elements() if io is None else io
         return batch * itemsize * (out + (chunk if self.chunk_shape is not None else out))
+
+    def workspace_bytes(self, batch, itemsize, input_gradient=True, threads=1):
+        """Bytes of this rank's :attr:`work` arrays kept from step to step (those of the input
+        gradient only with ``input_gradient``) with ``threads`` kernel threads."""
+        return sum(a.nbytes(batch, itemsize, threads) for a in self.work
+                   if a.kept and (input_gradient or not a.input_gradient))
+
+    def transient_bytes(self, batch, itemsize, input_gradient=True):
+        """Bytes of temporaries at this rank's peak inside the layer: the larger of its forward
+        (its temporaries) and its backward (the output gradient it is given, the input gradient
+        it makes when ``input_gradient``, and its temporaries)."""
+        def phase(name):
+            return sum(a.nbytes(batch, itemsize) for a in self.work if not a.kept and a.phase == name)
+        out = int(np.prod(self.out_layout.local_shape)) if self.out_layout is not None else 0
+        inputs = int(np.prod(self.in_layout.local_shape)) if input_gradient and self.in_layout is not None else 0
+        grads = batch * itemsize * (out + inputs)
+        return max(phase("forward"), grads + phase("backward"))
 
     def memory_traffic(self, batch, itemsize, input_gradient=True, io=None):
         """Bytes one training step moves through memory on this rank (the memory-bound part):

@@ -3,7 +3,7 @@
 (a chunk exchange, then the op of :mod:`distnet.ops.pooling` on the chunk)."""
 from ..backend import get_array_module
 from ..errors import ConfigError
-from ..ops import pooling
+from ..ops import maxpool_nchw, pooling
 from .spatial import WindowLayer
 
 
@@ -23,6 +23,15 @@ class MaxPoolingLayer(WindowLayer):
         if any(p >= f for p, f in zip(self.padding, self.fshape)):
             raise self.error(f"padding {list(self.padding)} must be smaller than the window "
                              f"{list(self.fshape)}: a window of padding only has no maximum", "padding")
+
+    def work_arrays(self, plan):
+        """The chunk's gradient and (large planes, non-overlapping windows: the NCHW kernel)
+        the max pooling kernel's scratch (:func:`~distnet.ops.maxpool_nchw.workspace_arrays`)."""
+        x_shape = (1, self.in_shape[0]) + plan.chunk.shape
+        arrays = self._chunk_gradient(plan)
+        if pooling.uses_nchw_kernel(x_shape, self.fshape, self.stride):
+            arrays += maxpool_nchw.workspace_arrays(x_shape, self.fshape, self.stride)
+        return arrays
 
     def fprop(self, x):
         xc = self._chunk_planned(x)

@@ -33,7 +33,7 @@ from ..ops.padding import ZeroPadding
 from ..ops.workspace import Workspace
 from .base import BaseLayer
 from .params import check_weight_init, gen_weights
-from .placement import OVER_GRAD, SPATIAL, HaloExchange, Layout, ParamPlacement, Placement
+from .placement import OVER_GRAD, SPATIAL, HaloExchange, Layout, ParamPlacement, Placement, WorkArray
 
 
 class WindowLayer(BaseLayer):
@@ -129,11 +129,22 @@ class WindowLayer(BaseLayer):
                          params=self.place_params(plan, position),
                          halos=(HaloExchange(plan, C, self.exchanges_per_step, self.windows,
                                              split=prod(grid) > 1),),
-                         chunk_shape=(C,) + plan.chunk.shape, macs=self.macs(plan))
+                         chunk_shape=(C,) + plan.chunk.shape, macs=self.macs(plan),
+                         work=tuple(WorkArray(**a) for a in self.work_arrays(plan)))
 
     def place_params(self, plan, position):
         """The :class:`ParamPlacement` of each parameter (window layers without weights: none)."""
         return ()
+
+    def work_arrays(self, plan):
+        """The scratch of a training step on the tile of ``plan`` as its ops size it
+        (:class:`~distnet.layers.placement.WorkArray` fields; none by default)."""
+        return []
+
+    def _chunk_gradient(self, plan):
+        """The input gradient of the whole chunk, kept in the workspace (``dxc``; the tile's,
+        summed from it by the halo's adjoint, is the new array the backward returns)."""
+        return [dict(name="dxc", elements=self.in_shape[0] * plan.chunk.size, input_gradient=True)]
 
     def macs(self, plan):
         """Multiply-adds per sample of the forward pass on this rank (0: memory-bound layers)."""
@@ -340,6 +351,19 @@ class ConvLayer(WindowLayer):
 
     def macs(self, plan):
         return self.nofm * self.in_shape[0] * prod(self.fshape) * plan.out_tile.size
+
+    def work_arrays(self, plan):
+        """The conv kernels' workspace on the chunk (:func:`~distnet.ops.conv.workspace_arrays`),
+        the data gradient's part only when it is computed; with several tiles the chunk's
+        gradient (``dxc``); an activation other than ReLU keeps its input (``z``)."""
+        relu, C = self._fused_relu(), self.in_shape[0]
+        arrays = conv.workspace_arrays((1, C) + plan.chunk.shape, (self.nofm, C) + tuple(self.fshape),
+                                       self.stride, relu, self._dil())
+        if plan.recvs or plan.sends:    # one tile: the conv writes the tile's gradient itself
+            arrays += self._chunk_gradient(plan)
+        if self.activation is not None and not relu:
+            arrays.append(dict(name="z", elements=self.nofm * plan.out_tile.size))
+        return arrays
 
     def draw_params(self, rng):
         C, f, K = self.in_shape[0], self.fshape, self.nofm

@@ -6,6 +6,8 @@ Called by :func:`distnet.ops.pooling.maxpool_fprop` / :func:`~distnet.ops.poolin
 (which check the shapes and choose); shapes and results as theirs: ``x (B, C, H, W)``, ``y`` and
 ``argmax`` (uint8, the first maximum's ``u*fw + v``) ``(B, C, Ho, Wo)``.
 """
+import numpy as np
+
 from ..backend import get_array_module
 from . import dispatch
 from .parallel import parallel_map, shares
@@ -26,6 +28,22 @@ def _nchw_blocks(x_shape, itemsize, xp):
         return [(slice(0, B), slice(0, C))]
     cb = max(1, min(C, NCHW_BLOCK_BYTES // max(1, H * W * itemsize)))
     return [(slice(b, b + 1), slice(c, min(C, c + cb))) for b in range(B) for c in range(0, C, cb)]
+
+
+def workspace_arrays(x_shape, fshape, stride, itemsize=4):
+    """The scratch :func:`maxpool_fprop` and :func:`maxpool_bprop` keep in their workspace for
+    ``x (B, C, H, W)`` on numpy, as
+    :class:`~distnet.layers.placement.WorkArray` fields (dicts): ``argmax`` (uint8, the output's
+    shape, per sample) and, per block of channels (:func:`_nchw_blocks`, cut for
+    ``itemsize``-byte numbers), the row maxima, the ``fh*fw`` window taps, three uint8 masks and
+    the backward's bool mask, one set per kernel thread."""
+    (fh, fw), out = fshape, output_shape(x_shape[2:], fshape, stride)
+    blocks = _nchw_blocks((1,) + tuple(x_shape[1:]), itemsize, np)
+    block, n = max(c.stop - c.start for _, c in blocks) * out[0] * out[1], len(blocks)
+    return [dict(name="argmax", elements=x_shape[1] * out[0] * out[1], itemsize=1),
+            dict(name="poolrow", elements=block, per_sample=False, per_thread=n),
+            dict(name="pooltaps", elements=fh * fw * block, per_sample=False, per_thread=n),
+            dict(name="poolmasks", elements=4 * block, per_sample=False, itemsize=1, per_thread=n)]
 
 
 def _block_shares(blocks, xp):

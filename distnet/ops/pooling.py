@@ -46,6 +46,12 @@ def _nchw_maxpool_ok(x_shape, fshape, stride):
             and fh * fw <= 256)
 
 
+def uses_nchw_kernel(x_shape, fshape, stride):
+    """Whether :func:`maxpool_fprop` takes :mod:`distnet.ops.maxpool_nchw` on the CPU for
+    ``x_shape`` (large planes, non-overlapping windows)."""
+    return _nchw_maxpool_ok(x_shape, fshape, stride)
+
+
 def _kernels(fshape):
     """The device kernels of windows of ``fshape``: images', or those of lines and volumes."""
     return cuda_pooling if len(fshape) == 2 else cuda_pooling_nd

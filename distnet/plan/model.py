@@ -72,6 +72,8 @@ class LayerPlan:
     flops_max: float = 0.0
     mem_bytes_max: float = 0.0  # memory-bound traffic estimate (bytes moved), per rank
     act_bytes_max: int = 0      # activation memory kept per rank
+    work_bytes: int = 0         # the layer's workspace kept from step to step, per rank
+    transient_bytes: int = 0    # its temporaries at its peak (gradients in flight included)
     param_bytes: int = 0        # weights + gradients + optimiser state per rank (largest shard)
     param_global: int = 0       # elements of the layer's parameters, whole (all ranks' shards)
     array_local_max: int = 0    # bytes of the largest parameter array one rank holds
@@ -149,6 +151,9 @@ class _Step:
         self.grid, self.data, self.pipe = tuple(grid), data, pipe
         self.batch, self.itemsize, self.machine = batch, itemsize, machine
         self.P = prod(grid)
+        #: compute and memory time stretch when a node's ranks outnumber its cores
+        self.slowdown = machine.oversubscription(self.P * data * pipe)
+        self.threads = machine.kernel_threads(self.P * data * pipe)
 
     def position(self):
         """Rank ``(0, 0)`` of the grid (the largest tiles: the first blocks are the longer ones)."""
@@ -171,12 +176,17 @@ class _RankSums:
         key = (stage, kind)
         self.sums[key] = self.sums.get(key, 0) + np.broadcast_to(np.asarray(values, dtype=np.float64), self.grid)
 
-    def add_step_times(self, stage, machine):
-        """The stage's compute, memory and step time per rank (no overlap)."""
-        if (stage, "flops") in self.sums:
-            self.add(stage, "time_compute", self.sums[(stage, "flops")] / machine.flop_rate)
-        if (stage, "mem_bytes") in self.sums:
-            self.add(stage, "time_memory", self.sums[(stage, "mem_bytes")] / machine.mem_rate)
+    def add_work(self, lp, flops, mem_bytes, step):
+        """A layer's FLOPs and memory traffic per rank (arrays or numbers) and their seconds at
+        the machine's rates for the layer's kind, stretched where ranks outnumber cores."""
+        compute, memory = step.machine.seconds(lp.kind, flops, mem_bytes)
+        self.add(lp.stage, "flops", flops)
+        self.add(lp.stage, "mem_bytes", mem_bytes)
+        self.add(lp.stage, "time_compute", compute * step.slowdown)
+        self.add(lp.stage, "time_memory", memory * step.slowdown)
+
+    def add_step_times(self, stage):
+        """The stage's step time per rank: compute + memory + halo (no overlap)."""
         self.add(stage, "time_step", sum(self.sums.get((stage, k), 0) for k in ("time_compute", "time_memory",
                                                                                "time_halo")))
 
@@ -218,13 +228,14 @@ def _window_layer(lp, pl, step, ranks, need_dx):
         lp.halo_inter_max = int(inter.max())
         lp.halo_time_max = float(t_r.max())
         ranks.add(lp.stage, "time_halo", t_r)
+    flops = 0.0
     if pl.macs:   # multiply-adds per output pixel, the same on every rank
         lp.flops_max = pl.flops(B, need_dx)
-        ranks.add(lp.stage, "flops", lp.flops_max / prod(tile) * every.out_pixels)
+        flops = lp.flops_max / prod(tile) * every.out_pixels
     io = (C * every.chunk_pixels, K * every.out_pixels)   # every rank's chunk and output tile
     lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
     lp.act_bytes_max = pl.activation_bytes(B, isz)
-    ranks.add(lp.stage, "mem_bytes", pl.memory_traffic(B, isz, need_dx, io))
+    ranks.add_work(lp, flops, pl.memory_traffic(B, isz, need_dx, io), step)
     ranks.add(lp.stage, "act_bytes", pl.activation_bytes(B, isz, io))
 
 
@@ -252,9 +263,8 @@ def _other_layer(lp, pl, step, ranks, need_dx):
     lp.flops_max = pl.flops(B, need_dx)
     lp.act_bytes_max = pl.activation_bytes(B, isz)
     lp.mem_bytes_max = pl.memory_traffic(B, isz, need_dx)
-    ranks.add(lp.stage, "flops", lp.flops_max)
+    ranks.add_work(lp, lp.flops_max, lp.mem_bytes_max, step)
     ranks.add(lp.stage, "act_bytes", lp.act_bytes_max)
-    ranks.add(lp.stage, "mem_bytes", lp.mem_bytes_max)
 
 
 def _layer_plan(i, layer, pl, stage, step, state_arrays):
@@ -266,6 +276,8 @@ def _layer_plan(i, layer, pl, stage, step, state_arrays):
     lp.param_global = pl.param_count
     lp.array_local_max = max([pp.local_size * isz for pp in pl.params], default=0)
     lp.array_global_max = max([pp.size * isz for pp in pl.params], default=0)
+    lp.work_bytes = pl.workspace_bytes(step.batch, isz, input_gradient=i > 0, threads=step.threads)
+    lp.transient_bytes = pl.transient_bytes(step.batch, isz, input_gradient=i > 0)
     # gradient buckets: over grad (spatial x data ranks) and over data (replicas)
     payload = pl.gradient_payload(isz)
     lp.bucket_bytes = {over.comm: payload[over] for over, n in ((OVER_GRAD, step.P * step.data),
@@ -292,8 +304,8 @@ def _layer_times(layers, step):
     bucket_total = {over: sum(lp.bucket_bytes.get(over, 0) for lp in layers) for over in (OVER_GRAD.comm, OVER_DATA.comm)}
     first = {over: next((lp for lp in layers if lp.bucket_bytes.get(over)), None) for over in bucket_total}
     for lp in layers:
-        t = {"compute": lp.flops_max / machine.flop_rate,
-             "memory": lp.mem_bytes_max / machine.mem_rate,
+        compute, memory = machine.seconds(lp.kind, lp.flops_max, lp.mem_bytes_max)
+        t = {"compute": compute * step.slowdown, "memory": memory * step.slowdown,
              "halo": lp.halo_time_max if P > 1 else 0.0,
              "allreduce": 0.0}
         if lp.allreduce_act:
@@ -303,6 +315,18 @@ def _layer_times(layers, step):
             if lp is first[over]:
                 t["allreduce"] += reduce_time(bucket_total[over], over)
         lp.time = t
+
+
+def _cost_time(last, step, ranks):
+    """With a measured ``"cost"`` rate (:mod:`.calibrate`): what a step spends outside the
+    layers (the cost and its gradient, the update), per byte of the last layer's output, is
+    charged to the last layer's memory time."""
+    rate = step.machine.rates.get("cost")
+    if not rate:
+        return
+    seconds = step.batch * step.itemsize * prod(last.tile) / rate * step.slowdown
+    last.time["memory"] += seconds
+    ranks.add(last.stage, "time_memory", seconds)
 
 
 def _notes(layers, data, batch_global):
@@ -344,8 +368,10 @@ def plan_model(model, image_shape, nranks=1, grid=None, batch=None, itemsize=4, 
             _other_layer(lp, pl, step, ranks, need_dx=i > 0)
         layers.append(lp)
     _layer_times(layers, step)
+    if layers:
+        _cost_time(layers[-1], step, ranks)
     for st in set(stage_of):
-        ranks.add_step_times(st, machine)
+        ranks.add_step_times(st)
     plan = Plan(nranks * data * pipe, tuple(grid), step.batch, step.itemsize, machine, layers, data=data,
                 pipe=pipe, batch_global=B_global, state_arrays=state_arrays)
     plan.notes += _notes(layers, data, B_global)

@@ -56,8 +56,10 @@ def format_plan(plan, data_bytes=None):
     r, n = mem["rank"], mem["node"]
     lines.append(f"memory per rank: {_fmt_bytes(r['total'])} = parameters {_fmt_bytes(r['parameters'])} + "
                  f"gradients {_fmt_bytes(r['gradients'])} + optimiser state {_fmt_bytes(r['optimizer'])} + "
-                 f"activations {_fmt_bytes(r['activations'])} + data {_fmt_bytes(r['data'])}"
-                 + ("" if data_bytes is not None else " (one minibatch)"))
+                 f"activations {_fmt_bytes(r['activations'])} + workspace {_fmt_bytes(r['workspace'])} + "
+                 f"temporaries {_fmt_bytes(r['transient'])} + data {_fmt_bytes(r['data'])}"
+                 + ("" if data_bytes is not None else " (one minibatch)")
+                 + (f" + MPI {_fmt_bytes(r['runtime'])}" if r["runtime"] else ""))
     lines.append(f"checkpoint, per rank: sharded save +{_fmt_bytes(r['checkpoint_save'])}, restore "
                  f"+{_fmt_bytes(r['checkpoint_restore'])} (one array in flight); single file: save "
                  f"+{_fmt_bytes(r['single_file_save'])} on rank 0, restore +{_fmt_bytes(r['single_file_restore'])}")

@@ -87,7 +87,8 @@ def test_throughput_is_the_job_s_and_memory_adds_up():
     assert t4["images_per_s"] > t1["images_per_s"]      # replicas add throughput for the job
     mem = memory_totals(p4)
     r = mem["rank"]
-    assert r["total"] == r["parameters"] + r["gradients"] + r["optimizer"] + r["activations"] + r["data"]
+    assert r["total"] == sum(r[k] for k in ("parameters", "gradients", "optimizer", "activations", "workspace",
+                                             "transient", "data", "runtime"))
     assert r["parameters"] * (2 + p4.state_arrays) == t4["param_bytes"]
     assert r["data"] == 12 * 784 * 4                     # one replica's minibatch, without the files
     assert mem["node"]["total"] == 4 * r["total"]        # one node by default: all 4 ranks
@@ -237,9 +238,13 @@ def test_plan_of_volumes_weak_scaling_512_to_2048():
         assert first["halo_fwd_max"] == 4 * (130**3 - 128**3)
     assert small["memory"]["rank"] == big["memory"]["rank"]
     assert small["totals"]["halo_fwd_max"] == big["totals"]["halo_fwd_max"]
-    # one process on a 128^3 volume holds what such a rank holds: its 'same' convs' zero padding
-    # takes the chunk the halo fills on the grid
-    assert _plan_json("-n", "1", "--input-shape", "1,128,128,128")["memory"]["rank"] == small["memory"]["rank"]
+    # one process on a 128^3 volume holds the activations such a rank holds (its 'same' convs'
+    # zero padding takes the chunk the halo fills on the grid); the rank keeps its chunks'
+    # gradients besides, for the halo's adjoint
+    one, rank = _plan_json("-n", "1", "--input-shape", "1,128,128,128")["memory"]["rank"], small["memory"]["rank"]
+    assert {k: v for k, v in one.items() if k not in ("workspace", "total")} == \
+        {k: v for k, v in rank.items() if k not in ("workspace", "total")}
+    assert one["workspace"] < rank["workspace"]
 
 
 def test_input_shape_says_it_takes_volumes():

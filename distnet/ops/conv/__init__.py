@@ -29,9 +29,9 @@ The CPU's algorithms read and write batch-innermost (CHWN) arrays without a copy
 """
 from ..layout import empty_chwn, is_chwn
 from .choose import (conv2d_bprop, conv2d_fprop, conv_bprop, conv_fprop, fuses_relu_grad, output_chwn,
-                     use_flat)
+                     use_flat, workspace_arrays)
 from .flat import flat_readable, is_flat_readable
 from .im2col import im2col
 
 __all__ = ["conv_fprop", "conv_bprop", "conv2d_fprop", "conv2d_bprop", "use_flat", "output_chwn", "fuses_relu_grad", "is_chwn",
-           "empty_chwn", "im2col", "is_flat_readable", "flat_readable"]
+           "empty_chwn", "im2col", "is_flat_readable", "flat_readable", "workspace_arrays"]

@@ -7,6 +7,7 @@ the patch matrix fits the block budget, else :mod:`.blocked`. Every algorithm ta
 of spatial axes (images, volumes, lines) and a dilation; the choice for images is the one it
 always was.
 """
+import functools
 import math
 
 from ...backend import get_array_module
@@ -43,6 +44,35 @@ def use_flat(x_shape, w_shape, stride, xp=None, dilation=None):
         return W >= FLAT_MIN_WIDTH and (fw - 1) <= FLAT_MAX_WASTE * W
     geo = RowGeometry(x_shape[2:], w_shape[2:], dilation_of(dilation, nd))
     return 1 - math.prod(geo.out) / (geo.rows * geo.W) <= FLAT_MAX_WASTE_ND
+
+
+def workspace_arrays(x_shape, w_shape, stride, relu=False, dilation=None):
+    """The workspace :func:`conv_fprop` and :func:`conv_bprop` keep for ``x (B, C, *S)`` (a
+    padded chunk, read as it is) on the CPU's arrays, as
+    :class:`~distnet.layers.placement.WorkArray` fields (dicts; ``bytes_of(itemsize, images)``
+    sizes a kernel thread's buffers, ``input_gradient`` marks the data gradient's): the flat
+    kernel's tiles and padded image of ``dz`` (:func:`flat.workspace_bytes
+    <distnet.ops.conv.flat.workspace_bytes>`), or the im2col kernel's
+    (:func:`tiled.workspace_bytes <distnet.ops.conv.tiled.workspace_bytes>`) and the input
+    gradient it folds in CHWN memory (``dxn``); none for 1x1 filters."""
+    if use_pointwise(w_shape, None, None, None):
+        return []
+    shifts = use_flat(tuple(x_shape), w_shape, stride, dilation=dilation)
+    arrays = [dict(name=name, bytes_of=functools.partial(_kernel_bytes, shifts, tuple(x_shape), tuple(w_shape),
+                                                         tuple(stride), relu, dilation, k),
+                   per_sample=False, per_thread=1, input_gradient=bool(k))
+              for k, name in enumerate(("tiles", "data gradient tiles"))]
+    if not shifts:
+        arrays.append(dict(name="dxn", elements=math.prod(x_shape[1:]), input_gradient=True))
+    return arrays
+
+
+def _kernel_bytes(shifts, x_shape, w_shape, stride, relu, dilation, part, itemsize, images):
+    """Part ``part`` (0: always, 1: the data gradient's) of a kernel thread's workspace bytes
+    for ``images`` images: :func:`workspace_arrays`' sizes (a module function: placements pickle)."""
+    if shifts:
+        return flat.workspace_bytes(x_shape[2:], w_shape, itemsize, relu, dilation)[part]
+    return tiled.workspace_bytes(x_shape, w_shape, stride, itemsize, images, dilation)[part]
 
 
 def _method(method, x, w, stride, pad=None, dilation=None):

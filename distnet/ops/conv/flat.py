@@ -235,6 +235,41 @@ def _flat_plan(x, fshape, pad, dilation, K=0):
     return xp, (flat_readable(x) if pad is None else x), C, geo, n
 
 
+def _cols_elements(C, geo, n, K=0):
+    """Elements of the :class:`TileCols` buffer of ``geo`` for ``C`` channels, ``n`` rows, and
+    of the partial outputs ``(g, K, n*W)`` beside it (0 without ``K``)."""
+    nl = len(geo.leads)
+    if uses_shifts(C * nl, geo.fw, K):
+        return C * nl * geo.fw * (n + (geo.fh - 1) * geo.dy) * geo.W, geo.fh * K * n * geo.W
+    return C * nl * geo.fh * geo.fw * n * geo.W, K * n * geo.W
+
+
+def workspace_bytes(spatial, w_shape, itemsize, relu=False, dilation=None):
+    """``(always, data_gradient)``: bytes one kernel thread's workspace holds after
+    :func:`fprop` and :func:`bprop` on images of the padded ``spatial`` shape, read as they are
+    (no ``pad``), ``itemsize``-byte numbers: the forward's tile columns and partial outputs
+    (and zeros with ``relu``), the weight gradient's columns, wide ``dz`` tile and sums, the
+    ReLU mask; and what only the data gradient adds: ``dz`` in its zero-bordered image, its
+    tile columns and partial outputs (the mask is then the whole output's)."""
+    K, C = w_shape[:2]
+    fshape, dil = w_shape[2:], dilation_of(dilation, len(w_shape) - 2)
+    geo = RowGeometry(tuple(spatial), fshape, dil)
+    n = _tile_rows(C, geo, itemsize, K)
+    cols, parts = _cols_elements(C, geo, n, K)
+    nw = _tile_rows(C, geo, itemsize)
+    dw_cols, _ = _cols_elements(C, geo, nw)
+    dw = 2 * C * len(geo.leads) * geo.fh * geo.fw * K              # its sums: acc and part (g, R, K)
+    always = (cols + parts + (K * n * geo.W if relu else 0) + dw_cols + dw + K * nw * geo.W) * itemsize
+    mask = K * nw * geo.Wo if relu else 0           # the ReLU mask of a tile; with dx, of the output
+    always += mask
+    image, _, _ = full_correlation(tuple(spatial), fshape, dil, ((0, 0),) * len(fshape))
+    geo_dz = RowGeometry(image, fshape, dil)
+    nx = _tile_rows(K, geo_dz, itemsize, C)
+    dx_cols, dx_parts = _cols_elements(K, geo_dz, nx, C)
+    dx = (K * math.prod(image) + dx_cols + dx_parts) * itemsize
+    return always, dx + (K * math.prod(geo.out) - mask if relu else 0)
+
+
 def fprop(x, w, out, work, relu=False, pad=None, dilation=None):
     """``out (B, K, Ho, Wo)`` = stride-1 valid correlation of ``x (B, C, H, W)`` zero-padded
     by ``pad`` (applied one image at a time) with ``w (K, C, fh, fw)`` (any number of spatial

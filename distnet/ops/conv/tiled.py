@@ -9,7 +9,7 @@ import math
 from ...backend import get_array_module
 from ..layout import chwn_order, empty_chwn, from_chwn, is_chwn
 from ..parallel import kernel_threads, parallel_map, shares
-from ..windows import tap_slices
+from ..windows import output_shape, tap_slices
 from ..workspace import scratch
 from .im2col import add_product, chwn_patches, dx_buffer, dy_rows, finish_dx, patch_rows
 from .shapes import padded_shape
@@ -22,6 +22,20 @@ def _small_tile_rows(CF, Wo, Bs, Ho, itemsize):
     """Output rows per tile of the tiled im2col kernel: the tile ``(CF, rows*Wo*Bs)`` fits
     :data:`SMALL_TILE_BYTES` (at least one row)."""
     return max(1, min(Ho, SMALL_TILE_BYTES // (itemsize * CF * Wo * max(Bs, 1))))   # Bs 0: empty batch
+
+
+def workspace_bytes(x_shape, w_shape, stride, itemsize, images, dilation=None):
+    """``(always, data_gradient)``: bytes one kernel thread's workspace holds after
+    :func:`fprop` and :func:`bprop` on ``images`` images of ``x_shape`` ``(B, C, *S)``
+    (padded): its tiles of columns, of the output and of ``dy``, and the weight gradient's sums;
+    and its share of the input gradient folded (``tdx``). (The CHWN copy of the input is the
+    chunk a plan counts among the activations.)"""
+    K, C = w_shape[:2]
+    CF = C * math.prod(w_shape[2:])
+    out = output_shape(x_shape[2:], w_shape[2:], stride, dilation)
+    Ho, Wo = out[0], math.prod(out[1:])
+    n = _small_tile_rows(CF, Wo, images, Ho, itemsize)
+    return itemsize * ((CF + 2 * K) * n * Wo * images + 2 * CF * K), itemsize * math.prod(x_shape[1:]) * images
 
 
 def fprop(x, w, stride, out_shape, out, relu, work=None, pad=None, dilation=None):

@@ -14,7 +14,7 @@ so that a tile computed from its chunk equals the same tile of the whole computa
 from .crop import crop, crop_bprop
 from .section import Section
 from .transposed_conv import conv_transpose_bprop, conv_transpose_fprop
-from .upsample import linear_bprop, linear_fprop, nearest_bprop, nearest_fprop
+from .upsample import linear_bprop, linear_fprop, nearest_bprop, nearest_fprop, temporaries
 
 __all__ = ["Section", "conv_transpose_bprop", "conv_transpose_fprop", "crop", "crop_bprop",
-           "linear_bprop", "linear_fprop", "nearest_bprop", "nearest_fprop"]
+           "linear_bprop", "linear_fprop", "nearest_bprop", "nearest_fprop", "temporaries"]

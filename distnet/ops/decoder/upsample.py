@@ -210,6 +210,19 @@ def _interpolate_axis(xp, y, axis, f, length, a, o0, m):
     return out
 
 
+def temporaries(mode, out, factor):
+    """``(forward, backward)`` elements per sample of the temporaries of the numpy upsampling of
+    ``mode`` for ``out`` output elements, ``factor`` per axis. Linear, forward: on the last axis
+    computed (the first) the output beside the other axes' result (``out / f0``) and one phase's
+    product (at most ``out / f0``); backward, first axis first: the axis's sum and one run's
+    product (``out / f0`` each). Nearest: the output, and the gradient placed into the whole
+    grid."""
+    if mode == "linear":
+        rest = out // factor[0]
+        return out + 2 * rest, 2 * rest
+    return out, out
+
+
 @dispatch.op
 def linear_fprop(x, factor, section=None):
     """Linear upsampling (module docstring) of ``x (B, C, *n)`` for the outputs of ``section``:
