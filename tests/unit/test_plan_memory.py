@@ -64,7 +64,8 @@ def test_upsampling_temporaries_are_what_numpy_allocates():
     x = np.random.default_rng(2).standard_normal((1, 8, 48, 64)).astype(np.float32)
     y = linear_fprop(x, (2, 2))
     forward, backward = temporaries("linear", y.size, (2, 2))
-    assert _peak(linear_fprop, x, (2, 2)) == pytest.approx(4 * forward, rel=0.05)
+    # besides the model's arrays: index arrays and the gathers at the borders
+    assert _peak(linear_fprop, x, (2, 2)) == pytest.approx(4 * forward, rel=0.1)
     # the backward returns the input's gradient besides its temporaries
     assert _peak(linear_bprop, y, (2, 2), x.shape) == pytest.approx(4 * (backward + x.size), rel=0.15)
 

@@ -200,8 +200,9 @@ def _interpolate_axis(xp, y, axis, f, length, a, o0, m):
             j = q[b]
             if e - b < 4:        # a border: gathered
                 qs = q[b:e]
-                out[_at(nd, axis, xp.asarray(qs))] = (xp.take(y, xp.asarray(i0[qs] - a), axis=2 + axis) * _along(xp.asarray(l0[qs]), axis, nd)
-                                          + xp.take(y, xp.asarray(i1[qs] - a), axis=2 + axis) * _along(xp.asarray(l1[qs]), axis, nd))
+                v0, v1 = (xp.take(y, xp.asarray(i[qs] - a), axis=2 + axis) for i in (i0, i1))
+                w0, w1 = (_along(xp.asarray(w[qs]), axis, nd) for w in (l0, l1))
+                out[_at(nd, axis, xp.asarray(qs))] = v0 * w0 + v1 * w1
                 continue
             dst = out[_at(nd, axis, slice(j, q[e - 1] + 1, f))]
             s0, s1 = i0[j] - a, i1[j] - a
