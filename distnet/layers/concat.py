@@ -8,6 +8,7 @@ for one process and any grid. Vectors must be replicated (fully connected output
 import numpy as np
 
 from ..backend import get_array_module
+from ..ops.parallel import copyto
 from .add import one_layout_kind
 from .base import BaseLayer
 from .placement import Layout, Placement
@@ -49,16 +50,30 @@ class ConcatLayer(BaseLayer):
         return Placement(Layout.of(kind, self.in_shape, position), Layout.of(kind, self.out_shape, position))
 
     def fprop(self, xs):
-        """``xs``: ``(B, C_k, h, w)`` (or ``(B, F_k)``) local arrays -> stacked on axis 1."""
-        return get_array_module(xs[0]).concatenate(xs, axis=1)
+        """``xs``: ``(B, C_k, h, w)`` (or ``(B, F_k)``) local arrays -> stacked on axis 1 (the
+        copies shared out over the kernel threads by channel)."""
+        xp = get_array_module(xs[0])
+        out = xp.empty(xs[0].shape[:1] + (sum(x.shape[1] for x in xs),) + xs[0].shape[2:],
+                       dtype=np.result_type(*(x.dtype for x in xs)))
+        for x, block in zip(xs, self._blocks()):
+            copyto(out[:, block], x, axis=1)
+        return out
 
     def bprop(self, delta, need_input_grad=True):
         """The gradient's channel (feature) blocks, one per input (contiguous copies)."""
         if not need_input_grad:
             return None
         xp = get_array_module(delta)
-        cuts = [int(c) for c in np.cumsum(self.sizes)[:-1]]   # plain ints: no host array for a device xp
-        return [xp.ascontiguousarray(d) for d in xp.split(delta, cuts, axis=1)]
+        grads = []
+        for block in self._blocks():
+            d = delta[:, block]
+            grads.append(copyto(xp.empty(d.shape, dtype=d.dtype), d, axis=1))
+        return grads
+
+    def _blocks(self):
+        """Each input's channel (feature) slice of the output."""
+        ends = [int(c) for c in np.cumsum(self.sizes)]   # plain ints: no host array for a device xp
+        return [slice(e - n, e) for e, n in zip(ends, self.sizes)]
 
     def describe(self):
         return f"{self.name}: concat({', '.join(self.inputs)}) -> {self.out_shape}"

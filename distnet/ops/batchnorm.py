@@ -58,6 +58,7 @@ from ..errors import GeometryError
 from . import dispatch
 from .cuda import batchnorm as cuda_bn
 from .cuda.batchnorm import fits as kernel_fits
+from .parallel import run_split
 
 
 def channel_axes(x):
@@ -158,13 +159,21 @@ def bn_fprop(x, mean, var, gamma, beta, eps=1e-5, out=None):
 @dispatch.op
 def bn_normalize(x, mean, inv_std, gamma, beta, out=None):
     """``(y, xhat)`` of :func:`bn_fprop` for a given ``inv_std`` (``(C,)`` in ``x``'s dtype;
-    ``y`` into ``out`` if given)."""
-    xhat = x - _as(mean, x)
-    xhat *= inv_std.reshape(_bshape(x))
+    ``y`` into ``out`` if given). Elementwise, so the kernel threads take shares of the
+    channels: the same numbers."""
+    xp = get_array_module(x)
+    xhat = xp.empty_like(x)
     if out is None:
-        out = get_array_module(x).empty_like(x)
-    get_array_module(x).multiply(xhat, _as(gamma, x), out=out)
-    out += _as(beta, x)
+        out = xp.empty_like(x)
+    m, s, g, b = _as(mean, x), inv_std.reshape(_bshape(x)), _as(gamma, x), _as(beta, x)
+
+    def channels(sl):
+        c = (slice(None), sl)
+        xp.subtract(x[c], m[c], out=xhat[c])
+        xhat[c] *= s[c]
+        xp.multiply(xhat[c], g[c], out=out[c])
+        out[c] += b[c]
+    run_split(channels, x.shape[1], xp, x.size)
     return out, xhat
 
 
@@ -251,15 +260,20 @@ def bn_bprop_dx(dy, xhat, gamma, inv_std, sums, count, out=None):
     scale = (xp.asarray(gamma, dtype=dy.dtype) * xp.asarray(inv_std, dtype=dy.dtype)).reshape(b)
     if out is None:
         out = xp.empty_like(dy)
-    if out is dy:                            # dy is still read: one temporary for xhat * mean(dy xhat)
-        t = xhat * mdyx
-        out -= mdy
-        out -= t
-    else:
-        xp.multiply(xhat, mdyx, out=out)
-        xp.subtract(dy, out, out=out)
-        out -= mdy
-    out *= scale
+
+    def channels(sl):                        # elementwise: the kernel threads take channels
+        c = (slice(None), sl)
+        o = out[c]
+        if out is dy:                        # dy is still read: one temporary for xhat * mean(dy xhat)
+            t = xhat[c] * mdyx[c]
+            o -= mdy[c]
+            o -= t
+        else:
+            xp.multiply(xhat[c], mdyx[c], out=o)
+            xp.subtract(dy[c], o, out=o)
+            o -= mdy[c]
+        o *= scale[c]
+    run_split(channels, dy.shape[1], xp, dy.size)
     return out
 
 

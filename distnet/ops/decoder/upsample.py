@@ -27,6 +27,7 @@ from ...backend import get_array_module
 from ...errors import GeometryError
 from .. import dispatch
 from ..cuda import upsample as cuda_upsample
+from ..parallel import run_split
 from ..windows import tap_slices
 from .section import Section
 
@@ -184,13 +185,15 @@ def _at(nd, axis, where):
     return (slice(None),) * (2 + axis) + (where,)
 
 
-def _interpolate_axis(xp, y, axis, f, length, a, o0, m):
+def _interpolate_axis(xp, y, axis, f, length, a, o0, m, out=None):
     """One axis of :func:`linear_fprop`: the outputs ``o0 .. o0 + m - 1`` along spatial ``axis``
     of the chunk ``y`` (inputs from ``a`` on), ``take(i0) * l0 + take(i1) * l1``. The outputs of
     one phase ``o mod f`` read consecutive inputs with the same weights away from the borders:
-    those are two slices times two numbers, the same products and sum as gathering them."""
+    those are two slices times two numbers, the same products and sum as gathering them. Into
+    ``out`` if given."""
     nd = y.ndim - 2
-    out = xp.empty(y.shape[:2 + axis] + (m,) + y.shape[3 + axis:], dtype=y.dtype)
+    if out is None:
+        out = xp.empty(y.shape[:2 + axis] + (m,) + y.shape[3 + axis:], dtype=y.dtype)
     i0, i1, r = linear_weights(f, length, o0 + np.arange(m))
     l0, l1 = _weights(np, y.dtype, r, f)
     for p in range(min(f, m)):
@@ -230,10 +233,14 @@ def linear_fprop(x, factor, section=None):
     ``(B, C, *out_shape)``. Per axis, last first: ``take(i0) * l0 + take(i1) * l1``."""
     xp = get_array_module(x)
     s = _section(x.shape, factor, section, _linear_reads)
-    y = x
-    for d in reversed(range(x.ndim - 2)):
-        y = _interpolate_axis(xp, y, d, factor[d], *(t[d] for t in _axes(s)))
-    return y
+    out = _output(x, s)
+
+    def channels(sl):                  # the kernel threads take shares of the channels
+        y = x[:, sl]
+        for d in reversed(range(x.ndim - 2)):
+            y = _interpolate_axis(xp, y, d, factor[d], *(t[d] for t in _axes(s)), out=out[:, sl] if d == 0 else None)
+    run_split(channels, x.shape[1], xp, out.size)
+    return out
 
 
 @linear_fprop.kernel(when=_takes(cuda_upsample.LINEAR_FPROP))
@@ -250,7 +257,7 @@ def slots(f):
     return 2 * f + f // 2
 
 
-def _adjoint_axis(xp, g, axis, f, length, a, o0, n):
+def _adjoint_axis(xp, g, axis, f, length, a, o0, n, out=None):
     """Adjoint of one axis of :func:`linear_fprop`: ``g`` (the outputs ``o0 ..`` along spatial
     ``axis``) -> the ``n`` chunk inputs from ``a`` on. Input ``i`` adds, for each of its
     :func:`slots` ``k`` (output ``o = start(i - 1) + k``), ``g[o] * w0`` then ``g[o] * w1``,
@@ -271,7 +278,10 @@ def _adjoint_axis(xp, g, axis, f, length, a, o0, n):
         idx = np.where(inside, o - o0, 0)
         terms.append((idx, w0, w1))
         ok &= (_steps(idx, f) & np.concatenate([[True], (w0[1:] == w0[:-1]) & (w1[1:] == w1[:-1])]))
-    out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    if out is None:
+        out = xp.zeros(g.shape[:2 + axis] + (n,) + g.shape[3 + axis:], dtype=g.dtype)
+    else:
+        out[...] = 0
     for b, e in _runs(ok):
         dst = out[_at(nd, axis, slice(b, e))]
         for idx, w0, w1 in terms:
@@ -294,10 +304,15 @@ def linear_bprop(dy, factor, x_shape, section=None):
     axis, first axis first (the forward's steps in reverse)."""
     xp = get_array_module(dy)
     s = _section(x_shape, factor, section, _linear_reads, dy)
-    g = dy
-    for d in range(len(x_shape) - 2):
-        g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d])
-    return g
+    dx, nd = xp.empty(x_shape, dtype=dy.dtype), len(x_shape) - 2
+
+    def channels(sl):                  # the kernel threads take shares of the channels
+        g = dy[:, sl]
+        for d in range(nd):
+            g = _adjoint_axis(xp, g, d, factor[d], s.length[d], s.in_start[d], s.out_start[d], x_shape[2 + d],
+                              out=dx[:, sl] if d == nd - 1 else None)
+    run_split(channels, x_shape[1], xp, dy.size)
+    return dx
 
 
 @linear_bprop.kernel(when=_takes(cuda_upsample.LINEAR_BPROP))
