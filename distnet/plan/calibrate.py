@@ -109,6 +109,7 @@ def measure(exp, shape, batch=None):
     loaded from its file: the calibration builds and trains its own copy) at
     :func:`calibration_shape` of ``shape``, ``batch`` rows (default: the model's batch size),
     one BLAS thread, this process's cores and the MPI library's memory."""
+    from ..comm.node import own_cores
     from ..ops import parallel
     from ..ops.threads import ThreadPlan, apply_plan, blas_threads
     from .model import plan_model
@@ -133,4 +134,4 @@ def measure(exp, shape, batch=None):
     out_bytes = batch * plan.itemsize * prod(plan.layers[-1].tile)
     if rest > 0 and out_bytes:
         rates["cost"] = out_bytes / rest
-    return Machine(cores=len(os.sched_getaffinity(0)), rates=rates, runtime_bytes=runtime)
+    return Machine(cores=len(own_cores()), rates=rates, runtime_bytes=runtime)

@@ -56,6 +56,25 @@ def test_rectlin_propagates_nan():
     assert not np.signbit(dz).any()  # no -0.0 for negative inputs
 
 
+@pytest.mark.parametrize("where", ["none", "z_nan", "dy_inf_masked", "dy_nan_kept"])
+def test_rectlin_gradient_of_a_large_array_is_the_masked_formula_bit_for_bit(where):
+    """Arrays large enough that the gradient is a product with the mask, shared over the kernel
+    threads: the same bytes as ``where(z > 0, dy, where(isnan(z), z, 0))``, whichever share a
+    NaN or an infinity lands in."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((2, 8, 128, 128)).astype(np.float32)
+    dy = rng.standard_normal(z.shape).astype(np.float32)
+    if where == "z_nan":
+        z[1, 7, 127, 3] = np.nan
+    elif where == "dy_inf_masked":
+        dy[np.unravel_index(np.flatnonzero(z < 0)[-1], z.shape)] = np.inf
+    elif where == "dy_nan_kept":
+        dy[np.unravel_index(np.flatnonzero(z > 0)[-1], z.shape)] = np.nan
+    want = np.where(z > 0, dy, np.where(np.isnan(z), z, 0))
+    got = RectLin().bprop(z, RectLin().fprop(z), dy)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
 # -- data --------------------------------------------------------------------------------------
 
 def test_check_split_names_image_and_pixel():
